@@ -1,0 +1,103 @@
+//! `fedgate tools` and `fedgate call`: run the upstreams in-process and look at them.
+
+use std::{path::Path, process::ExitCode};
+
+use rmcp::model::{CallToolRequestParams, JsonObject, ServerResult};
+use tower::ServiceExt;
+
+use super::serve::{load, settle_bound, stop};
+use crate::{
+    pipeline::{self, Call, Op},
+    upstream::pool::Pool,
+};
+
+/// Longest description shown in the table.
+const DESCRIPTION_CHARS: usize = 60;
+
+pub async fn tools(path: &Path, json: bool) -> Result<ExitCode, String> {
+    let snapshot = load(path)?;
+    let pool = Pool::new(&snapshot);
+    pool.start();
+    pool.wait_settled(settle_bound(&snapshot)).await;
+    let catalog = pool.catalog();
+    let rows: Vec<(String, String, &'static str, String)> = catalog
+        .tools
+        .iter()
+        .map(|t| {
+            let route = catalog.tool(&t.name);
+            let upstream = route
+                .and_then(|r| pool.upstream(r.upstream))
+                .map(|u| u.name().to_owned())
+                .unwrap_or_default();
+            let read_only = t
+                .annotations
+                .as_ref()
+                .and_then(|a| a.read_only_hint)
+                .unwrap_or(false);
+            (
+                t.name.to_string(),
+                upstream,
+                if read_only { "read" } else { "write" },
+                t.description.as_deref().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    if json {
+        let v: Vec<_> = rows
+            .iter()
+            .map(|(n, u, rw, d)| serde_json::json!({"name": n, "upstream": u, "access": rw, "description": d}))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    } else {
+        let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(4).max(4);
+        let wu = rows.iter().map(|r| r.1.len()).max().unwrap_or(8).max(8);
+        println!("{:<w$}  {:<wu$}  {:<5}  DESCRIPTION", "NAME", "UPSTREAM", "ACCESS");
+        for (n, u, rw, d) in &rows {
+            let d: String = d.lines().next().unwrap_or("").chars().take(DESCRIPTION_CHARS).collect();
+            println!("{n:<w$}  {u:<wu$}  {rw:<5}  {d}");
+        }
+    }
+    for u in pool.upstreams() {
+        let s = u.status();
+        if u.connection().is_none() {
+            eprintln!(
+                "upstream `{}` not ready ({:?}): {}",
+                u.name(),
+                s.phase,
+                s.last_error.unwrap_or_default()
+            );
+        }
+    }
+    stop(&pool).await;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn call(path: &Path, tool: &str, args: &str) -> Result<ExitCode, String> {
+    let args: JsonObject = serde_json::from_str(args).map_err(|e| format!("--args is not a JSON object: {e}"))?;
+    let snapshot = load(path)?;
+    let pool = Pool::new(&snapshot);
+    pool.start();
+    pool.wait_settled(settle_bound(&snapshot)).await;
+    let stack = pipeline::build(pool.clone());
+    let call = Call {
+        op: Op::CallTool(CallToolRequestParams::new(tool.to_owned()).with_arguments(args)),
+        meta: Default::default(),
+        downstream: None,
+        progress_token: None,
+        ct: Default::default(),
+        target: None,
+    };
+    let result = stack.oneshot(call).await;
+    stop(&pool).await;
+    match result {
+        Ok(ServerResult::CallToolResult(r)) => {
+            println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
+            Ok(if r.is_error == Some(true) { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+        }
+        Ok(other) => {
+            println!("{}", serde_json::to_string_pretty(&other).unwrap_or_default());
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}

@@ -1,0 +1,112 @@
+//! The command line: `serve`, `stdio`, `check`, `tools`, `call`, `import`, and the demo upstream.
+
+mod check;
+mod import;
+mod inspect;
+mod serve;
+
+use std::{path::PathBuf, process::ExitCode};
+
+use clap::{Parser, Subcommand};
+
+/// Default config file, looked up in the working directory.
+pub const DEFAULT_CONFIG: &str = "gateway.toml";
+
+#[derive(Debug, Parser)]
+#[command(name = "fedgate", version, about = "Federated gateway proxy for MCP servers")]
+struct Cli {
+    /// Log format on stderr.
+    #[arg(long, global = true, default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve the aggregated upstreams over Streamable HTTP at /mcp.
+    Serve {
+        #[arg(long, short, default_value = DEFAULT_CONFIG)]
+        config: PathBuf,
+        /// Listen address, overriding `gateway.listen` (e.g. 127.0.0.1:0 for a free port).
+        #[arg(long)]
+        listen: Option<String>,
+    },
+    /// Serve the aggregated upstreams to one client over stdin/stdout.
+    Stdio {
+        #[arg(long, short, default_value = DEFAULT_CONFIG)]
+        config: PathBuf,
+    },
+    /// Validate a config file; prints every problem as file:line and exits non-zero.
+    Check {
+        #[arg(default_value = DEFAULT_CONFIG)]
+        file: PathBuf,
+    },
+    /// Start the upstreams and print the aggregated tools.
+    Tools {
+        #[arg(long, short, default_value = DEFAULT_CONFIG)]
+        config: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Start the upstreams and call one tool by its namespaced name.
+    Call {
+        tool: String,
+        /// Arguments as a JSON object.
+        #[arg(long, default_value = "{}")]
+        args: String,
+        #[arg(long, short, default_value = DEFAULT_CONFIG)]
+        config: PathBuf,
+    },
+    /// Convert an `mcpServers` JSON file (Claude Desktop, Cursor, VS Code) to gateway.toml.
+    Import { file: PathBuf },
+    /// Run the built-in demo MCP server (the shipped config's upstream).
+    #[command(hide = true)]
+    DemoUpstream(crate::demo::DemoArgs),
+}
+
+pub fn run() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(&cli.log_format, matches!(cli.command, Command::DemoUpstream(_)));
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("fedgate: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = rt.block_on(async move {
+        match cli.command {
+            Command::Serve { config, listen } => serve::serve(&config, listen.as_deref()).await,
+            Command::Stdio { config } => serve::stdio(&config).await,
+            Command::Check { file } => check::check(&file),
+            Command::Tools { config, json } => inspect::tools(&config, json).await,
+            Command::Call { tool, args, config } => inspect::call(&config, &tool, &args).await,
+            Command::Import { file } => import::import(&file),
+            Command::DemoUpstream(args) => crate::demo::run(args).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(msg) => {
+            eprintln!("fedgate: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(format: &str, quiet: bool) {
+    use tracing_subscriber::EnvFilter;
+    let default = if quiet { "warn" } else { "info,rmcp=warn" };
+    let filter = EnvFilter::try_from_env("FEDGATE_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    let _ = if format == "json" {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}

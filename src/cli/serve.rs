@@ -1,0 +1,118 @@
+//! `fedgate serve` and `fedgate stdio`.
+
+use std::{path::Path, process::ExitCode, sync::Arc, time::Duration};
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    config::{self, Snapshot},
+    server::{http, mcp::Gateway},
+    upstream::pool::Pool,
+};
+
+/// How long shutdown waits for upstream processes to be stopped.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+pub(super) fn load(path: &Path) -> Result<Snapshot, String> {
+    config::load(path).map_err(|diags| {
+        let mut msg = String::from("invalid config:");
+        for d in diags {
+            msg.push_str(&format!("\n  {d}"));
+        }
+        msg
+    })
+}
+
+/// The longest startup timeout of any upstream: the bound for "settled".
+pub(super) fn settle_bound(s: &Snapshot) -> Duration {
+    s.upstreams
+        .iter()
+        .map(|u| u.startup_timeout)
+        .max()
+        .unwrap_or_default()
+}
+
+pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, String> {
+    let mut snapshot = load(path)?;
+    if let Some(l) = listen {
+        snapshot.gateway.listen = l
+            .parse()
+            .map_err(|_| format!("--listen: `{l}` is not an address like 127.0.0.1:8930"))?;
+    }
+    let listener = TcpListener::bind(snapshot.gateway.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", snapshot.gateway.listen))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| format!("cannot read the bound address: {e}"))?;
+    if addr.ip().is_loopback() {
+        tracing::info!("listening on loopback without client authentication (only local clients can connect)");
+    } else {
+        tracing::warn!("listening on {addr} without client authentication");
+    }
+    let pool = Pool::new(&snapshot);
+    pool.start();
+    let gateway = Gateway::new(pool.clone(), snapshot.gateway.page_size.get());
+    let shutdown = CancellationToken::new();
+    let server = tokio::spawn({
+        let pool = pool.clone();
+        let settings = snapshot.gateway.clone();
+        let shutdown = shutdown.clone();
+        async move { http::serve(listener, gateway, pool, &settings, shutdown).await }
+    });
+    pool.wait_settled(settle_bound(&snapshot)).await;
+    let ready = pool
+        .upstreams()
+        .iter()
+        .filter(|u| u.connection().is_some())
+        .count();
+    println!(
+        "fedgate ready: listening on http://{addr}{} ({ready}/{} upstreams ready)",
+        http::MCP_PATH,
+        pool.upstreams().len()
+    );
+    wait_for_signal().await;
+    tracing::info!("shutting down");
+    shutdown.cancel();
+    stop(&pool).await;
+    let _ = server.await;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn stdio(path: &Path) -> Result<ExitCode, String> {
+    let snapshot = load(path)?;
+    let pool = Pool::new(&snapshot);
+    pool.start();
+    pool.wait_settled(settle_bound(&snapshot)).await;
+    let gateway = Gateway::new(pool.clone(), snapshot.gateway.page_size.get());
+    let result = tokio::select! {
+        r = crate::server::stdio::serve(gateway) => r,
+        _ = wait_for_signal() => Ok(()),
+    };
+    stop(&pool).await;
+    result.map(|_| ExitCode::SUCCESS)
+}
+
+/// Stops every upstream and waits (bounded) until their processes are gone.
+pub(super) async fn stop(pool: &Arc<Pool>) {
+    pool.shutdown();
+    pool.wait_stopped(STOP_GRACE).await;
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    match (term, int) {
+        (Ok(mut t), Ok(mut i)) => {
+            tokio::select! {
+                _ = t.recv() => {}
+                _ = i.recv() => {}
+            }
+        }
+        _ => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

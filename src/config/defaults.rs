@@ -1,0 +1,24 @@
+//! Every default of `gateway.toml`, named with its unit.
+
+/// Address the downstream endpoint binds when neither the file nor `--listen` says otherwise.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8930";
+/// Separator between the upstream name and the tool or prompt name (`github.create_issue`).
+pub const DEFAULT_SEPARATOR: &str = ".";
+/// Items per page of a merged list served downstream.
+pub const DEFAULT_PAGE_SIZE: usize = 100;
+/// Time an upstream gets to start and finish its handshake before it is reported failed.
+pub const DEFAULT_STARTUP_TIMEOUT_MS: u64 = 15_000;
+/// Time a forwarded request may take before the caller gets a timeout error.
+pub const DEFAULT_CALL_TIMEOUT_MS: u64 = 60_000;
+/// Restarts of a crashed upstream before it is given up (reported `failed`).
+pub const DEFAULT_MAX_RESTARTS: u32 = 5;
+/// First restart delay; it doubles with every consecutive failure.
+pub const DEFAULT_RESTART_BASE_MS: u64 = 200;
+/// Ceiling of the restart delay.
+pub const DEFAULT_RESTART_MAX_MS: u64 = 10_000;
+/// Largest downstream request body accepted (bytes); larger bodies get 413.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+/// Longest name MCP allows for a tool (SEP-986).
+pub const MAX_TOOL_NAME_CHARS: usize = 128;
+/// A value of `command` that means "this fedgate executable" (used for the built-in demo upstream).
+pub const SELF_COMMAND: &str = "@self";

@@ -1,0 +1,150 @@
+//! `gateway.toml`: the raw serde types as written by users, and loading into a validated snapshot.
+//!
+//! Raw types reject unknown fields; `validate` turns them into a [`Snapshot`] whose runtime types
+//! rule out bad values, reporting every problem at once with `file:line`.
+
+pub mod defaults;
+pub mod import;
+mod validate;
+
+use std::{collections::BTreeMap, path::Path};
+
+use serde::Deserialize;
+use toml::Spanned;
+
+pub use validate::{
+    Diagnostic, Era, GatewaySettings, PrefixMode, ProcessSpec, RestartPolicy, Snapshot, TransportSpec,
+    UpstreamSpec,
+};
+
+/// The whole file.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    /// Gateway-wide settings.
+    #[serde(default)]
+    pub gateway: RawGateway,
+    /// Upstream MCP servers, keyed by the name that becomes their namespace.
+    #[serde(default)]
+    pub upstreams: BTreeMap<Spanned<String>, Spanned<RawUpstream>>,
+}
+
+/// `[gateway]`
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RawGateway {
+    /// Address of the downstream Streamable HTTP endpoint (`/mcp`, `/healthz`, `/readyz`).
+    pub listen: Option<Spanned<String>>,
+    /// Separator between upstream name and tool/prompt name.
+    pub separator: Option<Spanned<String>>,
+    /// Default prefix mode for upstreams that do not set one.
+    pub prefix: Option<Spanned<String>>,
+    /// Items per page in merged lists.
+    pub page_size: Option<Spanned<usize>>,
+    /// Extra `Origin` values accepted besides loopback origins.
+    #[serde(default)]
+    pub allowed_origins: Vec<String>,
+    /// Extra `Host` values accepted besides loopback hosts (set when serving a public name).
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
+    /// Largest request body accepted, in bytes.
+    pub max_body_bytes: Option<usize>,
+}
+
+/// `[upstreams.NAME]`. Which fields apply depends on `kind`; `validate` reports misplaced ones.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawUpstream {
+    /// `stdio`, `http` (Streamable HTTP) or `sse` (legacy HTTP+SSE).
+    pub kind: Spanned<String>,
+    /// stdio: program to run (`@self` = this fedgate executable).
+    pub command: Option<Spanned<String>>,
+    /// stdio: its arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// stdio: extra environment.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// stdio: working directory.
+    pub cwd: Option<String>,
+    /// http/sse: endpoint URL.
+    pub url: Option<Spanned<String>>,
+    /// http/sse: static headers sent with every request.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// http/sse: a process fedgate starts and supervises that serves `url`.
+    pub launch: Option<RawLaunch>,
+    /// `always` (namespaced names) or `never` (names as the upstream has them).
+    pub prefix: Option<Spanned<String>>,
+    /// `auto` (probe `server/discover`, fall back to `initialize`), `legacy` or `modern`.
+    pub era: Option<Spanned<String>>,
+    /// Glob patterns on the upstream's own tool names; only matching tools are exposed.
+    pub allow: Option<Vec<Spanned<String>>>,
+    /// Glob patterns on the upstream's own tool names that are hidden.
+    #[serde(default)]
+    pub deny: Vec<Spanned<String>>,
+    /// Upstream tool name -> exposed alias (before the prefix is added).
+    #[serde(default)]
+    pub rename: BTreeMap<String, Spanned<String>>,
+    /// Upstream tool name -> description shown downstream.
+    #[serde(default)]
+    pub descriptions: BTreeMap<String, String>,
+    /// Milliseconds to start and complete the handshake.
+    pub startup_timeout_ms: Option<u64>,
+    /// Milliseconds a forwarded request may take.
+    pub call_timeout_ms: Option<u64>,
+    /// Restart policy for crashed processes.
+    pub restart: Option<RawRestart>,
+}
+
+/// `launch = { command = "...", args = [...] }`
+#[derive(Debug, Deserialize, Default, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct RawLaunch {
+    pub command: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+/// `restart = { max_restarts = 5, base_ms = 200, max_ms = 10000 }`
+#[derive(Debug, Deserialize, Default, Clone, Copy)]
+#[serde(deny_unknown_fields)]
+pub struct RawRestart {
+    pub max_restarts: Option<u32>,
+    pub base_ms: Option<u64>,
+    pub max_ms: Option<u64>,
+}
+
+/// Reads, parses and validates a config file; every problem comes back as a diagnostic.
+pub fn load(path: &Path) -> Result<Snapshot, Vec<Diagnostic>> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        vec![Diagnostic {
+            file: file.clone(),
+            line: 0,
+            message: format!("cannot read config: {e}"),
+        }]
+    })?;
+    load_str(&file, &text)
+}
+
+/// Parses and validates config text; `file` names it in diagnostics.
+pub fn load_str(file: &str, text: &str) -> Result<Snapshot, Vec<Diagnostic>> {
+    let raw: RawConfig = toml::from_str(text).map_err(|e| {
+        let line = e.span().map(|s| line_of(text, s.start)).unwrap_or(0);
+        vec![Diagnostic {
+            file: file.to_owned(),
+            line,
+            message: e.message().trim().to_owned(),
+        }]
+    })?;
+    validate::validate(file, text, raw)
+}
+
+/// 1-based line of a byte offset.
+pub(crate) fn line_of(text: &str, offset: usize) -> usize {
+    let end = offset.min(text.len());
+    text.as_bytes()[..end].iter().filter(|b| **b == b'\n').count() + 1
+}

@@ -1,0 +1,469 @@
+//! Raw config -> validated [`Snapshot`]: every problem is collected with its `file:line`.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    fmt,
+    net::SocketAddr,
+    num::NonZeroUsize,
+    sync::Arc,
+    time::Duration,
+};
+
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use toml::Spanned;
+
+use super::{RawConfig, RawLaunch, RawUpstream, defaults::*, line_of};
+use crate::router::namespace;
+
+/// One problem in a config file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Diagnostic {
+    pub file: String,
+    /// 1-based; 0 when the problem has no position (e.g. the file cannot be read).
+    pub line: usize,
+    pub message: String,
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}: {}", self.file, self.line, self.message)
+    }
+}
+
+/// The validated configuration every component reads; immutable once built.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub gateway: GatewaySettings,
+    /// In file order (sorted by name, as TOML tables have no order we can rely on).
+    pub upstreams: Vec<Arc<UpstreamSpec>>,
+}
+
+/// `[gateway]` after validation.
+#[derive(Debug, Clone)]
+pub struct GatewaySettings {
+    pub listen: SocketAddr,
+    pub separator: String,
+    pub page_size: NonZeroUsize,
+    pub allowed_origins: Vec<String>,
+    pub allowed_hosts: Vec<String>,
+    pub max_body_bytes: usize,
+}
+
+/// How an upstream's names are exposed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrefixMode {
+    /// `upstream<sep>name`
+    Always,
+    /// The upstream's own name, allowed only while unique.
+    Never,
+}
+
+/// Which lifecycle fedgate uses towards an upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Era {
+    /// Probe `server/discover`; fall back to `initialize`.
+    Auto,
+    /// `initialize` handshake (2025-06-18 / 2025-11-25).
+    Legacy,
+    /// Stateless 2026-07-28.
+    Modern,
+}
+
+/// Crash restarts: `min(max, base * 2^n)` plus jitter, at most `max_restarts` in a row.
+#[derive(Debug, Clone, Copy)]
+pub struct RestartPolicy {
+    pub max_restarts: u32,
+    pub base: Duration,
+    pub max: Duration,
+}
+
+/// A process fedgate runs: a stdio upstream, or the server behind an http/sse upstream.
+#[derive(Debug, Clone)]
+pub struct ProcessSpec {
+    pub command: String,
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub cwd: Option<String>,
+}
+
+/// How fedgate reaches an upstream.
+#[derive(Debug, Clone)]
+pub enum TransportSpec {
+    Stdio(ProcessSpec),
+    Http {
+        url: String,
+        headers: BTreeMap<String, String>,
+        launch: Option<ProcessSpec>,
+    },
+    Sse {
+        url: String,
+        headers: BTreeMap<String, String>,
+        launch: Option<ProcessSpec>,
+    },
+}
+
+impl TransportSpec {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            TransportSpec::Stdio(_) => "stdio",
+            TransportSpec::Http { .. } => "http",
+            TransportSpec::Sse { .. } => "sse",
+        }
+    }
+}
+
+/// One upstream after validation.
+#[derive(Debug, Clone)]
+pub struct UpstreamSpec {
+    pub name: String,
+    pub transport: TransportSpec,
+    pub prefix: PrefixMode,
+    pub era: Era,
+    pub allow: Option<GlobSet>,
+    pub deny: GlobSet,
+    pub rename: BTreeMap<String, String>,
+    pub descriptions: BTreeMap<String, String>,
+    pub startup_timeout: Duration,
+    pub call_timeout: Duration,
+    pub restart: RestartPolicy,
+}
+
+impl UpstreamSpec {
+    /// Whether an upstream tool name passes the allow/deny globs.
+    pub fn exposes(&self, tool: &str) -> bool {
+        self.allow.as_ref().is_none_or(|a| a.is_match(tool)) && !self.deny.is_match(tool)
+    }
+}
+
+struct Ctx<'a> {
+    file: &'a str,
+    text: &'a str,
+    errors: Vec<Diagnostic>,
+}
+
+impl Ctx<'_> {
+    fn err_at(&mut self, offset: usize, message: String) {
+        self.errors.push(Diagnostic {
+            file: self.file.to_owned(),
+            line: line_of(self.text, offset),
+            message,
+        });
+    }
+    fn line(&self, offset: usize) -> usize {
+        line_of(self.text, offset)
+    }
+}
+
+pub(super) fn validate(
+    file: &str,
+    text: &str,
+    raw: RawConfig,
+) -> Result<Snapshot, Vec<Diagnostic>> {
+    let mut cx = Ctx {
+        file,
+        text,
+        errors: Vec::new(),
+    };
+    let g = raw.gateway;
+    let listen = match &g.listen {
+        Some(l) => match l.get_ref().parse::<SocketAddr>() {
+            Ok(a) => a,
+            Err(_) => {
+                cx.err_at(
+                    l.span().start,
+                    format!("listen: `{}` is not an address like 127.0.0.1:8930", l.get_ref()),
+                );
+                fallback_listen()
+            }
+        },
+        None => fallback_listen(),
+    };
+    let separator = match &g.separator {
+        Some(s) => {
+            let sep = s.get_ref();
+            if sep.is_empty() || sep.len() > 8 || !sep.chars().all(namespace::is_name_char) {
+                cx.err_at(
+                    s.span().start,
+                    format!(
+                        "bad separator `{sep}`: use 1-8 characters of A-Z a-z 0-9 _ - . \
+                         so namespaced tool names stay valid MCP tool names"
+                    ),
+                );
+            }
+            sep.clone()
+        }
+        None => DEFAULT_SEPARATOR.to_owned(),
+    };
+    let default_prefix = match &g.prefix {
+        Some(p) => parse_prefix(&mut cx, p),
+        None => PrefixMode::Always,
+    };
+    let page_size = match &g.page_size {
+        Some(p) => NonZeroUsize::new(*p.get_ref()).unwrap_or_else(|| {
+            cx.err_at(p.span().start, "page_size must be at least 1".into());
+            NonZeroUsize::MIN
+        }),
+        None => NonZeroUsize::new(DEFAULT_PAGE_SIZE).unwrap_or(NonZeroUsize::MIN),
+    };
+
+    let mut upstreams = Vec::new();
+    // exposed alias -> (upstream, line) for config-time collision checks of `never` renames.
+    let mut bare_aliases: HashMap<String, (String, usize)> = HashMap::new();
+    let names: Vec<String> = raw.upstreams.keys().map(|k| k.get_ref().clone()).collect();
+    for (name, up) in &raw.upstreams {
+        if let Some(spec) = validate_upstream(
+            &mut cx,
+            name,
+            up,
+            &separator,
+            default_prefix,
+            &names,
+            &mut bare_aliases,
+        ) {
+            upstreams.push(Arc::new(spec));
+        }
+    }
+    if !cx.errors.is_empty() {
+        return Err(cx.errors);
+    }
+    Ok(Snapshot {
+        gateway: GatewaySettings {
+            listen,
+            separator,
+            page_size,
+            allowed_origins: g.allowed_origins,
+            allowed_hosts: g.allowed_hosts,
+            max_body_bytes: g.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES),
+        },
+        upstreams,
+    })
+}
+
+fn fallback_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 8930))
+}
+
+fn parse_prefix(cx: &mut Ctx<'_>, p: &Spanned<String>) -> PrefixMode {
+    match p.get_ref().as_str() {
+        "always" => PrefixMode::Always,
+        "never" => PrefixMode::Never,
+        other => {
+            cx.err_at(
+                p.span().start,
+                format!("prefix: `{other}` is not one of `always`, `never`"),
+            );
+            PrefixMode::Always
+        }
+    }
+}
+
+fn validate_upstream(
+    cx: &mut Ctx<'_>,
+    name: &Spanned<String>,
+    up: &Spanned<RawUpstream>,
+    separator: &str,
+    default_prefix: PrefixMode,
+    all_names: &[String],
+    bare_aliases: &mut HashMap<String, (String, usize)>,
+) -> Option<UpstreamSpec> {
+    let errors_before = cx.errors.len();
+    let at = name.span().start;
+    let name_s = name.get_ref().clone();
+    let u = up.get_ref();
+    if name_s.is_empty() || !name_s.chars().all(namespace::is_name_char) {
+        cx.err_at(
+            at,
+            format!("invalid upstream name `{name_s}`: use A-Z a-z 0-9 _ - ."),
+        );
+    } else if name_s.contains(separator) {
+        cx.err_at(
+            at,
+            format!(
+                "invalid upstream name `{name_s}`: it contains the separator `{separator}`, \
+                 so `{name_s}{separator}tool` would not split one way"
+            ),
+        );
+    }
+    let kind = u.kind.get_ref().as_str();
+    let kind_at = u.kind.span().start;
+    let launch = u.launch.clone().map(process_from_launch);
+    let transport = match kind {
+        "stdio" => {
+            if let Some(url) = &u.url {
+                cx.err_at(url.span().start, format!("upstream `{name_s}`: `url` does not apply to kind stdio"));
+            }
+            if u.launch.is_some() || !u.headers.is_empty() {
+                cx.err_at(kind_at, format!("upstream `{name_s}`: `launch` and `headers` do not apply to kind stdio"));
+            }
+            match &u.command {
+                Some(c) if !c.get_ref().trim().is_empty() => Some(TransportSpec::Stdio(ProcessSpec {
+                    command: c.get_ref().clone(),
+                    args: u.args.clone(),
+                    env: u.env.clone(),
+                    cwd: u.cwd.clone(),
+                })),
+                _ => {
+                    cx.err_at(kind_at, format!("upstream `{name_s}`: kind stdio needs `command`"));
+                    None
+                }
+            }
+        }
+        "http" | "sse" => {
+            if let Some(c) = &u.command {
+                cx.err_at(
+                    c.span().start,
+                    format!("upstream `{name_s}`: `command` does not apply to kind {kind}; use `launch` to have fedgate start the server"),
+                );
+            }
+            if !u.args.is_empty() || !u.env.is_empty() || u.cwd.is_some() {
+                cx.err_at(kind_at, format!("upstream `{name_s}`: `args`, `env` and `cwd` do not apply to kind {kind}"));
+            }
+            match &u.url {
+                Some(url) => {
+                    let s = url.get_ref();
+                    if !(s.starts_with("http://") || s.starts_with("https://"))
+                        || s.parse::<http::Uri>().is_err()
+                    {
+                        cx.err_at(url.span().start, format!("upstream `{name_s}`: `{s}` is not an http(s) URL"));
+                    }
+                    let (url, headers) = (s.clone(), u.headers.clone());
+                    Some(if kind == "http" {
+                        TransportSpec::Http { url, headers, launch }
+                    } else {
+                        TransportSpec::Sse { url, headers, launch }
+                    })
+                }
+                None => {
+                    cx.err_at(kind_at, format!("upstream `{name_s}`: kind {kind} needs `url`"));
+                    None
+                }
+            }
+        }
+        other => {
+            cx.err_at(
+                kind_at,
+                format!("upstream `{name_s}`: kind `{other}` is not one of stdio, http, sse"),
+            );
+            None
+        }
+    };
+    let prefix = u
+        .prefix
+        .as_ref()
+        .map(|p| parse_prefix(cx, p))
+        .unwrap_or(default_prefix);
+    let era = match &u.era {
+        None => Era::Auto,
+        Some(e) => match e.get_ref().as_str() {
+            "auto" => Era::Auto,
+            "legacy" => Era::Legacy,
+            "modern" => Era::Modern,
+            other => {
+                cx.err_at(e.span().start, format!("era: `{other}` is not one of auto, legacy, modern"));
+                Era::Auto
+            }
+        },
+    };
+    let allow = u.allow.as_ref().map(|globs| build_globs(cx, globs));
+    let deny = build_globs(cx, &u.deny);
+
+    // Renames: aliases must be valid names, unique within the upstream, and (in `never` mode)
+    // unique across upstreams and outside any other upstream's namespace.
+    let mut rename = BTreeMap::new();
+    let mut seen: HashMap<&str, (&str, usize)> = HashMap::new();
+    for (orig, alias) in &u.rename {
+        let a = alias.get_ref();
+        let line = cx.line(alias.span().start);
+        if let Some((other, other_line)) = seen.get(a.as_str()) {
+            cx.err_at(
+                alias.span().start,
+                format!(
+                    "upstream `{name_s}`: rename of `{orig}` to `{a}` collides with the rename of `{other}` (line {other_line})"
+                ),
+            );
+        }
+        seen.insert(a, (orig, line));
+        let exposed = namespace::expose(&name_s, separator, prefix, a);
+        if let Err(why) = namespace::check_tool_name(&exposed) {
+            cx.err_at(alias.span().start, format!("upstream `{name_s}`: exposed name `{exposed}` {why}"));
+        }
+        if prefix == PrefixMode::Never {
+            if let Some(owner) = namespace::namespace_owner(&exposed, separator, all_names)
+                && owner != name_s
+            {
+                cx.err_at(
+                    alias.span().start,
+                    format!(
+                        "upstream `{name_s}`: bare name `{exposed}` lies in the namespace of upstream `{owner}`"
+                    ),
+                );
+            }
+            if let Some((other, other_line)) = bare_aliases.get(&exposed) {
+                cx.err_at(
+                    alias.span().start,
+                    format!(
+                        "upstream `{name_s}`: exposed name `{exposed}` collides with upstream `{other}` (line {other_line})"
+                    ),
+                );
+            } else {
+                bare_aliases.insert(exposed.clone(), (name_s.clone(), line));
+            }
+        }
+        rename.insert(orig.clone(), a.clone());
+    }
+    let restart = u.restart.unwrap_or_default();
+    let positive = |cx: &mut Ctx<'_>, v: Option<u64>, what: &str, default: u64| match v {
+        Some(0) => {
+            cx.err_at(up.span().start, format!("upstream `{name_s}`: {what} must be greater than 0"));
+            default
+        }
+        Some(v) => v,
+        None => default,
+    };
+    let startup_ms = positive(cx, u.startup_timeout_ms, "startup_timeout_ms", DEFAULT_STARTUP_TIMEOUT_MS);
+    let call_ms = positive(cx, u.call_timeout_ms, "call_timeout_ms", DEFAULT_CALL_TIMEOUT_MS);
+    let base_ms = positive(cx, restart.base_ms, "restart.base_ms", DEFAULT_RESTART_BASE_MS);
+    let max_ms = positive(cx, restart.max_ms, "restart.max_ms", DEFAULT_RESTART_MAX_MS);
+    if cx.errors.len() > errors_before {
+        return None;
+    }
+    Some(UpstreamSpec {
+        name: name_s,
+        transport: transport?,
+        prefix,
+        era,
+        allow,
+        deny,
+        rename,
+        descriptions: u.descriptions.clone(),
+        startup_timeout: Duration::from_millis(startup_ms),
+        call_timeout: Duration::from_millis(call_ms),
+        restart: RestartPolicy {
+            max_restarts: restart.max_restarts.unwrap_or(DEFAULT_MAX_RESTARTS),
+            base: Duration::from_millis(base_ms),
+            max: Duration::from_millis(max_ms.max(base_ms)),
+        },
+    })
+}
+
+fn process_from_launch(l: RawLaunch) -> ProcessSpec {
+    ProcessSpec {
+        command: l.command,
+        args: l.args,
+        env: l.env,
+        cwd: None,
+    }
+}
+
+fn build_globs(cx: &mut Ctx<'_>, globs: &[Spanned<String>]) -> GlobSet {
+    let mut b = GlobSetBuilder::new();
+    for g in globs {
+        match Glob::new(g.get_ref()) {
+            Ok(glob) => {
+                b.add(glob);
+            }
+            Err(e) => cx.err_at(g.span().start, format!("bad glob `{}`: {e}", g.get_ref())),
+        }
+    }
+    b.build().unwrap_or_else(|_| GlobSet::empty())
+}

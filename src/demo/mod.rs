@@ -1,0 +1,371 @@
+//! The demo upstream MCP server that fedgate builds and its shipped config runs.
+//!
+//! It exercises what a gateway must forward: read-only and writing tools, progress, a slow tool
+//! that honours cancellation, elicitation (request in the handshake era, input-required result
+//! in the stateless era), a tool list that changes at runtime, prompts with completion,
+//! resources and a template. Flags make it start slowly, fail to start or crash on demand.
+#![allow(deprecated)] // resources/subscribe is legacy-only but still served
+
+mod sse;
+
+use std::{
+    collections::BTreeMap,
+    net::SocketAddr,
+    process::ExitCode,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use parking_lot::Mutex;
+use rmcp::{
+    ErrorData as McpError, RoleServer, ServerHandler, ServiceExt,
+    model::*,
+    service::{Peer, RequestContext},
+};
+use serde_json::{Value, json};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct DemoArgs {
+    /// Serve Streamable HTTP on this address instead of stdio.
+    #[arg(long)]
+    http: Option<SocketAddr>,
+    /// Serve the legacy HTTP+SSE protocol on this address (GET /sse, POST /message).
+    #[arg(long)]
+    sse: Option<SocketAddr>,
+    /// Name reported in serverInfo.
+    #[arg(long, default_value = "fedgate-demo")]
+    name: String,
+    /// Wait this long before serving (a slow upstream).
+    #[arg(long, default_value_t = 0)]
+    start_delay_ms: u64,
+    /// Exit with an error instead of serving (an upstream that fails to start).
+    #[arg(long)]
+    fail_start: bool,
+    /// Exit after this many tool calls (crash on demand).
+    #[arg(long)]
+    crash_after: Option<u64>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    notes: Mutex<BTreeMap<String, String>>,
+    extra: AtomicBool,
+    calls: AtomicU64,
+    cancelled: AtomicU64,
+    crash_after: Option<u64>,
+    peers: Mutex<Vec<Peer<RoleServer>>>,
+}
+
+#[derive(Debug, Clone)]
+struct Demo {
+    name: String,
+    state: Arc<State>,
+}
+
+pub async fn run(args: DemoArgs) -> Result<ExitCode, String> {
+    if args.start_delay_ms > 0 {
+        tokio::time::sleep(Duration::from_millis(args.start_delay_ms)).await;
+    }
+    if args.fail_start {
+        eprintln!("demo upstream: failing to start as asked (--fail-start)");
+        return Ok(ExitCode::from(2));
+    }
+    let demo = Demo {
+        name: args.name.clone(),
+        state: Arc::new(State {
+            crash_after: args.crash_after,
+            ..Default::default()
+        }),
+    };
+    if let Some(addr) = args.http {
+        return serve_http(addr, demo).await;
+    }
+    if let Some(addr) = args.sse {
+        return sse::serve(addr, demo).await;
+    }
+    let running = demo
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| format!("demo upstream: {e}"))?;
+    let _ = running.waiting().await;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn serve_http(addr: SocketAddr, demo: Demo) -> Result<ExitCode, String> {
+    use rmcp::transport::{
+        StreamableHttpServerConfig, StreamableHttpService,
+        streamable_http_server::session::local::LocalSessionManager,
+    };
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("demo upstream: cannot listen on {addr}: {e}"))?;
+    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    let service = StreamableHttpService::new(
+        move || Ok(demo.clone()),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default(),
+    );
+    println!("demo upstream listening on http://{local}/mcp");
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let service = service.clone();
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                let mut service = service.clone();
+                async move { tower::Service::call(&mut service, req).await }
+            });
+            let _ = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
+                .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(stream), svc)
+                .await;
+        });
+    }
+}
+
+fn schema(v: Value) -> Arc<JsonObject> {
+    Arc::new(v.as_object().cloned().unwrap_or_default())
+}
+
+fn tool(name: &'static str, desc: &'static str, props: Value, read_only: bool) -> Tool {
+    Tool::new(name, desc, schema(json!({"type": "object", "properties": props})))
+        .with_annotations(ToolAnnotations::new().read_only(read_only).destructive(false))
+}
+
+fn text(s: impl Into<String>) -> CallToolResult {
+    CallToolResult::success(vec![ContentBlock::text(s.into())])
+}
+
+fn arg_str(args: &Option<JsonObject>, key: &str) -> Option<String> {
+    args.as_ref()?.get(key)?.as_str().map(str::to_owned)
+}
+
+fn arg_u64(args: &Option<JsonObject>, key: &str) -> Option<u64> {
+    args.as_ref()?.get(key)?.as_u64()
+}
+
+impl Demo {
+    fn tools(&self) -> Vec<Tool> {
+        let mut tools = vec![
+            tool("echo", "Echo the text back.", json!({"text": {"type": "string"}}), true),
+            tool("add", "Add two numbers.", json!({"a": {"type": "number"}, "b": {"type": "number"}}), true),
+            tool("write_note", "Store a note under a key (readable as <name>://notes/{key}).",
+                json!({"key": {"type": "string"}, "value": {"type": "string"}}), false),
+            tool("progress", "Send `steps` progress notifications, then finish.", json!({"steps": {"type": "integer"}}), true),
+            tool("slow", "Wait `ms` milliseconds; stops early when cancelled.", json!({"ms": {"type": "integer"}}), true),
+            tool("ask", "Ask the user for their name (elicitation) and greet them.", json!({}), true),
+            tool("toggle_extra", "Add or remove the tool `extra` (the tool list changes).", json!({}), false),
+            tool("stats", "Counters: calls, cancellations.", json!({}), true),
+            tool("pid", "This server's process id.", json!({}), true),
+            tool("crash", "Exit the process immediately, without answering.", json!({}), false),
+        ];
+        if self.state.extra.load(Ordering::SeqCst) {
+            tools.push(tool("extra", "Appears after toggle_extra.", json!({}), true));
+        }
+        tools
+    }
+
+    async fn ask(&self, req: &CallToolRequestParams, ctx: &RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
+        let legacy = ctx.protocol_version().is_none_or(|v| v.has_initialize());
+        let schema = json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]});
+        if legacy {
+            let params: ElicitRequestParams = serde_json::from_value(json!({
+                "mode": "form", "message": "What is your name?", "requestedSchema": schema
+            }))
+            .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+            let answer = ctx
+                .peer
+                .create_elicitation(params)
+                .await
+                .map_err(|e| McpError::internal_error(format!("elicitation failed: {e}"), None))?;
+            return Ok(CallToolResponse::Complete(greet(answer.action, answer.content.as_ref())));
+        }
+        // Stateless era: ask with an input-required result; the retry carries the answer.
+        if let Some(answer) = req.input_responses.as_ref().and_then(|r| r.get("name")) {
+            let action: ElicitationAction = serde_json::from_value(answer.get("action").cloned().unwrap_or(Value::Null))
+                .unwrap_or(ElicitationAction::Cancel);
+            return Ok(CallToolResponse::Complete(greet(action, answer.get("content"))));
+        }
+        let ir: InputRequiredResult = serde_json::from_value(json!({
+            "resultType": "input_required",
+            "inputRequests": {"name": {"method": "elicitation/create", "params": {
+                "mode": "form", "message": "What is your name?", "requestedSchema": schema}}},
+            "requestState": "ask-1"
+        }))
+        .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+        Ok(CallToolResponse::InputRequired(ir))
+    }
+}
+
+fn greet(action: ElicitationAction, content: Option<&Value>) -> CallToolResult {
+    match action {
+        ElicitationAction::Accept => {
+            let name = content.and_then(|c| c.get("name")).and_then(Value::as_str).unwrap_or("stranger");
+            text(format!("hello {name}"))
+        }
+        _ => text("the user declined"),
+    }
+}
+
+impl ServerHandler for Demo {
+    fn get_info(&self) -> ServerConfig {
+        let caps = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .enable_prompts()
+            .enable_resources()
+            .enable_resources_subscribe()
+            .enable_completions()
+            .build();
+        ServerConfig::new(caps).with_server_info(Implementation::new(self.name.clone(), env!("CARGO_PKG_VERSION")))
+    }
+
+    async fn on_initialized(&self, ctx: rmcp::service::NotificationContext<RoleServer>) {
+        self.state.peers.lock().push(ctx.peer);
+    }
+
+    async fn list_tools(&self, _r: Option<PaginatedRequestParams>, _c: RequestContext<RoleServer>) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(self.tools()))
+    }
+
+    async fn call_tool(&self, req: CallToolRequestParams, ctx: RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
+        let n = self.state.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.state.crash_after.is_some_and(|limit| n > limit) {
+            std::process::exit(3);
+        }
+        let args = &req.arguments;
+        let result = match req.name.as_ref() {
+            "echo" => text(format!("echo: {}", arg_str(args, "text").unwrap_or_default())),
+            "add" => {
+                let get = |k| args.as_ref().and_then(|a| a.get(k)).and_then(Value::as_f64).unwrap_or(0.0);
+                let sum = get("a") + get("b");
+                let mut r = text(sum.to_string());
+                r.structured_content = Some(json!({"sum": sum}));
+                r
+            }
+            "write_note" => {
+                let key = arg_str(args, "key").unwrap_or_default();
+                let value = arg_str(args, "value").unwrap_or_default();
+                self.state.notes.lock().insert(key.clone(), value);
+                for p in self.state.peers.lock().iter() {
+                    let p = p.clone();
+                    let uri = format!("{}://notes/{key}", self.name);
+                    tokio::spawn(async move {
+                        let _ = p.notify_resource_updated(ResourceUpdatedNotificationParam::new(uri)).await;
+                    });
+                }
+                text(format!("stored {key}"))
+            }
+            "progress" => {
+                let steps = arg_u64(args, "steps").unwrap_or(3);
+                if let Some(token) = ctx.meta.get_progress_token() {
+                    for i in 1..=steps {
+                        let p = ProgressNotificationParam::new(token.clone(), i as f64)
+                            .with_total(steps as f64)
+                            .with_message(format!("step {i}"));
+                        let _ = ctx.peer.notify_progress(p).await;
+                    }
+                }
+                text(format!("done {steps}"))
+            }
+            "slow" => {
+                let ms = arg_u64(args, "ms").unwrap_or(1000);
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(ms)) => text(format!("slept {ms}")),
+                    _ = ctx.ct.cancelled() => {
+                        self.state.cancelled.fetch_add(1, Ordering::SeqCst);
+                        eprintln!("demo upstream: slow call cancelled");
+                        text("cancelled")
+                    }
+                }
+            }
+            "ask" => return self.ask(&req, &ctx).await,
+            "toggle_extra" => {
+                let now = !self.state.extra.fetch_xor(true, Ordering::SeqCst);
+                let peers = self.state.peers.lock().clone();
+                for p in peers {
+                    let _ = p.notify_tool_list_changed().await;
+                }
+                text(format!("extra is {}", if now { "on" } else { "off" }))
+            }
+            "extra" if self.state.extra.load(Ordering::SeqCst) => text("extra!"),
+            "stats" => {
+                let v = json!({
+                    "calls": self.state.calls.load(Ordering::SeqCst),
+                    "cancelled": self.state.cancelled.load(Ordering::SeqCst),
+                });
+                let mut r = text(v.to_string());
+                r.structured_content = Some(v);
+                r
+            }
+            "pid" => text(std::process::id().to_string()),
+            "crash" => std::process::exit(3),
+            other => return Err(McpError::invalid_params(format!("unknown tool {other}"), None)),
+        };
+        Ok(CallToolResponse::Complete(result))
+    }
+
+    async fn list_prompts(&self, _r: Option<PaginatedRequestParams>, _c: RequestContext<RoleServer>) -> Result<ListPromptsResult, McpError> {
+        let arg = PromptArgument::new("name").with_description("Who to greet").with_required(true);
+        Ok(ListPromptsResult::with_all_items(vec![Prompt::new("greeting", Some("Greet someone"), Some(vec![arg]))]))
+    }
+
+    async fn get_prompt(&self, req: GetPromptRequestParams, _c: RequestContext<RoleServer>) -> Result<GetPromptResponse, McpError> {
+        if req.name != "greeting" {
+            return Err(McpError::invalid_params(format!("unknown prompt {}", req.name), None));
+        }
+        let name = req.arguments.as_ref().and_then(|a| a.get("name")).and_then(Value::as_str).unwrap_or("world");
+        let r = GetPromptResult::new(vec![PromptMessage::new_text(Role::User, format!("Please greet {name} warmly."))]);
+        Ok(GetPromptResponse::Complete(r))
+    }
+
+    async fn list_resources(&self, _r: Option<PaginatedRequestParams>, _c: RequestContext<RoleServer>) -> Result<ListResourcesResult, McpError> {
+        Ok(ListResourcesResult::with_all_items(vec![
+            Resource::new(format!("{}://readme", self.name), "readme").with_mime_type("text/plain"),
+        ]))
+    }
+
+    async fn list_resource_templates(&self, _r: Option<PaginatedRequestParams>, _c: RequestContext<RoleServer>) -> Result<ListResourceTemplatesResult, McpError> {
+        Ok(ListResourceTemplatesResult::with_all_items(vec![
+            ResourceTemplate::new(format!("{}://notes/{{key}}", self.name), "note").with_mime_type("text/plain"),
+        ]))
+    }
+
+    async fn read_resource(&self, req: ReadResourceRequestParams, _c: RequestContext<RoleServer>) -> Result<ReadResourceResponse, McpError> {
+        let scheme = format!("{}://", self.name);
+        let path = req.uri.strip_prefix(&scheme).unwrap_or_default();
+        let text = if path == "readme" {
+            format!("{} is the fedgate demo upstream.", self.name)
+        } else if let Some(key) = path.strip_prefix("notes/") {
+            match self.state.notes.lock().get(key) {
+                Some(v) => v.clone(),
+                None => return Err(McpError::resource_not_found(format!("no note {key}"), None)),
+            }
+        } else {
+            return Err(McpError::resource_not_found(format!("no resource {}", req.uri), None));
+        };
+        Ok(ReadResourceResponse::Complete(ReadResourceResult::new(vec![ResourceContents::text(text, req.uri)])))
+    }
+
+    async fn subscribe(&self, _r: SubscribeRequestParams, _c: RequestContext<RoleServer>) -> Result<(), McpError> {
+        Ok(())
+    }
+
+    async fn unsubscribe(&self, _r: UnsubscribeRequestParams, _c: RequestContext<RoleServer>) -> Result<(), McpError> {
+        Ok(())
+    }
+
+    async fn complete(&self, req: CompleteRequestParams, _c: RequestContext<RoleServer>) -> Result<CompleteResult, McpError> {
+        let prefix = req.argument.value.clone();
+        let values: Vec<String> = ["alice", "bob", "carol"]
+            .iter()
+            .filter(|v| v.starts_with(&prefix))
+            .map(|v| (*v).to_owned())
+            .collect();
+        let info = CompletionInfo::with_all_values(values).map_err(|e| McpError::internal_error(e, None))?;
+        Ok(CompleteResult::new(info))
+    }
+}

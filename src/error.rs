@@ -1,0 +1,122 @@
+//! Typed failures of a call, and their one translation to the wire.
+
+use std::time::Duration;
+
+use rmcp::{ErrorData as McpError, model::ErrorCode};
+use serde_json::json;
+
+use crate::upstream::Phase;
+
+/// Which side a failure comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Downstream,
+    Upstream,
+    Internal,
+}
+
+/// Everything that can stop a forwarded call.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CallError {
+    #[error("unknown tool `{name}`")]
+    UnknownTool { name: String, closest: Vec<String> },
+    #[error("unknown prompt `{name}`")]
+    UnknownPrompt { name: String },
+    #[error("no upstream serves resource `{uri}`")]
+    UnknownResource { uri: String },
+    #[error("invalid cursor")]
+    BadCursor,
+    #[error("upstream `{upstream}` is unavailable ({phase:?}){}", detail.as_deref().map(|d| format!(": {d}")).unwrap_or_default())]
+    UpstreamUnavailable {
+        upstream: String,
+        phase: Phase,
+        detail: Option<String>,
+    },
+    #[error("upstream `{upstream}` did not answer within {after:?}")]
+    UpstreamTimeout { upstream: String, after: Duration },
+    #[error("upstream `{upstream}` closed the connection during the call")]
+    UpstreamClosed { upstream: String },
+    #[error("upstream `{upstream}` refused the request: {}", error.message)]
+    UpstreamRefused { upstream: String, error: McpError },
+    #[error("upstream `{upstream}` failed: {detail}")]
+    UpstreamFailed { upstream: String, detail: String },
+    #[error("the call was cancelled")]
+    Cancelled,
+}
+
+impl CallError {
+    pub fn side(&self) -> Side {
+        match self {
+            CallError::UnknownTool { .. }
+            | CallError::UnknownPrompt { .. }
+            | CallError::UnknownResource { .. }
+            | CallError::BadCursor
+            | CallError::Cancelled => Side::Downstream,
+            CallError::UpstreamUnavailable { .. }
+            | CallError::UpstreamTimeout { .. }
+            | CallError::UpstreamClosed { .. }
+            | CallError::UpstreamRefused { .. }
+            | CallError::UpstreamFailed { .. } => Side::Upstream,
+        }
+    }
+
+    /// The JSON-RPC error a client sees. Messages say what happened and what to do next.
+    pub fn to_mcp(&self) -> McpError {
+        let msg = self.to_string();
+        match self {
+            CallError::UnknownTool { name, closest } => McpError::invalid_params(
+                format!("{msg}; call tools/list to see the available tools"),
+                Some(json!({ "tool": name, "closest": closest })),
+            ),
+            CallError::UnknownPrompt { name } => McpError::invalid_params(
+                format!("{msg}; call prompts/list to see the available prompts"),
+                Some(json!({ "prompt": name })),
+            ),
+            CallError::UnknownResource { uri } => McpError::new(
+                ErrorCode::RESOURCE_NOT_FOUND,
+                format!("{msg}; call resources/list or resources/templates/list"),
+                Some(json!({ "uri": uri })),
+            ),
+            CallError::BadCursor => McpError::invalid_params(
+                "invalid cursor; restart the listing without a cursor",
+                None,
+            ),
+            CallError::UpstreamUnavailable { upstream, phase, .. } => McpError::internal_error(
+                format!("{msg}; its tools are back once it reconnects, retry later"),
+                Some(json!({ "upstream": upstream, "state": phase })),
+            ),
+            CallError::UpstreamTimeout { upstream, after } => McpError::internal_error(
+                format!("{msg}; the request was cancelled upstream"),
+                Some(json!({ "upstream": upstream, "timeout_ms": after.as_millis() as u64 })),
+            ),
+            CallError::UpstreamClosed { upstream } => McpError::internal_error(
+                format!("{msg}; it is being restarted — retry the call"),
+                Some(json!({ "upstream": upstream })),
+            ),
+            // The upstream's own JSON-RPC error is the answer; keep its code and data.
+            CallError::UpstreamRefused { error, .. } => error.clone(),
+            CallError::UpstreamFailed { upstream, .. } => {
+                McpError::internal_error(msg, Some(json!({ "upstream": upstream })))
+            }
+            CallError::Cancelled => McpError::internal_error(msg, None),
+        }
+    }
+
+    /// Classifies an rmcp error from one upstream request.
+    pub fn from_service(upstream: &str, e: rmcp::ServiceError) -> Self {
+        let upstream = upstream.to_owned();
+        match e {
+            rmcp::ServiceError::McpError(error) => CallError::UpstreamRefused { upstream, error },
+            rmcp::ServiceError::TransportClosed => CallError::UpstreamClosed { upstream },
+            rmcp::ServiceError::Timeout { timeout } => CallError::UpstreamTimeout {
+                upstream,
+                after: timeout,
+            },
+            other => CallError::UpstreamFailed {
+                upstream,
+                detail: other.to_string(),
+            },
+        }
+    }
+}

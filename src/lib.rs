@@ -1,0 +1,13 @@
+//! fedgate: a federated gateway proxy for MCP servers.
+#![deny(unsafe_code)]
+#![deny(rust_2018_idioms)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
+pub mod cli;
+pub mod config;
+pub mod demo;
+pub mod error;
+pub mod pipeline;
+pub mod router;
+pub mod server;
+pub mod upstream;

@@ -1,0 +1,183 @@
+//! Forward: the call leaves for its upstream; progress comes back in order, before the result.
+#![allow(deprecated)] // resources/(un)subscribe are legacy-only and still forwarded
+
+use std::{
+    sync::Arc,
+    task::{Context, Poll},
+};
+
+use rmcp::{
+    model::{
+        CallToolRequest, CancelledNotificationParam, ClientRequest, CompleteRequest,
+        GetExtensions, GetPromptRequest, ReadResourceRequest, RequestMetaObject, ResultType,
+        ServerResult, SubscribeRequest, UnsubscribeRequest,
+    },
+    service::PeerRequestOptions,
+};
+use tower::Service;
+
+use super::{Call, CallFuture, Op};
+use crate::{
+    error::CallError,
+    upstream::{Connection, inflight::CallEvent, pool::Pool},
+};
+
+/// `_meta` keys that belong to one hop and are never copied to the next.
+const HOP_META_PREFIX: &str = "io.modelcontextprotocol/";
+const PROGRESS_TOKEN_KEY: &str = "progressToken";
+
+#[derive(Debug, Clone)]
+pub struct Forward {
+    pool: Arc<Pool>,
+}
+
+impl Forward {
+    pub fn new(pool: Arc<Pool>) -> Self {
+        Self { pool }
+    }
+}
+
+impl Service<Call> for Forward {
+    type Response = ServerResult;
+    type Error = CallError;
+    type Future = CallFuture;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, call: Call) -> Self::Future {
+        let pool = self.pool.clone();
+        Box::pin(async move { forward(&pool, call).await })
+    }
+}
+
+async fn forward(pool: &Pool, call: Call) -> Result<ServerResult, CallError> {
+    let target = call.target.clone().ok_or_else(|| CallError::UpstreamFailed {
+        upstream: String::new(),
+        detail: "call reached forward without a route".into(),
+    })?;
+    let up = pool.upstream(target.upstream).ok_or_else(|| CallError::UpstreamFailed {
+        upstream: target.upstream_name.clone(),
+        detail: "upstream vanished".into(),
+    })?;
+    let conn = up.connection().ok_or_else(|| {
+        let s = up.status();
+        CallError::UpstreamUnavailable {
+            upstream: target.upstream_name.clone(),
+            phase: s.phase,
+            detail: s.last_error,
+        }
+    })?;
+    let timeout = up.spec.call_timeout;
+    let name = target.upstream_name.as_str();
+    let result = send(&conn, name, call, timeout).await?;
+    Ok(normalise(result))
+}
+
+/// Sends one request and waits for its response, relaying progress downstream meanwhile.
+async fn send(
+    conn: &Connection,
+    upstream: &str,
+    call: Call,
+    timeout: std::time::Duration,
+) -> Result<ServerResult, CallError> {
+    let Call {
+        op,
+        meta,
+        downstream,
+        progress_token,
+        ct,
+        ..
+    } = call;
+    let (guard, mut events) = conn.inflight.open(downstream.clone());
+    let mut request = to_request(op);
+    request.extensions_mut().insert(guard.key);
+    let options = PeerRequestOptions::no_options().with_meta(hop_meta(meta));
+    let handle = conn
+        .peer
+        .send_request_with_option(request, options)
+        .await
+        .map_err(|e| CallError::from_service(upstream, e))?;
+    let upstream_id = handle.id.clone();
+    let response = handle.await_response();
+    tokio::pin!(response);
+    let deadline = tokio::time::sleep(timeout);
+    tokio::pin!(deadline);
+    let relay = |ev: CallEvent| {
+        let downstream = downstream.clone();
+        let token = progress_token.clone();
+        async move {
+            let CallEvent::Progress(mut p) = ev;
+            if let (Some(d), Some(token)) = (downstream, token) {
+                p.progress_token = token;
+                let _ = d.peer.notify_progress(p).await;
+            }
+        }
+    };
+    let outcome = loop {
+        tokio::select! {
+            biased;
+            Some(ev) = events.recv() => relay(ev).await,
+            r = &mut response => {
+                // Everything the upstream sent before its response is already queued.
+                while let Ok(ev) = events.try_recv() {
+                    relay(ev).await;
+                }
+                break r.map_err(|e| CallError::from_service(upstream, e));
+            }
+            _ = ct.cancelled() => {
+                cancel_upstream(conn, upstream_id.clone(), "cancelled by the client").await;
+                break Err(CallError::Cancelled);
+            }
+            _ = &mut deadline => {
+                cancel_upstream(conn, upstream_id.clone(), "fedgate call timeout").await;
+                break Err(CallError::UpstreamTimeout { upstream: upstream.to_owned(), after: timeout });
+            }
+        }
+    };
+    drop(guard);
+    outcome
+}
+
+async fn cancel_upstream(conn: &Connection, id: rmcp::model::RequestId, reason: &str) {
+    let p = CancelledNotificationParam::new(Some(id), Some(reason.to_owned()));
+    let _ = conn.peer.notify_cancelled(p).await;
+}
+
+/// The downstream `_meta` minus what belongs to the downstream hop only.
+fn hop_meta(mut meta: RequestMetaObject) -> RequestMetaObject {
+    meta.retain(|k, _| k != PROGRESS_TOKEN_KEY && !k.starts_with(HOP_META_PREFIX));
+    meta
+}
+
+fn to_request(op: Op) -> ClientRequest {
+    match op {
+        Op::CallTool(p) => ClientRequest::CallToolRequest(CallToolRequest::new(p)),
+        Op::GetPrompt(p) => ClientRequest::GetPromptRequest(GetPromptRequest::new(p)),
+        Op::ReadResource(p) => ClientRequest::ReadResourceRequest(ReadResourceRequest::new(p)),
+        Op::Complete(p) => ClientRequest::CompleteRequest(CompleteRequest::new(p)),
+        Op::Subscribe(p) => ClientRequest::SubscribeRequest(SubscribeRequest::new(p)),
+        Op::Unsubscribe(p) => ClientRequest::UnsubscribeRequest(UnsubscribeRequest::new(p)),
+    }
+}
+
+/// Legacy upstreams omit `resultType`; modern clients require it (rmcp strips it again for
+/// legacy clients).
+fn normalise(result: ServerResult) -> ServerResult {
+    match result {
+        ServerResult::CallToolResult(mut r) => {
+            r.result_type.get_or_insert(ResultType::COMPLETE);
+            ServerResult::CallToolResult(r)
+        }
+        ServerResult::GetPromptResult(mut r) => {
+            r.result_type.get_or_insert(ResultType::COMPLETE);
+            ServerResult::GetPromptResult(r)
+        }
+        ServerResult::ReadResourceResult(mut r) => {
+            r.result_type.get_or_insert(ResultType::COMPLETE);
+            ServerResult::ReadResourceResult(r)
+        }
+        other => other,
+    }
+}

@@ -1,0 +1,88 @@
+//! The per-call stack: every routed request (tools/call, prompts/get, resources/read,
+//! resources/(un)subscribe, completion/complete) runs through these tower layers in order.
+//!
+//! Order (outer to inner) and why:
+//! 1. `resolve` — exposed name or URI → upstream route. It runs first because every later
+//!    policy (authz on namespaced names, trust tier of the upstream, per-upstream rate limits and
+//!    breakers) needs to know which upstream and tool a call targets.
+//! 2. `forward` — the per-upstream terminal: deadline, progress relay, cancellation, transport.
+//!
+//! Later layers slot in between, in the order written in ../shared/STYLE.md: telemetry span,
+//! envelope, audit/metrics, hop guard, resolve, authz, trust tier, schema check, rate limit,
+//! idempotency; then per upstream retry → breaker → timeout → token injection → transport.
+
+mod forward;
+mod resolve;
+
+use std::{future::Future, pin::Pin, sync::Arc};
+
+use rmcp::model::{
+    CallToolRequestParams, CompleteRequestParams, GetPromptRequestParams, ProgressToken,
+    ReadResourceRequestParams, RequestMetaObject, ServerResult, SubscribeRequestParams,
+    UnsubscribeRequestParams,
+};
+use tokio_util::sync::CancellationToken;
+use tower::{ServiceBuilder, util::BoxCloneSyncService};
+
+use crate::{error::CallError, upstream::inflight::Downstream, upstream::pool::Pool};
+
+pub use forward::Forward;
+pub use resolve::ResolveLayer;
+
+/// The routed MCP operation.
+#[derive(Debug, Clone)]
+pub enum Op {
+    CallTool(CallToolRequestParams),
+    GetPrompt(GetPromptRequestParams),
+    ReadResource(ReadResourceRequestParams),
+    Complete(CompleteRequestParams),
+    Subscribe(SubscribeRequestParams),
+    Unsubscribe(UnsubscribeRequestParams),
+}
+
+impl Op {
+    pub fn method(&self) -> &'static str {
+        match self {
+            Op::CallTool(_) => "tools/call",
+            Op::GetPrompt(_) => "prompts/get",
+            Op::ReadResource(_) => "resources/read",
+            Op::Complete(_) => "completion/complete",
+            Op::Subscribe(_) => "resources/subscribe",
+            Op::Unsubscribe(_) => "resources/unsubscribe",
+        }
+    }
+}
+
+/// Where `resolve` sent the call.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub upstream: usize,
+    pub upstream_name: String,
+}
+
+/// One downstream request on its way through the stack.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub op: Op,
+    /// The downstream request's `_meta` (protocol keys are dropped before forwarding).
+    pub meta: RequestMetaObject,
+    /// The downstream session and request, for progress and server-to-client requests.
+    pub downstream: Option<Downstream>,
+    pub progress_token: Option<ProgressToken>,
+    pub ct: CancellationToken,
+    /// Set by `resolve`.
+    pub target: Option<Target>,
+}
+
+pub type CallFuture = Pin<Box<dyn Future<Output = Result<ServerResult, CallError>> + Send>>;
+
+/// The assembled stack.
+pub type CallStack = BoxCloneSyncService<Call, ServerResult, CallError>;
+
+/// Builds the stack for a pool; see the module doc for the order.
+pub fn build(pool: Arc<Pool>) -> CallStack {
+    let svc = ServiceBuilder::new()
+        .layer(ResolveLayer::new(pool.clone()))
+        .service(Forward::new(pool));
+    BoxCloneSyncService::new(svc)
+}

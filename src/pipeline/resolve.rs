@@ -1,0 +1,120 @@
+//! Resolve: exposed name or URI → upstream, with the call rewritten to the upstream's own name.
+
+use std::{
+    sync::Arc,
+    task::{Context, Poll},
+};
+
+use rmcp::model::Reference;
+use tower::{Layer, Service};
+
+use super::{Call, CallFuture, Op, Target};
+use crate::{error::CallError, upstream::pool::Pool};
+
+/// How many similar names an unknown-tool error suggests.
+const CLOSEST_NAMES: usize = 3;
+
+#[derive(Debug, Clone)]
+pub struct ResolveLayer {
+    pool: Arc<Pool>,
+}
+
+impl ResolveLayer {
+    pub fn new(pool: Arc<Pool>) -> Self {
+        Self { pool }
+    }
+}
+
+impl<S> Layer<S> for ResolveLayer {
+    type Service = Resolve<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        Resolve {
+            inner,
+            pool: self.pool.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Resolve<S> {
+    inner: S,
+    pool: Arc<Pool>,
+}
+
+impl<S> Service<Call> for Resolve<S>
+where
+    S: Service<Call, Response = rmcp::model::ServerResult, Error = CallError, Future = CallFuture>,
+{
+    type Response = rmcp::model::ServerResult;
+    type Error = CallError;
+    type Future = CallFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut call: Call) -> Self::Future {
+        match resolve(&self.pool, &mut call) {
+            Ok(target) => {
+                call.target = Some(target);
+                self.inner.call(call)
+            }
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+        }
+    }
+}
+
+fn resolve(pool: &Pool, call: &mut Call) -> Result<Target, CallError> {
+    let catalog = pool.catalog();
+    let idx = match &mut call.op {
+        Op::CallTool(p) => {
+            let route = catalog.tool(&p.name).ok_or_else(|| CallError::UnknownTool {
+                name: p.name.to_string(),
+                closest: catalog.closest_tools(&p.name, CLOSEST_NAMES),
+            })?;
+            p.name = route.name.clone().into();
+            route.upstream
+        }
+        Op::GetPrompt(p) => {
+            let route = catalog
+                .prompt(&p.name)
+                .ok_or_else(|| CallError::UnknownPrompt { name: p.name.clone() })?;
+            p.name = route.name.clone();
+            route.upstream
+        }
+        Op::ReadResource(p) => resource(&catalog, &p.uri)?,
+        Op::Subscribe(p) => resource(&catalog, &p.uri)?,
+        Op::Unsubscribe(p) => resource(&catalog, &p.uri)?,
+        Op::Complete(p) => match &mut p.r#ref {
+            Reference::Prompt(r) => {
+                let route = catalog
+                    .prompt(&r.name)
+                    .ok_or_else(|| CallError::UnknownPrompt { name: r.name.clone() })?;
+                r.name = route.name.clone();
+                route.upstream
+            }
+            Reference::Resource(r) => catalog
+                .template(&r.uri)
+                .ok_or_else(|| CallError::UnknownResource { uri: r.uri.clone() })?,
+            _ => {
+                return Err(CallError::UnknownResource {
+                    uri: "(unsupported completion reference)".into(),
+                });
+            }
+        },
+    };
+    let upstream_name = pool
+        .upstream(idx)
+        .map(|u| u.name().to_owned())
+        .unwrap_or_default();
+    Ok(Target {
+        upstream: idx,
+        upstream_name,
+    })
+}
+
+fn resource(catalog: &crate::router::catalog::Catalog, uri: &str) -> Result<usize, CallError> {
+    catalog
+        .resource(uri)
+        .ok_or_else(|| CallError::UnknownResource { uri: uri.to_owned() })
+}

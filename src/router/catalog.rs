@@ -1,0 +1,297 @@
+//! The merged view of every ready upstream: exposed names, routes back, resource URI rules.
+//!
+//! Resource URI routing rule (documented in README): URIs are never rewritten. A `resources/read`
+//! or `resources/subscribe` goes to (1) the upstream that lists that exact URI, else (2) the
+//! upstream with a matching resource template, the template with the longest literal prefix
+//! winning. When two upstreams list the same URI, or two templates match with equal literal
+//! prefixes, the first upstream in config order keeps it and the other is reported as a
+//! conflict in the logs and in `/readyz` — never silently shadowed.
+
+use std::collections::HashMap;
+
+use rmcp::model::{Prompt, Resource, ResourceTemplate, Tool};
+
+use crate::{
+    config::PrefixMode,
+    router::namespace,
+    upstream::{Lists, Upstream},
+};
+
+/// Where an exposed name leads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// Index of the upstream in the pool.
+    pub upstream: usize,
+    /// The upstream's own name for the tool or prompt.
+    pub name: String,
+}
+
+/// An item that could not be exposed, and why.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Conflict {
+    pub upstream: String,
+    pub item: String,
+    pub reason: String,
+}
+
+/// Immutable merged lists; rebuilt whenever an upstream's lists change.
+#[derive(Debug, Default)]
+pub struct Catalog {
+    pub tools: Vec<Tool>,
+    tool_routes: HashMap<String, Route>,
+    pub prompts: Vec<Prompt>,
+    prompt_routes: HashMap<String, Route>,
+    pub resources: Vec<Resource>,
+    resource_routes: HashMap<String, usize>,
+    pub templates: Vec<ResourceTemplate>,
+    template_routes: Vec<(UriTemplate, usize)>,
+    pub conflicts: Vec<Conflict>,
+}
+
+impl Catalog {
+    /// Builds the merged view from each upstream's last lists (ready upstreams only).
+    pub fn build(upstreams: &[std::sync::Arc<Upstream>], separator: &str) -> Self {
+        let names: Vec<String> = upstreams.iter().map(|u| u.name().to_owned()).collect();
+        let mut c = Catalog::default();
+        // name -> owner, for collision messages
+        let mut owners: HashMap<String, String> = HashMap::new();
+        for (idx, up) in upstreams.iter().enumerate() {
+            if up.connection().is_none() {
+                continue;
+            }
+            let lists: std::sync::Arc<Lists> = up.lists();
+            let spec = &up.spec;
+            for tool in &lists.tools {
+                if !spec.exposes(&tool.name) {
+                    continue;
+                }
+                let alias = spec.rename.get(tool.name.as_ref()).map(String::as_str).unwrap_or(&tool.name);
+                let exposed = namespace::expose(&spec.name, separator, spec.prefix, alias);
+                if let Err(why) = namespace::check_tool_name(&exposed) {
+                    c.conflict(up, &exposed, format!("exposed name {why}"));
+                    continue;
+                }
+                if let Some(reason) = collision(&exposed, up, spec.prefix, separator, &names, &owners) {
+                    c.conflict(up, &exposed, reason);
+                    continue;
+                }
+                owners.insert(exposed.clone(), spec.name.clone());
+                let mut t = tool.clone();
+                t.name = exposed.clone().into();
+                if let Some(d) = spec.descriptions.get(tool.name.as_ref()) {
+                    t.description = Some(d.clone().into());
+                }
+                c.tool_routes.insert(exposed, Route { upstream: idx, name: tool.name.to_string() });
+                c.tools.push(t);
+            }
+            for prompt in &lists.prompts {
+                let exposed = namespace::expose(&spec.name, separator, spec.prefix, &prompt.name);
+                if c.prompt_routes.contains_key(&exposed) {
+                    c.conflict(up, &exposed, "prompt name already taken by another upstream".into());
+                    continue;
+                }
+                let mut p = prompt.clone();
+                p.name = exposed.clone();
+                c.prompt_routes.insert(exposed, Route { upstream: idx, name: prompt.name.clone() });
+                c.prompts.push(p);
+            }
+            for r in &lists.resources {
+                if let Some(first) = c.resource_routes.get(&r.uri) {
+                    let first = upstreams[*first].name().to_owned();
+                    c.conflict(up, &r.uri, format!("resource URI also served by upstream `{first}`, which keeps it"));
+                    continue;
+                }
+                c.resource_routes.insert(r.uri.clone(), idx);
+                c.resources.push(r.clone());
+            }
+            for t in &lists.templates {
+                let parsed = UriTemplate::parse(&t.uri_template);
+                if let Some((_, first)) = c.template_routes.iter().find(|(p, _)| p.source == parsed.source) {
+                    let first = upstreams[*first].name().to_owned();
+                    c.conflict(up, &t.uri_template, format!("resource template also served by upstream `{first}`, which keeps it"));
+                    continue;
+                }
+                c.template_routes.push((parsed, idx));
+                c.templates.push(t.clone());
+            }
+        }
+        c.tools.sort_by(|a, b| a.name.cmp(&b.name));
+        c.prompts.sort_by(|a, b| a.name.cmp(&b.name));
+        for k in &c.conflicts {
+            tracing::warn!(upstream = %k.upstream, item = %k.item, "held back: {}", k.reason);
+        }
+        c
+    }
+
+    fn conflict(&mut self, up: &Upstream, item: &str, reason: String) {
+        self.conflicts.push(Conflict {
+            upstream: up.name().to_owned(),
+            item: item.to_owned(),
+            reason,
+        });
+    }
+
+    pub fn tool(&self, exposed: &str) -> Option<&Route> {
+        self.tool_routes.get(exposed)
+    }
+
+    pub fn prompt(&self, exposed: &str) -> Option<&Route> {
+        self.prompt_routes.get(exposed)
+    }
+
+    /// The upstream a resource URI routes to (see the module doc for the rule).
+    pub fn resource(&self, uri: &str) -> Option<usize> {
+        if let Some(idx) = self.resource_routes.get(uri) {
+            return Some(*idx);
+        }
+        self.template_routes
+            .iter()
+            .filter(|(t, _)| t.matches(uri))
+            .max_by_key(|(t, idx)| (t.literal_prefix_len(), std::cmp::Reverse(*idx)))
+            .map(|(_, idx)| *idx)
+    }
+
+    /// The upstream serving a resource template, by its exact template string.
+    pub fn template(&self, uri_template: &str) -> Option<usize> {
+        self.template_routes
+            .iter()
+            .find(|(t, _)| t.source == uri_template)
+            .map(|(_, idx)| *idx)
+            .or_else(|| self.resource(uri_template))
+    }
+
+    /// Exposed tool names closest to `name`, for "did you mean" hints.
+    pub fn closest_tools(&self, name: &str, n: usize) -> Vec<String> {
+        let mut scored: Vec<(usize, &str)> = self
+            .tools
+            .iter()
+            .map(|t| (edit_distance(name, &t.name), t.name.as_ref()))
+            .collect();
+        scored.sort();
+        scored.into_iter().take(n).map(|(_, s)| s.to_owned()).collect()
+    }
+}
+
+/// Why `exposed` cannot be added, if it collides with an existing name or namespace.
+fn collision(
+    exposed: &str,
+    up: &Upstream,
+    prefix: PrefixMode,
+    separator: &str,
+    names: &[String],
+    owners: &HashMap<String, String>,
+) -> Option<String> {
+    if let Some(owner) = owners.get(exposed) {
+        return Some(format!("name already exposed by upstream `{owner}`"));
+    }
+    if prefix == PrefixMode::Never
+        && let Some(owner) = namespace::namespace_owner(exposed, separator, names)
+        && owner != up.name()
+    {
+        return Some(format!("bare name lies in the namespace of upstream `{owner}`"));
+    }
+    None
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let cost = usize::from(ca != *cb);
+            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// A resource template reduced to what routing needs: literal pieces between expressions.
+#[derive(Debug, Clone)]
+struct UriTemplate {
+    source: String,
+    literals: Vec<String>,
+}
+
+impl UriTemplate {
+    fn parse(t: &str) -> Self {
+        let mut literals = vec![String::new()];
+        let mut in_expr = false;
+        for ch in t.chars() {
+            match (in_expr, ch) {
+                (false, '{') => in_expr = true,
+                (true, '}') => {
+                    in_expr = false;
+                    literals.push(String::new());
+                }
+                (false, c) => {
+                    if let Some(last) = literals.last_mut() {
+                        last.push(c);
+                    }
+                }
+                (true, _) => {}
+            }
+        }
+        Self {
+            source: t.to_owned(),
+            literals,
+        }
+    }
+
+    fn literal_prefix_len(&self) -> usize {
+        self.literals.first().map_or(0, String::len)
+    }
+
+    /// Literals in order, each expression matching one or more characters.
+    fn matches(&self, uri: &str) -> bool {
+        let Some((first, rest)) = self.literals.split_first() else {
+            return false;
+        };
+        let Some(mut tail) = uri.strip_prefix(first.as_str()) else {
+            return false;
+        };
+        for (i, lit) in rest.iter().enumerate() {
+            let last = i + 1 == rest.len();
+            if last {
+                if lit.is_empty() {
+                    return !tail.is_empty();
+                }
+                return tail.len() > lit.len() && tail.ends_with(lit.as_str());
+            }
+            if lit.is_empty() {
+                continue;
+            }
+            match tail.get(1..).and_then(|t| t.find(lit.as_str())) {
+                Some(pos) => tail = &tail[1 + pos + lit.len()..],
+                None => return false,
+            }
+        }
+        // A template without expressions matches only itself.
+        tail.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_match_by_literals() {
+        let t = UriTemplate::parse("test://template/{id}/data");
+        assert!(t.matches("test://template/42/data"));
+        assert!(!t.matches("test://template//data"));
+        assert!(!t.matches("test://template/42/other"));
+        assert!(!t.matches("file:///x"));
+        let t = UriTemplate::parse("notes://{name}");
+        assert!(t.matches("notes://a"));
+        assert!(!t.matches("notes://"));
+        assert_eq!(t.literal_prefix_len(), "notes://".len());
+    }
+
+    #[test]
+    fn distance() {
+        assert_eq!(edit_distance("echo", "echo"), 0);
+        assert_eq!(edit_distance("demo.ecoh", "demo.echo"), 2);
+    }
+}

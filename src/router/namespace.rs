@@ -1,0 +1,70 @@
+//! `upstream<sep>name` encoding and MCP's tool-name rules (SEP-986).
+
+use crate::config::{PrefixMode, defaults::MAX_TOOL_NAME_CHARS};
+
+/// Characters SEP-986 allows in a tool name.
+pub fn is_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')
+}
+
+/// Checks an exposed tool name against SEP-986; the error completes "exposed name `x` ...".
+pub fn check_tool_name(name: &str) -> Result<(), String> {
+    let len = name.chars().count();
+    if len == 0 || len > MAX_TOOL_NAME_CHARS {
+        return Err(format!(
+            "is {len} characters long; MCP tool names are 1-{MAX_TOOL_NAME_CHARS}"
+        ));
+    }
+    if let Some(bad) = name.chars().find(|c| !is_name_char(*c)) {
+        return Err(format!(
+            "contains `{bad}`; MCP tool names use only A-Z a-z 0-9 _ - ."
+        ));
+    }
+    Ok(())
+}
+
+/// The name a client sees for `name` of `upstream`.
+pub fn expose(upstream: &str, separator: &str, prefix: PrefixMode, name: &str) -> String {
+    match prefix {
+        PrefixMode::Always => format!("{upstream}{separator}{name}"),
+        PrefixMode::Never => name.to_owned(),
+    }
+}
+
+/// The upstream whose namespace `exposed` falls in (`github.x` -> `github`), if any.
+pub fn namespace_owner<'a>(
+    exposed: &str,
+    separator: &str,
+    upstreams: &'a [String],
+) -> Option<&'a str> {
+    let (head, _) = exposed.split_once(separator)?;
+    upstreams
+        .iter()
+        .find(|u| u.as_str() == head)
+        .map(String::as_str)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_sep_986() {
+        assert!(check_tool_name("github.create_issue").is_ok());
+        assert!(check_tool_name("").is_err());
+        assert!(check_tool_name("a b").is_err());
+        assert!(check_tool_name("a,b").is_err());
+        assert!(check_tool_name(&"x".repeat(128)).is_ok());
+        assert!(check_tool_name(&"x".repeat(129)).is_err());
+    }
+
+    #[test]
+    fn expose_and_owner() {
+        assert_eq!(expose("gh", ".", PrefixMode::Always, "x"), "gh.x");
+        assert_eq!(expose("gh", "__", PrefixMode::Never, "x"), "x");
+        let ups = vec!["gh".to_owned(), "db".to_owned()];
+        assert_eq!(namespace_owner("gh.x", ".", &ups), Some("gh"));
+        assert_eq!(namespace_owner("ghx", ".", &ups), None);
+        assert_eq!(namespace_owner("zz.x", ".", &ups), None);
+    }
+}

@@ -1,0 +1,147 @@
+//! The HTTP listener: `/mcp` (Streamable HTTP, both eras), `/healthz`, `/readyz`.
+
+use std::{convert::Infallible, net::SocketAddr, sync::Arc};
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use hyper::body::Incoming;
+use hyper_util::{
+    rt::{TokioExecutor, TokioIo},
+    server::conn::auto,
+};
+use rmcp::transport::{
+    StreamableHttpServerConfig, StreamableHttpService,
+    streamable_http_server::session::local::LocalSessionManager,
+};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use super::mcp::Gateway;
+use crate::{config::GatewaySettings, upstream::pool::Pool};
+
+/// Path of the MCP endpoint.
+pub const MCP_PATH: &str = "/mcp";
+
+type Body = BoxBody<Bytes, Infallible>;
+
+/// Serves until `shutdown` is cancelled; returns once the listener is closed.
+pub async fn serve(
+    listener: TcpListener,
+    gateway: Gateway,
+    pool: Arc<Pool>,
+    settings: &GatewaySettings,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    let local = listener.local_addr()?;
+    let mcp = StreamableHttpService::new(
+        move || Ok(gateway.clone()),
+        Arc::new(LocalSessionManager::default()),
+        mcp_config(settings, local, shutdown.child_token()),
+    );
+    loop {
+        let (stream, _) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(s) => s,
+                Err(e) => {
+                    // Accept errors (e.g. too many open files) are transient; keep serving.
+                    tracing::warn!("accept failed: {e}");
+                    continue;
+                }
+            },
+            _ = shutdown.cancelled() => return Ok(()),
+        };
+        let mcp = mcp.clone();
+        let pool = pool.clone();
+        let conn_shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let mut mcp = mcp.clone();
+                let pool = pool.clone();
+                async move {
+                    let resp: Response<Body> = match req.uri().path() {
+                        MCP_PATH => {
+                            match tower::Service::<Request<Incoming>>::call(&mut mcp, req).await {
+                                Ok(r) => r,
+                                Err(never) => match never {},
+                            }
+                        }
+                        "/healthz" => json(StatusCode::OK, &serde_json::json!({"status": "ok"})),
+                        "/readyz" => readyz(&pool),
+                        _ => json(StatusCode::NOT_FOUND, &serde_json::json!({"error": "not found; the MCP endpoint is /mcp"})),
+                    };
+                    Ok::<_, Infallible>(resp)
+                }
+            });
+            let builder = auto::Builder::new(TokioExecutor::new());
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
+            tokio::pin!(conn);
+            tokio::select! {
+                r = conn.as_mut() => {
+                    if let Err(e) = r {
+                        tracing::debug!("connection ended: {e}");
+                    }
+                }
+                _ = conn_shutdown.cancelled() => conn.as_mut().graceful_shutdown(),
+            }
+        });
+    }
+}
+
+fn mcp_config(
+    settings: &GatewaySettings,
+    local: SocketAddr,
+    ct: CancellationToken,
+) -> StreamableHttpServerConfig {
+    let port = local.port();
+    let mut hosts = vec!["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned()];
+    hosts.extend(settings.allowed_hosts.iter().cloned());
+    let mut origins = vec![
+        format!("http://127.0.0.1:{port}"),
+        format!("http://localhost:{port}"),
+        format!("http://[::1]:{port}"),
+    ];
+    origins.extend(settings.allowed_origins.iter().cloned());
+    StreamableHttpServerConfig::default()
+        .with_allowed_hosts(hosts)
+        .with_allowed_origins(origins)
+        .with_max_request_body_bytes(settings.max_body_bytes)
+        .with_cancellation_token(ct)
+}
+
+fn json(status: StatusCode, v: &serde_json::Value) -> Response<Body> {
+    let body = serde_json::to_vec(v).unwrap_or_default();
+    let mut resp = Response::new(Full::new(Bytes::from(body)).boxed());
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+/// Readiness with per-upstream detail; 200 while at least one upstream serves.
+fn readyz(pool: &Pool) -> Response<Body> {
+    let upstreams: serde_json::Map<String, serde_json::Value> = pool
+        .upstreams()
+        .iter()
+        .map(|u| {
+            (
+                u.name().to_owned(),
+                serde_json::to_value(u.status()).unwrap_or_default(),
+            )
+        })
+        .collect();
+    let catalog = pool.catalog();
+    let ready = pool.ready();
+    let body = serde_json::json!({
+        "status": if ready { "ready" } else { "not_ready" },
+        "upstreams": upstreams,
+        "tools": catalog.tools.len(),
+        "conflicts": catalog.conflicts,
+    });
+    json(
+        if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE },
+        &body,
+    )
+}

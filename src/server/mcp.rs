@@ -1,0 +1,247 @@
+//! fedgate as an MCP server: lists come from the catalog, routed requests go through the stack.
+
+use std::sync::Arc;
+
+use rmcp::{
+    ErrorData as McpError, RoleServer, ServerHandler,
+    model::{
+        CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
+        GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
+        ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+        PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
+        ServerConfig, ServerResult, SubscribeRequestParams, UnsubscribeRequestParams,
+    },
+    service::{NotificationContext, RequestContext},
+};
+use tower::ServiceExt;
+
+use crate::{
+    error::CallError,
+    pipeline::{self, Call, CallStack, Op},
+    router::cursor,
+    upstream::{inflight::Downstream, pool::Pool},
+};
+
+/// Session key used when the transport has no `Mcp-Session-Id` (stdio, stateless requests).
+const LOCAL_SESSION: &str = "local";
+
+#[derive(Debug, Clone)]
+pub struct Gateway {
+    pool: Arc<Pool>,
+    stack: CallStack,
+    page_size: usize,
+}
+
+impl Gateway {
+    pub fn new(pool: Arc<Pool>, page_size: usize) -> Self {
+        let stack = pipeline::build(pool.clone());
+        Self {
+            pool,
+            stack,
+            page_size,
+        }
+    }
+
+    async fn run(&self, op: Op, ctx: &RequestContext<RoleServer>) -> Result<ServerResult, McpError> {
+        let call = Call {
+            op,
+            meta: ctx.meta.clone(),
+            downstream: Some(Downstream {
+                peer: ctx.peer.clone(),
+                request_id: ctx.id.clone(),
+            }),
+            progress_token: ctx.meta.get_progress_token(),
+            ct: ctx.ct.clone(),
+            target: None,
+        };
+        let method = call.op.method();
+        self.stack.clone().oneshot(call).await.map_err(|e| {
+            tracing::info!(method, side = ?e.side(), "call failed: {e}");
+            e.to_mcp()
+        })
+    }
+}
+
+/// The `Mcp-Session-Id` of the HTTP request behind a message, if any.
+fn session_key(ext: &rmcp::model::Extensions) -> String {
+    ext.get::<http::request::Parts>()
+        .and_then(|p| p.headers.get("mcp-session-id"))
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or(LOCAL_SESSION)
+        .to_owned()
+}
+
+fn unexpected(method: &str, r: &ServerResult) -> McpError {
+    McpError::internal_error(
+        format!("upstream answered {method} with an unexpected result type: {}", variant(r)),
+        None,
+    )
+}
+
+fn variant(r: &ServerResult) -> String {
+    serde_json::to_value(r)
+        .ok()
+        .and_then(|v| v.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>().join(",")))
+        .unwrap_or_default()
+}
+
+fn bad_cursor(e: CallError) -> McpError {
+    e.to_mcp()
+}
+
+impl ServerHandler for Gateway {
+    fn get_info(&self) -> ServerConfig {
+        let caps = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .enable_prompts()
+            .enable_prompts_list_changed()
+            .enable_resources()
+            .enable_resources_list_changed()
+            .enable_resources_subscribe()
+            .enable_completions()
+            .build();
+        ServerConfig::new(caps)
+            .with_server_info(Implementation::new("fedgate", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "fedgate aggregates several MCP servers; tool and prompt names are \
+                 namespaced as `<upstream>.<name>`.",
+            )
+    }
+
+    async fn on_initialized(&self, ctx: NotificationContext<RoleServer>) {
+        let key = session_key(&ctx.extensions);
+        self.pool.hub().register(&key, ctx.peer.clone());
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let catalog = self.pool.catalog();
+        let c = request.as_ref().and_then(|r| r.cursor.as_deref());
+        let (tools, next) = cursor::page(&catalog.tools, c, self.page_size).map_err(bad_cursor)?;
+        let mut r = ListToolsResult::with_all_items(tools);
+        r.next_cursor = next;
+        Ok(r)
+    }
+
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        let catalog = self.pool.catalog();
+        let c = request.as_ref().and_then(|r| r.cursor.as_deref());
+        let (items, next) = cursor::page(&catalog.prompts, c, self.page_size).map_err(bad_cursor)?;
+        let mut r = ListPromptsResult::with_all_items(items);
+        r.next_cursor = next;
+        Ok(r)
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let catalog = self.pool.catalog();
+        let c = request.as_ref().and_then(|r| r.cursor.as_deref());
+        let (items, next) = cursor::page(&catalog.resources, c, self.page_size).map_err(bad_cursor)?;
+        let mut r = ListResourcesResult::with_all_items(items);
+        r.next_cursor = next;
+        Ok(r)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        let catalog = self.pool.catalog();
+        let c = request.as_ref().and_then(|r| r.cursor.as_deref());
+        let (items, next) = cursor::page(&catalog.templates, c, self.page_size).map_err(bad_cursor)?;
+        let mut r = ListResourceTemplatesResult::with_all_items(items);
+        r.next_cursor = next;
+        Ok(r)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        match self.run(Op::CallTool(request), &ctx).await? {
+            ServerResult::CallToolResult(r) => Ok(CallToolResponse::Complete(r)),
+            ServerResult::InputRequiredResult(r) => Ok(CallToolResponse::InputRequired(r)),
+            ServerResult::CreateTaskResult(r) => Ok(CallToolResponse::Task(r)),
+            other => Err(unexpected("tools/call", &other)),
+        }
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        match self.run(Op::GetPrompt(request), &ctx).await? {
+            ServerResult::GetPromptResult(r) => Ok(GetPromptResponse::Complete(r)),
+            ServerResult::InputRequiredResult(r) => Ok(GetPromptResponse::InputRequired(r)),
+            other => Err(unexpected("prompts/get", &other)),
+        }
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        match self.run(Op::ReadResource(request), &ctx).await? {
+            ServerResult::ReadResourceResult(r) => Ok(ReadResourceResponse::Complete(r)),
+            ServerResult::InputRequiredResult(r) => Ok(ReadResourceResponse::InputRequired(r)),
+            other => Err(unexpected("resources/read", &other)),
+        }
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, McpError> {
+        match self.run(Op::Complete(request), &ctx).await? {
+            ServerResult::CompleteResult(r) => Ok(r),
+            other => Err(unexpected("completion/complete", &other)),
+        }
+    }
+
+    #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let key = session_key(&ctx.extensions);
+        self.pool.hub().register(&key, ctx.peer.clone());
+        if self.pool.hub().subscribe(&key, &request.uri) {
+            let uri = request.uri.clone();
+            if let Err(e) = self.run(Op::Subscribe(request), &ctx).await {
+                self.pool.hub().unsubscribe(&key, &uri);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let key = session_key(&ctx.extensions);
+        if self.pool.hub().unsubscribe(&key, &request.uri) {
+            self.run(Op::Unsubscribe(request), &ctx).await?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,6 @@
+//! The downstream face: the MCP handler, the HTTP listener, stdio, and session bookkeeping.
+
+pub mod http;
+pub mod mcp;
+pub mod sessions;
+pub mod stdio;

@@ -1,0 +1,116 @@
+//! Downstream sessions that want notifications: list changes and resource updates.
+
+use dashmap::DashMap;
+use rmcp::{
+    RoleServer,
+    model::ResourceUpdatedNotificationParam,
+    service::Peer,
+};
+
+/// Which lists changed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Changed {
+    pub tools: bool,
+    pub prompts: bool,
+    pub resources: bool,
+}
+
+impl Changed {
+    pub const ALL: Changed = Changed {
+        tools: true,
+        prompts: true,
+        resources: true,
+    };
+    pub fn any(self) -> bool {
+        self.tools || self.prompts || self.resources
+    }
+}
+
+/// Registry of live downstream sessions, keyed by their `Mcp-Session-Id` (or `stdio`).
+#[derive(Debug, Default)]
+pub struct Hub {
+    sessions: DashMap<String, Peer<RoleServer>>,
+    /// uri -> sessions subscribed to it
+    subscriptions: DashMap<String, Vec<String>>,
+}
+
+impl Hub {
+    /// Registers a session's peer under its key.
+    pub fn register(&self, session: &str, peer: Peer<RoleServer>) {
+        self.sessions.insert(session.to_owned(), peer);
+    }
+
+    pub fn len(&self) -> usize {
+        self.prune();
+        self.sessions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn prune(&self) {
+        self.sessions.retain(|_, p| !p.is_transport_closed());
+    }
+
+    /// Tells every session which lists changed. Sends run in the background.
+    pub fn notify_changed(&self, changed: Changed) {
+        if !changed.any() {
+            return;
+        }
+        self.prune();
+        for entry in self.sessions.iter() {
+            let peer = entry.value().clone();
+            tokio::spawn(async move {
+                if changed.tools {
+                    let _ = peer.notify_tool_list_changed().await;
+                }
+                if changed.prompts {
+                    let _ = peer.notify_prompt_list_changed().await;
+                }
+                if changed.resources {
+                    let _ = peer.notify_resource_list_changed().await;
+                }
+            });
+        }
+    }
+
+    /// Records a subscription; true when it is the first for that URI (subscribe upstream).
+    pub fn subscribe(&self, session: &str, uri: &str) -> bool {
+        let mut entry = self.subscriptions.entry(uri.to_owned()).or_default();
+        let first = entry.is_empty();
+        if !entry.iter().any(|s| s == session) {
+            entry.push(session.to_owned());
+        }
+        first
+    }
+
+    /// Drops a subscription; true when it was the last for that URI (unsubscribe upstream).
+    pub fn unsubscribe(&self, session: &str, uri: &str) -> bool {
+        let mut last = false;
+        if let Some(mut e) = self.subscriptions.get_mut(uri) {
+            e.retain(|s| s != session);
+            last = e.is_empty();
+        }
+        if last {
+            self.subscriptions.remove(uri);
+        }
+        last
+    }
+
+    /// Delivers `notifications/resources/updated` to the sessions subscribed to its URI.
+    pub fn resource_updated(&self, params: ResourceUpdatedNotificationParam) {
+        let Some(ids) = self.subscriptions.get(&params.uri).map(|e| e.clone()) else {
+            return;
+        };
+        for id in ids {
+            if let Some(peer) = self.sessions.get(&id).map(|p| p.clone()) {
+                let p = params.clone();
+                tokio::spawn(async move {
+                    let _ = peer.notify_resource_updated(p).await;
+                });
+            }
+        }
+    }
+}
+

@@ -1,0 +1,147 @@
+//! Requests in flight on one upstream connection, and the downstream call each belongs to.
+//!
+//! The tap transport registers every outgoing request that carries a [`CallKey`] here *before*
+//! it reaches the wire, so progress notifications and server-to-client requests that come back
+//! can always be matched to their downstream call (pitfall C.6-1/-3 of PROTOCOL.md).
+
+use std::sync::{
+    Arc,
+    atomic::{AtomicU64, Ordering},
+};
+
+use dashmap::DashMap;
+use rmcp::{
+    RoleServer,
+    model::{ProgressNotificationParam, ProgressToken, RequestId},
+    service::Peer,
+};
+use tokio::sync::mpsc;
+
+/// Marker put in an outgoing request's (never serialized) extensions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CallKey(pub u64);
+
+/// The downstream side of a forwarded call.
+#[derive(Debug, Clone)]
+pub struct Downstream {
+    pub peer: Peer<RoleServer>,
+    pub request_id: RequestId,
+}
+
+/// What the upstream sends back for one call besides its response.
+#[derive(Debug)]
+pub enum CallEvent {
+    Progress(ProgressNotificationParam),
+}
+
+#[derive(Debug)]
+struct Slot {
+    downstream: Option<Downstream>,
+    events: mpsc::UnboundedSender<CallEvent>,
+}
+
+/// Table of in-flight calls of one upstream connection.
+#[derive(Debug, Default)]
+pub struct Inflight {
+    next: AtomicU64,
+    slots: DashMap<u64, Slot>,
+    by_token: DashMap<ProgressToken, u64>,
+    by_request: DashMap<RequestId, u64>,
+}
+
+/// Removes a call's entries when the call ends, however it ends.
+#[derive(Debug)]
+pub struct CallGuard {
+    table: Arc<Inflight>,
+    pub key: CallKey,
+}
+
+impl Drop for CallGuard {
+    fn drop(&mut self) {
+        self.table.slots.remove(&self.key.0);
+        self.table.by_token.retain(|_, k| *k != self.key.0);
+        self.table.by_request.retain(|_, k| *k != self.key.0);
+    }
+}
+
+impl Inflight {
+    /// Opens a slot; events for the call arrive on the returned receiver.
+    pub fn open(
+        self: &Arc<Self>,
+        downstream: Option<Downstream>,
+    ) -> (CallGuard, mpsc::UnboundedReceiver<CallEvent>) {
+        let key = self.next.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.slots.insert(
+            key,
+            Slot {
+                downstream,
+                events: tx,
+            },
+        );
+        (
+            CallGuard {
+                table: self.clone(),
+                key: CallKey(key),
+            },
+            rx,
+        )
+    }
+
+    /// Called by the tap as the request leaves: binds its id and progress token to the call.
+    pub fn bind(&self, key: CallKey, id: RequestId, token: Option<ProgressToken>) {
+        if !self.slots.contains_key(&key.0) {
+            return;
+        }
+        self.by_request.insert(id, key.0);
+        if let Some(t) = token {
+            self.by_token.insert(t, key.0);
+        }
+    }
+
+    /// Delivers a progress notification to its call; false when no call owns the token.
+    pub fn route_progress(&self, p: ProgressNotificationParam) -> Result<(), ProgressNotificationParam> {
+        let Some(key) = self.by_token.get(&p.progress_token).map(|k| *k) else {
+            return Err(p);
+        };
+        match self.slots.get(&key) {
+            Some(slot) => {
+                // A closed receiver means the call already returned; dropping is right.
+                let _ = slot.events.send(CallEvent::Progress(p));
+                Ok(())
+            }
+            None => Err(p),
+        }
+    }
+
+    /// The downstream call that caused an upstream request.
+    ///
+    /// With a known originating request id (Streamable HTTP tells which response stream a
+    /// request arrived on) the match is exact. Without one (stdio), the request can only be
+    /// attributed when exactly one call with a downstream is in flight; otherwise `None`.
+    pub fn downstream_for(&self, origin: Option<&RequestId>) -> Option<Downstream> {
+        if let Some(id) = origin {
+            let key = *self.by_request.get(id)?;
+            return self.slots.get(&key).and_then(|s| s.downstream.clone());
+        }
+        let mut found = None;
+        for slot in self.slots.iter() {
+            if let Some(d) = &slot.downstream {
+                if found.is_some() {
+                    return None;
+                }
+                found = Some(d.clone());
+            }
+        }
+        found
+    }
+
+    /// Number of calls in flight.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+}

@@ -1,0 +1,130 @@
+//! Upstream MCP servers (F1): processes and connections, supervision, readiness.
+
+pub mod client;
+mod connect;
+pub mod inflight;
+pub mod pool;
+pub mod spawn;
+mod sse;
+mod supervisor;
+pub mod tap;
+
+use std::sync::Arc;
+
+use arc_swap::{ArcSwap, ArcSwapOption};
+use parking_lot::RwLock;
+use rmcp::{
+    RoleClient,
+    model::{Prompt, Resource, ResourceTemplate, Tool},
+    service::Peer,
+};
+use serde::Serialize;
+
+use crate::config::UpstreamSpec;
+use inflight::Inflight;
+
+/// Where an upstream is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Starting,
+    Ready,
+    Restarting,
+    Failed,
+    Stopped,
+}
+
+/// Which protocol era an upstream speaks, as detected at connect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DetectedEra {
+    /// `initialize` handshake (2025-06-18, 2025-11-25, …).
+    Handshake,
+    /// Stateless `server/discover` (2026-07-28).
+    Stateless,
+}
+
+/// What `/readyz` shows of one upstream.
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    pub phase: Phase,
+    pub kind: &'static str,
+    pub era: Option<DetectedEra>,
+    pub protocol_version: Option<String>,
+    pub server: Option<String>,
+    pub restarts: u32,
+    pub last_error: Option<String>,
+    pub tools: usize,
+}
+
+/// The lists an upstream served at its last refresh.
+#[derive(Debug, Default, Clone)]
+pub struct Lists {
+    pub tools: Vec<Tool>,
+    pub prompts: Vec<Prompt>,
+    pub resources: Vec<Resource>,
+    pub templates: Vec<ResourceTemplate>,
+}
+
+/// A live connection to an upstream.
+#[derive(Debug)]
+pub struct Connection {
+    pub peer: Peer<RoleClient>,
+    pub inflight: Arc<Inflight>,
+    pub era: DetectedEra,
+}
+
+/// One configured upstream: its spec, state, connection and lists.
+#[derive(Debug)]
+pub struct Upstream {
+    pub spec: Arc<UpstreamSpec>,
+    status: RwLock<Status>,
+    conn: ArcSwapOption<Connection>,
+    lists: ArcSwap<Lists>,
+}
+
+impl Upstream {
+    pub fn new(spec: Arc<UpstreamSpec>) -> Self {
+        let kind = spec.transport.kind();
+        Self {
+            spec,
+            status: RwLock::new(Status {
+                phase: Phase::Starting,
+                kind,
+                era: None,
+                protocol_version: None,
+                server: None,
+                restarts: 0,
+                last_error: None,
+                tools: 0,
+            }),
+            conn: ArcSwapOption::empty(),
+            lists: ArcSwap::from_pointee(Lists::default()),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    pub fn status(&self) -> Status {
+        self.status.read().clone()
+    }
+
+    pub fn phase(&self) -> Phase {
+        self.status.read().phase
+    }
+
+    /// The live connection, if the upstream is ready.
+    pub fn connection(&self) -> Option<Arc<Connection>> {
+        self.conn.load_full()
+    }
+
+    pub fn lists(&self) -> Arc<Lists> {
+        self.lists.load_full()
+    }
+
+    fn update(&self, f: impl FnOnce(&mut Status)) {
+        f(&mut self.status.write());
+    }
+}

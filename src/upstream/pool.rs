@@ -1,0 +1,132 @@
+//! All upstreams of a snapshot: parallel start, the merged catalog, readiness.
+
+use std::{sync::Arc, time::Duration};
+
+use arc_swap::ArcSwap;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::{Phase, Upstream, supervisor};
+use crate::{
+    config::Snapshot,
+    router::catalog::Catalog,
+    server::sessions::{Changed, Hub},
+};
+
+#[derive(Debug)]
+pub struct Pool {
+    upstreams: Vec<Arc<Upstream>>,
+    separator: String,
+    catalog: ArcSwap<Catalog>,
+    hub: Arc<Hub>,
+    shutdown: CancellationToken,
+    /// Bumped on every phase change, so waiters need not poll.
+    status_tx: watch::Sender<u64>,
+}
+
+impl Pool {
+    pub fn new(snapshot: &Snapshot) -> Arc<Self> {
+        let (status_tx, _) = watch::channel(0);
+        Arc::new(Self {
+            upstreams: snapshot
+                .upstreams
+                .iter()
+                .map(|s| Arc::new(Upstream::new(s.clone())))
+                .collect(),
+            separator: snapshot.gateway.separator.clone(),
+            catalog: ArcSwap::from_pointee(Catalog::default()),
+            hub: Arc::new(Hub::default()),
+            shutdown: CancellationToken::new(),
+            status_tx,
+        })
+    }
+
+    /// Starts every upstream at once; none waits for another.
+    pub fn start(self: &Arc<Self>) {
+        for idx in 0..self.upstreams.len() {
+            tokio::spawn(supervisor::run(self.clone(), idx));
+        }
+    }
+
+    pub fn upstreams(&self) -> &[Arc<Upstream>] {
+        &self.upstreams
+    }
+
+    pub fn upstream(&self, idx: usize) -> Option<Arc<Upstream>> {
+        self.upstreams.get(idx).cloned()
+    }
+
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.catalog.load_full()
+    }
+
+    pub fn hub(&self) -> &Arc<Hub> {
+        &self.hub
+    }
+
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// Stops every upstream (children are killed with their process groups).
+    pub fn shutdown(&self) {
+        self.shutdown.cancel();
+    }
+
+    /// Rebuilds the merged catalog and tells downstream sessions what changed.
+    pub(super) fn rebuild(&self, changed: Changed) {
+        self.catalog
+            .store(Arc::new(Catalog::build(&self.upstreams, &self.separator)));
+        self.hub.notify_changed(changed);
+    }
+
+    pub(super) fn status_changed(&self) {
+        self.status_tx.send_modify(|v| *v += 1);
+    }
+
+    /// Whether every upstream has left `starting` (ready, failed or retrying).
+    pub fn settled(&self) -> bool {
+        self.upstreams.iter().all(|u| u.phase() != Phase::Starting)
+    }
+
+    /// Waits until [`Self::settled`] or the timeout; returns whether it settled.
+    pub async fn wait_settled(&self, timeout: Duration) -> bool {
+        let mut rx = self.status_tx.subscribe();
+        let wait = async {
+            loop {
+                if self.settled() {
+                    return;
+                }
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.is_ok()
+    }
+
+    /// Ready when at least one upstream is ready, or none is configured.
+    pub fn ready(&self) -> bool {
+        self.upstreams.is_empty() || self.upstreams.iter().any(|u| u.phase() == Phase::Ready)
+    }
+}
+
+impl Pool {
+    /// Waits (bounded) until every supervisor has stopped its upstream.
+    pub async fn wait_stopped(&self, timeout: Duration) -> bool {
+        let mut rx = self.status_tx.subscribe();
+        let done = || {
+            self.upstreams
+                .iter()
+                .all(|u| matches!(u.phase(), Phase::Stopped | Phase::Failed))
+        };
+        let wait = async {
+            while !done() {
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.is_ok()
+    }
+}

@@ -1,0 +1,98 @@
+//! Starting upstream processes so that none outlives fedgate.
+//!
+//! Each child gets its own process group (so the whole tree can be signalled at once) and the
+//! Linux parent-death signal SIGKILL, so it dies even when fedgate is killed with SIGKILL and no
+//! cleanup code runs. Grandchildren are reached through the process group on every orderly exit;
+//! the parent-death signal itself only covers the direct child.
+
+use std::process::Stdio;
+
+use futures::StreamExt;
+use nix::{
+    sys::signal::{Signal, killpg},
+    unistd::Pid,
+};
+use tokio::process::{Child, ChildStderr, Command};
+use tokio_util::codec::{FramedRead, LinesCodec};
+
+use crate::config::{ProcessSpec, defaults::SELF_COMMAND};
+
+/// Longest stderr line forwarded to the logs; longer lines are cut so a flooding child cannot
+/// grow fedgate's memory.
+const MAX_STDERR_LINE_BYTES: usize = 8 * 1024;
+
+/// A running child and its process group; dropping it kills the group.
+#[derive(Debug)]
+pub struct ProcessGuard {
+    pub child: Child,
+    pgid: Option<Pid>,
+}
+
+impl Drop for ProcessGuard {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.pgid {
+            let _ = killpg(pgid, Signal::SIGKILL);
+        }
+    }
+}
+
+/// Resolves `@self` to this executable.
+pub fn program(command: &str) -> std::io::Result<std::path::PathBuf> {
+    if command == SELF_COMMAND {
+        std::env::current_exe()
+    } else {
+        Ok(std::path::PathBuf::from(command))
+    }
+}
+
+/// Spawns `spec` with piped stdio; stderr is forwarded to the logs tagged with `upstream`.
+pub fn spawn(upstream: &str, spec: &ProcessSpec, pipe_stdio: bool) -> std::io::Result<ProcessGuard> {
+    let mut cmd = Command::new(program(&spec.command)?);
+    cmd.args(&spec.args)
+        .envs(&spec.env)
+        .stdin(if pipe_stdio { Stdio::piped() } else { Stdio::null() })
+        .stdout(if pipe_stdio { Stdio::piped() } else { Stdio::null() })
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .process_group(0);
+    if let Some(cwd) = &spec.cwd {
+        cmd.current_dir(cwd);
+    }
+    set_parent_death_signal(&mut cmd);
+    let mut child = cmd.spawn()?;
+    let pgid = child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw);
+    if let Some(stderr) = child.stderr.take() {
+        tokio::spawn(forward_stderr(upstream.to_owned(), stderr));
+    }
+    Ok(ProcessGuard { child, pgid })
+}
+
+#[allow(unsafe_code)]
+fn set_parent_death_signal(cmd: &mut Command) {
+    let parent = nix::unistd::getpid();
+    // SAFETY: the closure runs in the forked child before exec and only makes two
+    // async-signal-safe syscalls (prctl, getppid); it allocates nothing and takes no locks.
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
+            // The parent may have died between fork and prctl; then nobody would send the signal.
+            if nix::unistd::getppid() != parent {
+                return Err(std::io::Error::other("parent exited during spawn"));
+            }
+            Ok(())
+        });
+    }
+}
+
+async fn forward_stderr(upstream: String, stderr: ChildStderr) {
+    let mut lines = FramedRead::new(stderr, LinesCodec::new_with_max_length(MAX_STDERR_LINE_BYTES));
+    while let Some(line) = lines.next().await {
+        match line {
+            Ok(line) => tracing::info!(target: "fedgate::upstream::stderr", upstream = %upstream, "{line}"),
+            Err(tokio_util::codec::LinesCodecError::MaxLineLengthExceeded) => {
+                tracing::warn!(target: "fedgate::upstream::stderr", upstream = %upstream, "stderr line longer than {MAX_STDERR_LINE_BYTES} bytes dropped");
+            }
+            Err(_) => break,
+        }
+    }
+}

@@ -1,0 +1,288 @@
+//! One task per upstream: connect, serve, notice the end, restart with backoff and jitter.
+
+use std::{sync::Arc, time::Duration};
+
+use rmcp::{RoleClient, service::Peer};
+use tokio::{sync::mpsc, time::Instant};
+
+use super::{
+    Connection, Lists, Phase, Upstream,
+    client::{UpstreamClient, UpstreamEvent},
+    connect::{self, Established},
+    inflight::Inflight,
+    pool::Pool,
+    spawn::ProcessGuard,
+};
+use crate::{config::TransportSpec, server::sessions::Changed};
+
+/// A connection that stayed up this long resets the consecutive-failure count.
+const STABLE_AFTER: Duration = Duration::from_secs(30);
+/// First pause between connection attempts to an http upstream that is not listening yet.
+const CONNECT_RETRY_START: Duration = Duration::from_millis(50);
+const CONNECT_RETRY_MAX: Duration = Duration::from_millis(1000);
+
+/// `min(max, base * 2^(n-1)) + random(0, base)`
+pub fn backoff(n: u32, base: Duration, max: Duration) -> Duration {
+    let exp = base.saturating_mul(1u32.checked_shl(n.saturating_sub(1)).unwrap_or(u32::MAX));
+    let jitter_ms = match u64::try_from(base.as_millis()) {
+        Ok(b) if b > 0 => rand::random::<u64>() % b,
+        _ => 0,
+    };
+    exp.min(max) + Duration::from_millis(jitter_ms)
+}
+
+pub(super) async fn run(pool: Arc<Pool>, idx: usize) {
+    let Some(up) = pool.upstream(idx) else {
+        return;
+    };
+    let spec = up.spec.clone();
+    let shutdown = pool.shutdown_token();
+    let mut consecutive: u32 = 0;
+    let mut launched: Option<ProcessGuard> = None;
+    loop {
+        let inflight = Arc::new(Inflight::default());
+        let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
+        let client = UpstreamClient {
+            upstream: Arc::from(spec.name.as_str()),
+            inflight: inflight.clone(),
+            events: ev_tx,
+        };
+        let attempt = tokio::select! {
+            r = tokio::time::timeout(spec.startup_timeout, establish(&up, client, &mut launched)) => r,
+            _ = shutdown.cancelled() => break,
+        };
+        let outcome = match attempt {
+            Ok(Ok((est, mut proc))) => {
+                let since = Instant::now();
+                let reason = serve(&pool, &up, est, inflight, &mut ev_rx, proc.as_mut()).await;
+                drop(proc);
+                if since.elapsed() >= STABLE_AFTER {
+                    consecutive = 0;
+                }
+                reason
+            }
+            Ok(Err(e)) => e,
+            Err(_) => format!("did not become ready within {:?}", spec.startup_timeout),
+        };
+        if shutdown.is_cancelled() {
+            break;
+        }
+        consecutive += 1;
+        tracing::warn!(upstream = %spec.name, attempt = consecutive, "upstream down: {outcome}");
+        if consecutive > spec.restart.max_restarts {
+            up.update(|s| {
+                s.phase = Phase::Failed;
+                s.last_error = Some(format!(
+                    "{outcome} (gave up after {} restarts)",
+                    spec.restart.max_restarts
+                ));
+            });
+            pool.status_changed();
+            tracing::error!(upstream = %spec.name, "upstream failed; not restarting");
+            return;
+        }
+        let delay = backoff(consecutive, spec.restart.base, spec.restart.max);
+        up.update(|s| {
+            s.phase = Phase::Restarting;
+            s.last_error = Some(outcome);
+        });
+        pool.status_changed();
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = shutdown.cancelled() => break,
+        }
+        up.update(|s| s.restarts += 1);
+    }
+    up.update(|s| s.phase = Phase::Stopped);
+    pool.status_changed();
+}
+
+/// Starts the process if any, then connects and handshakes.
+async fn establish(
+    up: &Upstream,
+    client: UpstreamClient,
+    launched: &mut Option<ProcessGuard>,
+) -> Result<(Established, Option<ProcessGuard>), String> {
+    let spec = &up.spec;
+    match &spec.transport {
+        TransportSpec::Stdio(_) => {
+            let mut proc = connect::spawn_stdio(spec)?;
+            let est = connect::connect_stdio(spec, &mut proc, client).await?;
+            Ok((est, Some(proc)))
+        }
+        TransportSpec::Http { url, headers, launch } | TransportSpec::Sse { url, headers, launch } => {
+            if let Some(l) = launch {
+                let exited = match launched.as_mut() {
+                    Some(p) => !matches!(p.child.try_wait(), Ok(None)),
+                    None => true,
+                };
+                if exited {
+                    *launched = Some(
+                        super::spawn::spawn(&spec.name, l, false)
+                            .map_err(|e| format!("cannot launch `{}`: {e}", l.command))?,
+                    );
+                }
+            }
+            let sse = matches!(spec.transport, TransportSpec::Sse { .. });
+            let mut pause = CONNECT_RETRY_START;
+            loop {
+                let r = if sse {
+                    connect::connect_sse(spec, url, headers, client.clone()).await
+                } else {
+                    connect::connect_http(spec, url, headers, client.clone()).await
+                };
+                match r {
+                    Ok(est) => return Ok((est, None)),
+                    // A launched server may not listen yet; the startup timeout bounds this.
+                    Err(e) if launch.is_some() => {
+                        tracing::debug!(upstream = %spec.name, "not reachable yet: {e}");
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(CONNECT_RETRY_MAX);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    }
+}
+
+/// Serves one established connection until it ends; returns why it ended.
+async fn serve(
+    pool: &Arc<Pool>,
+    up: &Arc<Upstream>,
+    est: Established,
+    inflight: Arc<Inflight>,
+    events: &mut mpsc::UnboundedReceiver<UpstreamEvent>,
+    proc: Option<&mut ProcessGuard>,
+) -> String {
+    let Established {
+        service,
+        era,
+        protocol_version,
+        server,
+    } = est;
+    let peer = service.peer().clone();
+    let lists = match fetch_lists(&peer).await {
+        Ok(l) => l,
+        Err(e) => return format!("listing failed: {e}"),
+    };
+    let tools = lists.tools.len();
+    up.lists.store(Arc::new(lists));
+    up.conn.store(Some(Arc::new(Connection {
+        peer: peer.clone(),
+        inflight,
+        era,
+    })));
+    up.update(|s| {
+        s.phase = Phase::Ready;
+        s.era = Some(era);
+        s.protocol_version = Some(protocol_version.clone());
+        s.server = server.clone();
+        s.last_error = None;
+        s.tools = tools;
+    });
+    tracing::info!(upstream = %up.name(), era = ?era, protocol = %protocol_version, tools, "upstream ready");
+    pool.rebuild(Changed::ALL);
+    pool.status_changed();
+
+    let ct = service.cancellation_token();
+    let shutdown = pool.shutdown_token();
+    let waiting = service.waiting();
+    tokio::pin!(waiting);
+    let child_exit = async {
+        match proc {
+            Some(p) => p.child.wait().await.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string()),
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(child_exit);
+    let reason = loop {
+        tokio::select! {
+            _ = &mut waiting => break "connection closed".to_owned(),
+            status = &mut child_exit => break format!("process exited ({status})"),
+            _ = shutdown.cancelled() => {
+                ct.cancel();
+                break "shutting down".to_owned();
+            }
+            Some(ev) = events.recv() => handle_event(pool, up, &peer, ev).await,
+        }
+    };
+    up.conn.store(None);
+    up.lists.store(Arc::new(Lists::default()));
+    up.update(|s| s.tools = 0);
+    pool.rebuild(Changed::ALL);
+    reason
+}
+
+async fn handle_event(pool: &Arc<Pool>, up: &Arc<Upstream>, peer: &Peer<RoleClient>, ev: UpstreamEvent) {
+    let mut lists = (*up.lists()).clone();
+    let changed = match ev {
+        UpstreamEvent::ResourceUpdated(p) => {
+            pool.hub().resource_updated(p);
+            return;
+        }
+        UpstreamEvent::ToolsChanged => match peer.list_all_tools().await {
+            Ok(t) => {
+                lists.tools = t;
+                Changed { tools: true, ..Default::default() }
+            }
+            Err(e) => return tracing::warn!(upstream = %up.name(), "tools/list after change failed: {e}"),
+        },
+        UpstreamEvent::PromptsChanged => match peer.list_all_prompts().await {
+            Ok(p) => {
+                lists.prompts = p;
+                Changed { prompts: true, ..Default::default() }
+            }
+            Err(e) => return tracing::warn!(upstream = %up.name(), "prompts/list after change failed: {e}"),
+        },
+        UpstreamEvent::ResourcesChanged => {
+            match (peer.list_all_resources().await, peer.list_all_resource_templates().await) {
+                (Ok(r), Ok(t)) => {
+                    lists.resources = r;
+                    lists.templates = t;
+                    Changed { resources: true, ..Default::default() }
+                }
+                (Err(e), _) | (_, Err(e)) => {
+                    return tracing::warn!(upstream = %up.name(), "resources/list after change failed: {e}");
+                }
+            }
+        }
+    };
+    let tools = lists.tools.len();
+    up.lists.store(Arc::new(lists));
+    up.update(|s| s.tools = tools);
+    pool.rebuild(changed);
+}
+
+/// Everything an upstream lists, according to the capabilities it declared.
+async fn fetch_lists(peer: &Peer<RoleClient>) -> Result<Lists, rmcp::ServiceError> {
+    let caps = peer.peer_info().map(|i| i.capabilities.clone()).unwrap_or_default();
+    let mut lists = Lists::default();
+    if caps.tools.is_some() {
+        lists.tools = peer.list_all_tools().await?;
+    }
+    if caps.prompts.is_some() {
+        lists.prompts = peer.list_all_prompts().await?;
+    }
+    if caps.resources.is_some() {
+        lists.resources = peer.list_all_resources().await?;
+        lists.templates = peer.list_all_resource_templates().await?;
+    }
+    Ok(lists)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_max_plus_jitter() {
+        let base = Duration::from_millis(100);
+        let max = Duration::from_millis(1000);
+        for n in 1..12 {
+            let d = backoff(n, base, max);
+            let floor = (base * 2u32.pow(n - 1)).min(max);
+            assert!(d >= floor && d < floor + base, "n={n} d={d:?}");
+        }
+    }
+}

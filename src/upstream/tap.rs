@@ -1,0 +1,71 @@
+//! A transport wrapper that sees every message to and from an upstream, in wire order.
+//!
+//! rmcp dispatches notifications on spawned tasks but resolves responses inline, so a progress
+//! notification could overtake nothing and still arrive downstream after the response. The tap
+//! routes progress to its call's queue synchronously while reading, before the response behind
+//! it is even handed to rmcp; the call drains that queue before it returns.
+
+use std::{future::Future, sync::Arc};
+
+use rmcp::{
+    RoleClient,
+    model::{GetExtensions, GetMeta, JsonRpcMessage, ServerNotification},
+    service::{RxJsonRpcMessage, TxJsonRpcMessage},
+    transport::Transport,
+};
+
+use super::inflight::{CallKey, Inflight};
+
+pub struct Tap<T> {
+    inner: T,
+    table: Arc<Inflight>,
+}
+
+impl<T> Tap<T> {
+    pub fn new(inner: T, table: Arc<Inflight>) -> Self {
+        Self { inner, table }
+    }
+}
+
+impl<T> Transport<RoleClient> for Tap<T>
+where
+    T: Transport<RoleClient>,
+{
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        if let JsonRpcMessage::Request(req) = &item
+            && let Some(key) = req.request.extensions().get::<CallKey>()
+        {
+            let token = req.request.get_meta().get_progress_token();
+            self.table.bind(*key, req.id.clone(), token);
+        }
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        loop {
+            let msg = self.inner.receive().await?;
+            if let JsonRpcMessage::Notification(n) = msg {
+                if let ServerNotification::ProgressNotification(p) = n.notification {
+                    match self.table.route_progress(p.params) {
+                        Ok(()) => continue,
+                        Err(params) => {
+                            tracing::debug!(token = ?params.progress_token, "progress for no call in flight");
+                            continue;
+                        }
+                    }
+                }
+                return Some(JsonRpcMessage::Notification(n));
+            }
+            return Some(msg);
+        }
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
+}
