@@ -1,0 +1,229 @@
+//! Test support: a real fedgate process on a free port, real upstreams, real MCP clients.
+#![allow(dead_code)]
+
+use std::{
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use rmcp::{
+    ClientHandler, ErrorData as McpError, RoleClient,
+    model::*,
+    service::{ClientLifecycleMode, ClientServiceExt, NotificationContext, RequestContext, RunningService},
+    transport::StreamableHttpClientTransport,
+};
+use tokio::sync::Notify;
+
+pub const FEDGATE: &str = env!("CARGO_BIN_EXE_fedgate");
+
+/// A free loopback port (bound then released; the OS does not hand it out again at once).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// TOML for a stdio demo upstream.
+pub fn stdio_upstream(name: &str, extra_args: &[&str], extra_toml: &str) -> String {
+    let mut args = vec!["demo-upstream".to_owned(), "--name".into(), name.into()];
+    args.extend(extra_args.iter().map(|s| s.to_string()));
+    format!(
+        "[upstreams.{name}]\nkind = \"stdio\"\ncommand = {cmd:?}\nargs = {args:?}\n{extra_toml}\n",
+        cmd = FEDGATE
+    )
+}
+
+/// TOML for a Streamable HTTP demo upstream that fedgate launches on a free port.
+pub fn http_upstream(name: &str, extra_toml: &str) -> String {
+    let port = free_port();
+    format!(
+        "[upstreams.{name}]\nkind = \"http\"\nurl = \"http://127.0.0.1:{port}/mcp\"\n\
+         launch = {{ command = {cmd:?}, args = [\"demo-upstream\", \"--name\", \"{name}\", \"--http\", \"127.0.0.1:{port}\"] }}\n{extra_toml}\n",
+        cmd = FEDGATE
+    )
+}
+
+/// A running `fedgate serve`; killed (with its upstreams) on drop.
+pub struct Gateway {
+    pub child: Child,
+    pub url: String,
+    pub base: String,
+    pub dir: tempfile::TempDir,
+    pub stderr_path: PathBuf,
+}
+
+impl Gateway {
+    /// Writes `config`, starts fedgate on a free port and waits for its ready line.
+    pub fn start(config: &str) -> Gateway {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cfg = dir.path().join("gateway.toml");
+        std::fs::write(&cfg, config).expect("write config");
+        Self::start_file(&cfg, dir)
+    }
+
+    pub fn start_file(cfg: &Path, dir: tempfile::TempDir) -> Gateway {
+        let stderr_path = dir.path().join("fedgate.stderr");
+        let stderr = std::fs::File::create(&stderr_path).expect("stderr file");
+        let mut child = Command::new(FEDGATE)
+            .args(["serve", "--config"])
+            .arg(cfg)
+            .args(["--listen", "127.0.0.1:0"])
+            .env("FEDGATE_LOG", "info,rmcp=warn")
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .expect("spawn fedgate");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let line = lines
+            .next()
+            .and_then(Result::ok)
+            .unwrap_or_else(|| panic!("fedgate exited before its ready line: {}", std::fs::read_to_string(&stderr_path).unwrap_or_default()));
+        let url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("no address in ready line: {line}"))
+            .to_owned();
+        let base = url.trim_end_matches("/mcp").to_owned();
+        // Keep draining stdout so the child never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Gateway { child, url, base, dir, stderr_path }
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    pub async fn readyz(&self) -> (u16, serde_json::Value) {
+        let r = reqwest::get(format!("{}/readyz", self.base)).await.expect("readyz");
+        let status = r.status().as_u16();
+        (status, r.json().await.expect("readyz json"))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let _ = self.child.wait();
+    }
+}
+
+/// What the test client saw from the server.
+#[derive(Debug, Default)]
+pub struct Seen {
+    pub progress: Mutex<Vec<ProgressNotificationParam>>,
+    pub tools_changed: Notify,
+    pub tool_changes: Mutex<u32>,
+    pub resource_updates: Mutex<Vec<String>>,
+    pub updated: Notify,
+    pub elicitations: Mutex<Vec<String>>,
+}
+
+/// An rmcp client handler that records notifications and answers elicitation with a name.
+#[derive(Debug, Clone)]
+pub struct TestClient {
+    pub seen: Arc<Seen>,
+    pub answer_name: String,
+}
+
+impl TestClient {
+    pub fn new() -> Self {
+        Self { seen: Arc::default(), answer_name: "ada".into() }
+    }
+}
+
+impl ClientHandler for TestClient {
+    fn get_info(&self) -> ClientConfig {
+        let caps = ClientCapabilities::builder().enable_elicitation().build();
+        ClientConfig::new(caps, Implementation::new("fedgate-test", "0"))
+            .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+    }
+
+    async fn create_elicitation(&self, params: ElicitRequestParams, _ctx: RequestContext<RoleClient>) -> Result<ElicitResult, McpError> {
+        let msg = match &params {
+            ElicitRequestParams::FormElicitationParams { message, .. } => message.clone(),
+            _ => String::new(),
+        };
+        self.seen.elicitations.lock().unwrap().push(msg);
+        Ok(serde_json::from_value(serde_json::json!({"action": "accept", "content": {"name": self.answer_name}})).unwrap())
+    }
+
+    async fn on_progress(&self, params: ProgressNotificationParam, _ctx: NotificationContext<RoleClient>) {
+        self.seen.progress.lock().unwrap().push(params);
+    }
+
+    async fn on_tool_list_changed(&self, _ctx: NotificationContext<RoleClient>) {
+        *self.seen.tool_changes.lock().unwrap() += 1;
+        self.seen.tools_changed.notify_waiters();
+        self.seen.tools_changed.notify_one();
+    }
+
+    async fn on_resource_updated(&self, params: ResourceUpdatedNotificationParam, _ctx: NotificationContext<RoleClient>) {
+        self.seen.resource_updates.lock().unwrap().push(params.uri);
+        self.seen.updated.notify_one();
+    }
+}
+
+pub type Client = RunningService<RoleClient, TestClient>;
+
+/// Connects with the handshake-era lifecycle (`initialize`, sessions).
+pub async fn connect_legacy(url: &str, handler: TestClient) -> Client {
+    handler
+        .serve_with_lifecycle(StreamableHttpClientTransport::from_uri(url.to_owned()), ClientLifecycleMode::Initialize)
+        .await
+        .expect("legacy client connects")
+}
+
+/// Connects with the stateless 2026-07-28 lifecycle (`server/discover`).
+pub async fn connect_modern(url: &str, handler: TestClient) -> Client {
+    handler
+        .serve_with_lifecycle(
+            StreamableHttpClientTransport::from_uri(url.to_owned()),
+            ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] },
+        )
+        .await
+        .expect("modern client connects")
+}
+
+pub fn args(v: serde_json::Value) -> JsonObject {
+    v.as_object().cloned().unwrap_or_default()
+}
+
+pub fn first_text(r: &CallToolResult) -> String {
+    r.content
+        .iter()
+        .find_map(|c| c.as_text().map(|t| t.text.clone()))
+        .unwrap_or_default()
+}
+
+pub async fn call(client: &Client, tool: &str, a: serde_json::Value) -> Result<CallToolResult, rmcp::ServiceError> {
+    client.peer().call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(args(a))).await
+}
+
+/// Waits (bounded) until `cond` holds, checking after each notification.
+pub async fn wait_for(notify: &Notify, what: &str, mut cond: impl FnMut() -> bool) {
+    let fut = async {
+        while !cond() {
+            notify.notified().await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), fut)
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {what}"));
+}
+
+/// Whether a process is still alive (not a zombie either).
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'),
+        Err(_) => false,
+    }
+}
