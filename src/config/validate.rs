@@ -275,7 +275,7 @@ fn validate_upstream(
             at,
             format!("invalid upstream name `{name_s}`: use A-Z a-z 0-9 _ - ."),
         );
-    } else if name_s.contains(separator) {
+    } else if !separator.is_empty() && name_s.contains(separator) {
         cx.err_at(
             at,
             format!(
