@@ -82,7 +82,9 @@ impl CallError {
                 "invalid cursor; restart the listing without a cursor",
                 None,
             ),
-            CallError::UpstreamUnavailable { upstream, phase, .. } => McpError::internal_error(
+            CallError::UpstreamUnavailable {
+                upstream, phase, ..
+            } => McpError::internal_error(
                 format!("{msg}; its tools are back once it reconnects, retry later"),
                 Some(json!({ "upstream": upstream, "state": phase })),
             ),

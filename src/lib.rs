@@ -1,7 +1,10 @@
 //! fedgate: a federated gateway proxy for MCP servers.
 #![deny(unsafe_code)]
 #![deny(rust_2018_idioms)]
-#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 pub mod cli;
 pub mod config;

@@ -9,7 +9,10 @@ fn config() -> String {
     format!(
         "[gateway]\n{}{}",
         stdio_upstream("demo", &[], ""),
-        http_upstream("notes", "rename = { write_note = \"save\" }\ndeny = [\"crash\", \"pid\"]\ndescriptions = { echo = \"Echo, via notes.\" }")
+        http_upstream(
+            "notes",
+            "rename = { write_note = \"save\" }\ndeny = [\"crash\", \"pid\"]\ndescriptions = { echo = \"Echo, via notes.\" }"
+        )
     )
 }
 
@@ -22,8 +25,14 @@ async fn tools_from_both_upstreams_are_namespaced_and_routed() {
     assert!(names.contains(&"demo.echo"), "{names:?}");
     assert!(names.contains(&"notes.echo"), "{names:?}");
     assert!(names.contains(&"notes.save"), "rename applies: {names:?}");
-    assert!(!names.contains(&"notes.write_note"), "renamed away: {names:?}");
-    assert!(!names.contains(&"notes.crash") && !names.contains(&"notes.pid"), "deny applies: {names:?}");
+    assert!(
+        !names.contains(&"notes.write_note"),
+        "renamed away: {names:?}"
+    );
+    assert!(
+        !names.contains(&"notes.crash") && !names.contains(&"notes.pid"),
+        "deny applies: {names:?}"
+    );
     assert!(names.contains(&"demo.crash"));
     let described = tools.iter().find(|t| t.name == "notes.echo").unwrap();
     assert_eq!(described.description.as_deref(), Some("Echo, via notes."));
@@ -33,23 +42,46 @@ async fn tools_from_both_upstreams_are_namespaced_and_routed() {
 
     // Each call reaches the upstream that owns the name: the note saved through notes is
     // readable only from notes' resources.
-    let r = call(&client, "demo.echo", serde_json::json!({"text": "hi"})).await.unwrap();
+    let r = call(&client, "demo.echo", serde_json::json!({"text": "hi"}))
+        .await
+        .unwrap();
     assert_eq!(first_text(&r), "echo: hi");
-    let r = call(&client, "notes.save", serde_json::json!({"key": "k1", "value": "v1"})).await.unwrap();
+    let r = call(
+        &client,
+        "notes.save",
+        serde_json::json!({"key": "k1", "value": "v1"}),
+    )
+    .await
+    .unwrap();
     assert_eq!(first_text(&r), "stored k1");
-    let read = client.peer().read_resource(ReadResourceRequestParams::new("notes://notes/k1")).await.unwrap();
+    let read = client
+        .peer()
+        .read_resource(ReadResourceRequestParams::new("notes://notes/k1"))
+        .await
+        .unwrap();
     match &read.contents[0] {
         ResourceContents::TextResourceContents { text, .. } => assert_eq!(text, "v1"),
         other => panic!("unexpected contents {other:?}"),
     }
-    let missing = client.peer().read_resource(ReadResourceRequestParams::new("demo://notes/k1")).await;
+    let missing = client
+        .peer()
+        .read_resource(ReadResourceRequestParams::new("demo://notes/k1"))
+        .await;
     assert!(missing.is_err(), "demo never stored k1");
 
-    let r = call(&client, "demo.add", serde_json::json!({"a": 2, "b": 3})).await.unwrap();
+    let r = call(&client, "demo.add", serde_json::json!({"a": 2, "b": 3}))
+        .await
+        .unwrap();
     assert_eq!(r.structured_content, Some(serde_json::json!({"sum": 5.0})));
 
-    let err = call(&client, "demo.ecoh", serde_json::json!({})).await.unwrap_err().to_string();
-    assert!(err.contains("unknown tool `demo.ecoh`") && err.contains("tools/list"), "{err}");
+    let err = call(&client, "demo.ecoh", serde_json::json!({}))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("unknown tool `demo.ecoh`") && err.contains("tools/list"),
+        "{err}"
+    );
     client.cancel().await.unwrap();
 }
 
@@ -62,7 +94,10 @@ async fn prompts_resources_templates_and_completion() {
     assert_eq!(pnames, vec!["demo.greeting", "notes.greeting"]);
     let got = client
         .peer()
-        .get_prompt(GetPromptRequestParams::new("notes.greeting").with_arguments(args(serde_json::json!({"name": "bob"}))))
+        .get_prompt(
+            GetPromptRequestParams::new("notes.greeting")
+                .with_arguments(args(serde_json::json!({"name": "bob"}))),
+        )
         .await
         .unwrap();
     let text = serde_json::to_string(&got.messages).unwrap();
@@ -74,8 +109,16 @@ async fn prompts_resources_templates_and_completion() {
     let templates = client.peer().list_all_resource_templates().await.unwrap();
     let tpl: Vec<&str> = templates.iter().map(|t| t.uri_template.as_str()).collect();
     assert_eq!(tpl, vec!["demo://notes/{key}", "notes://notes/{key}"]);
-    let read = client.peer().read_resource(ReadResourceRequestParams::new("demo://readme")).await.unwrap();
-    assert!(serde_json::to_string(&read).unwrap().contains("demo is the fedgate demo upstream"));
+    let read = client
+        .peer()
+        .read_resource(ReadResourceRequestParams::new("demo://readme"))
+        .await
+        .unwrap();
+    assert!(
+        serde_json::to_string(&read)
+            .unwrap()
+            .contains("demo is the fedgate demo upstream")
+    );
 
     let done = client
         .peer()
@@ -87,8 +130,16 @@ async fn prompts_resources_templates_and_completion() {
         .unwrap();
     assert_eq!(done.completion.values, vec!["carol".to_owned()]);
 
-    let unknown = client.peer().read_resource(ReadResourceRequestParams::new("nowhere://x")).await;
-    assert!(unknown.unwrap_err().to_string().contains("no upstream serves resource"));
+    let unknown = client
+        .peer()
+        .read_resource(ReadResourceRequestParams::new("nowhere://x"))
+        .await;
+    assert!(
+        unknown
+            .unwrap_err()
+            .to_string()
+            .contains("no upstream serves resource")
+    );
     client.cancel().await.unwrap();
 }
 
@@ -98,7 +149,9 @@ async fn modern_client_sees_the_same_view() {
     let client = connect_modern(&gw.url, TestClient::new()).await;
     let tools = client.peer().list_all_tools().await.unwrap();
     assert!(tools.iter().any(|t| t.name == "notes.save"));
-    let r = call(&client, "notes.echo", serde_json::json!({"text": "modern"})).await.unwrap();
+    let r = call(&client, "notes.echo", serde_json::json!({"text": "modern"}))
+        .await
+        .unwrap();
     assert_eq!(first_text(&r), "echo: modern");
     client.cancel().await.unwrap();
 }

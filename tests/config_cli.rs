@@ -7,7 +7,11 @@ use std::process::{Command, Output};
 use common::*;
 
 fn fedgate(args: &[&str]) -> Output {
-    Command::new(FEDGATE).args(args).env("FEDGATE_LOG", "warn").output().expect("run fedgate")
+    Command::new(FEDGATE)
+        .args(args)
+        .env("FEDGATE_LOG", "warn")
+        .output()
+        .expect("run fedgate")
 }
 
 fn check(text: &str) -> (bool, String) {
@@ -15,7 +19,10 @@ fn check(text: &str) -> (bool, String) {
     let path = dir.path().join("bad.toml");
     std::fs::write(&path, text).unwrap();
     let out = fedgate(&["check", path.to_str().unwrap()]);
-    (out.status.success(), String::from_utf8_lossy(&out.stderr).replace(path.to_str().unwrap(), "FILE"))
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).replace(path.to_str().unwrap(), "FILE"),
+    )
 }
 
 #[test]
@@ -29,15 +36,26 @@ fn unknown_field_is_reported_with_file_and_line() {
 fn bad_separator_is_reported() {
     let (ok, err) = check("[gateway]\nseparator = \"/\"\n");
     assert!(!ok);
-    assert!(err.contains("FILE:2:") && err.contains("bad separator `/`"), "{err}");
+    assert!(
+        err.contains("FILE:2:") && err.contains("bad separator `/`"),
+        "{err}"
+    );
 }
 
 #[test]
 fn invalid_upstream_names_are_reported() {
-    let (ok, err) = check("[upstreams.\"git hub\"]\nkind = \"stdio\"\ncommand = \"x\"\n\n[upstreams.\"a.b\"]\nkind = \"stdio\"\ncommand = \"x\"\n");
+    let (ok, err) = check(
+        "[upstreams.\"git hub\"]\nkind = \"stdio\"\ncommand = \"x\"\n\n[upstreams.\"a.b\"]\nkind = \"stdio\"\ncommand = \"x\"\n",
+    );
     assert!(!ok);
-    assert!(err.contains("FILE:1: invalid upstream name `git hub`"), "{err}");
-    assert!(err.contains("FILE:5: invalid upstream name `a.b`: it contains the separator `.`"), "{err}");
+    assert!(
+        err.contains("FILE:1: invalid upstream name `git hub`"),
+        "{err}"
+    );
+    assert!(
+        err.contains("FILE:5: invalid upstream name `a.b`: it contains the separator `.`"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -47,22 +65,33 @@ fn collisions_name_both_sources() {
     let (ok, err) = check(text);
     assert!(!ok);
     assert!(
-        err.contains("FILE:11: upstream `two`: exposed name `same` collides with upstream `one` (line 5)"),
+        err.contains(
+            "FILE:11: upstream `two`: exposed name `same` collides with upstream `one` (line 5)"
+        ),
         "{err}"
     );
-    let within = "[upstreams.one]\nkind = \"stdio\"\ncommand = \"x\"\nrename = { a = \"z\", b = \"z\" }\n";
+    let within =
+        "[upstreams.one]\nkind = \"stdio\"\ncommand = \"x\"\nrename = { a = \"z\", b = \"z\" }\n";
     let (ok, err) = check(within);
     assert!(!ok);
-    assert!(err.contains("rename of `b` to `z` collides with the rename of `a`"), "{err}");
+    assert!(
+        err.contains("rename of `b` to `z` collides with the rename of `a`"),
+        "{err}"
+    );
     let namespace = "[upstreams.gh]\nkind = \"stdio\"\ncommand = \"x\"\n\n[upstreams.local]\nkind = \"stdio\"\ncommand = \"x\"\nprefix = \"never\"\nrename = { t = \"gh.t\" }\n";
     let (ok, err) = check(namespace);
     assert!(!ok);
-    assert!(err.contains("bare name `gh.t` lies in the namespace of upstream `gh`"), "{err}");
+    assert!(
+        err.contains("bare name `gh.t` lies in the namespace of upstream `gh`"),
+        "{err}"
+    );
 }
 
 #[test]
 fn every_problem_is_reported_at_once() {
-    let (ok, err) = check("[gateway]\nseparator = \"\"\n[upstreams.x]\nkind = \"ftp\"\n[upstreams.y]\nkind = \"http\"\nurl = \"nope\"\n");
+    let (ok, err) = check(
+        "[gateway]\nseparator = \"\"\n[upstreams.x]\nkind = \"ftp\"\n[upstreams.y]\nkind = \"http\"\nurl = \"nope\"\n",
+    );
     assert!(!ok);
     assert!(err.contains("3 problem(s) found"), "{err}");
 }
@@ -70,15 +99,27 @@ fn every_problem_is_reported_at_once() {
 #[test]
 fn too_long_names_break_the_tool_name_rules() {
     let alias = "x".repeat(126);
-    let (ok, err) = check(&format!("[upstreams.ab]\nkind = \"stdio\"\ncommand = \"x\"\nrename = {{ t = \"{alias}\" }}\n"));
+    let (ok, err) = check(&format!(
+        "[upstreams.ab]\nkind = \"stdio\"\ncommand = \"x\"\nrename = {{ t = \"{alias}\" }}\n"
+    ));
     assert!(!ok);
-    assert!(err.contains("is 129 characters long; MCP tool names are 1-128"), "{err}");
+    assert!(
+        err.contains("is 129 characters long; MCP tool names are 1-128"),
+        "{err}"
+    );
 }
 
 #[test]
 fn the_shipped_config_is_valid() {
-    let out = fedgate(&["check", concat!(env!("CARGO_MANIFEST_DIR"), "/gateway.toml")]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = fedgate(&[
+        "check",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/gateway.toml"),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -92,17 +133,34 @@ async fn imported_mcp_servers_config_checks_and_serves() {
     let src = dir.path().join("claude_desktop_config.json");
     std::fs::write(&src, json.to_string()).unwrap();
     let out = fedgate(&["import", src.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let toml = String::from_utf8(out.stdout).unwrap();
-    assert!(toml.contains("[upstreams.local_files]") && toml.contains("[upstreams.remote]"), "{toml}");
+    assert!(
+        toml.contains("[upstreams.local_files]") && toml.contains("[upstreams.remote]"),
+        "{toml}"
+    );
     let cfg = dir.path().join("gateway.toml");
     std::fs::write(&cfg, &toml).unwrap();
     let out = fedgate(&["check", cfg.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // The http entry points at nothing: serve still runs the stdio one.
     let gw = Gateway::start_file(&cfg, dir);
     let client = connect_legacy(&gw.url, TestClient::new()).await;
-    let r = call(&client, "local_files.echo", serde_json::json!({"text": "imported"})).await.unwrap();
+    let r = call(
+        &client,
+        "local_files.echo",
+        serde_json::json!({"text": "imported"}),
+    )
+    .await
+    .unwrap();
     assert_eq!(first_text(&r), "echo: imported");
     client.cancel().await.unwrap();
 }
@@ -111,19 +169,48 @@ async fn imported_mcp_servers_config_checks_and_serves() {
 fn tools_and_call_commands() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("gateway.toml");
-    std::fs::write(&cfg, format!("[gateway]\n{}", stdio_upstream("demo", &[], ""))).unwrap();
+    std::fs::write(
+        &cfg,
+        format!("[gateway]\n{}", stdio_upstream("demo", &[], "")),
+    )
+    .unwrap();
     let out = fedgate(&["tools", "--config", cfg.to_str().unwrap()]);
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success());
-    let echo = table.lines().find(|l| l.starts_with("demo.echo ")).unwrap_or_else(|| panic!("{table}"));
-    assert!(echo.contains("demo") && echo.contains("read") && echo.contains("Echo the text back."), "{echo}");
-    let note = table.lines().find(|l| l.starts_with("demo.write_note ")).unwrap();
+    let echo = table
+        .lines()
+        .find(|l| l.starts_with("demo.echo "))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(
+        echo.contains("demo") && echo.contains("read") && echo.contains("Echo the text back."),
+        "{echo}"
+    );
+    let note = table
+        .lines()
+        .find(|l| l.starts_with("demo.write_note "))
+        .unwrap();
     assert!(note.contains("write"), "{note}");
     let out = fedgate(&["tools", "--json", "--config", cfg.to_str().unwrap()]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(v.as_array().unwrap().iter().any(|t| t["name"] == "demo.add" && t["access"] == "read"));
-    let out = fedgate(&["call", "demo.add", "--args", "{\"a\": 20, \"b\": 22}", "--config", cfg.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        v.as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "demo.add" && t["access"] == "read")
+    );
+    let out = fedgate(&[
+        "call",
+        "demo.add",
+        "--args",
+        "{\"a\": 20, \"b\": 22}",
+        "--config",
+        cfg.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["structuredContent"]["sum"], 42.0);
     let out = fedgate(&["call", "demo.nope", "--config", cfg.to_str().unwrap()]);
@@ -142,9 +229,13 @@ async fn legacy_sse_upstream() {
     let client = TestClient::new();
     let seen = client.seen.clone();
     let client = connect_legacy(&gw.url, client).await;
-    let r = call(&client, "old.echo", serde_json::json!({"text": "sse"})).await.unwrap();
+    let r = call(&client, "old.echo", serde_json::json!({"text": "sse"}))
+        .await
+        .unwrap();
     assert_eq!(first_text(&r), "echo: sse");
-    let r = call(&client, "old.progress", serde_json::json!({"steps": 2})).await.unwrap();
+    let r = call(&client, "old.progress", serde_json::json!({"steps": 2}))
+        .await
+        .unwrap();
     assert_eq!(first_text(&r), "done 2");
     let (_, ready) = gw.readyz().await;
     assert_eq!(ready["upstreams"]["old"]["kind"], "sse");
@@ -158,15 +249,26 @@ async fn stdio_downstream_serves_the_same_view() {
     use rmcp::{ServiceExt, transport::TokioChildProcess};
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("gateway.toml");
-    std::fs::write(&cfg, format!("[gateway]\n{}", stdio_upstream("demo", &[], ""))).unwrap();
+    std::fs::write(
+        &cfg,
+        format!("[gateway]\n{}", stdio_upstream("demo", &[], "")),
+    )
+    .unwrap();
     let mut cmd = tokio::process::Command::new(FEDGATE);
-    cmd.args(["stdio", "--config", cfg.to_str().unwrap()]).env("FEDGATE_LOG", "warn");
-    let client = TestClient::new().serve(TokioChildProcess::new(cmd).unwrap()).await.unwrap();
+    cmd.args(["stdio", "--config", cfg.to_str().unwrap()])
+        .env("FEDGATE_LOG", "warn");
+    let client = TestClient::new()
+        .serve(TokioChildProcess::new(cmd).unwrap())
+        .await
+        .unwrap();
     let tools = client.peer().list_all_tools().await.unwrap();
     assert!(tools.iter().any(|t| t.name == "demo.echo"));
     let r = client
         .peer()
-        .call_tool(rmcp::model::CallToolRequestParams::new("demo.echo").with_arguments(args(serde_json::json!({"text": "stdio"}))))
+        .call_tool(
+            rmcp::model::CallToolRequestParams::new("demo.echo")
+                .with_arguments(args(serde_json::json!({"text": "stdio"}))),
+        )
         .await
         .unwrap();
     assert_eq!(first_text(&r), "echo: stdio");

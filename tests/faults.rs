@@ -11,7 +11,11 @@ async fn a_failing_upstream_does_not_block_the_others() {
     let gw = Gateway::start(&format!(
         "[gateway]\n{}{}",
         stdio_upstream("good", &[], ""),
-        stdio_upstream("bad", &["--fail-start"], "restart = { max_restarts = 1, base_ms = 10, max_ms = 20 }")
+        stdio_upstream(
+            "bad",
+            &["--fail-start"],
+            "restart = { max_restarts = 1, base_ms = 10, max_ms = 20 }"
+        )
     ));
     let client = connect_legacy(&gw.url, TestClient::new()).await;
     let tools = client.peer().list_all_tools().await.unwrap();
@@ -22,20 +26,30 @@ async fn a_failing_upstream_does_not_block_the_others() {
     assert_eq!(ready["upstreams"]["good"]["phase"], "ready");
     let bad = &ready["upstreams"]["bad"];
     assert_ne!(bad["phase"], "ready", "{ready}");
-    assert!(bad["last_error"].as_str().is_some_and(|e| !e.is_empty()), "{ready}");
+    assert!(
+        bad["last_error"].as_str().is_some_and(|e| !e.is_empty()),
+        "{ready}"
+    );
     client.cancel().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_slow_upstream_does_not_delay_the_others() {
     // The slow one needs 30 s but may take only 1 s: the gateway is ready long before 30 s.
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let gw = Gateway::start(&format!(
         "[gateway]\n{}{}",
         stdio_upstream("fast", &[], ""),
-        stdio_upstream("slow", &["--start-delay-ms", "30000"], "startup_timeout_ms = 1000\nrestart = { max_restarts = 0 }")
+        stdio_upstream(
+            "slow",
+            &["--start-delay-ms", "30000"],
+            "startup_timeout_ms = 1000\nrestart = { max_restarts = 0 }"
+        )
     ));
-    assert!(started.elapsed() < Duration::from_secs(20), "ready line came after the slow upstream");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "ready line came after the slow upstream"
+    );
     let (_, ready) = gw.readyz().await;
     assert_eq!(ready["upstreams"]["fast"]["phase"], "ready");
     assert_ne!(ready["upstreams"]["slow"]["phase"], "ready");
@@ -45,24 +59,45 @@ async fn a_slow_upstream_does_not_delay_the_others() {
 async fn a_crash_mid_call_fails_fast_and_the_upstream_comes_back() {
     let gw = Gateway::start(&format!(
         "[gateway]\n{}",
-        stdio_upstream("demo", &[], "era = \"legacy\"\nrestart = { base_ms = 10, max_ms = 50 }")
+        stdio_upstream(
+            "demo",
+            &[],
+            "era = \"legacy\"\nrestart = { base_ms = 10, max_ms = 50 }"
+        )
     ));
     let client = TestClient::new();
     let seen = client.seen.clone();
     let client = connect_legacy(&gw.url, client).await;
-    let pid_before = first_text(&call(&client, "demo.pid", serde_json::json!({})).await.unwrap());
-    let changes = *seen.tool_changes.lock().unwrap();
-    let err = tokio::time::timeout(Duration::from_secs(10), call(&client, "demo.crash", serde_json::json!({})))
-        .await
-        .expect("the caller gets an answer, not a hang")
-        .unwrap_err()
-        .to_string();
+    let pid_before = first_text(
+        &call(&client, "demo.pid", serde_json::json!({}))
+            .await
+            .unwrap(),
+    );
+    let changes = *seen.tool_changes.lock();
+    let err = tokio::time::timeout(
+        Duration::from_secs(10),
+        call(&client, "demo.crash", serde_json::json!({})),
+    )
+    .await
+    .expect("the caller gets an answer, not a hang")
+    .unwrap_err()
+    .to_string();
     assert!(err.contains("upstream `demo`"), "{err}");
     // The tools vanish and come back: two list_changed notifications.
-    wait_for(&seen.tools_changed, "tools to come back", || *seen.tool_changes.lock().unwrap() >= changes + 2).await;
-    let pid_after = first_text(&call(&client, "demo.pid", serde_json::json!({})).await.unwrap());
+    wait_for(&seen.tools_changed, "tools to come back", || {
+        *seen.tool_changes.lock() >= changes + 2
+    })
+    .await;
+    let pid_after = first_text(
+        &call(&client, "demo.pid", serde_json::json!({}))
+            .await
+            .unwrap(),
+    );
     assert_ne!(pid_before, pid_after, "a new process serves");
-    assert!(!alive(pid_before.parse().unwrap()), "the crashed child is reaped");
+    assert!(
+        !alive(pid_before.parse().unwrap()),
+        "the crashed child is reaped"
+    );
     let (_, ready) = gw.readyz().await;
     assert!(ready["upstreams"]["demo"]["restarts"].as_u64().unwrap() >= 1);
     client.cancel().await.unwrap();
@@ -73,19 +108,36 @@ async fn calls_to_a_down_upstream_say_so() {
     let gw = Gateway::start(&format!(
         "[gateway]\n{}{}",
         stdio_upstream("demo", &[], ""),
-        stdio_upstream("gone", &["--crash-after", "0"], "restart = { max_restarts = 0 }")
+        stdio_upstream(
+            "gone",
+            &["--crash-after", "0"],
+            "restart = { max_restarts = 0 }"
+        )
     ));
     let client = connect_legacy(&gw.url, TestClient::new()).await;
-    let err = call(&client, "gone.echo", serde_json::json!({"text": "x"})).await.unwrap_err().to_string();
+    let err = call(&client, "gone.echo", serde_json::json!({"text": "x"}))
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("upstream `gone`"), "{err}");
     // After it died it is no longer listed; the other still serves.
     let (_, ready) = gw.readyz().await;
     assert_eq!(ready["upstreams"]["gone"]["phase"], "failed", "{ready}");
     let tools = client.peer().list_all_tools().await.unwrap();
     assert!(!tools.iter().any(|t| t.name.starts_with("gone.")));
-    let err = call(&client, "gone.echo", serde_json::json!({})).await.unwrap_err().to_string();
+    let err = call(&client, "gone.echo", serde_json::json!({}))
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("unknown tool `gone.echo`"), "{err}");
-    assert_eq!(first_text(&call(&client, "demo.echo", serde_json::json!({"text": "ok"})).await.unwrap()), "echo: ok");
+    assert_eq!(
+        first_text(
+            &call(&client, "demo.echo", serde_json::json!({"text": "ok"}))
+                .await
+                .unwrap()
+        ),
+        "echo: ok"
+    );
     client.cancel().await.unwrap();
 }
 
@@ -99,11 +151,20 @@ async fn no_child_survives_sigkill_of_fedgate() {
     let client = connect_legacy(&gw.url, TestClient::new()).await;
     let mut pids = Vec::new();
     for u in ["a", "b"] {
-        let pid: u32 = first_text(&call(&client, &format!("{u}.pid"), serde_json::json!({})).await.unwrap()).parse().unwrap();
+        let pid: u32 = first_text(
+            &call(&client, &format!("{u}.pid"), serde_json::json!({}))
+                .await
+                .unwrap(),
+        )
+        .parse()
+        .unwrap();
         assert!(alive(pid));
         pids.push(pid);
     }
-    Command::new("kill").args(["-KILL", &gw.pid().to_string()]).status().unwrap();
+    Command::new("kill")
+        .args(["-KILL", &gw.pid().to_string()])
+        .status()
+        .unwrap();
     gw.child.wait().unwrap();
     // Nothing signals a process's end to a non-parent; check for a bounded time.
     let gone = tokio::time::timeout(Duration::from_secs(10), async {

@@ -11,17 +11,32 @@ use rmcp::{model::*, service::PeerRequestOptions};
 async fn list_changed_reaches_the_client_and_the_new_tool_is_callable() {
     // Handshake era end to end; stateless-era upstreams announce changes only through
     // subscriptions/listen, which the protocol-fidelity work adds.
-    let gw = Gateway::start(&format!("[gateway]\n{}", stdio_upstream("demo", &[], "era = \"legacy\"")));
+    let gw = Gateway::start(&format!(
+        "[gateway]\n{}",
+        stdio_upstream("demo", &[], "era = \"legacy\"")
+    ));
     let client = TestClient::new();
     let seen = client.seen.clone();
     let client = connect_legacy(&gw.url, client).await;
-    assert!(call(&client, "demo.extra", serde_json::json!({})).await.is_err(), "extra does not exist yet");
-    let before = *seen.tool_changes.lock().unwrap();
-    call(&client, "demo.toggle_extra", serde_json::json!({})).await.unwrap();
-    wait_for(&seen.tools_changed, "tools/list_changed", || *seen.tool_changes.lock().unwrap() > before).await;
+    assert!(
+        call(&client, "demo.extra", serde_json::json!({}))
+            .await
+            .is_err(),
+        "extra does not exist yet"
+    );
+    let before = *seen.tool_changes.lock();
+    call(&client, "demo.toggle_extra", serde_json::json!({}))
+        .await
+        .unwrap();
+    wait_for(&seen.tools_changed, "tools/list_changed", || {
+        *seen.tool_changes.lock() > before
+    })
+    .await;
     let tools = client.peer().list_all_tools().await.unwrap();
     assert!(tools.iter().any(|t| t.name == "demo.extra"));
-    let r = call(&client, "demo.extra", serde_json::json!({})).await.unwrap();
+    let r = call(&client, "demo.extra", serde_json::json!({}))
+        .await
+        .unwrap();
     assert_eq!(first_text(&r), "extra!");
     client.cancel().await.unwrap();
 }
@@ -32,13 +47,15 @@ async fn progress_is_relayed_with_the_clients_token() {
     let client = TestClient::new();
     let seen = client.seen.clone();
     let client = connect_legacy(&gw.url, client).await;
-    let r = call(&client, "demo.progress", serde_json::json!({"steps": 4})).await.unwrap();
+    let r = call(&client, "demo.progress", serde_json::json!({"steps": 4}))
+        .await
+        .unwrap();
     assert_eq!(first_text(&r), "done 4");
     // rmcp's client dispatches notifications on spawned tasks, so they may be recorded a moment
     // after the response; the wire order is checked in `progress_precedes_response_under_load`.
     let got = tokio::time::timeout(Duration::from_secs(10), async {
         loop {
-            let n = seen.progress.lock().unwrap().len();
+            let n = seen.progress.lock().len();
             if n >= 4 {
                 return n;
             }
@@ -48,7 +65,12 @@ async fn progress_is_relayed_with_the_clients_token() {
     .await
     .expect("4 progress notifications");
     assert_eq!(got, 4);
-    let mut msgs: Vec<_> = seen.progress.lock().unwrap().iter().map(|p| p.message.clone().unwrap_or_default()).collect();
+    let mut msgs: Vec<_> = seen
+        .progress
+        .lock()
+        .iter()
+        .map(|p| p.message.clone().unwrap_or_default())
+        .collect();
     msgs.sort();
     assert_eq!(msgs, vec!["step 1", "step 2", "step 3", "step 4"]);
     client.cancel().await.unwrap();
@@ -82,14 +104,27 @@ async fn progress_precedes_response_under_load() {
     )
     .await
     .unwrap();
-    let session = init.headers().get("mcp-session-id").unwrap().to_str().unwrap().to_owned();
+    let session = init
+        .headers()
+        .get("mcp-session-id")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
     let _ = init.text().await;
-    post(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}), Some(session.clone()))
-        .await
-        .unwrap();
+    post(
+        serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        Some(session.clone()),
+    )
+    .await
+    .unwrap();
 
     let calls = (1..=48).map(|i| {
-        let tool = if i % 2 == 0 { "demo.progress" } else { "notes.progress" };
+        let tool = if i % 2 == 0 {
+            "demo.progress"
+        } else {
+            "notes.progress"
+        };
         let body = serde_json::json!({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {
             "name": tool, "arguments": {"steps": 5}, "_meta": {"progressToken": format!("t{i}")}}});
         let fut = post(body, Some(session.clone()));
@@ -97,12 +132,21 @@ async fn progress_precedes_response_under_load() {
             let text = fut.await.unwrap().text().await.unwrap();
             let mut progress = 0;
             for data in text.lines().filter_map(|l| l.strip_prefix("data:")) {
-                let Ok(v) = serde_json::from_str::<serde_json::Value>(data.trim()) else { continue };
+                let Ok(v) = serde_json::from_str::<serde_json::Value>(data.trim()) else {
+                    continue;
+                };
                 if v["method"] == "notifications/progress" {
-                    assert_eq!(v["params"]["progressToken"], format!("t{i}"), "token mapped back");
+                    assert_eq!(
+                        v["params"]["progressToken"],
+                        format!("t{i}"),
+                        "token mapped back"
+                    );
                     progress += 1;
                 } else if v["id"] == i {
-                    assert_eq!(progress, 5, "call {i}: all progress before the response, got {progress}: {text}");
+                    assert_eq!(
+                        progress, 5,
+                        "call {i}: all progress before the response, got {progress}: {text}"
+                    );
                     return;
                 }
             }
@@ -117,12 +161,19 @@ async fn cancellation_reaches_the_upstream() {
     let gw = Gateway::start(&format!("[gateway]\n{}", stdio_upstream("demo", &[], "")));
     let client = connect_legacy(&gw.url, TestClient::new()).await;
     let req = ClientRequest::CallToolRequest(CallToolRequest::new(
-        CallToolRequestParams::new("demo.slow").with_arguments(args(serde_json::json!({"ms": 60000}))),
+        CallToolRequestParams::new("demo.slow")
+            .with_arguments(args(serde_json::json!({"ms": 60000}))),
     ));
-    let handle = client.peer().send_request_with_option(req, PeerRequestOptions::no_options()).await.unwrap();
+    let handle = client
+        .peer()
+        .send_request_with_option(req, PeerRequestOptions::no_options())
+        .await
+        .unwrap();
     // The upstream must have the call before we cancel it: wait until its counter shows it.
     let stats = || async {
-        let r = call(&client, "demo.stats", serde_json::json!({})).await.unwrap();
+        let r = call(&client, "demo.stats", serde_json::json!({}))
+            .await
+            .unwrap();
         r.structured_content.unwrap()
     };
     tokio::time::timeout(Duration::from_secs(10), async {
@@ -141,13 +192,22 @@ async fn cancellation_reaches_the_upstream() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn elicitation_round_trip_handshake_era() {
-    let gw = Gateway::start(&format!("[gateway]\n{}", stdio_upstream("demo", &[], "era = \"legacy\"")));
+    let gw = Gateway::start(&format!(
+        "[gateway]\n{}",
+        stdio_upstream("demo", &[], "era = \"legacy\"")
+    ));
     let client = TestClient::new();
     let seen = client.seen.clone();
     let client = connect_legacy(&gw.url, client).await;
-    let r = call(&client, "demo.ask", serde_json::json!({})).await.unwrap();
-    assert_eq!(first_text(&r), "hello ada", "the client's answer reached the upstream");
-    assert_eq!(seen.elicitations.lock().unwrap().as_slice(), ["What is your name?"]);
+    let r = call(&client, "demo.ask", serde_json::json!({}))
+        .await
+        .unwrap();
+    assert_eq!(
+        first_text(&r),
+        "hello ada",
+        "the client's answer reached the upstream"
+    );
+    assert_eq!(seen.elicitations.lock().as_slice(), ["What is your name?"]);
     let (_, ready) = gw.readyz().await;
     assert_eq!(ready["upstreams"]["demo"]["era"], "handshake");
     client.cancel().await.unwrap();
@@ -155,7 +215,10 @@ async fn elicitation_round_trip_handshake_era() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn elicitation_round_trip_stateless_era() {
-    let gw = Gateway::start(&format!("[gateway]\n{}", http_upstream("notes", "era = \"modern\"")));
+    let gw = Gateway::start(&format!(
+        "[gateway]\n{}",
+        http_upstream("notes", "era = \"modern\"")
+    ));
     let client = connect_modern(&gw.url, TestClient::new()).await;
     let first = client
         .peer()
@@ -167,10 +230,17 @@ async fn elicitation_round_trip_stateless_era() {
     };
     let state = ir.request_state.clone().expect("request state echoed");
     let mut responses = InputResponses::new();
-    responses.insert("name".into(), serde_json::json!({"action": "accept", "content": {"name": "grace"}}));
+    responses.insert(
+        "name".into(),
+        serde_json::json!({"action": "accept", "content": {"name": "grace"}}),
+    );
     let second = client
         .peer()
-        .call_tool_once(CallToolRequestParams::new("notes.ask").with_input_responses(responses).with_request_state(state))
+        .call_tool_once(
+            CallToolRequestParams::new("notes.ask")
+                .with_input_responses(responses)
+                .with_request_state(state),
+        )
         .await
         .unwrap();
     let CallToolResponse::Complete(done) = second else {
@@ -184,15 +254,31 @@ async fn elicitation_round_trip_stateless_era() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn resource_updates_reach_subscribers() {
-    let gw = Gateway::start(&format!("[gateway]\n{}", stdio_upstream("demo", &[], "era = \"legacy\"")));
+    let gw = Gateway::start(&format!(
+        "[gateway]\n{}",
+        stdio_upstream("demo", &[], "era = \"legacy\"")
+    ));
     let client = TestClient::new();
     let seen = client.seen.clone();
     let client = connect_legacy(&gw.url, client).await;
     #[allow(deprecated)]
-    client.peer().subscribe(SubscribeRequestParams::new("demo://notes/a")).await.unwrap();
-    call(&client, "demo.write_note", serde_json::json!({"key": "a", "value": "1"})).await.unwrap();
+    client
+        .peer()
+        .subscribe(SubscribeRequestParams::new("demo://notes/a"))
+        .await
+        .unwrap();
+    call(
+        &client,
+        "demo.write_note",
+        serde_json::json!({"key": "a", "value": "1"}),
+    )
+    .await
+    .unwrap();
     wait_for(&seen.updated, "resources/updated", || {
-        seen.resource_updates.lock().unwrap().iter().any(|u| u == "demo://notes/a")
+        seen.resource_updates
+            .lock()
+            .iter()
+            .any(|u| u == "demo://notes/a")
     })
     .await;
     client.cancel().await.unwrap();

@@ -3,7 +3,8 @@
 use std::{path::Path, process::ExitCode};
 
 pub fn import(file: &Path) -> Result<ExitCode, String> {
-    let text = std::fs::read_to_string(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
     let toml = crate::config::import::from_mcp_servers(&text)?;
     print!("{toml}");
     Ok(ExitCode::SUCCESS)

@@ -51,9 +51,18 @@ pub async fn tools(path: &Path, json: bool) -> Result<ExitCode, String> {
     } else {
         let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(4).max(4);
         let wu = rows.iter().map(|r| r.1.len()).max().unwrap_or(8).max(8);
-        println!("{:<w$}  {:<wu$}  {:<5}  DESCRIPTION", "NAME", "UPSTREAM", "ACCESS");
+        println!(
+            "{:<w$}  {:<wu$}  {:<5}  DESCRIPTION",
+            "NAME", "UPSTREAM", "ACCESS"
+        );
         for (n, u, rw, d) in &rows {
-            let d: String = d.lines().next().unwrap_or("").chars().take(DESCRIPTION_CHARS).collect();
+            let d: String = d
+                .lines()
+                .next()
+                .unwrap_or("")
+                .chars()
+                .take(DESCRIPTION_CHARS)
+                .collect();
             println!("{n:<w$}  {u:<wu$}  {rw:<5}  {d}");
         }
     }
@@ -73,7 +82,8 @@ pub async fn tools(path: &Path, json: bool) -> Result<ExitCode, String> {
 }
 
 pub async fn call(path: &Path, tool: &str, args: &str) -> Result<ExitCode, String> {
-    let args: JsonObject = serde_json::from_str(args).map_err(|e| format!("--args is not a JSON object: {e}"))?;
+    let args: JsonObject =
+        serde_json::from_str(args).map_err(|e| format!("--args is not a JSON object: {e}"))?;
     let snapshot = load(path)?;
     let pool = Pool::new(&snapshot);
     pool.start();
@@ -92,10 +102,17 @@ pub async fn call(path: &Path, tool: &str, args: &str) -> Result<ExitCode, Strin
     match result {
         Ok(ServerResult::CallToolResult(r)) => {
             println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
-            Ok(if r.is_error == Some(true) { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+            Ok(if r.is_error == Some(true) {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
         }
         Ok(other) => {
-            println!("{}", serde_json::to_string_pretty(&other).unwrap_or_default());
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&other).unwrap_or_default()
+            );
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => Err(e.to_string()),

@@ -13,7 +13,11 @@ use clap::{Parser, Subcommand};
 pub const DEFAULT_CONFIG: &str = "gateway.toml";
 
 #[derive(Debug, Parser)]
-#[command(name = "fedgate", version, about = "Federated gateway proxy for MCP servers")]
+#[command(
+    name = "fedgate",
+    version,
+    about = "Federated gateway proxy for MCP servers"
+)]
 struct Cli {
     /// Log format on stderr.
     #[arg(long, global = true, default_value = "text", value_parser = ["text", "json"])]
@@ -68,8 +72,14 @@ enum Command {
 
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(&cli.log_format, matches!(cli.command, Command::DemoUpstream(_)));
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    init_logging(
+        &cli.log_format,
+        matches!(cli.command, Command::DemoUpstream(_)),
+    );
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("fedgate: cannot start the runtime: {e}");

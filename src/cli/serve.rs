@@ -47,7 +47,9 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, String
         .local_addr()
         .map_err(|e| format!("cannot read the bound address: {e}"))?;
     if addr.ip().is_loopback() {
-        tracing::info!("listening on loopback without client authentication (only local clients can connect)");
+        tracing::info!(
+            "listening on loopback without client authentication (only local clients can connect)"
+        );
     } else {
         tracing::warn!("listening on {addr} without client authentication");
     }

@@ -13,8 +13,8 @@ use serde::Deserialize;
 use toml::Spanned;
 
 pub use validate::{
-    Diagnostic, Era, GatewaySettings, PrefixMode, ProcessSpec, RestartPolicy, Snapshot, TransportSpec,
-    UpstreamSpec,
+    Diagnostic, Era, GatewaySettings, PrefixMode, ProcessSpec, RestartPolicy, Snapshot,
+    TransportSpec, UpstreamSpec,
 };
 
 /// The whole file.
@@ -146,5 +146,9 @@ pub fn load_str(file: &str, text: &str) -> Result<Snapshot, Vec<Diagnostic>> {
 /// 1-based line of a byte offset.
 pub(crate) fn line_of(text: &str, offset: usize) -> usize {
     let end = offset.min(text.len());
-    text.as_bytes()[..end].iter().filter(|b| **b == b'\n').count() + 1
+    text.as_bytes()[..end]
+        .iter()
+        .filter(|b| **b == b'\n')
+        .count()
+        + 1
 }

@@ -171,7 +171,10 @@ pub(super) fn validate(
             Err(_) => {
                 cx.err_at(
                     l.span().start,
-                    format!("listen: `{}` is not an address like 127.0.0.1:8930", l.get_ref()),
+                    format!(
+                        "listen: `{}` is not an address like 127.0.0.1:8930",
+                        l.get_ref()
+                    ),
                 );
                 fallback_listen()
             }
@@ -290,20 +293,33 @@ fn validate_upstream(
     let transport = match kind {
         "stdio" => {
             if let Some(url) = &u.url {
-                cx.err_at(url.span().start, format!("upstream `{name_s}`: `url` does not apply to kind stdio"));
+                cx.err_at(
+                    url.span().start,
+                    format!("upstream `{name_s}`: `url` does not apply to kind stdio"),
+                );
             }
             if u.launch.is_some() || !u.headers.is_empty() {
-                cx.err_at(kind_at, format!("upstream `{name_s}`: `launch` and `headers` do not apply to kind stdio"));
+                cx.err_at(
+                    kind_at,
+                    format!(
+                        "upstream `{name_s}`: `launch` and `headers` do not apply to kind stdio"
+                    ),
+                );
             }
             match &u.command {
-                Some(c) if !c.get_ref().trim().is_empty() => Some(TransportSpec::Stdio(ProcessSpec {
-                    command: c.get_ref().clone(),
-                    args: u.args.clone(),
-                    env: u.env.clone(),
-                    cwd: u.cwd.clone(),
-                })),
+                Some(c) if !c.get_ref().trim().is_empty() => {
+                    Some(TransportSpec::Stdio(ProcessSpec {
+                        command: c.get_ref().clone(),
+                        args: u.args.clone(),
+                        env: u.env.clone(),
+                        cwd: u.cwd.clone(),
+                    }))
+                }
                 _ => {
-                    cx.err_at(kind_at, format!("upstream `{name_s}`: kind stdio needs `command`"));
+                    cx.err_at(
+                        kind_at,
+                        format!("upstream `{name_s}`: kind stdio needs `command`"),
+                    );
                     None
                 }
             }
@@ -316,7 +332,12 @@ fn validate_upstream(
                 );
             }
             if !u.args.is_empty() || !u.env.is_empty() || u.cwd.is_some() {
-                cx.err_at(kind_at, format!("upstream `{name_s}`: `args`, `env` and `cwd` do not apply to kind {kind}"));
+                cx.err_at(
+                    kind_at,
+                    format!(
+                        "upstream `{name_s}`: `args`, `env` and `cwd` do not apply to kind {kind}"
+                    ),
+                );
             }
             match &u.url {
                 Some(url) => {
@@ -324,17 +345,31 @@ fn validate_upstream(
                     if !(s.starts_with("http://") || s.starts_with("https://"))
                         || s.parse::<http::Uri>().is_err()
                     {
-                        cx.err_at(url.span().start, format!("upstream `{name_s}`: `{s}` is not an http(s) URL"));
+                        cx.err_at(
+                            url.span().start,
+                            format!("upstream `{name_s}`: `{s}` is not an http(s) URL"),
+                        );
                     }
                     let (url, headers) = (s.clone(), u.headers.clone());
                     Some(if kind == "http" {
-                        TransportSpec::Http { url, headers, launch }
+                        TransportSpec::Http {
+                            url,
+                            headers,
+                            launch,
+                        }
                     } else {
-                        TransportSpec::Sse { url, headers, launch }
+                        TransportSpec::Sse {
+                            url,
+                            headers,
+                            launch,
+                        }
                     })
                 }
                 None => {
-                    cx.err_at(kind_at, format!("upstream `{name_s}`: kind {kind} needs `url`"));
+                    cx.err_at(
+                        kind_at,
+                        format!("upstream `{name_s}`: kind {kind} needs `url`"),
+                    );
                     None
                 }
             }
@@ -359,7 +394,10 @@ fn validate_upstream(
             "legacy" => Era::Legacy,
             "modern" => Era::Modern,
             other => {
-                cx.err_at(e.span().start, format!("era: `{other}` is not one of auto, legacy, modern"));
+                cx.err_at(
+                    e.span().start,
+                    format!("era: `{other}` is not one of auto, legacy, modern"),
+                );
                 Era::Auto
             }
         },
@@ -385,7 +423,10 @@ fn validate_upstream(
         seen.insert(a, (orig, line));
         let exposed = namespace::expose(&name_s, separator, prefix, a);
         if let Err(why) = namespace::check_tool_name(&exposed) {
-            cx.err_at(alias.span().start, format!("upstream `{name_s}`: exposed name `{exposed}` {why}"));
+            cx.err_at(
+                alias.span().start,
+                format!("upstream `{name_s}`: exposed name `{exposed}` {why}"),
+            );
         }
         if prefix == PrefixMode::Never {
             if let Some(owner) = namespace::namespace_owner(&exposed, separator, all_names)
@@ -414,15 +455,33 @@ fn validate_upstream(
     let restart = u.restart.unwrap_or_default();
     let positive = |cx: &mut Ctx<'_>, v: Option<u64>, what: &str, default: u64| match v {
         Some(0) => {
-            cx.err_at(up.span().start, format!("upstream `{name_s}`: {what} must be greater than 0"));
+            cx.err_at(
+                up.span().start,
+                format!("upstream `{name_s}`: {what} must be greater than 0"),
+            );
             default
         }
         Some(v) => v,
         None => default,
     };
-    let startup_ms = positive(cx, u.startup_timeout_ms, "startup_timeout_ms", DEFAULT_STARTUP_TIMEOUT_MS);
-    let call_ms = positive(cx, u.call_timeout_ms, "call_timeout_ms", DEFAULT_CALL_TIMEOUT_MS);
-    let base_ms = positive(cx, restart.base_ms, "restart.base_ms", DEFAULT_RESTART_BASE_MS);
+    let startup_ms = positive(
+        cx,
+        u.startup_timeout_ms,
+        "startup_timeout_ms",
+        DEFAULT_STARTUP_TIMEOUT_MS,
+    );
+    let call_ms = positive(
+        cx,
+        u.call_timeout_ms,
+        "call_timeout_ms",
+        DEFAULT_CALL_TIMEOUT_MS,
+    );
+    let base_ms = positive(
+        cx,
+        restart.base_ms,
+        "restart.base_ms",
+        DEFAULT_RESTART_BASE_MS,
+    );
     let max_ms = positive(cx, restart.max_ms, "restart.max_ms", DEFAULT_RESTART_MAX_MS);
     if cx.errors.len() > errors_before {
         return None;

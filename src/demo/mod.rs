@@ -115,13 +115,15 @@ async fn serve_http(addr: SocketAddr, demo: Demo) -> Result<ExitCode, String> {
         };
         let service = service.clone();
         tokio::spawn(async move {
-            let svc = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                let mut service = service.clone();
-                async move { tower::Service::call(&mut service, req).await }
-            });
-            let _ = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
-                .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(stream), svc)
-                .await;
+            let svc =
+                hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                    let mut service = service.clone();
+                    async move { tower::Service::call(&mut service, req).await }
+                });
+            let _ =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(stream), svc)
+                    .await;
         });
     }
 }
@@ -131,8 +133,16 @@ fn schema(v: Value) -> Arc<JsonObject> {
 }
 
 fn tool(name: &'static str, desc: &'static str, props: Value, read_only: bool) -> Tool {
-    Tool::new(name, desc, schema(json!({"type": "object", "properties": props})))
-        .with_annotations(ToolAnnotations::new().read_only(read_only).destructive(false))
+    Tool::new(
+        name,
+        desc,
+        schema(json!({"type": "object", "properties": props})),
+    )
+    .with_annotations(
+        ToolAnnotations::new()
+            .read_only(read_only)
+            .destructive(false),
+    )
 }
 
 fn text(s: impl Into<String>) -> CallToolResult {
@@ -150,25 +160,73 @@ fn arg_u64(args: &Option<JsonObject>, key: &str) -> Option<u64> {
 impl Demo {
     fn tools(&self) -> Vec<Tool> {
         let mut tools = vec![
-            tool("echo", "Echo the text back.", json!({"text": {"type": "string"}}), true),
-            tool("add", "Add two numbers.", json!({"a": {"type": "number"}, "b": {"type": "number"}}), true),
-            tool("write_note", "Store a note under a key (readable as <name>://notes/{key}).",
-                json!({"key": {"type": "string"}, "value": {"type": "string"}}), false),
-            tool("progress", "Send `steps` progress notifications, then finish.", json!({"steps": {"type": "integer"}}), true),
-            tool("slow", "Wait `ms` milliseconds; stops early when cancelled.", json!({"ms": {"type": "integer"}}), true),
-            tool("ask", "Ask the user for their name (elicitation) and greet them.", json!({}), true),
-            tool("toggle_extra", "Add or remove the tool `extra` (the tool list changes).", json!({}), false),
+            tool(
+                "echo",
+                "Echo the text back.",
+                json!({"text": {"type": "string"}}),
+                true,
+            ),
+            tool(
+                "add",
+                "Add two numbers.",
+                json!({"a": {"type": "number"}, "b": {"type": "number"}}),
+                true,
+            ),
+            tool(
+                "write_note",
+                "Store a note under a key (readable as <name>://notes/{key}).",
+                json!({"key": {"type": "string"}, "value": {"type": "string"}}),
+                false,
+            ),
+            tool(
+                "progress",
+                "Send `steps` progress notifications, then finish.",
+                json!({"steps": {"type": "integer"}}),
+                true,
+            ),
+            tool(
+                "slow",
+                "Wait `ms` milliseconds; stops early when cancelled.",
+                json!({"ms": {"type": "integer"}}),
+                true,
+            ),
+            tool(
+                "ask",
+                "Ask the user for their name (elicitation) and greet them.",
+                json!({}),
+                true,
+            ),
+            tool(
+                "toggle_extra",
+                "Add or remove the tool `extra` (the tool list changes).",
+                json!({}),
+                false,
+            ),
             tool("stats", "Counters: calls, cancellations.", json!({}), true),
             tool("pid", "This server's process id.", json!({}), true),
-            tool("crash", "Exit the process immediately, without answering.", json!({}), false),
+            tool(
+                "crash",
+                "Exit the process immediately, without answering.",
+                json!({}),
+                false,
+            ),
         ];
         if self.state.extra.load(Ordering::SeqCst) {
-            tools.push(tool("extra", "Appears after toggle_extra.", json!({}), true));
+            tools.push(tool(
+                "extra",
+                "Appears after toggle_extra.",
+                json!({}),
+                true,
+            ));
         }
         tools
     }
 
-    async fn ask(&self, req: &CallToolRequestParams, ctx: &RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
+    async fn ask(
+        &self,
+        req: &CallToolRequestParams,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
         let legacy = ctx.protocol_version().is_none_or(|v| v.has_initialize());
         let schema = json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]});
         if legacy {
@@ -176,18 +234,24 @@ impl Demo {
                 "mode": "form", "message": "What is your name?", "requestedSchema": schema
             }))
             .map_err(|e| McpError::internal_error(e.to_string(), None))?;
-            let answer = ctx
-                .peer
-                .create_elicitation(params)
-                .await
-                .map_err(|e| McpError::internal_error(format!("elicitation failed: {e}"), None))?;
-            return Ok(CallToolResponse::Complete(greet(answer.action, answer.content.as_ref())));
+            let answer =
+                ctx.peer.create_elicitation(params).await.map_err(|e| {
+                    McpError::internal_error(format!("elicitation failed: {e}"), None)
+                })?;
+            return Ok(CallToolResponse::Complete(greet(
+                answer.action,
+                answer.content.as_ref(),
+            )));
         }
         // Stateless era: ask with an input-required result; the retry carries the answer.
         if let Some(answer) = req.input_responses.as_ref().and_then(|r| r.get("name")) {
-            let action: ElicitationAction = serde_json::from_value(answer.get("action").cloned().unwrap_or(Value::Null))
-                .unwrap_or(ElicitationAction::Cancel);
-            return Ok(CallToolResponse::Complete(greet(action, answer.get("content"))));
+            let action: ElicitationAction =
+                serde_json::from_value(answer.get("action").cloned().unwrap_or(Value::Null))
+                    .unwrap_or(ElicitationAction::Cancel);
+            return Ok(CallToolResponse::Complete(greet(
+                action,
+                answer.get("content"),
+            )));
         }
         let ir: InputRequiredResult = serde_json::from_value(json!({
             "resultType": "input_required",
@@ -203,7 +267,10 @@ impl Demo {
 fn greet(action: ElicitationAction, content: Option<&Value>) -> CallToolResult {
     match action {
         ElicitationAction::Accept => {
-            let name = content.and_then(|c| c.get("name")).and_then(Value::as_str).unwrap_or("stranger");
+            let name = content
+                .and_then(|c| c.get("name"))
+                .and_then(Value::as_str)
+                .unwrap_or("stranger");
             text(format!("hello {name}"))
         }
         _ => text("the user declined"),
@@ -220,27 +287,46 @@ impl ServerHandler for Demo {
             .enable_resources_subscribe()
             .enable_completions()
             .build();
-        ServerConfig::new(caps).with_server_info(Implementation::new(self.name.clone(), env!("CARGO_PKG_VERSION")))
+        ServerConfig::new(caps).with_server_info(Implementation::new(
+            self.name.clone(),
+            env!("CARGO_PKG_VERSION"),
+        ))
     }
 
     async fn on_initialized(&self, ctx: rmcp::service::NotificationContext<RoleServer>) {
         self.state.peers.lock().push(ctx.peer);
     }
 
-    async fn list_tools(&self, _r: Option<PaginatedRequestParams>, _c: RequestContext<RoleServer>) -> Result<ListToolsResult, McpError> {
+    async fn list_tools(
+        &self,
+        _r: Option<PaginatedRequestParams>,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
         Ok(ListToolsResult::with_all_items(self.tools()))
     }
 
-    async fn call_tool(&self, req: CallToolRequestParams, ctx: RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
+    async fn call_tool(
+        &self,
+        req: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
         let n = self.state.calls.fetch_add(1, Ordering::SeqCst) + 1;
         if self.state.crash_after.is_some_and(|limit| n > limit) {
             std::process::exit(3);
         }
         let args = &req.arguments;
         let result = match req.name.as_ref() {
-            "echo" => text(format!("echo: {}", arg_str(args, "text").unwrap_or_default())),
+            "echo" => text(format!(
+                "echo: {}",
+                arg_str(args, "text").unwrap_or_default()
+            )),
             "add" => {
-                let get = |k| args.as_ref().and_then(|a| a.get(k)).and_then(Value::as_f64).unwrap_or(0.0);
+                let get = |k| {
+                    args.as_ref()
+                        .and_then(|a| a.get(k))
+                        .and_then(Value::as_f64)
+                        .unwrap_or(0.0)
+                };
                 let sum = get("a") + get("b");
                 let mut r = text(sum.to_string());
                 r.structured_content = Some(json!({"sum": sum}));
@@ -254,7 +340,9 @@ impl ServerHandler for Demo {
                     let p = p.clone();
                     let uri = format!("{}://notes/{key}", self.name);
                     tokio::spawn(async move {
-                        let _ = p.notify_resource_updated(ResourceUpdatedNotificationParam::new(uri)).await;
+                        let _ = p
+                            .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
+                            .await;
                     });
                 }
                 text(format!("stored {key}"))
@@ -303,38 +391,81 @@ impl ServerHandler for Demo {
             }
             "pid" => text(std::process::id().to_string()),
             "crash" => std::process::exit(3),
-            other => return Err(McpError::invalid_params(format!("unknown tool {other}"), None)),
+            other => {
+                return Err(McpError::invalid_params(
+                    format!("unknown tool {other}"),
+                    None,
+                ));
+            }
         };
         Ok(CallToolResponse::Complete(result))
     }
 
-    async fn list_prompts(&self, _r: Option<PaginatedRequestParams>, _c: RequestContext<RoleServer>) -> Result<ListPromptsResult, McpError> {
-        let arg = PromptArgument::new("name").with_description("Who to greet").with_required(true);
-        Ok(ListPromptsResult::with_all_items(vec![Prompt::new("greeting", Some("Greet someone"), Some(vec![arg]))]))
+    async fn list_prompts(
+        &self,
+        _r: Option<PaginatedRequestParams>,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        let arg = PromptArgument::new("name")
+            .with_description("Who to greet")
+            .with_required(true);
+        Ok(ListPromptsResult::with_all_items(vec![Prompt::new(
+            "greeting",
+            Some("Greet someone"),
+            Some(vec![arg]),
+        )]))
     }
 
-    async fn get_prompt(&self, req: GetPromptRequestParams, _c: RequestContext<RoleServer>) -> Result<GetPromptResponse, McpError> {
+    async fn get_prompt(
+        &self,
+        req: GetPromptRequestParams,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
         if req.name != "greeting" {
-            return Err(McpError::invalid_params(format!("unknown prompt {}", req.name), None));
+            return Err(McpError::invalid_params(
+                format!("unknown prompt {}", req.name),
+                None,
+            ));
         }
-        let name = req.arguments.as_ref().and_then(|a| a.get("name")).and_then(Value::as_str).unwrap_or("world");
-        let r = GetPromptResult::new(vec![PromptMessage::new_text(Role::User, format!("Please greet {name} warmly."))]);
+        let name = req
+            .arguments
+            .as_ref()
+            .and_then(|a| a.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or("world");
+        let r = GetPromptResult::new(vec![PromptMessage::new_text(
+            Role::User,
+            format!("Please greet {name} warmly."),
+        )]);
         Ok(GetPromptResponse::Complete(r))
     }
 
-    async fn list_resources(&self, _r: Option<PaginatedRequestParams>, _c: RequestContext<RoleServer>) -> Result<ListResourcesResult, McpError> {
+    async fn list_resources(
+        &self,
+        _r: Option<PaginatedRequestParams>,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
         Ok(ListResourcesResult::with_all_items(vec![
             Resource::new(format!("{}://readme", self.name), "readme").with_mime_type("text/plain"),
         ]))
     }
 
-    async fn list_resource_templates(&self, _r: Option<PaginatedRequestParams>, _c: RequestContext<RoleServer>) -> Result<ListResourceTemplatesResult, McpError> {
+    async fn list_resource_templates(
+        &self,
+        _r: Option<PaginatedRequestParams>,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
         Ok(ListResourceTemplatesResult::with_all_items(vec![
-            ResourceTemplate::new(format!("{}://notes/{{key}}", self.name), "note").with_mime_type("text/plain"),
+            ResourceTemplate::new(format!("{}://notes/{{key}}", self.name), "note")
+                .with_mime_type("text/plain"),
         ]))
     }
 
-    async fn read_resource(&self, req: ReadResourceRequestParams, _c: RequestContext<RoleServer>) -> Result<ReadResourceResponse, McpError> {
+    async fn read_resource(
+        &self,
+        req: ReadResourceRequestParams,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
         let scheme = format!("{}://", self.name);
         let path = req.uri.strip_prefix(&scheme).unwrap_or_default();
         let text = if path == "readme" {
@@ -345,27 +476,45 @@ impl ServerHandler for Demo {
                 None => return Err(McpError::resource_not_found(format!("no note {key}"), None)),
             }
         } else {
-            return Err(McpError::resource_not_found(format!("no resource {}", req.uri), None));
+            return Err(McpError::resource_not_found(
+                format!("no resource {}", req.uri),
+                None,
+            ));
         };
-        Ok(ReadResourceResponse::Complete(ReadResourceResult::new(vec![ResourceContents::text(text, req.uri)])))
+        Ok(ReadResourceResponse::Complete(ReadResourceResult::new(
+            vec![ResourceContents::text(text, req.uri)],
+        )))
     }
 
-    async fn subscribe(&self, _r: SubscribeRequestParams, _c: RequestContext<RoleServer>) -> Result<(), McpError> {
+    async fn subscribe(
+        &self,
+        _r: SubscribeRequestParams,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
         Ok(())
     }
 
-    async fn unsubscribe(&self, _r: UnsubscribeRequestParams, _c: RequestContext<RoleServer>) -> Result<(), McpError> {
+    async fn unsubscribe(
+        &self,
+        _r: UnsubscribeRequestParams,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
         Ok(())
     }
 
-    async fn complete(&self, req: CompleteRequestParams, _c: RequestContext<RoleServer>) -> Result<CompleteResult, McpError> {
+    async fn complete(
+        &self,
+        req: CompleteRequestParams,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, McpError> {
         let prefix = req.argument.value.clone();
         let values: Vec<String> = ["alice", "bob", "carol"]
             .iter()
             .filter(|v| v.starts_with(&prefix))
             .map(|v| (*v).to_owned())
             .collect();
-        let info = CompletionInfo::with_all_values(values).map_err(|e| McpError::internal_error(e, None))?;
+        let info = CompletionInfo::with_all_values(values)
+            .map_err(|e| McpError::internal_error(e, None))?;
         Ok(CompleteResult::new(info))
     }
 }

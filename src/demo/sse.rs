@@ -36,9 +36,10 @@ pub async fn serve(addr: SocketAddr, demo: Demo) -> Result<ExitCode, String> {
                 let (demo, sessions) = (demo.clone(), sessions.clone());
                 async move { Ok::<_, Infallible>(route(req, demo, sessions).await) }
             });
-            let _ = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                .await;
+            let _ =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                    .await;
         });
     }
 }
@@ -97,7 +98,9 @@ fn open(demo: Demo, sessions: Sessions) -> Response<Body> {
     });
     let messages = out_rx.map(|m| {
         let json = serde_json::to_string(&m).unwrap_or_default();
-        Ok::<_, Infallible>(Frame::data(Bytes::from(format!("event: message\ndata: {json}\n\n"))))
+        Ok::<_, Infallible>(Frame::data(Bytes::from(format!(
+            "event: message\ndata: {json}\n\n"
+        ))))
     });
     let mut r = Response::new(BodyExt::boxed(StreamBody::new(endpoint.chain(messages))));
     r.headers_mut().insert(

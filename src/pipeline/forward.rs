@@ -8,9 +8,9 @@ use std::{
 
 use rmcp::{
     model::{
-        CallToolRequest, CancelledNotificationParam, ClientRequest, CompleteRequest,
-        GetExtensions, GetPromptRequest, ReadResourceRequest, RequestMetaObject, ResultType,
-        ServerResult, SubscribeRequest, UnsubscribeRequest,
+        CallToolRequest, CancelledNotificationParam, ClientRequest, CompleteRequest, GetExtensions,
+        GetPromptRequest, ReadResourceRequest, RequestMetaObject, ResultType, ServerResult,
+        SubscribeRequest, UnsubscribeRequest,
     },
     service::PeerRequestOptions,
 };
@@ -53,14 +53,19 @@ impl Service<Call> for Forward {
 }
 
 async fn forward(pool: &Pool, call: Call) -> Result<ServerResult, CallError> {
-    let target = call.target.clone().ok_or_else(|| CallError::UpstreamFailed {
-        upstream: String::new(),
-        detail: "call reached forward without a route".into(),
-    })?;
-    let up = pool.upstream(target.upstream).ok_or_else(|| CallError::UpstreamFailed {
-        upstream: target.upstream_name.clone(),
-        detail: "upstream vanished".into(),
-    })?;
+    let target = call
+        .target
+        .clone()
+        .ok_or_else(|| CallError::UpstreamFailed {
+            upstream: String::new(),
+            detail: "call reached forward without a route".into(),
+        })?;
+    let up = pool
+        .upstream(target.upstream)
+        .ok_or_else(|| CallError::UpstreamFailed {
+            upstream: target.upstream_name.clone(),
+            detail: "upstream vanished".into(),
+        })?;
     let conn = up.connection().ok_or_else(|| {
         let s = up.status();
         CallError::UpstreamUnavailable {

@@ -68,17 +68,21 @@ fn resolve(pool: &Pool, call: &mut Call) -> Result<Target, CallError> {
     let catalog = pool.catalog();
     let idx = match &mut call.op {
         Op::CallTool(p) => {
-            let route = catalog.tool(&p.name).ok_or_else(|| CallError::UnknownTool {
-                name: p.name.to_string(),
-                closest: catalog.closest_tools(&p.name, CLOSEST_NAMES),
-            })?;
+            let route = catalog
+                .tool(&p.name)
+                .ok_or_else(|| CallError::UnknownTool {
+                    name: p.name.to_string(),
+                    closest: catalog.closest_tools(&p.name, CLOSEST_NAMES),
+                })?;
             p.name = route.name.clone().into();
             route.upstream
         }
         Op::GetPrompt(p) => {
             let route = catalog
                 .prompt(&p.name)
-                .ok_or_else(|| CallError::UnknownPrompt { name: p.name.clone() })?;
+                .ok_or_else(|| CallError::UnknownPrompt {
+                    name: p.name.clone(),
+                })?;
             p.name = route.name.clone();
             route.upstream
         }
@@ -89,7 +93,9 @@ fn resolve(pool: &Pool, call: &mut Call) -> Result<Target, CallError> {
             Reference::Prompt(r) => {
                 let route = catalog
                     .prompt(&r.name)
-                    .ok_or_else(|| CallError::UnknownPrompt { name: r.name.clone() })?;
+                    .ok_or_else(|| CallError::UnknownPrompt {
+                        name: r.name.clone(),
+                    })?;
                 r.name = route.name.clone();
                 route.upstream
             }
@@ -116,5 +122,7 @@ fn resolve(pool: &Pool, call: &mut Call) -> Result<Target, CallError> {
 fn resource(catalog: &crate::router::catalog::Catalog, uri: &str) -> Result<usize, CallError> {
     catalog
         .resource(uri)
-        .ok_or_else(|| CallError::UnknownResource { uri: uri.to_owned() })
+        .ok_or_else(|| CallError::UnknownResource {
+            uri: uri.to_owned(),
+        })
 }

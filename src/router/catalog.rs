@@ -65,13 +65,19 @@ impl Catalog {
                 if !spec.exposes(&tool.name) {
                     continue;
                 }
-                let alias = spec.rename.get(tool.name.as_ref()).map(String::as_str).unwrap_or(&tool.name);
+                let alias = spec
+                    .rename
+                    .get(tool.name.as_ref())
+                    .map(String::as_str)
+                    .unwrap_or(&tool.name);
                 let exposed = namespace::expose(&spec.name, separator, spec.prefix, alias);
                 if let Err(why) = namespace::check_tool_name(&exposed) {
                     c.conflict(up, &exposed, format!("exposed name {why}"));
                     continue;
                 }
-                if let Some(reason) = collision(&exposed, up, spec.prefix, separator, &names, &owners) {
+                if let Some(reason) =
+                    collision(&exposed, up, spec.prefix, separator, &names, &owners)
+                {
                     c.conflict(up, &exposed, reason);
                     continue;
                 }
@@ -81,24 +87,44 @@ impl Catalog {
                 if let Some(d) = spec.descriptions.get(tool.name.as_ref()) {
                     t.description = Some(d.clone().into());
                 }
-                c.tool_routes.insert(exposed, Route { upstream: idx, name: tool.name.to_string() });
+                c.tool_routes.insert(
+                    exposed,
+                    Route {
+                        upstream: idx,
+                        name: tool.name.to_string(),
+                    },
+                );
                 c.tools.push(t);
             }
             for prompt in &lists.prompts {
                 let exposed = namespace::expose(&spec.name, separator, spec.prefix, &prompt.name);
                 if c.prompt_routes.contains_key(&exposed) {
-                    c.conflict(up, &exposed, "prompt name already taken by another upstream".into());
+                    c.conflict(
+                        up,
+                        &exposed,
+                        "prompt name already taken by another upstream".into(),
+                    );
                     continue;
                 }
                 let mut p = prompt.clone();
                 p.name = exposed.clone();
-                c.prompt_routes.insert(exposed, Route { upstream: idx, name: prompt.name.clone() });
+                c.prompt_routes.insert(
+                    exposed,
+                    Route {
+                        upstream: idx,
+                        name: prompt.name.clone(),
+                    },
+                );
                 c.prompts.push(p);
             }
             for r in &lists.resources {
                 if let Some(first) = c.resource_routes.get(&r.uri) {
                     let first = upstreams[*first].name().to_owned();
-                    c.conflict(up, &r.uri, format!("resource URI also served by upstream `{first}`, which keeps it"));
+                    c.conflict(
+                        up,
+                        &r.uri,
+                        format!("resource URI also served by upstream `{first}`, which keeps it"),
+                    );
                     continue;
                 }
                 c.resource_routes.insert(r.uri.clone(), idx);
@@ -106,9 +132,19 @@ impl Catalog {
             }
             for t in &lists.templates {
                 let parsed = UriTemplate::parse(&t.uri_template);
-                if let Some((_, first)) = c.template_routes.iter().find(|(p, _)| p.source == parsed.source) {
+                if let Some((_, first)) = c
+                    .template_routes
+                    .iter()
+                    .find(|(p, _)| p.source == parsed.source)
+                {
                     let first = upstreams[*first].name().to_owned();
-                    c.conflict(up, &t.uri_template, format!("resource template also served by upstream `{first}`, which keeps it"));
+                    c.conflict(
+                        up,
+                        &t.uri_template,
+                        format!(
+                            "resource template also served by upstream `{first}`, which keeps it"
+                        ),
+                    );
                     continue;
                 }
                 c.template_routes.push((parsed, idx));
@@ -168,7 +204,11 @@ impl Catalog {
             .map(|t| (edit_distance(name, &t.name), t.name.as_ref()))
             .collect();
         scored.sort();
-        scored.into_iter().take(n).map(|(_, s)| s.to_owned()).collect()
+        scored
+            .into_iter()
+            .take(n)
+            .map(|(_, s)| s.to_owned())
+            .collect()
     }
 }
 
@@ -188,7 +228,9 @@ fn collision(
         && let Some(owner) = namespace::namespace_owner(exposed, separator, names)
         && owner != up.name()
     {
-        return Some(format!("bare name lies in the namespace of upstream `{owner}`"));
+        return Some(format!(
+            "bare name lies in the namespace of upstream `{owner}`"
+        ));
     }
     None
 }

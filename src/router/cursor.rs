@@ -48,6 +48,9 @@ mod tests {
         let (d, c) = page(&items, c.as_deref(), 3).unwrap();
         assert_eq!([a, b, d].concat(), items);
         assert!(c.is_none());
-        assert!(matches!(page(&items, Some("garbage"), 3), Err(CallError::BadCursor)));
+        assert!(matches!(
+            page(&items, Some("garbage"), 3),
+            Err(CallError::BadCursor)
+        ));
     }
 }

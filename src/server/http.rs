@@ -68,7 +68,10 @@ pub async fn serve(
                         }
                         "/healthz" => json(StatusCode::OK, &serde_json::json!({"status": "ok"})),
                         "/readyz" => readyz(&pool),
-                        _ => json(StatusCode::NOT_FOUND, &serde_json::json!({"error": "not found; the MCP endpoint is /mcp"})),
+                        _ => json(
+                            StatusCode::NOT_FOUND,
+                            &serde_json::json!({"error": "not found; the MCP endpoint is /mcp"}),
+                        ),
                     };
                     Ok::<_, Infallible>(resp)
                 }
@@ -94,7 +97,11 @@ fn mcp_config(
     ct: CancellationToken,
 ) -> StreamableHttpServerConfig {
     let port = local.port();
-    let mut hosts = vec!["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned()];
+    let mut hosts = vec![
+        "localhost".to_owned(),
+        "127.0.0.1".to_owned(),
+        "::1".to_owned(),
+    ];
     hosts.extend(settings.allowed_hosts.iter().cloned());
     let mut origins = vec![
         format!("http://127.0.0.1:{port}"),
@@ -141,7 +148,11 @@ fn readyz(pool: &Pool) -> Response<Body> {
         "conflicts": catalog.conflicts,
     });
     json(
-        if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE },
+        if ready {
+            StatusCode::OK
+        } else {
+            StatusCode::SERVICE_UNAVAILABLE
+        },
         &body,
     )
 }

@@ -7,9 +7,9 @@ use rmcp::{
     model::{
         CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
         GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
-        ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
-        PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
-        ServerConfig, ServerResult, SubscribeRequestParams, UnsubscribeRequestParams,
+        ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+        ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
+        ServerResult, SubscribeRequestParams, UnsubscribeRequestParams,
     },
     service::{NotificationContext, RequestContext},
 };
@@ -42,7 +42,11 @@ impl Gateway {
         }
     }
 
-    async fn run(&self, op: Op, ctx: &RequestContext<RoleServer>) -> Result<ServerResult, McpError> {
+    async fn run(
+        &self,
+        op: Op,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<ServerResult, McpError> {
         let call = Call {
             op,
             meta: ctx.meta.clone(),
@@ -73,7 +77,10 @@ fn session_key(ext: &rmcp::model::Extensions) -> String {
 
 fn unexpected(method: &str, r: &ServerResult) -> McpError {
     McpError::internal_error(
-        format!("upstream answered {method} with an unexpected result type: {}", variant(r)),
+        format!(
+            "upstream answered {method} with an unexpected result type: {}",
+            variant(r)
+        ),
         None,
     )
 }
@@ -81,7 +88,10 @@ fn unexpected(method: &str, r: &ServerResult) -> McpError {
 fn variant(r: &ServerResult) -> String {
     serde_json::to_value(r)
         .ok()
-        .and_then(|v| v.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>().join(",")))
+        .and_then(|v| {
+            v.as_object()
+                .map(|o| o.keys().cloned().collect::<Vec<_>>().join(","))
+        })
         .unwrap_or_default()
 }
 
@@ -134,7 +144,8 @@ impl ServerHandler for Gateway {
     ) -> Result<ListPromptsResult, McpError> {
         let catalog = self.pool.catalog();
         let c = request.as_ref().and_then(|r| r.cursor.as_deref());
-        let (items, next) = cursor::page(&catalog.prompts, c, self.page_size).map_err(bad_cursor)?;
+        let (items, next) =
+            cursor::page(&catalog.prompts, c, self.page_size).map_err(bad_cursor)?;
         let mut r = ListPromptsResult::with_all_items(items);
         r.next_cursor = next;
         Ok(r)
@@ -147,7 +158,8 @@ impl ServerHandler for Gateway {
     ) -> Result<ListResourcesResult, McpError> {
         let catalog = self.pool.catalog();
         let c = request.as_ref().and_then(|r| r.cursor.as_deref());
-        let (items, next) = cursor::page(&catalog.resources, c, self.page_size).map_err(bad_cursor)?;
+        let (items, next) =
+            cursor::page(&catalog.resources, c, self.page_size).map_err(bad_cursor)?;
         let mut r = ListResourcesResult::with_all_items(items);
         r.next_cursor = next;
         Ok(r)
@@ -160,7 +172,8 @@ impl ServerHandler for Gateway {
     ) -> Result<ListResourceTemplatesResult, McpError> {
         let catalog = self.pool.catalog();
         let c = request.as_ref().and_then(|r| r.cursor.as_deref());
-        let (items, next) = cursor::page(&catalog.templates, c, self.page_size).map_err(bad_cursor)?;
+        let (items, next) =
+            cursor::page(&catalog.templates, c, self.page_size).map_err(bad_cursor)?;
         let mut r = ListResourceTemplatesResult::with_all_items(items);
         r.next_cursor = next;
         Ok(r)

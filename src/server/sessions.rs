@@ -1,11 +1,7 @@
 //! Downstream sessions that want notifications: list changes and resource updates.
 
 use dashmap::DashMap;
-use rmcp::{
-    RoleServer,
-    model::ResourceUpdatedNotificationParam,
-    service::Peer,
-};
+use rmcp::{RoleServer, model::ResourceUpdatedNotificationParam, service::Peer};
 
 /// Which lists changed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -113,4 +109,3 @@ impl Hub {
         }
     }
 }
-

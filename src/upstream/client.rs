@@ -70,7 +70,10 @@ impl UpstreamClient {
             .map_err(|e| McpError::internal_error(format!("relay task failed: {e}"), None))?;
         answer.map_err(|e| {
             McpError::internal_error(
-                format!("the client did not answer the request of upstream `{}`: {e}", self.upstream),
+                format!(
+                    "the client did not answer the request of upstream `{}`: {e}",
+                    self.upstream
+                ),
                 None,
             )
         })
@@ -84,8 +87,11 @@ impl ClientHandler for UpstreamClient {
             .enable_elicitation()
             .enable_roots()
             .build();
-        ClientConfig::new(caps, Implementation::new("fedgate", env!("CARGO_PKG_VERSION")))
-            .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+        ClientConfig::new(
+            caps,
+            Implementation::new("fedgate", env!("CARGO_PKG_VERSION")),
+        )
+        .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
     }
 
     async fn create_message(
@@ -94,7 +100,10 @@ impl ClientHandler for UpstreamClient {
         ctx: RequestContext<RoleClient>,
     ) -> Result<CreateMessageResult, McpError> {
         match self
-            .relay(&ctx, ServerRequest::CreateMessageRequest(Request::new(params)))
+            .relay(
+                &ctx,
+                ServerRequest::CreateMessageRequest(Request::new(params)),
+            )
             .await?
         {
             ClientResult::CreateMessageResult(r) => Ok(*r),
@@ -116,7 +125,10 @@ impl ClientHandler for UpstreamClient {
         }
     }
 
-    async fn list_roots(&self, ctx: RequestContext<RoleClient>) -> Result<ListRootsResult, McpError> {
+    async fn list_roots(
+        &self,
+        ctx: RequestContext<RoleClient>,
+    ) -> Result<ListRootsResult, McpError> {
         let req = ServerRequest::ListRootsRequest(Default::default());
         match self.relay(&ctx, req).await? {
             ClientResult::ListRootsResult(r) => Ok(r),

@@ -7,7 +7,9 @@ use rmcp::{
     RoleClient,
     model::ProtocolVersion,
     service::{ClientLifecycleMode, ClientServiceExt, RunningService},
-    transport::{StreamableHttpClientTransport, streamable_http_client::StreamableHttpClientTransportConfig},
+    transport::{
+        StreamableHttpClientTransport, streamable_http_client::StreamableHttpClientTransportConfig,
+    },
 };
 
 use super::{
@@ -58,7 +60,10 @@ pub async fn connect_stdio(
     let stdout = proc.child.stdout.take().ok_or("child has no stdout")?;
     let stdin = proc.child.stdin.take().ok_or("child has no stdin")?;
     let table = client.inflight.clone();
-    let transport = Tap::new(rmcp::transport::async_rw::AsyncRwTransport::new_client(stdout, stdin), table);
+    let transport = Tap::new(
+        rmcp::transport::async_rw::AsyncRwTransport::new_client(stdout, stdin),
+        table,
+    );
     handshake(spec, client, transport).await
 }
 
@@ -75,14 +80,18 @@ pub async fn connect_http(
         let value = HeaderValue::try_from(v.as_str()).map_err(|e| format!("header `{k}`: {e}"))?;
         custom.insert(name, value);
     }
-    let config = StreamableHttpClientTransportConfig::with_uri(Arc::<str>::from(url))
-        .custom_headers(custom);
+    let config =
+        StreamableHttpClientTransportConfig::with_uri(Arc::<str>::from(url)).custom_headers(custom);
     let table = client.inflight.clone();
     let transport = Tap::new(StreamableHttpClientTransport::from_config(config), table);
     handshake(spec, client, transport).await
 }
 
-async fn handshake<T>(spec: &UpstreamSpec, client: UpstreamClient, transport: T) -> Result<Established, String>
+async fn handshake<T>(
+    spec: &UpstreamSpec,
+    client: UpstreamClient,
+    transport: T,
+) -> Result<Established, String>
 where
     T: rmcp::transport::Transport<RoleClient> + 'static,
 {

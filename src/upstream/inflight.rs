@@ -100,7 +100,10 @@ impl Inflight {
     }
 
     /// Delivers a progress notification to its call; false when no call owns the token.
-    pub fn route_progress(&self, p: ProgressNotificationParam) -> Result<(), ProgressNotificationParam> {
+    pub fn route_progress(
+        &self,
+        p: ProgressNotificationParam,
+    ) -> Result<(), ProgressNotificationParam> {
         let Some(key) = self.by_token.get(&p.progress_token).map(|k| *k) else {
             return Err(p);
         };

@@ -46,12 +46,24 @@ pub fn program(command: &str) -> std::io::Result<std::path::PathBuf> {
 }
 
 /// Spawns `spec` with piped stdio; stderr is forwarded to the logs tagged with `upstream`.
-pub fn spawn(upstream: &str, spec: &ProcessSpec, pipe_stdio: bool) -> std::io::Result<ProcessGuard> {
+pub fn spawn(
+    upstream: &str,
+    spec: &ProcessSpec,
+    pipe_stdio: bool,
+) -> std::io::Result<ProcessGuard> {
     let mut cmd = Command::new(program(&spec.command)?);
     cmd.args(&spec.args)
         .envs(&spec.env)
-        .stdin(if pipe_stdio { Stdio::piped() } else { Stdio::null() })
-        .stdout(if pipe_stdio { Stdio::piped() } else { Stdio::null() })
+        .stdin(if pipe_stdio {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(if pipe_stdio {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .process_group(0);
@@ -60,7 +72,10 @@ pub fn spawn(upstream: &str, spec: &ProcessSpec, pipe_stdio: bool) -> std::io::R
     }
     set_parent_death_signal(&mut cmd);
     let mut child = cmd.spawn()?;
-    let pgid = child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw);
+    let pgid = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .map(Pid::from_raw);
     if let Some(stderr) = child.stderr.take() {
         tokio::spawn(forward_stderr(upstream.to_owned(), stderr));
     }
@@ -85,10 +100,15 @@ fn set_parent_death_signal(cmd: &mut Command) {
 }
 
 async fn forward_stderr(upstream: String, stderr: ChildStderr) {
-    let mut lines = FramedRead::new(stderr, LinesCodec::new_with_max_length(MAX_STDERR_LINE_BYTES));
+    let mut lines = FramedRead::new(
+        stderr,
+        LinesCodec::new_with_max_length(MAX_STDERR_LINE_BYTES),
+    );
     while let Some(line) = lines.next().await {
         match line {
-            Ok(line) => tracing::info!(target: "fedgate::upstream::stderr", upstream = %upstream, "{line}"),
+            Ok(line) => {
+                tracing::info!(target: "fedgate::upstream::stderr", upstream = %upstream, "{line}")
+            }
             Err(tokio_util::codec::LinesCodecError::MaxLineLengthExceeded) => {
                 tracing::warn!(target: "fedgate::upstream::stderr", upstream = %upstream, "stderr line longer than {MAX_STDERR_LINE_BYTES} bytes dropped");
             }

@@ -52,7 +52,8 @@ impl SseTransport {
                 .map_err(|e| SseError::Protocol(format!("header `{k}`: {e}")))?;
             hm.insert(name, value);
         }
-        let base = reqwest::Url::parse(url).map_err(|e| SseError::Protocol(format!("bad url: {e}")))?;
+        let base =
+            reqwest::Url::parse(url).map_err(|e| SseError::Protocol(format!("bad url: {e}")))?;
         let http = reqwest::Client::new();
         let resp = http
             .get(base.clone())
@@ -72,7 +73,11 @@ impl SseTransport {
                 }
                 Some(Ok(_)) => continue,
                 Some(Err(e)) => return Err(SseError::Protocol(format!("event stream: {e}"))),
-                None => return Err(SseError::Protocol("event stream ended before `endpoint`".into())),
+                None => {
+                    return Err(SseError::Protocol(
+                        "event stream ended before `endpoint`".into(),
+                    ));
+                }
             }
         };
         let (tx, inbound) = mpsc::channel(INBOUND_BUFFER);

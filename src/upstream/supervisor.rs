@@ -110,7 +110,16 @@ async fn establish(
             let est = connect::connect_stdio(spec, &mut proc, client).await?;
             Ok((est, Some(proc)))
         }
-        TransportSpec::Http { url, headers, launch } | TransportSpec::Sse { url, headers, launch } => {
+        TransportSpec::Http {
+            url,
+            headers,
+            launch,
+        }
+        | TransportSpec::Sse {
+            url,
+            headers,
+            launch,
+        } => {
             if let Some(l) = launch {
                 let exited = match launched.as_mut() {
                     Some(p) => !matches!(p.child.try_wait(), Ok(None)),
@@ -191,7 +200,12 @@ async fn serve(
     tokio::pin!(waiting);
     let child_exit = async {
         match proc {
-            Some(p) => p.child.wait().await.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string()),
+            Some(p) => p
+                .child
+                .wait()
+                .await
+                .map(|s| s.to_string())
+                .unwrap_or_else(|e| e.to_string()),
             None => std::future::pending().await,
         }
     };
@@ -214,7 +228,12 @@ async fn serve(
     reason
 }
 
-async fn handle_event(pool: &Arc<Pool>, up: &Arc<Upstream>, peer: &Peer<RoleClient>, ev: UpstreamEvent) {
+async fn handle_event(
+    pool: &Arc<Pool>,
+    up: &Arc<Upstream>,
+    peer: &Peer<RoleClient>,
+    ev: UpstreamEvent,
+) {
     let mut lists = (*up.lists()).clone();
     let changed = match ev {
         UpstreamEvent::ResourceUpdated(p) => {
@@ -224,23 +243,39 @@ async fn handle_event(pool: &Arc<Pool>, up: &Arc<Upstream>, peer: &Peer<RoleClie
         UpstreamEvent::ToolsChanged => match peer.list_all_tools().await {
             Ok(t) => {
                 lists.tools = t;
-                Changed { tools: true, ..Default::default() }
+                Changed {
+                    tools: true,
+                    ..Default::default()
+                }
             }
-            Err(e) => return tracing::warn!(upstream = %up.name(), "tools/list after change failed: {e}"),
+            Err(e) => {
+                return tracing::warn!(upstream = %up.name(), "tools/list after change failed: {e}");
+            }
         },
         UpstreamEvent::PromptsChanged => match peer.list_all_prompts().await {
             Ok(p) => {
                 lists.prompts = p;
-                Changed { prompts: true, ..Default::default() }
+                Changed {
+                    prompts: true,
+                    ..Default::default()
+                }
             }
-            Err(e) => return tracing::warn!(upstream = %up.name(), "prompts/list after change failed: {e}"),
+            Err(e) => {
+                return tracing::warn!(upstream = %up.name(), "prompts/list after change failed: {e}");
+            }
         },
         UpstreamEvent::ResourcesChanged => {
-            match (peer.list_all_resources().await, peer.list_all_resource_templates().await) {
+            match (
+                peer.list_all_resources().await,
+                peer.list_all_resource_templates().await,
+            ) {
                 (Ok(r), Ok(t)) => {
                     lists.resources = r;
                     lists.templates = t;
-                    Changed { resources: true, ..Default::default() }
+                    Changed {
+                        resources: true,
+                        ..Default::default()
+                    }
                 }
                 (Err(e), _) | (_, Err(e)) => {
                     return tracing::warn!(upstream = %up.name(), "resources/list after change failed: {e}");
@@ -256,7 +291,10 @@ async fn handle_event(pool: &Arc<Pool>, up: &Arc<Upstream>, peer: &Peer<RoleClie
 
 /// Everything an upstream lists, according to the capabilities it declared.
 async fn fetch_lists(peer: &Peer<RoleClient>) -> Result<Lists, rmcp::ServiceError> {
-    let caps = peer.peer_info().map(|i| i.capabilities.clone()).unwrap_or_default();
+    let caps = peer
+        .peer_info()
+        .map(|i| i.capabilities.clone())
+        .unwrap_or_default();
     let mut lists = Lists::default();
     if caps.tools.is_some() {
         lists.tools = peer.list_all_tools().await?;

@@ -5,14 +5,17 @@ use std::{
     io::{BufRead, BufReader},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::Duration,
 };
 
+use parking_lot::Mutex;
 use rmcp::{
     ClientHandler, ErrorData as McpError, RoleClient,
     model::*,
-    service::{ClientLifecycleMode, ClientServiceExt, NotificationContext, RequestContext, RunningService},
+    service::{
+        ClientLifecycleMode, ClientServiceExt, NotificationContext, RequestContext, RunningService,
+    },
     transport::StreamableHttpClientTransport,
 };
 use tokio::sync::Notify;
@@ -79,10 +82,12 @@ impl Gateway {
             .expect("spawn fedgate");
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = BufReader::new(stdout).lines();
-        let line = lines
-            .next()
-            .and_then(Result::ok)
-            .unwrap_or_else(|| panic!("fedgate exited before its ready line: {}", std::fs::read_to_string(&stderr_path).unwrap_or_default()));
+        let line = lines.next().and_then(Result::ok).unwrap_or_else(|| {
+            panic!(
+                "fedgate exited before its ready line: {}",
+                std::fs::read_to_string(&stderr_path).unwrap_or_default()
+            )
+        });
         let url = line
             .split_whitespace()
             .find(|w| w.starts_with("http://"))
@@ -91,7 +96,13 @@ impl Gateway {
         let base = url.trim_end_matches("/mcp").to_owned();
         // Keep draining stdout so the child never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
-        Gateway { child, url, base, dir, stderr_path }
+        Gateway {
+            child,
+            url,
+            base,
+            dir,
+            stderr_path,
+        }
     }
 
     pub fn stderr(&self) -> String {
@@ -99,7 +110,9 @@ impl Gateway {
     }
 
     pub async fn readyz(&self) -> (u16, serde_json::Value) {
-        let r = reqwest::get(format!("{}/readyz", self.base)).await.expect("readyz");
+        let r = reqwest::get(format!("{}/readyz", self.base))
+            .await
+            .expect("readyz");
         let status = r.status().as_u16();
         (status, r.json().await.expect("readyz json"))
     }
@@ -111,7 +124,10 @@ impl Gateway {
 
 impl Drop for Gateway {
     fn drop(&mut self) {
-        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
         let _ = self.child.wait();
     }
 }
@@ -136,7 +152,10 @@ pub struct TestClient {
 
 impl TestClient {
     pub fn new() -> Self {
-        Self { seen: Arc::default(), answer_name: "ada".into() }
+        Self {
+            seen: Arc::default(),
+            answer_name: "ada".into(),
+        }
     }
 }
 
@@ -147,27 +166,42 @@ impl ClientHandler for TestClient {
             .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
     }
 
-    async fn create_elicitation(&self, params: ElicitRequestParams, _ctx: RequestContext<RoleClient>) -> Result<ElicitResult, McpError> {
+    async fn create_elicitation(
+        &self,
+        params: ElicitRequestParams,
+        _ctx: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, McpError> {
         let msg = match &params {
             ElicitRequestParams::FormElicitationParams { message, .. } => message.clone(),
             _ => String::new(),
         };
-        self.seen.elicitations.lock().unwrap().push(msg);
-        Ok(serde_json::from_value(serde_json::json!({"action": "accept", "content": {"name": self.answer_name}})).unwrap())
+        self.seen.elicitations.lock().push(msg);
+        Ok(serde_json::from_value(
+            serde_json::json!({"action": "accept", "content": {"name": self.answer_name}}),
+        )
+        .unwrap())
     }
 
-    async fn on_progress(&self, params: ProgressNotificationParam, _ctx: NotificationContext<RoleClient>) {
-        self.seen.progress.lock().unwrap().push(params);
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _ctx: NotificationContext<RoleClient>,
+    ) {
+        self.seen.progress.lock().push(params);
     }
 
     async fn on_tool_list_changed(&self, _ctx: NotificationContext<RoleClient>) {
-        *self.seen.tool_changes.lock().unwrap() += 1;
+        *self.seen.tool_changes.lock() += 1;
         self.seen.tools_changed.notify_waiters();
         self.seen.tools_changed.notify_one();
     }
 
-    async fn on_resource_updated(&self, params: ResourceUpdatedNotificationParam, _ctx: NotificationContext<RoleClient>) {
-        self.seen.resource_updates.lock().unwrap().push(params.uri);
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _ctx: NotificationContext<RoleClient>,
+    ) {
+        self.seen.resource_updates.lock().push(params.uri);
         self.seen.updated.notify_one();
     }
 }
@@ -177,7 +211,10 @@ pub type Client = RunningService<RoleClient, TestClient>;
 /// Connects with the handshake-era lifecycle (`initialize`, sessions).
 pub async fn connect_legacy(url: &str, handler: TestClient) -> Client {
     handler
-        .serve_with_lifecycle(StreamableHttpClientTransport::from_uri(url.to_owned()), ClientLifecycleMode::Initialize)
+        .serve_with_lifecycle(
+            StreamableHttpClientTransport::from_uri(url.to_owned()),
+            ClientLifecycleMode::Initialize,
+        )
         .await
         .expect("legacy client connects")
 }
@@ -187,7 +224,9 @@ pub async fn connect_modern(url: &str, handler: TestClient) -> Client {
     handler
         .serve_with_lifecycle(
             StreamableHttpClientTransport::from_uri(url.to_owned()),
-            ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] },
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
         )
         .await
         .expect("modern client connects")
@@ -204,8 +243,15 @@ pub fn first_text(r: &CallToolResult) -> String {
         .unwrap_or_default()
 }
 
-pub async fn call(client: &Client, tool: &str, a: serde_json::Value) -> Result<CallToolResult, rmcp::ServiceError> {
-    client.peer().call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(args(a))).await
+pub async fn call(
+    client: &Client,
+    tool: &str,
+    a: serde_json::Value,
+) -> Result<CallToolResult, rmcp::ServiceError> {
+    client
+        .peer()
+        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(args(a)))
+        .await
 }
 
 /// Waits (bounded) until `cond` holds, checking after each notification.
@@ -223,7 +269,12 @@ pub async fn wait_for(notify: &Notify, what: &str, mut cond: impl FnMut() -> boo
 /// Whether a process is still alive (not a zombie either).
 pub fn alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'),
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
         Err(_) => false,
     }
 }
