@@ -5,20 +5,21 @@ mod common;
 use common::*;
 use rmcp::model::*;
 
-fn config() -> String {
-    format!(
-        "[gateway]\n{}{}",
-        stdio_upstream("demo", &[], ""),
-        http_upstream(
-            "notes",
-            "rename = { write_note = \"save\" }\ndeny = [\"crash\", \"pid\"]\ndescriptions = { echo = \"Echo, via notes.\" }"
-        )
+fn config() -> (String, HttpDemo) {
+    let (notes, server) = http_upstream(
+        "notes",
+        "rename = { write_note = \"save\" }\ndeny = [\"crash\", \"pid\"]\ndescriptions = { echo = \"Echo, via notes.\" }",
+    );
+    (
+        format!("[gateway]\n{}{notes}", stdio_upstream("demo", &[], "")),
+        server,
     )
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn tools_from_both_upstreams_are_namespaced_and_routed() {
-    let gw = Gateway::start(&config());
+    let (cfg, _notes) = config();
+    let gw = Gateway::start(&cfg);
     let client = connect_legacy(&gw.url, TestClient::new()).await;
     let tools = client.peer().list_all_tools().await.unwrap();
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
@@ -87,7 +88,8 @@ async fn tools_from_both_upstreams_are_namespaced_and_routed() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn prompts_resources_templates_and_completion() {
-    let gw = Gateway::start(&config());
+    let (cfg, _notes) = config();
+    let gw = Gateway::start(&cfg);
     let client = connect_legacy(&gw.url, TestClient::new()).await;
     let prompts = client.peer().list_all_prompts().await.unwrap();
     let pnames: Vec<&str> = prompts.iter().map(|p| p.name.as_str()).collect();
@@ -145,7 +147,8 @@ async fn prompts_resources_templates_and_completion() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn modern_client_sees_the_same_view() {
-    let gw = Gateway::start(&config());
+    let (cfg, _notes) = config();
+    let gw = Gateway::start(&cfg);
     let client = connect_modern(&gw.url, TestClient::new()).await;
     let tools = client.peer().list_all_tools().await.unwrap();
     assert!(tools.iter().any(|t| t.name == "notes.save"));
@@ -153,5 +156,30 @@ async fn modern_client_sees_the_same_view() {
         .await
         .unwrap();
     assert_eq!(first_text(&r), "echo: modern");
+    client.cancel().await.unwrap();
+}
+
+/// README's first command: the shipped gateway.toml (stdio demo + launched http demo on :8931).
+#[tokio::test(flavor = "multi_thread")]
+async fn shipped_config_serves_both_upstreams() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start_file(
+        std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/gateway.toml")),
+        dir,
+    );
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    let tools = client.peer().list_all_tools().await.unwrap();
+    assert!(tools.iter().any(|t| t.name == "demo.echo"), "{tools:?}");
+    assert!(tools.iter().any(|t| t.name == "notes.save"), "{tools:?}");
+    let r = call(
+        &client,
+        "notes.echo",
+        serde_json::json!({"text": "shipped"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(first_text(&r), "echo: shipped");
+    let (_, ready) = gw.readyz().await;
+    assert_eq!(ready["upstreams"]["notes"]["kind"], "http");
     client.cancel().await.unwrap();
 }

@@ -220,10 +220,10 @@ fn tools_and_call_commands() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn legacy_sse_upstream() {
-    let port = free_port();
+    let server = HttpDemo::start("old", "--sse");
     let config = format!(
-        "[upstreams.old]\nkind = \"sse\"\nurl = \"http://127.0.0.1:{port}/sse\"\n\
-         launch = {{ command = {FEDGATE:?}, args = [\"demo-upstream\", \"--name\", \"old\", \"--sse\", \"127.0.0.1:{port}\"] }}\n"
+        "[upstreams.old]\nkind = \"sse\"\nurl = \"{}\"\n",
+        server.url
     );
     let gw = Gateway::start(&config);
     let client = TestClient::new();

@@ -80,10 +80,10 @@ async fn progress_is_relayed_with_the_clients_token() {
 /// before its response. Checked on the wire, many calls in flight at once.
 #[tokio::test(flavor = "multi_thread")]
 async fn progress_precedes_response_under_load() {
+    let (notes, _server) = http_upstream("notes", "");
     let gw = Gateway::start(&format!(
-        "[gateway]\n{}{}",
-        stdio_upstream("demo", &[], ""),
-        http_upstream("notes", "")
+        "[gateway]\n{}{notes}",
+        stdio_upstream("demo", &[], "")
     ));
     let http = reqwest::Client::new();
     let post = |body: serde_json::Value, session: Option<String>| {
@@ -215,10 +215,8 @@ async fn elicitation_round_trip_handshake_era() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn elicitation_round_trip_stateless_era() {
-    let gw = Gateway::start(&format!(
-        "[gateway]\n{}",
-        http_upstream("notes", "era = \"modern\"")
-    ));
+    let (notes, _server) = http_upstream("notes", "era = \"modern\"");
+    let gw = Gateway::start(&format!("[gateway]\n{notes}"));
     let client = connect_modern(&gw.url, TestClient::new()).await;
     let first = client
         .peer()

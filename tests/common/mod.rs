@@ -40,14 +40,52 @@ pub fn stdio_upstream(name: &str, extra_args: &[&str], extra_toml: &str) -> Stri
     )
 }
 
-/// TOML for a Streamable HTTP demo upstream that fedgate launches on a free port.
-pub fn http_upstream(name: &str, extra_toml: &str) -> String {
-    let port = free_port();
-    format!(
-        "[upstreams.{name}]\nkind = \"http\"\nurl = \"http://127.0.0.1:{port}/mcp\"\n\
-         launch = {{ command = {cmd:?}, args = [\"demo-upstream\", \"--name\", \"{name}\", \"--http\", \"127.0.0.1:{port}\"] }}\n{extra_toml}\n",
-        cmd = FEDGATE
-    )
+/// A demo upstream serving HTTP (Streamable or legacy SSE) on a port it picked itself; killed
+/// on drop. Binding port 0 in the server avoids racing other tests for a "free" port.
+pub struct HttpDemo {
+    child: Child,
+    pub url: String,
+}
+
+impl HttpDemo {
+    /// `mode` is `--http` or `--sse`.
+    pub fn start(name: &str, mode: &str) -> HttpDemo {
+        let mut child = Command::new(FEDGATE)
+            .args(["demo-upstream", "--name", name, mode, "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn demo upstream");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let line = lines
+            .next()
+            .and_then(Result::ok)
+            .expect("demo upstream ready line");
+        let url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("no address in {line}"))
+            .to_owned();
+        std::thread::spawn(move || for _ in lines {});
+        HttpDemo { child, url }
+    }
+}
+
+impl Drop for HttpDemo {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// TOML for a Streamable HTTP demo upstream, and the server behind it (keep it alive).
+pub fn http_upstream(name: &str, extra_toml: &str) -> (String, HttpDemo) {
+    let demo = HttpDemo::start(name, "--http");
+    let toml = format!(
+        "[upstreams.{name}]\nkind = \"http\"\nurl = \"{}\"\n{extra_toml}\n",
+        demo.url
+    );
+    (toml, demo)
 }
 
 /// A running `fedgate serve`; killed (with its upstreams) on drop.
