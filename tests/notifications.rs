@@ -281,3 +281,39 @@ async fn resource_updates_reach_subscribers() {
     .await;
     client.cancel().await.unwrap();
 }
+
+/// Stateless era end to end: fedgate listens on the upstream's subscriptions/listen stream and
+/// serves subscriptions/listen to the client.
+#[tokio::test(flavor = "multi_thread")]
+async fn list_changed_in_the_stateless_era() {
+    let gw = Gateway::start(&format!(
+        "[gateway]\n{}",
+        stdio_upstream("demo", &[], "era = \"modern\"")
+    ));
+    let client = connect_modern(&gw.url, TestClient::new()).await;
+    let filter = SubscriptionFilter::builder().tools_list_changed().build();
+    let mut sub = client.peer().listen(filter).await.unwrap();
+    call(&client, "demo.toggle_extra", serde_json::json!({}))
+        .await
+        .unwrap();
+    let note = tokio::time::timeout(Duration::from_secs(20), sub.next())
+        .await
+        .expect("a notification on the listen stream")
+        .unwrap()
+        .expect("stream open");
+    assert!(
+        matches!(note, ServerNotification::ToolListChangedNotification(_)),
+        "{note:?}"
+    );
+    let tools = client.peer().list_all_tools().await.unwrap();
+    assert!(
+        tools.iter().any(|t| t.name == "demo.extra"),
+        "refreshed before notifying"
+    );
+    let r = call(&client, "demo.extra", serde_json::json!({}))
+        .await
+        .unwrap();
+    assert_eq!(first_text(&r), "extra!");
+    sub.cancel().await.unwrap();
+    client.cancel().await.unwrap();
+}

@@ -57,6 +57,8 @@ struct State {
     cancelled: AtomicU64,
     crash_after: Option<u64>,
     peers: Mutex<Vec<Peer<RoleServer>>>,
+    /// Open subscriptions/listen streams (stateless era).
+    sinks: Mutex<Vec<rmcp::service::SubscriptionSink>>,
 }
 
 #[derive(Debug, Clone)]
@@ -293,6 +295,21 @@ impl ServerHandler for Demo {
         ))
     }
 
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        Some(requested.clone())
+    }
+
+    async fn listen(&self, ctx: rmcp::service::SubscriptionContext) -> Result<(), McpError> {
+        self.state.sinks.lock().push(ctx.sink().clone());
+        ctx.cancelled().await;
+        let id = ctx.sink().id().clone();
+        self.state.sinks.lock().retain(|s| *s.id() != id);
+        Ok(())
+    }
+
     async fn on_initialized(&self, ctx: rmcp::service::NotificationContext<RoleServer>) {
         self.state.peers.lock().push(ctx.peer);
     }
@@ -376,6 +393,10 @@ impl ServerHandler for Demo {
                 let peers = self.state.peers.lock().clone();
                 for p in peers {
                     let _ = p.notify_tool_list_changed().await;
+                }
+                let sinks = self.state.sinks.lock().clone();
+                for s in sinks {
+                    let _ = s.notify_tool_list_changed().await;
                 }
                 text(format!("extra is {}", if now { "on" } else { "off" }))
             }

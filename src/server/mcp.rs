@@ -9,9 +9,9 @@ use rmcp::{
         GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
         ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
         ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
-        ServerResult, SubscribeRequestParams, UnsubscribeRequestParams,
+        ServerResult, SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
     },
-    service::{NotificationContext, RequestContext},
+    service::{NotificationContext, RequestContext, SubscriptionContext},
 };
 use tower::ServiceExt;
 
@@ -117,6 +117,24 @@ impl ServerHandler for Gateway {
                 "fedgate aggregates several MCP servers; tool and prompt names are \
                  namespaced as `<upstream>.<name>`.",
             )
+    }
+
+    /// Stateless-era clients learn about list changes through `subscriptions/listen`.
+    /// Resource subscriptions are not accepted on this path yet (the acknowledgement says so).
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        let mut accepted = requested.clone();
+        accepted.resource_subscriptions = None;
+        Some(accepted)
+    }
+
+    async fn listen(&self, ctx: SubscriptionContext) -> Result<(), McpError> {
+        let id = self.pool.hub().add_listener(ctx.sink().clone());
+        ctx.cancelled().await;
+        self.pool.hub().remove_listener(id);
+        Ok(())
     }
 
     async fn on_initialized(&self, ctx: NotificationContext<RoleServer>) {

@@ -1,7 +1,13 @@
 //! Downstream sessions that want notifications: list changes and resource updates.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use dashmap::DashMap;
-use rmcp::{RoleServer, model::ResourceUpdatedNotificationParam, service::Peer};
+use rmcp::{
+    RoleServer,
+    model::ResourceUpdatedNotificationParam,
+    service::{Peer, SubscriptionSink},
+};
 
 /// Which lists changed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -28,12 +34,26 @@ pub struct Hub {
     sessions: DashMap<String, Peer<RoleServer>>,
     /// uri -> sessions subscribed to it
     subscriptions: DashMap<String, Vec<String>>,
+    /// Open `subscriptions/listen` streams of stateless-era clients.
+    listeners: DashMap<u64, SubscriptionSink>,
+    next_listener: AtomicU64,
 }
 
 impl Hub {
     /// Registers a session's peer under its key.
     pub fn register(&self, session: &str, peer: Peer<RoleServer>) {
         self.sessions.insert(session.to_owned(), peer);
+    }
+
+    /// Adds a stateless-era listener; remove it with [`Self::remove_listener`].
+    pub fn add_listener(&self, sink: SubscriptionSink) -> u64 {
+        let id = self.next_listener.fetch_add(1, Ordering::Relaxed);
+        self.listeners.insert(id, sink);
+        id
+    }
+
+    pub fn remove_listener(&self, id: u64) {
+        self.listeners.remove(&id);
     }
 
     pub fn len(&self) -> usize {
@@ -66,6 +86,21 @@ impl Hub {
                 }
                 if changed.resources {
                     let _ = peer.notify_resource_list_changed().await;
+                }
+            });
+        }
+        // A listener's sink drops what its accepted filter does not cover.
+        for entry in self.listeners.iter() {
+            let sink = entry.value().clone();
+            tokio::spawn(async move {
+                if changed.tools {
+                    let _ = sink.notify_tool_list_changed().await;
+                }
+                if changed.prompts {
+                    let _ = sink.notify_prompt_list_changed().await;
+                }
+                if changed.resources {
+                    let _ = sink.notify_resource_list_changed().await;
                 }
             });
         }

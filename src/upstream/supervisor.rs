@@ -2,11 +2,15 @@
 
 use std::{sync::Arc, time::Duration};
 
-use rmcp::{RoleClient, service::Peer};
+use rmcp::{
+    RoleClient,
+    model::{ServerNotification, SubscriptionFilter},
+    service::Peer,
+};
 use tokio::{sync::mpsc, time::Instant};
 
 use super::{
-    Connection, Lists, Phase, Upstream,
+    Connection, DetectedEra, Lists, Phase, Upstream,
     client::{UpstreamClient, UpstreamEvent},
     connect::{self, Established},
     inflight::Inflight,
@@ -194,6 +198,14 @@ async fn serve(
     pool.rebuild(Changed::ALL);
     pool.status_changed();
 
+    let listener = (era == DetectedEra::Stateless).then(|| {
+        let events = service.service().events.clone();
+        tokio::spawn(listen_for_changes(
+            up.name().to_owned(),
+            peer.clone(),
+            events,
+        ))
+    });
     let ct = service.cancellation_token();
     let shutdown = pool.shutdown_token();
     let waiting = service.waiting();
@@ -221,11 +233,64 @@ async fn serve(
             Some(ev) = events.recv() => handle_event(pool, up, &peer, ev).await,
         }
     };
+    if let Some(l) = listener {
+        l.abort();
+    }
     up.conn.store(None);
     up.lists.store(Arc::new(Lists::default()));
     up.update(|s| s.tools = 0);
     pool.rebuild(Changed::ALL);
     reason
+}
+
+/// Stateless-era upstreams send list changes only on a `subscriptions/listen` stream.
+async fn listen_for_changes(
+    upstream: String,
+    peer: Peer<RoleClient>,
+    events: mpsc::UnboundedSender<UpstreamEvent>,
+) {
+    let caps = peer
+        .peer_info()
+        .map(|i| i.capabilities.clone())
+        .unwrap_or_default();
+    let mut filter = SubscriptionFilter::default();
+    if caps.tools.as_ref().and_then(|t| t.list_changed) == Some(true) {
+        filter.tools_list_changed = Some(true);
+    }
+    if caps.prompts.as_ref().and_then(|p| p.list_changed) == Some(true) {
+        filter.prompts_list_changed = Some(true);
+    }
+    if caps.resources.as_ref().and_then(|r| r.list_changed) == Some(true) {
+        filter.resources_list_changed = Some(true);
+    }
+    if filter == SubscriptionFilter::default() {
+        return;
+    }
+    let mut sub = match peer.listen(filter).await {
+        Ok(s) => s,
+        Err(e) => return tracing::warn!(upstream = %upstream, "subscriptions/listen refused: {e}"),
+    };
+    loop {
+        let ev = match sub.next().await {
+            Ok(Some(ServerNotification::ToolListChangedNotification(_))) => {
+                UpstreamEvent::ToolsChanged
+            }
+            Ok(Some(ServerNotification::PromptListChangedNotification(_))) => {
+                UpstreamEvent::PromptsChanged
+            }
+            Ok(Some(ServerNotification::ResourceListChangedNotification(_))) => {
+                UpstreamEvent::ResourcesChanged
+            }
+            Ok(Some(_)) => continue,
+            Ok(None) => {
+                return tracing::info!(upstream = %upstream, "upstream ended its subscription");
+            }
+            Err(e) => return tracing::warn!(upstream = %upstream, "subscription failed: {e}"),
+        };
+        if events.send(ev).is_err() {
+            return;
+        }
+    }
 }
 
 async fn handle_event(
