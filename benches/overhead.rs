@@ -110,7 +110,8 @@ async fn connect(url: &str) -> RunningService<RoleClient, Bench> {
         StreamableHttpClientTransportConfig::with_uri(url.to_owned()).max_concurrent_requests(128);
     Bench
         .serve_with_lifecycle(
-            StreamableHttpClientTransport::from_config(cfg),
+            // Pooled, as real MCP clients keep connections alive (rmcp's default does not).
+            StreamableHttpClientTransport::with_client(reqwest::Client::new(), cfg),
             ClientLifecycleMode::Initialize,
         )
         .await

@@ -115,6 +115,7 @@ async fn serve_http(addr: SocketAddr, demo: Demo) -> Result<ExitCode, String> {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
+        let _ = stream.set_nodelay(true);
         let service = service.clone();
         tokio::spawn(async move {
             let svc =

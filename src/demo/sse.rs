@@ -30,6 +30,7 @@ pub async fn serve(addr: SocketAddr, demo: Demo) -> Result<ExitCode, String> {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
+        let _ = stream.set_nodelay(true);
         let (demo, sessions) = (demo.clone(), sessions.clone());
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(move |req: Request<Incoming>| {

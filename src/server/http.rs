@@ -51,6 +51,9 @@ pub async fn serve(
             },
             _ = shutdown.cancelled() => return Ok(()),
         };
+        // SSE responses go out in several small writes; without NODELAY, Nagle holds them for
+        // the peer's delayed ACK (~40 ms per call on a kept-alive connection).
+        let _ = stream.set_nodelay(true);
         let mcp = mcp.clone();
         let pool = pool.clone();
         let conn_shutdown = shutdown.clone();
@@ -113,6 +116,7 @@ fn mcp_config(
         .with_allowed_hosts(hosts)
         .with_allowed_origins(origins)
         .with_max_request_body_bytes(settings.max_body_bytes)
+        .with_sse_retry(None)
         .with_cancellation_token(ct)
 }
 

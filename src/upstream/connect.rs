@@ -83,8 +83,21 @@ pub async fn connect_http(
     let config =
         StreamableHttpClientTransportConfig::with_uri(Arc::<str>::from(url)).custom_headers(custom);
     let table = client.inflight.clone();
-    let transport = Tap::new(StreamableHttpClientTransport::from_config(config), table);
+    let transport = Tap::new(
+        StreamableHttpClientTransport::with_client(http_client()?, config),
+        table,
+    );
     handshake(spec, client, transport).await
+}
+
+/// rmcp's default client disables connection pooling (a new TCP connection per request); a
+/// gateway forwarding many calls keeps connections alive, and never follows redirects with the
+/// credentials it injects.
+fn http_client() -> Result<reqwest::Client, String> {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))
 }
 
 async fn handshake<T>(
