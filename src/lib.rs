@@ -10,6 +10,7 @@ pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod error;
+pub mod fixture;
 pub mod pipeline;
 pub mod router;
 pub mod server;

@@ -68,13 +68,19 @@ enum Command {
     /// Run the built-in demo MCP server (the shipped config's upstream).
     #[command(hide = true)]
     DemoUpstream(crate::demo::DemoArgs),
+    /// Run the conformance fixture MCP server (the suite's expected tools, prompts and resources).
+    #[command(hide = true)]
+    ConformanceFixture(crate::fixture::FixtureArgs),
 }
 
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
     init_logging(
         &cli.log_format,
-        matches!(cli.command, Command::DemoUpstream(_)),
+        matches!(
+            cli.command,
+            Command::DemoUpstream(_) | Command::ConformanceFixture(_)
+        ),
     );
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -95,6 +101,7 @@ pub fn run() -> ExitCode {
             Command::Call { tool, args, config } => inspect::call(&config, &tool, &args).await,
             Command::Import { file } => import::import(&file),
             Command::DemoUpstream(args) => crate::demo::run(args).await,
+            Command::ConformanceFixture(args) => crate::fixture::run(args).await,
         }
     });
     match result {
