@@ -74,7 +74,8 @@ impl Drop for Fixture {
 /// scenario -> (check id -> (successes, failures))
 type Results = BTreeMap<String, BTreeMap<String, (u32, u32)>>;
 
-fn run_suite(url: &str, requirements: &str, out: &Path) -> Results {
+/// Runs the suite; returns per-check results and whether every scored scenario passed.
+fn run_suite(url: &str, requirements: &str, out: &Path) -> (Results, bool) {
     let (node, cli) = suite();
     let _ = std::fs::remove_dir_all(out);
     let status = Command::new(node)
@@ -85,9 +86,8 @@ fn run_suite(url: &str, requirements: &str, out: &Path) -> Results {
         .stderr(Stdio::null())
         .status()
         .expect("run the conformance suite");
-    // The exit code only says whether any scored scenario failed; the per-check comparison
-    // below is the verdict.
-    let _ = status;
+    // Exit code 0 = every scored scenario of the requirement set passed.
+    let scored_ok = status.success();
     let mut results = Results::new();
     for entry in std::fs::read_dir(out).expect("suite output") {
         let dir = entry.expect("entry").path();
@@ -113,16 +113,24 @@ fn run_suite(url: &str, requirements: &str, out: &Path) -> Results {
         }
     }
     assert!(!results.is_empty(), "the suite wrote no results for {url}");
-    results
+    (results, scored_ok)
 }
 
 /// `server-<scenario>-<timestamp>` -> `<scenario>`
 fn scenario_name(dir: &str) -> String {
     let s = dir.strip_prefix("server-").unwrap_or(dir);
-    match s.find("-20") {
-        Some(i) if s[i + 1..].chars().take(4).all(|c| c.is_ascii_digit()) => s[..i].to_owned(),
-        _ => s.to_owned(),
-    }
+    // The timestamp suffix looks like `-2026-11-30T08-55-13-635Z`.
+    let is_stamp = |t: &str| {
+        let b = t.as_bytes();
+        b.len() > 11
+            && b[..4].iter().all(u8::is_ascii_digit)
+            && b[4] == b'-'
+            && b[7] == b'-'
+            && b[10] == b'T'
+    };
+    s.match_indices('-')
+        .find(|(i, _)| is_stamp(&s[i + 1..]))
+        .map_or_else(|| s.to_owned(), |(i, _)| s[..i].to_owned())
 }
 
 fn totals(r: &BTreeMap<String, (u32, u32)>) -> (u32, u32) {
@@ -132,13 +140,18 @@ fn totals(r: &BTreeMap<String, (u32, u32)>) -> (u32, u32) {
 fn compare(requirements: &str, era: &str) {
     let fixture = Fixture::start();
     let dir = tempfile::tempdir().unwrap();
-    let direct = run_suite(&fixture.url, requirements, &dir.path().join("direct"));
+    let (direct, fixture_ok) = run_suite(&fixture.url, requirements, &dir.path().join("direct"));
+    // The comparison only means something if the fixture itself passes the requirement set.
+    assert!(
+        fixture_ok,
+        "the fixture fails scored scenarios of --requirements {requirements}"
+    );
     let config = format!(
         "[upstreams.fx]\nkind = \"http\"\nurl = \"{}\"\nprefix = \"never\"\nera = \"{era}\"\n",
         fixture.url
     );
     let gw = Gateway::start(&config);
-    let through = run_suite(&gw.url, requirements, &dir.path().join("fedgate"));
+    let (through, gateway_ok) = run_suite(&gw.url, requirements, &dir.path().join("fedgate"));
 
     println!("\nconformance --requirements {requirements} (upstream hop: {era})");
     println!(
@@ -172,7 +185,7 @@ fn compare(requirements: &str, era: &str) {
         }
     }
     assert!(
-        regressions.is_empty(),
+        regressions.is_empty() && gateway_ok,
         "fedgate fails checks the fixture passes (--requirements {requirements}):\n  {}\n{}",
         regressions.join("\n  "),
         gw.stderr()

@@ -19,7 +19,11 @@ use tower::Service;
 use super::{Call, CallFuture, Op};
 use crate::{
     error::CallError,
-    upstream::{Connection, inflight::CallEvent, pool::Pool},
+    upstream::{
+        Connection, DetectedEra,
+        inflight::{CallEvent, Downstream},
+        pool::Pool,
+    },
 };
 
 /// `_meta` keys that belong to one hop and are never copied to the next.
@@ -98,7 +102,8 @@ async fn send(
     let (guard, mut events) = conn.inflight.open(downstream.clone());
     let mut request = to_request(op);
     request.extensions_mut().insert(guard.key);
-    let options = PeerRequestOptions::no_options().with_meta(hop_meta(meta));
+    let options =
+        PeerRequestOptions::no_options().with_meta(hop_meta(meta, conn.era, downstream.as_ref()));
     let handle = conn
         .peer
         .send_request_with_option(request, options)
@@ -109,17 +114,7 @@ async fn send(
     tokio::pin!(response);
     let deadline = tokio::time::sleep(timeout);
     tokio::pin!(deadline);
-    let relay = |ev: CallEvent| {
-        let downstream = downstream.clone();
-        let token = progress_token.clone();
-        async move {
-            let CallEvent::Progress(mut p) = ev;
-            if let (Some(d), Some(token)) = (downstream, token) {
-                p.progress_token = token;
-                let _ = d.peer.notify_progress(p).await;
-            }
-        }
-    };
+    let relay = |ev| relay(downstream.as_ref(), progress_token.as_ref(), ev);
     let outcome = loop {
         tokio::select! {
             biased;
@@ -145,14 +140,53 @@ async fn send(
     outcome
 }
 
+/// Passes one upstream notification of this call to the caller, in arrival order.
+async fn relay(
+    downstream: Option<&Downstream>,
+    token: Option<&rmcp::model::ProgressToken>,
+    ev: CallEvent,
+) {
+    let Some(d) = downstream else { return };
+    match ev {
+        CallEvent::Progress(mut p) => {
+            // A caller that sent no progress token asked for no progress.
+            if let Some(token) = token {
+                p.progress_token = token.clone();
+                let _ = d.peer.notify_progress(p).await;
+            }
+        }
+        CallEvent::Log(l) => {
+            if d.log_level.is_some_and(|min| l.level as u8 >= min as u8) {
+                let _ = d.peer.notify_logging_message(l).await;
+            }
+        }
+    }
+}
+
 async fn cancel_upstream(conn: &Connection, id: rmcp::model::RequestId, reason: &str) {
     let p = CancelledNotificationParam::new(Some(id), Some(reason.to_owned()));
     let _ = conn.peer.notify_cancelled(p).await;
 }
 
-/// The downstream `_meta` minus what belongs to the downstream hop only.
-fn hop_meta(mut meta: RequestMetaObject) -> RequestMetaObject {
+/// The downstream `_meta` minus what belongs to the downstream hop only. A stateless-era
+/// upstream decides per request what to ask of the client and what to log, so it gets the
+/// caller's capabilities and log level (rmcp fills in the rest of the hop's metadata).
+fn hop_meta(
+    mut meta: RequestMetaObject,
+    era: DetectedEra,
+    downstream: Option<&Downstream>,
+) -> RequestMetaObject {
     meta.retain(|k, _| k != PROGRESS_TOKEN_KEY && !k.starts_with(HOP_META_PREFIX));
+    if era == DetectedEra::Stateless
+        && let Some(d) = downstream
+    {
+        if let Some(caps) = &d.capabilities {
+            meta.set_client_capabilities(caps.clone());
+        }
+        if let Some(level) = d.log_level {
+            meta.set_log_level(level);
+        }
+    }
     meta
 }
 

@@ -167,6 +167,14 @@ impl Catalog {
         });
     }
 
+    /// The exposed definition of a tool (the list is sorted by name).
+    pub fn tool_def(&self, exposed: &str) -> Option<&Tool> {
+        self.tools
+            .binary_search_by(|t| t.name.as_ref().cmp(exposed))
+            .ok()
+            .and_then(|i| self.tools.get(i))
+    }
+
     pub fn tool(&self, exposed: &str) -> Option<&Route> {
         self.tool_routes.get(exposed)
     }

@@ -1,4 +1,5 @@
 //! fedgate as an MCP server: lists come from the catalog, routed requests go through the stack.
+#![allow(deprecated)] // logging and resources/subscribe are deprecated by SEP-2577 but served
 
 use std::sync::Arc;
 
@@ -7,9 +8,10 @@ use rmcp::{
     model::{
         CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
         GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
-        ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-        ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
-        ServerResult, SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
+        ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, LoggingLevel,
+        PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
+        ServerCapabilities, ServerConfig, ServerResult, SetLevelRequestParams,
+        SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
     },
     service::{NotificationContext, RequestContext, SubscriptionContext},
 };
@@ -42,6 +44,22 @@ impl Gateway {
         }
     }
 
+    /// The lowest log level this caller wants: per request in the stateless era (none unless
+    /// asked), per session in the handshake era (everything until `logging/setLevel`).
+    fn log_level(&self, ctx: &RequestContext<RoleServer>) -> Option<LoggingLevel> {
+        let stateless = ctx.protocol_version().is_some_and(|v| !v.has_initialize());
+        if stateless {
+            ctx.meta.log_level()
+        } else {
+            Some(
+                self.pool
+                    .hub()
+                    .log_level(&session_key(&ctx.extensions))
+                    .unwrap_or(LoggingLevel::Debug),
+            )
+        }
+    }
+
     async fn run(
         &self,
         op: Op,
@@ -53,6 +71,8 @@ impl Gateway {
             downstream: Some(Downstream {
                 peer: ctx.peer.clone(),
                 request_id: ctx.id.clone(),
+                log_level: self.log_level(ctx),
+                capabilities: ctx.client_capabilities(),
             }),
             progress_token: ctx.meta.get_progress_token(),
             ct: ctx.ct.clone(),
@@ -110,6 +130,7 @@ impl ServerHandler for Gateway {
             .enable_resources_list_changed()
             .enable_resources_subscribe()
             .enable_completions()
+            .enable_logging()
             .build();
         ServerConfig::new(caps)
             .with_server_info(Implementation::new("fedgate", env!("CARGO_PKG_VERSION")))
@@ -134,6 +155,24 @@ impl ServerHandler for Gateway {
         let id = self.pool.hub().add_listener(ctx.sink().clone());
         ctx.cancelled().await;
         self.pool.hub().remove_listener(id);
+        Ok(())
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        // rmcp checks `Mcp-Param-*` headers against the tool's input schema.
+        self.pool.catalog().tool_def(name).cloned()
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        // Upstream connections are shared by all sessions, so the level is applied by fedgate
+        // when it relays messages, not forwarded.
+        self.pool
+            .hub()
+            .set_log_level(&session_key(&ctx.extensions), request.level);
         Ok(())
     }
 

@@ -1,11 +1,12 @@
 //! Downstream sessions that want notifications: list changes and resource updates.
+#![allow(deprecated)] // logging is deprecated by SEP-2577 but still served
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use dashmap::DashMap;
 use rmcp::{
     RoleServer,
-    model::ResourceUpdatedNotificationParam,
+    model::{LoggingLevel, ResourceUpdatedNotificationParam},
     service::{Peer, SubscriptionSink},
 };
 
@@ -37,12 +38,22 @@ pub struct Hub {
     /// Open `subscriptions/listen` streams of stateless-era clients.
     listeners: DashMap<u64, SubscriptionSink>,
     next_listener: AtomicU64,
+    /// Handshake-era `logging/setLevel`, per session.
+    log_levels: DashMap<String, LoggingLevel>,
 }
 
 impl Hub {
     /// Registers a session's peer under its key.
     pub fn register(&self, session: &str, peer: Peer<RoleServer>) {
         self.sessions.insert(session.to_owned(), peer);
+    }
+
+    pub fn set_log_level(&self, session: &str, level: LoggingLevel) {
+        self.log_levels.insert(session.to_owned(), level);
+    }
+
+    pub fn log_level(&self, session: &str) -> Option<LoggingLevel> {
+        self.log_levels.get(session).map(|l| *l)
     }
 
     /// Adds a stateless-era listener; remove it with [`Self::remove_listener`].

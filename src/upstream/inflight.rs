@@ -3,6 +3,7 @@
 //! The tap transport registers every outgoing request that carries a [`CallKey`] here *before*
 //! it reaches the wire, so progress notifications and server-to-client requests that come back
 //! can always be matched to their downstream call (pitfall C.6-1/-3 of PROTOCOL.md).
+#![allow(deprecated)] // logging is deprecated by SEP-2577 but still relayed
 
 use std::sync::{
     Arc,
@@ -12,7 +13,10 @@ use std::sync::{
 use dashmap::DashMap;
 use rmcp::{
     RoleServer,
-    model::{ProgressNotificationParam, ProgressToken, RequestId},
+    model::{
+        ClientCapabilities, LoggingLevel, LoggingMessageNotificationParam,
+        ProgressNotificationParam, ProgressToken, RequestId,
+    },
     service::Peer,
 };
 use tokio::sync::mpsc;
@@ -26,12 +30,17 @@ pub struct CallKey(pub u64);
 pub struct Downstream {
     pub peer: Peer<RoleServer>,
     pub request_id: RequestId,
+    /// Lowest log level the caller wants relayed; `None` = no log messages.
+    pub log_level: Option<LoggingLevel>,
+    /// What the caller declared it can do (forwarded to stateless-era upstreams).
+    pub capabilities: Option<ClientCapabilities>,
 }
 
 /// What the upstream sends back for one call besides its response.
 #[derive(Debug)]
 pub enum CallEvent {
     Progress(ProgressNotificationParam),
+    Log(LoggingMessageNotificationParam),
 }
 
 #[derive(Debug)]
@@ -111,6 +120,30 @@ impl Inflight {
             Some(slot) => {
                 // A closed receiver means the call already returned; dropping is right.
                 let _ = slot.events.send(CallEvent::Progress(p));
+                Ok(())
+            }
+            None => Err(p),
+        }
+    }
+
+    /// Delivers a log message to the call it belongs to. The wire links log messages to no
+    /// request, so this only succeeds while exactly one call with a downstream is in flight.
+    pub fn route_log(
+        &self,
+        p: LoggingMessageNotificationParam,
+    ) -> Result<(), LoggingMessageNotificationParam> {
+        let mut sole = None;
+        for slot in self.slots.iter() {
+            if slot.downstream.is_some() {
+                if sole.is_some() {
+                    return Err(p);
+                }
+                sole = Some(slot.events.clone());
+            }
+        }
+        match sole {
+            Some(tx) => {
+                let _ = tx.send(CallEvent::Log(p));
                 Ok(())
             }
             None => Err(p),

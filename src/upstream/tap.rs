@@ -9,7 +9,7 @@ use std::{future::Future, sync::Arc};
 
 use rmcp::{
     RoleClient,
-    model::{GetExtensions, GetMeta, JsonRpcMessage, ServerNotification},
+    model::{GetExtensions, GetMeta, JsonRpcMessage, JsonRpcNotification, ServerNotification},
     service::{RxJsonRpcMessage, TxJsonRpcMessage},
     transport::Transport,
 };
@@ -49,19 +49,29 @@ where
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
         loop {
             let msg = self.inner.receive().await?;
-            if let JsonRpcMessage::Notification(n) = msg {
-                if let ServerNotification::ProgressNotification(p) = n.notification {
-                    match self.table.route_progress(p.params) {
-                        Ok(()) => continue,
-                        Err(params) => {
-                            tracing::debug!(token = ?params.progress_token, "progress for no call in flight");
-                            continue;
-                        }
+            let JsonRpcMessage::Notification(n) = msg else {
+                return Some(msg);
+            };
+            match n.notification {
+                ServerNotification::ProgressNotification(p) => {
+                    if let Err(p) = self.table.route_progress(p.params) {
+                        tracing::debug!(token = ?p.progress_token, "progress for no call in flight");
                     }
                 }
-                return Some(JsonRpcMessage::Notification(n));
+                // Log messages carry no request link; one that cannot be attributed to a single
+                // call in flight is dropped rather than shown to the wrong client.
+                ServerNotification::LoggingMessageNotification(l) => {
+                    if self.table.route_log(l.params).is_err() {
+                        tracing::debug!("log message with no single call in flight dropped");
+                    }
+                }
+                notification => {
+                    return Some(JsonRpcMessage::Notification(JsonRpcNotification {
+                        notification,
+                        ..n
+                    }));
+                }
             }
-            return Some(msg);
         }
     }
 
