@@ -5,7 +5,7 @@ mod common;
 use common::*;
 use rmcp::model::*;
 
-fn config() -> (String, HttpDemo) {
+fn config() -> (String, UrlProcess) {
     let (notes, server) = http_upstream(
         "notes",
         "rename = { write_note = \"save\" }\ndeny = [\"crash\", \"pid\"]\ndescriptions = { echo = \"Echo, via notes.\" }",

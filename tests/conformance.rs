@@ -7,9 +7,8 @@ mod common;
 
 use std::{
     collections::BTreeMap,
-    io::{BufRead, BufReader},
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
 };
 
 use common::*;
@@ -35,40 +34,6 @@ fn suite() -> (PathBuf, PathBuf) {
          command), which installs tests/node with npm ci"
     );
     (node, cli)
-}
-
-struct Fixture {
-    child: Child,
-    url: String,
-}
-
-impl Fixture {
-    fn start() -> Fixture {
-        let mut child = Command::new(FEDGATE)
-            .args(["conformance-fixture", "--http", "127.0.0.1:0"])
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn fixture");
-        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        let line = lines
-            .next()
-            .and_then(Result::ok)
-            .expect("fixture ready line");
-        let url = line
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .unwrap_or_else(|| panic!("no address in {line}"))
-            .to_owned();
-        std::thread::spawn(move || for _ in lines {});
-        Fixture { child, url }
-    }
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// scenario -> (check id -> (successes, failures))
@@ -138,7 +103,7 @@ fn totals(r: &BTreeMap<String, (u32, u32)>) -> (u32, u32) {
 }
 
 fn compare(requirements: &str, era: &str) {
-    let fixture = Fixture::start();
+    let fixture = UrlProcess::start(&["conformance-fixture", "--http", "127.0.0.1:0"]);
     let dir = tempfile::tempdir().unwrap();
     let (direct, fixture_ok) = run_suite(&fixture.url, requirements, &dir.path().join("direct"));
     // The comparison only means something if the fixture itself passes the requirement set.

@@ -115,7 +115,11 @@ pub fn run() -> ExitCode {
 
 fn init_logging(format: &str, quiet: bool) {
     use tracing_subscriber::EnvFilter;
-    let default = if quiet { "warn" } else { "info,rmcp=error" };
+    let default = if quiet {
+        "warn,rmcp=error"
+    } else {
+        "info,rmcp=error"
+    };
     let filter = EnvFilter::try_from_env("FEDGATE_LOG").unwrap_or_else(|_| EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

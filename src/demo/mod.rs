@@ -111,24 +111,10 @@ async fn serve_http(addr: SocketAddr, demo: Demo) -> Result<ExitCode, String> {
         StreamableHttpServerConfig::default(),
     );
     println!("demo upstream listening on http://{local}/mcp");
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
-        };
-        let _ = stream.set_nodelay(true);
-        let service = service.clone();
-        tokio::spawn(async move {
-            let svc =
-                hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                    let mut service = service.clone();
-                    async move { tower::Service::call(&mut service, req).await }
-                });
-            let _ =
-                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
-                    .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(stream), svc)
-                    .await;
-        });
-    }
+    crate::server::http::serve_plain(listener, service)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn schema(v: Value) -> Arc<JsonObject> {

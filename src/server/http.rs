@@ -160,3 +160,30 @@ fn readyz(pool: &Pool) -> Response<Body> {
         &body,
     )
 }
+
+/// Serves an rmcp Streamable HTTP service on every path of `listener`, forever. Used by the
+/// built-in test servers (demo upstream, conformance fixture), which need no routing.
+pub async fn serve_plain<S>(
+    listener: TcpListener,
+    service: StreamableHttpService<S, LocalSessionManager>,
+) -> std::io::Result<()>
+where
+    S: rmcp::ServerHandler + Send + 'static,
+{
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let service = service.clone();
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let mut service = service.clone();
+                async move { tower::Service::call(&mut service, req).await }
+            });
+            let _ = auto::Builder::new(TokioExecutor::new())
+                .serve_connection_with_upgrades(TokioIo::new(stream), svc)
+                .await;
+        });
+    }
+}

@@ -47,6 +47,9 @@ pub enum CallEvent {
 struct Slot {
     downstream: Option<Downstream>,
     events: mpsc::UnboundedSender<CallEvent>,
+    /// Set by `bind`, so the guard can remove the index entries without scanning.
+    id: Option<RequestId>,
+    token: Option<ProgressToken>,
 }
 
 /// Table of in-flight calls of one upstream connection.
@@ -67,9 +70,14 @@ pub struct CallGuard {
 
 impl Drop for CallGuard {
     fn drop(&mut self) {
-        self.table.slots.remove(&self.key.0);
-        self.table.by_token.retain(|_, k| *k != self.key.0);
-        self.table.by_request.retain(|_, k| *k != self.key.0);
+        if let Some((_, slot)) = self.table.slots.remove(&self.key.0) {
+            if let Some(id) = slot.id {
+                self.table.by_request.remove(&id);
+            }
+            if let Some(token) = slot.token {
+                self.table.by_token.remove(&token);
+            }
+        }
     }
 }
 
@@ -86,6 +94,8 @@ impl Inflight {
             Slot {
                 downstream,
                 events: tx,
+                id: None,
+                token: None,
             },
         );
         (
@@ -99,12 +109,14 @@ impl Inflight {
 
     /// Called by the tap as the request leaves: binds its id and progress token to the call.
     pub fn bind(&self, key: CallKey, id: RequestId, token: Option<ProgressToken>) {
-        if !self.slots.contains_key(&key.0) {
+        let Some(mut slot) = self.slots.get_mut(&key.0) else {
             return;
-        }
-        self.by_request.insert(id, key.0);
+        };
+        self.by_request.insert(id.clone(), key.0);
+        slot.id = Some(id);
         if let Some(t) = token {
-            self.by_token.insert(t, key.0);
+            self.by_token.insert(t.clone(), key.0);
+            slot.token = Some(t);
         }
     }
 

@@ -40,46 +40,54 @@ pub fn stdio_upstream(name: &str, extra_args: &[&str], extra_toml: &str) -> Stri
     )
 }
 
-/// A demo upstream serving HTTP (Streamable or legacy SSE) on a port it picked itself; killed
-/// on drop. Binding port 0 in the server avoids racing other tests for a "free" port.
-pub struct HttpDemo {
+/// A fedgate subcommand that serves HTTP on a port it picked itself and prints its URL first;
+/// killed on drop. Binding port 0 in the server avoids racing other tests for a "free" port.
+pub struct UrlProcess {
     child: Child,
     pub url: String,
 }
 
-impl HttpDemo {
-    /// `mode` is `--http` or `--sse`.
-    pub fn start(name: &str, mode: &str) -> HttpDemo {
+impl UrlProcess {
+    pub fn start(args: &[&str]) -> UrlProcess {
         let mut child = Command::new(FEDGATE)
-            .args(["demo-upstream", "--name", name, mode, "127.0.0.1:0"])
+            .args(args)
             .stdout(Stdio::piped())
             .spawn()
-            .expect("spawn demo upstream");
+            .expect("spawn fedgate subcommand");
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = BufReader::new(stdout).lines();
         let line = lines
             .next()
             .and_then(Result::ok)
-            .expect("demo upstream ready line");
+            .expect("ready line with a URL");
         let url = line
             .split_whitespace()
             .find(|w| w.starts_with("http://"))
             .unwrap_or_else(|| panic!("no address in {line}"))
             .to_owned();
         std::thread::spawn(move || for _ in lines {});
-        HttpDemo { child, url }
+        UrlProcess { child, url }
     }
 }
 
-impl Drop for HttpDemo {
+impl Drop for UrlProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
 
+/// A demo upstream serving HTTP; `mode` is `--http` or `--sse`.
+pub struct HttpDemo;
+
+impl HttpDemo {
+    pub fn start(name: &str, mode: &str) -> UrlProcess {
+        UrlProcess::start(&["demo-upstream", "--name", name, mode, "127.0.0.1:0"])
+    }
+}
+
 /// TOML for a Streamable HTTP demo upstream, and the server behind it (keep it alive).
-pub fn http_upstream(name: &str, extra_toml: &str) -> (String, HttpDemo) {
+pub fn http_upstream(name: &str, extra_toml: &str) -> (String, UrlProcess) {
     let demo = HttpDemo::start(name, "--http");
     let toml = format!(
         "[upstreams.{name}]\nkind = \"http\"\nurl = \"{}\"\n{extra_toml}\n",
