@@ -19,6 +19,9 @@ pub const DEFAULT_CONFIG: &str = "gateway.toml";
     about = "Federated gateway proxy for MCP servers"
 )]
 struct Cli {
+    /// Runtime worker threads (default: half the CPUs, at least 1).
+    #[arg(long, global = true, env = "FEDGATE_WORKER_THREADS")]
+    worker_threads: Option<std::num::NonZeroUsize>,
     /// Log format on stderr.
     #[arg(long, global = true, default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
@@ -83,6 +86,11 @@ pub fn run() -> ExitCode {
         ),
     );
     let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(
+            cli.worker_threads
+                .unwrap_or_else(default_worker_threads)
+                .get(),
+        )
         .enable_all()
         .build()
     {
@@ -111,6 +119,13 @@ pub fn run() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Half the CPUs: stdio upstreams run on the same machine and need the other half; measured
+/// on 2 cores, one worker spends ~20% less CPU per forwarded call than two and forwards more.
+fn default_worker_threads() -> std::num::NonZeroUsize {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::num::NonZeroUsize::new(cpus / 2).unwrap_or(std::num::NonZeroUsize::MIN)
 }
 
 fn init_logging(format: &str, quiet: bool) {
