@@ -183,3 +183,86 @@ async fn shipped_config_serves_both_upstreams() {
     assert_eq!(ready["upstreams"]["notes"]["kind"], "http");
     client.cancel().await.unwrap();
 }
+
+/// Small pages: rmcp's client follows fedgate's cursors to the same full list; a forged
+/// cursor is refused with -32602.
+#[tokio::test(flavor = "multi_thread")]
+async fn merged_lists_paginate_with_fedgates_own_cursors() {
+    let gw = Gateway::start(&format!(
+        "[gateway]\npage_size = 3\n{}{}",
+        stdio_upstream("a", &[], ""),
+        stdio_upstream("b", &[], "")
+    ));
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    let first = client.peer().list_tools(None).await.unwrap();
+    assert_eq!(first.tools.len(), 3);
+    let cursor = first.next_cursor.clone().expect("more pages");
+    let all = client.peer().list_all_tools().await.unwrap();
+    assert_eq!(all.len(), 20, "10 tools from each upstream");
+    let mut names: Vec<_> = all.iter().map(|t| t.name.to_string()).collect();
+    names.dedup();
+    assert_eq!(names.len(), 20, "no tool twice across pages");
+    let second = client
+        .peer()
+        .list_tools(Some(
+            PaginatedRequestParams::default().with_cursor(Some(cursor)),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(second.tools[0].name, all[3].name);
+    let err = client
+        .peer()
+        .list_tools(Some(
+            PaginatedRequestParams::default().with_cursor(Some("forged".into())),
+        ))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("-32602") || err.to_string().contains("invalid cursor"),
+        "{err}"
+    );
+    client.cancel().await.unwrap();
+}
+
+/// Two upstreams serving the same resource URI: the first (by name) keeps it, the other is
+/// reported under `conflicts`, and reads go to the keeper.
+#[tokio::test(flavor = "multi_thread")]
+async fn duplicate_resource_uris_are_reported_not_shadowed_silently() {
+    let gw = Gateway::start(&format!(
+        "[gateway]\n{}{}",
+        stdio_upstream("first", &["--scheme", "same"], ""),
+        stdio_upstream("second", &["--scheme", "same"], "")
+    ));
+    let (_, ready) = gw.readyz().await;
+    let conflicts = ready["conflicts"].as_array().unwrap();
+    assert!(
+        conflicts
+            .iter()
+            .any(|c| c["upstream"] == "second" && c["item"] == "same://readme"),
+        "{ready}"
+    );
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    let resources = client.peer().list_all_resources().await.unwrap();
+    assert_eq!(
+        resources
+            .iter()
+            .filter(|r| r.uri == "same://readme")
+            .count(),
+        1
+    );
+    // The keeper answers: write a note through `first`, read it back by URI.
+    call(
+        &client,
+        "first.write_note",
+        serde_json::json!({"key": "k", "value": "from first"}),
+    )
+    .await
+    .unwrap();
+    let read = client
+        .peer()
+        .read_resource(ReadResourceRequestParams::new("same://notes/k"))
+        .await
+        .unwrap();
+    assert!(serde_json::to_string(&read).unwrap().contains("from first"));
+    client.cancel().await.unwrap();
+}

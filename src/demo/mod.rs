@@ -38,6 +38,9 @@ pub struct DemoArgs {
     /// Name reported in serverInfo.
     #[arg(long, default_value = "fedgate-demo")]
     name: String,
+    /// URI scheme of its resources (default: the name).
+    #[arg(long)]
+    scheme: Option<String>,
     /// Wait this long before serving (a slow upstream).
     #[arg(long, default_value_t = 0)]
     start_delay_ms: u64,
@@ -64,6 +67,7 @@ struct State {
 #[derive(Debug, Clone)]
 struct Demo {
     name: String,
+    scheme: String,
     state: Arc<State>,
 }
 
@@ -77,6 +81,7 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, String> {
     }
     let demo = Demo {
         name: args.name.clone(),
+        scheme: args.scheme.clone().unwrap_or_else(|| args.name.clone()),
         state: Arc::new(State {
             crash_after: args.crash_after,
             ..Default::default()
@@ -342,7 +347,7 @@ impl ServerHandler for Demo {
                 self.state.notes.lock().insert(key.clone(), value);
                 for p in self.state.peers.lock().iter() {
                     let p = p.clone();
-                    let uri = format!("{}://notes/{key}", self.name);
+                    let uri = format!("{}://notes/{key}", self.scheme);
                     tokio::spawn(async move {
                         let _ = p
                             .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
@@ -454,7 +459,8 @@ impl ServerHandler for Demo {
         _c: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
         Ok(ListResourcesResult::with_all_items(vec![
-            Resource::new(format!("{}://readme", self.name), "readme").with_mime_type("text/plain"),
+            Resource::new(format!("{}://readme", self.scheme), "readme")
+                .with_mime_type("text/plain"),
         ]))
     }
 
@@ -464,7 +470,7 @@ impl ServerHandler for Demo {
         _c: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
         Ok(ListResourceTemplatesResult::with_all_items(vec![
-            ResourceTemplate::new(format!("{}://notes/{{key}}", self.name), "note")
+            ResourceTemplate::new(format!("{}://notes/{{key}}", self.scheme), "note")
                 .with_mime_type("text/plain"),
         ]))
     }
@@ -474,7 +480,7 @@ impl ServerHandler for Demo {
         req: ReadResourceRequestParams,
         _c: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        let scheme = format!("{}://", self.name);
+        let scheme = format!("{}://", self.scheme);
         let path = req.uri.strip_prefix(&scheme).unwrap_or_default();
         let text = if path == "readme" {
             format!("{} is the fedgate demo upstream.", self.name)
