@@ -175,3 +175,90 @@ async fn no_child_survives_sigkill_of_fedgate() {
     .await;
     assert!(gone.is_ok(), "children {pids:?} outlived fedgate");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn killing_the_child_mid_call_gives_a_clear_error_then_recovers() {
+    let gw = Gateway::start(&format!(
+        "[gateway]\n{}",
+        stdio_upstream(
+            "demo",
+            &[],
+            "era = \"legacy\"\nrestart = { base_ms = 10, max_ms = 50 }"
+        )
+    ));
+    let client = TestClient::new();
+    let seen = client.seen.clone();
+    let client = connect_legacy(&gw.url, client).await;
+    let pid = first_text(
+        &call(&client, "demo.pid", serde_json::json!({}))
+            .await
+            .unwrap(),
+    );
+    let changes = *seen.tool_changes.lock();
+    let slow = call(&client, "demo.slow", serde_json::json!({"ms": 60000}));
+    let kill = async {
+        // The call is in flight once the upstream counted it.
+        loop {
+            let r = call(&client, "demo.stats", serde_json::json!({}))
+                .await
+                .unwrap();
+            if r.structured_content.unwrap()["calls"].as_u64().unwrap() >= 3 {
+                break;
+            }
+        }
+        Command::new("kill").args(["-KILL", &pid]).status().unwrap();
+    };
+    let (result, ()) =
+        tokio::time::timeout(Duration::from_secs(10), async { tokio::join!(slow, kill) })
+            .await
+            .expect("the in-flight call ends, it does not hang");
+    let err = result.unwrap_err().to_string();
+    assert!(
+        err.contains("upstream `demo` closed the connection during the call"),
+        "{err}"
+    );
+    wait_for(&seen.tools_changed, "tools to come back", || {
+        *seen.tool_changes.lock() >= changes + 2
+    })
+    .await;
+    let again = first_text(
+        &call(&client, "demo.echo", serde_json::json!({"text": "back"}))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(again, "echo: back");
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn malformed_requests_get_errors_and_the_gateway_keeps_serving() {
+    let gw = Gateway::start(&format!("[gateway]\n{}", stdio_upstream("demo", &[], "")));
+    let http = reqwest::Client::new();
+    let post = |body: String| {
+        http.post(&gw.url)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    for bad in [
+        "{not json".to_owned(),
+        "[]".to_owned(),
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":42}}"#.to_owned(),
+        format!("{}1{}", "[".repeat(10_000), "]".repeat(10_000)),
+        "x".repeat(5 * 1024 * 1024),
+    ] {
+        let status = post(bad).await.unwrap().status();
+        assert!(status.is_client_error(), "bad input got {status}");
+    }
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    let r = call(
+        &client,
+        "demo.echo",
+        serde_json::json!({"text": "still here"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(first_text(&r), "echo: still here");
+    client.cancel().await.unwrap();
+}

@@ -317,3 +317,17 @@ async fn list_changed_in_the_stateless_era() {
     sub.cancel().await.unwrap();
     client.cancel().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn roots_request_reaches_the_calling_client() {
+    let gw = Gateway::start(&format!(
+        "[gateway]\n{}",
+        stdio_upstream("demo", &[], "era = \"legacy\"")
+    ));
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    let r = call(&client, "demo.roots", serde_json::json!({}))
+        .await
+        .unwrap();
+    assert_eq!(first_text(&r), "file:///work/project");
+    client.cancel().await.unwrap();
+}

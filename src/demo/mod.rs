@@ -199,6 +199,12 @@ impl Demo {
             tool("stats", "Counters: calls, cancellations.", json!({}), true),
             tool("pid", "This server's process id.", json!({}), true),
             tool(
+                "roots",
+                "Ask the client for its roots (handshake era) and list them.",
+                json!({}),
+                true,
+            ),
+            tool(
                 "crash",
                 "Exit the process immediately, without answering.",
                 json!({}),
@@ -403,6 +409,27 @@ impl ServerHandler for Demo {
                 r
             }
             "pid" => text(std::process::id().to_string()),
+            "roots" => {
+                let answer = ctx
+                    .peer
+                    .send_request(ServerRequest::ListRootsRequest(Default::default()))
+                    .await
+                    .map_err(|e| {
+                        McpError::internal_error(format!("roots/list failed: {e}"), None)
+                    })?;
+                match answer {
+                    ClientResult::ListRootsResult(r) => {
+                        let uris: Vec<String> = r.roots.into_iter().map(|r| r.uri).collect();
+                        text(uris.join(","))
+                    }
+                    other => {
+                        return Err(McpError::internal_error(
+                            format!("unexpected answer {other:?}"),
+                            None,
+                        ));
+                    }
+                }
+            }
             "crash" => std::process::exit(3),
             other => {
                 return Err(McpError::invalid_params(

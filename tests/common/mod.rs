@@ -207,7 +207,11 @@ impl TestClient {
 
 impl ClientHandler for TestClient {
     fn get_info(&self) -> ClientConfig {
-        let caps = ClientCapabilities::builder().enable_elicitation().build();
+        #[allow(deprecated)]
+        let caps = ClientCapabilities::builder()
+            .enable_elicitation()
+            .enable_roots()
+            .build();
         ClientConfig::new(caps, Implementation::new("fedgate-test", "0"))
             .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
     }
@@ -224,6 +228,16 @@ impl ClientHandler for TestClient {
         self.seen.elicitations.lock().push(msg);
         Ok(serde_json::from_value(
             serde_json::json!({"action": "accept", "content": {"name": self.answer_name}}),
+        )
+        .unwrap())
+    }
+
+    async fn list_roots(
+        &self,
+        _ctx: RequestContext<RoleClient>,
+    ) -> Result<ListRootsResult, McpError> {
+        Ok(serde_json::from_value(
+            serde_json::json!({"roots": [{"uri": "file:///work/project", "name": "project"}]}),
         )
         .unwrap())
     }
