@@ -1,5 +1,6 @@
 //! Test support: a real fedgate process on a free port, real upstreams, real MCP clients.
 #![allow(dead_code)]
+#![allow(deprecated)] // the test client answers roots/list, deprecated by SEP-2577 but in use
 
 use std::{
     io::{BufRead, BufReader},
