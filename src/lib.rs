@@ -12,6 +12,7 @@ pub mod demo;
 pub mod error;
 pub mod fixture;
 pub mod pipeline;
+pub mod policy;
 pub mod router;
 pub mod server;
 pub mod upstream;

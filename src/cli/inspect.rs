@@ -8,6 +8,7 @@ use tower::ServiceExt;
 use super::serve::{load, settle_bound, stop};
 use crate::{
     pipeline::{self, Call, Op},
+    policy::identity::{Identity, IdentityKind},
     upstream::pool::Pool,
 };
 
@@ -95,6 +96,7 @@ pub async fn call(path: &Path, tool: &str, args: &str) -> Result<ExitCode, Strin
         downstream: None,
         progress_token: None,
         ct: Default::default(),
+        identity: Identity::unrestricted("local", IdentityKind::Local),
         target: None,
     };
     let result = stack.oneshot(call).await;

@@ -46,12 +46,17 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, String
     let addr = listener
         .local_addr()
         .map_err(|e| format!("cannot read the bound address: {e}"))?;
-    if addr.ip().is_loopback() {
-        tracing::info!(
-            "listening on loopback without client authentication (only local clients can connect)"
-        );
-    } else {
-        tracing::warn!("listening on {addr} without client authentication");
+    let auth = &snapshot.auth;
+    if auth.open {
+        if addr.ip().is_loopback() {
+            tracing::info!(
+                "no [auth] configured: every caller has full access (listening on loopback only)"
+            );
+        } else {
+            tracing::warn!("no [auth] configured: every caller on {addr} has full access");
+        }
+    } else if auth.anonymous.is_some() {
+        tracing::info!("callers without credentials are accepted as `anonymous` with its roles");
     }
     let pool = Pool::new(&snapshot);
     pool.start();
@@ -61,7 +66,8 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, String
         let pool = pool.clone();
         let settings = snapshot.gateway.clone();
         let shutdown = shutdown.clone();
-        async move { http::serve(listener, gateway, pool, &settings, shutdown).await }
+        let auth = snapshot.auth.clone();
+        async move { http::serve(listener, gateway, pool, &settings, auth, shutdown).await }
     });
     pool.wait_settled(settle_bound(&snapshot)).await;
     let ready = pool

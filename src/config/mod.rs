@@ -5,6 +5,7 @@
 
 pub mod defaults;
 pub mod import;
+pub mod secret;
 mod validate;
 
 use std::{collections::BTreeMap, path::Path};
@@ -27,6 +28,67 @@ pub struct RawConfig {
     /// Upstream MCP servers, keyed by the name that becomes their namespace.
     #[serde(default)]
     pub upstreams: BTreeMap<Spanned<String>, Spanned<RawUpstream>>,
+    /// Client authentication. Without this section every caller is anonymous with full access.
+    pub auth: Option<Spanned<RawAuth>>,
+    /// Roles: what an identity holding them may use (globs on namespaced names and URIs).
+    #[serde(default)]
+    pub roles: BTreeMap<String, RawRole>,
+}
+
+/// `[auth]`
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RawAuth {
+    /// Accept requests without credentials as identity `anonymous` (default false).
+    #[serde(default)]
+    pub anonymous: bool,
+    /// Roles of the anonymous identity.
+    #[serde(default)]
+    pub anonymous_roles: Vec<Spanned<String>>,
+    /// API keys, stored as SHA-256 hex digests of the key.
+    #[serde(default)]
+    pub api_keys: Vec<RawApiKey>,
+    /// JWT bearer tokens.
+    pub jwt: Option<RawJwt>,
+}
+
+/// `[[auth.api_keys]]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawApiKey {
+    pub name: String,
+    /// `sha256sum` of the key, hex.
+    pub sha256: Spanned<String>,
+    #[serde(default)]
+    pub roles: Vec<Spanned<String>>,
+}
+
+/// `[auth.jwt]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawJwt {
+    /// HS256 secret reference (`env:NAME` or `file:PATH`).
+    pub hs256_secret: Option<Spanned<String>>,
+    /// JWKS file with RS256/ES256 public keys.
+    pub jwks_file: Option<Spanned<String>>,
+    /// Required `iss`.
+    pub issuer: Option<String>,
+    /// Required `aud`.
+    pub audience: Option<String>,
+    /// Claim holding the roles (array or space-separated string); default `roles`.
+    pub roles_claim: Option<String>,
+}
+
+/// `[roles.NAME]`
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RawRole {
+    #[serde(default)]
+    pub tools: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub prompts: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub resources: Vec<Spanned<String>>,
 }
 
 /// `[gateway]`

@@ -12,7 +12,13 @@ use std::{
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use toml::Spanned;
 
-use super::{RawConfig, RawLaunch, RawUpstream, defaults::*, line_of};
+use jsonwebtoken::{Algorithm, DecodingKey};
+
+use super::{RawAuth, RawConfig, RawLaunch, RawRole, RawUpstream, defaults::*, line_of, secret};
+use crate::policy::{
+    authz::{Role, Roles},
+    identity::{ApiKey, Authenticator, JwtConfig, load_jwks},
+};
 use crate::router::namespace;
 
 /// One problem in a config file.
@@ -36,6 +42,8 @@ pub struct Snapshot {
     pub gateway: GatewaySettings,
     /// In file order (sorted by name, as TOML tables have no order we can rely on).
     pub upstreams: Vec<Arc<UpstreamSpec>>,
+    /// How callers are authenticated and what their roles allow.
+    pub auth: Arc<Authenticator>,
 }
 
 /// `[gateway]` after validation.
@@ -226,10 +234,12 @@ pub(super) fn validate(
             upstreams.push(Arc::new(spec));
         }
     }
+    let auth = validate_auth(&mut cx, raw.auth, raw.roles);
     if !cx.errors.is_empty() {
         return Err(cx.errors);
     }
     Ok(Snapshot {
+        auth: Arc::new(auth),
         gateway: GatewaySettings {
             listen,
             separator,
@@ -503,6 +513,112 @@ fn validate_upstream(
             max: Duration::from_millis(max_ms.max(base_ms)),
         },
     })
+}
+
+fn validate_auth(
+    cx: &mut Ctx<'_>,
+    raw: Option<Spanned<RawAuth>>,
+    raw_roles: BTreeMap<String, RawRole>,
+) -> Authenticator {
+    let mut roles = Roles::default();
+    for (name, r) in raw_roles {
+        let mut check = |globs: &[Spanned<String>]| -> Vec<String> {
+            for g in globs {
+                if let Err(e) = Glob::new(g.get_ref()) {
+                    cx.err_at(
+                        g.span().start,
+                        format!("role `{name}`: bad glob `{}`: {e}", g.get_ref()),
+                    );
+                }
+            }
+            globs.iter().map(|g| g.get_ref().clone()).collect()
+        };
+        let role = Role {
+            tools: check(&r.tools),
+            prompts: check(&r.prompts),
+            resources: check(&r.resources),
+        };
+        roles.0.insert(name, role);
+    }
+    let Some(raw) = raw else {
+        return Authenticator::open();
+    };
+    let at = raw.span().start;
+    let raw = raw.into_inner();
+    let known = |cx: &mut Ctx<'_>, list: &[Spanned<String>]| -> Vec<String> {
+        for r in list {
+            if !roles.0.contains_key(r.get_ref()) {
+                cx.err_at(
+                    r.span().start,
+                    format!(
+                        "unknown role `{}`: define it under [roles.{}]",
+                        r.get_ref(),
+                        r.get_ref()
+                    ),
+                );
+            }
+        }
+        list.iter().map(|r| r.get_ref().clone()).collect()
+    };
+    let anonymous_roles = known(cx, &raw.anonymous_roles);
+    let mut api_keys = Vec::new();
+    for k in &raw.api_keys {
+        let digest = hex::decode(k.sha256.get_ref().trim())
+            .ok()
+            .and_then(|d| <[u8; 32]>::try_from(d).ok());
+        let roles = known(cx, &k.roles);
+        match digest {
+            Some(sha256) => api_keys.push(ApiKey {
+                name: k.name.clone(),
+                sha256,
+                roles,
+            }),
+            None => cx.err_at(
+                k.sha256.span().start,
+                format!(
+                    "API key `{}`: sha256 must be 64 hex digits (e.g. `printf %s KEY | sha256sum`)",
+                    k.name
+                ),
+            ),
+        }
+    }
+    let jwt = raw.jwt.map(|j| {
+        let mut keys = Vec::new();
+        if let Some(s) = &j.hs256_secret {
+            let key = secret::resolve(s.get_ref()).and_then(|secret| {
+                DecodingKey::from_secret(secret.expose().as_bytes()).map_err(|e| e.to_string())
+            });
+            match key {
+                Ok(key) => keys.push((None, Algorithm::HS256, key)),
+                Err(e) => cx.err_at(s.span().start, format!("auth.jwt.hs256_secret: {e}")),
+            }
+        }
+        if let Some(f) = &j.jwks_file {
+            match load_jwks(f.get_ref()) {
+                Ok(k) => keys.extend(k),
+                Err(e) => cx.err_at(f.span().start, e),
+            }
+        }
+        if j.hs256_secret.is_none() && j.jwks_file.is_none() {
+            cx.err_at(at, "[auth.jwt] needs `hs256_secret` or `jwks_file`".into());
+        }
+        JwtConfig {
+            keys,
+            issuer: j.issuer,
+            audience: j.audience,
+            roles_claim: j.roles_claim.unwrap_or_else(|| "roles".into()),
+        }
+    });
+    let roles = Arc::new(roles);
+    Authenticator {
+        anonymous: raw
+            .anonymous
+            .then(|| Arc::new(roles.access(&anonymous_roles))),
+        api_keys,
+        jwt,
+        roles,
+        open: false,
+    }
 }
 
 fn process_from_launch(l: RawLaunch) -> ProcessSpec {

@@ -1,16 +1,22 @@
 //! The per-call stack: every routed request (tools/call, prompts/get, resources/read,
 //! resources/(un)subscribe, completion/complete) runs through these tower layers in order.
 //!
+//! Authentication happens before the stack, at the HTTP edge: an unauthenticated request never
+//! becomes a `Call` (so it gets 401 whatever else is wrong with it).
+//!
 //! Order (outer to inner) and why:
 //! 1. `resolve` — exposed name or URI → upstream route. It runs first because every later
 //!    policy (authz on namespaced names, trust tier of the upstream, per-upstream rate limits and
 //!    breakers) needs to know which upstream and tool a call targets.
-//! 2. `forward` — the per-upstream terminal: deadline, progress relay, cancellation, transport.
+//! 2. `authz` — the caller's roles must allow the exposed name; a refusal is the same error as
+//!    an unknown name, so callers cannot probe for what exists.
+//! 3. `forward` — the per-upstream terminal: deadline, progress relay, cancellation, transport.
 //!
 //! Later layers slot in between, in the order written in ../shared/STYLE.md: telemetry span,
 //! envelope, audit/metrics, hop guard, resolve, authz, trust tier, schema check, rate limit,
 //! idempotency; then per upstream retry → breaker → timeout → token injection → transport.
 
+mod authz;
 mod forward;
 mod resolve;
 
@@ -24,8 +30,12 @@ use rmcp::model::{
 use tokio_util::sync::CancellationToken;
 use tower::{ServiceBuilder, util::BoxCloneSyncService};
 
-use crate::{error::CallError, upstream::inflight::Downstream, upstream::pool::Pool};
+use crate::{
+    error::CallError, policy::identity::Identity, upstream::inflight::Downstream,
+    upstream::pool::Pool,
+};
 
+pub use authz::AuthzLayer;
 pub use forward::Forward;
 pub use resolve::ResolveLayer;
 
@@ -58,6 +68,16 @@ impl Op {
 pub struct Target {
     pub upstream: usize,
     pub upstream_name: String,
+    /// What the caller named, before it was rewritten to the upstream's own name.
+    pub exposed: Exposed,
+}
+
+/// A namespaced name or URI as the caller sees it; authorization decides on these.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exposed {
+    Tool(String),
+    Prompt(String),
+    Resource(String),
 }
 
 /// One downstream request on its way through the stack.
@@ -70,6 +90,8 @@ pub struct Call {
     pub downstream: Option<Downstream>,
     pub progress_token: Option<ProgressToken>,
     pub ct: CancellationToken,
+    /// Who is calling (set by the HTTP edge, or the local operator for stdio and the CLI).
+    pub identity: Identity,
     /// Set by `resolve`.
     pub target: Option<Target>,
 }
@@ -83,6 +105,7 @@ pub type CallStack = BoxCloneSyncService<Call, ServerResult, CallError>;
 pub fn build(pool: Arc<Pool>) -> CallStack {
     let svc = ServiceBuilder::new()
         .layer(ResolveLayer::new(pool.clone()))
+        .layer(AuthzLayer::new(pool.clone()))
         .service(Forward::new(pool));
     BoxCloneSyncService::new(svc)
 }

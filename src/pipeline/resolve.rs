@@ -8,11 +8,11 @@ use std::{
 use rmcp::model::Reference;
 use tower::{Layer, Service};
 
-use super::{Call, CallFuture, Op, Target};
+use super::{Call, CallFuture, Exposed, Op, Target};
 use crate::{error::CallError, upstream::pool::Pool};
 
 /// How many similar names an unknown-tool error suggests.
-const CLOSEST_NAMES: usize = 3;
+pub(super) const CLOSEST_NAMES: usize = 3;
 
 #[derive(Debug, Clone)]
 pub struct ResolveLayer {
@@ -66,16 +66,19 @@ where
 
 fn resolve(pool: &Pool, call: &mut Call) -> Result<Target, CallError> {
     let catalog = pool.catalog();
-    let idx = match &mut call.op {
+    let access = &call.identity.access;
+    let (idx, exposed) = match &mut call.op {
         Op::CallTool(p) => {
             let route = catalog
                 .tool(&p.name)
                 .ok_or_else(|| CallError::UnknownTool {
                     name: p.name.to_string(),
-                    closest: catalog.closest_tools(&p.name, CLOSEST_NAMES),
+                    closest: catalog.closest_tools(&p.name, CLOSEST_NAMES, |n| access.tool(n)),
                 })?;
-            p.name = route.name.clone().into();
-            route.upstream
+            let exposed = Exposed::Tool(
+                std::mem::replace(&mut p.name, route.name.clone().into()).into_owned(),
+            );
+            (route.upstream, exposed)
         }
         Op::GetPrompt(p) => {
             let route = catalog
@@ -83,12 +86,21 @@ fn resolve(pool: &Pool, call: &mut Call) -> Result<Target, CallError> {
                 .ok_or_else(|| CallError::UnknownPrompt {
                     name: p.name.clone(),
                 })?;
-            p.name = route.name.clone();
-            route.upstream
+            let exposed = Exposed::Prompt(std::mem::replace(&mut p.name, route.name.clone()));
+            (route.upstream, exposed)
         }
-        Op::ReadResource(p) => resource(&catalog, &p.uri)?,
-        Op::Subscribe(p) => resource(&catalog, &p.uri)?,
-        Op::Unsubscribe(p) => resource(&catalog, &p.uri)?,
+        Op::ReadResource(p) => (
+            resource(&catalog, &p.uri)?,
+            Exposed::Resource(p.uri.clone()),
+        ),
+        Op::Subscribe(p) => (
+            resource(&catalog, &p.uri)?,
+            Exposed::Resource(p.uri.clone()),
+        ),
+        Op::Unsubscribe(p) => (
+            resource(&catalog, &p.uri)?,
+            Exposed::Resource(p.uri.clone()),
+        ),
         Op::Complete(p) => match &mut p.r#ref {
             Reference::Prompt(r) => {
                 let route = catalog
@@ -96,12 +108,15 @@ fn resolve(pool: &Pool, call: &mut Call) -> Result<Target, CallError> {
                     .ok_or_else(|| CallError::UnknownPrompt {
                         name: r.name.clone(),
                     })?;
-                r.name = route.name.clone();
-                route.upstream
+                let exposed = Exposed::Prompt(std::mem::replace(&mut r.name, route.name.clone()));
+                (route.upstream, exposed)
             }
-            Reference::Resource(r) => catalog
-                .template(&r.uri)
-                .ok_or_else(|| CallError::UnknownResource { uri: r.uri.clone() })?,
+            Reference::Resource(r) => {
+                let idx = catalog
+                    .template(&r.uri)
+                    .ok_or_else(|| CallError::UnknownResource { uri: r.uri.clone() })?;
+                (idx, Exposed::Resource(r.uri.clone()))
+            }
             _ => {
                 return Err(CallError::UnknownResource {
                     uri: "(unsupported completion reference)".into(),
@@ -116,6 +131,7 @@ fn resolve(pool: &Pool, call: &mut Call) -> Result<Target, CallError> {
     Ok(Target {
         upstream: idx,
         upstream_name,
+        exposed,
     })
 }
 

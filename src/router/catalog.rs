@@ -205,10 +205,16 @@ impl Catalog {
     }
 
     /// Exposed tool names closest to `name`, for "did you mean" hints.
-    pub fn closest_tools(&self, name: &str, n: usize) -> Vec<String> {
+    pub fn closest_tools(
+        &self,
+        name: &str,
+        n: usize,
+        visible: impl Fn(&str) -> bool,
+    ) -> Vec<String> {
         let mut scored: Vec<(usize, &str)> = self
             .tools
             .iter()
+            .filter(|t| visible(&t.name))
             .map(|t| (edit_distance(name, &t.name), t.name.as_ref()))
             .collect();
         scored.sort();

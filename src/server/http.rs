@@ -18,7 +18,11 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::mcp::Gateway;
-use crate::{config::GatewaySettings, upstream::pool::Pool};
+use crate::{
+    config::GatewaySettings,
+    policy::identity::{AuthError, Authenticator},
+    upstream::pool::Pool,
+};
 
 /// Path of the MCP endpoint.
 pub const MCP_PATH: &str = "/mcp";
@@ -31,6 +35,7 @@ pub async fn serve(
     gateway: Gateway,
     pool: Arc<Pool>,
     settings: &GatewaySettings,
+    auth: Arc<Authenticator>,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let local = listener.local_addr()?;
@@ -56,19 +61,28 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let mcp = mcp.clone();
         let pool = pool.clone();
+        let auth = auth.clone();
         let conn_shutdown = shutdown.clone();
         tokio::spawn(async move {
-            let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+            let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
                 let mut mcp = mcp.clone();
                 let pool = pool.clone();
+                let auth = auth.clone();
                 async move {
                     let resp: Response<Body> = match req.uri().path() {
-                        MCP_PATH => {
-                            match tower::Service::<Request<Incoming>>::call(&mut mcp, req).await {
-                                Ok(r) => r,
-                                Err(never) => match never {},
+                        // Authentication comes first: an unauthenticated request is answered
+                        // 401 whatever else is wrong with it, and never reaches a policy.
+                        MCP_PATH => match auth.authenticate(req.headers()) {
+                            Ok(identity) => {
+                                req.extensions_mut().insert(identity);
+                                match tower::Service::<Request<Incoming>>::call(&mut mcp, req).await
+                                {
+                                    Ok(r) => r,
+                                    Err(never) => match never {},
+                                }
                             }
-                        }
+                            Err(e) => unauthorized(&e),
+                        },
                         "/healthz" => json(StatusCode::OK, &serde_json::json!({"status": "ok"})),
                         "/readyz" => readyz(&pool),
                         _ => json(
@@ -118,6 +132,25 @@ fn mcp_config(
         .with_max_request_body_bytes(settings.max_body_bytes)
         .with_sse_retry(None)
         .with_cancellation_token(ct)
+}
+
+/// 401 with the RFC 6750 challenge; the description never contains the credential.
+fn unauthorized(e: &AuthError) -> Response<Body> {
+    let mut resp = json(
+        StatusCode::UNAUTHORIZED,
+        &serde_json::json!({"error": e.to_string()}),
+    );
+    let challenge = match e {
+        AuthError::Missing => r#"Bearer realm="fedgate""#.to_owned(),
+        other => format!(
+            r#"Bearer realm="fedgate", error="invalid_token", error_description="{}""#,
+            other.to_string().replace('"', "'")
+        ),
+    };
+    if let Ok(v) = header::HeaderValue::from_str(&challenge) {
+        resp.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+    }
+    resp
 }
 
 fn json(status: StatusCode, v: &serde_json::Value) -> Response<Body> {

@@ -1,7 +1,7 @@
 //! fedgate as an MCP server: lists come from the catalog, routed requests go through the stack.
 #![allow(deprecated)] // logging and resources/subscribe are deprecated by SEP-2577 but served
 
-use std::sync::Arc;
+use std::{borrow::Cow, sync::Arc};
 
 use rmcp::{
     ErrorData as McpError, RoleServer, ServerHandler,
@@ -20,6 +20,7 @@ use tower::ServiceExt;
 use crate::{
     error::CallError,
     pipeline::{self, Call, CallStack, Op},
+    policy::identity::{Identity, IdentityKind},
     router::cursor,
     upstream::{inflight::Downstream, pool::Pool},
 };
@@ -32,6 +33,7 @@ pub struct Gateway {
     pool: Arc<Pool>,
     stack: CallStack,
     page_size: usize,
+    local: Identity,
 }
 
 impl Gateway {
@@ -41,7 +43,17 @@ impl Gateway {
             pool,
             stack,
             page_size,
+            local: Identity::unrestricted("local", IdentityKind::Local),
         }
+    }
+
+    /// The caller: set by the HTTP edge; over stdio it is the local operator.
+    fn identity(&self, ctx: &RequestContext<RoleServer>) -> Identity {
+        ctx.extensions
+            .get::<http::request::Parts>()
+            .and_then(|p| p.extensions.get::<Identity>())
+            .cloned()
+            .unwrap_or_else(|| self.local.clone())
     }
 
     /// The lowest log level this caller wants: per request in the stateless era (none unless
@@ -76,6 +88,7 @@ impl Gateway {
             }),
             progress_token: ctx.meta.get_progress_token(),
             ct: ctx.ct.clone(),
+            identity: self.identity(ctx),
             target: None,
         };
         let method = call.op.method();
@@ -113,6 +126,15 @@ fn variant(r: &ServerResult) -> String {
                 .map(|o| o.keys().cloned().collect::<Vec<_>>().join(","))
         })
         .unwrap_or_default()
+}
+
+/// The items an identity may see; the whole list, unfiltered, for unrestricted callers.
+fn visible<T: Clone>(items: &[T], all: bool, allow: impl Fn(&T) -> bool) -> Cow<'_, [T]> {
+    if all {
+        Cow::Borrowed(items)
+    } else {
+        Cow::Owned(items.iter().filter(|x| allow(x)).cloned().collect())
+    }
 }
 
 fn bad_cursor(e: CallError) -> McpError {
@@ -184,12 +206,16 @@ impl ServerHandler for Gateway {
     async fn list_tools(
         &self,
         request: Option<PaginatedRequestParams>,
-        _ctx: RequestContext<RoleServer>,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let catalog = self.pool.catalog();
+        let access = self.identity(&ctx).access;
+        let items = visible(&catalog.tools, access.is_unrestricted(), |x| {
+            access.tool(&x.name)
+        });
         let c = request.as_ref().and_then(|r| r.cursor.as_deref());
-        let (tools, next) = cursor::page(&catalog.tools, c, self.page_size).map_err(bad_cursor)?;
-        let mut r = ListToolsResult::with_all_items(tools);
+        let (items, next) = cursor::page(&items, c, self.page_size).map_err(bad_cursor)?;
+        let mut r = ListToolsResult::with_all_items(items);
         r.next_cursor = next;
         Ok(r)
     }
@@ -197,12 +223,15 @@ impl ServerHandler for Gateway {
     async fn list_prompts(
         &self,
         request: Option<PaginatedRequestParams>,
-        _ctx: RequestContext<RoleServer>,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
         let catalog = self.pool.catalog();
+        let access = self.identity(&ctx).access;
+        let items = visible(&catalog.prompts, access.is_unrestricted(), |x| {
+            access.prompt(&x.name)
+        });
         let c = request.as_ref().and_then(|r| r.cursor.as_deref());
-        let (items, next) =
-            cursor::page(&catalog.prompts, c, self.page_size).map_err(bad_cursor)?;
+        let (items, next) = cursor::page(&items, c, self.page_size).map_err(bad_cursor)?;
         let mut r = ListPromptsResult::with_all_items(items);
         r.next_cursor = next;
         Ok(r)
@@ -211,12 +240,15 @@ impl ServerHandler for Gateway {
     async fn list_resources(
         &self,
         request: Option<PaginatedRequestParams>,
-        _ctx: RequestContext<RoleServer>,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
         let catalog = self.pool.catalog();
+        let access = self.identity(&ctx).access;
+        let items = visible(&catalog.resources, access.is_unrestricted(), |x| {
+            access.resource(&x.uri)
+        });
         let c = request.as_ref().and_then(|r| r.cursor.as_deref());
-        let (items, next) =
-            cursor::page(&catalog.resources, c, self.page_size).map_err(bad_cursor)?;
+        let (items, next) = cursor::page(&items, c, self.page_size).map_err(bad_cursor)?;
         let mut r = ListResourcesResult::with_all_items(items);
         r.next_cursor = next;
         Ok(r)
@@ -225,12 +257,15 @@ impl ServerHandler for Gateway {
     async fn list_resource_templates(
         &self,
         request: Option<PaginatedRequestParams>,
-        _ctx: RequestContext<RoleServer>,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
         let catalog = self.pool.catalog();
+        let access = self.identity(&ctx).access;
+        let items = visible(&catalog.templates, access.is_unrestricted(), |x| {
+            access.resource(&x.uri_template)
+        });
         let c = request.as_ref().and_then(|r| r.cursor.as_deref());
-        let (items, next) =
-            cursor::page(&catalog.templates, c, self.page_size).map_err(bad_cursor)?;
+        let (items, next) = cursor::page(&items, c, self.page_size).map_err(bad_cursor)?;
         let mut r = ListResourceTemplatesResult::with_all_items(items);
         r.next_cursor = next;
         Ok(r)

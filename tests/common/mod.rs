@@ -109,13 +109,22 @@ pub struct Gateway {
 impl Gateway {
     /// Writes `config`, starts fedgate on a free port and waits for its ready line.
     pub fn start(config: &str) -> Gateway {
+        Self::start_env(config, &[])
+    }
+
+    /// Like `start`, with extra environment for the fedgate process (e.g. secrets).
+    pub fn start_env(config: &str, env: &[(&str, &str)]) -> Gateway {
         let dir = tempfile::tempdir().expect("tempdir");
         let cfg = dir.path().join("gateway.toml");
         std::fs::write(&cfg, config).expect("write config");
-        Self::start_file(&cfg, dir)
+        Self::spawn(&cfg, dir, env)
     }
 
     pub fn start_file(cfg: &Path, dir: tempfile::TempDir) -> Gateway {
+        Self::spawn(cfg, dir, &[])
+    }
+
+    fn spawn(cfg: &Path, dir: tempfile::TempDir, env: &[(&str, &str)]) -> Gateway {
         let stderr_path = dir.path().join("fedgate.stderr");
         let stderr = std::fs::File::create(&stderr_path).expect("stderr file");
         let mut child = Command::new(FEDGATE)
@@ -123,6 +132,7 @@ impl Gateway {
             .arg(cfg)
             .args(["--listen", "127.0.0.1:0"])
             .env("FEDGATE_LOG", "info,rmcp=warn")
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(stderr)
             .spawn()
@@ -278,6 +288,24 @@ pub async fn connect_legacy(url: &str, handler: TestClient) -> Client {
         )
         .await
         .expect("legacy client connects")
+}
+
+/// Connects with the handshake-era lifecycle, sending `Authorization: Bearer <token>`.
+pub async fn connect_with_token(
+    url: &str,
+    token: &str,
+    handler: TestClient,
+) -> Result<Client, String> {
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    let cfg =
+        StreamableHttpClientTransportConfig::with_uri(url.to_owned()).auth_header(token.to_owned());
+    handler
+        .serve_with_lifecycle(
+            StreamableHttpClientTransport::from_config(cfg),
+            ClientLifecycleMode::Initialize,
+        )
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// Connects with the stateless 2026-07-28 lifecycle (`server/discover`).

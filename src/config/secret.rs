@@ -1,0 +1,53 @@
+//! Secret references (`env:NAME`, `file:PATH`): config holds where a secret is, never the secret.
+
+use std::fmt;
+
+/// A resolved secret; Debug and Display never show it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// Resolves a reference; the error names the reference, never a value.
+pub fn resolve(reference: &str) -> Result<Secret, String> {
+    if let Some(name) = reference.strip_prefix("env:") {
+        return std::env::var(name)
+            .map(|v| Secret(v.trim_end().to_owned()))
+            .map_err(|_| format!("environment variable `{name}` is not set"));
+    }
+    if let Some(path) = reference.strip_prefix("file:") {
+        return std::fs::read_to_string(path)
+            .map(|v| Secret(v.trim_end().to_owned()))
+            .map_err(|e| format!("cannot read secret file `{path}`: {e}"));
+    }
+    Err("secrets are references: use `env:NAME` or `file:PATH`, never the value itself".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_never_printed() {
+        let s = Secret("hunter2".into());
+        assert!(!format!("{s:?} {s}").contains("hunter2"));
+        assert!(resolve("hunter2").is_err());
+        assert!(resolve("env:FEDGATE_TEST_SURELY_UNSET").is_err());
+    }
+}

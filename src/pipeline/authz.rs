@@ -1,0 +1,84 @@
+//! Authz: the caller's roles must allow the exposed name. A refusal is indistinguishable from
+//! an unknown name (same error, suggestions only among what the caller may use).
+
+use std::{
+    sync::Arc,
+    task::{Context, Poll},
+};
+
+use tower::{Layer, Service};
+
+use super::{Call, CallFuture, Exposed, resolve::CLOSEST_NAMES};
+use crate::{error::CallError, upstream::pool::Pool};
+
+#[derive(Debug, Clone)]
+pub struct AuthzLayer {
+    pool: Arc<Pool>,
+}
+
+impl AuthzLayer {
+    pub fn new(pool: Arc<Pool>) -> Self {
+        Self { pool }
+    }
+}
+
+impl<S> Layer<S> for AuthzLayer {
+    type Service = Authz<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        Authz {
+            inner,
+            pool: self.pool.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Authz<S> {
+    inner: S,
+    pool: Arc<Pool>,
+}
+
+impl<S> Service<Call> for Authz<S>
+where
+    S: Service<Call, Response = rmcp::model::ServerResult, Error = CallError, Future = CallFuture>,
+{
+    type Response = rmcp::model::ServerResult;
+    type Error = CallError;
+    type Future = CallFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, call: Call) -> Self::Future {
+        match check(&self.pool, &call) {
+            Ok(()) => self.inner.call(call),
+            Err(e) => {
+                tracing::info!(identity = %call.identity.name, "refused: {e} (not allowed by the caller's roles)");
+                Box::pin(std::future::ready(Err(e)))
+            }
+        }
+    }
+}
+
+fn check(pool: &Pool, call: &Call) -> Result<(), CallError> {
+    let access = &call.identity.access;
+    let Some(target) = &call.target else {
+        return Ok(());
+    };
+    match &target.exposed {
+        Exposed::Tool(name) if !access.tool(name) => Err(CallError::UnknownTool {
+            name: name.clone(),
+            closest: pool
+                .catalog()
+                .closest_tools(name, CLOSEST_NAMES, |n| access.tool(n)),
+        }),
+        Exposed::Prompt(name) if !access.prompt(name) => {
+            Err(CallError::UnknownPrompt { name: name.clone() })
+        }
+        Exposed::Resource(uri) if !access.resource(uri) => {
+            Err(CallError::UnknownResource { uri: uri.clone() })
+        }
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,120 @@
+//! Authorization (F5): roles grant globs on namespaced tool and prompt names and resource URIs.
+//! A call to something the caller may not use is answered exactly like a call to something that
+//! does not exist, so refusals do not reveal what exists.
+
+use std::collections::BTreeMap;
+
+use globset::{Glob, GlobSet, GlobSetBuilder};
+
+/// What one identity may use.
+#[derive(Debug, Clone)]
+pub struct Access {
+    unrestricted: bool,
+    tools: GlobSet,
+    prompts: GlobSet,
+    resources: GlobSet,
+}
+
+impl Default for Access {
+    fn default() -> Self {
+        Self {
+            unrestricted: false,
+            tools: GlobSet::empty(),
+            prompts: GlobSet::empty(),
+            resources: GlobSet::empty(),
+        }
+    }
+}
+
+impl Access {
+    pub fn unrestricted() -> Self {
+        Self {
+            unrestricted: true,
+            ..Self::default()
+        }
+    }
+    pub fn is_unrestricted(&self) -> bool {
+        self.unrestricted
+    }
+    pub fn tool(&self, name: &str) -> bool {
+        self.unrestricted || self.tools.is_match(name)
+    }
+    pub fn prompt(&self, name: &str) -> bool {
+        self.unrestricted || self.prompts.is_match(name)
+    }
+    pub fn resource(&self, uri: &str) -> bool {
+        self.unrestricted || self.resources.is_match(uri)
+    }
+}
+
+/// One role as configured: glob patterns per kind.
+#[derive(Debug, Clone, Default)]
+pub struct Role {
+    pub tools: Vec<String>,
+    pub prompts: Vec<String>,
+    pub resources: Vec<String>,
+}
+
+/// All roles by name.
+#[derive(Debug, Clone, Default)]
+pub struct Roles(pub BTreeMap<String, Role>);
+
+impl Roles {
+    /// The union of what the named roles grant; unknown names grant nothing.
+    pub fn access(&self, names: &[String]) -> Access {
+        let mut t = GlobSetBuilder::new();
+        let mut p = GlobSetBuilder::new();
+        let mut r = GlobSetBuilder::new();
+        for role in names.iter().filter_map(|n| self.0.get(n)) {
+            add(&mut t, &role.tools);
+            add(&mut p, &role.prompts);
+            add(&mut r, &role.resources);
+        }
+        Access {
+            unrestricted: false,
+            tools: t.build().unwrap_or_else(|_| GlobSet::empty()),
+            prompts: p.build().unwrap_or_else(|_| GlobSet::empty()),
+            resources: r.build().unwrap_or_else(|_| GlobSet::empty()),
+        }
+    }
+}
+
+fn add(b: &mut GlobSetBuilder, globs: &[String]) {
+    // Patterns were validated at config load; a bad one here grants nothing.
+    for g in globs {
+        if let Ok(glob) = Glob::new(g) {
+            b.add(glob);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roles_union_and_unknown_roles_grant_nothing() {
+        let mut roles = Roles::default();
+        roles.0.insert(
+            "reader".into(),
+            Role {
+                tools: vec!["*.echo".into()],
+                ..Default::default()
+            },
+        );
+        roles.0.insert(
+            "notes".into(),
+            Role {
+                tools: vec!["notes.*".into()],
+                resources: vec!["notes://*".into()],
+                ..Default::default()
+            },
+        );
+        let a = roles.access(&["reader".into(), "notes".into()]);
+        assert!(a.tool("demo.echo") && a.tool("notes.save") && !a.tool("demo.crash"));
+        assert!(a.resource("notes://readme") && !a.resource("demo://readme"));
+        let none = roles.access(&["nope".into()]);
+        assert!(!none.tool("demo.echo") && !none.prompt("x"));
+        assert!(Access::unrestricted().tool("anything"));
+    }
+}

@@ -1,0 +1,239 @@
+//! Authentication (F5): API keys (SHA-256 hashes compared in constant time) and JWT bearer
+//! tokens (HS256 secret, or RS256/ES256 keys from a JWKS file) → an [`Identity`] with roles.
+
+use std::sync::Arc;
+
+use http::{HeaderMap, header};
+use jsonwebtoken::{Algorithm, DecodingKey, Validation, jwk::JwkSet};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use super::authz::Access;
+
+/// Who is calling, and what their roles allow.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    pub name: String,
+    pub kind: IdentityKind,
+    pub access: Arc<Access>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IdentityKind {
+    ApiKey,
+    Jwt,
+    Anonymous,
+    /// The operator on this machine (`fedgate stdio`, `fedgate call`).
+    Local,
+}
+
+impl Identity {
+    /// Full access, for the local operator and for gateways configured without `[auth]`.
+    pub fn unrestricted(name: &str, kind: IdentityKind) -> Self {
+        Self {
+            name: name.to_owned(),
+            kind,
+            access: Arc::new(Access::unrestricted()),
+        }
+    }
+}
+
+/// Why a request was not authenticated. Messages never contain the credential.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AuthError {
+    #[error("authentication required: send `Authorization: Bearer <token or API key>`")]
+    Missing,
+    #[error("unknown API key or invalid token")]
+    Invalid,
+    #[error("token rejected: {0}")]
+    Token(String),
+}
+
+/// One configured API key.
+#[derive(Debug, Clone)]
+pub struct ApiKey {
+    pub name: String,
+    pub sha256: [u8; 32],
+    pub roles: Vec<String>,
+}
+
+/// JWT validation settings.
+#[derive(Clone)]
+pub struct JwtConfig {
+    pub keys: Vec<(Option<String>, Algorithm, DecodingKey)>,
+    pub issuer: Option<String>,
+    pub audience: Option<String>,
+    pub roles_claim: String,
+}
+
+impl std::fmt::Debug for JwtConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JwtConfig")
+            .field("keys", &self.keys.len())
+            .field("issuer", &self.issuer)
+            .field("audience", &self.audience)
+            .finish()
+    }
+}
+
+/// Turns request headers into an identity.
+#[derive(Debug, Clone)]
+pub struct Authenticator {
+    /// `None` = no `[auth]` section: everyone is an unrestricted anonymous caller.
+    pub anonymous: Option<Arc<Access>>,
+    pub api_keys: Vec<ApiKey>,
+    pub jwt: Option<JwtConfig>,
+    pub roles: Arc<super::authz::Roles>,
+    pub open: bool,
+}
+
+impl Authenticator {
+    /// A gateway without `[auth]`: every caller gets full access.
+    pub fn open() -> Self {
+        Self {
+            anonymous: Some(Arc::new(Access::unrestricted())),
+            api_keys: Vec::new(),
+            jwt: None,
+            roles: Arc::default(),
+            open: true,
+        }
+    }
+
+    pub fn authenticate(&self, headers: &HeaderMap) -> Result<Identity, AuthError> {
+        let token = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            })
+            .map(str::trim);
+        let Some(token) = token else {
+            return match &self.anonymous {
+                Some(access) => Ok(Identity {
+                    name: "anonymous".into(),
+                    kind: IdentityKind::Anonymous,
+                    access: access.clone(),
+                }),
+                None => Err(AuthError::Missing),
+            };
+        };
+        if let Some(id) = self.api_key(token) {
+            return Ok(id);
+        }
+        match &self.jwt {
+            Some(jwt) if token.split('.').count() == 3 => self.jwt(jwt, token),
+            _ if self.open => Ok(Identity::unrestricted("anonymous", IdentityKind::Anonymous)),
+            _ => Err(AuthError::Invalid),
+        }
+    }
+
+    fn api_key(&self, token: &str) -> Option<Identity> {
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        // Every configured key is compared, so timing does not reveal which one matched.
+        let mut found = None;
+        for key in &self.api_keys {
+            if bool::from(key.sha256.ct_eq(&digest)) {
+                found = Some(key);
+            }
+        }
+        found.map(|k| Identity {
+            name: k.name.clone(),
+            kind: IdentityKind::ApiKey,
+            access: Arc::new(self.roles.access(&k.roles)),
+        })
+    }
+
+    fn jwt(&self, jwt: &JwtConfig, token: &str) -> Result<Identity, AuthError> {
+        let header = jsonwebtoken::decode_header(token).map_err(|_| AuthError::Invalid)?;
+        let candidates = jwt.keys.iter().filter(|(kid, alg, _)| {
+            *alg == header.alg && (header.kid.is_none() || kid.is_none() || *kid == header.kid)
+        });
+        let mut last = AuthError::Invalid;
+        for (_, alg, key) in candidates {
+            let mut v = Validation::new(*alg);
+            v.validate_nbf = true;
+            v.leeway = 0;
+            match &jwt.audience {
+                Some(aud) => v.set_audience(&[aud]),
+                None => v.validate_aud = false,
+            }
+            if let Some(iss) = &jwt.issuer {
+                v.set_issuer(&[iss]);
+            }
+            match jsonwebtoken::decode::<serde_json::Value>(token, key, &v) {
+                Ok(data) => {
+                    let claims = data.claims;
+                    let name = claims
+                        .get("sub")
+                        .and_then(|s| s.as_str())
+                        .unwrap_or("jwt")
+                        .to_owned();
+                    let roles: Vec<String> = match claims.get(&jwt.roles_claim) {
+                        Some(serde_json::Value::Array(a)) => a
+                            .iter()
+                            .filter_map(|r| r.as_str().map(str::to_owned))
+                            .collect(),
+                        Some(serde_json::Value::String(s)) => {
+                            s.split_whitespace().map(str::to_owned).collect()
+                        }
+                        _ => Vec::new(),
+                    };
+                    return Ok(Identity {
+                        name,
+                        kind: IdentityKind::Jwt,
+                        access: Arc::new(self.roles.access(&roles)),
+                    });
+                }
+                Err(e) => last = AuthError::Token(jwt_reason(&e)),
+            }
+        }
+        Err(last)
+    }
+}
+
+fn jwt_reason(e: &jsonwebtoken::errors::Error) -> String {
+    use jsonwebtoken::errors::ErrorKind;
+    match e.kind() {
+        ErrorKind::ExpiredSignature => "expired".into(),
+        ErrorKind::ImmatureSignature => "not valid yet (nbf)".into(),
+        ErrorKind::InvalidAudience => "wrong audience".into(),
+        ErrorKind::InvalidIssuer => "wrong issuer".into(),
+        ErrorKind::InvalidSignature => "bad signature".into(),
+        ErrorKind::MissingRequiredClaim(c) => format!("missing claim `{c}`"),
+        _ => "invalid token".into(),
+    }
+}
+
+/// Reads RS256/ES256 keys from a JWKS file.
+pub fn load_jwks(path: &str) -> Result<Vec<(Option<String>, Algorithm, DecodingKey)>, String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("cannot read JWKS `{path}`: {e}"))?;
+    let set: JwkSet = serde_json::from_str(&text).map_err(|e| format!("JWKS `{path}`: {e}"))?;
+    let mut keys = Vec::new();
+    for jwk in &set.keys {
+        let alg = match jwk.common.key_algorithm.map(|a| a.to_string()) {
+            Some(a) if a == "RS256" => Algorithm::RS256,
+            Some(a) if a == "ES256" => Algorithm::ES256,
+            Some(a) => {
+                return Err(format!(
+                    "JWKS `{path}`: algorithm {a} is not supported (RS256, ES256)"
+                ));
+            }
+            None => match &jwk.algorithm {
+                jsonwebtoken::jwk::AlgorithmParameters::RSA(_) => Algorithm::RS256,
+                jsonwebtoken::jwk::AlgorithmParameters::EllipticCurve(_) => Algorithm::ES256,
+                _ => {
+                    return Err(format!(
+                        "JWKS `{path}`: a key without `alg` must be RSA or EC"
+                    ));
+                }
+            },
+        };
+        let key = DecodingKey::from_jwk(jwk).map_err(|e| format!("JWKS `{path}`: {e}"))?;
+        keys.push((jwk.common.key_id.clone(), alg, key));
+    }
+    Ok(keys)
+}

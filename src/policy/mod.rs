@@ -1,0 +1,5 @@
+//! Call policies (F5–F10): who is calling and what they may do. Each policy is its own module;
+//! the order in which they run is written down once, in `pipeline::build`.
+
+pub mod authz;
+pub mod identity;
