@@ -5,7 +5,7 @@ use std::time::Duration;
 use rmcp::{ErrorData as McpError, model::ErrorCode};
 use serde_json::json;
 
-use crate::upstream::Phase;
+use crate::{policy::trust::TierRefusal, upstream::Phase};
 
 /// Which side a failure comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +43,24 @@ pub enum CallError {
     UpstreamFailed { upstream: String, detail: String },
     #[error("the call was cancelled")]
     Cancelled,
+    #[error("tool `{tool}` writes, and trust tier `{tier}` refuses it: {}", refusal_text(*refusal))]
+    TierRefused {
+        tool: String,
+        tier: String,
+        refusal: TierRefusal,
+    },
+}
+
+fn refusal_text(r: TierRefusal) -> &'static str {
+    match r {
+        TierRefusal::WritesNever => "this tier allows no writes; use a read-only tool",
+        TierRefusal::WriteNotDeclared => {
+            "only writes declared in the upstream's `writable` list are allowed at this tier"
+        }
+        TierRefusal::ApprovalRequired => {
+            "writes at this tier need approval, which this gateway does not offer yet"
+        }
+    }
 }
 
 impl CallError {
@@ -52,6 +70,7 @@ impl CallError {
             | CallError::UnknownPrompt { .. }
             | CallError::UnknownResource { .. }
             | CallError::BadCursor
+            | CallError::TierRefused { .. }
             | CallError::Cancelled => Side::Downstream,
             CallError::UpstreamUnavailable { .. }
             | CallError::UpstreamTimeout { .. }
@@ -102,6 +121,14 @@ impl CallError {
                 McpError::internal_error(msg, Some(json!({ "upstream": upstream })))
             }
             CallError::Cancelled => McpError::internal_error(msg, None),
+            CallError::TierRefused {
+                tool,
+                tier,
+                refusal,
+            } => McpError::invalid_request(
+                msg,
+                Some(json!({ "tool": tool, "tier": tier, "reason": refusal.code() })),
+            ),
         }
     }
 

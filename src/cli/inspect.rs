@@ -98,6 +98,8 @@ pub async fn call(path: &Path, tool: &str, args: &str) -> Result<ExitCode, Strin
         ct: Default::default(),
         identity: Identity::unrestricted("local", IdentityKind::Local),
         target: None,
+        class: None,
+        timeout: None,
     };
     let result = stack.oneshot(call).await;
     stop(&pool).await;

@@ -6,6 +6,7 @@
 pub mod defaults;
 pub mod import;
 pub mod secret;
+pub mod tier;
 mod validate;
 
 use std::{collections::BTreeMap, path::Path};
@@ -111,6 +112,8 @@ pub struct RawGateway {
     pub allowed_hosts: Vec<String>,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: Option<usize>,
+    /// Folder of trust tier files, relative to the config file (default `trust-tiers`).
+    pub tiers_dir: Option<String>,
 }
 
 /// `[upstreams.NAME]`. Which fields apply depends on `kind`; `validate` reports misplaced ones.
@@ -157,6 +160,18 @@ pub struct RawUpstream {
     pub call_timeout_ms: Option<u64>,
     /// Restart policy for crashed processes.
     pub restart: Option<RawRestart>,
+    /// Trust tier (a file in the tiers folder); none = the built-in unrestricted `default`.
+    pub tier: Option<Spanned<String>>,
+    /// Upstream tool names that may write at a `writes = "declared"` tier.
+    #[serde(default)]
+    pub writable: Vec<String>,
+    /// Upstream tool names declared read-only (the only reads at tiers that do not trust
+    /// annotations).
+    #[serde(default)]
+    pub read_only: Vec<String>,
+    /// Upstream tool names that get the tier's `long_ms` timeout.
+    #[serde(default)]
+    pub long_running: Vec<String>,
 }
 
 /// `launch = { command = "...", args = [...] }`

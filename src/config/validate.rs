@@ -1,7 +1,7 @@
 //! Raw config -> validated [`Snapshot`]: every problem is collected with its `file:line`.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap},
     fmt,
     net::SocketAddr,
     num::NonZeroUsize,
@@ -14,7 +14,12 @@ use toml::Spanned;
 
 use jsonwebtoken::{Algorithm, DecodingKey};
 
-use super::{RawAuth, RawConfig, RawLaunch, RawRole, RawUpstream, defaults::*, line_of, secret};
+use super::{
+    RawAuth, RawConfig, RawLaunch, RawRole, RawUpstream,
+    defaults::*,
+    line_of, secret,
+    tier::{self, Tier},
+};
 use crate::policy::{
     authz::{Role, Roles},
     identity::{ApiKey, Authenticator, JwtConfig, load_jwks},
@@ -134,6 +139,10 @@ pub struct UpstreamSpec {
     pub startup_timeout: Duration,
     pub call_timeout: Duration,
     pub restart: RestartPolicy,
+    pub tier: Arc<Tier>,
+    pub writable: BTreeSet<String>,
+    pub read_only: BTreeSet<String>,
+    pub long_running: BTreeSet<String>,
 }
 
 impl UpstreamSpec {
@@ -221,6 +230,14 @@ pub(super) fn validate(
     // exposed alias -> (upstream, line) for config-time collision checks of `never` renames.
     let mut bare_aliases: HashMap<String, (String, usize)> = HashMap::new();
     let names: Vec<String> = raw.upstreams.keys().map(|k| k.get_ref().clone()).collect();
+    let tiers_dir = std::path::Path::new(file)
+        .parent()
+        .unwrap_or(std::path::Path::new(""))
+        .join(g.tiers_dir.as_deref().unwrap_or("trust-tiers"));
+    let mut tiers = Tiers {
+        dir: tiers_dir,
+        loaded: HashMap::new(),
+    };
     for (name, up) in &raw.upstreams {
         if let Some(spec) = validate_upstream(
             &mut cx,
@@ -230,6 +247,7 @@ pub(super) fn validate(
             default_prefix,
             &names,
             &mut bare_aliases,
+            &mut tiers,
         ) {
             upstreams.push(Arc::new(spec));
         }
@@ -278,6 +296,7 @@ fn validate_upstream(
     default_prefix: PrefixMode,
     all_names: &[String],
     bare_aliases: &mut HashMap<String, (String, usize)>,
+    tiers: &mut Tiers,
 ) -> Option<UpstreamSpec> {
     let errors_before = cx.errors.len();
     let at = name.span().start;
@@ -493,10 +512,32 @@ fn validate_upstream(
         DEFAULT_RESTART_BASE_MS,
     );
     let max_ms = positive(cx, restart.max_ms, "restart.max_ms", DEFAULT_RESTART_MAX_MS);
+    let call_timeout = Duration::from_millis(call_ms);
+    let tier = match &u.tier {
+        None => Arc::new(Tier::unrestricted(call_timeout)),
+        Some(t) => match tiers.get(t.get_ref()) {
+            Ok(tier) => tier,
+            Err(diags) => {
+                cx.err_at(
+                    t.span().start,
+                    format!(
+                        "upstream `{name_s}`: trust tier `{}` is not usable",
+                        t.get_ref()
+                    ),
+                );
+                cx.errors.extend(diags);
+                Arc::new(Tier::unrestricted(call_timeout))
+            }
+        },
+    };
     if cx.errors.len() > errors_before {
         return None;
     }
     Some(UpstreamSpec {
+        tier,
+        writable: u.writable.iter().cloned().collect(),
+        read_only: u.read_only.iter().cloned().collect(),
+        long_running: u.long_running.iter().cloned().collect(),
         name: name_s,
         transport: transport?,
         prefix,
@@ -513,6 +554,28 @@ fn validate_upstream(
             max: Duration::from_millis(max_ms.max(base_ms)),
         },
     })
+}
+
+/// Tier files, each loaded once per config load.
+struct Tiers {
+    dir: std::path::PathBuf,
+    loaded: HashMap<String, Result<Arc<Tier>, Vec<Diagnostic>>>,
+}
+
+impl Tiers {
+    fn get(&mut self, name: &str) -> Result<Arc<Tier>, Vec<Diagnostic>> {
+        if !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(Vec::new());
+        }
+        let dir = self.dir.clone();
+        self.loaded
+            .entry(name.to_owned())
+            .or_insert_with(|| tier::load(&dir, name).map(Arc::new))
+            .clone()
+    }
 }
 
 fn validate_auth(

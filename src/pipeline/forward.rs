@@ -78,7 +78,7 @@ async fn forward(pool: &Pool, call: Call) -> Result<ServerResult, CallError> {
             detail: s.last_error,
         }
     })?;
-    let timeout = up.spec.call_timeout;
+    let timeout = call.timeout.unwrap_or(up.spec.call_timeout);
     let name = target.upstream_name.as_str();
     let result = send(&conn, name, call, timeout).await?;
     Ok(normalise(result))

@@ -10,7 +10,9 @@
 //!    breakers) needs to know which upstream and tool a call targets.
 //! 2. `authz` — the caller's roles must allow the exposed name; a refusal is the same error as
 //!    an unknown name, so callers cannot probe for what exists.
-//! 3. `forward` — the per-upstream terminal: deadline, progress relay, cancellation, transport.
+//! 3. `trust` — the upstream's tier classifies the call (read/write/long) and refuses writes it
+//!    does not allow; after authz, so a caller learns nothing about tools it may not use.
+//! 4. `forward` — the per-upstream terminal: deadline, progress relay, cancellation, transport.
 //!
 //! Later layers slot in between, in the order written in ../shared/STYLE.md: telemetry span,
 //! envelope, audit/metrics, hop guard, resolve, authz, trust tier, schema check, rate limit,
@@ -19,6 +21,7 @@
 mod authz;
 mod forward;
 mod resolve;
+mod trust;
 
 use std::{future::Future, pin::Pin, sync::Arc};
 
@@ -31,13 +34,16 @@ use tokio_util::sync::CancellationToken;
 use tower::{ServiceBuilder, util::BoxCloneSyncService};
 
 use crate::{
-    error::CallError, policy::identity::Identity, upstream::inflight::Downstream,
+    error::CallError,
+    policy::{identity::Identity, trust::CallClass},
+    upstream::inflight::Downstream,
     upstream::pool::Pool,
 };
 
 pub use authz::AuthzLayer;
 pub use forward::Forward;
 pub use resolve::ResolveLayer;
+pub use trust::TrustLayer;
 
 /// The routed MCP operation.
 #[derive(Debug, Clone)]
@@ -94,6 +100,9 @@ pub struct Call {
     pub identity: Identity,
     /// Set by `resolve`.
     pub target: Option<Target>,
+    /// Set by `trust`: the call's class and the tier's deadline for it.
+    pub class: Option<CallClass>,
+    pub timeout: Option<std::time::Duration>,
 }
 
 pub type CallFuture = Pin<Box<dyn Future<Output = Result<ServerResult, CallError>> + Send>>;
@@ -106,6 +115,7 @@ pub fn build(pool: Arc<Pool>) -> CallStack {
     let svc = ServiceBuilder::new()
         .layer(ResolveLayer::new(pool.clone()))
         .layer(AuthzLayer::new(pool.clone()))
+        .layer(TrustLayer::new(pool.clone()))
         .service(Forward::new(pool));
     BoxCloneSyncService::new(svc)
 }

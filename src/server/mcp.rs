@@ -90,6 +90,8 @@ impl Gateway {
             ct: ctx.ct.clone(),
             identity: self.identity(ctx),
             target: None,
+            class: None,
+            timeout: None,
         };
         let method = call.op.method();
         self.stack.clone().oneshot(call).await.map_err(|e| {

@@ -1,0 +1,189 @@
+//! Trust tiers (F6) through a real fedgate: write rules, untrusted annotations, per-class
+//! timeouts, shipped tier files.
+
+mod common;
+
+use common::*;
+
+const TIERS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/trust-tiers");
+
+fn refusal(err: &str) -> Option<String> {
+    let start = err.find("\"reason\":\"")? + 10;
+    Some(err[start..].split('"').next()?.to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn write_rules_follow_the_tier() {
+    let custom = tempfile::tempdir().unwrap();
+    std::fs::write(
+        custom.path().join("readonly.toml"),
+        "writes = \"never\"\n[timeouts]\nread_ms = 300\nwrite_ms = 1000\nlong_ms = 5000\n",
+    )
+    .unwrap();
+    for t in ["medium", "low"] {
+        std::fs::copy(
+            format!("{TIERS}/{t}.toml"),
+            custom.path().join(format!("{t}.toml")),
+        )
+        .unwrap();
+    }
+    let config = format!(
+        "[gateway]\ntiers_dir = {:?}\n{}{}{}{}",
+        custom.path().display().to_string(),
+        stdio_upstream("ro", &[], "tier = \"medium\""),
+        stdio_upstream("rw", &[], "tier = \"medium\"\nwritable = [\"write_note\"]"),
+        stdio_upstream("ext", &[], "tier = \"low\"\nread_only = [\"echo\"]"),
+        stdio_upstream(
+            "frozen",
+            &[],
+            "tier = \"readonly\"\nlong_running = [\"slow\"]"
+        ),
+    );
+    let gw = Gateway::start(&config);
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    let note = serde_json::json!({"key": "k", "value": "v"});
+
+    // medium: reads by annotation; undeclared writes refused, declared ones allowed.
+    assert_eq!(
+        first_text(
+            &call(&client, "ro.echo", serde_json::json!({"text": "r"}))
+                .await
+                .unwrap()
+        ),
+        "echo: r"
+    );
+    let err = call(&client, "ro.write_note", note.clone())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        refusal(&err).as_deref(),
+        Some("write_not_declared"),
+        "{err}"
+    );
+    assert!(err.contains("trust tier `medium`"), "{err}");
+    assert_eq!(
+        first_text(&call(&client, "rw.write_note", note.clone()).await.unwrap()),
+        "stored k"
+    );
+
+    // low: annotations are not trusted; `add` says readOnlyHint but only `echo` is declared.
+    assert_eq!(
+        first_text(
+            &call(&client, "ext.echo", serde_json::json!({"text": "e"}))
+                .await
+                .unwrap()
+        ),
+        "echo: e"
+    );
+    let err = call(&client, "ext.add", serde_json::json!({"a": 1, "b": 2}))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        refusal(&err).as_deref(),
+        Some("write_not_declared"),
+        "{err}"
+    );
+
+    // A custom tier that allows no writes at all.
+    let err = call(&client, "frozen.write_note", note)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert_eq!(refusal(&err).as_deref(), Some("writes_never"), "{err}");
+
+    // Per-class timeouts: reads get 300 ms here; `slow` is long-running and gets 5 s.
+    let err = call(&client, "frozen.echo", serde_json::json!({"text": "fast"})).await;
+    assert!(err.is_ok());
+    let quick = call(&client, "frozen.progress", serde_json::json!({"steps": 1}))
+        .await
+        .unwrap();
+    assert_eq!(first_text(&quick), "done 1");
+    let r = call(&client, "frozen.slow", serde_json::json!({"ms": 600}))
+        .await
+        .unwrap();
+    assert_eq!(
+        first_text(&r),
+        "slept 600",
+        "long-running class has the long timeout"
+    );
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn read_timeout_applies_to_reads() {
+    let custom = tempfile::tempdir().unwrap();
+    std::fs::write(
+        custom.path().join("tight.toml"),
+        "writes = \"always\"\n[timeouts]\nread_ms = 200\nwrite_ms = 1000\nlong_ms = 5000\n",
+    )
+    .unwrap();
+    let config = format!(
+        "[gateway]\ntiers_dir = {:?}\n{}",
+        custom.path().display().to_string(),
+        stdio_upstream("t", &[], "tier = \"tight\"")
+    );
+    let gw = Gateway::start(&config);
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    let err = call(&client, "t.slow", serde_json::json!({"ms": 30000}))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("did not answer within 200ms"), "{err}");
+    client.cancel().await.unwrap();
+}
+
+#[test]
+fn unknown_tiers_and_bad_tier_files_are_config_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("trust-tiers")).unwrap();
+    std::fs::write(
+        dir.path().join("trust-tiers/odd.toml"),
+        "writes = \"sometimes\"\n[timeouts]\nread_ms=1\nwrite_ms=1\nlong_ms=1\n",
+    )
+    .unwrap();
+    let cfg = dir.path().join("gateway.toml");
+    std::fs::write(
+        &cfg,
+        "[upstreams.a]\nkind = \"stdio\"\ncommand = \"x\"\ntier = \"missing\"\n\n[upstreams.b]\nkind = \"stdio\"\ncommand = \"x\"\ntier = \"odd\"\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(FEDGATE)
+        .args(["check", cfg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("gateway.toml:4: upstream `a`: trust tier `missing` is not usable"),
+        "{err}"
+    );
+    assert!(err.contains("cannot read trust tier `missing`"), "{err}");
+    assert!(
+        err.contains("odd.toml:1: writes: `sometimes` is not one of always, declared, never"),
+        "{err}"
+    );
+}
+
+#[test]
+fn shipped_tiers_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("gateway.toml");
+    let mut text = format!("[gateway]\ntiers_dir = {TIERS:?}\n");
+    for t in ["high", "medium", "low"] {
+        text.push_str(&format!(
+            "[upstreams.{t}]\nkind = \"stdio\"\ncommand = \"x\"\ntier = \"{t}\"\n"
+        ));
+    }
+    std::fs::write(&cfg, text).unwrap();
+    let out = std::process::Command::new(FEDGATE)
+        .args(["check", cfg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
