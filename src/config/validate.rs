@@ -246,8 +246,10 @@ pub(super) fn validate(
             &separator,
             default_prefix,
             &names,
-            &mut bare_aliases,
-            &mut tiers,
+            &mut Across {
+                bare_aliases: &mut bare_aliases,
+                tiers: &mut tiers,
+            },
         ) {
             upstreams.push(Arc::new(spec));
         }
@@ -295,9 +297,12 @@ fn validate_upstream(
     separator: &str,
     default_prefix: PrefixMode,
     all_names: &[String],
-    bare_aliases: &mut HashMap<String, (String, usize)>,
-    tiers: &mut Tiers,
+    across: &mut Across<'_>,
 ) -> Option<UpstreamSpec> {
+    let Across {
+        bare_aliases,
+        tiers,
+    } = across;
     let errors_before = cx.errors.len();
     let at = name.span().start;
     let name_s = name.get_ref().clone();
@@ -554,6 +559,13 @@ fn validate_upstream(
             max: Duration::from_millis(max_ms.max(base_ms)),
         },
     })
+}
+
+/// State shared by the validation of all upstreams.
+struct Across<'a> {
+    /// Exposed `never`-prefix aliases -> (upstream, line), for collision checks.
+    bare_aliases: &'a mut HashMap<String, (String, usize)>,
+    tiers: &'a mut Tiers,
 }
 
 /// Tier files, each loaded once per config load.
