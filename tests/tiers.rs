@@ -187,3 +187,107 @@ fn shipped_tiers_load() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+fn held_back_fingerprint(ready: &serde_json::Value, upstream: &str, tool: &str) -> Option<String> {
+    ready["conflicts"].as_array()?.iter().find_map(|c| {
+        (c["upstream"] == upstream && c["item"] == tool)
+            .then(|| {
+                c["reason"]
+                    .as_str()?
+                    .split("now ")
+                    .nth(1)?
+                    .split(')')
+                    .next()
+                    .map(str::to_owned)
+            })
+            .flatten()
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pinning_holds_back_a_changed_definition_until_accepted() {
+    let pinned = format!("[gateway]\ntiers_dir = {TIERS:?}\n");
+    let gw = Gateway::start(&format!(
+        "{pinned}{}{}",
+        stdio_upstream(
+            "p",
+            &[],
+            "tier = \"medium\"\nera = \"legacy\"\nwritable = [\"evolve\"]"
+        ),
+        stdio_upstream("h", &[], "tier = \"high\"\nera = \"legacy\"")
+    ));
+    let client = TestClient::new();
+    let seen = client.seen.clone();
+    let client = connect_legacy(&gw.url, client).await;
+    let names = |tools: Vec<rmcp::model::Tool>| {
+        tools
+            .into_iter()
+            .map(|t| t.name.to_string())
+            .collect::<Vec<_>>()
+    };
+    assert!(names(client.peer().list_all_tools().await.unwrap()).contains(&"p.echo".to_owned()));
+
+    for up in ["p", "h"] {
+        let before = *seen.tool_changes.lock();
+        call(&client, &format!("{up}.evolve"), serde_json::json!({}))
+            .await
+            .unwrap();
+        wait_for(&seen.tools_changed, "list_changed after evolve", || {
+            *seen.tool_changes.lock() > before
+        })
+        .await;
+    }
+    let tools = client.peer().list_all_tools().await.unwrap();
+    let echo_h = tools
+        .iter()
+        .find(|t| t.name == "h.echo")
+        .expect("unpinned tier takes the change");
+    assert!(echo_h.description.as_deref().unwrap_or("").contains("(v2)"));
+    assert!(
+        !tools.iter().any(|t| t.name == "p.echo"),
+        "pinned tier holds the changed echo back"
+    );
+    let err = call(&client, "p.echo", serde_json::json!({"text": "x"}))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("unknown tool `p.echo`"), "{err}");
+    let (_, ready) = gw.readyz().await;
+    let fp = held_back_fingerprint(&ready, "p", "echo").unwrap_or_else(|| panic!("{ready}"));
+    assert_eq!(fp.len(), 64, "{fp}");
+    assert!(gw.stderr().contains("held back"), "the hold is logged");
+    client.cancel().await.unwrap();
+
+    // Accepting the new definition in config makes it callable again.
+    let accepted = Gateway::start(&format!(
+        "{pinned}{}",
+        stdio_upstream(
+            "p",
+            &["--evolved"],
+            &format!("tier = \"medium\"\npins = {{ echo = \"{fp}\" }}")
+        )
+    ));
+    let client = connect_legacy(&accepted.url, TestClient::new()).await;
+    assert_eq!(
+        first_text(
+            &call(&client, "p.echo", serde_json::json!({"text": "v2"}))
+                .await
+                .unwrap()
+        ),
+        "echo: v2"
+    );
+    client.cancel().await.unwrap();
+
+    // A pin that does not match holds the tool back from the start.
+    let mismatch = Gateway::start(&format!(
+        "{pinned}{}",
+        stdio_upstream(
+            "p",
+            &[],
+            &format!("tier = \"medium\"\npins = {{ echo = \"{fp}\" }}")
+        )
+    ));
+    let client = connect_legacy(&mismatch.url, TestClient::new()).await;
+    assert!(!names(client.peer().list_all_tools().await.unwrap()).contains(&"p.echo".to_owned()));
+    client.cancel().await.unwrap();
+}

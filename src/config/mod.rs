@@ -172,6 +172,9 @@ pub struct RawUpstream {
     /// Upstream tool names that get the tier's `long_ms` timeout.
     #[serde(default)]
     pub long_running: Vec<String>,
+    /// Accepted tool-definition fingerprints (tiers that pin definitions).
+    #[serde(default)]
+    pub pins: BTreeMap<String, String>,
 }
 
 /// `launch = { command = "...", args = [...] }`

@@ -143,6 +143,7 @@ pub struct UpstreamSpec {
     pub writable: BTreeSet<String>,
     pub read_only: BTreeSet<String>,
     pub long_running: BTreeSet<String>,
+    pub pins: BTreeMap<String, String>,
 }
 
 impl UpstreamSpec {
@@ -543,6 +544,7 @@ fn validate_upstream(
         writable: u.writable.iter().cloned().collect(),
         read_only: u.read_only.iter().cloned().collect(),
         long_running: u.long_running.iter().cloned().collect(),
+        pins: u.pins.clone(),
         name: name_s,
         transport: transport?,
         prefix,

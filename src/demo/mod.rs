@@ -47,6 +47,9 @@ pub struct DemoArgs {
     /// Exit with an error instead of serving (an upstream that fails to start).
     #[arg(long)]
     fail_start: bool,
+    /// Start with the changed ("v2") definition of `echo`.
+    #[arg(long)]
+    evolved: bool,
     /// Exit after this many tool calls (crash on demand).
     #[arg(long)]
     crash_after: Option<u64>,
@@ -56,6 +59,7 @@ pub struct DemoArgs {
 struct State {
     notes: Mutex<BTreeMap<String, String>>,
     extra: AtomicBool,
+    evolved: AtomicBool,
     calls: AtomicU64,
     cancelled: AtomicU64,
     crash_after: Option<u64>,
@@ -84,6 +88,7 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, String> {
         scheme: args.scheme.clone().unwrap_or_else(|| args.name.clone()),
         state: Arc::new(State {
             crash_after: args.crash_after,
+            evolved: AtomicBool::new(args.evolved),
             ..Default::default()
         }),
     };
@@ -152,13 +157,35 @@ fn arg_u64(args: &Option<JsonObject>, key: &str) -> Option<u64> {
 }
 
 impl Demo {
+    /// Tells every session (both eras) that the tool list changed.
+    async fn tools_changed(&self) {
+        let peers = self.state.peers.lock().clone();
+        for p in peers {
+            let _ = p.notify_tool_list_changed().await;
+        }
+        let sinks = self.state.sinks.lock().clone();
+        for s in sinks {
+            let _ = s.notify_tool_list_changed().await;
+        }
+    }
+
     fn tools(&self) -> Vec<Tool> {
         let mut tools = vec![
             tool(
                 "echo",
-                "Echo the text back.",
+                if self.state.evolved.load(Ordering::SeqCst) {
+                    "Echo the text back, and remember it (v2)."
+                } else {
+                    "Echo the text back."
+                },
                 json!({"text": {"type": "string"}}),
                 true,
+            ),
+            tool(
+                "evolve",
+                "Change the definition of `echo` (a server changing what a tool does).",
+                json!({}),
+                false,
             ),
             tool(
                 "add",
@@ -388,15 +415,13 @@ impl ServerHandler for Demo {
             "ask" => return self.ask(&req, &ctx).await,
             "toggle_extra" => {
                 let now = !self.state.extra.fetch_xor(true, Ordering::SeqCst);
-                let peers = self.state.peers.lock().clone();
-                for p in peers {
-                    let _ = p.notify_tool_list_changed().await;
-                }
-                let sinks = self.state.sinks.lock().clone();
-                for s in sinks {
-                    let _ = s.notify_tool_list_changed().await;
-                }
+                self.tools_changed().await;
                 text(format!("extra is {}", if now { "on" } else { "off" }))
+            }
+            "evolve" => {
+                self.state.evolved.store(true, Ordering::SeqCst);
+                self.tools_changed().await;
+                text("echo evolved")
             }
             "extra" if self.state.extra.load(Ordering::SeqCst) => text("extra!"),
             "stats" => {

@@ -3,4 +3,5 @@
 
 pub mod authz;
 pub mod identity;
+pub mod pinning;
 pub mod trust;

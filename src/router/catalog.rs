@@ -13,6 +13,7 @@ use rmcp::model::{Prompt, Resource, ResourceTemplate, Tool};
 
 use crate::{
     config::PrefixMode,
+    policy::pinning::{Pins, Verdict},
     router::namespace,
     upstream::{Lists, Upstream},
 };
@@ -50,7 +51,7 @@ pub struct Catalog {
 
 impl Catalog {
     /// Builds the merged view from each upstream's last lists (ready upstreams only).
-    pub fn build(upstreams: &[std::sync::Arc<Upstream>], separator: &str) -> Self {
+    pub fn build(upstreams: &[std::sync::Arc<Upstream>], separator: &str, pins: &Pins) -> Self {
         let names: Vec<String> = upstreams.iter().map(|u| u.name().to_owned()).collect();
         let mut c = Catalog::default();
         // name -> owner, for collision messages
@@ -63,6 +64,21 @@ impl Catalog {
             let spec = &up.spec;
             for tool in &lists.tools {
                 if !spec.exposes(&tool.name) {
+                    continue;
+                }
+                if spec.tier.pin_tool_definitions
+                    && let Verdict::Changed { accepted, now } = pins.check(&spec.name, tool)
+                {
+                    let why = format!(
+                        "definition changed (accepted {accepted}, now {now}); held back until \
+                         accepted: add `pins = {{ {} = \"{now}\" }}` to the upstream",
+                        tool.name
+                    );
+                    c.conflicts.push(Conflict {
+                        upstream: spec.name.clone(),
+                        item: tool.name.to_string(),
+                        reason: why,
+                    });
                     continue;
                 }
                 let alias = spec

@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Phase, Upstream, supervisor};
 use crate::{
     config::Snapshot,
+    policy::pinning::Pins,
     router::catalog::Catalog,
     server::sessions::{Changed, Hub},
 };
@@ -19,6 +20,7 @@ pub struct Pool {
     separator: String,
     catalog: ArcSwap<Catalog>,
     hub: Arc<Hub>,
+    pins: Pins,
     shutdown: CancellationToken,
     /// Bumped on every phase change, so waiters need not poll.
     status_tx: watch::Sender<u64>,
@@ -36,6 +38,15 @@ impl Pool {
             separator: snapshot.gateway.separator.clone(),
             catalog: ArcSwap::from_pointee(Catalog::default()),
             hub: Arc::new(Hub::default()),
+            pins: {
+                let pins = Pins::default();
+                for up in &snapshot.upstreams {
+                    for (tool, fp) in &up.pins {
+                        pins.preset(&up.name, tool, fp);
+                    }
+                }
+                pins
+            },
             shutdown: CancellationToken::new(),
             status_tx,
         })
@@ -75,8 +86,11 @@ impl Pool {
 
     /// Rebuilds the merged catalog and tells downstream sessions what changed.
     pub(super) fn rebuild(&self, changed: Changed) {
-        self.catalog
-            .store(Arc::new(Catalog::build(&self.upstreams, &self.separator)));
+        self.catalog.store(Arc::new(Catalog::build(
+            &self.upstreams,
+            &self.separator,
+            &self.pins,
+        )));
         self.hub.notify_changed(changed);
     }
 

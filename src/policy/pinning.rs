@@ -1,0 +1,62 @@
+//! Tool-definition pinning (F6): a tool whose definition changes on an upstream whose tier pins
+//! definitions is held back until the new definition is accepted (in config, `pins`).
+
+use dashmap::DashMap;
+use rmcp::model::Tool;
+use sha2::{Digest, Sha256};
+
+/// SHA-256 (hex) of what a tool promises: name, description, schemas, annotations.
+pub fn fingerprint(tool: &Tool) -> String {
+    // serde_json maps are sorted by key here (no `preserve_order`), so this is canonical.
+    let v = serde_json::json!({
+        "name": tool.name,
+        "description": tool.description,
+        "inputSchema": tool.input_schema,
+        "outputSchema": tool.output_schema,
+        "annotations": tool.annotations,
+    });
+    hex::encode(Sha256::digest(v.to_string().as_bytes()))
+}
+
+/// Accepted fingerprints per (upstream, tool): from config, else the first definition seen.
+#[derive(Debug, Default)]
+pub struct Pins {
+    accepted: DashMap<(String, String), String>,
+}
+
+/// What pinning says about one tool definition.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Accepted,
+    /// The definition differs from the accepted one.
+    Changed {
+        accepted: String,
+        now: String,
+    },
+}
+
+impl Pins {
+    /// Pins from config; they win over first sight.
+    pub fn preset(&self, upstream: &str, tool: &str, fingerprint: &str) {
+        self.accepted.insert(
+            (upstream.to_owned(), tool.to_owned()),
+            fingerprint.to_owned(),
+        );
+    }
+
+    pub fn check(&self, upstream: &str, tool: &Tool) -> Verdict {
+        let now = fingerprint(tool);
+        let entry = self
+            .accepted
+            .entry((upstream.to_owned(), tool.name.to_string()))
+            .or_insert_with(|| now.clone());
+        if *entry == now {
+            Verdict::Accepted
+        } else {
+            Verdict::Changed {
+                accepted: entry.clone(),
+                now,
+            }
+        }
+    }
+}
