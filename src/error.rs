@@ -43,6 +43,8 @@ pub enum CallError {
     UpstreamFailed { upstream: String, detail: String },
     #[error("the call was cancelled")]
     Cancelled,
+    #[error("rate limited by {rule}; retry in {} ms", retry_after.as_millis())]
+    RateLimited { rule: String, retry_after: Duration },
     #[error("tool `{tool}` writes, and trust tier `{tier}` refuses it: {}", refusal_text(*refusal))]
     TierRefused {
         tool: String,
@@ -71,6 +73,7 @@ impl CallError {
             | CallError::UnknownResource { .. }
             | CallError::BadCursor
             | CallError::TierRefused { .. }
+            | CallError::RateLimited { .. }
             | CallError::Cancelled => Side::Downstream,
             CallError::UpstreamUnavailable { .. }
             | CallError::UpstreamTimeout { .. }
@@ -121,6 +124,14 @@ impl CallError {
                 McpError::internal_error(msg, Some(json!({ "upstream": upstream })))
             }
             CallError::Cancelled => McpError::internal_error(msg, None),
+            CallError::RateLimited { rule, retry_after } => McpError::invalid_request(
+                msg,
+                Some(json!({
+                    "reason": "rate_limited",
+                    "rule": rule,
+                    "retry_after_ms": retry_after.as_millis() as u64,
+                })),
+            ),
             CallError::TierRefused {
                 tool,
                 tier,

@@ -34,6 +34,25 @@ pub struct RawConfig {
     /// Roles: what an identity holding them may use (globs on namespaced names and URIs).
     #[serde(default)]
     pub roles: BTreeMap<String, RawRole>,
+    /// Rate limits, each keyed by any combination of identity, upstream and tool.
+    #[serde(default)]
+    pub rate_limits: Vec<Spanned<RawRateLimit>>,
+}
+
+/// `[[rate_limits]]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRateLimit {
+    /// Named in refusals; default `rate_limits[N]`.
+    pub name: Option<String>,
+    /// Key parts: any of `identity`, `upstream`, `tool` (empty = one global bucket).
+    #[serde(default)]
+    pub by: Vec<Spanned<String>>,
+    /// Only calls to this upstream.
+    pub upstream: Option<Spanned<String>>,
+    pub per_second: u32,
+    /// Calls allowed at once; default `per_second`.
+    pub burst: Option<u32>,
 }
 
 /// `[auth]`

@@ -4,7 +4,7 @@ use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
     fmt,
     net::SocketAddr,
-    num::NonZeroUsize,
+    num::{NonZeroU32, NonZeroUsize},
     sync::Arc,
     time::Duration,
 };
@@ -15,7 +15,7 @@ use toml::Spanned;
 use jsonwebtoken::{Algorithm, DecodingKey};
 
 use super::{
-    RawAuth, RawConfig, RawLaunch, RawRole, RawUpstream,
+    RawAuth, RawConfig, RawLaunch, RawRateLimit, RawRole, RawUpstream,
     defaults::*,
     line_of, secret,
     tier::{self, Tier},
@@ -23,6 +23,7 @@ use super::{
 use crate::policy::{
     authz::{Role, Roles},
     identity::{ApiKey, Authenticator, JwtConfig, load_jwks},
+    rate_limit::{KeyBy, RuleSpec},
 };
 use crate::router::namespace;
 
@@ -49,6 +50,8 @@ pub struct Snapshot {
     pub upstreams: Vec<Arc<UpstreamSpec>>,
     /// How callers are authenticated and what their roles allow.
     pub auth: Arc<Authenticator>,
+    /// Configured limits followed by one per upstream whose tier sets `[rate_limit]`.
+    pub rate_limits: Vec<RuleSpec>,
 }
 
 /// `[gateway]` after validation.
@@ -256,11 +259,30 @@ pub(super) fn validate(
         }
     }
     let auth = validate_auth(&mut cx, raw.auth, raw.roles);
+    let mut rate_limits = validate_rate_limits(&mut cx, &raw.rate_limits, &names);
+    for up in &upstreams {
+        if let Some((per_second, burst)) = up.tier.rate_limit
+            && let (Some(per_second), Some(burst)) =
+                (NonZeroU32::new(per_second), NonZeroU32::new(burst))
+        {
+            rate_limits.push(RuleSpec {
+                name: format!("tier `{}` of upstream `{}`", up.tier.name, up.name),
+                by: KeyBy {
+                    upstream: true,
+                    ..KeyBy::default()
+                },
+                upstream: Some(up.name.clone()),
+                per_second,
+                burst,
+            });
+        }
+    }
     if !cx.errors.is_empty() {
         return Err(cx.errors);
     }
     Ok(Snapshot {
         auth: Arc::new(auth),
+        rate_limits,
         gateway: GatewaySettings {
             listen,
             separator,
@@ -561,6 +583,54 @@ fn validate_upstream(
             max: Duration::from_millis(max_ms.max(base_ms)),
         },
     })
+}
+
+fn validate_rate_limits(
+    cx: &mut Ctx<'_>,
+    raw: &[Spanned<RawRateLimit>],
+    upstreams: &[String],
+) -> Vec<RuleSpec> {
+    let mut out = Vec::new();
+    for (i, r) in raw.iter().enumerate() {
+        let at = r.span().start;
+        let r = r.get_ref();
+        let mut by = KeyBy::default();
+        for part in &r.by {
+            match part.get_ref().as_str() {
+                "identity" => by.identity = true,
+                "upstream" => by.upstream = true,
+                "tool" => by.tool = true,
+                other => cx.err_at(
+                    part.span().start,
+                    format!("rate limit key `{other}` is not one of identity, upstream, tool"),
+                ),
+            }
+        }
+        if let Some(u) = &r.upstream
+            && !upstreams.contains(u.get_ref())
+        {
+            cx.err_at(
+                u.span().start,
+                format!("rate limit names unknown upstream `{}`", u.get_ref()),
+            );
+        }
+        let Some(per_second) = NonZeroU32::new(r.per_second) else {
+            cx.err_at(at, "rate limit per_second must be greater than 0".into());
+            continue;
+        };
+        let burst = r.burst.and_then(NonZeroU32::new).unwrap_or(per_second);
+        out.push(RuleSpec {
+            name: r
+                .name
+                .clone()
+                .unwrap_or_else(|| format!("rate_limits[{i}]")),
+            by,
+            upstream: r.upstream.as_ref().map(|u| u.get_ref().clone()),
+            per_second,
+            burst,
+        });
+    }
+    out
 }
 
 /// State shared by the validation of all upstreams.

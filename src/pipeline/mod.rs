@@ -12,7 +12,9 @@
 //!    an unknown name, so callers cannot probe for what exists.
 //! 3. `trust` — the upstream's tier classifies the call (read/write/long) and refuses writes it
 //!    does not allow; after authz, so a caller learns nothing about tools it may not use.
-//! 4. `forward` — the per-upstream terminal: deadline, progress relay, cancellation, transport.
+//! 4. `rate_limit` — keyed by identity/upstream/tool; after authz and trust, so only calls that
+//!    would run use up a budget, and keys are authenticated identities.
+//! 5. `forward` — the per-upstream terminal: deadline, progress relay, cancellation, transport.
 //!
 //! Later layers slot in between, in the order written in ../shared/STYLE.md: telemetry span,
 //! envelope, audit/metrics, hop guard, resolve, authz, trust tier, schema check, rate limit,
@@ -20,6 +22,7 @@
 
 mod authz;
 mod forward;
+mod rate_limit;
 mod resolve;
 mod trust;
 
@@ -42,6 +45,7 @@ use crate::{
 
 pub use authz::AuthzLayer;
 pub use forward::Forward;
+pub use rate_limit::RateLimitLayer;
 pub use resolve::ResolveLayer;
 pub use trust::TrustLayer;
 
@@ -116,6 +120,7 @@ pub fn build(pool: Arc<Pool>) -> CallStack {
         .layer(ResolveLayer::new(pool.clone()))
         .layer(AuthzLayer::new(pool.clone()))
         .layer(TrustLayer::new(pool.clone()))
+        .layer(RateLimitLayer::new(pool.clone()))
         .service(Forward::new(pool));
     BoxCloneSyncService::new(svc)
 }

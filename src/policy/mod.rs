@@ -4,4 +4,5 @@
 pub mod authz;
 pub mod identity;
 pub mod pinning;
+pub mod rate_limit;
 pub mod trust;

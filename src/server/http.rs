@@ -39,9 +39,13 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let local = listener.local_addr()?;
+    // No priming event per response stream: without an event store a broken stream cannot be
+    // resumed anyway, and every extra SSE frame is a write on the hot path.
+    let mut sessions = LocalSessionManager::default();
+    sessions.session_config.sse_retry = None;
     let mcp = StreamableHttpService::new(
         move || Ok(gateway.clone()),
-        Arc::new(LocalSessionManager::default()),
+        Arc::new(sessions),
         mcp_config(settings, local, shutdown.child_token()),
     );
     loop {

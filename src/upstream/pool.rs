@@ -9,10 +9,13 @@ use tokio_util::sync::CancellationToken;
 use super::{Phase, Upstream, supervisor};
 use crate::{
     config::Snapshot,
-    policy::pinning::Pins,
+    policy::{pinning::Pins, rate_limit::RateLimits},
     router::catalog::Catalog,
     server::sessions::{Changed, Hub},
 };
+
+/// How often rate-limit state of idle keys is dropped.
+const RATE_LIMIT_EVICT_EVERY: Duration = Duration::from_secs(60);
 
 #[derive(Debug)]
 pub struct Pool {
@@ -21,6 +24,7 @@ pub struct Pool {
     catalog: ArcSwap<Catalog>,
     hub: Arc<Hub>,
     pins: Pins,
+    rate_limits: RateLimits,
     shutdown: CancellationToken,
     /// Bumped on every phase change, so waiters need not poll.
     status_tx: watch::Sender<u64>,
@@ -38,6 +42,7 @@ impl Pool {
             separator: snapshot.gateway.separator.clone(),
             catalog: ArcSwap::from_pointee(Catalog::default()),
             hub: Arc::new(Hub::default()),
+            rate_limits: RateLimits::new(snapshot.rate_limits.clone()),
             pins: {
                 let pins = Pins::default();
                 for up in &snapshot.upstreams {
@@ -57,6 +62,23 @@ impl Pool {
         for idx in 0..self.upstreams.len() {
             tokio::spawn(supervisor::run(self.clone(), idx));
         }
+        if !self.rate_limits.is_empty() {
+            let pool = Arc::downgrade(self);
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(RATE_LIMIT_EVICT_EVERY);
+                loop {
+                    tick.tick().await;
+                    match pool.upgrade() {
+                        Some(p) if !p.shutdown.is_cancelled() => p.rate_limits.evict_idle(),
+                        _ => return,
+                    }
+                }
+            });
+        }
+    }
+
+    pub fn rate_limits(&self) -> &RateLimits {
+        &self.rate_limits
     }
 
     pub fn upstreams(&self) -> &[Arc<Upstream>] {

@@ -1,0 +1,173 @@
+//! The order of the policy layers, table-driven against a real fedgate: authentication before
+//! everything (401), then resolve/authz (refusals look like unknown names), trust tier, rate
+//! limit. Each row is a call made after the caller's rate budget is used up.
+
+mod common;
+
+use common::*;
+use sha2::{Digest, Sha256};
+
+const KEY: &str = "fgk_order_test_key";
+const TIERS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/trust-tiers");
+
+fn config() -> String {
+    format!(
+        r#"[gateway]
+tiers_dir = {TIERS:?}
+
+[auth]
+[[auth.api_keys]]
+name = "agent"
+sha256 = "{}"
+roles = ["agent"]
+
+[roles.agent]
+tools = ["demo.echo", "demo.write_note", "demo.nothing"]
+
+[[rate_limits]]
+name = "per-identity"
+by = ["identity"]
+per_second = 1
+burst = 2
+
+{}"#,
+        hex::encode(Sha256::digest(KEY.as_bytes())),
+        stdio_upstream("demo", &[], "tier = \"medium\"")
+    )
+}
+
+/// Status and body of a raw tools/call on an initialized session (or none without a key).
+async fn raw_call(
+    url: &str,
+    key: Option<&str>,
+    session: Option<&str>,
+    tool: &str,
+) -> (u16, String) {
+    let mut rb = reqwest::Client::new()
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(
+            serde_json::json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                "params": {"name": tool, "arguments": {"key": "k", "value": "v", "text": "t"}}})
+            .to_string(),
+        );
+    if let Some(k) = key {
+        rb = rb.header("authorization", format!("Bearer {k}"));
+    }
+    if let Some(s) = session {
+        rb = rb.header("mcp-session-id", s);
+    }
+    let r = rb.send().await.unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn policy_layers_answer_in_order() {
+    let gw = Gateway::start(&config());
+    let client = connect_with_token(&gw.url, KEY, TestClient::new())
+        .await
+        .unwrap();
+    // Use up the budget (burst 2, 1 per second).
+    for _ in 0..2 {
+        call(&client, "demo.echo", serde_json::json!({"text": "x"}))
+            .await
+            .unwrap();
+    }
+    let limited = call(&client, "demo.echo", serde_json::json!({"text": "x"}))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        limited.contains("\"reason\":\"rate_limited\"") && limited.contains("retry_after_ms"),
+        "{limited}"
+    );
+
+    // Open a raw session with the same identity for the table below.
+    let init = reqwest::Client::new()
+        .post(&gw.url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {KEY}"))
+        .body(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#)
+        .send()
+        .await
+        .unwrap();
+    let session = init
+        .headers()
+        .get("mcp-session-id")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+
+    // (case, credentials, tool, expected HTTP status, expected text in the answer)
+    let table: &[(&str, Option<&str>, &str, u16, &str)] = &[
+        (
+            "unauthenticated and over the limit",
+            None,
+            "demo.echo",
+            401,
+            "authentication required",
+        ),
+        (
+            "unknown key and over the limit",
+            Some("fgk_nope"),
+            "demo.echo",
+            401,
+            "invalid",
+        ),
+        (
+            "unknown tool and over the limit",
+            Some(KEY),
+            "demo.nothing",
+            200,
+            "unknown tool `demo.nothing`",
+        ),
+        (
+            "not granted and over the limit",
+            Some(KEY),
+            "demo.crash",
+            200,
+            "unknown tool `demo.crash`",
+        ),
+        (
+            "tier refuses the write and over the limit",
+            Some(KEY),
+            "demo.write_note",
+            200,
+            "write_not_declared",
+        ),
+        (
+            "allowed but over the limit",
+            Some(KEY),
+            "demo.echo",
+            200,
+            "rate_limited",
+        ),
+    ];
+    for (case, key, tool, status, expect) in table {
+        let (got, body) = raw_call(&gw.url, *key, key.map(|_| session.as_str()), tool).await;
+        assert_eq!(got, *status, "{case}: {body}");
+        assert!(
+            body.contains(expect),
+            "{case}: expected `{expect}` in {body}"
+        );
+    }
+    // Refusals for unknown and for hidden tools are indistinguishable.
+    let (_, unknown) = raw_call(&gw.url, Some(KEY), Some(&session), "demo.nothing").await;
+    let (_, hidden) = raw_call(&gw.url, Some(KEY), Some(&session), "demo.crash").await;
+    // Only the JSON-RPC answers are compared; SSE event ids differ per stream.
+    let answer = |s: &str| -> Vec<String> {
+        s.lines()
+            .filter(|l| l.starts_with("data: {"))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(
+        answer(&unknown.replace("nothing", "X")),
+        answer(&hidden.replace("crash", "X"))
+    );
+    client.cancel().await.unwrap();
+}
