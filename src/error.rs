@@ -43,6 +43,11 @@ pub enum CallError {
     UpstreamFailed { upstream: String, detail: String },
     #[error("the call was cancelled")]
     Cancelled,
+    #[error("upstream `{upstream}` is failing and its circuit breaker is open; next attempt in {} ms", retry_in.as_millis())]
+    BreakerOpen {
+        upstream: String,
+        retry_in: Duration,
+    },
     #[error("rate limited by {rule}; retry in {} ms", retry_after.as_millis())]
     RateLimited { rule: String, retry_after: Duration },
     #[error("tool `{tool}` writes, and trust tier `{tier}` refuses it: {}", refusal_text(*refusal))]
@@ -75,6 +80,7 @@ impl CallError {
             | CallError::TierRefused { .. }
             | CallError::RateLimited { .. }
             | CallError::Cancelled => Side::Downstream,
+            CallError::BreakerOpen { .. } => Side::Internal,
             CallError::UpstreamUnavailable { .. }
             | CallError::UpstreamTimeout { .. }
             | CallError::UpstreamClosed { .. }
@@ -124,6 +130,14 @@ impl CallError {
                 McpError::internal_error(msg, Some(json!({ "upstream": upstream })))
             }
             CallError::Cancelled => McpError::internal_error(msg, None),
+            CallError::BreakerOpen { upstream, retry_in } => McpError::internal_error(
+                msg,
+                Some(json!({
+                    "reason": "breaker_open",
+                    "upstream": upstream,
+                    "retry_after_ms": retry_in.as_millis() as u64,
+                })),
+            ),
             CallError::RateLimited { rule, retry_after } => McpError::invalid_request(
                 msg,
                 Some(json!({

@@ -22,3 +22,15 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 pub const MAX_TOOL_NAME_CHARS: usize = 128;
 /// A value of `command` that means "this fedgate executable" (used for the built-in demo upstream).
 pub const SELF_COMMAND: &str = "@self";
+/// Consecutive failed calls that open an upstream's breaker.
+pub const DEFAULT_BREAKER_CONSECUTIVE_FAILURES: u32 = 5;
+/// Failure share over the window that opens the breaker.
+pub const DEFAULT_BREAKER_FAILURE_RATIO: f64 = 0.5;
+/// Calls the failure ratio is computed over.
+pub const DEFAULT_BREAKER_WINDOW_CALLS: u32 = 20;
+/// Fewest calls in the window before the ratio counts.
+pub const DEFAULT_BREAKER_MIN_CALLS: u32 = 10;
+/// How long an open breaker fails fast before probing.
+pub const DEFAULT_BREAKER_COOLDOWN_MS: u64 = 10_000;
+/// Probe calls let through while half-open.
+pub const DEFAULT_BREAKER_HALF_OPEN_PROBES: u32 = 1;

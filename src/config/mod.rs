@@ -194,6 +194,23 @@ pub struct RawUpstream {
     /// Accepted tool-definition fingerprints (tiers that pin definitions).
     #[serde(default)]
     pub pins: BTreeMap<String, String>,
+    /// Circuit breaker of this upstream.
+    pub breaker: Option<RawBreaker>,
+}
+
+/// `breaker = { ... }`
+#[derive(Debug, Deserialize, Default, Clone, Copy)]
+#[serde(deny_unknown_fields)]
+pub struct RawBreaker {
+    pub consecutive_failures: Option<u32>,
+    pub failure_ratio: Option<f64>,
+    pub window: Option<u32>,
+    pub min_calls: Option<u32>,
+    pub cooldown_ms: Option<u64>,
+    pub half_open_probes: Option<u32>,
+    /// Count `isError: true` tool results as failures.
+    #[serde(default)]
+    pub count_is_error: bool,
 }
 
 /// `launch = { command = "...", args = [...] }`

@@ -15,13 +15,14 @@ use toml::Spanned;
 use jsonwebtoken::{Algorithm, DecodingKey};
 
 use super::{
-    RawAuth, RawConfig, RawLaunch, RawRateLimit, RawRole, RawUpstream,
+    RawAuth, RawBreaker, RawConfig, RawLaunch, RawRateLimit, RawRole, RawUpstream,
     defaults::*,
     line_of, secret,
     tier::{self, Tier},
 };
 use crate::policy::{
     authz::{Role, Roles},
+    breaker::BreakerConfig,
     identity::{ApiKey, Authenticator, JwtConfig, load_jwks},
     rate_limit::{KeyBy, RuleSpec},
 };
@@ -147,6 +148,7 @@ pub struct UpstreamSpec {
     pub read_only: BTreeSet<String>,
     pub long_running: BTreeSet<String>,
     pub pins: BTreeMap<String, String>,
+    pub breaker: BreakerConfig,
 }
 
 impl UpstreamSpec {
@@ -567,6 +569,7 @@ fn validate_upstream(
         read_only: u.read_only.iter().cloned().collect(),
         long_running: u.long_running.iter().cloned().collect(),
         pins: u.pins.clone(),
+        breaker: breaker_config(u.breaker.unwrap_or_default()),
         name: name_s,
         transport: transport?,
         prefix,
@@ -765,6 +768,27 @@ fn validate_auth(
         jwt,
         roles,
         open: false,
+    }
+}
+
+fn breaker_config(b: RawBreaker) -> BreakerConfig {
+    BreakerConfig {
+        consecutive_failures: b
+            .consecutive_failures
+            .unwrap_or(DEFAULT_BREAKER_CONSECUTIVE_FAILURES)
+            .max(1),
+        failure_ratio: b
+            .failure_ratio
+            .filter(|r| *r > 0.0 && *r <= 1.0)
+            .unwrap_or(DEFAULT_BREAKER_FAILURE_RATIO),
+        window: b.window.unwrap_or(DEFAULT_BREAKER_WINDOW_CALLS).max(1),
+        min_calls: b.min_calls.unwrap_or(DEFAULT_BREAKER_MIN_CALLS).max(1),
+        cooldown: Duration::from_millis(b.cooldown_ms.unwrap_or(DEFAULT_BREAKER_COOLDOWN_MS)),
+        half_open_probes: b
+            .half_open_probes
+            .unwrap_or(DEFAULT_BREAKER_HALF_OPEN_PROBES)
+            .max(1),
+        count_is_error: b.count_is_error,
     }
 }
 

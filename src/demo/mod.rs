@@ -182,6 +182,12 @@ impl Demo {
                 true,
             ),
             tool(
+                "fail",
+                "Always answer with an isError result.",
+                json!({}),
+                true,
+            ),
+            tool(
                 "evolve",
                 "Change the definition of `echo` (a server changing what a tool does).",
                 json!({}),
@@ -434,6 +440,7 @@ impl ServerHandler for Demo {
                 r
             }
             "pid" => text(std::process::id().to_string()),
+            "fail" => CallToolResult::error(vec![ContentBlock::text("this tool always fails")]),
             "roots" => {
                 let answer = ctx
                     .peer

@@ -14,13 +14,16 @@
 //!    does not allow; after authz, so a caller learns nothing about tools it may not use.
 //! 4. `rate_limit` — keyed by identity/upstream/tool; after authz and trust, so only calls that
 //!    would run use up a budget, and keys are authenticated identities.
-//! 5. `forward` — the per-upstream terminal: deadline, progress relay, cancellation, transport.
+//! 5. `breaker` — the upstream's circuit breaker; innermost policy, so it sees exactly the
+//!    attempts that reach the upstream (timeouts count as failures, refusals above never do).
+//! 6. `forward` — the per-upstream terminal: deadline, progress relay, cancellation, transport.
 //!
 //! Later layers slot in between, in the order written in ../shared/STYLE.md: telemetry span,
 //! envelope, audit/metrics, hop guard, resolve, authz, trust tier, schema check, rate limit,
 //! idempotency; then per upstream retry → breaker → timeout → token injection → transport.
 
 mod authz;
+mod breaker;
 mod forward;
 mod rate_limit;
 mod resolve;
@@ -44,6 +47,7 @@ use crate::{
 };
 
 pub use authz::AuthzLayer;
+pub use breaker::BreakerLayer;
 pub use forward::Forward;
 pub use rate_limit::RateLimitLayer;
 pub use resolve::ResolveLayer;
@@ -121,6 +125,7 @@ pub fn build(pool: Arc<Pool>) -> CallStack {
         .layer(AuthzLayer::new(pool.clone()))
         .layer(TrustLayer::new(pool.clone()))
         .layer(RateLimitLayer::new(pool.clone()))
+        .layer(BreakerLayer::new(pool.clone()))
         .service(Forward::new(pool));
     BoxCloneSyncService::new(svc)
 }

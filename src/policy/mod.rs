@@ -2,6 +2,7 @@
 //! the order in which they run is written down once, in `pipeline::build`.
 
 pub mod authz;
+pub mod breaker;
 pub mod identity;
 pub mod pinning;
 pub mod rate_limit;

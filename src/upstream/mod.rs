@@ -20,7 +20,10 @@ use rmcp::{
 };
 use serde::Serialize;
 
-use crate::config::UpstreamSpec;
+use crate::{
+    config::UpstreamSpec,
+    policy::breaker::{Breaker, BreakerStatus},
+};
 use inflight::Inflight;
 
 /// Where an upstream is in its life.
@@ -55,6 +58,7 @@ pub struct Status {
     pub restarts: u32,
     pub last_error: Option<String>,
     pub tools: usize,
+    pub breaker: Option<BreakerStatus>,
 }
 
 /// The lists an upstream served at its last refresh.
@@ -81,11 +85,13 @@ pub struct Upstream {
     status: RwLock<Status>,
     conn: ArcSwapOption<Connection>,
     lists: ArcSwap<Lists>,
+    pub breaker: Breaker,
 }
 
 impl Upstream {
     pub fn new(spec: Arc<UpstreamSpec>) -> Self {
         let kind = spec.transport.kind();
+        let breaker = Breaker::new(spec.breaker.clone());
         Self {
             spec,
             status: RwLock::new(Status {
@@ -97,9 +103,11 @@ impl Upstream {
                 restarts: 0,
                 last_error: None,
                 tools: 0,
+                breaker: None,
             }),
             conn: ArcSwapOption::empty(),
             lists: ArcSwap::from_pointee(Lists::default()),
+            breaker,
         }
     }
 
@@ -108,7 +116,9 @@ impl Upstream {
     }
 
     pub fn status(&self) -> Status {
-        self.status.read().clone()
+        let mut s = self.status.read().clone();
+        s.breaker = Some(self.breaker.status(tokio::time::Instant::now()));
+        s
     }
 
     pub fn phase(&self) -> Phase {
