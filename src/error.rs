@@ -43,6 +43,10 @@ pub enum CallError {
     UpstreamFailed { upstream: String, detail: String },
     #[error("the call was cancelled")]
     Cancelled,
+    /// The caller's roles do not grant the name; the caller sees `shown` (an unknown-name
+    /// error), the audit log sees the real reason.
+    #[error("{shown}")]
+    NotAuthorized { shown: Box<CallError> },
     #[error("upstream `{upstream}` is failing and its circuit breaker is open; next attempt in {} ms", retry_in.as_millis())]
     BreakerOpen {
         upstream: String,
@@ -79,6 +83,7 @@ impl CallError {
             | CallError::BadCursor
             | CallError::TierRefused { .. }
             | CallError::RateLimited { .. }
+            | CallError::NotAuthorized { .. }
             | CallError::Cancelled => Side::Downstream,
             CallError::BreakerOpen { .. } => Side::Internal,
             CallError::UpstreamUnavailable { .. }
@@ -130,6 +135,7 @@ impl CallError {
                 McpError::internal_error(msg, Some(json!({ "upstream": upstream })))
             }
             CallError::Cancelled => McpError::internal_error(msg, None),
+            CallError::NotAuthorized { shown } => shown.to_mcp(),
             CallError::BreakerOpen { upstream, retry_in } => McpError::internal_error(
                 msg,
                 Some(json!({
@@ -155,6 +161,41 @@ impl CallError {
                 Some(json!({ "tool": tool, "tier": tier, "reason": refusal.code() })),
             ),
         }
+    }
+
+    /// A stable code for audit records and logs.
+    pub fn code(&self) -> &'static str {
+        match self {
+            CallError::UnknownTool { .. } => "unknown_tool",
+            CallError::UnknownPrompt { .. } => "unknown_prompt",
+            CallError::UnknownResource { .. } => "unknown_resource",
+            CallError::BadCursor => "bad_cursor",
+            CallError::UpstreamUnavailable { .. } => "upstream_unavailable",
+            CallError::UpstreamTimeout { .. } => "timeout",
+            CallError::UpstreamClosed { .. } => "upstream_closed",
+            CallError::UpstreamRefused { .. } => "upstream_error",
+            CallError::UpstreamFailed { .. } => "upstream_failed",
+            CallError::Cancelled => "cancelled",
+            CallError::NotAuthorized { .. } => "not_authorized",
+            CallError::BreakerOpen { .. } => "breaker_open",
+            CallError::RateLimited { .. } => "rate_limited",
+            CallError::TierRefused { refusal, .. } => refusal.code(),
+        }
+    }
+
+    /// Whether the gateway decided not to run the call (as opposed to the call failing).
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            CallError::UnknownTool { .. }
+                | CallError::UnknownPrompt { .. }
+                | CallError::UnknownResource { .. }
+                | CallError::BadCursor
+                | CallError::NotAuthorized { .. }
+                | CallError::BreakerOpen { .. }
+                | CallError::RateLimited { .. }
+                | CallError::TierRefused { .. }
+        )
     }
 
     /// Classifies an rmcp error from one upstream request.

@@ -15,4 +15,5 @@ pub mod pipeline;
 pub mod policy;
 pub mod router;
 pub mod server;
+pub mod telemetry;
 pub mod upstream;

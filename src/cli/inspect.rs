@@ -89,7 +89,7 @@ pub async fn call(path: &Path, tool: &str, args: &str) -> Result<ExitCode, Strin
     let pool = Pool::new(&snapshot);
     pool.start();
     pool.wait_settled(settle_bound(&snapshot)).await;
-    let stack = pipeline::build(pool.clone());
+    let stack = pipeline::build(pool.clone(), None);
     let call = Call {
         op: Op::CallTool(CallToolRequestParams::new(tool.to_owned()).with_arguments(args)),
         meta: Default::default(),
@@ -97,6 +97,7 @@ pub async fn call(path: &Path, tool: &str, args: &str) -> Result<ExitCode, Strin
         progress_token: None,
         ct: Default::default(),
         identity: Identity::unrestricted("local", IdentityKind::Local),
+        correlation_id: pipeline::correlation_id(),
         target: None,
         class: None,
         timeout: None,

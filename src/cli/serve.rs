@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     config::{self, Snapshot},
     server::{http, mcp::Gateway},
+    telemetry::audit::Audit,
     upstream::pool::Pool,
 };
 
@@ -60,7 +61,11 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, String
     }
     let pool = Pool::new(&snapshot);
     pool.start();
-    let gateway = Gateway::new(pool.clone(), snapshot.gateway.page_size.get());
+    let audit = match &snapshot.audit {
+        Some(cfg) => Some(Audit::start(cfg).await?),
+        None => None,
+    };
+    let gateway = Gateway::new(pool.clone(), snapshot.gateway.page_size.get(), audit);
     let shutdown = CancellationToken::new();
     let server = tokio::spawn({
         let pool = pool.clone();
@@ -93,7 +98,11 @@ pub async fn stdio(path: &Path) -> Result<ExitCode, String> {
     let pool = Pool::new(&snapshot);
     pool.start();
     pool.wait_settled(settle_bound(&snapshot)).await;
-    let gateway = Gateway::new(pool.clone(), snapshot.gateway.page_size.get());
+    let audit = match &snapshot.audit {
+        Some(cfg) => Some(Audit::start(cfg).await?),
+        None => None,
+    };
+    let gateway = Gateway::new(pool.clone(), snapshot.gateway.page_size.get(), audit);
     let result = tokio::select! {
         r = crate::server::stdio::serve(gateway) => r,
         _ = wait_for_signal() => Ok(()),

@@ -37,6 +37,21 @@ pub struct RawConfig {
     /// Rate limits, each keyed by any combination of identity, upstream and tool.
     #[serde(default)]
     pub rate_limits: Vec<Spanned<RawRateLimit>>,
+    /// The audit log.
+    pub audit: Option<RawAudit>,
+}
+
+/// `[audit]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAudit {
+    /// JSON-lines file, appended to; relative paths are relative to the config file.
+    pub path: String,
+    /// Record arguments in full instead of only their SHA-256.
+    #[serde(default)]
+    pub full_arguments: bool,
+    /// Records queued for the writer before new ones are dropped (and counted).
+    pub queue: Option<usize>,
 }
 
 /// `[[rate_limits]]`

@@ -27,6 +27,7 @@ use crate::policy::{
     rate_limit::{KeyBy, RuleSpec},
 };
 use crate::router::namespace;
+use crate::telemetry::audit::{AuditConfig, DEFAULT_AUDIT_QUEUE};
 
 /// One problem in a config file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +54,7 @@ pub struct Snapshot {
     pub auth: Arc<Authenticator>,
     /// Configured limits followed by one per upstream whose tier sets `[rate_limit]`.
     pub rate_limits: Vec<RuleSpec>,
+    pub audit: Option<AuditConfig>,
 }
 
 /// `[gateway]` after validation.
@@ -285,6 +287,14 @@ pub(super) fn validate(
     Ok(Snapshot {
         auth: Arc::new(auth),
         rate_limits,
+        audit: raw.audit.map(|a| AuditConfig {
+            path: std::path::Path::new(file)
+                .parent()
+                .unwrap_or(std::path::Path::new(""))
+                .join(a.path),
+            full_arguments: a.full_arguments,
+            queue: a.queue.unwrap_or(DEFAULT_AUDIT_QUEUE),
+        }),
         gateway: GatewaySettings {
             listen,
             separator,

@@ -62,6 +62,13 @@ where
 }
 
 fn check(pool: &Pool, call: &Call) -> Result<(), CallError> {
+    hidden(pool, call).map_err(|shown| CallError::NotAuthorized {
+        shown: Box::new(shown),
+    })
+}
+
+/// The answer a caller gets for something it may not use: what it would get if it did not exist.
+fn hidden(pool: &Pool, call: &Call) -> Result<(), CallError> {
     let access = &call.identity.access;
     let Some(target) = &call.target else {
         return Ok(());

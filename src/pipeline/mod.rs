@@ -5,6 +5,7 @@
 //! becomes a `Call` (so it gets 401 whatever else is wrong with it).
 //!
 //! Order (outer to inner) and why:
+//! 0. `audit` — outermost, so it records every request with its typed outcome, refusals too.
 //! 1. `resolve` — exposed name or URI → upstream route. It runs first because every later
 //!    policy (authz on namespaced names, trust tier of the upstream, per-upstream rate limits and
 //!    breakers) needs to know which upstream and tool a call targets.
@@ -22,6 +23,7 @@
 //! envelope, audit/metrics, hop guard, resolve, authz, trust tier, schema check, rate limit,
 //! idempotency; then per upstream retry → breaker → timeout → token injection → transport.
 
+mod audit;
 mod authz;
 mod breaker;
 mod forward;
@@ -42,10 +44,12 @@ use tower::{ServiceBuilder, util::BoxCloneSyncService};
 use crate::{
     error::CallError,
     policy::{identity::Identity, trust::CallClass},
+    telemetry::audit::Audit,
     upstream::inflight::Downstream,
     upstream::pool::Pool,
 };
 
+pub use audit::AuditLayer;
 pub use authz::AuthzLayer;
 pub use breaker::BreakerLayer;
 pub use forward::Forward;
@@ -106,6 +110,8 @@ pub struct Call {
     pub ct: CancellationToken,
     /// Who is calling (set by the HTTP edge, or the local operator for stdio and the CLI).
     pub identity: Identity,
+    /// Ties the call's audit record and logs together (the trace id once tracing exists).
+    pub correlation_id: String,
     /// Set by `resolve`.
     pub target: Option<Target>,
     /// Set by `trust`: the call's class and the tier's deadline for it.
@@ -119,8 +125,9 @@ pub type CallFuture = Pin<Box<dyn Future<Output = Result<ServerResult, CallError
 pub type CallStack = BoxCloneSyncService<Call, ServerResult, CallError>;
 
 /// Builds the stack for a pool; see the module doc for the order.
-pub fn build(pool: Arc<Pool>) -> CallStack {
+pub fn build(pool: Arc<Pool>, audit: Option<Audit>) -> CallStack {
     let svc = ServiceBuilder::new()
+        .layer(AuditLayer::new(pool.clone(), audit))
         .layer(ResolveLayer::new(pool.clone()))
         .layer(AuthzLayer::new(pool.clone()))
         .layer(TrustLayer::new(pool.clone()))
@@ -128,4 +135,9 @@ pub fn build(pool: Arc<Pool>) -> CallStack {
         .layer(BreakerLayer::new(pool.clone()))
         .service(Forward::new(pool));
     BoxCloneSyncService::new(svc)
+}
+
+/// A fresh correlation id (128 random bits, hex).
+pub fn correlation_id() -> String {
+    format!("{:032x}", rand::random::<u128>())
 }

@@ -22,6 +22,7 @@ use crate::{
     pipeline::{self, Call, CallStack, Op},
     policy::identity::{Identity, IdentityKind},
     router::cursor,
+    telemetry::audit::Audit,
     upstream::{inflight::Downstream, pool::Pool},
 };
 
@@ -37,8 +38,8 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    pub fn new(pool: Arc<Pool>, page_size: usize) -> Self {
-        let stack = pipeline::build(pool.clone());
+    pub fn new(pool: Arc<Pool>, page_size: usize, audit: Option<Audit>) -> Self {
+        let stack = pipeline::build(pool.clone(), audit);
         Self {
             pool,
             stack,
@@ -89,6 +90,7 @@ impl Gateway {
             progress_token: ctx.meta.get_progress_token(),
             ct: ctx.ct.clone(),
             identity: self.identity(ctx),
+            correlation_id: pipeline::correlation_id(),
             target: None,
             class: None,
             timeout: None,

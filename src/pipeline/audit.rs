@@ -1,0 +1,164 @@
+//! Audit: outermost, so every routed request is recorded with its typed outcome — including
+//! the ones resolve, authz, trust, rate limit or the breaker refused.
+
+use std::{
+    sync::Arc,
+    task::{Context, Poll},
+};
+
+use rmcp::model::{Reference, ServerResult};
+use tokio::time::Instant;
+use tower::{Layer, Service};
+
+use super::{Call, CallFuture, Op};
+use crate::{
+    error::CallError,
+    telemetry::audit::{Audit, Record, hash_arguments},
+    upstream::pool::Pool,
+};
+
+#[derive(Debug, Clone)]
+pub struct AuditLayer {
+    pool: Arc<Pool>,
+    audit: Option<Audit>,
+}
+
+impl AuditLayer {
+    pub fn new(pool: Arc<Pool>, audit: Option<Audit>) -> Self {
+        Self { pool, audit }
+    }
+}
+
+impl<S> Layer<S> for AuditLayer {
+    type Service = AuditService<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        AuditService {
+            inner,
+            pool: self.pool.clone(),
+            audit: self.audit.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct AuditService<S> {
+    inner: S,
+    pool: Arc<Pool>,
+    audit: Option<Audit>,
+}
+
+impl<S> Service<Call> for AuditService<S>
+where
+    S: Service<Call, Response = ServerResult, Error = CallError, Future = CallFuture>,
+{
+    type Response = ServerResult;
+    type Error = CallError;
+    type Future = CallFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, call: Call) -> Self::Future {
+        let Some(audit) = self.audit.clone() else {
+            return self.inner.call(call);
+        };
+        let started = Instant::now();
+        let (name, args) = describe(&call.op);
+        let upstream = self.upstream_of(&call.op);
+        let arguments_sha256 = args.as_ref().map(hash_arguments);
+        let arguments = args.filter(|_| audit.full_arguments);
+        let base = Record {
+            time: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            identity: call.identity.name.clone(),
+            identity_kind: kind_name(&call.identity),
+            method: call.op.method(),
+            name,
+            upstream,
+            decision: "allowed",
+            reason: None,
+            outcome: "ok",
+            latency_ms: 0.0,
+            correlation_id: call.correlation_id.clone(),
+            arguments_sha256,
+            arguments,
+        };
+        let fut = self.inner.call(call);
+        Box::pin(async move {
+            let result = fut.await;
+            let mut r = base;
+            r.latency_ms = started.elapsed().as_secs_f64() * 1000.0;
+            match &result {
+                Ok(ServerResult::CallToolResult(t)) if t.is_error == Some(true) => {
+                    r.outcome = "is_error"
+                }
+                Ok(ServerResult::InputRequiredResult(_)) => r.outcome = "input_required",
+                Ok(_) => {}
+                Err(e) => {
+                    r.reason = Some(e.code());
+                    if e.is_refusal() {
+                        r.decision = "refused";
+                        r.outcome = "refused";
+                    } else {
+                        r.outcome = e.code();
+                    }
+                }
+            }
+            audit.record(r);
+            result
+        })
+    }
+}
+
+impl<S> AuditService<S> {
+    fn upstream_of(&self, op: &Op) -> Option<String> {
+        let catalog = self.pool.catalog();
+        let idx = match op {
+            Op::CallTool(p) => catalog.tool(&p.name).map(|r| r.upstream),
+            Op::GetPrompt(p) => catalog.prompt(&p.name).map(|r| r.upstream),
+            Op::ReadResource(p) => catalog.resource(&p.uri),
+            Op::Subscribe(p) => catalog.resource(&p.uri),
+            Op::Unsubscribe(p) => catalog.resource(&p.uri),
+            Op::Complete(p) => match &p.r#ref {
+                Reference::Prompt(r) => catalog.prompt(&r.name).map(|r| r.upstream),
+                Reference::Resource(r) => catalog.template(&r.uri),
+                _ => None,
+            },
+        }?;
+        self.pool.upstream(idx).map(|u| u.name().to_owned())
+    }
+}
+
+/// The name or URI the caller used, and the arguments it sent.
+fn describe(op: &Op) -> (String, Option<serde_json::Value>) {
+    match op {
+        Op::CallTool(p) => (
+            p.name.to_string(),
+            Some(serde_json::Value::Object(
+                p.arguments.clone().unwrap_or_default(),
+            )),
+        ),
+        Op::GetPrompt(p) => (
+            p.name.clone(),
+            p.arguments.clone().map(serde_json::Value::Object),
+        ),
+        Op::ReadResource(p) => (p.uri.clone(), None),
+        Op::Subscribe(p) => (p.uri.clone(), None),
+        Op::Unsubscribe(p) => (p.uri.clone(), None),
+        Op::Complete(p) => match &p.r#ref {
+            Reference::Prompt(r) => (r.name.clone(), None),
+            Reference::Resource(r) => (r.uri.clone(), None),
+            _ => (String::new(), None),
+        },
+    }
+}
+
+fn kind_name(id: &crate::policy::identity::Identity) -> &'static str {
+    use crate::policy::identity::IdentityKind;
+    match id.kind {
+        IdentityKind::ApiKey => "api_key",
+        IdentityKind::Jwt => "jwt",
+        IdentityKind::Anonymous => "anonymous",
+        IdentityKind::Local => "local",
+    }
+}

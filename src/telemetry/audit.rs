@@ -1,0 +1,136 @@
+//! The audit log (F14): one JSON line per routed call — who, what, decision, outcome, latency,
+//! correlation id, and the arguments as a hash (in full only when configured). Writing never
+//! blocks a call: records go through a bounded queue to a writer task; when the queue is full or
+//! the disk refuses, records are dropped, counted and reported in the log, and calls go on.
+
+use std::{
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+};
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use tokio::{io::AsyncWriteExt, sync::mpsc};
+
+/// Records waiting for the writer before new ones are dropped.
+pub const DEFAULT_AUDIT_QUEUE: usize = 10_000;
+
+/// One audited call.
+#[derive(Debug, Clone, Serialize)]
+pub struct Record {
+    pub time: String,
+    pub identity: String,
+    pub identity_kind: &'static str,
+    pub method: &'static str,
+    pub name: String,
+    pub upstream: Option<String>,
+    pub decision: &'static str,
+    /// Why a call was refused or failed (a stable code).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<&'static str>,
+    pub outcome: &'static str,
+    pub latency_ms: f64,
+    pub correlation_id: String,
+    pub arguments_sha256: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<serde_json::Value>,
+}
+
+/// Audit settings.
+#[derive(Debug, Clone)]
+pub struct AuditConfig {
+    pub path: PathBuf,
+    pub full_arguments: bool,
+    pub queue: usize,
+}
+
+/// The sending half; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Audit {
+    tx: mpsc::Sender<Record>,
+    pub full_arguments: bool,
+    dropped: Arc<AtomicU64>,
+}
+
+impl Audit {
+    /// Opens (appends to) the file and starts the writer task.
+    pub async fn start(cfg: &AuditConfig) -> Result<Self, String> {
+        let file = tokio::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&cfg.path)
+            .await
+            .map_err(|e| format!("cannot open audit log `{}`: {e}", cfg.path.display()))?;
+        let (tx, rx) = mpsc::channel(cfg.queue.max(1));
+        let dropped = Arc::new(AtomicU64::new(0));
+        tokio::spawn(write_loop(file, rx, dropped.clone(), cfg.path.clone()));
+        Ok(Self {
+            tx,
+            full_arguments: cfg.full_arguments,
+            dropped,
+        })
+    }
+
+    /// Queues a record; never waits.
+    pub fn record(&self, r: Record) {
+        if self.tx.try_send(r).is_err() {
+            let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+            if n.is_power_of_two() {
+                tracing::error!(dropped = n, "audit queue full: records dropped");
+            }
+        }
+    }
+
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+/// SHA-256 (hex) of the arguments' JSON.
+pub fn hash_arguments(args: &serde_json::Value) -> String {
+    hex::encode(Sha256::digest(args.to_string().as_bytes()))
+}
+
+async fn write_loop(
+    mut file: tokio::fs::File,
+    mut rx: mpsc::Receiver<Record>,
+    dropped: Arc<AtomicU64>,
+    path: PathBuf,
+) {
+    let mut buf = Vec::new();
+    let mut failing = false;
+    while let Some(first) = rx.recv().await {
+        buf.clear();
+        let mut batch = vec![first];
+        while let Ok(more) = rx.try_recv() {
+            batch.push(more);
+        }
+        for r in &batch {
+            if serde_json::to_writer(&mut buf, r).is_ok() {
+                buf.push(b'\n');
+            }
+        }
+        let written = async {
+            file.write_all(&buf).await?;
+            file.flush().await
+        }
+        .await;
+        match written {
+            Ok(()) if failing => {
+                failing = false;
+                tracing::info!(path = %path.display(), "audit log writable again");
+            }
+            Ok(()) => {}
+            Err(e) => {
+                dropped.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                if !failing {
+                    tracing::error!(path = %path.display(), "audit log write failed, records dropped: {e}");
+                }
+                failing = true;
+            }
+        }
+    }
+}

@@ -1,0 +1,110 @@
+//! The audit log through a real fedgate: one JSON line per routed call, with identity,
+//! decision, reason, outcome, latency, correlation id and hashed arguments; no secrets.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use sha2::{Digest, Sha256};
+
+const KEY: &str = "fgk_audit_key_secret";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_record_per_call_with_the_decision() {
+    let dir = tempfile::tempdir().unwrap();
+    let audit_path = dir.path().join("audit.jsonl");
+    let config = format!(
+        "[audit]\npath = {:?}\n\n[auth]\n[[auth.api_keys]]\nname = \"auditor\"\nsha256 = \"{}\"\nroles = [\"r\"]\n\n\
+         [roles.r]\ntools = [\"demo.echo\", \"demo.fail\"]\n\n{}",
+        audit_path.display().to_string(),
+        hex::encode(Sha256::digest(KEY.as_bytes())),
+        stdio_upstream("demo", &[], "")
+    );
+    let gw = Gateway::start(&config);
+    let client = connect_with_token(&gw.url, KEY, TestClient::new())
+        .await
+        .unwrap();
+    call(
+        &client,
+        "demo.echo",
+        serde_json::json!({"text": "secret-argument-value"}),
+    )
+    .await
+    .unwrap();
+    call(&client, "demo.fail", serde_json::json!({}))
+        .await
+        .unwrap();
+    call(&client, "demo.crash", serde_json::json!({}))
+        .await
+        .unwrap_err();
+    call(&client, "demo.nope", serde_json::json!({}))
+        .await
+        .unwrap_err();
+
+    let records: Vec<serde_json::Value> = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let text = tokio::fs::read_to_string(&audit_path)
+                .await
+                .unwrap_or_default();
+            let lines: Vec<_> = text
+                .lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect();
+            if lines.len() >= 4 {
+                return lines;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("four audit records");
+    assert_eq!(records.len(), 4, "{records:?}");
+    let [ok, is_error, hidden, unknown] = &records[..] else {
+        unreachable!()
+    };
+    for r in &records {
+        assert_eq!(r["identity"], "auditor");
+        assert_eq!(r["identity_kind"], "api_key");
+        assert_eq!(r["method"], "tools/call");
+        assert!(r["latency_ms"].as_f64().unwrap() >= 0.0);
+        assert_eq!(r["correlation_id"].as_str().unwrap().len(), 32);
+        assert!(r["time"].as_str().unwrap().ends_with('Z'));
+    }
+    assert_eq!(
+        (ok["name"].as_str(), ok["upstream"].as_str()),
+        (Some("demo.echo"), Some("demo"))
+    );
+    assert_eq!(
+        (ok["decision"].as_str(), ok["outcome"].as_str()),
+        (Some("allowed"), Some("ok"))
+    );
+    let args_hash = hex::encode(Sha256::digest(
+        serde_json::json!({"text": "secret-argument-value"})
+            .to_string()
+            .as_bytes(),
+    ));
+    assert_eq!(ok["arguments_sha256"], args_hash);
+    assert!(
+        ok.get("arguments").is_none(),
+        "arguments only as a hash by default"
+    );
+    assert_eq!(is_error["outcome"], "is_error");
+    assert_eq!(
+        (hidden["decision"].as_str(), hidden["reason"].as_str()),
+        (Some("refused"), Some("not_authorized"))
+    );
+    assert_eq!(
+        (unknown["decision"].as_str(), unknown["reason"].as_str()),
+        (Some("refused"), Some("unknown_tool"))
+    );
+    assert_eq!(unknown["upstream"], serde_json::Value::Null);
+
+    let raw = std::fs::read_to_string(&audit_path).unwrap();
+    assert!(
+        !raw.contains(KEY) && !raw.contains("secret-argument-value"),
+        "no secrets or arguments in the audit log"
+    );
+    assert!(!gw.stderr().contains(KEY));
+    client.cancel().await.unwrap();
+}
