@@ -34,15 +34,22 @@ pub enum CallError {
         detail: Option<String>,
     },
     #[error("upstream `{upstream}` did not answer within {after:?}")]
-    UpstreamTimeout { upstream: String, after: Duration },
+    UpstreamTimeout {
+        upstream: String,
+        after: Duration,
+        /// A write whose outcome is unknown: it may have happened.
+        uncertain: bool,
+    },
     #[error("upstream `{upstream}` closed the connection during the call")]
-    UpstreamClosed { upstream: String },
+    UpstreamClosed { upstream: String, uncertain: bool },
     #[error("upstream `{upstream}` refused the request: {}", error.message)]
     UpstreamRefused { upstream: String, error: McpError },
     #[error("upstream `{upstream}` failed: {detail}")]
     UpstreamFailed { upstream: String, detail: String },
     #[error("the call was cancelled")]
     Cancelled,
+    #[error("idempotency key reused with different arguments; use a new key for a new call")]
+    IdempotencyConflict,
     /// The caller's roles do not grant the name; the caller sees `shown` (an unknown-name
     /// error), the audit log sees the real reason.
     #[error("{shown}")]
@@ -61,6 +68,10 @@ pub enum CallError {
         refusal: TierRefusal,
     },
 }
+
+/// What a caller must know about a write that may or may not have happened.
+const UNCERTAIN: &str = "the write may or may not have happened (outcome uncertain): check its \
+                         effect before repeating it; fedgate did not retry it";
 
 fn refusal_text(r: TierRefusal) -> &'static str {
     match r {
@@ -84,6 +95,7 @@ impl CallError {
             | CallError::TierRefused { .. }
             | CallError::RateLimited { .. }
             | CallError::NotAuthorized { .. }
+            | CallError::IdempotencyConflict
             | CallError::Cancelled => Side::Downstream,
             CallError::BreakerOpen { .. } => Side::Internal,
             CallError::UpstreamUnavailable { .. }
@@ -121,13 +133,32 @@ impl CallError {
                 format!("{msg}; its tools are back once it reconnects, retry later"),
                 Some(json!({ "upstream": upstream, "state": phase })),
             ),
-            CallError::UpstreamTimeout { upstream, after } => McpError::internal_error(
-                format!("{msg}; the request was cancelled upstream"),
-                Some(json!({ "upstream": upstream, "timeout_ms": after.as_millis() as u64 })),
+            CallError::UpstreamTimeout {
+                upstream,
+                after,
+                uncertain,
+            } => McpError::internal_error(
+                if *uncertain {
+                    format!("{msg}; {UNCERTAIN}")
+                } else {
+                    format!("{msg}; the request was cancelled upstream")
+                },
+                Some(json!({
+                    "upstream": upstream,
+                    "timeout_ms": after.as_millis() as u64,
+                    "outcome_uncertain": uncertain,
+                })),
             ),
-            CallError::UpstreamClosed { upstream } => McpError::internal_error(
-                format!("{msg}; it is being restarted — retry the call"),
-                Some(json!({ "upstream": upstream })),
+            CallError::UpstreamClosed {
+                upstream,
+                uncertain,
+            } => McpError::internal_error(
+                if *uncertain {
+                    format!("{msg}; {UNCERTAIN}")
+                } else {
+                    format!("{msg}; it is being restarted — retry the call")
+                },
+                Some(json!({ "upstream": upstream, "outcome_uncertain": uncertain })),
             ),
             // The upstream's own JSON-RPC error is the answer; keep its code and data.
             CallError::UpstreamRefused { error, .. } => error.clone(),
@@ -136,6 +167,9 @@ impl CallError {
             }
             CallError::Cancelled => McpError::internal_error(msg, None),
             CallError::NotAuthorized { shown } => shown.to_mcp(),
+            CallError::IdempotencyConflict => {
+                McpError::invalid_params(msg, Some(json!({ "reason": "idempotency_conflict" })))
+            }
             CallError::BreakerOpen { upstream, retry_in } => McpError::internal_error(
                 msg,
                 Some(json!({
@@ -177,6 +211,7 @@ impl CallError {
             CallError::UpstreamFailed { .. } => "upstream_failed",
             CallError::Cancelled => "cancelled",
             CallError::NotAuthorized { .. } => "not_authorized",
+            CallError::IdempotencyConflict => "idempotency_conflict",
             CallError::BreakerOpen { .. } => "breaker_open",
             CallError::RateLimited { .. } => "rate_limited",
             CallError::TierRefused { refusal, .. } => refusal.code(),
@@ -192,6 +227,7 @@ impl CallError {
                 | CallError::UnknownResource { .. }
                 | CallError::BadCursor
                 | CallError::NotAuthorized { .. }
+                | CallError::IdempotencyConflict
                 | CallError::BreakerOpen { .. }
                 | CallError::RateLimited { .. }
                 | CallError::TierRefused { .. }
@@ -203,10 +239,14 @@ impl CallError {
         let upstream = upstream.to_owned();
         match e {
             rmcp::ServiceError::McpError(error) => CallError::UpstreamRefused { upstream, error },
-            rmcp::ServiceError::TransportClosed => CallError::UpstreamClosed { upstream },
+            rmcp::ServiceError::TransportClosed => CallError::UpstreamClosed {
+                upstream,
+                uncertain: false,
+            },
             rmcp::ServiceError::Timeout { timeout } => CallError::UpstreamTimeout {
                 upstream,
                 after: timeout,
+                uncertain: false,
             },
             other => CallError::UpstreamFailed {
                 upstream,

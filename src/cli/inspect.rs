@@ -101,6 +101,7 @@ pub async fn call(path: &Path, tool: &str, args: &str) -> Result<ExitCode, Strin
         target: None,
         class: None,
         timeout: None,
+        retry_safe: false,
     };
     let result = stack.oneshot(call).await;
     stop(&pool).await;

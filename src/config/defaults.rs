@@ -34,3 +34,13 @@ pub const DEFAULT_BREAKER_MIN_CALLS: u32 = 10;
 pub const DEFAULT_BREAKER_COOLDOWN_MS: u64 = 10_000;
 /// Probe calls let through while half-open.
 pub const DEFAULT_BREAKER_HALF_OPEN_PROBES: u32 = 1;
+/// Attempts in total for calls that are safe to repeat (1 = no retries).
+pub const DEFAULT_RETRY_ATTEMPTS: u32 = 3;
+/// First retry delay; doubles per retry.
+pub const DEFAULT_RETRY_BASE_MS: u64 = 100;
+/// Ceiling of the retry delay (before jitter).
+pub const DEFAULT_RETRY_MAX_MS: u64 = 2_000;
+/// Random extra delay added to each retry, at most.
+pub const DEFAULT_RETRY_JITTER_MS: u64 = 100;
+/// How long a result recorded under an idempotency key is returned for repeats.
+pub const DEFAULT_IDEMPOTENCY_TTL_MS: u64 = 600_000;

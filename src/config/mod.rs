@@ -148,6 +148,8 @@ pub struct RawGateway {
     pub max_body_bytes: Option<usize>,
     /// Folder of trust tier files, relative to the config file (default `trust-tiers`).
     pub tiers_dir: Option<String>,
+    /// How long a result recorded under an idempotency key is replayed, in milliseconds.
+    pub idempotency_ttl_ms: Option<u64>,
 }
 
 /// `[upstreams.NAME]`. Which fields apply depends on `kind`; `validate` reports misplaced ones.
@@ -211,6 +213,18 @@ pub struct RawUpstream {
     pub pins: BTreeMap<String, String>,
     /// Circuit breaker of this upstream.
     pub breaker: Option<RawBreaker>,
+    /// Retries of calls that are safe to repeat.
+    pub retry: Option<RawRetry>,
+}
+
+/// `retry = { attempts = 3, base_ms = 100, max_ms = 2000, jitter_ms = 100 }`
+#[derive(Debug, Deserialize, Default, Clone, Copy)]
+#[serde(deny_unknown_fields)]
+pub struct RawRetry {
+    pub attempts: Option<u32>,
+    pub base_ms: Option<u64>,
+    pub max_ms: Option<u64>,
+    pub jitter_ms: Option<u64>,
 }
 
 /// `breaker = { ... }`

@@ -25,6 +25,7 @@ use crate::policy::{
     breaker::BreakerConfig,
     identity::{ApiKey, Authenticator, JwtConfig, load_jwks},
     rate_limit::{KeyBy, RuleSpec},
+    retry::RetryPolicy,
 };
 use crate::router::namespace;
 use crate::telemetry::audit::{AuditConfig, DEFAULT_AUDIT_QUEUE};
@@ -66,6 +67,7 @@ pub struct GatewaySettings {
     pub allowed_origins: Vec<String>,
     pub allowed_hosts: Vec<String>,
     pub max_body_bytes: usize,
+    pub idempotency_ttl: Duration,
 }
 
 /// How an upstream's names are exposed.
@@ -151,6 +153,7 @@ pub struct UpstreamSpec {
     pub long_running: BTreeSet<String>,
     pub pins: BTreeMap<String, String>,
     pub breaker: BreakerConfig,
+    pub retry: RetryPolicy,
 }
 
 impl UpstreamSpec {
@@ -302,6 +305,9 @@ pub(super) fn validate(
             allowed_origins: g.allowed_origins,
             allowed_hosts: g.allowed_hosts,
             max_body_bytes: g.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES),
+            idempotency_ttl: Duration::from_millis(
+                g.idempotency_ttl_ms.unwrap_or(DEFAULT_IDEMPOTENCY_TTL_MS),
+            ),
         },
         upstreams,
     })
@@ -580,6 +586,15 @@ fn validate_upstream(
         long_running: u.long_running.iter().cloned().collect(),
         pins: u.pins.clone(),
         breaker: breaker_config(u.breaker.unwrap_or_default()),
+        retry: {
+            let r = u.retry.unwrap_or_default();
+            RetryPolicy {
+                attempts: r.attempts.unwrap_or(DEFAULT_RETRY_ATTEMPTS).max(1),
+                base: Duration::from_millis(r.base_ms.unwrap_or(DEFAULT_RETRY_BASE_MS)),
+                max: Duration::from_millis(r.max_ms.unwrap_or(DEFAULT_RETRY_MAX_MS)),
+                jitter: Duration::from_millis(r.jitter_ms.unwrap_or(DEFAULT_RETRY_JITTER_MS)),
+            }
+        },
         name: name_s,
         transport: transport?,
         prefix,

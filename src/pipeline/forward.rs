@@ -19,6 +19,7 @@ use tower::Service;
 use super::{Call, CallFuture, Op};
 use crate::{
     error::CallError,
+    policy::trust::CallClass,
     upstream::{
         Connection, DetectedEra,
         inflight::{CallEvent, Downstream},
@@ -80,7 +81,10 @@ async fn forward(pool: &Pool, call: Call) -> Result<ServerResult, CallError> {
     })?;
     let timeout = call.timeout.unwrap_or(up.spec.call_timeout);
     let name = target.upstream_name.as_str();
-    let result = send(&conn, name, call, timeout).await?;
+    let write = call.class == Some(CallClass::Write);
+    let result = send(&conn, name, call, timeout)
+        .await
+        .map_err(|e| mark_uncertain(e, write))?;
     Ok(normalise(result))
 }
 
@@ -132,12 +136,34 @@ async fn send(
             }
             _ = &mut deadline => {
                 cancel_upstream(conn, upstream_id.clone(), "fedgate call timeout").await;
-                break Err(CallError::UpstreamTimeout { upstream: upstream.to_owned(), after: timeout });
+                break Err(CallError::UpstreamTimeout {
+                    upstream: upstream.to_owned(),
+                    after: timeout,
+                    uncertain: false,
+                });
             }
         }
     };
     drop(guard);
     outcome
+}
+
+/// A write that timed out or lost its connection may have happened.
+fn mark_uncertain(e: CallError, write: bool) -> CallError {
+    match e {
+        CallError::UpstreamTimeout {
+            upstream, after, ..
+        } => CallError::UpstreamTimeout {
+            upstream,
+            after,
+            uncertain: write,
+        },
+        CallError::UpstreamClosed { upstream, .. } => CallError::UpstreamClosed {
+            upstream,
+            uncertain: write,
+        },
+        other => other,
+    }
 }
 
 /// Passes one upstream notification of this call to the caller, in arrival order.

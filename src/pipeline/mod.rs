@@ -15,9 +15,13 @@
 //!    does not allow; after authz, so a caller learns nothing about tools it may not use.
 //! 4. `rate_limit` — keyed by identity/upstream/tool; after authz and trust, so only calls that
 //!    would run use up a budget, and keys are authenticated identities.
-//! 5. `breaker` — the upstream's circuit breaker; innermost policy, so it sees exactly the
+//! 5. `idempotency` — a repeated idempotency key gets the recorded answer; before retry, so a
+//!    recorded answer is never re-fetched.
+//! 6. `retry` — only calls safe to repeat (reads, trusted idempotent hints), only after
+//!    transport failures; outside the breaker, which sees every attempt and stops retries.
+//! 7. `breaker` — the upstream's circuit breaker; innermost policy, so it sees exactly the
 //!    attempts that reach the upstream (timeouts count as failures, refusals above never do).
-//! 6. `forward` — the per-upstream terminal: deadline, progress relay, cancellation, transport.
+//! 8. `forward` — the per-upstream terminal: deadline, progress relay, cancellation, transport.
 //!
 //! Later layers slot in between, in the order written in ../shared/STYLE.md: telemetry span,
 //! envelope, audit/metrics, hop guard, resolve, authz, trust tier, schema check, rate limit,
@@ -27,8 +31,10 @@ mod audit;
 mod authz;
 mod breaker;
 mod forward;
+mod idempotency;
 mod rate_limit;
 mod resolve;
+mod retry;
 mod trust;
 
 use std::{future::Future, pin::Pin, sync::Arc};
@@ -53,8 +59,10 @@ pub use audit::AuditLayer;
 pub use authz::AuthzLayer;
 pub use breaker::BreakerLayer;
 pub use forward::Forward;
+pub use idempotency::IdempotencyLayer;
 pub use rate_limit::RateLimitLayer;
 pub use resolve::ResolveLayer;
+pub use retry::RetryLayer;
 pub use trust::TrustLayer;
 
 /// The routed MCP operation.
@@ -117,6 +125,9 @@ pub struct Call {
     /// Set by `trust`: the call's class and the tier's deadline for it.
     pub class: Option<CallClass>,
     pub timeout: Option<std::time::Duration>,
+    /// Set by `trust`: repeating the call cannot do harm (a read, or idempotent by annotation
+    /// at a tier that trusts annotations).
+    pub retry_safe: bool,
 }
 
 pub type CallFuture = Pin<Box<dyn Future<Output = Result<ServerResult, CallError>> + Send>>;
@@ -132,6 +143,8 @@ pub fn build(pool: Arc<Pool>, audit: Option<Audit>) -> CallStack {
         .layer(AuthzLayer::new(pool.clone()))
         .layer(TrustLayer::new(pool.clone()))
         .layer(RateLimitLayer::new(pool.clone()))
+        .layer(IdempotencyLayer::new(pool.clone()))
+        .layer(RetryLayer::new(pool.clone()))
         .layer(BreakerLayer::new(pool.clone()))
         .service(Forward::new(pool));
     BoxCloneSyncService::new(svc)

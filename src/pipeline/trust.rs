@@ -65,11 +65,33 @@ where
                     call.timeout = Some(trust::timeout(&up.spec, class));
                 }
                 call.class = Some(class);
+                call.retry_safe = retry_safe(&self.pool, &call, class);
                 self.inner.call(call)
             }
             Err(e) => Box::pin(std::future::ready(Err(e))),
         }
     }
+}
+
+fn retry_safe(pool: &Pool, call: &Call, class: CallClass) -> bool {
+    if class == CallClass::Read {
+        return true;
+    }
+    let (Some(target), Op::CallTool(p)) = (&call.target, &call.op) else {
+        return false;
+    };
+    let Some(up) = pool.upstream(target.upstream) else {
+        return false;
+    };
+    let lists = up.lists();
+    up.spec.tier.trust_annotations
+        && lists
+            .tools
+            .iter()
+            .find(|t| t.name == p.name)
+            .and_then(|t| t.annotations.as_ref())
+            .and_then(|a| a.idempotent_hint)
+            == Some(true)
 }
 
 fn classify(pool: &Pool, call: &Call) -> Result<CallClass, CallError> {

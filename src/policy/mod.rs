@@ -3,7 +3,9 @@
 
 pub mod authz;
 pub mod breaker;
+pub mod idempotency;
 pub mod identity;
 pub mod pinning;
 pub mod rate_limit;
+pub mod retry;
 pub mod trust;

@@ -94,6 +94,7 @@ impl Gateway {
             target: None,
             class: None,
             timeout: None,
+            retry_safe: false,
         };
         let method = call.op.method();
         self.stack.clone().oneshot(call).await.map_err(|e| {

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Phase, Upstream, supervisor};
 use crate::{
     config::Snapshot,
-    policy::{pinning::Pins, rate_limit::RateLimits},
+    policy::{idempotency::IdempotencyStore, pinning::Pins, rate_limit::RateLimits},
     router::catalog::Catalog,
     server::sessions::{Changed, Hub},
 };
@@ -25,6 +25,7 @@ pub struct Pool {
     hub: Arc<Hub>,
     pins: Pins,
     rate_limits: RateLimits,
+    idempotency: Arc<IdempotencyStore>,
     shutdown: CancellationToken,
     /// Bumped on every phase change, so waiters need not poll.
     status_tx: watch::Sender<u64>,
@@ -43,6 +44,7 @@ impl Pool {
             catalog: ArcSwap::from_pointee(Catalog::default()),
             hub: Arc::new(Hub::default()),
             rate_limits: RateLimits::new(snapshot.rate_limits.clone()),
+            idempotency: Arc::new(IdempotencyStore::new(snapshot.gateway.idempotency_ttl)),
             pins: {
                 let pins = Pins::default();
                 for up in &snapshot.upstreams {
@@ -75,6 +77,10 @@ impl Pool {
                 }
             });
         }
+    }
+
+    pub fn idempotency(&self) -> &Arc<IdempotencyStore> {
+        &self.idempotency
     }
 
     pub fn rate_limits(&self) -> &RateLimits {

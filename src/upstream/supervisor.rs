@@ -17,23 +17,13 @@ use super::{
     pool::Pool,
     spawn::ProcessGuard,
 };
-use crate::{config::TransportSpec, server::sessions::Changed};
+use crate::{config::TransportSpec, policy::retry::backoff, server::sessions::Changed};
 
 /// A connection that stayed up this long resets the consecutive-failure count.
 const STABLE_AFTER: Duration = Duration::from_secs(30);
 /// First pause between connection attempts to an http upstream that is not listening yet.
 const CONNECT_RETRY_START: Duration = Duration::from_millis(50);
 const CONNECT_RETRY_MAX: Duration = Duration::from_millis(1000);
-
-/// `min(max, base * 2^(n-1)) + random(0, base)`
-pub fn backoff(n: u32, base: Duration, max: Duration) -> Duration {
-    let exp = base.saturating_mul(1u32.checked_shl(n.saturating_sub(1)).unwrap_or(u32::MAX));
-    let jitter_ms = match u64::try_from(base.as_millis()) {
-        Ok(b) if b > 0 => rand::random::<u64>() % b,
-        _ => 0,
-    };
-    exp.min(max) + Duration::from_millis(jitter_ms)
-}
 
 pub(super) async fn run(pool: Arc<Pool>, idx: usize) {
     let Some(up) = pool.upstream(idx) else {
@@ -85,7 +75,12 @@ pub(super) async fn run(pool: Arc<Pool>, idx: usize) {
             tracing::error!(upstream = %spec.name, "upstream failed; not restarting");
             return;
         }
-        let delay = backoff(consecutive, spec.restart.base, spec.restart.max);
+        let delay = backoff(
+            consecutive,
+            spec.restart.base,
+            spec.restart.max,
+            spec.restart.base,
+        );
         up.update(|s| {
             s.phase = Phase::Restarting;
             s.last_error = Some(outcome);
@@ -372,20 +367,4 @@ async fn fetch_lists(peer: &Peer<RoleClient>) -> Result<Lists, rmcp::ServiceErro
         lists.templates = peer.list_all_resource_templates().await?;
     }
     Ok(lists)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_up_to_max_plus_jitter() {
-        let base = Duration::from_millis(100);
-        let max = Duration::from_millis(1000);
-        for n in 1..12 {
-            let d = backoff(n, base, max);
-            let floor = (base * 2u32.pow(n - 1)).min(max);
-            assert!(d >= floor && d < floor + base, "n={n} d={d:?}");
-        }
-    }
 }
