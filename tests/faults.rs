@@ -178,12 +178,14 @@ async fn no_child_survives_sigkill_of_fedgate() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn killing_the_child_mid_call_gives_a_clear_error_then_recovers() {
+    // Retries off: a read would otherwise be repeated on the restarted process (tested in
+    // resilience.rs); here the caller must see the failure itself.
     let gw = Gateway::start(&format!(
         "[gateway]\n{}",
         stdio_upstream(
             "demo",
             &[],
-            "era = \"legacy\"\nrestart = { base_ms = 10, max_ms = 50 }"
+            "era = \"legacy\"\nrestart = { base_ms = 10, max_ms = 50 }\nretry = { attempts = 1 }"
         )
     ));
     let client = TestClient::new();

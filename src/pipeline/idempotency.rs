@@ -72,7 +72,7 @@ where
         match store.lookup(&scoped, &args, Instant::now()) {
             Lookup::Recorded(result) => {
                 tracing::info!(identity = %call.identity.name, "idempotency key seen before: recorded result returned");
-                Box::pin(std::future::ready(Ok(result)))
+                Box::pin(std::future::ready(Ok(*result)))
             }
             Lookup::Conflict => Box::pin(std::future::ready(Err(CallError::IdempotencyConflict))),
             Lookup::New => {

@@ -24,7 +24,7 @@ struct Entry {
 #[derive(Debug)]
 pub enum Lookup {
     New,
-    Recorded(ServerResult),
+    Recorded(Box<ServerResult>),
     /// The key was used before with other arguments.
     Conflict,
 }
@@ -47,7 +47,7 @@ impl IdempotencyStore {
         match self.entries.get(key) {
             Some(e) if now.duration_since(e.at) < self.ttl => {
                 if e.arguments_sha256 == arguments_sha256 {
-                    Lookup::Recorded(e.result.clone())
+                    Lookup::Recorded(Box::new(e.result.clone()))
                 } else {
                     Lookup::Conflict
                 }
