@@ -39,6 +39,37 @@ pub struct RawConfig {
     pub rate_limits: Vec<Spanned<RawRateLimit>>,
     /// The audit log.
     pub audit: Option<RawAudit>,
+    /// Upstream credentials, referenced by upstreams with `credential = "NAME"`.
+    #[serde(default)]
+    pub credentials: BTreeMap<String, Spanned<RawCredential>>,
+}
+
+/// `[credentials.NAME]`: exactly one of `source` and `oauth`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCredential {
+    /// Credential class; a tier lists the classes it may receive.
+    pub class: String,
+    /// `env:NAME`, `file:PATH` or `exec:COMMAND ARGS…`.
+    pub source: Option<Spanned<String>>,
+    /// A token from an OAuth2 token endpoint.
+    pub oauth: Option<RawOAuth>,
+}
+
+/// `oauth = { ... }`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOAuth {
+    /// `client_credentials` (default) or `token_exchange` (RFC 8693).
+    pub grant: Option<String>,
+    pub token_url: String,
+    pub client_id: String,
+    /// Secret reference (`env:` or `file:`).
+    pub client_secret: Spanned<String>,
+    pub scope: Option<String>,
+    pub audience: Option<String>,
+    /// token_exchange: the subject token, a secret reference.
+    pub subject_token: Option<String>,
 }
 
 /// `[audit]`
@@ -215,6 +246,12 @@ pub struct RawUpstream {
     pub breaker: Option<RawBreaker>,
     /// Retries of calls that are safe to repeat.
     pub retry: Option<RawRetry>,
+    /// Name of a `[credentials.NAME]` entry injected into requests to this upstream.
+    pub credential: Option<Spanned<String>>,
+    /// http/sse: header carrying the credential (default `Authorization: Bearer`).
+    pub credential_header: Option<String>,
+    /// stdio: environment variable carrying the credential at spawn.
+    pub credential_env: Option<String>,
 }
 
 /// `retry = { attempts = 3, base_ms = 100, max_ms = 2000, jitter_ms = 100 }`

@@ -10,12 +10,13 @@ use std::{
 };
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
+use http::HeaderName;
 use toml::Spanned;
 
 use jsonwebtoken::{Algorithm, DecodingKey};
 
 use super::{
-    RawAuth, RawBreaker, RawConfig, RawLaunch, RawRateLimit, RawRole, RawUpstream,
+    RawAuth, RawBreaker, RawConfig, RawCredential, RawLaunch, RawRateLimit, RawRole, RawUpstream,
     defaults::*,
     line_of, secret,
     tier::{self, Tier},
@@ -26,6 +27,7 @@ use crate::policy::{
     identity::{ApiKey, Authenticator, JwtConfig, load_jwks},
     rate_limit::{KeyBy, RuleSpec},
     retry::RetryPolicy,
+    token::{Credential, OAuth, Placement, Source},
 };
 use crate::router::namespace;
 use crate::telemetry::audit::{AuditConfig, DEFAULT_AUDIT_QUEUE};
@@ -154,6 +156,16 @@ pub struct UpstreamSpec {
     pub pins: BTreeMap<String, String>,
     pub breaker: BreakerConfig,
     pub retry: RetryPolicy,
+    pub credential: Option<Injection>,
+}
+
+/// A credential and where it goes.
+#[derive(Debug, Clone)]
+pub struct Injection {
+    pub credential: Arc<Credential>,
+    pub placement: Placement,
+    /// stdio: the environment variable set at spawn.
+    pub env_var: Option<String>,
 }
 
 impl UpstreamSpec {
@@ -249,6 +261,7 @@ pub(super) fn validate(
         dir: tiers_dir,
         loaded: HashMap::new(),
     };
+    let credentials = validate_credentials(&mut cx, &raw.credentials);
     for (name, up) in &raw.upstreams {
         if let Some(spec) = validate_upstream(
             &mut cx,
@@ -260,6 +273,7 @@ pub(super) fn validate(
             &mut Across {
                 bare_aliases: &mut bare_aliases,
                 tiers: &mut tiers,
+                credentials: &credentials,
             },
         ) {
             upstreams.push(Arc::new(spec));
@@ -343,6 +357,7 @@ fn validate_upstream(
     let Across {
         bare_aliases,
         tiers,
+        credentials,
     } = across;
     let errors_before = cx.errors.len();
     let at = name.span().start;
@@ -576,10 +591,44 @@ fn validate_upstream(
             }
         },
     };
+    let credential = u.credential.as_ref().and_then(|c| {
+        let Some(cred) = credentials.get(c.get_ref()) else {
+            cx.err_at(c.span().start, format!("upstream `{name_s}`: unknown credential `{}`", c.get_ref()));
+            return None;
+        };
+        // The built-in default tier receives every class; a configured tier only its own.
+        if u.tier.is_some() && !tier.credential_classes.contains(&cred.class) {
+            cx.err_at(
+                c.span().start,
+                format!(
+                    "upstream `{name_s}`: trust tier `{}` may not receive credential `{}` of class `{}` (it allows {:?})",
+                    tier.name, cred.name, cred.class, tier.credential_classes
+                ),
+            );
+            return None;
+        }
+        let placement = match &u.credential_header {
+            None => Placement::Bearer,
+            Some(h) => match HeaderName::try_from(h.as_str()) {
+                Ok(h) if h == http::header::AUTHORIZATION => Placement::Bearer,
+                Ok(h) => Placement::Header(h),
+                Err(_) => {
+                    cx.err_at(c.span().start, format!("upstream `{name_s}`: bad credential_header `{h}`"));
+                    return None;
+                }
+            },
+        };
+        Some(Injection {
+            credential: cred.clone(),
+            placement,
+            env_var: u.credential_env.clone(),
+        })
+    });
     if cx.errors.len() > errors_before {
         return None;
     }
     Some(UpstreamSpec {
+        credential,
         tier,
         writable: u.writable.iter().cloned().collect(),
         read_only: u.read_only.iter().cloned().collect(),
@@ -666,6 +715,7 @@ struct Across<'a> {
     /// Exposed `never`-prefix aliases -> (upstream, line), for collision checks.
     bare_aliases: &'a mut HashMap<String, (String, usize)>,
     tiers: &'a mut Tiers,
+    credentials: &'a BTreeMap<String, Arc<Credential>>,
 }
 
 /// Tier files, each loaded once per config load.
@@ -794,6 +844,86 @@ fn validate_auth(
         roles,
         open: false,
     }
+}
+
+fn validate_credentials(
+    cx: &mut Ctx<'_>,
+    raw: &BTreeMap<String, Spanned<RawCredential>>,
+) -> BTreeMap<String, Arc<Credential>> {
+    let mut out = BTreeMap::new();
+    for (name, c) in raw {
+        let at = c.span().start;
+        let c = c.get_ref();
+        let reference = |cx: &mut Ctx<'_>, r: &Spanned<String>| {
+            let v = r.get_ref();
+            if !(v.starts_with("env:") || v.starts_with("file:")) {
+                cx.err_at(
+                    r.span().start,
+                    format!(
+                        "credential `{name}`: secrets are references: `env:NAME` or `file:PATH`"
+                    ),
+                );
+            }
+        };
+        let source = match (&c.source, &c.oauth) {
+            (Some(s), None) => {
+                let v = s.get_ref();
+                if let Some(cmd) = v.strip_prefix("exec:") {
+                    let argv: Vec<String> = cmd.split_whitespace().map(str::to_owned).collect();
+                    if argv.is_empty() {
+                        cx.err_at(
+                            s.span().start,
+                            format!("credential `{name}`: `exec:` needs a command"),
+                        );
+                    }
+                    Source::Exec(argv)
+                } else {
+                    reference(cx, s);
+                    Source::Reference(v.clone())
+                }
+            }
+            (None, Some(o)) => {
+                reference(cx, &o.client_secret);
+                let oauth = OAuth {
+                    token_url: o.token_url.clone(),
+                    client_id: o.client_id.clone(),
+                    client_secret: o.client_secret.get_ref().clone(),
+                    scope: o.scope.clone(),
+                    audience: o.audience.clone(),
+                };
+                match (o.grant.as_deref(), &o.subject_token) {
+                    (None | Some("client_credentials"), _) => Source::ClientCredentials(oauth),
+                    (Some("token_exchange"), Some(subject)) => Source::TokenExchange {
+                        oauth,
+                        subject_token: subject.clone(),
+                    },
+                    (Some("token_exchange"), None) => {
+                        cx.err_at(
+                            at,
+                            format!("credential `{name}`: token_exchange needs `subject_token`"),
+                        );
+                        continue;
+                    }
+                    (Some(other), _) => {
+                        cx.err_at(at, format!("credential `{name}`: grant `{other}` is not client_credentials or token_exchange"));
+                        continue;
+                    }
+                }
+            }
+            _ => {
+                cx.err_at(
+                    at,
+                    format!("credential `{name}`: set exactly one of `source` and `oauth`"),
+                );
+                continue;
+            }
+        };
+        out.insert(
+            name.clone(),
+            Arc::new(Credential::new(name.clone(), c.class.clone(), source)),
+        );
+    }
+    out
 }
 
 fn breaker_config(b: RawBreaker) -> BreakerConfig {

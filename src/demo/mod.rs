@@ -47,6 +47,9 @@ pub struct DemoArgs {
     /// Exit with an error instead of serving (an upstream that fails to start).
     #[arg(long)]
     fail_start: bool,
+    /// HTTP only: answer 401 unless `Authorization: Bearer <content of this file>`.
+    #[arg(long)]
+    require_bearer_file: Option<std::path::PathBuf>,
     /// Start with the changed ("v2") definition of `echo`.
     #[arg(long)]
     evolved: bool,
@@ -93,7 +96,7 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, String> {
         }),
     };
     if let Some(addr) = args.http {
-        return serve_http(addr, demo).await;
+        return serve_http(addr, demo, args.require_bearer_file.clone()).await;
     }
     if let Some(addr) = args.sse {
         return sse::serve(addr, demo).await;
@@ -106,7 +109,11 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn serve_http(addr: SocketAddr, demo: Demo) -> Result<ExitCode, String> {
+async fn serve_http(
+    addr: SocketAddr,
+    demo: Demo,
+    require_bearer: Option<std::path::PathBuf>,
+) -> Result<ExitCode, String> {
     use rmcp::transport::{
         StreamableHttpServerConfig, StreamableHttpService,
         streamable_http_server::session::local::LocalSessionManager,
@@ -121,7 +128,18 @@ async fn serve_http(addr: SocketAddr, demo: Demo) -> Result<ExitCode, String> {
         StreamableHttpServerConfig::default(),
     );
     println!("demo upstream listening on http://{local}/mcp");
-    crate::server::http::serve_plain(listener, service)
+    // `--require-bearer-file`: only `Authorization: Bearer <file content>` gets through, read
+    // per request, so a test can rotate the accepted token.
+    let gate = require_bearer.map(|path| -> crate::server::http::Gate {
+        Arc::new(move |headers: &http::HeaderMap| {
+            let want = std::fs::read_to_string(&path).unwrap_or_default();
+            headers
+                .get(http::header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v == format!("Bearer {}", want.trim()))
+        })
+    });
+    crate::server::http::serve_plain(listener, service, gate)
         .await
         .map_err(|e| e.to_string())?;
     Ok(ExitCode::SUCCESS)
@@ -184,6 +202,12 @@ impl Demo {
             tool(
                 "fail",
                 "Always answer with an isError result.",
+                json!({}),
+                true,
+            ),
+            tool(
+                "whoami",
+                "The credential this server received.",
                 json!({}),
                 true,
             ),
@@ -440,6 +464,21 @@ impl ServerHandler for Demo {
                 r
             }
             "pid" => text(std::process::id().to_string()),
+            // What reached this server: the Authorization header (HTTP) or MCP_TOKEN (stdio).
+            "whoami" => {
+                let header = ctx
+                    .extensions
+                    .get::<http::request::Parts>()
+                    .and_then(|p| p.headers.get(http::header::AUTHORIZATION))
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned);
+                let env = std::env::var("MCP_TOKEN").ok();
+                text(
+                    header
+                        .or(env.map(|e| format!("env {e}")))
+                        .unwrap_or_else(|| "nobody".into()),
+                )
+            }
             "fail" => CallToolResult::error(vec![ContentBlock::text("this tool always fails")]),
             "roots" => {
                 let answer = ctx

@@ -8,4 +8,5 @@ pub mod identity;
 pub mod pinning;
 pub mod rate_limit;
 pub mod retry;
+pub mod token;
 pub mod trust;

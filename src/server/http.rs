@@ -198,11 +198,16 @@ fn readyz(pool: &Pool) -> Response<Body> {
     )
 }
 
+/// Decides whether a request's headers are authorized (built-in test servers only).
+pub type Gate = Arc<dyn Fn(&http::HeaderMap) -> bool + Send + Sync>;
+
 /// Serves an rmcp Streamable HTTP service on every path of `listener`, forever. Used by the
-/// built-in test servers (demo upstream, conformance fixture), which need no routing.
+/// built-in test servers (demo upstream, conformance fixture), which need no routing; requests
+/// the `gate` refuses get 401 with a Bearer challenge.
 pub async fn serve_plain<S>(
     listener: TcpListener,
     service: StreamableHttpService<S, LocalSessionManager>,
+    gate: Option<Gate>,
 ) -> std::io::Result<()>
 where
     S: rmcp::ServerHandler + Send + 'static,
@@ -213,10 +218,17 @@ where
         };
         let _ = stream.set_nodelay(true);
         let service = service.clone();
+        let gate = gate.clone();
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
                 let mut service = service.clone();
-                async move { tower::Service::call(&mut service, req).await }
+                let gate = gate.clone();
+                async move {
+                    if gate.is_some_and(|g| !g(req.headers())) {
+                        return Ok(unauthorized(&AuthError::Invalid));
+                    }
+                    tower::Service::call(&mut service, req).await
+                }
             });
             let _ = auto::Builder::new(TokioExecutor::new())
                 .serve_connection_with_upgrades(TokioIo::new(stream), svc)

@@ -18,7 +18,10 @@ use super::{
     spawn::{self, ProcessGuard},
     tap::Tap,
 };
-use crate::config::{Era, TransportSpec, UpstreamSpec};
+use crate::{
+    config::{Era, TransportSpec, UpstreamSpec},
+    policy::token::{InjectingClient, Placement},
+};
 
 /// A connected upstream: the rmcp service and, for stdio, the process behind it.
 pub struct Established {
@@ -43,12 +46,19 @@ fn lifecycle(era: Era) -> ClientLifecycleMode {
 }
 
 /// Spawns a stdio upstream process.
-pub fn spawn_stdio(spec: &UpstreamSpec) -> Result<ProcessGuard, String> {
-    match &spec.transport {
-        TransportSpec::Stdio(p) => spawn::spawn(&spec.name, p, true)
-            .map_err(|e| format!("cannot start `{}`: {e}", p.command)),
-        _ => Err("not a stdio upstream".into()),
+/// Spawns a stdio upstream process; its credential, if any, goes into its environment.
+pub async fn spawn_stdio(spec: &UpstreamSpec) -> Result<ProcessGuard, String> {
+    let TransportSpec::Stdio(p) = &spec.transport else {
+        return Err("not a stdio upstream".into());
+    };
+    let mut process = p.clone();
+    if let Some(inj) = &spec.credential {
+        let var = inj.env_var.clone().unwrap_or_else(|| "MCP_TOKEN".into());
+        let token = inj.credential.token().await?;
+        process.env.insert(var, token.expose().to_owned());
     }
+    spawn::spawn(&spec.name, &process, true)
+        .map_err(|e| format!("cannot start `{}`: {e}", p.command))
 }
 
 /// Handshakes over an already spawned stdio process.
@@ -83,11 +93,27 @@ pub async fn connect_http(
     let config =
         StreamableHttpClientTransportConfig::with_uri(Arc::<str>::from(url)).custom_headers(custom);
     let table = client.inflight.clone();
-    let transport = Tap::new(
-        StreamableHttpClientTransport::with_client(http_client()?, config),
-        table,
-    );
-    handshake(spec, client, transport).await
+    match &spec.credential {
+        Some(inj) => {
+            let injecting = InjectingClient {
+                inner: http_client()?,
+                credential: inj.credential.clone(),
+                placement: inj.placement.clone(),
+            };
+            let transport = Tap::new(
+                StreamableHttpClientTransport::with_client(injecting, config),
+                table,
+            );
+            handshake(spec, client, transport).await
+        }
+        None => {
+            let transport = Tap::new(
+                StreamableHttpClientTransport::with_client(http_client()?, config),
+                table,
+            );
+            handshake(spec, client, transport).await
+        }
+    }
 }
 
 /// rmcp's default client disables connection pooling (a new TCP connection per request); a
@@ -149,7 +175,20 @@ pub async fn connect_sse(
     headers: &std::collections::BTreeMap<String, String>,
     client: UpstreamClient,
 ) -> Result<Established, String> {
-    let inner = super::sse::SseTransport::connect(url, headers)
+    // Legacy SSE: the credential is fixed for the connection (taken at connect).
+    let mut headers = headers.clone();
+    if let Some(inj) = &spec.credential {
+        let token = inj.credential.token().await?;
+        let (name, value) = match &inj.placement {
+            Placement::Bearer => (
+                "authorization".to_owned(),
+                format!("Bearer {}", token.expose()),
+            ),
+            Placement::Header(h) => (h.as_str().to_owned(), token.expose().to_owned()),
+        };
+        headers.insert(name, value);
+    }
+    let inner = super::sse::SseTransport::connect(url, &headers)
         .await
         .map_err(|e| e.to_string())?;
     let table = client.inflight.clone();

@@ -105,7 +105,7 @@ async fn establish(
     let spec = &up.spec;
     match &spec.transport {
         TransportSpec::Stdio(_) => {
-            let mut proc = connect::spawn_stdio(spec)?;
+            let mut proc = connect::spawn_stdio(spec).await?;
             let est = connect::connect_stdio(spec, &mut proc, client).await?;
             Ok((est, Some(proc)))
         }

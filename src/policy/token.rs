@@ -1,0 +1,313 @@
+//! Token injection (F10): upstream credentials come from references — `env:`, `file:`, `exec:`,
+//! OAuth2 client credentials, RFC 8693 token exchange — are cached until shortly before they
+//! expire, refreshed once when the upstream answers 401, and added to each upstream request.
+//! The downstream client's own `Authorization` is never forwarded: fedgate builds every
+//! upstream request itself.
+
+use std::{collections::HashMap, sync::Arc, time::Duration};
+
+use http::{HeaderName, HeaderValue};
+use parking_lot::Mutex;
+use rmcp::{
+    model::ClientJsonRpcMessage,
+    transport::streamable_http_client::{
+        SseError, StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
+    },
+};
+use tokio::time::Instant;
+
+use crate::config::secret::{self, Secret};
+
+/// A token is refreshed this long before it expires.
+const EXPIRY_MARGIN: Duration = Duration::from_secs(30);
+/// How long the output of an `exec:` source is reused.
+const EXEC_CACHE: Duration = Duration::from_secs(300);
+/// Longest an OAuth token endpoint may take.
+const TOKEN_ENDPOINT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where a credential comes from.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// `env:NAME` or `file:PATH`, read at every use (rotation needs no restart).
+    Reference(String),
+    /// `exec:COMMAND ARGS…`: the command's stdout, reused for a while.
+    Exec(Vec<String>),
+    /// OAuth2 client credentials grant.
+    ClientCredentials(OAuth),
+    /// RFC 8693 token exchange of a subject token (a secret reference) for an upstream token.
+    TokenExchange { oauth: OAuth, subject_token: String },
+}
+
+/// Token endpoint settings; the secret stays a reference until used.
+#[derive(Debug, Clone)]
+pub struct OAuth {
+    pub token_url: String,
+    pub client_id: String,
+    pub client_secret: String,
+    pub scope: Option<String>,
+    pub audience: Option<String>,
+}
+
+/// One configured credential with its cache.
+#[derive(Debug)]
+pub struct Credential {
+    pub name: String,
+    pub class: String,
+    source: Source,
+    cache: Mutex<Option<(Secret, Option<Instant>)>>,
+    http: reqwest::Client,
+}
+
+impl Credential {
+    pub fn new(name: String, class: String, source: Source) -> Self {
+        Self {
+            name,
+            class,
+            source,
+            cache: Mutex::new(None),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    /// The current token, from the cache while it is fresh.
+    pub async fn token(&self) -> Result<Secret, String> {
+        if let Some((t, until)) = self.cache.lock().as_ref()
+            && until.is_none_or(|u| Instant::now() < u)
+        {
+            return Ok(t.clone());
+        }
+        let (token, lifetime) = self.fetch().await?;
+        let until = lifetime.map(|l| Instant::now() + l.saturating_sub(EXPIRY_MARGIN));
+        if !matches!(self.source, Source::Reference(_)) {
+            *self.cache.lock() = Some((token.clone(), until));
+        }
+        Ok(token)
+    }
+
+    /// Forgets the cached token (the upstream said 401).
+    pub fn invalidate(&self) {
+        *self.cache.lock() = None;
+    }
+
+    async fn fetch(&self) -> Result<(Secret, Option<Duration>), String> {
+        let name = &self.name;
+        match &self.source {
+            Source::Reference(r) => secret::resolve(r).map(|s| (s, None)),
+            Source::Exec(argv) => {
+                let (program, args) = argv.split_first().ok_or("empty exec command")?;
+                let out = tokio::process::Command::new(program)
+                    .args(args)
+                    .output()
+                    .await
+                    .map_err(|e| format!("credential `{name}`: cannot run `{program}`: {e}"))?;
+                if !out.status.success() {
+                    return Err(format!(
+                        "credential `{name}`: `{program}` exited with {}",
+                        out.status
+                    ));
+                }
+                let token = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+                Ok((Secret::new(token), Some(EXEC_CACHE)))
+            }
+            Source::ClientCredentials(o) => {
+                let mut form = vec![("grant_type", "client_credentials".to_owned())];
+                if let Some(s) = &o.scope {
+                    form.push(("scope", s.clone()));
+                }
+                self.token_request(o, form).await
+            }
+            Source::TokenExchange {
+                oauth,
+                subject_token,
+            } => {
+                let subject = secret::resolve(subject_token)
+                    .map_err(|e| format!("credential `{name}`: subject token: {e}"))?;
+                let mut form = vec![
+                    (
+                        "grant_type",
+                        "urn:ietf:params:oauth:grant-type:token-exchange".to_owned(),
+                    ),
+                    ("subject_token", subject.expose().to_owned()),
+                    (
+                        "subject_token_type",
+                        "urn:ietf:params:oauth:token-type:access_token".to_owned(),
+                    ),
+                    (
+                        "requested_token_type",
+                        "urn:ietf:params:oauth:token-type:access_token".to_owned(),
+                    ),
+                ];
+                if let Some(a) = &oauth.audience {
+                    form.push(("audience", a.clone()));
+                }
+                if let Some(s) = &oauth.scope {
+                    form.push(("scope", s.clone()));
+                }
+                self.token_request(oauth, form).await
+            }
+        }
+    }
+
+    async fn token_request(
+        &self,
+        o: &OAuth,
+        form: Vec<(&'static str, String)>,
+    ) -> Result<(Secret, Option<Duration>), String> {
+        let name = &self.name;
+        let client_secret = secret::resolve(&o.client_secret)
+            .map_err(|e| format!("credential `{name}`: client secret: {e}"))?;
+        let resp = self
+            .http
+            .post(&o.token_url)
+            .basic_auth(&o.client_id, Some(client_secret.expose()))
+            .form(&form)
+            .timeout(TOKEN_ENDPOINT_TIMEOUT)
+            .send()
+            .await
+            .map_err(|e| {
+                format!(
+                    "credential `{name}`: token endpoint unreachable: {}",
+                    e.without_url()
+                )
+            })?;
+        let status = resp.status();
+        if !status.is_success() {
+            return Err(format!(
+                "credential `{name}`: token endpoint answered {status}"
+            ));
+        }
+        let body: serde_json::Value = resp
+            .json()
+            .await
+            .map_err(|_| format!("credential `{name}`: token endpoint sent no JSON"))?;
+        let token = body
+            .get("access_token")
+            .and_then(|t| t.as_str())
+            .ok_or_else(|| format!("credential `{name}`: no access_token in the token response"))?;
+        let lifetime = body
+            .get("expires_in")
+            .and_then(|e| e.as_u64())
+            .map(Duration::from_secs);
+        Ok((Secret::new(token.to_owned()), lifetime))
+    }
+}
+
+/// Where the token goes on HTTP requests.
+#[derive(Debug, Clone)]
+pub enum Placement {
+    /// `Authorization: Bearer <token>`
+    Bearer,
+    /// `<header>: <token>`
+    Header(HeaderName),
+}
+
+/// A reqwest client that adds a credential to every upstream request and refreshes it once
+/// when the upstream answers 401.
+#[derive(Debug, Clone)]
+pub struct InjectingClient {
+    pub inner: reqwest::Client,
+    pub credential: Arc<Credential>,
+    pub placement: Placement,
+}
+
+type Headers = HashMap<HeaderName, HeaderValue>;
+
+impl InjectingClient {
+    async fn headers(
+        &self,
+        auth: Option<String>,
+        mut custom: Headers,
+    ) -> Result<(Option<String>, Headers), StreamableHttpError<reqwest::Error>> {
+        let token = self.credential.token().await.map_err(|e| {
+            StreamableHttpError::UnexpectedServerResponse(
+                format!("upstream credential unavailable: {e}").into(),
+            )
+        })?;
+        match &self.placement {
+            Placement::Bearer => Ok((Some(token.expose().to_owned()), custom)),
+            Placement::Header(name) => {
+                let value = HeaderValue::from_str(token.expose()).map_err(|_| {
+                    StreamableHttpError::UnexpectedServerResponse(
+                        "credential is not a valid header value".into(),
+                    )
+                })?;
+                custom.insert(name.clone(), value);
+                Ok((auth, custom))
+            }
+        }
+    }
+}
+
+fn unauthorized<T>(r: &Result<T, StreamableHttpError<reqwest::Error>>) -> bool {
+    match r {
+        Err(StreamableHttpError::AuthRequired(_)) => true,
+        Err(StreamableHttpError::UnexpectedServerResponse(m)) => m.contains("401"),
+        _ => false,
+    }
+}
+
+impl StreamableHttpClient for InjectingClient {
+    type Error = reqwest::Error;
+
+    async fn post_message(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: Headers,
+    ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
+        let (auth, headers) = self
+            .headers(auth_header.clone(), custom_headers.clone())
+            .await?;
+        let first = self
+            .inner
+            .post_message(
+                uri.clone(),
+                message.clone(),
+                session_id.clone(),
+                auth,
+                headers,
+            )
+            .await;
+        if !unauthorized(&first) {
+            return first;
+        }
+        // One refresh per 401: the cached token may have been revoked or rotated.
+        self.credential.invalidate();
+        let (auth, headers) = self.headers(auth_header, custom_headers).await?;
+        self.inner
+            .post_message(uri, message, session_id, auth, headers)
+            .await
+    }
+
+    async fn delete_session(
+        &self,
+        uri: Arc<str>,
+        session_id: Arc<str>,
+        auth_header: Option<String>,
+        custom_headers: Headers,
+    ) -> Result<(), StreamableHttpError<Self::Error>> {
+        let (auth, headers) = self.headers(auth_header, custom_headers).await?;
+        self.inner
+            .delete_session(uri, session_id, auth, headers)
+            .await
+    }
+
+    async fn get_stream(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: Headers,
+    ) -> Result<
+        futures::stream::BoxStream<'static, Result<sse_stream::Sse, SseError>>,
+        StreamableHttpError<Self::Error>,
+    > {
+        let (auth, headers) = self.headers(auth_header, custom_headers).await?;
+        self.inner
+            .get_stream(uri, session_id, last_event_id, auth, headers)
+            .await
+    }
+}

@@ -1,0 +1,248 @@
+//! Token injection (F10) through a real fedgate: an OAuth token endpoint and upstreams that show
+//! what credential reached them. The client's own token never reaches an upstream; secrets never
+//! reach the logs or the audit file.
+
+mod common;
+
+use std::{
+    convert::Infallible,
+    sync::{
+        Arc,
+        atomic::{AtomicU32, Ordering},
+    },
+};
+
+use base64::Engine;
+use bytes::Bytes;
+use common::*;
+use http_body_util::{BodyExt, Full};
+use parking_lot::Mutex;
+use sha2::{Digest, Sha256};
+
+const CLIENT_KEY: &str = "fgk_downstream_client_key";
+const CC_SECRET: &str = "cc-client-secret-value";
+const SUBJECT: &str = "subject-token-of-the-service";
+
+/// A token endpoint: issues `tok-1`, `tok-2`, … (client credentials) and `xtok-…` (token
+/// exchange), and records each grant.
+struct TokenEndpoint {
+    url: String,
+    issued: Arc<AtomicU32>,
+    grants: Arc<Mutex<Vec<String>>>,
+}
+
+async fn token_endpoint() -> TokenEndpoint {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/token", listener.local_addr().unwrap());
+    let issued = Arc::new(AtomicU32::new(0));
+    let grants = Arc::new(Mutex::new(Vec::new()));
+    let (i, g) = (issued.clone(), grants.clone());
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let (i, g) = (i.clone(), g.clone());
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(
+                    move |req: http::Request<hyper::body::Incoming>| {
+                        let (i, g) = (i.clone(), g.clone());
+                        async move {
+                            let auth = req
+                                .headers()
+                                .get("authorization")
+                                .and_then(|v| v.to_str().ok())
+                                .unwrap_or("")
+                                .to_owned();
+                            let want = format!(
+                                "Basic {}",
+                                base64::engine::general_purpose::STANDARD
+                                    .encode(format!("fedgate:{CC_SECRET}"))
+                            );
+                            let body = String::from_utf8(
+                                req.into_body().collect().await.unwrap().to_bytes().to_vec(),
+                            )
+                            .unwrap();
+                            if auth != want {
+                                let mut r = http::Response::new(Full::new(Bytes::from(
+                                    "{\"error\":\"invalid_client\"}",
+                                )));
+                                *r.status_mut() = http::StatusCode::UNAUTHORIZED;
+                                return Ok::<_, Infallible>(r);
+                            }
+                            // Client-credentials tokens are `tok-N` (N counts them);
+                            // exchanged ones are `xtok-…`.
+                            let token = if body.contains("token-exchange") {
+                                format!("xtok-{}", g.lock().len())
+                            } else {
+                                format!("tok-{}", i.fetch_add(1, Ordering::SeqCst) + 1)
+                            };
+                            g.lock().push(body);
+                            let json = format!(
+                                "{{\"access_token\":\"{token}\",\"token_type\":\"Bearer\",\"expires_in\":3600}}"
+                            );
+                            Ok(http::Response::new(Full::new(Bytes::from(json))))
+                        }
+                    },
+                );
+                let _ = hyper_util::server::conn::auto::Builder::new(
+                    hyper_util::rt::TokioExecutor::new(),
+                )
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                .await;
+            });
+        }
+    });
+    TokenEndpoint {
+        url,
+        issued,
+        grants,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn oauth_tokens_are_injected_cached_and_refreshed_on_401() {
+    let endpoint = token_endpoint().await;
+    let dir = tempfile::tempdir().unwrap();
+    let accepted = dir.path().join("accepted-token");
+    std::fs::write(&accepted, "tok-1").unwrap();
+    let api = UrlProcess::start(&[
+        "demo-upstream",
+        "--name",
+        "api",
+        "--http",
+        "127.0.0.1:0",
+        "--require-bearer-file",
+        accepted.to_str().unwrap(),
+    ]);
+    let audit = dir.path().join("audit.jsonl");
+    let config = format!(
+        r#"[audit]
+path = {audit:?}
+full_arguments = true
+
+[auth]
+[[auth.api_keys]]
+name = "client"
+sha256 = "{key_hash}"
+roles = ["all"]
+
+[roles.all]
+tools = ["*"]
+
+[credentials.cc]
+class = "internal"
+oauth = {{ token_url = "{token_url}", client_id = "fedgate", client_secret = "env:CC_SECRET", scope = "mcp" }}
+
+[credentials.te]
+class = "internal"
+oauth = {{ grant = "token_exchange", token_url = "{token_url}", client_id = "fedgate", client_secret = "env:CC_SECRET", subject_token = "env:SUBJECT_TOKEN", audience = "tools" }}
+
+[upstreams.api]
+kind = "http"
+url = "{api_url}"
+credential = "cc"
+
+{local}"#,
+        audit = audit.display().to_string(),
+        key_hash = hex::encode(Sha256::digest(CLIENT_KEY.as_bytes())),
+        token_url = endpoint.url,
+        api_url = api.url,
+        local = stdio_upstream(
+            "local",
+            &[],
+            "credential = \"te\"\ncredential_env = \"MCP_TOKEN\""
+        ),
+    );
+    let gw = Gateway::start_env(
+        &config,
+        &[("CC_SECRET", CC_SECRET), ("SUBJECT_TOKEN", SUBJECT)],
+    );
+    let client = connect_with_token(&gw.url, CLIENT_KEY, TestClient::new())
+        .await
+        .unwrap();
+
+    let who = first_text(
+        &call(&client, "api.whoami", serde_json::json!({}))
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{:?}\n{}", endpoint.grants.lock(), gw.stderr())),
+    );
+    assert_eq!(
+        who, "Bearer tok-1",
+        "the injected token, not the client's key"
+    );
+    let issued = endpoint.issued.load(Ordering::SeqCst);
+    call(&client, "api.whoami", serde_json::json!({}))
+        .await
+        .unwrap();
+    assert_eq!(
+        endpoint.issued.load(Ordering::SeqCst),
+        issued,
+        "the cached token is reused"
+    );
+
+    // The upstream starts accepting another token: its 401 makes fedgate fetch a new one.
+    std::fs::write(&accepted, format!("tok-{}", issued + 1)).unwrap();
+    let who = first_text(
+        &call(&client, "api.whoami", serde_json::json!({}))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        who,
+        format!("Bearer tok-{}", issued + 1),
+        "refreshed once on 401"
+    );
+
+    // Token exchange for a stdio upstream: the token arrives in its environment.
+    let who = first_text(
+        &call(&client, "local.whoami", serde_json::json!({}))
+            .await
+            .unwrap(),
+    );
+    assert!(who.starts_with("env xtok-"), "{who}");
+    let grants = endpoint.grants.lock().clone();
+    assert!(
+        grants
+            .iter()
+            .any(|g| g.contains("grant_type=client_credentials") && g.contains("scope=mcp")),
+        "{grants:?}"
+    );
+    assert!(
+        grants.iter().any(
+            |g| g.contains("token-exchange") && g.contains(&format!("subject_token={SUBJECT}"))
+        ),
+        "{grants:?}"
+    );
+    client.cancel().await.unwrap();
+
+    let log = gw.stderr();
+    let audit_text = std::fs::read_to_string(&audit).unwrap_or_default();
+    for secret in [CLIENT_KEY, CC_SECRET, SUBJECT, "tok-1", "tok-2"] {
+        assert!(!log.contains(secret), "`{secret}` in the gateway log");
+        assert!(!audit_text.contains(secret), "`{secret}` in the audit log");
+    }
+}
+
+#[test]
+fn a_tier_never_gets_a_credential_class_it_may_not_receive() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("gateway.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[gateway]\ntiers_dir = {:?}\n\n[credentials.gh]\nclass = \"sensitive\"\nsource = \"env:GH_TOKEN\"\n\n\
+             [upstreams.ext]\nkind = \"stdio\"\ncommand = \"x\"\ntier = \"low\"\ncredential = \"gh\"\n",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/trust-tiers")
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(FEDGATE)
+        .args(["check", cfg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("gateway.toml:12: upstream `ext`: trust tier `low` may not receive credential `gh` of class `sensitive`"),
+        "{err}"
+    );
+}
