@@ -50,6 +50,14 @@ pub enum CallError {
     Cancelled,
     #[error("idempotency key reused with different arguments; use a new key for a new call")]
     IdempotencyConflict,
+    #[error(
+        "upstream `{upstream}` answered with {size} bytes, more than its trust tier allows ({max}); ask for less (filters, pagination)"
+    )]
+    ResponseTooLarge {
+        upstream: String,
+        size: usize,
+        max: usize,
+    },
     /// The caller's roles do not grant the name; the caller sees `shown` (an unknown-name
     /// error), the audit log sees the real reason.
     #[error("{shown}")]
@@ -98,6 +106,7 @@ impl CallError {
             | CallError::IdempotencyConflict
             | CallError::Cancelled => Side::Downstream,
             CallError::BreakerOpen { .. } => Side::Internal,
+            CallError::ResponseTooLarge { .. } => Side::Upstream,
             CallError::UpstreamUnavailable { .. }
             | CallError::UpstreamTimeout { .. }
             | CallError::UpstreamClosed { .. }
@@ -170,6 +179,19 @@ impl CallError {
             CallError::IdempotencyConflict => {
                 McpError::invalid_params(msg, Some(json!({ "reason": "idempotency_conflict" })))
             }
+            CallError::ResponseTooLarge {
+                upstream,
+                size,
+                max,
+            } => McpError::internal_error(
+                msg,
+                Some(json!({
+                    "reason": "response_too_large",
+                    "upstream": upstream,
+                    "size": size,
+                    "max": max,
+                })),
+            ),
             CallError::BreakerOpen { upstream, retry_in } => McpError::internal_error(
                 msg,
                 Some(json!({
@@ -212,6 +234,7 @@ impl CallError {
             CallError::Cancelled => "cancelled",
             CallError::NotAuthorized { .. } => "not_authorized",
             CallError::IdempotencyConflict => "idempotency_conflict",
+            CallError::ResponseTooLarge { .. } => "response_too_large",
             CallError::BreakerOpen { .. } => "breaker_open",
             CallError::RateLimited { .. } => "rate_limited",
             CallError::TierRefused { refusal, .. } => refusal.code(),

@@ -291,3 +291,33 @@ async fn pinning_holds_back_a_changed_definition_until_accepted() {
     assert!(!names(client.peer().list_all_tools().await.unwrap()).contains(&"p.echo".to_owned()));
     client.cancel().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn responses_larger_than_the_tier_allows_are_refused() {
+    let custom = tempfile::tempdir().unwrap();
+    std::fs::write(
+        custom.path().join("small.toml"),
+        "writes = \"always\"\nmax_response_bytes = 400\n[timeouts]\nread_ms = 5000\nwrite_ms = 5000\nlong_ms = 5000\n",
+    )
+    .unwrap();
+    let gw = Gateway::start(&format!(
+        "[gateway]\ntiers_dir = {:?}\n{}",
+        custom.path().display().to_string(),
+        stdio_upstream("s", &[], "tier = \"small\"")
+    ));
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    let ok = call(&client, "s.echo", serde_json::json!({"text": "short"}))
+        .await
+        .unwrap();
+    assert_eq!(first_text(&ok), "echo: short");
+    let big = "x".repeat(1000);
+    let err = call(&client, "s.echo", serde_json::json!({"text": big}))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("response_too_large") && err.contains("\"max\":400"),
+        "{err}"
+    );
+    client.cancel().await.unwrap();
+}

@@ -85,6 +85,18 @@ async fn forward(pool: &Pool, call: Call) -> Result<ServerResult, CallError> {
     let result = send(&conn, name, call, timeout)
         .await
         .map_err(|e| mark_uncertain(e, write))?;
+    if let Some(max) = up.spec.tier.max_response_bytes {
+        let size = serde_json::to_vec(&result)
+            .map(|v| v.len())
+            .unwrap_or(usize::MAX);
+        if size > max {
+            return Err(CallError::ResponseTooLarge {
+                upstream: target.upstream_name.clone(),
+                size,
+                max,
+            });
+        }
+    }
     Ok(normalise(result))
 }
 

@@ -311,3 +311,57 @@ impl StreamableHttpClient for InjectingClient {
             .await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn file_and_exec_sources() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        std::fs::write(&file, "from-file\n").unwrap();
+        let cred = Credential::new(
+            "f".into(),
+            "internal".into(),
+            Source::Reference(format!("file:{}", file.display())),
+        );
+        assert_eq!(cred.token().await.unwrap().expose(), "from-file");
+        // Files are read at every use, so rotation needs no restart.
+        std::fs::write(&file, "rotated").unwrap();
+        assert_eq!(cred.token().await.unwrap().expose(), "rotated");
+
+        let exec = Credential::new(
+            "e".into(),
+            "internal".into(),
+            Source::Exec(vec!["echo".into(), "from-exec".into()]),
+        );
+        assert_eq!(exec.token().await.unwrap().expose(), "from-exec");
+        let failing = Credential::new(
+            "x".into(),
+            "internal".into(),
+            Source::Exec(vec!["false".into()]),
+        );
+        let err = failing.token().await.unwrap_err();
+        assert!(
+            err.contains("credential `x`") && err.contains("exited"),
+            "{err}"
+        );
+        let missing = Credential::new(
+            "m".into(),
+            "internal".into(),
+            Source::Reference("env:FEDGATE_SURELY_UNSET_TOKEN".into()),
+        );
+        assert!(
+            missing
+                .token()
+                .await
+                .unwrap_err()
+                .contains("FEDGATE_SURELY_UNSET_TOKEN")
+        );
+        assert!(
+            !format!("{cred:?}").contains("rotated"),
+            "Debug never shows a token"
+        );
+    }
+}

@@ -70,10 +70,11 @@ pub async fn connect_stdio(
     let stdout = proc.child.stdout.take().ok_or("child has no stdout")?;
     let stdin = proc.child.stdin.take().ok_or("child has no stdin")?;
     let table = client.inflight.clone();
-    let transport = Tap::new(
-        rmcp::transport::async_rw::AsyncRwTransport::new_client(stdout, stdin),
-        table,
-    );
+    let mut rw = rmcp::transport::async_rw::AsyncRwTransport::new_client(stdout, stdin);
+    if let Some(limit) = transport_limit(spec) {
+        rw = rw.with_max_line_length(limit);
+    }
+    let transport = Tap::new(rw, table);
     handshake(spec, client, transport).await
 }
 
@@ -90,8 +91,13 @@ pub async fn connect_http(
         let value = HeaderValue::try_from(v.as_str()).map_err(|e| format!("header `{k}`: {e}"))?;
         custom.insert(name, value);
     }
-    let config =
+    let mut config =
         StreamableHttpClientTransportConfig::with_uri(Arc::<str>::from(url)).custom_headers(custom);
+    if let Some(limit) = transport_limit(spec) {
+        config = config
+            .max_json_response_size(limit)
+            .max_sse_event_size(limit);
+    }
     let table = client.inflight.clone();
     match &spec.credential {
         Some(inj) => {
@@ -114,6 +120,16 @@ pub async fn connect_http(
             handshake(spec, client, transport).await
         }
     }
+}
+
+/// The most an upstream message may hold before the transport drops it, so a tier's response
+/// limit also bounds buffering. Generous against the tier limit, which `forward` enforces with
+/// a clear error; a message beyond this one never completes (the call then times out).
+fn transport_limit(spec: &UpstreamSpec) -> Option<usize> {
+    const FLOOR_BYTES: usize = 64 * 1024;
+    spec.tier
+        .max_response_bytes
+        .map(|b| b.saturating_mul(2).max(FLOOR_BYTES))
 }
 
 /// rmcp's default client disables connection pooling (a new TCP connection per request); a
