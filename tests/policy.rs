@@ -305,3 +305,33 @@ fn auth_config_errors_have_lines() {
         "the value is never echoed: {err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn oauth_protected_resource_metadata_is_served_and_announced() {
+    let config = format!(
+        "[auth]\n[auth.oauth]\nresource = \"https://gw.example.com/mcp\"\nauthorization_servers = [\"https://idp.example.com\"]\nscopes = [\"mcp:tools\"]\n\n{}",
+        stdio_upstream("demo", &[], "")
+    );
+    let gw = Gateway::start(&config);
+    let (status, www) = raw_status(&gw.url, None).await;
+    assert_eq!(status, 401);
+    assert!(
+        www.contains(
+            r#"resource_metadata="https://gw.example.com/.well-known/oauth-protected-resource/mcp""#
+        ),
+        "{www}"
+    );
+    let meta: serde_json::Value = reqwest::get(format!(
+        "{}/.well-known/oauth-protected-resource/mcp",
+        gw.base
+    ))
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(meta["resource"], "https://gw.example.com/mcp");
+    assert_eq!(meta["authorization_servers"][0], "https://idp.example.com");
+    assert_eq!(meta["scopes_supported"][0], "mcp:tools");
+    assert_eq!(meta["bearer_methods_supported"][0], "header");
+}

@@ -116,6 +116,20 @@ pub struct RawAuth {
     pub api_keys: Vec<RawApiKey>,
     /// JWT bearer tokens.
     pub jwt: Option<RawJwt>,
+    /// OAuth: serve RFC 9728 protected-resource metadata and point 401s at it.
+    pub oauth: Option<RawOAuthResource>,
+}
+
+/// `[auth.oauth]`
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct RawOAuthResource {
+    /// This gateway's canonical resource URI (e.g. `https://gw.example.com/mcp`).
+    pub resource: String,
+    /// Authorization servers that issue tokens for it.
+    pub authorization_servers: Vec<String>,
+    #[serde(default)]
+    pub scopes: Vec<String>,
 }
 
 /// `[[auth.api_keys]]`

@@ -24,7 +24,7 @@ use super::{
 use crate::policy::{
     authz::{Role, Roles},
     breaker::BreakerConfig,
-    identity::{ApiKey, Authenticator, JwtConfig, load_jwks},
+    identity::{ApiKey, Authenticator, JwtConfig, ResourceMetadata, load_jwks},
     rate_limit::{KeyBy, RuleSpec},
     retry::RetryPolicy,
     token::{Credential, OAuth, Placement, Source},
@@ -843,6 +843,12 @@ fn validate_auth(
         jwt,
         roles,
         open: false,
+        resource_metadata: raw.oauth.map(|o| ResourceMetadata {
+            resource: o.resource,
+            authorization_servers: o.authorization_servers,
+            scopes_supported: o.scopes,
+            bearer_methods_supported: vec!["header".into()],
+        }),
     }
 }
 

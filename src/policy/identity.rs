@@ -87,6 +87,33 @@ pub struct Authenticator {
     pub jwt: Option<JwtConfig>,
     pub roles: Arc<super::authz::Roles>,
     pub open: bool,
+    /// RFC 9728 protected-resource metadata, when OAuth is configured.
+    pub resource_metadata: Option<ResourceMetadata>,
+}
+
+/// What `/.well-known/oauth-protected-resource` serves.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ResourceMetadata {
+    pub resource: String,
+    pub authorization_servers: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub scopes_supported: Vec<String>,
+    pub bearer_methods_supported: Vec<String>,
+}
+
+impl ResourceMetadata {
+    /// Where the metadata lives: the resource's origin + well-known path + the resource's path.
+    pub fn url(&self) -> String {
+        match self.resource.parse::<http::Uri>() {
+            Ok(u) => format!(
+                "{}://{}/.well-known/oauth-protected-resource{}",
+                u.scheme_str().unwrap_or("https"),
+                u.authority().map(|a| a.as_str()).unwrap_or(""),
+                u.path().trim_end_matches('/')
+            ),
+            Err(_) => "/.well-known/oauth-protected-resource".into(),
+        }
+    }
 }
 
 impl Authenticator {
@@ -98,6 +125,7 @@ impl Authenticator {
             jwt: None,
             roles: Arc::default(),
             open: true,
+            resource_metadata: None,
         }
     }
 

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::mcp::Gateway;
 use crate::{
     config::GatewaySettings,
-    policy::identity::{AuthError, Authenticator},
+    policy::identity::{AuthError, Authenticator, ResourceMetadata},
     upstream::pool::Pool,
 };
 
@@ -85,8 +85,20 @@ pub async fn serve(
                                     Err(never) => match never {},
                                 }
                             }
-                            Err(e) => unauthorized(&e),
+                            Err(e) => challenge(&e, auth.resource_metadata.as_ref()),
                         },
+                        p if p.starts_with("/.well-known/oauth-protected-resource") => {
+                            match &auth.resource_metadata {
+                                Some(m) => json(
+                                    StatusCode::OK,
+                                    &serde_json::to_value(m).unwrap_or_default(),
+                                ),
+                                None => json(
+                                    StatusCode::NOT_FOUND,
+                                    &serde_json::json!({"error": "OAuth is not configured"}),
+                                ),
+                            }
+                        }
                         "/healthz" => json(StatusCode::OK, &serde_json::json!({"status": "ok"})),
                         "/readyz" => readyz(&pool),
                         _ => json(
@@ -136,6 +148,22 @@ fn mcp_config(
         .with_max_request_body_bytes(settings.max_body_bytes)
         .with_sse_retry(None)
         .with_cancellation_token(ct)
+}
+
+/// 401 whose challenge points at the RFC 9728 metadata when OAuth is configured.
+fn challenge(e: &AuthError, metadata: Option<&ResourceMetadata>) -> Response<Body> {
+    let mut resp = unauthorized(e);
+    if let Some(m) = metadata
+        && let Some(v) = resp
+            .headers()
+            .get(header::WWW_AUTHENTICATE)
+            .and_then(|v| v.to_str().ok())
+        && let Ok(v) =
+            header::HeaderValue::from_str(&format!("{v}, resource_metadata=\"{}\"", m.url()))
+    {
+        resp.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+    }
+    resp
 }
 
 /// 401 with the RFC 6750 challenge; the description never contains the credential.
