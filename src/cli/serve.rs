@@ -80,8 +80,13 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, String
         .iter()
         .filter(|u| u.connection().is_some())
         .count();
+    let scheme = if snapshot.gateway.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     println!(
-        "fedgate ready: listening on http://{addr}{} ({ready}/{} upstreams ready)",
+        "fedgate ready: listening on {scheme}://{addr}{} ({ready}/{} upstreams ready)",
         http::MCP_PATH,
         pool.upstreams().len()
     );

@@ -118,6 +118,19 @@ pub struct RawAuth {
     pub jwt: Option<RawJwt>,
     /// OAuth: serve RFC 9728 protected-resource metadata and point 401s at it.
     pub oauth: Option<RawOAuthResource>,
+    /// Identities of mTLS client certificates.
+    #[serde(default)]
+    pub client_certs: Vec<RawClientCert>,
+}
+
+/// `[[auth.client_certs]]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawClientCert {
+    /// Certificate subject CN or DNS subject alternative name.
+    pub subject: String,
+    #[serde(default)]
+    pub roles: Vec<Spanned<String>>,
 }
 
 /// `[auth.oauth]`
@@ -195,6 +208,18 @@ pub struct RawGateway {
     pub tiers_dir: Option<String>,
     /// How long a result recorded under an idempotency key is replayed, in milliseconds.
     pub idempotency_ttl_ms: Option<u64>,
+    /// Serve HTTPS (and with `client_ca`, require client certificates: mTLS).
+    pub tls: Option<Spanned<RawTls>>,
+}
+
+/// `[gateway.tls]`: PEM files, relative to the config file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTls {
+    pub cert: String,
+    pub key: String,
+    /// CA whose client certificates are accepted; set = every client must present one.
+    pub client_ca: Option<String>,
 }
 
 /// `[upstreams.NAME]`. Which fields apply depends on `kind`; `validate` reports misplaced ones.

@@ -70,6 +70,8 @@ pub struct GatewaySettings {
     pub allowed_hosts: Vec<String>,
     pub max_body_bytes: usize,
     pub idempotency_ttl: Duration,
+    /// HTTPS (with client verification when a client CA is configured).
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// How an upstream's names are exposed.
@@ -279,6 +281,18 @@ pub(super) fn validate(
             upstreams.push(Arc::new(spec));
         }
     }
+    let tls = g.tls.as_ref().and_then(|t| {
+        let base = std::path::Path::new(file)
+            .parent()
+            .unwrap_or(std::path::Path::new(""));
+        match crate::server::tls::server_config(base, t.get_ref()) {
+            Ok(c) => Some(Arc::new(c)),
+            Err(e) => {
+                cx.err_at(t.span().start, format!("[gateway.tls]: {e}"));
+                None
+            }
+        }
+    });
     let auth = validate_auth(&mut cx, raw.auth, raw.roles);
     let mut rate_limits = validate_rate_limits(&mut cx, &raw.rate_limits, &names);
     for up in &upstreams {
@@ -322,6 +336,7 @@ pub(super) fn validate(
             idempotency_ttl: Duration::from_millis(
                 g.idempotency_ttl_ms.unwrap_or(DEFAULT_IDEMPOTENCY_TTL_MS),
             ),
+            tls,
         },
         upstreams,
     })
@@ -834,6 +849,11 @@ fn validate_auth(
             roles_claim: j.roles_claim.unwrap_or_else(|| "roles".into()),
         }
     });
+    let cert_roles: Vec<(String, Vec<String>)> = raw
+        .client_certs
+        .iter()
+        .map(|c| (c.subject.clone(), known(cx, &c.roles)))
+        .collect();
     let roles = Arc::new(roles);
     Authenticator {
         anonymous: raw
@@ -841,6 +861,10 @@ fn validate_auth(
             .then(|| Arc::new(roles.access(&anonymous_roles))),
         api_keys,
         jwt,
+        client_certs: cert_roles
+            .into_iter()
+            .map(|(subject, r)| (subject, Arc::new(roles.access(&r))))
+            .collect(),
         roles,
         open: false,
         resource_metadata: raw.oauth.map(|o| ResourceMetadata {

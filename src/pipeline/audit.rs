@@ -158,6 +158,7 @@ fn kind_name(id: &crate::policy::identity::Identity) -> &'static str {
     match id.kind {
         IdentityKind::ApiKey => "api_key",
         IdentityKind::Jwt => "jwt",
+        IdentityKind::ClientCert => "client_cert",
         IdentityKind::Anonymous => "anonymous",
         IdentityKind::Local => "local",
     }

@@ -23,6 +23,8 @@ pub struct Identity {
 pub enum IdentityKind {
     ApiKey,
     Jwt,
+    /// A verified mTLS client certificate.
+    ClientCert,
     Anonymous,
     /// The operator on this machine (`fedgate stdio`, `fedgate call`).
     Local,
@@ -89,6 +91,8 @@ pub struct Authenticator {
     pub open: bool,
     /// RFC 9728 protected-resource metadata, when OAuth is configured.
     pub resource_metadata: Option<ResourceMetadata>,
+    /// Client-certificate subject (CN or DNS SAN) -> (identity name, roles' access).
+    pub client_certs: Vec<(String, Arc<Access>)>,
 }
 
 /// What `/.well-known/oauth-protected-resource` serves.
@@ -126,7 +130,20 @@ impl Authenticator {
             roles: Arc::default(),
             open: true,
             resource_metadata: None,
+            client_certs: Vec::new(),
         }
+    }
+
+    /// The identity of a verified client certificate, if one of its names is configured.
+    pub fn certificate_identity(&self, names: &[String]) -> Option<Identity> {
+        self.client_certs
+            .iter()
+            .find(|(subject, _)| names.iter().any(|n| n == subject))
+            .map(|(subject, access)| Identity {
+                name: subject.clone(),
+                kind: IdentityKind::ClientCert,
+                access: access.clone(),
+            })
     }
 
     pub fn authenticate(&self, headers: &HeaderMap) -> Result<Identity, AuthError> {
@@ -264,4 +281,24 @@ pub fn load_jwks(path: &str) -> Result<Vec<(Option<String>, Algorithm, DecodingK
         keys.push((jwk.common.key_id.clone(), alg, key));
     }
     Ok(keys)
+}
+
+/// The names a certificate speaks for: subject common names and DNS subject alternative names.
+pub fn certificate_names(der: &[u8]) -> Vec<String> {
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(der) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = cert
+        .subject()
+        .iter_common_name()
+        .filter_map(|cn| cn.as_str().ok().map(str::to_owned))
+        .collect();
+    if let Ok(Some(san)) = cert.subject_alternative_name() {
+        for n in &san.value.general_names {
+            if let x509_parser::extensions::GeneralName::DNSName(d) = n {
+                names.push((*d).to_owned());
+            }
+        }
+    }
+    names
 }

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::mcp::Gateway;
 use crate::{
     config::GatewaySettings,
-    policy::identity::{AuthError, Authenticator, ResourceMetadata},
+    policy::identity::{AuthError, Authenticator, Identity, ResourceMetadata},
     upstream::pool::Pool,
 };
 
@@ -48,8 +48,10 @@ pub async fn serve(
         Arc::new(sessions),
         mcp_config(settings, local, shutdown.child_token()),
     );
+    let tls = settings.tls.clone().map(tokio_rustls::TlsAcceptor::from);
+    let edge = Edge { mcp, pool, auth };
     loop {
-        let (stream, _) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(s) => s,
                 Err(e) => {
@@ -63,64 +65,110 @@ pub async fn serve(
         // SSE responses go out in several small writes; without NODELAY, Nagle holds them for
         // the peer's delayed ACK (~40 ms per call on a kept-alive connection).
         let _ = stream.set_nodelay(true);
-        let mcp = mcp.clone();
-        let pool = pool.clone();
-        let auth = auth.clone();
+        let edge = edge.clone();
         let conn_shutdown = shutdown.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
-                let mut mcp = mcp.clone();
-                let pool = pool.clone();
-                let auth = auth.clone();
-                async move {
-                    let resp: Response<Body> = match req.uri().path() {
-                        // Authentication comes first: an unauthenticated request is answered
-                        // 401 whatever else is wrong with it, and never reaches a policy.
-                        MCP_PATH => match auth.authenticate(req.headers()) {
-                            Ok(identity) => {
-                                req.extensions_mut().insert(identity);
-                                match tower::Service::<Request<Incoming>>::call(&mut mcp, req).await
-                                {
-                                    Ok(r) => r,
-                                    Err(never) => match never {},
-                                }
-                            }
-                            Err(e) => challenge(&e, auth.resource_metadata.as_ref()),
-                        },
-                        p if p.starts_with("/.well-known/oauth-protected-resource") => {
-                            match &auth.resource_metadata {
-                                Some(m) => json(
-                                    StatusCode::OK,
-                                    &serde_json::to_value(m).unwrap_or_default(),
-                                ),
-                                None => json(
-                                    StatusCode::NOT_FOUND,
-                                    &serde_json::json!({"error": "OAuth is not configured"}),
-                                ),
-                            }
-                        }
-                        "/healthz" => json(StatusCode::OK, &serde_json::json!({"status": "ok"})),
-                        "/readyz" => readyz(&pool),
-                        _ => json(
-                            StatusCode::NOT_FOUND,
-                            &serde_json::json!({"error": "not found; the MCP endpoint is /mcp"}),
-                        ),
-                    };
-                    Ok::<_, Infallible>(resp)
-                }
-            });
-            let builder = auto::Builder::new(TokioExecutor::new());
-            let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
-            tokio::pin!(conn);
-            tokio::select! {
-                r = conn.as_mut() => {
-                    if let Err(e) = r {
-                        tracing::debug!("connection ended: {e}");
+            match tls {
+                None => edge.serve_connection(stream, None, conn_shutdown).await,
+                Some(acceptor) => match acceptor.accept(stream).await {
+                    Ok(tls_stream) => {
+                        let names = tls_stream
+                            .get_ref()
+                            .1
+                            .peer_certificates()
+                            .and_then(|c| c.first())
+                            .map(|c| crate::policy::identity::certificate_names(c.as_ref()))
+                            .unwrap_or_default();
+                        let cert_identity = edge.auth.certificate_identity(&names);
+                        edge.serve_connection(tls_stream, cert_identity, conn_shutdown)
+                            .await
                     }
-                }
-                _ = conn_shutdown.cancelled() => conn.as_mut().graceful_shutdown(),
+                    Err(e) => tracing::info!(%peer, "TLS handshake failed: {e}"),
+                },
             }
         });
+    }
+}
+
+/// Everything a connection needs to answer requests.
+#[derive(Clone)]
+struct Edge {
+    mcp: StreamableHttpService<Gateway, LocalSessionManager>,
+    pool: Arc<Pool>,
+    auth: Arc<Authenticator>,
+}
+
+impl Edge {
+    async fn serve_connection<I>(
+        self,
+        io: I,
+        cert_identity: Option<Identity>,
+        shutdown: CancellationToken,
+    ) where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+            let edge = self.clone();
+            let cert_identity = cert_identity.clone();
+            async move { Ok::<_, Infallible>(edge.route(req, cert_identity).await) }
+        });
+        let builder = auto::Builder::new(TokioExecutor::new());
+        let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
+        tokio::pin!(conn);
+        tokio::select! {
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!("connection ended: {e}");
+                }
+            }
+            _ = shutdown.cancelled() => conn.as_mut().graceful_shutdown(),
+        }
+    }
+
+    async fn route(
+        self,
+        mut req: Request<Incoming>,
+        cert_identity: Option<Identity>,
+    ) -> Response<Body> {
+        let Edge {
+            mut mcp,
+            pool,
+            auth,
+        } = self;
+        match req.uri().path() {
+            // Authentication comes first: an unauthenticated request is answered 401 whatever
+            // else is wrong with it, and never reaches a policy. A client certificate that maps
+            // to an identity is that identity; otherwise the request's credentials decide.
+            MCP_PATH => match cert_identity
+                .map(Ok)
+                .unwrap_or_else(|| auth.authenticate(req.headers()))
+            {
+                Ok(identity) => {
+                    req.extensions_mut().insert(identity);
+                    match tower::Service::<Request<Incoming>>::call(&mut mcp, req).await {
+                        Ok(r) => r,
+                        Err(never) => match never {},
+                    }
+                }
+                Err(e) => challenge(&e, auth.resource_metadata.as_ref()),
+            },
+            p if p.starts_with("/.well-known/oauth-protected-resource") => {
+                match &auth.resource_metadata {
+                    Some(m) => json(StatusCode::OK, &serde_json::to_value(m).unwrap_or_default()),
+                    None => json(
+                        StatusCode::NOT_FOUND,
+                        &serde_json::json!({"error": "OAuth is not configured"}),
+                    ),
+                }
+            }
+            "/healthz" => json(StatusCode::OK, &serde_json::json!({"status": "ok"})),
+            "/readyz" => readyz(&pool),
+            _ => json(
+                StatusCode::NOT_FOUND,
+                &serde_json::json!({"error": "not found; the MCP endpoint is /mcp"}),
+            ),
+        }
     }
 }
 
@@ -136,11 +184,12 @@ fn mcp_config(
         "::1".to_owned(),
     ];
     hosts.extend(settings.allowed_hosts.iter().cloned());
-    let mut origins = vec![
-        format!("http://127.0.0.1:{port}"),
-        format!("http://localhost:{port}"),
-        format!("http://[::1]:{port}"),
-    ];
+    let mut origins = Vec::new();
+    for scheme in ["http", "https"] {
+        for host in ["127.0.0.1", "localhost", "[::1]"] {
+            origins.push(format!("{scheme}://{host}:{port}"));
+        }
+    }
     origins.extend(settings.allowed_origins.iter().cloned());
     StreamableHttpServerConfig::default()
         .with_allowed_hosts(hosts)

@@ -4,3 +4,4 @@ pub mod http;
 pub mod mcp;
 pub mod sessions;
 pub mod stdio;
+pub mod tls;

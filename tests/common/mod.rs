@@ -147,7 +147,7 @@ impl Gateway {
         });
         let url = line
             .split_whitespace()
-            .find(|w| w.starts_with("http://"))
+            .find(|w| w.starts_with("http://") || w.starts_with("https://"))
             .unwrap_or_else(|| panic!("no address in ready line: {line}"))
             .to_owned();
         let base = url.trim_end_matches("/mcp").to_owned();

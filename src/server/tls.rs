@@ -1,0 +1,47 @@
+//! HTTPS for the downstream listener, and mTLS when a client CA is configured.
+
+use std::{path::Path, sync::Arc};
+
+use rustls::{
+    RootCertStore, ServerConfig,
+    pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject},
+    server::WebPkiClientVerifier,
+};
+
+use crate::config::RawTls;
+
+/// Builds the rustls server config; paths are relative to `base` (the config file's folder).
+pub fn server_config(base: &Path, raw: &RawTls) -> Result<ServerConfig, String> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(base.join(&raw.cert))
+        .and_then(|i| i.collect::<Result<_, _>>())
+        .map_err(|e| format!("cert `{}`: {e}", raw.cert))?;
+    let key = PrivateKeyDer::from_pem_file(base.join(&raw.key))
+        .map_err(|e| format!("key `{}`: {e}", raw.key))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?;
+    let builder = match &raw.client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = RootCertStore::empty();
+            for cert in CertificateDer::pem_file_iter(base.join(ca))
+                .map_err(|e| format!("client_ca `{ca}`: {e}"))?
+            {
+                let cert = cert.map_err(|e| format!("client_ca `{ca}`: {e}"))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| format!("client_ca `{ca}`: {e}"))?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| format!("client_ca `{ca}`: {e}"))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder
+        .with_single_cert(certs, key)
+        .map_err(|e| format!("cert/key: {e}"))?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(config)
+}

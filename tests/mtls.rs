@@ -1,0 +1,170 @@
+//! HTTPS and mTLS at the downstream listener: a client certificate from the configured CA is an
+//! identity with roles; no certificate, or one from another CA, never gets through the
+//! handshake. Certificates are made with openssl in the test; the client is curl.
+
+mod common;
+
+use std::{path::Path, process::Command};
+
+use common::*;
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A CA (`<ca>.pem`/`.key`) and a certificate signed by it with the given subject and extensions.
+fn ca(dir: &Path, ca: &str) {
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            &format!("{ca}.key"),
+            "-out",
+            &format!("{ca}.pem"),
+            "-days",
+            "2",
+            "-subj",
+            &format!("/CN={ca}"),
+        ],
+    );
+}
+
+fn signed(dir: &Path, ca: &str, name: &str, cn: &str, ext: &str) {
+    std::fs::write(dir.join(format!("{name}.ext")), ext).unwrap();
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.csr"),
+            "-subj",
+            &format!("/CN={cn}"),
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &format!("{name}.csr"),
+            "-CA",
+            &format!("{ca}.pem"),
+            "-CAkey",
+            &format!("{ca}.key"),
+            "-CAcreateserial",
+            "-out",
+            &format!("{name}.pem"),
+            "-days",
+            "2",
+            "-extfile",
+            &format!("{name}.ext"),
+        ],
+    );
+}
+
+/// POSTs a JSON-RPC body with curl; returns (exit ok, headers+body).
+fn curl(
+    dir: &Path,
+    url: &str,
+    cert: Option<&str>,
+    session: Option<&str>,
+    body: &str,
+) -> (bool, String) {
+    let mut cmd = Command::new("curl");
+    cmd.current_dir(dir)
+        .args(["-sS", "-i", "--cacert", "ca1.pem", "-X", "POST", url])
+        .args([
+            "-H",
+            "content-type: application/json",
+            "-H",
+            "accept: application/json, text/event-stream",
+        ])
+        .args(["-H", "mcp-protocol-version: 2025-11-25", "--data", body]);
+    if let Some(c) = cert {
+        cmd.args(["--cert", &format!("{c}.pem"), "--key", &format!("{c}.key")]);
+    }
+    if let Some(s) = session {
+        cmd.args(["-H", &format!("mcp-session-id: {s}")]);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn client_certificates_are_identities() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ca(d, "ca1");
+    ca(d, "ca2");
+    signed(
+        d,
+        "ca1",
+        "server",
+        "localhost",
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+    );
+    let client_ext = "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n";
+    signed(d, "ca1", "agent", "agent-1", client_ext);
+    signed(d, "ca2", "stranger", "agent-1", client_ext);
+    let cfg = d.join("gateway.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[gateway.tls]\ncert = \"server.pem\"\nkey = \"server.key\"\nclient_ca = \"ca1.pem\"\n\n\
+             [auth]\n[[auth.client_certs]]\nsubject = \"agent-1\"\nroles = [\"reader\"]\n\n\
+             [roles.reader]\ntools = [\"demo.echo\"]\n\n{}",
+            stdio_upstream("demo", &[], "")
+        ),
+    )
+    .unwrap();
+    let keep = tempfile::tempdir().unwrap();
+    let gw = Gateway::start_file(&cfg, keep);
+    assert!(gw.url.starts_with("https://"), "{}", gw.url);
+    let url = gw.url.replace("127.0.0.1", "localhost");
+
+    let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"curl","version":"0"}}}"#;
+    let (ok, resp) = curl(d, &url, Some("agent"), None, init);
+    assert!(ok && resp.starts_with("HTTP/"), "{resp}");
+    let session = resp
+        .lines()
+        .find_map(|l| l.strip_prefix("mcp-session-id: "))
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|| panic!("{resp}"));
+    let echo = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"demo.echo","arguments":{"text":"over mtls"}}}"#;
+    let (_, resp) = curl(d, &url, Some("agent"), Some(&session), echo);
+    assert!(resp.contains("echo: over mtls"), "{resp}");
+    let crash = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"demo.crash","arguments":{}}}"#;
+    let (_, resp) = curl(d, &url, Some("agent"), Some(&session), crash);
+    assert!(
+        resp.contains("unknown tool `demo.crash`"),
+        "the role grants only demo.echo: {resp}"
+    );
+
+    let (ok, resp) = curl(d, &url, None, None, init);
+    assert!(!ok, "no client certificate, no handshake: {resp}");
+    let (ok, resp) = curl(d, &url, Some("stranger"), None, init);
+    assert!(!ok, "a certificate from another CA is refused: {resp}");
+}
