@@ -321,3 +321,42 @@ async fn responses_larger_than_the_tier_allows_are_refused() {
     );
     client.cancel().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_roles_max_tier_caps_which_upstreams_it_reaches() {
+    use sha2::{Digest, Sha256};
+    let key = "fgk_limited";
+    let gw = Gateway::start(&format!(
+        "[gateway]\ntiers_dir = {TIERS:?}\n\n[auth]\n[[auth.api_keys]]\nname = \"limited\"\nsha256 = \"{}\"\nroles = [\"capped\"]\n\n\
+         [roles.capped]\nmax_tier = \"medium\"\ntools = [\"*\"]\n\n{}{}",
+        hex::encode(Sha256::digest(key.as_bytes())),
+        stdio_upstream("m", &[], "tier = \"medium\""),
+        stdio_upstream("h", &[], "tier = \"high\"")
+    ));
+    let client = connect_with_token(&gw.url, key, TestClient::new())
+        .await
+        .unwrap();
+    let tools = client.peer().list_all_tools().await.unwrap();
+    assert!(tools.iter().any(|t| t.name == "m.echo"));
+    assert!(
+        !tools.iter().any(|t| t.name.starts_with("h.")),
+        "high-tier tools are not listed"
+    );
+    let err = call(&client, "h.echo", serde_json::json!({"text": "x"}))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("unknown tool `h.echo`") && err.contains(r#""closest":["m.echo""#),
+        "{err}"
+    );
+    assert_eq!(
+        first_text(
+            &call(&client, "m.echo", serde_json::json!({"text": "ok"}))
+                .await
+                .unwrap()
+        ),
+        "echo: ok"
+    );
+    client.cancel().await.unwrap();
+}

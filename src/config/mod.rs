@@ -176,6 +176,8 @@ pub struct RawJwt {
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct RawRole {
+    /// Highest trust tier (by rank) whose upstreams this role reaches.
+    pub max_tier: Option<Spanned<String>>,
     #[serde(default)]
     pub tools: Vec<Spanned<String>>,
     #[serde(default)]

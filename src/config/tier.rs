@@ -20,6 +20,8 @@ pub enum Writes {
 #[derive(Debug, Clone)]
 pub struct Tier {
     pub name: String,
+    /// Higher = more trusted; a role's `max_tier` admits tiers up to its rank.
+    pub rank: u32,
     pub writes: Writes,
     /// Whether `readOnlyHint` decides read vs write; otherwise only config declares reads.
     pub trust_annotations: bool,
@@ -40,6 +42,8 @@ impl Tier {
     pub fn unrestricted(call_timeout: Duration) -> Self {
         Self {
             name: "default".into(),
+            // Untiered upstreams are unrestricted, so only roles without `max_tier` reach them.
+            rank: u32::MAX,
             writes: Writes::Always,
             trust_annotations: true,
             approval_for_writes: false,
@@ -57,6 +61,9 @@ impl Tier {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawTier {
+    /// Default 0: a custom tier without a rank is the least trusted.
+    #[serde(default)]
+    rank: u32,
     writes: toml::Spanned<String>,
     #[serde(default = "yes")]
     trust_annotations: bool,
@@ -132,6 +139,7 @@ pub fn load(dir: &Path, name: &str) -> Result<Tier, Vec<Diagnostic>> {
     };
     Ok(Tier {
         name: name.to_owned(),
+        rank: raw.rank,
         writes,
         trust_annotations: raw.trust_annotations,
         approval_for_writes: raw.approval_for_writes,

@@ -293,7 +293,7 @@ pub(super) fn validate(
             }
         }
     });
-    let auth = validate_auth(&mut cx, raw.auth, raw.roles);
+    let auth = validate_auth(&mut cx, raw.auth, raw.roles, &mut tiers);
     let mut rate_limits = validate_rate_limits(&mut cx, &raw.rate_limits, &names);
     for up in &upstreams {
         if let Some((per_second, burst)) = up.tier.rate_limit
@@ -759,9 +759,27 @@ fn validate_auth(
     cx: &mut Ctx<'_>,
     raw: Option<Spanned<RawAuth>>,
     raw_roles: BTreeMap<String, RawRole>,
+    tiers: &mut Tiers,
 ) -> Authenticator {
     let mut roles = Roles::default();
     for (name, r) in raw_roles {
+        let max_rank = r
+            .max_tier
+            .as_ref()
+            .and_then(|t| match tiers.get(t.get_ref()) {
+                Ok(tier) => Some(tier.rank),
+                Err(diags) => {
+                    cx.err_at(
+                        t.span().start,
+                        format!(
+                            "role `{name}`: max_tier `{}` is not a usable tier",
+                            t.get_ref()
+                        ),
+                    );
+                    cx.errors.extend(diags);
+                    Some(0)
+                }
+            });
         let mut check = |globs: &[Spanned<String>]| -> Vec<String> {
             for g in globs {
                 if let Err(e) = Glob::new(g.get_ref()) {
@@ -777,6 +795,7 @@ fn validate_auth(
             tools: check(&r.tools),
             prompts: check(&r.prompts),
             resources: check(&r.resources),
+            max_rank,
         };
         roles.0.insert(name, role);
     }

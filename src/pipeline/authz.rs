@@ -73,12 +73,25 @@ fn hidden(pool: &Pool, call: &Call) -> Result<(), CallError> {
     let Some(target) = &call.target else {
         return Ok(());
     };
+    let reachable = pool
+        .upstream(target.upstream)
+        .is_some_and(|u| access.tier(u.spec.tier.rank));
     match &target.exposed {
+        Exposed::Tool(name) if !reachable => Err(CallError::UnknownTool {
+            name: name.clone(),
+            closest: pool
+                .catalog()
+                .closest_tools(name, CLOSEST_NAMES, |n| pool.visible_tool(access, n)),
+        }),
+        Exposed::Prompt(name) if !reachable => Err(CallError::UnknownPrompt { name: name.clone() }),
+        Exposed::Resource(uri) if !reachable => {
+            Err(CallError::UnknownResource { uri: uri.clone() })
+        }
         Exposed::Tool(name) if !access.tool(name) => Err(CallError::UnknownTool {
             name: name.clone(),
             closest: pool
                 .catalog()
-                .closest_tools(name, CLOSEST_NAMES, |n| access.tool(n)),
+                .closest_tools(name, CLOSEST_NAMES, |n| pool.visible_tool(access, n)),
         }),
         Exposed::Prompt(name) if !access.prompt(name) => {
             Err(CallError::UnknownPrompt { name: name.clone() })

@@ -73,7 +73,8 @@ fn resolve(pool: &Pool, call: &mut Call) -> Result<Target, CallError> {
                 .tool(&p.name)
                 .ok_or_else(|| CallError::UnknownTool {
                     name: p.name.to_string(),
-                    closest: catalog.closest_tools(&p.name, CLOSEST_NAMES, |n| access.tool(n)),
+                    closest: catalog
+                        .closest_tools(&p.name, CLOSEST_NAMES, |n| pool.visible_tool(access, n)),
                 })?;
             let exposed = Exposed::Tool(
                 std::mem::replace(&mut p.name, route.name.clone().into()).into_owned(),

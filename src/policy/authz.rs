@@ -10,6 +10,8 @@ use globset::{Glob, GlobSet, GlobSetBuilder};
 #[derive(Debug, Clone)]
 pub struct Access {
     unrestricted: bool,
+    /// Highest tier rank this identity may reach; `None` = any.
+    max_rank: Option<u32>,
     tools: GlobSet,
     prompts: GlobSet,
     resources: GlobSet,
@@ -19,6 +21,7 @@ impl Default for Access {
     fn default() -> Self {
         Self {
             unrestricted: false,
+            max_rank: None,
             tools: GlobSet::empty(),
             prompts: GlobSet::empty(),
             resources: GlobSet::empty(),
@@ -35,6 +38,10 @@ impl Access {
     }
     pub fn is_unrestricted(&self) -> bool {
         self.unrestricted
+    }
+    /// Whether upstreams of a tier with this rank are within reach.
+    pub fn tier(&self, rank: u32) -> bool {
+        self.unrestricted || self.max_rank.is_none_or(|max| rank <= max)
     }
     pub fn tool(&self, name: &str) -> bool {
         self.unrestricted || self.tools.is_match(name)
@@ -53,6 +60,8 @@ pub struct Role {
     pub tools: Vec<String>,
     pub prompts: Vec<String>,
     pub resources: Vec<String>,
+    /// Rank of the role's `max_tier`; `None` = no cap.
+    pub max_rank: Option<u32>,
 }
 
 /// All roles by name.
@@ -65,13 +74,20 @@ impl Roles {
         let mut t = GlobSetBuilder::new();
         let mut p = GlobSetBuilder::new();
         let mut r = GlobSetBuilder::new();
+        // The most permissive role wins: uncapped if any role is uncapped.
+        let mut max_rank = Some(0);
         for role in names.iter().filter_map(|n| self.0.get(n)) {
             add(&mut t, &role.tools);
             add(&mut p, &role.prompts);
             add(&mut r, &role.resources);
+            max_rank = match (max_rank, role.max_rank) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                _ => None,
+            };
         }
         Access {
             unrestricted: false,
+            max_rank,
             tools: t.build().unwrap_or_else(|_| GlobSet::empty()),
             prompts: p.build().unwrap_or_else(|_| GlobSet::empty()),
             resources: r.build().unwrap_or_else(|_| GlobSet::empty()),

@@ -20,7 +20,10 @@ use tower::ServiceExt;
 use crate::{
     error::CallError,
     pipeline::{self, Call, CallStack, Op},
-    policy::identity::{Identity, IdentityKind},
+    policy::{
+        authz::Access,
+        identity::{Identity, IdentityKind},
+    },
     router::cursor,
     telemetry::audit::Audit,
     upstream::{inflight::Downstream, pool::Pool},
@@ -46,6 +49,12 @@ impl Gateway {
             page_size,
             local: Identity::unrestricted("local", IdentityKind::Local),
         }
+    }
+
+    /// Whether the caller's roles reach the trust tier of the upstream at `idx`.
+    fn reaches(&self, access: &Access, idx: Option<usize>) -> bool {
+        idx.and_then(|i| self.pool.upstream(i))
+            .is_some_and(|u| access.tier(u.spec.tier.rank))
     }
 
     /// The caller: set by the HTTP edge; over stdio it is the local operator.
@@ -216,7 +225,7 @@ impl ServerHandler for Gateway {
         let catalog = self.pool.catalog();
         let access = self.identity(&ctx).access;
         let items = visible(&catalog.tools, access.is_unrestricted(), |x| {
-            access.tool(&x.name)
+            access.tool(&x.name) && self.reaches(&access, catalog.tool(&x.name).map(|r| r.upstream))
         });
         let c = request.as_ref().and_then(|r| r.cursor.as_deref());
         let (items, next) = cursor::page(&items, c, self.page_size).map_err(bad_cursor)?;
@@ -234,6 +243,7 @@ impl ServerHandler for Gateway {
         let access = self.identity(&ctx).access;
         let items = visible(&catalog.prompts, access.is_unrestricted(), |x| {
             access.prompt(&x.name)
+                && self.reaches(&access, catalog.prompt(&x.name).map(|r| r.upstream))
         });
         let c = request.as_ref().and_then(|r| r.cursor.as_deref());
         let (items, next) = cursor::page(&items, c, self.page_size).map_err(bad_cursor)?;
@@ -250,7 +260,7 @@ impl ServerHandler for Gateway {
         let catalog = self.pool.catalog();
         let access = self.identity(&ctx).access;
         let items = visible(&catalog.resources, access.is_unrestricted(), |x| {
-            access.resource(&x.uri)
+            access.resource(&x.uri) && self.reaches(&access, catalog.resource(&x.uri))
         });
         let c = request.as_ref().and_then(|r| r.cursor.as_deref());
         let (items, next) = cursor::page(&items, c, self.page_size).map_err(bad_cursor)?;
@@ -268,6 +278,7 @@ impl ServerHandler for Gateway {
         let access = self.identity(&ctx).access;
         let items = visible(&catalog.templates, access.is_unrestricted(), |x| {
             access.resource(&x.uri_template)
+                && self.reaches(&access, catalog.template(&x.uri_template))
         });
         let c = request.as_ref().and_then(|r| r.cursor.as_deref());
         let (items, next) = cursor::page(&items, c, self.page_size).map_err(bad_cursor)?;

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Phase, Upstream, supervisor};
 use crate::{
     config::Snapshot,
-    policy::{idempotency::IdempotencyStore, pinning::Pins, rate_limit::RateLimits},
+    policy::{authz::Access, idempotency::IdempotencyStore, pinning::Pins, rate_limit::RateLimits},
     router::catalog::Catalog,
     server::sessions::{Changed, Hub},
 };
@@ -77,6 +77,17 @@ impl Pool {
                 }
             });
         }
+    }
+
+    /// Whether a caller with `access` may see the exposed tool `name` (its role globs, and the
+    /// trust tier of the upstream behind it).
+    pub fn visible_tool(&self, access: &Access, name: &str) -> bool {
+        access.tool(name)
+            && self
+                .catalog()
+                .tool(name)
+                .and_then(|r| self.upstream(r.upstream))
+                .is_some_and(|u| access.tier(u.spec.tier.rank))
     }
 
     pub fn idempotency(&self) -> &Arc<IdempotencyStore> {
