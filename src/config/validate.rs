@@ -766,8 +766,8 @@ fn validate_auth(
         let max_rank = r
             .max_tier
             .as_ref()
-            .and_then(|t| match tiers.get(t.get_ref()) {
-                Ok(tier) => Some(tier.rank),
+            .map(|t| match tiers.get(t.get_ref()) {
+                Ok(tier) => tier.rank,
                 Err(diags) => {
                     cx.err_at(
                         t.span().start,
@@ -777,7 +777,7 @@ fn validate_auth(
                         ),
                     );
                     cx.errors.extend(diags);
-                    Some(0)
+                    0
                 }
             });
         let mut check = |globs: &[Spanned<String>]| -> Vec<String> {
