@@ -274,3 +274,51 @@ async fn stdio_downstream_serves_the_same_view() {
     assert_eq!(first_text(&r), "echo: stdio");
     client.cancel().await.unwrap();
 }
+
+#[test]
+fn the_policy_example_runs_as_documented() {
+    let cfg = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/policy/gateway.toml");
+    let out = fedgate(&["check", cfg]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = |tool: &str, args: &str, key: &str| {
+        let out = Command::new(FEDGATE)
+            .args([
+                "call", tool, "--args", args, "--bearer", key, "--config", cfg,
+            ])
+            .env("FEDGATE_LOG", "warn")
+            .output()
+            .expect("run fedgate");
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    let bob = "fgk_example_bob_NOT_A_SECRET";
+    let alice = "fgk_example_alice_NOT_A_SECRET";
+    let (ok, out) = run("internal.echo", r#"{"text":"hi"}"#, bob);
+    assert!(ok && out.contains("echo: hi"), "{out}");
+    let (ok, out) = run("internal.write_note", r#"{"key":"k","value":"v"}"#, bob);
+    assert!(
+        !ok && out.contains("unknown tool `internal.write_note`"),
+        "{out}"
+    );
+    let (ok, out) = run("internal.write_note", r#"{"key":"k","value":"v"}"#, alice);
+    assert!(ok && out.contains("stored k"), "{out}");
+    let (ok, out) = run("external.add", r#"{"a":1,"b":2}"#, alice);
+    assert!(!ok && out.contains("trust tier `low`"), "{out}");
+    let (ok, out) = run("core.echo", r#"{"text":"hi"}"#, alice);
+    assert!(!ok && out.contains("unknown tool `core.echo`"), "{out}");
+    let (ok, out) = run("internal.echo", "{}", "fgk_wrong");
+    assert!(
+        !ok && out.contains("unknown API key or invalid token"),
+        "{out}"
+    );
+}

@@ -82,10 +82,28 @@ pub async fn tools(path: &Path, json: bool) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub async fn call(path: &Path, tool: &str, args: &str) -> Result<ExitCode, String> {
+pub async fn call(
+    path: &Path,
+    tool: &str,
+    args: &str,
+    bearer: Option<&str>,
+) -> Result<ExitCode, String> {
     let args: JsonObject =
         serde_json::from_str(args).map_err(|e| format!("--args is not a JSON object: {e}"))?;
     let snapshot = load(path)?;
+    let identity = match bearer {
+        None => Identity::unrestricted("local", IdentityKind::Local),
+        Some(token) => {
+            let mut headers = http::HeaderMap::new();
+            let value = http::HeaderValue::from_str(&format!("Bearer {token}"))
+                .map_err(|_| "--bearer is not a valid header value".to_owned())?;
+            headers.insert(http::header::AUTHORIZATION, value);
+            snapshot
+                .auth
+                .authenticate(&headers)
+                .map_err(|e| e.to_string())?
+        }
+    };
     let pool = Pool::new(&snapshot);
     pool.start();
     pool.wait_settled(settle_bound(&snapshot)).await;
@@ -96,7 +114,7 @@ pub async fn call(path: &Path, tool: &str, args: &str) -> Result<ExitCode, Strin
         downstream: None,
         progress_token: None,
         ct: Default::default(),
-        identity: Identity::unrestricted("local", IdentityKind::Local),
+        identity,
         correlation_id: pipeline::correlation_id(),
         target: None,
         class: None,

@@ -65,6 +65,10 @@ enum Command {
         args: String,
         #[arg(long, short, default_value = DEFAULT_CONFIG)]
         config: PathBuf,
+        /// Call as the identity of this API key or JWT (checked like `Authorization: Bearer`);
+        /// without it the call runs as the local operator with full access.
+        #[arg(long, env = "FEDGATE_BEARER", hide_env_values = true)]
+        bearer: Option<String>,
     },
     /// Convert an `mcpServers` JSON file (Claude Desktop, Cursor, VS Code) to gateway.toml.
     Import { file: PathBuf },
@@ -106,7 +110,12 @@ pub fn run() -> ExitCode {
             Command::Stdio { config } => serve::stdio(&config).await,
             Command::Check { file } => check::check(&file),
             Command::Tools { config, json } => inspect::tools(&config, json).await,
-            Command::Call { tool, args, config } => inspect::call(&config, &tool, &args).await,
+            Command::Call {
+                tool,
+                args,
+                config,
+                bearer,
+            } => inspect::call(&config, &tool, &args, bearer.as_deref()).await,
             Command::Import { file } => import::import(&file),
             Command::DemoUpstream(args) => crate::demo::run(args).await,
             Command::ConformanceFixture(args) => crate::fixture::run(args).await,

@@ -763,23 +763,20 @@ fn validate_auth(
 ) -> Authenticator {
     let mut roles = Roles::default();
     for (name, r) in raw_roles {
-        let max_rank = r
-            .max_tier
-            .as_ref()
-            .map(|t| match tiers.get(t.get_ref()) {
-                Ok(tier) => tier.rank,
-                Err(diags) => {
-                    cx.err_at(
-                        t.span().start,
-                        format!(
-                            "role `{name}`: max_tier `{}` is not a usable tier",
-                            t.get_ref()
-                        ),
-                    );
-                    cx.errors.extend(diags);
-                    0
-                }
-            });
+        let max_rank = r.max_tier.as_ref().map(|t| match tiers.get(t.get_ref()) {
+            Ok(tier) => tier.rank,
+            Err(diags) => {
+                cx.err_at(
+                    t.span().start,
+                    format!(
+                        "role `{name}`: max_tier `{}` is not a usable tier",
+                        t.get_ref()
+                    ),
+                );
+                cx.errors.extend(diags);
+                0
+            }
+        });
         let mut check = |globs: &[Spanned<String>]| -> Vec<String> {
             for g in globs {
                 if let Err(e) = Glob::new(g.get_ref()) {
