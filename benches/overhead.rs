@@ -96,11 +96,12 @@ fn cpu_seconds(pid: u32) -> f64 {
     ticks / hz
 }
 
-fn rss_kib(pid: u32) -> u64 {
+/// A `kB` field of /proc/PID/status (`VmRSS`, `RssAnon`, …).
+fn status_kib(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)
 }
@@ -234,8 +235,10 @@ fn main() {
     );
     let gw_pid = gw.0.id();
     println!(
-        "fedgate idle RSS: {:.1} MiB (2 upstreams)",
-        rss_kib(gw_pid) as f64 / 1024.0
+        "fedgate idle RSS: {:.1} MiB (2 upstreams), of which anonymous {:.1} MiB, file-backed {:.1} MiB",
+        status_kib(gw_pid, "VmRSS:") as f64 / 1024.0,
+        status_kib(gw_pid, "RssAnon:") as f64 / 1024.0,
+        status_kib(gw_pid, "RssFile:") as f64 / 1024.0,
     );
     let direct_url = format!("http://{up_addr}/mcp");
     let gw_url = format!("http://{listen}/mcp");
