@@ -108,3 +108,40 @@ async fn one_record_per_call_with_the_decision() {
     assert!(!gw.stderr().contains(KEY));
     client.cancel().await.unwrap();
 }
+
+/// A full disk (here /dev/full, where every write fails with ENOSPC) is reported in the log,
+/// and calls go on.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_audit_disk_never_stops_calls() {
+    let config = format!(
+        "[audit]\npath = \"/dev/full\"\n\n{}",
+        stdio_upstream("demo", &[], "")
+    );
+    let gw = Gateway::start(&config);
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    for i in 0..5 {
+        let r = call(
+            &client,
+            "demo.echo",
+            serde_json::json!({"text": format!("n{i}")}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(first_text(&r), format!("echo: n{i}"));
+    }
+    let reported = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if gw.stderr().contains("audit log write failed") {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(
+        reported.is_ok(),
+        "the write failure is reported: {}",
+        gw.stderr()
+    );
+    client.cancel().await.unwrap();
+}
