@@ -1,71 +1,34 @@
 //! Audit: outermost, so every routed request is recorded with its typed outcome — including
 //! the ones resolve, authz, trust, rate limit or the breaker refused.
 
-use std::{
-    sync::Arc,
-    task::{Context, Poll},
-};
+use std::sync::Arc;
 
 use rmcp::model::{Reference, ServerResult};
 use tokio::time::Instant;
-use tower::{Layer, Service};
 
-use super::{Call, CallFuture, Op};
+use super::{
+    Call, CallFuture, Op,
+    step::{CallService, Step},
+};
 use crate::{
-    error::CallError,
     telemetry::audit::{Audit, Record, hash_arguments},
     upstream::pool::Pool,
 };
 
+/// Audit: record every call with its typed outcome.
 #[derive(Debug, Clone)]
-pub struct AuditLayer {
-    pool: Arc<Pool>,
-    audit: Option<Audit>,
+pub struct Auditing {
+    pub audit: Option<Audit>,
 }
 
-impl AuditLayer {
-    pub fn new(pool: Arc<Pool>, audit: Option<Audit>) -> Self {
-        Self { pool, audit }
-    }
-}
-
-impl<S> Layer<S> for AuditLayer {
-    type Service = AuditService<S>;
-    fn layer(&self, inner: S) -> Self::Service {
-        AuditService {
-            inner,
-            pool: self.pool.clone(),
-            audit: self.audit.clone(),
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct AuditService<S> {
-    inner: S,
-    pool: Arc<Pool>,
-    audit: Option<Audit>,
-}
-
-impl<S> Service<Call> for AuditService<S>
-where
-    S: Service<Call, Response = ServerResult, Error = CallError, Future = CallFuture>,
-{
-    type Response = ServerResult;
-    type Error = CallError;
-    type Future = CallFuture;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, call: Call) -> Self::Future {
+impl Step for Auditing {
+    fn run<S: CallService>(&self, pool: &Arc<Pool>, inner: &mut S, call: Call) -> CallFuture {
         let Some(audit) = self.audit.clone() else {
-            return self.inner.call(call);
+            return inner.call(call);
         };
         let started = Instant::now();
         let (name, args) = describe(&call.op);
-        let upstream = self.upstream_of(&call.op);
+        let upstream = Self::upstream_of(pool, &call.op);
         let arguments_sha256 = args.as_ref().map(hash_arguments);
         let arguments = args.filter(|_| audit.full_arguments);
         let base = Record {
@@ -83,7 +46,7 @@ where
             arguments_sha256,
             arguments,
         };
-        let fut = self.inner.call(call);
+        let fut = inner.call(call);
         Box::pin(async move {
             let result = fut.await;
             let mut r = base;
@@ -110,9 +73,9 @@ where
     }
 }
 
-impl<S> AuditService<S> {
-    fn upstream_of(&self, op: &Op) -> Option<String> {
-        let catalog = self.pool.catalog();
+impl Auditing {
+    fn upstream_of(pool: &Pool, op: &Op) -> Option<String> {
+        let catalog = pool.catalog();
         let idx = match op {
             Op::CallTool(p) => catalog.tool(&p.name).map(|r| r.upstream),
             Op::GetPrompt(p) => catalog.prompt(&p.name).map(|r| r.upstream),
@@ -125,7 +88,7 @@ impl<S> AuditService<S> {
                 _ => None,
             },
         }?;
-        self.pool.upstream(idx).map(|u| u.name().to_owned())
+        pool.upstream(idx).map(|u| u.name().to_owned())
     }
 }
 

@@ -1,61 +1,26 @@
 //! Authz: the caller's roles must allow the exposed name. A refusal is indistinguishable from
 //! an unknown name (same error, suggestions only among what the caller may use).
 
-use std::{
-    sync::Arc,
-    task::{Context, Poll},
+use std::sync::Arc;
+
+use super::{
+    Call, CallFuture, Exposed,
+    resolve::CLOSEST_NAMES,
+    step::{CallService, Step, done},
 };
-
-use tower::{Layer, Service};
-
-use super::{Call, CallFuture, Exposed, resolve::CLOSEST_NAMES};
 use crate::{error::CallError, upstream::pool::Pool};
 
+/// Authz: the caller's roles must allow the exposed name.
 #[derive(Debug, Clone)]
-pub struct AuthzLayer {
-    pool: Arc<Pool>,
-}
+pub struct Authz;
 
-impl AuthzLayer {
-    pub fn new(pool: Arc<Pool>) -> Self {
-        Self { pool }
-    }
-}
-
-impl<S> Layer<S> for AuthzLayer {
-    type Service = Authz<S>;
-    fn layer(&self, inner: S) -> Self::Service {
-        Authz {
-            inner,
-            pool: self.pool.clone(),
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct Authz<S> {
-    inner: S,
-    pool: Arc<Pool>,
-}
-
-impl<S> Service<Call> for Authz<S>
-where
-    S: Service<Call, Response = rmcp::model::ServerResult, Error = CallError, Future = CallFuture>,
-{
-    type Response = rmcp::model::ServerResult;
-    type Error = CallError;
-    type Future = CallFuture;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, call: Call) -> Self::Future {
-        match check(&self.pool, &call) {
-            Ok(()) => self.inner.call(call),
+impl Step for Authz {
+    fn run<S: CallService>(&self, pool: &Arc<Pool>, inner: &mut S, call: Call) -> CallFuture {
+        match check(pool, &call) {
+            Ok(()) => inner.call(call),
             Err(e) => {
                 tracing::info!(identity = %call.identity.name, "refused: {e} (not allowed by the caller's roles)");
-                Box::pin(std::future::ready(Err(e)))
+                done(Err(e))
             }
         }
     }

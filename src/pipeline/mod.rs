@@ -35,6 +35,7 @@ mod idempotency;
 mod rate_limit;
 mod resolve;
 mod retry;
+mod step;
 mod trust;
 
 use std::{future::Future, pin::Pin, sync::Arc};
@@ -55,15 +56,16 @@ use crate::{
     upstream::pool::Pool,
 };
 
-pub use audit::AuditLayer;
-pub use authz::AuthzLayer;
-pub use breaker::BreakerLayer;
+pub use audit::Auditing;
+pub use authz::Authz;
+pub use breaker::Breaker;
 pub use forward::Forward;
-pub use idempotency::IdempotencyLayer;
-pub use rate_limit::RateLimitLayer;
-pub use resolve::ResolveLayer;
-pub use retry::RetryLayer;
-pub use trust::TrustLayer;
+pub use idempotency::Idempotency;
+pub use rate_limit::RateLimit;
+pub use resolve::Resolve;
+pub use retry::Retry;
+pub use step::{CallService, Step, StepLayer};
+pub use trust::Trust;
 
 /// The routed MCP operation.
 #[derive(Debug, Clone)]
@@ -138,14 +140,14 @@ pub type CallStack = BoxCloneSyncService<Call, ServerResult, CallError>;
 /// Builds the stack for a pool; see the module doc for the order.
 pub fn build(pool: Arc<Pool>, audit: Option<Audit>) -> CallStack {
     let svc = ServiceBuilder::new()
-        .layer(AuditLayer::new(pool.clone(), audit))
-        .layer(ResolveLayer::new(pool.clone()))
-        .layer(AuthzLayer::new(pool.clone()))
-        .layer(TrustLayer::new(pool.clone()))
-        .layer(RateLimitLayer::new(pool.clone()))
-        .layer(IdempotencyLayer::new(pool.clone()))
-        .layer(RetryLayer::new(pool.clone()))
-        .layer(BreakerLayer::new(pool.clone()))
+        .layer(StepLayer::new(pool.clone(), Auditing { audit }))
+        .layer(StepLayer::new(pool.clone(), Resolve))
+        .layer(StepLayer::new(pool.clone(), Authz))
+        .layer(StepLayer::new(pool.clone(), Trust))
+        .layer(StepLayer::new(pool.clone(), RateLimit))
+        .layer(StepLayer::new(pool.clone(), Idempotency))
+        .layer(StepLayer::new(pool.clone(), Retry))
+        .layer(StepLayer::new(pool.clone(), Breaker))
         .service(Forward::new(pool));
     BoxCloneSyncService::new(svc)
 }

@@ -1,65 +1,30 @@
 //! Resolve: exposed name or URI → upstream, with the call rewritten to the upstream's own name.
 
-use std::{
-    sync::Arc,
-    task::{Context, Poll},
-};
+use std::sync::Arc;
 
 use rmcp::model::Reference;
-use tower::{Layer, Service};
 
-use super::{Call, CallFuture, Exposed, Op, Target};
+use super::{
+    Call, CallFuture, Exposed, Op, Target,
+    step::{CallService, Step, done},
+};
 use crate::{error::CallError, upstream::pool::Pool};
 
 /// How many similar names an unknown-tool error suggests.
 pub(super) const CLOSEST_NAMES: usize = 3;
 
+/// Resolve: exposed name or URI → upstream, with the call rewritten to the upstream's own name.
 #[derive(Debug, Clone)]
-pub struct ResolveLayer {
-    pool: Arc<Pool>,
-}
+pub struct Resolve;
 
-impl ResolveLayer {
-    pub fn new(pool: Arc<Pool>) -> Self {
-        Self { pool }
-    }
-}
-
-impl<S> Layer<S> for ResolveLayer {
-    type Service = Resolve<S>;
-    fn layer(&self, inner: S) -> Self::Service {
-        Resolve {
-            inner,
-            pool: self.pool.clone(),
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct Resolve<S> {
-    inner: S,
-    pool: Arc<Pool>,
-}
-
-impl<S> Service<Call> for Resolve<S>
-where
-    S: Service<Call, Response = rmcp::model::ServerResult, Error = CallError, Future = CallFuture>,
-{
-    type Response = rmcp::model::ServerResult;
-    type Error = CallError;
-    type Future = CallFuture;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut call: Call) -> Self::Future {
-        match resolve(&self.pool, &mut call) {
+impl Step for Resolve {
+    fn run<S: CallService>(&self, pool: &Arc<Pool>, inner: &mut S, mut call: Call) -> CallFuture {
+        match resolve(pool, &mut call) {
             Ok(target) => {
                 call.target = Some(target);
-                self.inner.call(call)
+                inner.call(call)
             }
-            Err(e) => Box::pin(std::future::ready(Err(e))),
+            Err(e) => done(Err(e)),
         }
     }
 }

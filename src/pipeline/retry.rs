@@ -1,73 +1,33 @@
 //! Retry: repeats calls that are safe to repeat after transport-level failures, with backoff.
 //! Outside the breaker, so every attempt counts there, and an open breaker stops the retries.
 
-use std::{
-    sync::Arc,
-    task::{Context, Poll},
+use std::sync::Arc;
+
+use super::{
+    Call, CallFuture,
+    step::{CallService, Step},
 };
-
-use rmcp::model::ServerResult;
-use tower::{Layer, Service};
-
-use super::{Call, CallFuture};
 use crate::{
     error::CallError,
     policy::retry::{backoff, retryable},
     upstream::pool::Pool,
 };
 
+/// Retry: repeat calls that are safe to repeat after transport failures.
 #[derive(Debug, Clone)]
-pub struct RetryLayer {
-    pool: Arc<Pool>,
-}
+pub struct Retry;
 
-impl RetryLayer {
-    pub fn new(pool: Arc<Pool>) -> Self {
-        Self { pool }
-    }
-}
-
-impl<S> Layer<S> for RetryLayer {
-    type Service = Retry<S>;
-    fn layer(&self, inner: S) -> Self::Service {
-        Retry {
-            inner,
-            pool: self.pool.clone(),
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct Retry<S> {
-    inner: S,
-    pool: Arc<Pool>,
-}
-
-impl<S> Service<Call> for Retry<S>
-where
-    S: Service<Call, Response = ServerResult, Error = CallError, Future = CallFuture>
-        + Clone
-        + Send
-        + 'static,
-{
-    type Response = ServerResult;
-    type Error = CallError;
-    type Future = CallFuture;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, call: Call) -> Self::Future {
+impl Step for Retry {
+    fn run<S: CallService>(&self, pool: &Arc<Pool>, inner: &mut S, call: Call) -> CallFuture {
         let policy = call
             .target
             .as_ref()
-            .and_then(|t| self.pool.upstream(t.upstream))
+            .and_then(|t| pool.upstream(t.upstream))
             .map(|u| u.spec.retry);
         let Some(policy) = policy.filter(|p| call.retry_safe && p.attempts > 1) else {
-            return self.inner.call(call);
+            return inner.call(call);
         };
-        let mut inner = self.inner.clone();
+        let mut inner = inner.clone();
         Box::pin(async move {
             let mut attempt = 1;
             loop {

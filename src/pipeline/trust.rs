@@ -1,74 +1,34 @@
 //! Trust: classify the call (read/write/long) by its upstream's tier, refuse what the tier does
 //! not allow, and set the per-class timeout the forward step applies.
 
-use std::{
-    sync::Arc,
-    task::{Context, Poll},
+use std::sync::Arc;
+
+use super::{
+    Call, CallFuture, Exposed, Op,
+    step::{CallService, Step, done},
 };
-
-use tower::{Layer, Service};
-
-use super::{Call, CallFuture, Exposed, Op};
 use crate::{
     error::CallError,
     policy::trust::{self, CallClass},
     upstream::pool::Pool,
 };
 
+/// Trust: classify by the upstream's tier and refuse what it does not allow.
 #[derive(Debug, Clone)]
-pub struct TrustLayer {
-    pool: Arc<Pool>,
-}
+pub struct Trust;
 
-impl TrustLayer {
-    pub fn new(pool: Arc<Pool>) -> Self {
-        Self { pool }
-    }
-}
-
-impl<S> Layer<S> for TrustLayer {
-    type Service = Trust<S>;
-    fn layer(&self, inner: S) -> Self::Service {
-        Trust {
-            inner,
-            pool: self.pool.clone(),
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct Trust<S> {
-    inner: S,
-    pool: Arc<Pool>,
-}
-
-impl<S> Service<Call> for Trust<S>
-where
-    S: Service<Call, Response = rmcp::model::ServerResult, Error = CallError, Future = CallFuture>,
-{
-    type Response = rmcp::model::ServerResult;
-    type Error = CallError;
-    type Future = CallFuture;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut call: Call) -> Self::Future {
-        match classify(&self.pool, &call) {
+impl Step for Trust {
+    fn run<S: CallService>(&self, pool: &Arc<Pool>, inner: &mut S, mut call: Call) -> CallFuture {
+        match classify(pool, &call) {
             Ok(class) => {
-                if let Some(up) = call
-                    .target
-                    .as_ref()
-                    .and_then(|t| self.pool.upstream(t.upstream))
-                {
+                if let Some(up) = call.target.as_ref().and_then(|t| pool.upstream(t.upstream)) {
                     call.timeout = Some(trust::timeout(&up.spec, class));
                 }
                 call.class = Some(class);
-                call.retry_safe = retry_safe(&self.pool, &call, class);
-                self.inner.call(call)
+                call.retry_safe = retry_safe(pool, &call, class);
+                inner.call(call)
             }
-            Err(e) => Box::pin(std::future::ready(Err(e))),
+            Err(e) => done(Err(e)),
         }
     }
 }
