@@ -17,7 +17,7 @@ const DESCRIPTION_CHARS: usize = 60;
 
 pub async fn tools(path: &Path, json: bool) -> Result<ExitCode, String> {
     let snapshot = load(path)?;
-    let pool = Pool::new(&snapshot);
+    let pool = Pool::new(&snapshot)?;
     pool.start();
     pool.wait_settled(settle_bound(&snapshot)).await;
     let catalog = pool.catalog();
@@ -104,7 +104,7 @@ pub async fn call(
                 .map_err(|e| e.to_string())?
         }
     };
-    let pool = Pool::new(&snapshot);
+    let pool = Pool::new(&snapshot)?;
     pool.start();
     pool.wait_settled(settle_bound(&snapshot)).await;
     let stack = pipeline::build(pool.clone(), None);

@@ -59,10 +59,10 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, String
     } else if auth.anonymous.is_some() {
         tracing::info!("callers without credentials are accepted as `anonymous` with its roles");
     }
-    let pool = Pool::new(&snapshot);
+    let pool = Pool::new(&snapshot)?;
     pool.start();
     let audit = match &snapshot.audit {
-        Some(cfg) => Some(Audit::start(cfg).await?),
+        Some(cfg) => Some(Audit::start(cfg, Some(pool.metrics().audit_dropped.clone())).await?),
         None => None,
     };
     let gateway = Gateway::new(pool.clone(), snapshot.gateway.page_size.get(), audit);
@@ -100,11 +100,11 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, String
 
 pub async fn stdio(path: &Path) -> Result<ExitCode, String> {
     let snapshot = load(path)?;
-    let pool = Pool::new(&snapshot);
+    let pool = Pool::new(&snapshot)?;
     pool.start();
     pool.wait_settled(settle_bound(&snapshot)).await;
     let audit = match &snapshot.audit {
-        Some(cfg) => Some(Audit::start(cfg).await?),
+        Some(cfg) => Some(Audit::start(cfg, Some(pool.metrics().audit_dropped.clone())).await?),
         None => None,
     };
     let gateway = Gateway::new(pool.clone(), snapshot.gateway.page_size.get(), audit);

@@ -206,6 +206,12 @@ impl Demo {
                 true,
             ),
             tool(
+                "error",
+                "Always answer with a JSON-RPC error.",
+                json!({}),
+                true,
+            ),
+            tool(
                 "whoami",
                 "The credential this server received.",
                 json!({}),
@@ -480,6 +486,7 @@ impl ServerHandler for Demo {
                 )
             }
             "fail" => CallToolResult::error(vec![ContentBlock::text("this tool always fails")]),
+            "error" => return Err(McpError::internal_error("deliberate JSON-RPC error", None)),
             "roots" => {
                 let answer = ctx
                     .peer

@@ -1,5 +1,6 @@
-//! Audit: outermost, so every routed request is recorded with its typed outcome — including
-//! the ones resolve, authz, trust, rate limit or the breaker refused.
+//! Observe: outermost, so every routed request is recorded — in the audit log and the call
+//! metrics — with its typed outcome, including the ones resolve, authz, trust, rate limit or the
+//! breaker refused.
 
 use std::sync::Arc;
 
@@ -15,7 +16,7 @@ use crate::{
     upstream::pool::Pool,
 };
 
-/// Audit: record every call with its typed outcome.
+/// Records every call in the audit log (if configured) and the call metrics.
 #[derive(Debug, Clone)]
 pub struct Auditing {
     pub audit: Option<Audit>,
@@ -23,51 +24,63 @@ pub struct Auditing {
 
 impl Step for Auditing {
     fn run<S: CallService>(&self, pool: &Arc<Pool>, inner: &mut S, call: Call) -> CallFuture {
-        let Some(audit) = self.audit.clone() else {
-            return inner.call(call);
-        };
         let started = Instant::now();
         let (name, args) = describe(&call.op);
         let upstream = Self::upstream_of(pool, &call.op);
-        let arguments_sha256 = args.as_ref().map(hash_arguments);
-        let arguments = args.filter(|_| audit.full_arguments);
-        let base = Record {
+        let method = call.op.method();
+        // Label values stay bounded: a tool name only when the catalog knows it.
+        let tool_label = match (&call.op, &upstream) {
+            (Op::CallTool(_), Some(_)) => name.clone(),
+            (Op::CallTool(_), None) => "_unknown".to_owned(),
+            _ => String::new(),
+        };
+        let base = self.audit.as_ref().map(|audit| Record {
             time: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             identity: call.identity.name.clone(),
             identity_kind: kind_name(&call.identity),
-            method: call.op.method(),
+            method,
             name,
-            upstream,
+            upstream: upstream.clone(),
             decision: "allowed",
             reason: None,
             outcome: "ok",
             latency_ms: 0.0,
             correlation_id: call.correlation_id.clone(),
-            arguments_sha256,
-            arguments,
-        };
+            arguments_sha256: args.as_ref().map(hash_arguments),
+            arguments: args.filter(|_| audit.full_arguments),
+        });
+        let audit = self.audit.clone();
+        let metrics = pool.metrics().clone();
         let fut = inner.call(call);
         Box::pin(async move {
             let result = fut.await;
-            let mut r = base;
-            r.latency_ms = started.elapsed().as_secs_f64() * 1000.0;
-            match &result {
-                Ok(ServerResult::CallToolResult(t)) if t.is_error == Some(true) => {
-                    r.outcome = "is_error"
-                }
-                Ok(ServerResult::InputRequiredResult(_)) => r.outcome = "input_required",
-                Ok(_) => {}
-                Err(e) => {
+            let elapsed = started.elapsed();
+            let outcome = match &result {
+                Ok(ServerResult::CallToolResult(t)) if t.is_error == Some(true) => "is_error",
+                Ok(ServerResult::InputRequiredResult(_)) => "input_required",
+                Ok(_) => "ok",
+                Err(e) => e.code(),
+            };
+            let upstream_label = upstream.as_deref().unwrap_or("_none");
+            metrics.call(
+                upstream_label,
+                &tool_label,
+                method,
+                outcome,
+                elapsed.as_secs_f64(),
+            );
+            if let (Some(audit), Some(mut r)) = (audit, base) {
+                r.latency_ms = elapsed.as_secs_f64() * 1000.0;
+                r.outcome = outcome;
+                if let Err(e) = &result {
                     r.reason = Some(e.code());
                     if e.is_refusal() {
                         r.decision = "refused";
                         r.outcome = "refused";
-                    } else {
-                        r.outcome = e.code();
                     }
                 }
+                audit.record(r);
             }
-            audit.record(r);
             result
         })
     }

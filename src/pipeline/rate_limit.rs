@@ -23,6 +23,10 @@ impl Step for RateLimit {
                 Exposed::Tool(n) | Exposed::Prompt(n) | Exposed::Resource(n) => n.as_str(),
             };
             if let Err(limited) = limits.check(&call.identity.name, &target.upstream_name, item) {
+                pool.metrics()
+                    .rate_limited
+                    .with_label_values(&[limited.rule.as_str()])
+                    .inc();
                 return done(Err(CallError::RateLimited {
                     rule: limited.rule,
                     retry_after: limited.retry_after,

@@ -164,6 +164,16 @@ impl Edge {
             }
             "/healthz" => json(StatusCode::OK, &serde_json::json!({"status": "ok"})),
             "/readyz" => readyz(&pool),
+            "/metrics" => {
+                pool.refresh_gauges();
+                let mut resp =
+                    Response::new(Full::new(Bytes::from(pool.metrics().render())).boxed());
+                resp.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    header::HeaderValue::from_static("text/plain; version=0.0.4"),
+                );
+                resp
+            }
             _ => json(
                 StatusCode::NOT_FOUND,
                 &serde_json::json!({"error": "not found; the MCP endpoint is /mcp"}),

@@ -53,11 +53,15 @@ pub struct Audit {
     tx: mpsc::Sender<Record>,
     pub full_arguments: bool,
     dropped: Arc<AtomicU64>,
+    dropped_metric: Option<prometheus::IntCounter>,
 }
 
 impl Audit {
     /// Opens (appends to) the file and starts the writer task.
-    pub async fn start(cfg: &AuditConfig) -> Result<Self, String> {
+    pub async fn start(
+        cfg: &AuditConfig,
+        dropped_metric: Option<prometheus::IntCounter>,
+    ) -> Result<Self, String> {
         let file = tokio::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -66,17 +70,27 @@ impl Audit {
             .map_err(|e| format!("cannot open audit log `{}`: {e}", cfg.path.display()))?;
         let (tx, rx) = mpsc::channel(cfg.queue.max(1));
         let dropped = Arc::new(AtomicU64::new(0));
-        tokio::spawn(write_loop(file, rx, dropped.clone(), cfg.path.clone()));
+        tokio::spawn(write_loop(
+            file,
+            rx,
+            dropped.clone(),
+            dropped_metric.clone(),
+            cfg.path.clone(),
+        ));
         Ok(Self {
             tx,
             full_arguments: cfg.full_arguments,
             dropped,
+            dropped_metric,
         })
     }
 
     /// Queues a record; never waits.
     pub fn record(&self, r: Record) {
         if self.tx.try_send(r).is_err() {
+            if let Some(m) = &self.dropped_metric {
+                m.inc();
+            }
             let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
             if n.is_power_of_two() {
                 tracing::error!(dropped = n, "audit queue full: records dropped");
@@ -98,6 +112,7 @@ async fn write_loop(
     mut file: tokio::fs::File,
     mut rx: mpsc::Receiver<Record>,
     dropped: Arc<AtomicU64>,
+    dropped_metric: Option<prometheus::IntCounter>,
     path: PathBuf,
 ) {
     let mut buf = Vec::new();
@@ -126,6 +141,9 @@ async fn write_loop(
             Ok(()) => {}
             Err(e) => {
                 dropped.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                if let Some(m) = &dropped_metric {
+                    m.inc_by(batch.len() as u64);
+                }
                 if !failing {
                     tracing::error!(path = %path.display(), "audit log write failed, records dropped: {e}");
                 }

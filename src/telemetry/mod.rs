@@ -1,3 +1,4 @@
-//! Observability: the audit log (metrics and traces arrive with the operations work).
+//! Observability: the audit log and Prometheus metrics (traces arrive with the operations work).
 
 pub mod audit;
+pub mod metrics;

@@ -12,6 +12,7 @@ use crate::{
     policy::{authz::Access, idempotency::IdempotencyStore, pinning::Pins, rate_limit::RateLimits},
     router::catalog::Catalog,
     server::sessions::{Changed, Hub},
+    telemetry::metrics::Metrics,
 };
 
 /// How often rate-limit state of idle keys is dropped.
@@ -23,6 +24,7 @@ pub struct Pool {
     separator: String,
     catalog: ArcSwap<Catalog>,
     hub: Arc<Hub>,
+    metrics: Arc<Metrics>,
     pins: Pins,
     rate_limits: RateLimits,
     idempotency: Arc<IdempotencyStore>,
@@ -32,9 +34,10 @@ pub struct Pool {
 }
 
 impl Pool {
-    pub fn new(snapshot: &Snapshot) -> Arc<Self> {
+    pub fn new(snapshot: &Snapshot) -> Result<Arc<Self>, String> {
         let (status_tx, _) = watch::channel(0);
-        Arc::new(Self {
+        Ok(Arc::new(Self {
+            metrics: Arc::new(Metrics::new()?),
             upstreams: snapshot
                 .upstreams
                 .iter()
@@ -56,7 +59,7 @@ impl Pool {
             },
             shutdown: CancellationToken::new(),
             status_tx,
-        })
+        }))
     }
 
     /// Starts every upstream at once; none waits for another.
@@ -108,6 +111,32 @@ impl Pool {
 
     pub fn catalog(&self) -> Arc<Catalog> {
         self.catalog.load_full()
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Brings the gauges that mirror state (upstream up, breakers, sessions) up to date.
+    pub fn refresh_gauges(&self) {
+        let now = tokio::time::Instant::now();
+        for u in &self.upstreams {
+            let up = i64::from(u.connection().is_some());
+            self.metrics
+                .upstream_up
+                .with_label_values(&[u.name()])
+                .set(up);
+            let state = match u.breaker.status(now).state {
+                "open" => 2,
+                "half_open" => 1,
+                _ => 0,
+            };
+            self.metrics
+                .breaker_state
+                .with_label_values(&[u.name()])
+                .set(state);
+        }
+        self.metrics.sessions_active.set(self.hub.len() as i64);
     }
 
     pub fn hub(&self) -> &Arc<Hub> {

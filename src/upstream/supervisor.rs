@@ -91,6 +91,10 @@ pub(super) async fn run(pool: Arc<Pool>, idx: usize) {
             _ = shutdown.cancelled() => break,
         }
         up.update(|s| s.restarts += 1);
+        pool.metrics()
+            .upstream_restarts
+            .with_label_values(&[up.name()])
+            .inc();
     }
     up.update(|s| s.phase = Phase::Stopped);
     pool.status_changed();
@@ -190,6 +194,10 @@ async fn serve(
         s.tools = tools;
     });
     tracing::info!(upstream = %up.name(), era = ?era, protocol = %protocol_version, tools, "upstream ready");
+    pool.metrics()
+        .list_cache_refresh
+        .with_label_values(&[up.name()])
+        .inc();
     pool.rebuild(Changed::ALL);
     pool.status_changed();
 
@@ -346,6 +354,10 @@ async fn handle_event(
     let tools = lists.tools.len();
     up.lists.store(Arc::new(lists));
     up.update(|s| s.tools = tools);
+    pool.metrics()
+        .list_cache_refresh
+        .with_label_values(&[up.name()])
+        .inc();
     pool.rebuild(changed);
 }
 

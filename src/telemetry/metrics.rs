@@ -1,0 +1,133 @@
+//! Prometheus metrics (F14): one registry owned by the gateway, served at `/metrics`. Label
+//! values are bounded: upstream names come from config, tool names only when the catalog knows
+//! them (`_unknown` otherwise), outcomes and methods are fixed sets.
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+/// Latency buckets (seconds): sub-millisecond to a minute.
+const DURATION_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0,
+];
+
+/// Every metric fedgate exports.
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    registry: Registry,
+    pub calls: IntCounterVec,
+    pub call_duration: HistogramVec,
+    pub upstream_up: IntGaugeVec,
+    pub upstream_restarts: IntCounterVec,
+    pub breaker_state: IntGaugeVec,
+    pub rate_limited: IntCounterVec,
+    pub sessions_active: IntGauge,
+    pub list_cache_refresh: IntCounterVec,
+    pub audit_dropped: IntCounter,
+}
+
+impl Metrics {
+    pub fn new() -> Result<Self, String> {
+        Self::build().map_err(|e| format!("cannot set up metrics: {e}"))
+    }
+
+    fn build() -> Result<Self, prometheus::Error> {
+        let registry = Registry::new();
+        let calls = IntCounterVec::new(
+            Opts::new(
+                "fedgate_calls_total",
+                "Routed MCP requests by upstream, tool, method and outcome",
+            ),
+            &["upstream", "tool", "method", "outcome"],
+        )?;
+        let call_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "fedgate_call_duration_seconds",
+                "Duration of routed MCP requests",
+            )
+            .buckets(DURATION_BUCKETS.to_vec()),
+            &["upstream", "method"],
+        )?;
+        let upstream_up = IntGaugeVec::new(
+            Opts::new(
+                "fedgate_upstream_up",
+                "1 while the upstream is connected and serving",
+            ),
+            &["upstream"],
+        )?;
+        let upstream_restarts = IntCounterVec::new(
+            Opts::new(
+                "fedgate_upstream_restarts_total",
+                "Reconnects and process restarts of an upstream",
+            ),
+            &["upstream"],
+        )?;
+        let breaker_state = IntGaugeVec::new(
+            Opts::new(
+                "fedgate_breaker_state",
+                "Circuit breaker: 0 closed, 1 half-open, 2 open",
+            ),
+            &["upstream"],
+        )?;
+        let rate_limited = IntCounterVec::new(
+            Opts::new(
+                "fedgate_rate_limited_total",
+                "Calls refused by a rate limit",
+            ),
+            &["rule"],
+        )?;
+        let sessions_active = IntGauge::new("fedgate_sessions_active", "Open downstream sessions")?;
+        let list_cache_refresh = IntCounterVec::new(
+            Opts::new(
+                "fedgate_list_cache_refresh_total",
+                "Refreshes of an upstream's cached lists",
+            ),
+            &["upstream"],
+        )?;
+        let audit_dropped = IntCounter::new(
+            "fedgate_audit_dropped_total",
+            "Audit records dropped (queue full or write failed)",
+        )?;
+        registry.register(Box::new(calls.clone()))?;
+        registry.register(Box::new(call_duration.clone()))?;
+        registry.register(Box::new(upstream_up.clone()))?;
+        registry.register(Box::new(upstream_restarts.clone()))?;
+        registry.register(Box::new(breaker_state.clone()))?;
+        registry.register(Box::new(rate_limited.clone()))?;
+        registry.register(Box::new(sessions_active.clone()))?;
+        registry.register(Box::new(list_cache_refresh.clone()))?;
+        registry.register(Box::new(audit_dropped.clone()))?;
+        Ok(Self {
+            registry,
+            calls,
+            call_duration,
+            upstream_up,
+            upstream_restarts,
+            breaker_state,
+            rate_limited,
+            sessions_active,
+            list_cache_refresh,
+            audit_dropped,
+        })
+    }
+
+    /// Records one routed call.
+    pub fn call(&self, upstream: &str, tool: &str, method: &str, outcome: &str, seconds: f64) {
+        self.calls
+            .with_label_values(&[upstream, tool, method, outcome])
+            .inc();
+        let h: Histogram = self.call_duration.with_label_values(&[upstream, method]);
+        h.observe(seconds);
+    }
+
+    /// The text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut buf) {
+            tracing::warn!("metrics encoding failed: {e}");
+        }
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}

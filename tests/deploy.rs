@@ -1,0 +1,164 @@
+//! The shipped deploy artifacts parse and reference what the binary really serves: the port,
+//! `/healthz`, `/readyz`, `/metrics`, the `serve` flags; the ConfigMap's gateway.toml passes
+//! `fedgate check`; the systemd unit and Dockerfile run the real command.
+
+use std::{collections::BTreeSet, path::Path, process::Command};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+const FEDGATE: &str = env!("CARGO_BIN_EXE_fedgate");
+
+fn manifests() -> Vec<(String, serde_norway::Value)> {
+    let dir = Path::new(ROOT).join("deploy/kubernetes");
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        for doc in serde_norway::Deserializer::from_str(&text) {
+            let v = <serde_norway::Value as serde::Deserialize>::deserialize(doc)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            if !v.is_null() {
+                out.push((path.file_name().unwrap().to_string_lossy().into_owned(), v));
+            }
+        }
+    }
+    out
+}
+
+fn kind<'a>(all: &'a [(String, serde_norway::Value)], k: &str) -> &'a serde_norway::Value {
+    &all.iter()
+        .find(|(_, v)| v["kind"] == k)
+        .unwrap_or_else(|| panic!("no {k} manifest"))
+        .1
+}
+
+#[test]
+fn kubernetes_manifests_parse_and_match_the_binary() {
+    let all = manifests();
+    let kinds: BTreeSet<String> = all
+        .iter()
+        .filter_map(|(_, v)| v["kind"].as_str().map(str::to_owned))
+        .collect();
+    for k in [
+        "Deployment",
+        "Service",
+        "ConfigMap",
+        "Secret",
+        "HorizontalPodAutoscaler",
+        "ServiceMonitor",
+        "PodMonitor",
+        "NetworkPolicy",
+        "PodDisruptionBudget",
+    ] {
+        assert!(kinds.contains(k), "missing {k}: {kinds:?}");
+    }
+    // kustomization.yaml is a build file, not a resource.
+    for (file, v) in all.iter().filter(|(_, v)| v["kind"] != "Kustomization") {
+        assert!(
+            v["apiVersion"].is_string() && v["metadata"]["name"].is_string(),
+            "{file}"
+        );
+    }
+
+    let dep = kind(&all, "Deployment");
+    let c = &dep["spec"]["template"]["spec"]["containers"][0];
+    let args: Vec<&str> = c["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    let port = c["ports"][0]["containerPort"].as_u64().unwrap();
+    assert_eq!(port, 8930);
+    assert!(args.contains(&"serve"), "{args:?}");
+    let listen = args
+        .iter()
+        .position(|a| *a == "--listen")
+        .map(|i| args[i + 1])
+        .unwrap();
+    assert_eq!(listen, format!("0.0.0.0:{port}"));
+    let config = args
+        .iter()
+        .position(|a| *a == "--config")
+        .map(|i| args[i + 1])
+        .unwrap();
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    // The same flags are accepted by the binary (`--help` lists them).
+    let help = Command::new(FEDGATE)
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for flag in args.iter().filter(|a| a.starts_with("--")) {
+        let global = Command::new(FEDGATE).arg("--help").output().unwrap();
+        assert!(
+            help.contains(flag) || String::from_utf8_lossy(&global.stdout).contains(flag),
+            "`{flag}` is not a fedgate flag"
+        );
+    }
+
+    let svc = kind(&all, "Service");
+    assert_eq!(svc["spec"]["ports"][0]["port"].as_u64(), Some(8930));
+    for monitor in ["ServiceMonitor", "PodMonitor"] {
+        let m = kind(&all, monitor);
+        let endpoints = if monitor == "ServiceMonitor" {
+            &m["spec"]["endpoints"]
+        } else {
+            &m["spec"]["podMetricsEndpoints"]
+        };
+        assert_eq!(endpoints[0]["path"], "/metrics", "{monitor}");
+    }
+
+    // The ConfigMap's gateway.toml and tiers pass `fedgate check` where the Deployment mounts them.
+    let cm = kind(&all, "ConfigMap");
+    let dir = tempfile::tempdir().unwrap();
+    let data = cm["data"].as_mapping().unwrap();
+    std::fs::create_dir_all(dir.path().join("trust-tiers")).unwrap();
+    for (k, v) in data {
+        let key = k.as_str().unwrap();
+        let target = if key == "gateway.toml" {
+            dir.path().join(key)
+        } else {
+            dir.path().join("trust-tiers").join(key)
+        };
+        std::fs::write(target, v.as_str().unwrap()).unwrap();
+    }
+    assert!(config.ends_with("gateway.toml"));
+    let out = Command::new(FEDGATE)
+        .args(["check", dir.path().join("gateway.toml").to_str().unwrap()])
+        .env("FEDGATE_JWT_SECRET", "test-only")
+        .env("GITHUB_TOKEN", "test-only")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn systemd_unit_and_dockerfile_run_the_real_command() {
+    let unit =
+        std::fs::read_to_string(Path::new(ROOT).join("deploy/systemd/fedgate.service")).unwrap();
+    let exec = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .expect("ExecStart");
+    assert!(exec.contains("fedgate serve --config"), "{exec}");
+    for hardening in [
+        "NoNewPrivileges=yes",
+        "ProtectSystem=strict",
+        "PrivateTmp=yes",
+    ] {
+        assert!(unit.contains(hardening), "missing {hardening}");
+    }
+    let docker = std::fs::read_to_string(Path::new(ROOT).join("deploy/Dockerfile")).unwrap();
+    assert!(docker.matches("FROM ").count() >= 2, "multi-stage");
+    assert!(docker.contains("USER "), "runs as non-root");
+    assert!(docker.contains("EXPOSE 8930"));
+    assert!(docker.contains(r#""serve""#) && docker.contains(r#""--config""#));
+}
