@@ -264,3 +264,52 @@ async fn malformed_requests_get_errors_and_the_gateway_keeps_serving() {
     assert_eq!(first_text(&r), "echo: still here");
     client.cancel().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_drains_calls_in_flight_then_exits_cleanly() {
+    let mut gw = Gateway::start(&format!(
+        "[gateway]\nshutdown_grace_ms = 20000\n{}",
+        stdio_upstream("demo", &[], "era = \"legacy\"")
+    ));
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    let child: u32 = first_text(
+        &call(&client, "demo.pid", serde_json::json!({}))
+            .await
+            .unwrap(),
+    )
+    .parse()
+    .unwrap();
+    let slow = call(&client, "demo.slow", serde_json::json!({"ms": 1500}));
+    let term = async {
+        // Signal once the upstream is working on the call.
+        loop {
+            let r = call(&client, "demo.stats", serde_json::json!({}))
+                .await
+                .unwrap();
+            if r.structured_content.unwrap()["calls"].as_u64().unwrap() >= 3 {
+                break;
+            }
+        }
+        Command::new("kill")
+            .args(["-TERM", &gw.pid().to_string()])
+            .status()
+            .unwrap();
+    };
+    let (result, ()) = tokio::join!(slow, term);
+    assert_eq!(
+        first_text(&result.expect("the call in flight completes")),
+        "slept 1500"
+    );
+    let status = tokio::task::spawn_blocking(move || {
+        let s = gw.child.wait().unwrap();
+        (s, gw)
+    })
+    .await
+    .unwrap()
+    .0;
+    assert!(
+        status.success(),
+        "exit code 0 after a drained shutdown: {status:?}"
+    );
+    assert!(!alive(child), "the upstream process is stopped");
+}

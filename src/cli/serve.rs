@@ -66,13 +66,25 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, String
         None => None,
     };
     let gateway = Gateway::new(pool.clone(), snapshot.gateway.page_size.get(), audit);
-    let shutdown = CancellationToken::new();
+    let stop_accepting = CancellationToken::new();
+    let close_all = CancellationToken::new();
     let server = tokio::spawn({
         let pool = pool.clone();
         let settings = snapshot.gateway.clone();
-        let shutdown = shutdown.clone();
+        let (stop_accepting, close_all) = (stop_accepting.clone(), close_all.clone());
         let auth = snapshot.auth.clone();
-        async move { http::serve(listener, gateway, pool, &settings, auth, shutdown).await }
+        async move {
+            http::serve(
+                listener,
+                gateway,
+                pool,
+                &settings,
+                auth,
+                stop_accepting,
+                close_all,
+            )
+            .await
+        }
     });
     pool.wait_settled(settle_bound(&snapshot)).await;
     let ready = pool
@@ -91,10 +103,21 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, String
         pool.upstreams().len()
     );
     wait_for_signal().await;
-    tracing::info!("shutting down");
-    shutdown.cancel();
+    // Stop taking connections, let calls in flight finish (bounded), then close sessions and
+    // stop the upstreams.
+    tracing::info!("shutting down: draining calls in flight");
+    stop_accepting.cancel();
+    let grace = snapshot.gateway.shutdown_grace;
+    if !pool.wait_idle(grace).await {
+        tracing::warn!(
+            ?grace,
+            "calls still in flight after the shutdown grace period"
+        );
+    }
+    close_all.cancel();
     stop(&pool).await;
     let _ = server.await;
+    tracing::info!("stopped");
     Ok(ExitCode::SUCCESS)
 }
 

@@ -44,3 +44,5 @@ pub const DEFAULT_RETRY_MAX_MS: u64 = 2_000;
 pub const DEFAULT_RETRY_JITTER_MS: u64 = 100;
 /// How long a result recorded under an idempotency key is returned for repeats.
 pub const DEFAULT_IDEMPOTENCY_TTL_MS: u64 = 600_000;
+/// How long shutdown waits for calls in flight before closing sessions and upstreams.
+pub const DEFAULT_SHUTDOWN_GRACE_MS: u64 = 30_000;

@@ -210,6 +210,8 @@ pub struct RawGateway {
     pub tiers_dir: Option<String>,
     /// How long a result recorded under an idempotency key is replayed, in milliseconds.
     pub idempotency_ttl_ms: Option<u64>,
+    /// On SIGTERM/SIGINT, how long calls in flight may take before everything is closed.
+    pub shutdown_grace_ms: Option<u64>,
     /// Serve HTTPS (and with `client_ca`, require client certificates: mTLS).
     pub tls: Option<Spanned<RawTls>>,
 }

@@ -72,6 +72,7 @@ pub struct GatewaySettings {
     pub idempotency_ttl: Duration,
     /// HTTPS (with client verification when a client CA is configured).
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    pub shutdown_grace: Duration,
 }
 
 /// How an upstream's names are exposed.
@@ -337,6 +338,9 @@ pub(super) fn validate(
                 g.idempotency_ttl_ms.unwrap_or(DEFAULT_IDEMPOTENCY_TTL_MS),
             ),
             tls,
+            shutdown_grace: Duration::from_millis(
+                g.shutdown_grace_ms.unwrap_or(DEFAULT_SHUTDOWN_GRACE_MS),
+            ),
         },
         upstreams,
     })

@@ -29,14 +29,16 @@ pub const MCP_PATH: &str = "/mcp";
 
 type Body = BoxBody<Bytes, Infallible>;
 
-/// Serves until `shutdown` is cancelled; returns once the listener is closed.
+/// Accepts connections until `stop_accepting` is cancelled; connections and sessions already
+/// open keep being served until `close_all` is cancelled (so in-flight calls can drain).
 pub async fn serve(
     listener: TcpListener,
     gateway: Gateway,
     pool: Arc<Pool>,
     settings: &GatewaySettings,
     auth: Arc<Authenticator>,
-    shutdown: CancellationToken,
+    stop_accepting: CancellationToken,
+    close_all: CancellationToken,
 ) -> std::io::Result<()> {
     let local = listener.local_addr()?;
     // No priming event per response stream: without an event store a broken stream cannot be
@@ -46,7 +48,7 @@ pub async fn serve(
     let mcp = StreamableHttpService::new(
         move || Ok(gateway.clone()),
         Arc::new(sessions),
-        mcp_config(settings, local, shutdown.child_token()),
+        mcp_config(settings, local, close_all.child_token()),
     );
     let tls = settings.tls.clone().map(tokio_rustls::TlsAcceptor::from);
     let edge = Edge { mcp, pool, auth };
@@ -60,13 +62,13 @@ pub async fn serve(
                     continue;
                 }
             },
-            _ = shutdown.cancelled() => return Ok(()),
+            _ = stop_accepting.cancelled() => return Ok(()),
         };
         // SSE responses go out in several small writes; without NODELAY, Nagle holds them for
         // the peer's delayed ACK (~40 ms per call on a kept-alive connection).
         let _ = stream.set_nodelay(true);
         let edge = edge.clone();
-        let conn_shutdown = shutdown.clone();
+        let conn_shutdown = close_all.clone();
         let tls = tls.clone();
         tokio::spawn(async move {
             match tls {

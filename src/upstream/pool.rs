@@ -31,6 +31,20 @@ pub struct Pool {
     shutdown: CancellationToken,
     /// Bumped on every phase change, so waiters need not poll.
     status_tx: watch::Sender<u64>,
+    /// Routed calls in flight, for draining on shutdown.
+    calls_in_flight: watch::Sender<usize>,
+}
+
+/// Counts a call as in flight until dropped.
+#[derive(Debug)]
+pub struct InFlightCall(Arc<Pool>);
+
+impl Drop for InFlightCall {
+    fn drop(&mut self) {
+        self.0
+            .calls_in_flight
+            .send_modify(|n| *n = n.saturating_sub(1));
+    }
 }
 
 impl Pool {
@@ -59,6 +73,7 @@ impl Pool {
             },
             shutdown: CancellationToken::new(),
             status_tx,
+            calls_in_flight: watch::channel(0).0,
         }))
     }
 
@@ -111,6 +126,20 @@ impl Pool {
 
     pub fn catalog(&self) -> Arc<Catalog> {
         self.catalog.load_full()
+    }
+
+    /// Marks a call in flight until the returned guard is dropped.
+    pub fn call_started(self: &Arc<Self>) -> InFlightCall {
+        self.calls_in_flight.send_modify(|n| *n += 1);
+        InFlightCall(self.clone())
+    }
+
+    /// Waits (bounded) until no call is in flight; returns whether it got there.
+    pub async fn wait_idle(&self, timeout: Duration) -> bool {
+        let mut rx = self.calls_in_flight.subscribe();
+        tokio::time::timeout(timeout, rx.wait_for(|n| *n == 0))
+            .await
+            .is_ok_and(|r| r.is_ok())
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {
