@@ -281,12 +281,15 @@ async fn sigterm_drains_calls_in_flight_then_exits_cleanly() {
     .unwrap();
     let slow = call(&client, "demo.slow", serde_json::json!({"ms": 1500}));
     let term = async {
-        // Signal once the upstream is working on the call.
+        // Signal once the upstream is working on the call: it has counted pid, slow and every
+        // stats call so far.
+        let mut stats_calls = 0;
         loop {
             let r = call(&client, "demo.stats", serde_json::json!({}))
                 .await
                 .unwrap();
-            if r.structured_content.unwrap()["calls"].as_u64().unwrap() >= 3 {
+            stats_calls += 1;
+            if r.structured_content.unwrap()["calls"].as_u64().unwrap() >= 2 + stats_calls {
                 break;
             }
         }
@@ -297,7 +300,10 @@ async fn sigterm_drains_calls_in_flight_then_exits_cleanly() {
     };
     let (result, ()) = tokio::join!(slow, term);
     assert_eq!(
-        first_text(&result.expect("the call in flight completes")),
+        first_text(
+            &result
+                .unwrap_or_else(|e| panic!("the call in flight completes: {e}\n{}", gw.stderr()))
+        ),
         "slept 1500"
     );
     let status = tokio::task::spawn_blocking(move || {

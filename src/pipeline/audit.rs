@@ -51,11 +51,9 @@ impl Step for Auditing {
         });
         let audit = self.audit.clone();
         let metrics = pool.metrics().clone();
-        let in_flight = pool.call_started();
         let fut = inner.call(call);
         Box::pin(async move {
             let result = fut.await;
-            drop(in_flight);
             let elapsed = started.elapsed();
             let outcome = match &result {
                 Ok(ServerResult::CallToolResult(t)) if t.is_error == Some(true) => "is_error",

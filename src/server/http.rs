@@ -21,7 +21,7 @@ use super::mcp::Gateway;
 use crate::{
     config::GatewaySettings,
     policy::identity::{AuthError, Authenticator, Identity, ResourceMetadata},
-    upstream::pool::Pool,
+    upstream::pool::{InFlightCall, Pool},
 };
 
 /// Path of the MCP endpoint.
@@ -148,8 +148,21 @@ impl Edge {
             {
                 Ok(identity) => {
                     req.extensions_mut().insert(identity);
+                    // A POST is in flight until its response body (JSON or SSE) has been
+                    // sent: shutdown drains these. Standalone GET streams are not counted.
+                    let in_flight =
+                        (req.method() == http::Method::POST).then(|| pool.call_started());
                     match tower::Service::<Request<Incoming>>::call(&mut mcp, req).await {
-                        Ok(r) => r,
+                        Ok(r) => match in_flight {
+                            Some(guard) => r.map(|body| {
+                                Tracked {
+                                    body,
+                                    _guard: guard,
+                                }
+                                .boxed()
+                            }),
+                            None => r,
+                        },
                         Err(never) => match never {},
                     }
                 }
@@ -323,5 +336,31 @@ where
                 .serve_connection_with_upgrades(TokioIo::new(stream), svc)
                 .await;
         });
+    }
+}
+
+/// A response body that keeps its request counted as in flight until it is fully sent.
+struct Tracked {
+    body: Body,
+    _guard: InFlightCall,
+}
+
+impl http_body::Body for Tracked {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }
