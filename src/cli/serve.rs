@@ -92,13 +92,31 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, String
         .iter()
         .filter(|u| u.connection().is_some())
         .count();
+    let admin_note = match &snapshot.admin {
+        Some(a) => {
+            let l = TcpListener::bind(a.listen)
+                .await
+                .map_err(|e| format!("cannot listen on {} (admin): {e}", a.listen))?;
+            let admin_addr = l
+                .local_addr()
+                .map_err(|e| format!("cannot read the admin address: {e}"))?;
+            tokio::spawn(crate::server::admin::serve(
+                l,
+                pool.clone(),
+                Arc::new(snapshot.clone()),
+                close_all.clone(),
+            ));
+            format!(", admin at http://{admin_addr}/admin")
+        }
+        None => String::new(),
+    };
     let scheme = if snapshot.gateway.tls.is_some() {
         "https"
     } else {
         "http"
     };
     println!(
-        "fedgate ready: listening on {scheme}://{addr}{} ({ready}/{} upstreams ready)",
+        "fedgate ready: listening on {scheme}://{addr}{} ({ready}/{} upstreams ready{admin_note})",
         http::MCP_PATH,
         pool.upstreams().len()
     );

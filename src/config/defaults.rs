@@ -46,3 +46,5 @@ pub const DEFAULT_RETRY_JITTER_MS: u64 = 100;
 pub const DEFAULT_IDEMPOTENCY_TTL_MS: u64 = 600_000;
 /// How long shutdown waits for calls in flight before closing sessions and upstreams.
 pub const DEFAULT_SHUTDOWN_GRACE_MS: u64 = 30_000;
+/// Address of the admin API when `[admin] listen` is not set.
+pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:8939";

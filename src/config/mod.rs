@@ -39,9 +39,21 @@ pub struct RawConfig {
     pub rate_limits: Vec<Spanned<RawRateLimit>>,
     /// The audit log.
     pub audit: Option<RawAudit>,
+    /// The admin API: its own listener and token.
+    pub admin: Option<Spanned<RawAdmin>>,
     /// Upstream credentials, referenced by upstreams with `credential = "NAME"`.
     #[serde(default)]
     pub credentials: BTreeMap<String, Spanned<RawCredential>>,
+}
+
+/// `[admin]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAdmin {
+    /// Address of the admin listener (keep it private; default 127.0.0.1:8939).
+    pub listen: Option<String>,
+    /// Bearer token reference (`env:NAME` or `file:PATH`) required on every admin request.
+    pub token: String,
 }
 
 /// `[credentials.NAME]`: exactly one of `source` and `oauth`.

@@ -58,6 +58,14 @@ pub struct Snapshot {
     /// Configured limits followed by one per upstream whose tier sets `[rate_limit]`.
     pub rate_limits: Vec<RuleSpec>,
     pub audit: Option<AuditConfig>,
+    pub admin: Option<AdminSettings>,
+}
+
+/// The admin API's listener and token.
+#[derive(Debug, Clone)]
+pub struct AdminSettings {
+    pub listen: SocketAddr,
+    pub token: secret::Secret,
 }
 
 /// `[gateway]` after validation.
@@ -295,6 +303,36 @@ pub(super) fn validate(
         }
     });
     let auth = validate_auth(&mut cx, raw.auth, raw.roles, &mut tiers);
+    let admin = raw.admin.and_then(|a| {
+        let at = a.span().start;
+        let a = a.into_inner();
+        let listen = match a
+            .listen
+            .as_deref()
+            .unwrap_or(DEFAULT_ADMIN_LISTEN)
+            .parse::<SocketAddr>()
+        {
+            Ok(l) => l,
+            Err(_) => {
+                cx.err_at(
+                    at,
+                    "[admin] listen is not an address like 127.0.0.1:8939".into(),
+                );
+                return None;
+            }
+        };
+        match secret::resolve(&a.token) {
+            Ok(token) if !token.expose().is_empty() => Some(AdminSettings { listen, token }),
+            Ok(_) => {
+                cx.err_at(at, "[admin] token is empty".into());
+                None
+            }
+            Err(e) => {
+                cx.err_at(at, format!("[admin] token: {e}"));
+                None
+            }
+        }
+    });
     let mut rate_limits = validate_rate_limits(&mut cx, &raw.rate_limits, &names);
     for up in &upstreams {
         if let Some((per_second, burst)) = up.tier.rate_limit
@@ -319,6 +357,7 @@ pub(super) fn validate(
     Ok(Snapshot {
         auth: Arc::new(auth),
         rate_limits,
+        admin,
         audit: raw.audit.map(|a| AuditConfig {
             path: std::path::Path::new(file)
                 .parent()

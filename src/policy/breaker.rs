@@ -147,6 +147,14 @@ impl Breaker {
         s.recent.clear();
     }
 
+    /// Closes the breaker (operator override from the admin API).
+    pub fn reset(&self) {
+        let mut s = self.inner.lock();
+        s.state = State::Closed;
+        s.consecutive = 0;
+        s.recent.clear();
+    }
+
     pub fn status(&self, now: Instant) -> BreakerStatus {
         let s = self.inner.lock();
         let (state, retry_in_ms) = match s.state {

@@ -33,6 +33,9 @@ pub struct Conflict {
     pub upstream: String,
     pub item: String,
     pub reason: String,
+    /// For a held-back tool definition: the fingerprint that would accept it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
 }
 
 /// Immutable merged lists; rebuilt whenever an upstream's lists change.
@@ -78,6 +81,7 @@ impl Catalog {
                         upstream: spec.name.clone(),
                         item: tool.name.to_string(),
                         reason: why,
+                        fingerprint: Some(now),
                     });
                     continue;
                 }
@@ -180,6 +184,7 @@ impl Catalog {
             upstream: up.name().to_owned(),
             item: item.to_owned(),
             reason,
+            fingerprint: None,
         });
     }
 

@@ -1,5 +1,6 @@
 //! The downstream face: the MCP handler, the HTTP listener, stdio, and session bookkeeping.
 
+pub mod admin;
 pub mod http;
 pub mod mcp;
 pub mod sessions;

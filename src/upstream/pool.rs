@@ -142,6 +142,15 @@ impl Pool {
             .is_ok_and(|r| r.is_ok())
     }
 
+    /// Accepts a tool definition held back by pinning (admin API); the tool reappears.
+    pub fn accept_pin(&self, upstream: &str, tool: &str, fingerprint: &str) {
+        self.pins.preset(upstream, tool, fingerprint);
+        self.rebuild(Changed {
+            tools: true,
+            ..Changed::default()
+        });
+    }
+
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
     }

@@ -102,6 +102,8 @@ pub struct Gateway {
     pub child: Child,
     pub url: String,
     pub base: String,
+    /// Base URL of the admin listener, when `[admin]` is configured.
+    pub admin: Option<String>,
     pub dir: tempfile::TempDir,
     pub stderr_path: PathBuf,
 }
@@ -151,12 +153,18 @@ impl Gateway {
             .unwrap_or_else(|| panic!("no address in ready line: {line}"))
             .to_owned();
         let base = url.trim_end_matches("/mcp").to_owned();
+        let admin = line
+            .split("admin at ")
+            .nth(1)
+            .and_then(|s| s.split(|c: char| c == ')' || c.is_whitespace()).next())
+            .map(|s| s.trim_end_matches("/admin").to_owned());
         // Keep draining stdout so the child never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
         Gateway {
             child,
             url,
             base,
+            admin,
             dir,
             stderr_path,
         }

@@ -1,0 +1,264 @@
+//! The admin API (F15): its own listener and bearer token. Upstream states, breaker reset,
+//! held-back tool definitions and their acceptance, the effective config with secrets redacted,
+//! and `/metrics`.
+
+use std::{convert::Infallible, sync::Arc};
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use hyper::body::Incoming;
+use hyper_util::{
+    rt::{TokioExecutor, TokioIo},
+    server::conn::auto,
+};
+use serde_json::{Value, json};
+use subtle::ConstantTimeEq;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    config::{Snapshot, TransportSpec},
+    upstream::pool::Pool,
+};
+
+type Body = BoxBody<Bytes, Infallible>;
+
+/// Largest admin request body.
+const MAX_ADMIN_BODY_BYTES: usize = 64 * 1024;
+
+#[derive(Clone)]
+struct Admin {
+    pool: Arc<Pool>,
+    snapshot: Arc<Snapshot>,
+    token: Arc<str>,
+}
+
+/// Serves the admin API until `shutdown` is cancelled.
+pub async fn serve(
+    listener: TcpListener,
+    pool: Arc<Pool>,
+    snapshot: Arc<Snapshot>,
+    shutdown: CancellationToken,
+) {
+    let Some(token) = snapshot
+        .admin
+        .as_ref()
+        .map(|a| Arc::<str>::from(a.token.expose()))
+    else {
+        return;
+    };
+    let admin = Admin {
+        pool,
+        snapshot,
+        token,
+    };
+    loop {
+        let (stream, _) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!("admin accept failed: {e}");
+                    continue;
+                }
+            },
+            _ = shutdown.cancelled() => return,
+        };
+        let admin = admin.clone();
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let admin = admin.clone();
+                async move { Ok::<_, Infallible>(admin.route(req).await) }
+            });
+            let _ = auto::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+        });
+    }
+}
+
+fn json(status: StatusCode, v: &Value) -> Response<Body> {
+    let mut resp = Response::new(Full::new(Bytes::from(v.to_string())).boxed());
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+impl Admin {
+    fn authorized(&self, req: &Request<Incoming>) -> bool {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        bool::from(given.as_bytes().ct_eq(self.token.as_bytes()))
+    }
+
+    async fn route(self, req: Request<Incoming>) -> Response<Body> {
+        if !self.authorized(&req) {
+            let mut r = json(
+                StatusCode::UNAUTHORIZED,
+                &json!({"error": "admin token required"}),
+            );
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static(r#"Bearer realm="fedgate-admin""#),
+            );
+            return r;
+        }
+        let method = req.method().clone();
+        let path = req.uri().path().to_owned();
+        let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+        match (method, parts.as_slice()) {
+            (Method::GET, ["admin", "upstreams"]) => {
+                let ups: serde_json::Map<String, Value> = self
+                    .pool
+                    .upstreams()
+                    .iter()
+                    .map(|u| {
+                        (
+                            u.name().to_owned(),
+                            serde_json::to_value(u.status()).unwrap_or_default(),
+                        )
+                    })
+                    .collect();
+                json(StatusCode::OK, &Value::Object(ups))
+            }
+            (Method::POST, ["admin", "upstreams", name, "breaker", "reset"]) => {
+                match self.pool.upstreams().iter().find(|u| u.name() == *name) {
+                    Some(u) => {
+                        u.breaker.reset();
+                        tracing::info!(upstream = %name, "breaker reset by the admin API");
+                        json(
+                            StatusCode::OK,
+                            &json!({"upstream": name, "breaker": "closed"}),
+                        )
+                    }
+                    None => json(
+                        StatusCode::NOT_FOUND,
+                        &json!({"error": format!("no upstream `{name}`")}),
+                    ),
+                }
+            }
+            (Method::GET, ["admin", "pins"]) => {
+                let catalog = self.pool.catalog();
+                let held: Vec<_> = catalog
+                    .conflicts
+                    .iter()
+                    .filter(|c| c.fingerprint.is_some())
+                    .collect();
+                json(
+                    StatusCode::OK,
+                    &serde_json::to_value(held).unwrap_or_default(),
+                )
+            }
+            (Method::POST, ["admin", "pins", "accept"]) => self.accept_pin(req).await,
+            (Method::GET, ["admin", "config"]) => json(StatusCode::OK, &redacted(&self.snapshot)),
+            (Method::GET, ["metrics"]) => {
+                self.pool.refresh_gauges();
+                Response::new(Full::new(Bytes::from(self.pool.metrics().render())).boxed())
+            }
+            _ => json(
+                StatusCode::NOT_FOUND,
+                &json!({"error": "unknown admin endpoint", "endpoints": [
+                    "GET /admin/upstreams", "POST /admin/upstreams/NAME/breaker/reset",
+                    "GET /admin/pins", "POST /admin/pins/accept", "GET /admin/config", "GET /metrics"]}),
+            ),
+        }
+    }
+
+    async fn accept_pin(&self, req: Request<Incoming>) -> Response<Body> {
+        let body = match http_body_util::Limited::new(req.into_body(), MAX_ADMIN_BODY_BYTES)
+            .collect()
+            .await
+        {
+            Ok(b) => b.to_bytes(),
+            Err(_) => {
+                return json(
+                    StatusCode::BAD_REQUEST,
+                    &json!({"error": "unreadable or too large body"}),
+                );
+            }
+        };
+        let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let field = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
+        let (Some(upstream), Some(tool), Some(fingerprint)) =
+            (field("upstream"), field("tool"), field("fingerprint"))
+        else {
+            return json(
+                StatusCode::BAD_REQUEST,
+                &json!({"error": "send {\"upstream\": …, \"tool\": …, \"fingerprint\": …} (see GET /admin/pins)"}),
+            );
+        };
+        let held = self.pool.catalog().conflicts.iter().any(|c| {
+            c.upstream == upstream
+                && c.item == tool
+                && c.fingerprint.as_deref() == Some(fingerprint.as_str())
+        });
+        if !held {
+            return json(
+                StatusCode::CONFLICT,
+                &json!({"error": "no held-back definition with that fingerprint (GET /admin/pins)"}),
+            );
+        }
+        self.pool.accept_pin(&upstream, &tool, &fingerprint);
+        tracing::warn!(upstream = %upstream, tool = %tool, fingerprint = %fingerprint, "tool definition accepted by the admin API");
+        json(
+            StatusCode::OK,
+            &json!({"accepted": {"upstream": upstream, "tool": tool, "fingerprint": fingerprint}}),
+        )
+    }
+}
+
+/// The effective configuration without secrets: references and names only.
+fn redacted(s: &Snapshot) -> Value {
+    let upstreams: Vec<Value> = s
+        .upstreams
+        .iter()
+        .map(|u| {
+            let transport = match &u.transport {
+                TransportSpec::Stdio(p) => json!({"kind": "stdio", "command": p.command, "args": p.args,
+                    "env": p.env.keys().collect::<Vec<_>>()}),
+                TransportSpec::Http { url, headers, .. } => json!({"kind": "http", "url": url,
+                    "headers": headers.keys().collect::<Vec<_>>()}),
+                TransportSpec::Sse { url, headers, .. } => json!({"kind": "sse", "url": url,
+                    "headers": headers.keys().collect::<Vec<_>>()}),
+            };
+            json!({
+                "name": u.name,
+                "transport": transport,
+                "tier": u.tier.name,
+                "prefix": format!("{:?}", u.prefix).to_lowercase(),
+                "era": format!("{:?}", u.era).to_lowercase(),
+                "writable": u.writable,
+                "read_only": u.read_only,
+                "long_running": u.long_running,
+                "credential": u.credential.as_ref().map(|c| json!({"name": c.credential.name, "class": c.credential.class})),
+                "call_timeout_ms": u.call_timeout.as_millis() as u64,
+            })
+        })
+        .collect();
+    json!({
+        "gateway": {
+            "listen": s.gateway.listen.to_string(),
+            "separator": s.gateway.separator,
+            "page_size": s.gateway.page_size.get(),
+            "tls": s.gateway.tls.is_some(),
+        },
+        "auth": {
+            "open": s.auth.open,
+            "anonymous": s.auth.anonymous.is_some(),
+            "api_keys": s.auth.api_keys.iter().map(|k| k.name.clone()).collect::<Vec<_>>(),
+            "jwt": s.auth.jwt.is_some(),
+            "client_certs": s.auth.client_certs.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>(),
+            "roles": s.auth.roles.0.keys().collect::<Vec<_>>(),
+        },
+        "rate_limits": s.rate_limits.iter().map(|r| json!({"name": r.name, "per_second": r.per_second.get(), "burst": r.burst.get()})).collect::<Vec<_>>(),
+        "audit": s.audit.as_ref().map(|a| a.path.display().to_string()),
+        "upstreams": upstreams,
+    })
+}
