@@ -5,7 +5,8 @@
 //! becomes a `Call` (so it gets 401 whatever else is wrong with it).
 //!
 //! Order (outer to inner) and why:
-//! 0. `audit` — outermost, so it records every request with its typed outcome, refusals too.
+//! 0. `observe` — outermost, so the audit log and the call metrics see every request with its
+//!    typed outcome, refusals too.
 //! 1. `resolve` — exposed name or URI → upstream route. It runs first because every later
 //!    policy (authz on namespaced names, trust tier of the upstream, per-upstream rate limits and
 //!    breakers) needs to know which upstream and tool a call targets.
@@ -27,11 +28,11 @@
 //! envelope, audit/metrics, hop guard, resolve, authz, trust tier, schema check, rate limit,
 //! idempotency; then per upstream retry → breaker → timeout → token injection → transport.
 
-mod audit;
 mod authz;
 mod breaker;
 mod forward;
 mod idempotency;
+mod observe;
 mod rate_limit;
 mod resolve;
 mod retry;
@@ -56,11 +57,11 @@ use crate::{
     upstream::pool::Pool,
 };
 
-pub use audit::Auditing;
 pub use authz::Authz;
 pub use breaker::Breaker;
 pub use forward::Forward;
 pub use idempotency::Idempotency;
+pub use observe::Observe;
 pub use rate_limit::RateLimit;
 pub use resolve::Resolve;
 pub use retry::Retry;
@@ -140,7 +141,7 @@ pub type CallStack = BoxCloneSyncService<Call, ServerResult, CallError>;
 /// Builds the stack for a pool; see the module doc for the order.
 pub fn build(pool: Arc<Pool>, audit: Option<Audit>) -> CallStack {
     let svc = ServiceBuilder::new()
-        .layer(StepLayer::new(pool.clone(), Auditing { audit }))
+        .layer(StepLayer::new(pool.clone(), Observe { audit }))
         .layer(StepLayer::new(pool.clone(), Resolve))
         .layer(StepLayer::new(pool.clone(), Authz))
         .layer(StepLayer::new(pool.clone(), Trust))

@@ -225,7 +225,7 @@ impl ServerHandler for Gateway {
         let catalog = self.pool.catalog();
         let access = self.identity(&ctx).access;
         let items = visible(&catalog.tools, access.is_unrestricted(), |x| {
-            access.tool(&x.name) && self.reaches(&access, catalog.tool(&x.name).map(|r| r.upstream))
+            self.pool.visible_tool(&access, &x.name)
         });
         let c = request.as_ref().and_then(|r| r.cursor.as_deref());
         let (items, next) = cursor::page(&items, c, self.page_size).map_err(bad_cursor)?;

@@ -144,22 +144,31 @@ impl Inflight {
         &self,
         p: LoggingMessageNotificationParam,
     ) -> Result<(), LoggingMessageNotificationParam> {
-        let mut sole = None;
-        for slot in self.slots.iter() {
-            if slot.downstream.is_some() {
-                if sole.is_some() {
-                    return Err(p);
+        match self.sole_call() {
+            Some(key) => match self.slots.get(&key) {
+                Some(slot) => {
+                    let _ = slot.events.send(CallEvent::Log(p));
+                    Ok(())
                 }
-                sole = Some(slot.events.clone());
-            }
-        }
-        match sole {
-            Some(tx) => {
-                let _ = tx.send(CallEvent::Log(p));
-                Ok(())
-            }
+                None => Err(p),
+            },
             None => Err(p),
         }
+    }
+
+    /// The one call with a downstream in flight, if there is exactly one: the only way to
+    /// attribute messages the wire does not link to a request.
+    fn sole_call(&self) -> Option<u64> {
+        let mut found = None;
+        for slot in self.slots.iter() {
+            if slot.downstream.is_some() {
+                if found.is_some() {
+                    return None;
+                }
+                found = Some(*slot.key());
+            }
+        }
+        found
     }
 
     /// The downstream call that caused an upstream request.
@@ -172,16 +181,8 @@ impl Inflight {
             let key = *self.by_request.get(id)?;
             return self.slots.get(&key).and_then(|s| s.downstream.clone());
         }
-        let mut found = None;
-        for slot in self.slots.iter() {
-            if let Some(d) = &slot.downstream {
-                if found.is_some() {
-                    return None;
-                }
-                found = Some(d.clone());
-            }
-        }
-        found
+        let key = self.sole_call()?;
+        self.slots.get(&key).and_then(|s| s.downstream.clone())
     }
 
     /// Number of calls in flight.

@@ -18,11 +18,11 @@ use crate::{
 
 /// Records every call in the audit log (if configured) and the call metrics.
 #[derive(Debug, Clone)]
-pub struct Auditing {
+pub struct Observe {
     pub audit: Option<Audit>,
 }
 
-impl Step for Auditing {
+impl Step for Observe {
     fn run<S: CallService>(&self, pool: &Arc<Pool>, inner: &mut S, call: Call) -> CallFuture {
         let started = Instant::now();
         let (name, args) = describe(&call.op);
@@ -86,7 +86,7 @@ impl Step for Auditing {
     }
 }
 
-impl Auditing {
+impl Observe {
     fn upstream_of(pool: &Pool, op: &Op) -> Option<String> {
         let catalog = pool.catalog();
         let idx = match op {
