@@ -27,7 +27,7 @@ pub async fn tools(path: &Path, json: bool) -> Result<ExitCode, String> {
         .map(|t| {
             let route = catalog.tool(&t.name);
             let upstream = route
-                .and_then(|r| pool.upstream(r.upstream))
+                .and_then(|r| catalog.upstream(r.upstream))
                 .map(|u| u.name().to_owned())
                 .unwrap_or_default();
             let read_only = t
@@ -67,7 +67,7 @@ pub async fn tools(path: &Path, json: bool) -> Result<ExitCode, String> {
             println!("{n:<w$}  {u:<wu$}  {rw:<5}  {d}");
         }
     }
-    for u in pool.upstreams() {
+    for u in pool.upstreams().iter() {
         let s = u.status();
         if u.connection().is_none() {
             eprintln!(

@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     config::{self, Snapshot},
-    server::{http, mcp::Gateway},
+    server::{http, mcp::Gateway, reload::Reloader},
     telemetry::audit::Audit,
     upstream::pool::Pool,
 };
@@ -66,20 +66,23 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, String
         None => None,
     };
     let gateway = Gateway::new(pool.clone(), snapshot.gateway.page_size.get(), audit);
+    let reloader = Reloader::new(path, pool.clone(), snapshot.clone());
     let stop_accepting = CancellationToken::new();
+    tokio::spawn(reloader.clone().on_sighup(stop_accepting.clone()));
+    if snapshot.gateway.watch_config {
+        tokio::spawn(reloader.clone().on_file_change(stop_accepting.clone()));
+    }
     let close_all = CancellationToken::new();
     let server = tokio::spawn({
         let pool = pool.clone();
         let settings = snapshot.gateway.clone();
         let (stop_accepting, close_all) = (stop_accepting.clone(), close_all.clone());
-        let auth = snapshot.auth.clone();
         async move {
             http::serve(
                 listener,
                 gateway,
                 pool,
                 &settings,
-                auth,
                 stop_accepting,
                 close_all,
             )
@@ -103,7 +106,7 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, String
             tokio::spawn(crate::server::admin::serve(
                 l,
                 pool.clone(),
-                Arc::new(snapshot.clone()),
+                reloader.clone(),
                 close_all.clone(),
             ));
             format!(", admin at http://{admin_addr}/admin")
@@ -125,7 +128,7 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, String
     // stop the upstreams.
     tracing::info!("shutting down: draining calls in flight");
     stop_accepting.cancel();
-    let grace = snapshot.gateway.shutdown_grace;
+    let grace = reloader.current().gateway.shutdown_grace;
     if !pool.wait_idle(grace).await {
         tracing::warn!(
             ?grace,
@@ -149,10 +152,18 @@ pub async fn stdio(path: &Path) -> Result<ExitCode, String> {
         None => None,
     };
     let gateway = Gateway::new(pool.clone(), snapshot.gateway.page_size.get(), audit);
+    let watch = snapshot.gateway.watch_config;
+    let reloader = Reloader::new(path, pool.clone(), snapshot);
+    let stop_watching = CancellationToken::new();
+    tokio::spawn(reloader.clone().on_sighup(stop_watching.clone()));
+    if watch {
+        tokio::spawn(reloader.on_file_change(stop_watching.clone()));
+    }
     let result = tokio::select! {
         r = crate::server::stdio::serve(gateway) => r,
         _ = wait_for_signal() => Ok(()),
     };
+    stop_watching.cancel();
     stop(&pool).await;
     result.map(|_| ExitCode::SUCCESS)
 }

@@ -224,6 +224,8 @@ pub struct RawGateway {
     pub idempotency_ttl_ms: Option<u64>,
     /// On SIGTERM/SIGINT, how long calls in flight may take before everything is closed.
     pub shutdown_grace_ms: Option<u64>,
+    /// Reload when the config file or a tier file changes (default true; SIGHUP always works).
+    pub watch_config: Option<bool>,
     /// Serve HTTPS (and with `client_ca`, require client certificates: mTLS).
     pub tls: Option<Spanned<RawTls>>,
 }

@@ -59,6 +59,8 @@ pub struct Snapshot {
     pub rate_limits: Vec<RuleSpec>,
     pub audit: Option<AuditConfig>,
     pub admin: Option<AdminSettings>,
+    /// The trust tier folder (watched for changes, like the config file).
+    pub tiers_dir: std::path::PathBuf,
 }
 
 /// The admin API's listener and token.
@@ -81,6 +83,7 @@ pub struct GatewaySettings {
     /// HTTPS (with client verification when a client CA is configured).
     pub tls: Option<Arc<rustls::ServerConfig>>,
     pub shutdown_grace: Duration,
+    pub watch_config: bool,
 }
 
 /// How an upstream's names are exposed.
@@ -269,7 +272,7 @@ pub(super) fn validate(
         .unwrap_or(std::path::Path::new(""))
         .join(g.tiers_dir.as_deref().unwrap_or("trust-tiers"));
     let mut tiers = Tiers {
-        dir: tiers_dir,
+        dir: tiers_dir.clone(),
         loaded: HashMap::new(),
     };
     let credentials = validate_credentials(&mut cx, &raw.credentials);
@@ -355,6 +358,7 @@ pub(super) fn validate(
         return Err(cx.errors);
     }
     Ok(Snapshot {
+        tiers_dir,
         auth: Arc::new(auth),
         rate_limits,
         admin,
@@ -377,6 +381,7 @@ pub(super) fn validate(
                 g.idempotency_ttl_ms.unwrap_or(DEFAULT_IDEMPOTENCY_TTL_MS),
             ),
             tls,
+            watch_config: g.watch_config.unwrap_or(true),
             shutdown_grace: Duration::from_millis(
                 g.shutdown_grace_ms.unwrap_or(DEFAULT_SHUTDOWN_GRACE_MS),
             ),

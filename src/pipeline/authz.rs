@@ -38,9 +38,7 @@ fn hidden(pool: &Pool, call: &Call) -> Result<(), CallError> {
     let Some(target) = &call.target else {
         return Ok(());
     };
-    let reachable = pool
-        .upstream(target.upstream)
-        .is_some_and(|u| access.tier(u.spec.tier.rank));
+    let reachable = access.tier(target.upstream.spec().tier.rank);
     match &target.exposed {
         Exposed::Tool(name) if !reachable => Err(CallError::UnknownTool {
             name: name.clone(),

@@ -17,8 +17,8 @@ use crate::{error::CallError, policy::breaker::Outcome, upstream::pool::Pool};
 pub struct Breaker;
 
 impl Step for Breaker {
-    fn run<S: CallService>(&self, pool: &Arc<Pool>, inner: &mut S, call: Call) -> CallFuture {
-        let Some(up) = call.target.as_ref().and_then(|t| pool.upstream(t.upstream)) else {
+    fn run<S: CallService>(&self, _pool: &Arc<Pool>, inner: &mut S, call: Call) -> CallFuture {
+        let Some(up) = call.target.as_ref().map(|t| t.upstream.clone()) else {
             return inner.call(call);
         };
         if let Err(retry_in) = up.breaker.admit(Instant::now()) {

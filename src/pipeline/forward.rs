@@ -1,10 +1,7 @@
 //! Forward: the call leaves for its upstream; progress comes back in order, before the result.
 #![allow(deprecated)] // resources/(un)subscribe are legacy-only and still forwarded
 
-use std::{
-    sync::Arc,
-    task::{Context, Poll},
-};
+use std::task::{Context, Poll};
 
 use rmcp::{
     model::{
@@ -23,7 +20,6 @@ use crate::{
     upstream::{
         Connection, DetectedEra,
         inflight::{CallEvent, Downstream},
-        pool::Pool,
     },
 };
 
@@ -31,16 +27,9 @@ use crate::{
 const HOP_META_PREFIX: &str = "io.modelcontextprotocol/";
 const PROGRESS_TOKEN_KEY: &str = "progressToken";
 
+/// The terminal: sends the call to the upstream the route holds.
 #[derive(Debug, Clone)]
-pub struct Forward {
-    pool: Arc<Pool>,
-}
-
-impl Forward {
-    pub fn new(pool: Arc<Pool>) -> Self {
-        Self { pool }
-    }
-}
+pub struct Forward;
 
 impl Service<Call> for Forward {
     type Response = ServerResult;
@@ -52,12 +41,11 @@ impl Service<Call> for Forward {
     }
 
     fn call(&mut self, call: Call) -> Self::Future {
-        let pool = self.pool.clone();
-        Box::pin(async move { forward(&pool, call).await })
+        Box::pin(forward(call))
     }
 }
 
-async fn forward(pool: &Pool, call: Call) -> Result<ServerResult, CallError> {
+async fn forward(call: Call) -> Result<ServerResult, CallError> {
     let target = call
         .target
         .clone()
@@ -65,12 +53,8 @@ async fn forward(pool: &Pool, call: Call) -> Result<ServerResult, CallError> {
             upstream: String::new(),
             detail: "call reached forward without a route".into(),
         })?;
-    let up = pool
-        .upstream(target.upstream)
-        .ok_or_else(|| CallError::UpstreamFailed {
-            upstream: target.upstream_name.clone(),
-            detail: "upstream vanished".into(),
-        })?;
+    let up = target.upstream.clone();
+    let spec = up.spec();
     let conn = up.connection().ok_or_else(|| {
         let s = up.status();
         CallError::UpstreamUnavailable {
@@ -79,13 +63,13 @@ async fn forward(pool: &Pool, call: Call) -> Result<ServerResult, CallError> {
             detail: s.last_error,
         }
     })?;
-    let timeout = call.timeout.unwrap_or(up.spec.call_timeout);
+    let timeout = call.timeout.unwrap_or(spec.call_timeout);
     let name = target.upstream_name.as_str();
     let write = call.class == Some(CallClass::Write);
     let result = send(&conn, name, call, timeout)
         .await
         .map_err(|e| mark_uncertain(e, write))?;
-    if let Some(max) = up.spec.tier.max_response_bytes {
+    if let Some(max) = spec.tier.max_response_bytes {
         let size = serde_json::to_vec(&result)
             .map(|v| v.len())
             .unwrap_or(usize::MAX);

@@ -54,7 +54,7 @@ use crate::{
     policy::{identity::Identity, trust::CallClass},
     telemetry::audit::Audit,
     upstream::inflight::Downstream,
-    upstream::pool::Pool,
+    upstream::{Upstream, pool::Pool},
 };
 
 pub use authz::Authz;
@@ -95,7 +95,8 @@ impl Op {
 /// Where `resolve` sent the call.
 #[derive(Debug, Clone)]
 pub struct Target {
-    pub upstream: usize,
+    /// Held, not looked up again: a reload may replace the upstream set mid-call.
+    pub upstream: Arc<Upstream>,
     pub upstream_name: String,
     /// What the caller named, before it was rewritten to the upstream's own name.
     pub exposed: Exposed,
@@ -149,7 +150,7 @@ pub fn build(pool: Arc<Pool>, audit: Option<Audit>) -> CallStack {
         .layer(StepLayer::new(pool.clone(), Idempotency))
         .layer(StepLayer::new(pool.clone(), Retry))
         .layer(StepLayer::new(pool.clone(), Breaker))
-        .service(Forward::new(pool));
+        .service(Forward);
     BoxCloneSyncService::new(svc)
 }
 

@@ -101,7 +101,7 @@ impl Observe {
                 _ => None,
             },
         }?;
-        pool.upstream(idx).map(|u| u.name().to_owned())
+        catalog.upstream(idx).map(|u| u.name().to_owned())
     }
 }
 

@@ -90,13 +90,16 @@ fn resolve(pool: &Pool, call: &mut Call) -> Result<Target, CallError> {
             }
         },
     };
-    let upstream_name = pool
+    let upstream = catalog
         .upstream(idx)
-        .map(|u| u.name().to_owned())
-        .unwrap_or_default();
+        .cloned()
+        .ok_or_else(|| CallError::UpstreamFailed {
+            upstream: String::new(),
+            detail: "route points at no upstream".into(),
+        })?;
     Ok(Target {
-        upstream: idx,
-        upstream_name,
+        upstream_name: upstream.name().to_owned(),
+        upstream,
         exposed,
     })
 }

@@ -18,12 +18,8 @@ use crate::{
 pub struct Retry;
 
 impl Step for Retry {
-    fn run<S: CallService>(&self, pool: &Arc<Pool>, inner: &mut S, call: Call) -> CallFuture {
-        let policy = call
-            .target
-            .as_ref()
-            .and_then(|t| pool.upstream(t.upstream))
-            .map(|u| u.spec.retry);
+    fn run<S: CallService>(&self, _pool: &Arc<Pool>, inner: &mut S, call: Call) -> CallFuture {
+        let policy = call.target.as_ref().map(|t| t.upstream.spec().retry);
         let Some(policy) = policy.filter(|p| call.retry_safe && p.attempts > 1) else {
             return inner.call(call);
         };

@@ -18,14 +18,14 @@ use crate::{
 pub struct Trust;
 
 impl Step for Trust {
-    fn run<S: CallService>(&self, pool: &Arc<Pool>, inner: &mut S, mut call: Call) -> CallFuture {
-        match classify(pool, &call) {
+    fn run<S: CallService>(&self, _pool: &Arc<Pool>, inner: &mut S, mut call: Call) -> CallFuture {
+        match classify(&call) {
             Ok(class) => {
-                if let Some(up) = call.target.as_ref().and_then(|t| pool.upstream(t.upstream)) {
-                    call.timeout = Some(trust::timeout(&up.spec, class));
+                if let Some(t) = &call.target {
+                    call.timeout = Some(trust::timeout(&t.upstream.spec(), class));
                 }
                 call.class = Some(class);
-                call.retry_safe = retry_safe(pool, &call, class);
+                call.retry_safe = retry_safe(&call, class);
                 inner.call(call)
             }
             Err(e) => done(Err(e)),
@@ -33,18 +33,16 @@ impl Step for Trust {
     }
 }
 
-fn retry_safe(pool: &Pool, call: &Call, class: CallClass) -> bool {
+fn retry_safe(call: &Call, class: CallClass) -> bool {
     if class == CallClass::Read {
         return true;
     }
     let (Some(target), Op::CallTool(p)) = (&call.target, &call.op) else {
         return false;
     };
-    let Some(up) = pool.upstream(target.upstream) else {
-        return false;
-    };
+    let up = &target.upstream;
     let lists = up.lists();
-    up.spec.tier.trust_annotations
+    up.spec().tier.trust_annotations
         && lists
             .tools
             .iter()
@@ -54,22 +52,21 @@ fn retry_safe(pool: &Pool, call: &Call, class: CallClass) -> bool {
             == Some(true)
 }
 
-fn classify(pool: &Pool, call: &Call) -> Result<CallClass, CallError> {
+fn classify(call: &Call) -> Result<CallClass, CallError> {
     let (Some(target), Op::CallTool(p)) = (&call.target, &call.op) else {
         // Prompts, resources and completions read.
         return Ok(CallClass::Read);
     };
-    let Some(up) = pool.upstream(target.upstream) else {
-        return Ok(CallClass::Read);
-    };
+    let up = &target.upstream;
+    let spec = up.spec();
     let lists = up.lists();
     let tool = lists.tools.iter().find(|t| t.name == p.name);
-    trust::decide(&up.spec, tool, &p.name).map_err(|refusal| CallError::TierRefused {
+    trust::decide(&spec, tool, &p.name).map_err(|refusal| CallError::TierRefused {
         tool: match &target.exposed {
             Exposed::Tool(n) => n.clone(),
             _ => p.name.to_string(),
         },
-        tier: up.spec.tier.name.clone(),
+        tier: spec.tier.name.clone(),
         refusal,
     })
 }

@@ -20,7 +20,7 @@ pub struct KeyBy {
 }
 
 /// One configured limit.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuleSpec {
     pub name: String,
     pub by: KeyBy,
@@ -62,6 +62,13 @@ impl<C: Clock> std::fmt::Debug for RateLimits<C> {
 impl RateLimits<DefaultClock> {
     pub fn new(specs: Vec<RuleSpec>) -> Self {
         Self::with_clock(specs, DefaultClock::default())
+    }
+}
+
+impl<C: Clock> RateLimits<C> {
+    /// Whether these are the limits `specs` configure (a reload then keeps their state).
+    pub fn configured_as(&self, specs: &[RuleSpec]) -> bool {
+        self.rules.len() == specs.len() && self.rules.iter().zip(specs).all(|(r, s)| r.spec == *s)
     }
 }
 

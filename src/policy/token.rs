@@ -26,7 +26,7 @@ const EXEC_CACHE: Duration = Duration::from_secs(300);
 const TOKEN_ENDPOINT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Where a credential comes from.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
     /// `env:NAME` or `file:PATH`, read at every use (rotation needs no restart).
     Reference(String),
@@ -39,7 +39,7 @@ pub enum Source {
 }
 
 /// Token endpoint settings; the secret stays a reference until used.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OAuth {
     pub token_url: String,
     pub client_id: String,
@@ -67,6 +67,11 @@ impl Credential {
             cache: Mutex::new(None),
             http: reqwest::Client::new(),
         }
+    }
+
+    /// Whether `other` is configured the same (same name, class and source references).
+    pub fn same_config(&self, other: &Credential) -> bool {
+        self.name == other.name && self.class == other.class && self.source == other.source
     }
 
     /// The current token, from the cache while it is fresh.
@@ -193,7 +198,7 @@ impl Credential {
 }
 
 /// Where the token goes on HTTP requests.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Placement {
     /// `Authorization: Bearer <token>`
     Bearer,

@@ -7,7 +7,7 @@
 //! prefixes, the first upstream in config order keeps it and the other is reported as a
 //! conflict in the logs and in `/readyz` — never silently shadowed.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::Arc};
 
 use rmcp::model::{Prompt, Resource, ResourceTemplate, Tool};
 
@@ -50,21 +50,37 @@ pub struct Catalog {
     pub templates: Vec<ResourceTemplate>,
     template_routes: Vec<(UriTemplate, usize)>,
     pub conflicts: Vec<Conflict>,
+    /// The upstreams this catalog was built from; route indexes point into it, so a call
+    /// resolved on one catalog reaches the right upstream even if a reload replaced the set.
+    upstreams: Vec<Arc<Upstream>>,
 }
 
 impl Catalog {
+    /// The upstream a route index points at.
+    pub fn upstream(&self, idx: usize) -> Option<&Arc<Upstream>> {
+        self.upstreams.get(idx)
+    }
+
+    /// The upstreams this catalog was built from, in config order.
+    pub fn upstreams(&self) -> &[Arc<Upstream>] {
+        &self.upstreams
+    }
+
     /// Builds the merged view from each upstream's last lists (ready upstreams only).
-    pub fn build(upstreams: &[std::sync::Arc<Upstream>], separator: &str, pins: &Pins) -> Self {
+    pub fn build(upstreams: &[Arc<Upstream>], separator: &str, pins: &Pins) -> Self {
         let names: Vec<String> = upstreams.iter().map(|u| u.name().to_owned()).collect();
-        let mut c = Catalog::default();
+        let mut c = Catalog {
+            upstreams: upstreams.to_vec(),
+            ..Catalog::default()
+        };
         // name -> owner, for collision messages
         let mut owners: HashMap<String, String> = HashMap::new();
         for (idx, up) in upstreams.iter().enumerate() {
             if up.connection().is_none() {
                 continue;
             }
-            let lists: std::sync::Arc<Lists> = up.lists();
-            let spec = &up.spec;
+            let lists: Arc<Lists> = up.lists();
+            let spec = up.spec();
             for tool in &lists.tools {
                 if !spec.exposes(&tool.name) {
                     continue;

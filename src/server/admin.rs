@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     config::{Snapshot, TransportSpec},
+    server::reload::Reloader,
     upstream::pool::Pool,
 };
 
@@ -30,7 +31,7 @@ const MAX_ADMIN_BODY_BYTES: usize = 64 * 1024;
 #[derive(Clone)]
 struct Admin {
     pool: Arc<Pool>,
-    snapshot: Arc<Snapshot>,
+    reloader: Arc<Reloader>,
     token: Arc<str>,
 }
 
@@ -38,10 +39,12 @@ struct Admin {
 pub async fn serve(
     listener: TcpListener,
     pool: Arc<Pool>,
-    snapshot: Arc<Snapshot>,
+    reloader: Arc<Reloader>,
     shutdown: CancellationToken,
 ) {
-    let Some(token) = snapshot
+    // The token is bound at start, like the listener.
+    let Some(token) = reloader
+        .current()
         .admin
         .as_ref()
         .map(|a| Arc::<str>::from(a.token.expose()))
@@ -50,7 +53,7 @@ pub async fn serve(
     };
     let admin = Admin {
         pool,
-        snapshot,
+        reloader,
         token,
     };
     loop {
@@ -157,7 +160,19 @@ impl Admin {
                 )
             }
             (Method::POST, ["admin", "pins", "accept"]) => self.accept_pin(req).await,
-            (Method::GET, ["admin", "config"]) => json(StatusCode::OK, &redacted(&self.snapshot)),
+            (Method::GET, ["admin", "config"]) => {
+                json(StatusCode::OK, &redacted(&self.reloader.current()))
+            }
+            (Method::POST, ["admin", "reload"]) => match self.reloader.reload("admin API").await {
+                Ok(applied) => json(
+                    StatusCode::OK,
+                    &json!({"reloaded": serde_json::to_value(applied).unwrap_or_default()}),
+                ),
+                Err(why) => json(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    &json!({"error": "the new config is invalid; the running config stays", "diagnostics": why}),
+                ),
+            },
             (Method::GET, ["metrics"]) => {
                 self.pool.refresh_gauges();
                 Response::new(Full::new(Bytes::from(self.pool.metrics().render())).boxed())

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::mcp::Gateway;
 use crate::{
     config::GatewaySettings,
-    policy::identity::{AuthError, Authenticator, Identity, ResourceMetadata},
+    policy::identity::{AuthError, Identity, ResourceMetadata},
     upstream::pool::{InFlightCall, Pool},
 };
 
@@ -36,7 +36,6 @@ pub async fn serve(
     gateway: Gateway,
     pool: Arc<Pool>,
     settings: &GatewaySettings,
-    auth: Arc<Authenticator>,
     stop_accepting: CancellationToken,
     close_all: CancellationToken,
 ) -> std::io::Result<()> {
@@ -51,7 +50,7 @@ pub async fn serve(
         mcp_config(settings, local, close_all.child_token()),
     );
     let tls = settings.tls.clone().map(tokio_rustls::TlsAcceptor::from);
-    let edge = Edge { mcp, pool, auth };
+    let edge = Edge { mcp, pool };
     loop {
         let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
@@ -82,7 +81,7 @@ pub async fn serve(
                             .and_then(|c| c.first())
                             .map(|c| crate::policy::identity::certificate_names(c.as_ref()))
                             .unwrap_or_default();
-                        let cert_identity = edge.auth.certificate_identity(&names);
+                        let cert_identity = edge.pool.auth().certificate_identity(&names);
                         edge.serve_connection(tls_stream, cert_identity, conn_shutdown)
                             .await
                     }
@@ -98,7 +97,6 @@ pub async fn serve(
 struct Edge {
     mcp: StreamableHttpService<Gateway, LocalSessionManager>,
     pool: Arc<Pool>,
-    auth: Arc<Authenticator>,
 }
 
 impl Edge {
@@ -133,11 +131,9 @@ impl Edge {
         mut req: Request<Incoming>,
         cert_identity: Option<Identity>,
     ) -> Response<Body> {
-        let Edge {
-            mut mcp,
-            pool,
-            auth,
-        } = self;
+        let Edge { mut mcp, pool } = self;
+        // Read once per request: a reload swaps it for the next one.
+        let auth = pool.auth();
         match req.uri().path() {
             // Authentication comes first: an unauthenticated request is answered 401 whatever
             // else is wrong with it, and never reaches a policy. A client certificate that maps

@@ -24,7 +24,7 @@ use crate::{
         authz::Access,
         identity::{Identity, IdentityKind},
     },
-    router::cursor,
+    router::{catalog::Catalog, cursor},
     telemetry::audit::Audit,
     upstream::{inflight::Downstream, pool::Pool},
 };
@@ -52,9 +52,9 @@ impl Gateway {
     }
 
     /// Whether the caller's roles reach the trust tier of the upstream at `idx`.
-    fn reaches(&self, access: &Access, idx: Option<usize>) -> bool {
-        idx.and_then(|i| self.pool.upstream(i))
-            .is_some_and(|u| access.tier(u.spec.tier.rank))
+    fn reaches(&self, access: &Access, catalog: &Catalog, idx: Option<usize>) -> bool {
+        idx.and_then(|i| catalog.upstream(i))
+            .is_some_and(|u| access.tier(u.spec().tier.rank))
     }
 
     /// The caller: set by the HTTP edge; over stdio it is the local operator.
@@ -243,7 +243,11 @@ impl ServerHandler for Gateway {
         let access = self.identity(&ctx).access;
         let items = visible(&catalog.prompts, access.is_unrestricted(), |x| {
             access.prompt(&x.name)
-                && self.reaches(&access, catalog.prompt(&x.name).map(|r| r.upstream))
+                && self.reaches(
+                    &access,
+                    &catalog,
+                    catalog.prompt(&x.name).map(|r| r.upstream),
+                )
         });
         let c = request.as_ref().and_then(|r| r.cursor.as_deref());
         let (items, next) = cursor::page(&items, c, self.page_size).map_err(bad_cursor)?;
@@ -260,7 +264,7 @@ impl ServerHandler for Gateway {
         let catalog = self.pool.catalog();
         let access = self.identity(&ctx).access;
         let items = visible(&catalog.resources, access.is_unrestricted(), |x| {
-            access.resource(&x.uri) && self.reaches(&access, catalog.resource(&x.uri))
+            access.resource(&x.uri) && self.reaches(&access, &catalog, catalog.resource(&x.uri))
         });
         let c = request.as_ref().and_then(|r| r.cursor.as_deref());
         let (items, next) = cursor::page(&items, c, self.page_size).map_err(bad_cursor)?;
@@ -278,7 +282,7 @@ impl ServerHandler for Gateway {
         let access = self.identity(&ctx).access;
         let items = visible(&catalog.templates, access.is_unrestricted(), |x| {
             access.resource(&x.uri_template)
-                && self.reaches(&access, catalog.template(&x.uri_template))
+                && self.reaches(&access, &catalog, catalog.template(&x.uri_template))
         });
         let c = request.as_ref().and_then(|r| r.cursor.as_deref());
         let (items, next) = cursor::page(&items, c, self.page_size).map_err(bad_cursor)?;

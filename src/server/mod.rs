@@ -3,6 +3,7 @@
 pub mod admin;
 pub mod http;
 pub mod mcp;
+pub mod reload;
 pub mod sessions;
 pub mod stdio;
 pub mod tls;

@@ -26,6 +26,8 @@ pub struct Metrics {
     pub sessions_active: IntGauge,
     pub list_cache_refresh: IntCounterVec,
     pub audit_dropped: IntCounter,
+    pub config_reloads: IntCounterVec,
+    pub config_last_reload_success: IntGauge,
 }
 
 impl Metrics {
@@ -98,7 +100,24 @@ impl Metrics {
         registry.register(Box::new(rate_limited.clone()))?;
         registry.register(Box::new(sessions_active.clone()))?;
         registry.register(Box::new(list_cache_refresh.clone()))?;
+        let config_reloads = IntCounterVec::new(
+            Opts::new(
+                "fedgate_config_reloads_total",
+                "Configuration reloads by result (ok, error: the old config stays in force)",
+            ),
+            &["result"],
+        )?;
+        let config_last_reload_success = IntGauge::new(
+            "fedgate_config_last_reload_success_timestamp_seconds",
+            "Unix time of the last configuration load that took effect",
+        )?;
+        // Both results exist from the start, so `rate()` and alerts see a zero, not nothing.
+        config_reloads.with_label_values(&["ok"]);
+        config_reloads.with_label_values(&["error"]);
+        config_last_reload_success.set(chrono::Utc::now().timestamp());
         registry.register(Box::new(audit_dropped.clone()))?;
+        registry.register(Box::new(config_reloads.clone()))?;
+        registry.register(Box::new(config_last_reload_success.clone()))?;
         Ok(Self {
             registry,
             calls,
@@ -110,7 +129,27 @@ impl Metrics {
             sessions_active,
             list_cache_refresh,
             audit_dropped,
+            config_reloads,
+            config_last_reload_success,
         })
+    }
+
+    /// Drops the per-upstream gauges of an upstream a reload removed (counters stay: they are
+    /// history).
+    pub fn forget_upstream(&self, upstream: &str) {
+        let _ = self.upstream_up.remove_label_values(&[upstream]);
+        let _ = self.breaker_state.remove_label_values(&[upstream]);
+    }
+
+    /// Records the result of a reload.
+    pub fn reloaded(&self, ok: bool) {
+        self.config_reloads
+            .with_label_values(&[if ok { "ok" } else { "error" }])
+            .inc();
+        if ok {
+            self.config_last_reload_success
+                .set(chrono::Utc::now().timestamp());
+        }
     }
 
     /// Records one routed call.

@@ -4,6 +4,7 @@ pub mod client;
 mod connect;
 pub mod inflight;
 pub mod pool;
+pub mod reload;
 pub mod spawn;
 mod sse;
 mod supervisor;
@@ -19,6 +20,7 @@ use rmcp::{
     service::Peer,
 };
 use serde::Serialize;
+use tokio_util::sync::CancellationToken;
 
 use crate::{
     config::UpstreamSpec,
@@ -81,7 +83,11 @@ pub struct Connection {
 /// One configured upstream: its spec, state, connection and lists.
 #[derive(Debug)]
 pub struct Upstream {
-    pub spec: Arc<UpstreamSpec>,
+    /// Swapped by a reload that changes only policy (tier, tool filters, timeouts, pins).
+    spec: ArcSwap<UpstreamSpec>,
+    /// Stops this upstream alone (a reload removed or replaced it); a child of the pool's.
+    stop: CancellationToken,
+    name: String,
     status: RwLock<Status>,
     conn: ArcSwapOption<Connection>,
     lists: ArcSwap<Lists>,
@@ -89,11 +95,13 @@ pub struct Upstream {
 }
 
 impl Upstream {
-    pub fn new(spec: Arc<UpstreamSpec>) -> Self {
+    pub fn new(spec: Arc<UpstreamSpec>, stop: CancellationToken) -> Self {
         let kind = spec.transport.kind();
         let breaker = Breaker::new(spec.breaker.clone());
         Self {
-            spec,
+            name: spec.name.clone(),
+            spec: ArcSwap::new(spec),
+            stop,
             status: RwLock::new(Status {
                 phase: Phase::Starting,
                 kind,
@@ -112,7 +120,25 @@ impl Upstream {
     }
 
     pub fn name(&self) -> &str {
-        &self.spec.name
+        &self.name
+    }
+
+    /// The current spec (a reload may replace it; the name never changes).
+    pub fn spec(&self) -> Arc<UpstreamSpec> {
+        self.spec.load_full()
+    }
+
+    pub(crate) fn set_spec(&self, spec: Arc<UpstreamSpec>) {
+        self.spec.store(spec);
+    }
+
+    /// Stops this upstream's supervisor (and its process).
+    pub(crate) fn stop(&self) {
+        self.stop.cancel();
+    }
+
+    pub(crate) fn stop_token(&self) -> &CancellationToken {
+        &self.stop
     }
 
     pub fn status(&self) -> Status {

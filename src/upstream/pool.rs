@@ -9,7 +9,10 @@ use tokio_util::sync::CancellationToken;
 use super::{Phase, Upstream, supervisor};
 use crate::{
     config::Snapshot,
-    policy::{authz::Access, idempotency::IdempotencyStore, pinning::Pins, rate_limit::RateLimits},
+    policy::{
+        authz::Access, idempotency::IdempotencyStore, identity::Authenticator, pinning::Pins,
+        rate_limit::RateLimits,
+    },
     router::catalog::Catalog,
     server::sessions::{Changed, Hub},
     telemetry::metrics::Metrics,
@@ -20,13 +23,18 @@ const RATE_LIMIT_EVICT_EVERY: Duration = Duration::from_secs(60);
 
 #[derive(Debug)]
 pub struct Pool {
-    upstreams: Vec<Arc<Upstream>>,
+    /// Replaced as a whole by a reload; each upstream keeps running unless it changed.
+    pub(super) upstreams: ArcSwap<Vec<Arc<Upstream>>>,
     separator: String,
     catalog: ArcSwap<Catalog>,
+    /// Rebuilding reads the upstream set and stores a catalog: one at a time, so a rebuild
+    /// from a supervisor cannot store a catalog of a set a reload has just replaced.
+    rebuilding: parking_lot::Mutex<()>,
+    pub(super) auth: ArcSwap<Authenticator>,
     hub: Arc<Hub>,
     metrics: Arc<Metrics>,
-    pins: Pins,
-    rate_limits: RateLimits,
+    pub(super) pins: Pins,
+    pub(super) rate_limits: ArcSwap<RateLimits>,
     idempotency: Arc<IdempotencyStore>,
     shutdown: CancellationToken,
     /// Bumped on every phase change, so waiters need not poll.
@@ -50,17 +58,22 @@ impl Drop for InFlightCall {
 impl Pool {
     pub fn new(snapshot: &Snapshot) -> Result<Arc<Self>, String> {
         let (status_tx, _) = watch::channel(0);
+        let shutdown = CancellationToken::new();
         Ok(Arc::new(Self {
             metrics: Arc::new(Metrics::new()?),
-            upstreams: snapshot
-                .upstreams
-                .iter()
-                .map(|s| Arc::new(Upstream::new(s.clone())))
-                .collect(),
+            upstreams: ArcSwap::from_pointee(
+                snapshot
+                    .upstreams
+                    .iter()
+                    .map(|s| Arc::new(Upstream::new(s.clone(), shutdown.child_token())))
+                    .collect(),
+            ),
             separator: snapshot.gateway.separator.clone(),
             catalog: ArcSwap::from_pointee(Catalog::default()),
+            rebuilding: parking_lot::Mutex::new(()),
+            auth: ArcSwap::new(snapshot.auth.clone()),
             hub: Arc::new(Hub::default()),
-            rate_limits: RateLimits::new(snapshot.rate_limits.clone()),
+            rate_limits: ArcSwap::from_pointee(RateLimits::new(snapshot.rate_limits.clone())),
             idempotency: Arc::new(IdempotencyStore::new(snapshot.gateway.idempotency_ttl)),
             pins: {
                 let pins = Pins::default();
@@ -71,7 +84,7 @@ impl Pool {
                 }
                 pins
             },
-            shutdown: CancellationToken::new(),
+            shutdown,
             status_tx,
             calls_in_flight: watch::channel(0).0,
         }))
@@ -79,49 +92,58 @@ impl Pool {
 
     /// Starts every upstream at once; none waits for another.
     pub fn start(self: &Arc<Self>) {
-        for idx in 0..self.upstreams.len() {
-            tokio::spawn(supervisor::run(self.clone(), idx));
+        for up in self.upstreams.load().iter() {
+            tokio::spawn(supervisor::run(self.clone(), up.clone()));
         }
-        if !self.rate_limits.is_empty() {
-            let pool = Arc::downgrade(self);
-            tokio::spawn(async move {
-                let mut tick = tokio::time::interval(RATE_LIMIT_EVICT_EVERY);
-                loop {
-                    tick.tick().await;
-                    match pool.upgrade() {
-                        Some(p) if !p.shutdown.is_cancelled() => p.rate_limits.evict_idle(),
-                        _ => return,
-                    }
+        let pool = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(RATE_LIMIT_EVICT_EVERY);
+            loop {
+                tick.tick().await;
+                match pool.upgrade() {
+                    Some(p) if !p.shutdown.is_cancelled() => p.rate_limits.load().evict_idle(),
+                    _ => return,
                 }
-            });
-        }
+            }
+        });
     }
 
     /// Whether a caller with `access` may see the exposed tool `name` (its role globs, and the
     /// trust tier of the upstream behind it).
     pub fn visible_tool(&self, access: &Access, name: &str) -> bool {
-        access.tool(name)
-            && self
-                .catalog()
+        access.tool(name) && {
+            let catalog = self.catalog();
+            catalog
                 .tool(name)
-                .and_then(|r| self.upstream(r.upstream))
-                .is_some_and(|u| access.tier(u.spec.tier.rank))
+                .and_then(|r| catalog.upstream(r.upstream))
+                .is_some_and(|u| access.tier(u.spec().tier.rank))
+        }
     }
 
     pub fn idempotency(&self) -> &Arc<IdempotencyStore> {
         &self.idempotency
     }
 
-    pub fn rate_limits(&self) -> &RateLimits {
-        &self.rate_limits
+    pub fn rate_limits(&self) -> Arc<RateLimits> {
+        self.rate_limits.load_full()
     }
 
-    pub fn upstreams(&self) -> &[Arc<Upstream>] {
-        &self.upstreams
+    /// How callers are authenticated, as of the last (re)load.
+    pub fn auth(&self) -> Arc<Authenticator> {
+        self.auth.load_full()
     }
 
-    pub fn upstream(&self, idx: usize) -> Option<Arc<Upstream>> {
-        self.upstreams.get(idx).cloned()
+    /// The configured upstreams, in config order.
+    pub fn upstreams(&self) -> Arc<Vec<Arc<Upstream>>> {
+        self.upstreams.load_full()
+    }
+
+    pub fn upstream_named(&self, name: &str) -> Option<Arc<Upstream>> {
+        self.upstreams
+            .load()
+            .iter()
+            .find(|u| u.name() == name)
+            .cloned()
     }
 
     pub fn catalog(&self) -> Arc<Catalog> {
@@ -158,7 +180,7 @@ impl Pool {
     /// Brings the gauges that mirror state (upstream up, breakers, sessions) up to date.
     pub fn refresh_gauges(&self) {
         let now = tokio::time::Instant::now();
-        for u in &self.upstreams {
+        for u in self.upstreams.load().iter() {
             let up = i64::from(u.connection().is_some());
             self.metrics
                 .upstream_up
@@ -181,6 +203,11 @@ impl Pool {
         &self.hub
     }
 
+    /// A stop token for a new upstream: cancelled with the pool, or on its own.
+    pub(super) fn stop_child(&self) -> CancellationToken {
+        self.shutdown.child_token()
+    }
+
     pub fn shutdown_token(&self) -> CancellationToken {
         self.shutdown.clone()
     }
@@ -192,11 +219,14 @@ impl Pool {
 
     /// Rebuilds the merged catalog and tells downstream sessions what changed.
     pub(super) fn rebuild(&self, changed: Changed) {
-        self.catalog.store(Arc::new(Catalog::build(
-            &self.upstreams,
-            &self.separator,
-            &self.pins,
-        )));
+        {
+            let _one = self.rebuilding.lock();
+            self.catalog.store(Arc::new(Catalog::build(
+                &self.upstreams.load(),
+                &self.separator,
+                &self.pins,
+            )));
+        }
         self.hub.notify_changed(changed);
     }
 
@@ -206,7 +236,10 @@ impl Pool {
 
     /// Whether every upstream has left `starting` (ready, failed or retrying).
     pub fn settled(&self) -> bool {
-        self.upstreams.iter().all(|u| u.phase() != Phase::Starting)
+        self.upstreams
+            .load()
+            .iter()
+            .all(|u| u.phase() != Phase::Starting)
     }
 
     /// Waits until [`Self::settled`] or the timeout; returns whether it settled.
@@ -227,7 +260,8 @@ impl Pool {
 
     /// Ready when at least one upstream is ready, or none is configured.
     pub fn ready(&self) -> bool {
-        self.upstreams.is_empty() || self.upstreams.iter().any(|u| u.phase() == Phase::Ready)
+        let ups = self.upstreams.load();
+        ups.is_empty() || ups.iter().any(|u| u.phase() == Phase::Ready)
     }
 }
 
@@ -237,6 +271,7 @@ impl Pool {
         let mut rx = self.status_tx.subscribe();
         let done = || {
             self.upstreams
+                .load()
                 .iter()
                 .all(|u| matches!(u.phase(), Phase::Stopped | Phase::Failed))
         };

@@ -25,12 +25,11 @@ const STABLE_AFTER: Duration = Duration::from_secs(30);
 const CONNECT_RETRY_START: Duration = Duration::from_millis(50);
 const CONNECT_RETRY_MAX: Duration = Duration::from_millis(1000);
 
-pub(super) async fn run(pool: Arc<Pool>, idx: usize) {
-    let Some(up) = pool.upstream(idx) else {
-        return;
-    };
-    let spec = up.spec.clone();
-    let shutdown = pool.shutdown_token();
+pub(super) async fn run(pool: Arc<Pool>, up: Arc<Upstream>) {
+    // What a reload may swap without a restart is read from `up.spec()` where it is used;
+    // everything read from this copy (transport, startup, restart policy) restarts on change.
+    let spec = up.spec();
+    let shutdown = up.stop_token().clone();
     let mut consecutive: u32 = 0;
     let mut launched: Option<ProcessGuard> = None;
     loop {
@@ -106,7 +105,7 @@ async fn establish(
     client: UpstreamClient,
     launched: &mut Option<ProcessGuard>,
 ) -> Result<(Established, Option<ProcessGuard>), String> {
-    let spec = &up.spec;
+    let spec = &up.spec();
     match &spec.transport {
         TransportSpec::Stdio(_) => {
             let mut proc = connect::spawn_stdio(spec).await?;
@@ -210,7 +209,7 @@ async fn serve(
         ))
     });
     let ct = service.cancellation_token();
-    let shutdown = pool.shutdown_token();
+    let shutdown = up.stop_token().clone();
     let waiting = service.waiting();
     tokio::pin!(waiting);
     let child_exit = async {
