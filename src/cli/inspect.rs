@@ -116,6 +116,7 @@ pub async fn call(
         ct: Default::default(),
         identity,
         correlation_id: pipeline::correlation_id(),
+        trace: opentelemetry::Context::new(),
         target: None,
         class: None,
         timeout: None,

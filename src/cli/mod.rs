@@ -140,9 +140,9 @@ fn default_worker_threads() -> std::num::NonZeroUsize {
 fn init_logging(format: &str, quiet: bool) {
     use tracing_subscriber::EnvFilter;
     let default = if quiet {
-        "warn,rmcp=error"
+        "warn,rmcp=error,opentelemetry=warn"
     } else {
-        "info,rmcp=error"
+        "info,rmcp=error,opentelemetry=warn"
     };
     let filter = EnvFilter::try_from_env("FEDGATE_LOG").unwrap_or_else(|_| EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()

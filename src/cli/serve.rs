@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     config::{self, Snapshot},
     server::{http, mcp::Gateway, reload::Reloader},
-    telemetry::audit::Audit,
+    telemetry::{audit::Audit, traces},
     upstream::pool::Pool,
 };
 
@@ -36,6 +36,7 @@ pub(super) fn settle_bound(s: &Snapshot) -> Duration {
 
 pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, String> {
     let mut snapshot = load(path)?;
+    let _traces = start_tracing(&snapshot)?;
     if let Some(l) = listen {
         snapshot.gateway.listen = l
             .parse()
@@ -144,6 +145,7 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, String
 
 pub async fn stdio(path: &Path) -> Result<ExitCode, String> {
     let snapshot = load(path)?;
+    let _traces = start_tracing(&snapshot)?;
     let pool = Pool::new(&snapshot)?;
     pool.start();
     pool.wait_settled(settle_bound(&snapshot)).await;
@@ -166,6 +168,11 @@ pub async fn stdio(path: &Path) -> Result<ExitCode, String> {
     stop_watching.cancel();
     stop(&pool).await;
     result.map(|_| ExitCode::SUCCESS)
+}
+
+/// Starts the OTLP exporter when tracing is configured; it flushes when the guard drops.
+fn start_tracing(s: &Snapshot) -> Result<Option<traces::TracingGuard>, String> {
+    s.tracing.as_ref().map(traces::start).transpose()
 }
 
 /// Stops every upstream and waits (bounded) until their processes are gone.

@@ -41,9 +41,26 @@ pub struct RawConfig {
     pub audit: Option<RawAudit>,
     /// The admin API: its own listener and token.
     pub admin: Option<Spanned<RawAdmin>>,
+    /// OpenTelemetry traces over OTLP/HTTP.
+    pub tracing: Option<Spanned<RawTracing>>,
     /// Upstream credentials, referenced by upstreams with `credential = "NAME"`.
     #[serde(default)]
     pub credentials: BTreeMap<String, Spanned<RawCredential>>,
+}
+
+/// `[tracing]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTracing {
+    /// OTLP/HTTP base URL of a collector (`/v1/traces` is appended), e.g.
+    /// `http://127.0.0.1:4318`; default from `OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT`.
+    pub otlp_endpoint: Option<String>,
+    /// `http/protobuf` (default) or `http/json`.
+    pub protocol: Option<String>,
+    /// `service.name` of the spans (default `fedgate`).
+    pub service_name: Option<String>,
+    /// Share of new traces recorded, 0.0–1.0 (default 1.0); a caller's decision is followed.
+    pub sample_ratio: Option<f64>,
 }
 
 /// `[admin]`

@@ -59,6 +59,8 @@ pub struct Snapshot {
     pub rate_limits: Vec<RuleSpec>,
     pub audit: Option<AuditConfig>,
     pub admin: Option<AdminSettings>,
+    /// Traces: from `[tracing]`, else from the OTEL_* environment, else off.
+    pub tracing: Option<crate::telemetry::traces::TracingConfig>,
     /// The trust tier folder (watched for changes, like the config file).
     pub tiers_dir: std::path::PathBuf,
 }
@@ -336,6 +338,10 @@ pub(super) fn validate(
             }
         }
     });
+    let tracing = match raw.tracing {
+        Some(t) => validate_tracing(&mut cx, t),
+        None => crate::telemetry::traces::TracingConfig::from_env(),
+    };
     let mut rate_limits = validate_rate_limits(&mut cx, &raw.rate_limits, &names);
     for up in &upstreams {
         if let Some((per_second, burst)) = up.tier.rate_limit
@@ -358,6 +364,7 @@ pub(super) fn validate(
         return Err(cx.errors);
     }
     Ok(Snapshot {
+        tracing,
         tiers_dir,
         auth: Arc::new(auth),
         rate_limits,
@@ -1061,4 +1068,47 @@ fn build_globs(cx: &mut Ctx<'_>, globs: &[Spanned<String>]) -> GlobSet {
         }
     }
     b.build().unwrap_or_else(|_| GlobSet::empty())
+}
+
+fn validate_tracing(
+    cx: &mut Ctx<'_>,
+    t: toml::Spanned<super::RawTracing>,
+) -> Option<crate::telemetry::traces::TracingConfig> {
+    use opentelemetry_otlp::Protocol;
+    let at = t.span().start;
+    let t = t.into_inner();
+    let before = cx.errors.len();
+    let protocol = match t.protocol.as_deref() {
+        None => None,
+        Some("http/protobuf") => Some(Protocol::HttpBinary),
+        Some("http/json") => Some(Protocol::HttpJson),
+        Some(other) => {
+            cx.err_at(
+                at,
+                format!("[tracing] protocol `{other}`: use `http/protobuf` or `http/json`"),
+            );
+            None
+        }
+    };
+    if let Some(e) = &t.otlp_endpoint
+        && !(e.starts_with("http://") || e.starts_with("https://"))
+    {
+        cx.err_at(
+            at,
+            format!("[tracing] otlp_endpoint `{e}` is not an http(s) URL"),
+        );
+    }
+    let sample_ratio = t.sample_ratio.unwrap_or(1.0);
+    if !(0.0..=1.0).contains(&sample_ratio) {
+        cx.err_at(
+            at,
+            "[tracing] sample_ratio must be between 0.0 and 1.0".into(),
+        );
+    }
+    (cx.errors.len() == before).then(|| crate::telemetry::traces::TracingConfig {
+        endpoint: t.otlp_endpoint,
+        protocol,
+        service_name: t.service_name.unwrap_or_else(|| "fedgate".into()),
+        sample_ratio,
+    })
 }

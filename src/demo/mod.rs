@@ -218,6 +218,12 @@ impl Demo {
                 true,
             ),
             tool(
+                "traceparent",
+                "The W3C trace context this request arrived with: HTTP header and _meta.",
+                json!({}),
+                true,
+            ),
+            tool(
                 "evolve",
                 "Change the definition of `echo` (a server changing what a tool does).",
                 json!({}),
@@ -484,6 +490,15 @@ impl ServerHandler for Demo {
                         .or(env.map(|e| format!("env {e}")))
                         .unwrap_or_else(|| "nobody".into()),
                 )
+            }
+            "traceparent" => {
+                let header = ctx
+                    .extensions
+                    .get::<http::request::Parts>()
+                    .and_then(|p| p.headers.get("traceparent"))
+                    .and_then(|v| v.to_str().ok());
+                let meta = ctx.meta.get("traceparent").and_then(|v| v.as_str());
+                text(json!({"header": header, "meta": meta}).to_string())
             }
             "fail" => CallToolResult::error(vec![ContentBlock::text("this tool always fails")]),
             "error" => return Err(McpError::internal_error("deliberate JSON-RPC error", None)),

@@ -13,10 +13,13 @@ use rmcp::{
 };
 use tower::Service;
 
+use opentelemetry::trace::TraceContextExt;
+
 use super::{Call, CallFuture, Op};
 use crate::{
     error::CallError,
     policy::trust::CallClass,
+    telemetry::traces::{self, KeyValue, SpanKind, Status, Tracer},
     upstream::{
         Connection, DetectedEra,
         inflight::{CallEvent, Downstream},
@@ -66,9 +69,27 @@ async fn forward(call: Call) -> Result<ServerResult, CallError> {
     let timeout = call.timeout.unwrap_or(spec.call_timeout);
     let name = target.upstream_name.as_str();
     let write = call.class == Some(CallClass::Write);
+    let mut call = call;
+    let cx = client_span(&call, name, spec.transport.kind());
+    // The upstream continues the trace under this attempt's span (and an HTTP upstream also
+    // gets it as the `traceparent` header, copied from here).
+    traces::inject(&cx, &mut call.meta);
     let result = send(&conn, name, call, timeout)
         .await
-        .map_err(|e| mark_uncertain(e, write))?;
+        .map_err(|e| mark_uncertain(e, write));
+    let span = cx.span();
+    match &result {
+        Ok(ServerResult::CallToolResult(r)) if r.is_error == Some(true) => {
+            span.set_attribute(KeyValue::new("error.type", "tool_error"));
+        }
+        Ok(_) => {}
+        Err(e) => {
+            span.set_attribute(KeyValue::new("error.type", e.code()));
+            span.set_status(Status::error(e.code()));
+        }
+    }
+    span.end();
+    let result = result?;
     if let Some(max) = spec.tier.max_response_bytes {
         let size = serde_json::to_vec(&result)
             .map(|v| v.len())
@@ -82,6 +103,34 @@ async fn forward(call: Call) -> Result<ServerResult, CallError> {
         }
     }
     Ok(normalise(result))
+}
+
+/// The client span of one attempt at the upstream, under the call's server span.
+fn client_span(call: &Call, upstream: &str, transport: &'static str) -> opentelemetry::Context {
+    let tracer = traces::tracer();
+    let (method, own_name) = match &call.op {
+        Op::CallTool(p) => ("tools/call", Some(p.name.to_string())),
+        Op::GetPrompt(p) => ("prompts/get", Some(p.name.clone())),
+        op => (op.method(), None),
+    };
+    let mut attrs = vec![
+        KeyValue::new("mcp.method.name", method),
+        KeyValue::new("fedgate.upstream", upstream.to_owned()),
+        KeyValue::new("fedgate.upstream.transport", transport),
+    ];
+    if let (Op::CallTool(_), Some(n)) = (&call.op, &own_name) {
+        attrs.push(KeyValue::new("gen_ai.tool.name", n.clone()));
+    }
+    let span_name = match &own_name {
+        Some(n) => format!("{method} {upstream}/{n}"),
+        None => format!("{method} {upstream}"),
+    };
+    let span = tracer
+        .span_builder(span_name)
+        .with_kind(SpanKind::Client)
+        .with_attributes(attrs)
+        .start_with_context(&tracer, &call.trace);
+    call.trace.with_span(span)
 }
 
 /// Sends one request and waits for its response, relaying progress downstream meanwhile.

@@ -122,8 +122,10 @@ pub struct Call {
     pub ct: CancellationToken,
     /// Who is calling (set by the HTTP edge, or the local operator for stdio and the CLI).
     pub identity: Identity,
-    /// Ties the call's audit record and logs together (the trace id once tracing exists).
+    /// Ties the call's audit record, logs and spans together: the trace id.
     pub correlation_id: String,
+    /// The caller's trace context on the way in; `observe` replaces it with the call's span.
+    pub trace: opentelemetry::Context,
     /// Set by `resolve`.
     pub target: Option<Target>,
     /// Set by `trust`: the call's class and the tier's deadline for it.
@@ -154,7 +156,7 @@ pub fn build(pool: Arc<Pool>, audit: Option<Audit>) -> CallStack {
     BoxCloneSyncService::new(svc)
 }
 
-/// A fresh correlation id (128 random bits, hex).
+/// A fresh correlation id (128 random bits, hex: the shape of a trace id).
 pub fn correlation_id() -> String {
     format!("{:032x}", rand::random::<u128>())
 }

@@ -1,18 +1,23 @@
-//! Observe: outermost, so every routed request is recorded — in the audit log and the call
-//! metrics — with its typed outcome, including the ones resolve, authz, trust, rate limit or the
-//! breaker refused.
+//! Observe: outermost, so every routed request is recorded — in its trace span, the audit log
+//! and the call metrics — with its typed outcome, including the ones resolve, authz, trust, rate
+//! limit or the breaker refused.
 
 use std::sync::Arc;
 
+use opentelemetry::{Context, trace::TraceContextExt};
 use rmcp::model::{Reference, ServerResult};
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use super::{
     Call, CallFuture, Op,
     step::{CallService, Step},
 };
 use crate::{
-    telemetry::audit::{Audit, Record, hash_arguments},
+    telemetry::{
+        audit::{Audit, Record, hash_arguments},
+        traces::{self, KeyValue, SpanKind, Status, Tracer},
+    },
     upstream::pool::Pool,
 };
 
@@ -23,11 +28,17 @@ pub struct Observe {
 }
 
 impl Step for Observe {
-    fn run<S: CallService>(&self, pool: &Arc<Pool>, inner: &mut S, call: Call) -> CallFuture {
+    fn run<S: CallService>(&self, pool: &Arc<Pool>, inner: &mut S, mut call: Call) -> CallFuture {
         let started = Instant::now();
         let (name, args) = describe(&call.op);
         let upstream = Self::upstream_of(pool, &call.op);
         let method = call.op.method();
+        let cx = server_span(&call, method, &name, upstream.as_deref());
+        if let Some(id) = traces::trace_id(&cx) {
+            call.correlation_id = id;
+        }
+        call.trace = cx.clone();
+        let log_span = tracing::info_span!("call", correlation_id = %call.correlation_id);
         // Label values stay bounded: a tool name only when the catalog knows it.
         let tool_label = match (&call.op, &upstream) {
             (Op::CallTool(_), Some(_)) => name.clone(),
@@ -52,38 +63,83 @@ impl Step for Observe {
         let audit = self.audit.clone();
         let metrics = pool.metrics().clone();
         let fut = inner.call(call);
-        Box::pin(async move {
-            let result = fut.await;
-            let elapsed = started.elapsed();
-            let outcome = match &result {
-                Ok(ServerResult::CallToolResult(t)) if t.is_error == Some(true) => "is_error",
-                Ok(ServerResult::InputRequiredResult(_)) => "input_required",
-                Ok(_) => "ok",
-                Err(e) => e.code(),
-            };
-            let upstream_label = upstream.as_deref().unwrap_or("_none");
-            metrics.call(
-                upstream_label,
-                &tool_label,
-                method,
-                outcome,
-                elapsed.as_secs_f64(),
-            );
-            if let (Some(audit), Some(mut r)) = (audit, base) {
-                r.latency_ms = elapsed.as_secs_f64() * 1000.0;
-                r.outcome = outcome;
+        Box::pin(
+            async move {
+                let result = fut.await;
+                let elapsed = started.elapsed();
+                let outcome = match &result {
+                    Ok(ServerResult::CallToolResult(t)) if t.is_error == Some(true) => "is_error",
+                    Ok(ServerResult::InputRequiredResult(_)) => "input_required",
+                    Ok(_) => "ok",
+                    Err(e) => e.code(),
+                };
+                let upstream_label = upstream.as_deref().unwrap_or("_none");
+                metrics.call(
+                    upstream_label,
+                    &tool_label,
+                    method,
+                    outcome,
+                    elapsed.as_secs_f64(),
+                );
                 if let Err(e) = &result {
-                    r.reason = Some(e.code());
-                    if e.is_refusal() {
-                        r.decision = "refused";
-                        r.outcome = "refused";
-                    }
+                    // Inside the call's log span: the line carries the correlation id.
+                    tracing::info!(method, side = ?e.side(), "call failed: {e}");
                 }
-                audit.record(r);
+                let span = cx.span();
+                if outcome != "ok" {
+                    span.set_attribute(KeyValue::new("error.type", outcome));
+                    span.set_status(Status::error(outcome));
+                }
+                span.end();
+                if let (Some(audit), Some(mut r)) = (audit, base) {
+                    r.latency_ms = elapsed.as_secs_f64() * 1000.0;
+                    r.outcome = outcome;
+                    if let Err(e) = &result {
+                        r.reason = Some(e.code());
+                        if e.is_refusal() {
+                            r.decision = "refused";
+                            r.outcome = "refused";
+                        }
+                    }
+                    audit.record(r);
+                }
+                result
             }
-            result
-        })
+            .instrument(log_span),
+        )
     }
+}
+
+/// The server span of one routed request, under the caller's context. Names and attributes
+/// follow the OpenTelemetry MCP conventions (`{mcp.method.name} {target}`); the target is left
+/// out of the name when the catalog does not know it, so span names stay bounded.
+fn server_span(call: &Call, method: &'static str, name: &str, upstream: Option<&str>) -> Context {
+    let tracer = traces::tracer();
+    let mut attrs = vec![
+        KeyValue::new("mcp.method.name", method),
+        KeyValue::new("enduser.id", call.identity.name.clone()),
+    ];
+    match &call.op {
+        Op::CallTool(_) => {
+            attrs.push(KeyValue::new("gen_ai.operation.name", "execute_tool"));
+            attrs.push(KeyValue::new("gen_ai.tool.name", name.to_owned()));
+        }
+        Op::GetPrompt(_) => attrs.push(KeyValue::new("gen_ai.prompt.name", name.to_owned())),
+        _ => attrs.push(KeyValue::new("mcp.resource.uri", name.to_owned())),
+    }
+    if let Some(u) = upstream {
+        attrs.push(KeyValue::new("fedgate.upstream", u.to_owned()));
+    }
+    let span_name = match upstream {
+        Some(_) => format!("{method} {name}"),
+        None => method.to_owned(),
+    };
+    let span = tracer
+        .span_builder(span_name)
+        .with_kind(SpanKind::Server)
+        .with_attributes(attrs)
+        .start_with_context(&tracer, &call.trace);
+    call.trace.with_span(span)
 }
 
 impl Observe {

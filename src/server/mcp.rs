@@ -25,7 +25,7 @@ use crate::{
         identity::{Identity, IdentityKind},
     },
     router::{catalog::Catalog, cursor},
-    telemetry::audit::Audit,
+    telemetry::{audit::Audit, traces},
     upstream::{inflight::Downstream, pool::Pool},
 };
 
@@ -100,16 +100,22 @@ impl Gateway {
             ct: ctx.ct.clone(),
             identity: self.identity(ctx),
             correlation_id: pipeline::correlation_id(),
+            trace: traces::parent(
+                &ctx.meta,
+                ctx.extensions
+                    .get::<http::request::Parts>()
+                    .map(|p| &p.headers),
+            ),
             target: None,
             class: None,
             timeout: None,
             retry_safe: false,
         };
-        let method = call.op.method();
-        self.stack.clone().oneshot(call).await.map_err(|e| {
-            tracing::info!(method, side = ?e.side(), "call failed: {e}");
-            e.to_mcp()
-        })
+        self.stack
+            .clone()
+            .oneshot(call)
+            .await
+            .map_err(|e| e.to_mcp())
     }
 }
 

@@ -71,7 +71,7 @@ impl Reloader {
             }
         };
         let cur = self.current();
-        // Bound at start: the listeners and the audit file.
+        // Bound at start: the listeners, the audit file and the trace exporter.
         next.gateway.listen = cur.gateway.listen;
         for (what, changed) in [
             ("[gateway]", !same_gateway(&cur, &next)),
@@ -84,6 +84,7 @@ impl Reloader {
                 "[audit]",
                 format!("{:?}", cur.audit) != format!("{:?}", next.audit),
             ),
+            ("[tracing]", cur.tracing != next.tracing),
         ] {
             if changed {
                 tracing::warn!(

@@ -1,4 +1,5 @@
-//! Observability: the audit log and Prometheus metrics (traces arrive with the operations work).
+//! Observability: the audit log, Prometheus metrics and OpenTelemetry traces.
 
 pub mod audit;
 pub mod metrics;
+pub mod traces;

@@ -21,6 +21,7 @@ use super::{
 use crate::{
     config::{Era, TransportSpec, UpstreamSpec},
     policy::token::{InjectingClient, Placement},
+    upstream::traced::Traced,
 };
 
 /// A connected upstream: the rmcp service and, for stdio, the process behind it.
@@ -107,14 +108,14 @@ pub async fn connect_http(
                 placement: inj.placement.clone(),
             };
             let transport = Tap::new(
-                StreamableHttpClientTransport::with_client(injecting, config),
+                StreamableHttpClientTransport::with_client(Traced(injecting), config),
                 table,
             );
             handshake(spec, client, transport).await
         }
         None => {
             let transport = Tap::new(
-                StreamableHttpClientTransport::with_client(http_client()?, config),
+                StreamableHttpClientTransport::with_client(Traced(http_client()?), config),
                 table,
             );
             handshake(spec, client, transport).await

@@ -9,6 +9,7 @@ pub mod spawn;
 mod sse;
 mod supervisor;
 pub mod tap;
+pub mod traced;
 
 use std::sync::Arc;
 

@@ -1,0 +1,249 @@
+//! OpenTelemetry traces (F14): OTLP over HTTP (protobuf or JSON), off unless `[tracing]` or
+//! `OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT` turns it on.
+//!
+//! Every routed request gets a server span, every attempt at an upstream a client span under
+//! it. W3C trace context comes in from the request's `_meta.traceparent` (MCP-level, SEP-414)
+//! or the HTTP `traceparent` header, and goes out in the forwarded request's `_meta` and, for
+//! HTTP upstreams, the `traceparent` header. The trace id is the call's correlation id. With
+//! tracing off the spans are no-ops but context still passes through, so a caller's trace
+//! continues past fedgate either way.
+
+use std::collections::HashMap;
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+use opentelemetry::{
+    Context,
+    propagation::{Extractor, Injector, TextMapPropagator},
+    trace::{TraceContextExt, TracerProvider},
+};
+use opentelemetry_otlp::{Protocol, WithExportConfig};
+use opentelemetry_sdk::{
+    Resource,
+    propagation::TraceContextPropagator,
+    trace::{Sampler, SdkTracerProvider},
+};
+use rmcp::model::ClientJsonRpcMessage;
+
+pub use opentelemetry::{
+    KeyValue,
+    trace::{Span, SpanKind, Status, Tracer},
+};
+
+/// The W3C trace context keys, in `_meta` and in HTTP headers alike.
+pub const TRACEPARENT: &str = "traceparent";
+pub const TRACESTATE: &str = "tracestate";
+
+/// The instrumentation scope of fedgate's spans.
+const SCOPE: &str = "fedgate";
+
+/// `[tracing]` after validation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TracingConfig {
+    /// OTLP/HTTP base URL (`/v1/traces` is appended); `None` = from the OTEL_* environment.
+    pub endpoint: Option<String>,
+    /// `None` = from `OTEL_EXPORTER_OTLP_PROTOCOL`, else protobuf.
+    pub protocol: Option<Protocol>,
+    pub service_name: String,
+    /// Share of new traces recorded; a caller's sampling decision is followed.
+    pub sample_ratio: f64,
+}
+
+impl TracingConfig {
+    /// Tracing from the environment alone, when no `[tracing]` section is configured.
+    pub fn from_env() -> Option<Self> {
+        let set = |k: &str| std::env::var_os(k).is_some_and(|v| !v.is_empty());
+        (set("OTEL_EXPORTER_OTLP_ENDPOINT") || set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")).then(
+            || Self {
+                endpoint: None,
+                protocol: None,
+                service_name: std::env::var("OTEL_SERVICE_NAME")
+                    .unwrap_or_else(|_| SCOPE.to_owned()),
+                sample_ratio: 1.0,
+            },
+        )
+    }
+}
+
+/// Flushes and stops the exporter when dropped (at the end of `serve`/`stdio`).
+#[derive(Debug)]
+pub struct TracingGuard(SdkTracerProvider);
+
+impl Drop for TracingGuard {
+    fn drop(&mut self) {
+        if let Err(e) = self.0.shutdown() {
+            tracing::warn!("trace export did not finish: {e}");
+        }
+    }
+}
+
+/// Installs the OTLP exporter as the global tracer provider.
+pub fn start(cfg: &TracingConfig) -> Result<TracingGuard, String> {
+    let mut builder = opentelemetry_otlp::SpanExporter::builder().with_http();
+    if let Some(endpoint) = &cfg.endpoint {
+        builder = builder.with_endpoint(format!("{}/v1/traces", endpoint.trim_end_matches('/')));
+    }
+    if let Some(p) = cfg.protocol {
+        builder = builder.with_protocol(p);
+    } else if std::env::var_os("OTEL_EXPORTER_OTLP_PROTOCOL").is_none() {
+        builder = builder.with_protocol(Protocol::HttpBinary);
+    }
+    let exporter = builder
+        .build()
+        .map_err(|e| format!("cannot set up the OTLP trace exporter: {e}"))?;
+    let provider = SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
+            cfg.sample_ratio,
+        ))))
+        .with_resource(
+            Resource::builder()
+                .with_service_name(cfg.service_name.clone())
+                .build(),
+        )
+        .build();
+    // Built once here so the first call pays nothing.
+    let _ = provider.tracer(SCOPE);
+    opentelemetry::global::set_tracer_provider(provider.clone());
+    tracing::info!(
+        endpoint = cfg
+            .endpoint
+            .as_deref()
+            .unwrap_or("(from OTEL_* environment)"),
+        "exporting traces over OTLP/HTTP"
+    );
+    Ok(TracingGuard(provider))
+}
+
+/// fedgate's tracer (a no-op until [`start`]).
+pub fn tracer() -> opentelemetry::global::BoxedTracer {
+    opentelemetry::global::tracer(SCOPE)
+}
+
+/// The caller's trace context: `_meta` first (it travels with the message across any
+/// transport), else the HTTP headers of the request that carried it.
+pub fn parent(
+    meta: &serde_json::Map<String, serde_json::Value>,
+    headers: Option<&HeaderMap>,
+) -> Context {
+    let propagator = TraceContextPropagator::new();
+    if meta.contains_key(TRACEPARENT) {
+        let cx = propagator.extract(&MetaCarrier(meta));
+        if cx.span().span_context().is_valid() {
+            return cx;
+        }
+    }
+    match headers {
+        Some(h) => propagator.extract(&HeaderCarrier(h)),
+        None => Context::new(),
+    }
+}
+
+/// The trace id of a context, as the 32-hex-digit correlation id; `None` if it has none.
+pub fn trace_id(cx: &Context) -> Option<String> {
+    let sc = cx.span().span_context().clone();
+    sc.is_valid().then(|| sc.trace_id().to_string())
+}
+
+/// Writes the context into a forwarded request's `_meta`, replacing the caller's.
+pub fn inject(cx: &Context, meta: &mut serde_json::Map<String, serde_json::Value>) {
+    meta.remove(TRACEPARENT);
+    meta.remove(TRACESTATE);
+    TraceContextPropagator::new().inject_context(cx, &mut MetaCarrier(meta));
+}
+
+/// The `traceparent`/`tracestate` headers for an outgoing HTTP message: copied from the
+/// request's `_meta`, so the HTTP hop and the MCP hop carry the same context.
+pub fn headers_for(message: &ClientJsonRpcMessage, headers: &mut HashMap<HeaderName, HeaderValue>) {
+    let ClientJsonRpcMessage::Request(req) = message else {
+        return;
+    };
+    let Ok(serde_json::Value::Object(v)) = serde_json::to_value(&req.request) else {
+        return;
+    };
+    let Some(meta) = v
+        .get("params")
+        .and_then(|p| p.get("_meta"))
+        .and_then(|m| m.as_object())
+    else {
+        return;
+    };
+    for key in [TRACEPARENT, TRACESTATE] {
+        if let Some(value) = meta
+            .get(key)
+            .and_then(|v| v.as_str())
+            .and_then(|s| HeaderValue::from_str(s).ok())
+        {
+            headers.insert(HeaderName::from_static(key), value);
+        }
+    }
+}
+
+struct MetaCarrier<M>(M);
+
+impl<M: std::ops::Deref<Target = serde_json::Map<String, serde_json::Value>>> Extractor
+    for MetaCarrier<M>
+{
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.as_str())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(String::as_str).collect()
+    }
+}
+
+impl Injector for MetaCarrier<&mut serde_json::Map<String, serde_json::Value>> {
+    fn set(&mut self, key: &str, value: String) {
+        self.0
+            .insert(key.to_owned(), serde_json::Value::String(value));
+    }
+}
+
+struct HeaderCarrier<'a>(&'a HeaderMap);
+
+impl Extractor for HeaderCarrier<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(HeaderName::as_str).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TP: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+    #[test]
+    fn meta_wins_over_headers_and_round_trips() {
+        let mut meta = serde_json::Map::new();
+        meta.insert(TRACEPARENT.into(), TP.into());
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            TRACEPARENT,
+            HeaderValue::from_static("00-11111111111111111111111111111111-2222222222222222-01"),
+        );
+        let cx = parent(&meta, Some(&headers));
+        assert_eq!(
+            trace_id(&cx).as_deref(),
+            Some("0af7651916cd43dd8448eb211c80319c")
+        );
+        let mut out = serde_json::Map::new();
+        inject(&cx, &mut out);
+        assert_eq!(out[TRACEPARENT], TP);
+    }
+
+    #[test]
+    fn malformed_context_is_ignored() {
+        let mut meta = serde_json::Map::new();
+        meta.insert(TRACEPARENT.into(), "00-zz-yy-01".into());
+        let cx = parent(&meta, None);
+        assert_eq!(trace_id(&cx), None);
+        let mut headers = HeaderMap::new();
+        headers.insert(TRACEPARENT, HeaderValue::from_static("garbage"));
+        assert_eq!(trace_id(&parent(&meta, Some(&headers))), None);
+    }
+}
