@@ -209,6 +209,15 @@ async fn spans_link_across_fedgate_and_its_upstreams() {
         "_meta upstream"
     );
 
+    // Requests fedgate answers itself get a server span too.
+    client.peer().list_all_tools().await.unwrap();
+    let list = collector
+        .span("server span of tools/list", |s| s["name"] == "tools/list")
+        .await;
+    assert_eq!(list["traceId"], TRACE_1);
+    assert_eq!(list["parentSpanId"], PARENT_1);
+    assert_eq!(list["kind"], 2);
+
     // 2. `_meta.traceparent` wins over the header; a stdio upstream gets it in `_meta`.
     let mut meta = RequestMetaObject::default();
     meta.insert(

@@ -100,12 +100,7 @@ impl Gateway {
             ct: ctx.ct.clone(),
             identity: self.identity(ctx),
             correlation_id: pipeline::correlation_id(),
-            trace: traces::parent(
-                &ctx.meta,
-                ctx.extensions
-                    .get::<http::request::Parts>()
-                    .map(|p| &p.headers),
-            ),
+            trace: caller_context(ctx),
             target: None,
             class: None,
             timeout: None,
@@ -117,6 +112,30 @@ impl Gateway {
             .await
             .map_err(|e| e.to_mcp())
     }
+}
+
+/// The caller's trace context: the request's `_meta`, else its HTTP headers.
+fn caller_context(ctx: &RequestContext<RoleServer>) -> opentelemetry::Context {
+    traces::parent(
+        &ctx.meta,
+        ctx.extensions
+            .get::<http::request::Parts>()
+            .map(|p| &p.headers),
+    )
+}
+
+/// A server span for a request answered by fedgate itself (lists); it ends when dropped.
+/// Routed requests get theirs in the pipeline's `observe` step.
+fn request_span(method: &'static str, ctx: &RequestContext<RoleServer>) -> opentelemetry::Context {
+    use traces::{KeyValue, SpanKind, Tracer};
+    let parent = caller_context(ctx);
+    let tracer = traces::tracer();
+    let span = tracer
+        .span_builder(method)
+        .with_kind(SpanKind::Server)
+        .with_attributes([KeyValue::new("mcp.method.name", method)])
+        .start_with_context(&tracer, &parent);
+    opentelemetry::trace::TraceContextExt::with_span(&parent, span)
 }
 
 /// The `Mcp-Session-Id` of the HTTP request behind a message, if any.
@@ -228,6 +247,7 @@ impl ServerHandler for Gateway {
         request: Option<PaginatedRequestParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
+        let _span = request_span("tools/list", &ctx);
         let catalog = self.pool.catalog();
         let access = self.identity(&ctx).access;
         let items = visible(&catalog.tools, access.is_unrestricted(), |x| {
@@ -245,6 +265,7 @@ impl ServerHandler for Gateway {
         request: Option<PaginatedRequestParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
+        let _span = request_span("prompts/list", &ctx);
         let catalog = self.pool.catalog();
         let access = self.identity(&ctx).access;
         let items = visible(&catalog.prompts, access.is_unrestricted(), |x| {
@@ -267,6 +288,7 @@ impl ServerHandler for Gateway {
         request: Option<PaginatedRequestParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
+        let _span = request_span("resources/list", &ctx);
         let catalog = self.pool.catalog();
         let access = self.identity(&ctx).access;
         let items = visible(&catalog.resources, access.is_unrestricted(), |x| {
@@ -284,6 +306,7 @@ impl ServerHandler for Gateway {
         request: Option<PaginatedRequestParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
+        let _span = request_span("resources/templates/list", &ctx);
         let catalog = self.pool.catalog();
         let access = self.identity(&ctx).access;
         let items = visible(&catalog.templates, access.is_unrestricted(), |x| {
