@@ -31,7 +31,7 @@ const PARENT_1: &str = "00f067aa0ba902b7";
 const TRACE_2: &str = "0af7651916cd43dd8448eb211c80319c";
 const PARENT_2: &str = "b7ad6b7169203331";
 
-/// An OTLP/HTTP (JSON) trace receiver: records every span it is sent.
+/// An OTLP/HTTP trace receiver (protobuf or JSON): records every span it is sent.
 #[derive(Default)]
 struct Collector {
     spans: Mutex<Vec<Value>>,
@@ -55,9 +55,13 @@ impl Collector {
                         let c = c.clone();
                         async move {
                             let path = req.uri().path().to_owned();
+                            let protobuf = req
+                                .headers()
+                                .get("content-type")
+                                .is_some_and(|v| v == "application/x-protobuf");
                             let body = req.into_body().collect().await.unwrap().to_bytes();
                             if path == "/v1/traces" {
-                                c.record(&body);
+                                c.record(&body, protobuf);
                             }
                             let mut r = Response::new(Full::new(Bytes::from_static(b"{}")));
                             r.headers_mut()
@@ -74,8 +78,16 @@ impl Collector {
         (me, url)
     }
 
-    fn record(&self, body: &[u8]) {
-        let v: Value = serde_json::from_slice(body).expect("OTLP/JSON body");
+    /// Both OTLP/HTTP encodings; protobuf is decoded and seen through its JSON mapping.
+    fn record(&self, body: &[u8], protobuf: bool) {
+        let v: Value = if protobuf {
+            use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+            use prost::Message;
+            let req = ExportTraceServiceRequest::decode(body).expect("OTLP protobuf body");
+            serde_json::to_value(req).unwrap()
+        } else {
+            serde_json::from_slice(body).expect("OTLP/JSON body")
+        };
         let mut spans = self.spans.lock();
         for rs in v["resourceSpans"].as_array().into_iter().flatten() {
             let service = rs["resource"]["attributes"]
@@ -321,4 +333,100 @@ async fn context_passes_through_with_tracing_off() {
     let expected = format!("00-{TRACE_1}-{PARENT_1}-01");
     assert_eq!(up_header.as_deref(), Some(expected.as_str()));
     assert_eq!(up_meta.as_deref(), Some(expected.as_str()));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_observability_example_runs_as_documented() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/observability");
+    let example = std::fs::read_to_string(format!("{dir}/gateway.toml")).unwrap();
+    let (collector, endpoint) = Collector::start().await;
+    let shipped = "otlp_endpoint = \"http://127.0.0.1:4318\"";
+    assert!(example.contains(shipped), "the README's collector address");
+    let config = example.replace(shipped, &format!("otlp_endpoint = {endpoint:?}"));
+    let gw = Gateway::start_env(&config, &[("OTEL_BSP_SCHEDULE_DELAY", "50")]);
+
+    // Prometheus scrapes the address the example listens on.
+    let prom: Value =
+        serde_norway::from_str(&std::fs::read_to_string(format!("{dir}/prometheus.yml")).unwrap())
+            .unwrap();
+    let target = prom["scrape_configs"][0]["static_configs"][0]["targets"][0]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        example.contains(&format!("listen = \"{target}\"")),
+        "{target}"
+    );
+    assert_eq!(prom["scrape_configs"][0]["metrics_path"], "/metrics");
+
+    let headers = [(
+        http::HeaderName::from_static("traceparent"),
+        http::HeaderValue::from_str(&format!("00-{TRACE_1}-{PARENT_1}-01")).unwrap(),
+    )]
+    .into_iter()
+    .collect();
+    let cfg = StreamableHttpClientTransportConfig::with_uri(gw.url.clone()).custom_headers(headers);
+    let client = TestClient::new()
+        .serve_with_lifecycle(
+            StreamableHttpClientTransport::from_config(cfg),
+            ClientLifecycleMode::Initialize,
+        )
+        .await
+        .unwrap();
+    call(&client, "demo.echo", serde_json::json!({"text": "hi"}))
+        .await
+        .unwrap();
+    let slow = call(&client, "flaky.slow", serde_json::json!({"ms": 2000}))
+        .await
+        .unwrap_err();
+    assert!(slow.to_string().contains("timeout"), "{slow}");
+    call(&client, "demo.nope", serde_json::json!({}))
+        .await
+        .unwrap_err();
+
+    let metrics = reqwest::get(format!("{}/metrics", gw.base))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let count = |labels: &[&str]| -> f64 {
+        metrics
+            .lines()
+            .filter(|l| {
+                l.starts_with("fedgate_calls_total{") && labels.iter().all(|x| l.contains(x))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    assert_eq!(
+        count(&["tool=\"demo.echo\"", "outcome=\"ok\""]),
+        1.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        count(&["tool=\"flaky.slow\"", "outcome=\"timeout\""]),
+        1.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        count(&["tool=\"_unknown\"", "outcome=\"unknown_tool\""]),
+        1.0,
+        "{metrics}"
+    );
+
+    let server = collector
+        .span("the example's echo span", |s| {
+            s["name"] == "tools/call demo.echo"
+        })
+        .await;
+    assert_eq!(server["traceId"], TRACE_1);
+    assert_eq!(server["service"], "fedgate");
+    let audit = std::fs::read_to_string(gw.dir.path().join("audit.jsonl")).unwrap();
+    let echo: Value = audit
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|r| r["name"] == "demo.echo")
+        .expect("audit record of demo.echo");
+    assert_eq!(echo["correlation_id"], TRACE_1);
 }
