@@ -32,6 +32,8 @@ pub use opentelemetry::{
 /// The W3C trace context keys, in `_meta` and in HTTP headers alike.
 pub const TRACEPARENT: &str = "traceparent";
 pub const TRACESTATE: &str = "tracestate";
+/// W3C baggage: not fedgate's to change; passed on as the caller sent it.
+pub const BAGGAGE: &str = "baggage";
 
 /// The instrumentation scope of fedgate's spans.
 const SCOPE: &str = "fedgate";
@@ -151,7 +153,7 @@ pub fn inject(cx: &Context, meta: &mut serde_json::Map<String, serde_json::Value
     TraceContextPropagator::new().inject_context(cx, &mut MetaCarrier(meta));
 }
 
-/// The `traceparent`/`tracestate` headers for an outgoing HTTP message: copied from the
+/// The `traceparent`/`tracestate`/`baggage` headers for an outgoing HTTP message: copied from the
 /// request's `_meta`, so the HTTP hop and the MCP hop carry the same context.
 pub fn headers_for(message: &ClientJsonRpcMessage, headers: &mut HashMap<HeaderName, HeaderValue>) {
     let ClientJsonRpcMessage::Request(req) = message else {
@@ -167,7 +169,7 @@ pub fn headers_for(message: &ClientJsonRpcMessage, headers: &mut HashMap<HeaderN
     else {
         return;
     };
-    for key in [TRACEPARENT, TRACESTATE] {
+    for key in [TRACEPARENT, TRACESTATE, BAGGAGE] {
         if let Some(value) = meta
             .get(key)
             .and_then(|v| v.as_str())
