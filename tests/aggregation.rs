@@ -210,22 +210,62 @@ async fn merged_lists_paginate_with_fedgates_own_cursors() {
     let second = client
         .peer()
         .list_tools(Some(
-            PaginatedRequestParams::default().with_cursor(Some(cursor)),
+            PaginatedRequestParams::default().with_cursor(Some(cursor.clone())),
         ))
         .await
         .unwrap();
     assert_eq!(second.tools[0].name, all[3].name);
-    let err = client
+    // Forged, or a real cursor with one character changed: -32602.
+    let mut edited = cursor.clone().into_bytes();
+    let i = edited.len() - 3;
+    edited[i] = if edited[i] == b'A' { b'B' } else { b'A' };
+    for bad in ["forged".to_owned(), String::from_utf8(edited).unwrap()] {
+        let err = client
+            .peer()
+            .list_tools(Some(
+                PaginatedRequestParams::default().with_cursor(Some(bad)),
+            ))
+            .await
+            .unwrap_err();
+        match err {
+            rmcp::ServiceError::McpError(e) => assert_eq!(e.code.0, -32602, "{e:?}"),
+            other => panic!("{other}"),
+        }
+    }
+
+    // The list changes between two pages (a tool appears): the old cursor goes on after the
+    // last tool it saw, so nothing still listed is skipped or repeated.
+    let seen = client.service().seen.clone();
+    let before = *seen.tool_changes.lock();
+    call(&client, "b.toggle_extra", serde_json::json!({}))
+        .await
+        .unwrap();
+    wait_for(&seen.tools_changed, "list_changed", || {
+        *seen.tool_changes.lock() > before
+    })
+    .await;
+    let now_all = client.peer().list_all_tools().await.unwrap();
+    assert_eq!(now_all.len(), all.len() + 1, "b.extra appeared");
+    let after_change = client
         .peer()
         .list_tools(Some(
-            PaginatedRequestParams::default().with_cursor(Some("forged".into())),
+            PaginatedRequestParams::default().with_cursor(first.next_cursor.clone()),
         ))
         .await
-        .unwrap_err();
-    assert!(
-        err.to_string().contains("-32602") || err.to_string().contains("invalid cursor"),
-        "{err}"
-    );
+        .unwrap();
+    let last_seen = first.tools[2].name.to_string();
+    let expected: Vec<String> = now_all
+        .iter()
+        .map(|t| t.name.to_string())
+        .filter(|n| *n > last_seen)
+        .take(3)
+        .collect();
+    let got: Vec<String> = after_change
+        .tools
+        .iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    assert_eq!(got, expected);
     client.cancel().await.unwrap();
 }
 

@@ -46,5 +46,11 @@ pub const DEFAULT_RETRY_JITTER_MS: u64 = 100;
 pub const DEFAULT_IDEMPOTENCY_TTL_MS: u64 = 600_000;
 /// How long shutdown waits for calls in flight before closing sessions and upstreams.
 pub const DEFAULT_SHUTDOWN_GRACE_MS: u64 = 30_000;
+/// How long a pagination cursor stays valid.
+pub const DEFAULT_CURSOR_TTL_MS: u64 = 600_000;
+/// How long a parked call waits for the client's `inputResponses` (MRTR synthesis).
+pub const DEFAULT_INPUT_WAIT_MS: u64 = 120_000;
+/// Most calls parked at once waiting for a client's input.
+pub const DEFAULT_MAX_PARKED_CALLS: usize = 1_000;
 /// Address of the admin API when `[admin] listen` is not set.
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:8939";

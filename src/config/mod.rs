@@ -241,6 +241,15 @@ pub struct RawGateway {
     pub idempotency_ttl_ms: Option<u64>,
     /// On SIGTERM/SIGINT, how long calls in flight may take before everything is closed.
     pub shutdown_grace_ms: Option<u64>,
+    /// Key (secret reference, at least 32 bytes) that signs cursors and MRTR `requestState`;
+    /// give every replica the same one. Unset: a random key per process.
+    pub state_key: Option<Spanned<String>>,
+    /// How long a pagination cursor stays valid, in milliseconds.
+    pub cursor_ttl_ms: Option<u64>,
+    /// How long a call parked for a client's input (MRTR) waits for the retry, in milliseconds.
+    pub input_wait_ms: Option<u64>,
+    /// Most calls parked for client input at once; more are refused.
+    pub max_parked_calls: Option<usize>,
     /// Reload when the config file or a tier file changes (default true; SIGHUP always works).
     pub watch_config: Option<bool>,
     /// Serve HTTPS (and with `client_ca`, require client certificates: mTLS).

@@ -86,6 +86,11 @@ pub struct GatewaySettings {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     pub shutdown_grace: Duration,
     pub watch_config: bool,
+    /// Signs cursors and `requestState`; `None` = a random key per process.
+    pub state_key: Option<secret::Secret>,
+    pub cursor_ttl: Duration,
+    pub input_wait: Duration,
+    pub max_parked_calls: usize,
 }
 
 /// How an upstream's names are exposed.
@@ -338,6 +343,26 @@ pub(super) fn validate(
             }
         }
     });
+    let state_key = g
+        .state_key
+        .as_ref()
+        .and_then(|k| match secret::resolve(k.get_ref()) {
+            Ok(s) if s.expose().len() >= rmcp::model::RequestStateCodec::MIN_KEY_LENGTH => Some(s),
+            Ok(_) => {
+                cx.err_at(
+                    k.span().start,
+                    format!(
+                        "[gateway] state_key must be at least {} bytes",
+                        rmcp::model::RequestStateCodec::MIN_KEY_LENGTH
+                    ),
+                );
+                None
+            }
+            Err(e) => {
+                cx.err_at(k.span().start, format!("[gateway] state_key: {e}"));
+                None
+            }
+        });
     let tracing = match raw.tracing {
         Some(t) => validate_tracing(&mut cx, t),
         None => crate::telemetry::traces::TracingConfig::from_env(),
@@ -389,6 +414,10 @@ pub(super) fn validate(
             ),
             tls,
             watch_config: g.watch_config.unwrap_or(true),
+            state_key,
+            cursor_ttl: Duration::from_millis(g.cursor_ttl_ms.unwrap_or(DEFAULT_CURSOR_TTL_MS)),
+            input_wait: Duration::from_millis(g.input_wait_ms.unwrap_or(DEFAULT_INPUT_WAIT_MS)),
+            max_parked_calls: g.max_parked_calls.unwrap_or(DEFAULT_MAX_PARKED_CALLS),
             shutdown_grace: Duration::from_millis(
                 g.shutdown_grace_ms.unwrap_or(DEFAULT_SHUTDOWN_GRACE_MS),
             ),

@@ -189,6 +189,10 @@ impl Catalog {
         }
         c.tools.sort_by(|a, b| a.name.cmp(&b.name));
         c.prompts.sort_by(|a, b| a.name.cmp(&b.name));
+        // Every list is sorted by its key: deterministic, and what cursors resume after.
+        c.resources.sort_by(|a, b| a.uri.cmp(&b.uri));
+        c.templates
+            .sort_by(|a, b| a.uri_template.cmp(&b.uri_template));
         for k in &c.conflicts {
             tracing::warn!(upstream = %k.upstream, item = %k.item, "held back: {}", k.reason);
         }

@@ -6,8 +6,8 @@ use std::{borrow::Cow, sync::Arc};
 use rmcp::{
     ErrorData as McpError, RoleServer, ServerHandler,
     model::{
-        CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
-        GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
+        CacheScope, CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
+        ErrorCode, GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
         ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, LoggingLevel,
         PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
         ServerCapabilities, ServerConfig, ServerResult, SetLevelRequestParams,
@@ -24,7 +24,7 @@ use crate::{
         authz::Access,
         identity::{Identity, IdentityKind},
     },
-    router::{catalog::Catalog, cursor},
+    router::catalog::Catalog,
     telemetry::{audit::Audit, traces},
     upstream::{inflight::Downstream, pool::Pool},
 };
@@ -106,12 +106,34 @@ impl Gateway {
             timeout: None,
             retry_safe: false,
         };
-        self.stack
-            .clone()
-            .oneshot(call)
-            .await
-            .map_err(|e| e.to_mcp())
+        let modern = is_modern(ctx);
+        self.stack.clone().oneshot(call).await.map_err(|e| {
+            let mut e = e.to_mcp();
+            // 2026-07-28 reports an unknown resource as invalid params (-32002 before).
+            if modern && e.code == ErrorCode::RESOURCE_NOT_FOUND {
+                e.code = ErrorCode::INVALID_PARAMS;
+            }
+            e
+        })
     }
+
+    /// Cache hints of a list fedgate serves: filtered per caller unless `[auth]` is absent,
+    /// so only then may a shared cache serve it to anyone (`public`). Lists change whenever
+    /// an upstream's do, so they are not to be reused (`ttlMs: 0`).
+    fn list_scope(&self) -> (Option<u64>, Option<CacheScope>) {
+        let scope = if self.pool.auth().open {
+            CacheScope::Public
+        } else {
+            CacheScope::Private
+        };
+        (Some(0), Some(scope))
+    }
+}
+
+/// Whether a request speaks the stateless era (its `_meta` carries the protocol version).
+fn is_modern(ctx: &RequestContext<RoleServer>) -> bool {
+    ctx.meta
+        .contains_key("io.modelcontextprotocol/protocolVersion")
 }
 
 /// The caller's trace context: the request's `_meta`, else its HTTP headers.
@@ -249,14 +271,27 @@ impl ServerHandler for Gateway {
     ) -> Result<ListToolsResult, McpError> {
         let _span = request_span("tools/list", &ctx);
         let catalog = self.pool.catalog();
-        let access = self.identity(&ctx).access;
+        let who = self.identity(&ctx);
+        let access = who.access.clone();
         let items = visible(&catalog.tools, access.is_unrestricted(), |x| {
             self.pool.visible_tool(&access, &x.name)
         });
         let c = request.as_ref().and_then(|r| r.cursor.as_deref());
-        let (items, next) = cursor::page(&items, c, self.page_size).map_err(bad_cursor)?;
+        let (items, next) = self
+            .pool
+            .cursors()
+            .page(
+                "tools",
+                &who.name,
+                &items,
+                |t: &Tool| t.name.as_ref(),
+                c,
+                self.page_size,
+            )
+            .map_err(bad_cursor)?;
         let mut r = ListToolsResult::with_all_items(items);
         r.next_cursor = next;
+        (r.ttl_ms, r.cache_scope) = self.list_scope();
         Ok(r)
     }
 
@@ -267,7 +302,8 @@ impl ServerHandler for Gateway {
     ) -> Result<ListPromptsResult, McpError> {
         let _span = request_span("prompts/list", &ctx);
         let catalog = self.pool.catalog();
-        let access = self.identity(&ctx).access;
+        let who = self.identity(&ctx);
+        let access = who.access.clone();
         let items = visible(&catalog.prompts, access.is_unrestricted(), |x| {
             access.prompt(&x.name)
                 && self.reaches(
@@ -277,9 +313,21 @@ impl ServerHandler for Gateway {
                 )
         });
         let c = request.as_ref().and_then(|r| r.cursor.as_deref());
-        let (items, next) = cursor::page(&items, c, self.page_size).map_err(bad_cursor)?;
+        let (items, next) = self
+            .pool
+            .cursors()
+            .page(
+                "prompts",
+                &who.name,
+                &items,
+                |p: &rmcp::model::Prompt| p.name.as_str(),
+                c,
+                self.page_size,
+            )
+            .map_err(bad_cursor)?;
         let mut r = ListPromptsResult::with_all_items(items);
         r.next_cursor = next;
+        (r.ttl_ms, r.cache_scope) = self.list_scope();
         Ok(r)
     }
 
@@ -290,14 +338,27 @@ impl ServerHandler for Gateway {
     ) -> Result<ListResourcesResult, McpError> {
         let _span = request_span("resources/list", &ctx);
         let catalog = self.pool.catalog();
-        let access = self.identity(&ctx).access;
+        let who = self.identity(&ctx);
+        let access = who.access.clone();
         let items = visible(&catalog.resources, access.is_unrestricted(), |x| {
             access.resource(&x.uri) && self.reaches(&access, &catalog, catalog.resource(&x.uri))
         });
         let c = request.as_ref().and_then(|r| r.cursor.as_deref());
-        let (items, next) = cursor::page(&items, c, self.page_size).map_err(bad_cursor)?;
+        let (items, next) = self
+            .pool
+            .cursors()
+            .page(
+                "resources",
+                &who.name,
+                &items,
+                |r: &rmcp::model::Resource| r.uri.as_str(),
+                c,
+                self.page_size,
+            )
+            .map_err(bad_cursor)?;
         let mut r = ListResourcesResult::with_all_items(items);
         r.next_cursor = next;
+        (r.ttl_ms, r.cache_scope) = self.list_scope();
         Ok(r)
     }
 
@@ -308,15 +369,28 @@ impl ServerHandler for Gateway {
     ) -> Result<ListResourceTemplatesResult, McpError> {
         let _span = request_span("resources/templates/list", &ctx);
         let catalog = self.pool.catalog();
-        let access = self.identity(&ctx).access;
+        let who = self.identity(&ctx);
+        let access = who.access.clone();
         let items = visible(&catalog.templates, access.is_unrestricted(), |x| {
             access.resource(&x.uri_template)
                 && self.reaches(&access, &catalog, catalog.template(&x.uri_template))
         });
         let c = request.as_ref().and_then(|r| r.cursor.as_deref());
-        let (items, next) = cursor::page(&items, c, self.page_size).map_err(bad_cursor)?;
+        let (items, next) = self
+            .pool
+            .cursors()
+            .page(
+                "resource_templates",
+                &who.name,
+                &items,
+                |t: &rmcp::model::ResourceTemplate| t.uri_template.as_str(),
+                c,
+                self.page_size,
+            )
+            .map_err(bad_cursor)?;
         let mut r = ListResourceTemplatesResult::with_all_items(items);
         r.next_cursor = next;
+        (r.ttl_ms, r.cache_scope) = self.list_scope();
         Ok(r)
     }
 
@@ -351,7 +425,14 @@ impl ServerHandler for Gateway {
         ctx: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
         match self.run(Op::ReadResource(request), &ctx).await? {
-            ServerResult::ReadResourceResult(r) => Ok(ReadResourceResponse::Complete(r)),
+            ServerResult::ReadResourceResult(mut r) => {
+                // Reads pass fedgate's authorization: with `[auth]`, a shared cache must not
+                // hand one caller's answer to another.
+                if !self.pool.auth().open {
+                    r.cache_scope = Some(CacheScope::Private);
+                }
+                Ok(ReadResourceResponse::Complete(r))
+            }
             ServerResult::InputRequiredResult(r) => Ok(ReadResourceResponse::InputRequired(r)),
             other => Err(unexpected("resources/read", &other)),
         }

@@ -3,6 +3,7 @@
 use std::{sync::Arc, time::Duration};
 
 use arc_swap::ArcSwap;
+use rmcp::model::RequestStateCodec;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -13,7 +14,7 @@ use crate::{
         authz::Access, idempotency::IdempotencyStore, identity::Authenticator, pinning::Pins,
         rate_limit::RateLimits,
     },
-    router::catalog::Catalog,
+    router::{catalog::Catalog, cursor::Cursors},
     server::sessions::{Changed, Hub},
     telemetry::metrics::Metrics,
 };
@@ -39,6 +40,9 @@ pub struct Pool {
     shutdown: CancellationToken,
     /// Bumped on every phase change, so waiters need not poll.
     status_tx: watch::Sender<u64>,
+    /// Signs cursors and MRTR request state (`[gateway] state_key`).
+    seal: Arc<RequestStateCodec>,
+    cursors: Cursors,
     /// Routed calls in flight, for draining on shutdown.
     calls_in_flight: watch::Sender<usize>,
 }
@@ -59,7 +63,16 @@ impl Pool {
     pub fn new(snapshot: &Snapshot) -> Result<Arc<Self>, String> {
         let (status_tx, _) = watch::channel(0);
         let shutdown = CancellationToken::new();
+        let seal = Arc::new(
+            RequestStateCodec::try_new(match &snapshot.gateway.state_key {
+                Some(k) => k.expose().as_bytes().to_vec(),
+                None => rand::random::<[u8; 32]>().to_vec(),
+            })
+            .map_err(|e| format!("[gateway] state_key: {e}"))?,
+        );
         Ok(Arc::new(Self {
+            cursors: Cursors::new(seal.clone(), snapshot.gateway.cursor_ttl),
+            seal,
             metrics: Arc::new(Metrics::new()?),
             upstreams: ArcSwap::from_pointee(
                 snapshot
@@ -118,6 +131,15 @@ impl Pool {
                 .and_then(|r| catalog.upstream(r.upstream))
                 .is_some_and(|u| access.tier(u.spec().tier.rank))
         }
+    }
+
+    pub fn cursors(&self) -> &Cursors {
+        &self.cursors
+    }
+
+    /// The key that seals state handed to clients (cursors, MRTR `requestState`).
+    pub fn seal(&self) -> &Arc<RequestStateCodec> {
+        &self.seal
     }
 
     pub fn idempotency(&self) -> &Arc<IdempotencyStore> {
