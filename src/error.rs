@@ -27,6 +27,12 @@ pub enum CallError {
     UnknownResource { uri: String },
     #[error("invalid cursor")]
     BadCursor,
+    #[error("requestState refused: {why}")]
+    BadRequestState { why: String },
+    #[error("too many {what}; retry later")]
+    Busy { what: String },
+    #[error("fedgate failed: {detail}")]
+    Internal { detail: String },
     #[error("upstream `{upstream}` is unavailable ({phase:?}){}", detail.as_deref().map(|d| format!(": {d}")).unwrap_or_default())]
     UpstreamUnavailable {
         upstream: String,
@@ -100,12 +106,15 @@ impl CallError {
             | CallError::UnknownPrompt { .. }
             | CallError::UnknownResource { .. }
             | CallError::BadCursor
+            | CallError::BadRequestState { .. }
             | CallError::TierRefused { .. }
             | CallError::RateLimited { .. }
             | CallError::NotAuthorized { .. }
             | CallError::IdempotencyConflict
             | CallError::Cancelled => Side::Downstream,
-            CallError::BreakerOpen { .. } => Side::Internal,
+            CallError::BreakerOpen { .. } | CallError::Busy { .. } | CallError::Internal { .. } => {
+                Side::Internal
+            }
             CallError::ResponseTooLarge { .. } => Side::Upstream,
             CallError::UpstreamUnavailable { .. }
             | CallError::UpstreamTimeout { .. }
@@ -136,6 +145,14 @@ impl CallError {
                 "invalid cursor; restart the listing without a cursor",
                 None,
             ),
+            CallError::BadRequestState { .. } => McpError::invalid_params(
+                format!("{msg}; call again without requestState and inputResponses"),
+                Some(json!({ "reason": "bad_request_state" })),
+            ),
+            CallError::Busy { .. } => {
+                McpError::internal_error(msg, Some(json!({ "reason": "busy" })))
+            }
+            CallError::Internal { .. } => McpError::internal_error(msg, None),
             CallError::UpstreamUnavailable {
                 upstream, phase, ..
             } => McpError::internal_error(
@@ -226,6 +243,9 @@ impl CallError {
             CallError::UnknownPrompt { .. } => "unknown_prompt",
             CallError::UnknownResource { .. } => "unknown_resource",
             CallError::BadCursor => "bad_cursor",
+            CallError::BadRequestState { .. } => "bad_request_state",
+            CallError::Busy { .. } => "busy",
+            CallError::Internal { .. } => "internal",
             CallError::UpstreamUnavailable { .. } => "upstream_unavailable",
             CallError::UpstreamTimeout { .. } => "timeout",
             CallError::UpstreamClosed { .. } => "upstream_closed",
@@ -249,6 +269,8 @@ impl CallError {
                 | CallError::UnknownPrompt { .. }
                 | CallError::UnknownResource { .. }
                 | CallError::BadCursor
+                | CallError::BadRequestState { .. }
+                | CallError::Busy { .. }
                 | CallError::NotAuthorized { .. }
                 | CallError::IdempotencyConflict
                 | CallError::BreakerOpen { .. }

@@ -1,10 +1,14 @@
-//! What differs between the two protocol eras at fedgate's own face: error codes and cache
-//! hints, each checked with a handshake-era and a stateless-era rmcp client.
+//! The two protocol eras on either side of fedgate: error codes and cache hints at its own face,
+//! and asking the caller for input across eras (MRTR synthesis and driving).
 
 mod common;
 
+use std::time::Duration;
+
 use common::*;
-use rmcp::model::{CacheScope, ReadResourceRequestParams};
+use rmcp::model::{
+    CacheScope, CallToolRequestParams, CallToolResponse, InputResponses, ReadResourceRequestParams,
+};
 
 fn code(err: rmcp::ServiceError) -> i32 {
     match err {
@@ -45,4 +49,159 @@ async fn lists_are_private_when_filtered_per_caller() {
     assert_eq!(tools.cache_scope, Some(CacheScope::Private));
     let prompts = modern.peer().list_prompts(None).await.unwrap();
     assert_eq!(prompts.cache_scope, Some(CacheScope::Private));
+}
+
+fn answer(name: &str) -> InputResponses {
+    let mut r = InputResponses::new();
+    r.insert(
+        "fedgate-1".into(),
+        serde_json::json!({"action": "accept", "content": {"name": name}}),
+    );
+    r
+}
+
+async fn parked(gw: &Gateway) -> String {
+    let text = reqwest::get(format!("{}/metrics", gw.base))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find(|l| l.starts_with("fedgate_parked_calls "))
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// A handshake-era upstream asks for input by sending `elicitation/create` mid-call; a
+/// stateless-era client cannot be sent requests, so fedgate answers input_required, parks the
+/// upstream call, and resumes it with the client's retry.
+#[tokio::test(flavor = "multi_thread")]
+async fn legacy_upstream_elicitation_reaches_a_modern_client_as_input_required() {
+    let gw = Gateway::start(&stdio_upstream("demo", &[], "era = \"legacy\""));
+    let client = TestClient::new();
+    let seen = client.seen.clone();
+    let client = connect_modern(&gw.url, client).await;
+
+    // rmcp's client drives the rounds itself through its handler.
+    let r = client
+        .call_tool(CallToolRequestParams::new("demo.ask"))
+        .await
+        .unwrap();
+    assert_eq!(first_text(&r), "hello ada");
+    assert_eq!(seen.elicitations.lock().as_slice(), ["What is your name?"]);
+
+    // By hand: the input request, the sealed state, one resume, no replay.
+    let first = client
+        .peer()
+        .call_tool_once(CallToolRequestParams::new("demo.ask"))
+        .await
+        .unwrap();
+    let CallToolResponse::InputRequired(ir) = first else {
+        panic!("expected input_required, got {first:?}");
+    };
+    let asks = serde_json::to_value(ir.input_requests.as_ref().unwrap()).unwrap();
+    assert_eq!(asks["fedgate-1"]["method"], "elicitation/create", "{asks}");
+    assert_eq!(asks["fedgate-1"]["params"]["message"], "What is your name?");
+    assert_eq!(parked(&gw).await, "fedgate_parked_calls 1");
+    let state = ir.request_state.clone().unwrap();
+    let retry = |state: String, args: serde_json::Value| {
+        client.peer().call_tool_once(
+            CallToolRequestParams::new("demo.ask")
+                .with_arguments(args.as_object().cloned().unwrap())
+                .with_input_responses(answer("grace"))
+                .with_request_state(state),
+        )
+    };
+    // Tampered, or the same state with other arguments: refused, the call stays parked.
+    let mut tampered = state.clone().into_bytes();
+    let i = tampered.len() - 5;
+    tampered[i] = if tampered[i] == b'A' { b'B' } else { b'A' };
+    let err = retry(String::from_utf8(tampered).unwrap(), serde_json::json!({}))
+        .await
+        .unwrap_err();
+    assert_eq!(code(err), -32602);
+    let err = retry(state.clone(), serde_json::json!({"other": 1}))
+        .await
+        .unwrap_err();
+    assert_eq!(code(err), -32602);
+    let done = retry(state.clone(), serde_json::json!({})).await.unwrap();
+    let CallToolResponse::Complete(done) = done else {
+        panic!("expected completion, got {done:?}");
+    };
+    assert_eq!(first_text(&done), "hello grace");
+    assert_eq!(parked(&gw).await, "fedgate_parked_calls 0");
+    // Replayed.
+    let err = retry(state, serde_json::json!({})).await.unwrap_err();
+    assert_eq!(code(err), -32602);
+}
+
+/// A parked call whose client never comes back is released: the upstream's request gets an
+/// error, the state is refused afterwards.
+#[tokio::test(flavor = "multi_thread")]
+async fn unclaimed_parked_calls_expire() {
+    let gw = Gateway::start(&format!(
+        "[gateway]\ninput_wait_ms = 100\n\n{}",
+        stdio_upstream("demo", &[], "era = \"legacy\"")
+    ));
+    let client = connect_modern(&gw.url, TestClient::new()).await;
+    let first = client
+        .peer()
+        .call_tool_once(CallToolRequestParams::new("demo.ask"))
+        .await
+        .unwrap();
+    let CallToolResponse::InputRequired(ir) = first else {
+        panic!("expected input_required, got {first:?}");
+    };
+    let released = async {
+        while parked(&gw).await != "fedgate_parked_calls 0" {
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), released)
+        .await
+        .expect("the parked call is released");
+    let err = client
+        .peer()
+        .call_tool_once(
+            CallToolRequestParams::new("demo.ask")
+                .with_input_responses(answer("late"))
+                .with_request_state(ir.request_state.unwrap()),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(code(err), -32602);
+    // The upstream is free again.
+    let r = call(&client, "demo.echo", serde_json::json!({"text": "ok"}))
+        .await
+        .unwrap();
+    assert_eq!(first_text(&r), "echo: ok");
+}
+
+/// A stateless-era upstream answers input_required; a handshake-era client cannot take it,
+/// so fedgate sends the client the elicitation and retries the upstream with the answer.
+#[tokio::test(flavor = "multi_thread")]
+async fn modern_upstream_input_required_is_driven_for_a_legacy_client() {
+    let (notes, _server) = http_upstream("notes", "era = \"modern\"");
+    let gw = Gateway::start(&notes);
+    let client = TestClient::new();
+    let seen = client.seen.clone();
+    let client = connect_legacy(&gw.url, client).await;
+    let r = call(&client, "notes.ask", serde_json::json!({}))
+        .await
+        .unwrap();
+    assert_eq!(first_text(&r), "hello ada");
+    assert_eq!(seen.elicitations.lock().as_slice(), ["What is your name?"]);
+}
+
+/// Roots asked by a handshake-era upstream reach a stateless-era client the same way.
+#[tokio::test(flavor = "multi_thread")]
+async fn legacy_upstream_roots_reach_a_modern_client() {
+    let gw = Gateway::start(&stdio_upstream("demo", &[], "era = \"legacy\""));
+    let client = connect_modern(&gw.url, TestClient::new()).await;
+    let r = client
+        .call_tool(CallToolRequestParams::new("demo.roots"))
+        .await
+        .unwrap();
+    assert!(first_text(&r).contains("file:///work/project"), "{r:?}");
 }

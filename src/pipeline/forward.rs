@@ -1,38 +1,75 @@
 //! Forward: the call leaves for its upstream; progress comes back in order, before the result.
 #![allow(deprecated)] // resources/(un)subscribe are legacy-only and still forwarded
 
-use std::task::{Context, Poll};
+use std::{
+    sync::Arc,
+    task::{Context, Poll},
+    time::Duration,
+};
 
-use rmcp::{
-    model::{
-        CallToolRequest, CancelledNotificationParam, ClientRequest, CompleteRequest, GetExtensions,
-        GetPromptRequest, ReadResourceRequest, RequestMetaObject, ResultType, ServerResult,
-        SubscribeRequest, UnsubscribeRequest,
-    },
-    service::PeerRequestOptions,
+use sha2::{Digest, Sha256};
+
+use rmcp::model::{
+    CallToolRequest, ClientRequest, CompleteRequest, DEFAULT_MRTR_MAX_ROUNDS, GetPromptRequest,
+    InputRequest, InputResponses, ReadResourceRequest, RequestMetaObject, ResultType,
+    ServerRequest, ServerResult, SubscribeRequest, UnsubscribeRequest,
 };
 use tower::Service;
 
 use opentelemetry::trace::TraceContextExt;
 
-use super::{Call, CallFuture, Op};
+use super::{
+    Call, CallFuture, Op,
+    pending::{Outcome, Pending},
+};
 use crate::{
     error::CallError,
     policy::trust::CallClass,
     telemetry::traces::{self, KeyValue, SpanKind, Status, Tracer},
-    upstream::{
-        Connection, DetectedEra,
-        inflight::{CallEvent, Downstream},
-    },
+    upstream::{Connection, DetectedEra, inflight::Downstream, parked::ParkingLot, pool::Pool},
 };
 
 /// `_meta` keys that belong to one hop and are never copied to the next.
 const HOP_META_PREFIX: &str = "io.modelcontextprotocol/";
 const PROGRESS_TOKEN_KEY: &str = "progressToken";
 
-/// The terminal: sends the call to the upstream the route holds.
+/// How often parked calls are checked for expiry.
+const REAP_EVERY: Duration = Duration::from_secs(1);
+
+/// The terminal: sends the call to the upstream the route holds, and bridges the eras'
+/// ways of asking the caller for input.
 #[derive(Debug, Clone)]
-pub struct Forward;
+pub struct Forward {
+    pool: Arc<Pool>,
+    lot: Arc<ParkingLot<Pending>>,
+}
+
+impl Forward {
+    /// Also starts the task that releases parked calls whose callers did not come back.
+    pub fn new(pool: Arc<Pool>) -> Self {
+        let lot = Arc::new(ParkingLot::<Pending>::new(
+            pool.seal().clone(),
+            pool.input_wait(),
+            pool.max_parked_calls(),
+        ));
+        let (weak_lot, weak_pool) = (Arc::downgrade(&lot), Arc::downgrade(&pool));
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(REAP_EVERY);
+            loop {
+                tick.tick().await;
+                let (Some(lot), Some(pool)) = (weak_lot.upgrade(), weak_pool.upgrade()) else {
+                    return;
+                };
+                for call in lot.expire(tokio::time::Instant::now()) {
+                    call.cancel("the client did not provide the requested input in time")
+                        .await;
+                }
+                pool.metrics().parked_calls.set(lot.len() as i64);
+            }
+        });
+        Self { pool, lot }
+    }
+}
 
 impl Service<Call> for Forward {
     type Response = ServerResult;
@@ -44,65 +81,262 @@ impl Service<Call> for Forward {
     }
 
     fn call(&mut self, call: Call) -> Self::Future {
-        Box::pin(forward(call))
+        let this = self.clone();
+        Box::pin(async move { this.forward(call).await })
     }
 }
 
-async fn forward(call: Call) -> Result<ServerResult, CallError> {
-    let target = call
-        .target
-        .clone()
-        .ok_or_else(|| CallError::UpstreamFailed {
-            upstream: String::new(),
-            detail: "call reached forward without a route".into(),
-        })?;
-    let up = target.upstream.clone();
-    let spec = up.spec();
-    let conn = up.connection().ok_or_else(|| {
-        let s = up.status();
-        CallError::UpstreamUnavailable {
-            upstream: target.upstream_name.clone(),
-            phase: s.phase,
-            detail: s.last_error,
-        }
-    })?;
-    let timeout = call.timeout.unwrap_or(spec.call_timeout);
-    let name = target.upstream_name.as_str();
-    let write = call.class == Some(CallClass::Write);
-    let mut call = call;
-    let cx = client_span(&call, name, spec.transport.kind());
-    // The upstream continues the trace under this attempt's span (and an HTTP upstream also
-    // gets it as the `traceparent` header, copied from here).
-    traces::inject(&cx, &mut call.meta);
-    let result = send(&conn, name, call, timeout)
-        .await
-        .map_err(|e| mark_uncertain(e, write));
-    let span = cx.span();
-    match &result {
-        Ok(ServerResult::CallToolResult(r)) if r.is_error == Some(true) => {
-            span.set_attribute(KeyValue::new("error.type", "tool_error"));
-        }
-        Ok(_) => {}
-        Err(e) => {
-            span.set_attribute(KeyValue::new("error.type", e.code()));
-            span.set_status(Status::error(e.code()));
-        }
-    }
-    span.end();
-    let result = result?;
-    if let Some(max) = spec.tier.max_response_bytes {
-        let size = serde_json::to_vec(&result)
-            .map(|v| v.len())
-            .unwrap_or(usize::MAX);
-        if size > max {
-            return Err(CallError::ResponseTooLarge {
+impl Forward {
+    async fn forward(&self, call: Call) -> Result<ServerResult, CallError> {
+        let target = call
+            .target
+            .clone()
+            .ok_or_else(|| CallError::UpstreamFailed {
+                upstream: String::new(),
+                detail: "call reached forward without a route".into(),
+            })?;
+        let up = target.upstream.clone();
+        let spec = up.spec();
+        let conn = up.connection().ok_or_else(|| {
+            let s = up.status();
+            CallError::UpstreamUnavailable {
                 upstream: target.upstream_name.clone(),
-                size,
-                max,
-            });
+                phase: s.phase,
+                detail: s.last_error,
+            }
+        })?;
+        let timeout = call.timeout.unwrap_or(spec.call_timeout);
+        let name = target.upstream_name.as_str();
+        let write = call.class == Some(CallClass::Write);
+        let mut call = call;
+        let cx = client_span(&call, name, spec.transport.kind());
+        // The upstream continues the trace under this attempt's span (and an HTTP upstream also
+        // gets it as the `traceparent` header, copied from here).
+        traces::inject(&cx, &mut call.meta);
+        let result = self
+            .exchange(&conn, name, call, timeout)
+            .await
+            .map_err(|e| mark_uncertain(e, write));
+        let span = cx.span();
+        match &result {
+            Ok(ServerResult::CallToolResult(r)) if r.is_error == Some(true) => {
+                span.set_attribute(KeyValue::new("error.type", "tool_error"));
+            }
+            Ok(_) => {}
+            Err(e) => {
+                span.set_attribute(KeyValue::new("error.type", e.code()));
+                span.set_status(Status::error(e.code()));
+            }
+        }
+        span.end();
+        let result = result?;
+        if let Some(max) = spec.tier.max_response_bytes {
+            let size = serde_json::to_vec(&result)
+                .map(|v| v.len())
+                .unwrap_or(usize::MAX);
+            if size > max {
+                return Err(CallError::ResponseTooLarge {
+                    upstream: target.upstream_name.clone(),
+                    size,
+                    max,
+                });
+            }
+        }
+        Ok(normalise(result))
+    }
+
+    /// Runs the call at the upstream, across the eras' ways of asking the caller for input:
+    /// - a handshake-era upstream asks by sending a request; a handshake-era caller gets it as
+    ///   is (see `UpstreamClient`), a stateless-era caller gets an `InputRequiredResult` while
+    ///   the upstream call is parked, and its retry resumes the parked call;
+    /// - a stateless-era upstream answers `InputRequiredResult`; a stateless-era caller gets it
+    ///   as is, a handshake-era caller is sent the requests and fedgate retries the upstream with
+    ///   the answers, transparently.
+    async fn exchange(
+        &self,
+        conn: &Arc<Connection>,
+        upstream: &str,
+        call: Call,
+        timeout: Duration,
+    ) -> Result<ServerResult, CallError> {
+        let Call {
+            op,
+            meta,
+            downstream,
+            progress_token,
+            ct,
+            identity,
+            ..
+        } = call;
+        let binding = binding(&identity.name, upstream, &op);
+        let meta = hop_meta(meta, conn.era, downstream.as_ref());
+        let mut pending = match (conn.era, retry_of(&op)) {
+            (DetectedEra::Handshake, Some((state, answers))) => {
+                let resumed = self.lot.resume(state, &binding, answers)?.call;
+                self.parked_changed();
+                resumed.attach(downstream.clone());
+                resumed
+            }
+            _ => {
+                Pending::start(
+                    conn.clone(),
+                    upstream,
+                    to_request(op.clone()),
+                    meta.clone(),
+                    downstream.clone(),
+                    timeout,
+                )
+                .await?
+            }
+        };
+        let mut rounds = 0;
+        loop {
+            match pending
+                .drive(downstream.as_ref(), progress_token.as_ref(), &ct)
+                .await
+            {
+                Outcome::Input(p, asks) if can_ask(&op) => {
+                    let ir = self.lot.park(p, asks, &binding);
+                    self.parked_changed();
+                    return ir.map(ServerResult::InputRequiredResult);
+                }
+                Outcome::Input(p, asks) => {
+                    // Only tools/call, prompts/get and resources/read may answer input_required.
+                    for ask in asks {
+                        let _ = ask.reply.send(Err(format!(
+                            "a stateless-era client cannot be asked for input during {}",
+                            op.method()
+                        )));
+                    }
+                    pending = p;
+                }
+                Outcome::Done(Ok(ServerResult::InputRequiredResult(ir)))
+                    if rounds < DEFAULT_MRTR_MAX_ROUNDS
+                        && downstream.as_ref().is_some_and(|d| !d.modern) =>
+                {
+                    let Some(d) = downstream.as_ref() else {
+                        return Ok(ServerResult::InputRequiredResult(ir));
+                    };
+                    let answers = ask_caller(d, upstream, &ir).await?;
+                    let next = answered(op.clone(), answers, ir.request_state);
+                    rounds += 1;
+                    pending = Pending::start(
+                        conn.clone(),
+                        upstream,
+                        to_request(next),
+                        meta.clone(),
+                        downstream.clone(),
+                        timeout,
+                    )
+                    .await?;
+                }
+                Outcome::Done(r) => return r,
+            }
         }
     }
-    Ok(normalise(result))
+
+    fn parked_changed(&self) {
+        self.pool.metrics().parked_calls.set(self.lot.len() as i64);
+    }
+}
+
+/// What a parked call's `requestState` is bound to: the caller, the upstream and the request
+/// (method, name or URI, and a digest of the arguments), so it resumes nothing else.
+fn binding(caller: &str, upstream: &str, op: &Op) -> Vec<u8> {
+    let (name, args) = match op {
+        // No arguments and `{}` are the same request.
+        Op::CallTool(p) => (
+            p.name.to_string(),
+            serde_json::to_vec(&p.arguments.clone().unwrap_or_default()),
+        ),
+        Op::GetPrompt(p) => (
+            p.name.clone(),
+            serde_json::to_vec(&p.arguments.clone().unwrap_or_default()),
+        ),
+        Op::ReadResource(p) => (p.uri.clone(), Ok(Vec::new())),
+        other => (other.method().to_owned(), Ok(Vec::new())),
+    };
+    let digest = Sha256::digest(args.unwrap_or_default());
+    let mut b = format!(
+        "fedgate-mrtr\0{caller}\0{upstream}\0{}\0{name}\0",
+        op.method()
+    )
+    .into_bytes();
+    b.extend_from_slice(&digest);
+    b
+}
+
+/// Whether the request may be answered with `InputRequiredResult` (SEP-2322).
+fn can_ask(op: &Op) -> bool {
+    matches!(op, Op::CallTool(_) | Op::GetPrompt(_) | Op::ReadResource(_))
+}
+
+/// The `requestState` and `inputResponses` of a retried input-required request.
+fn retry_of(op: &Op) -> Option<(&str, Option<&InputResponses>)> {
+    let (state, answers) = match op {
+        Op::CallTool(p) => (&p.request_state, &p.input_responses),
+        Op::GetPrompt(p) => (&p.request_state, &p.input_responses),
+        Op::ReadResource(p) => (&p.request_state, &p.input_responses),
+        _ => return None,
+    };
+    state.as_deref().map(|s| (s, answers.as_ref()))
+}
+
+/// The request retried with the caller's answers and the upstream's state.
+fn answered(op: Op, answers: InputResponses, state: Option<String>) -> Op {
+    match op {
+        Op::CallTool(mut p) => {
+            p.input_responses = Some(answers);
+            p.request_state = state;
+            Op::CallTool(p)
+        }
+        Op::GetPrompt(mut p) => {
+            p.input_responses = Some(answers);
+            p.request_state = state;
+            Op::GetPrompt(p)
+        }
+        Op::ReadResource(mut p) => {
+            p.input_responses = Some(answers);
+            p.request_state = state;
+            Op::ReadResource(p)
+        }
+        other => other,
+    }
+}
+
+/// Sends a stateless-era upstream's input requests to a handshake-era caller, one by one, and
+/// collects the answers under the upstream's keys.
+async fn ask_caller(
+    d: &Downstream,
+    upstream: &str,
+    ir: &rmcp::model::InputRequiredResult,
+) -> Result<InputResponses, CallError> {
+    let mut answers = InputResponses::new();
+    for (key, request) in ir.input_requests.iter().flatten() {
+        let request = match request.clone() {
+            InputRequest::CreateMessage(r) => ServerRequest::CreateMessageRequest(r),
+            InputRequest::Elicitation(r) => ServerRequest::ElicitRequest(r),
+            InputRequest::ListRoots(r) => ServerRequest::ListRootsRequest(r),
+            other => {
+                return Err(CallError::UpstreamFailed {
+                    upstream: upstream.to_owned(),
+                    detail: format!("asked for input fedgate cannot relay: {other:?}"),
+                });
+            }
+        };
+        let answer = d
+            .request(request)
+            .await
+            .map_err(|e| CallError::UpstreamFailed {
+                upstream: upstream.to_owned(),
+                detail: format!("the client did not answer the upstream's `{key}` request: {e}"),
+            })?;
+        let value = serde_json::to_value(&answer).map_err(|e| CallError::Internal {
+            detail: format!("cannot encode the client's answer: {e}"),
+        })?;
+        answers.insert(key.clone(), value);
+    }
+    Ok(answers)
 }
 
 /// The client span of one attempt at the upstream, under the call's server span.
@@ -133,66 +367,6 @@ fn client_span(call: &Call, upstream: &str, transport: &'static str) -> opentele
     call.trace.with_span(span)
 }
 
-/// Sends one request and waits for its response, relaying progress downstream meanwhile.
-async fn send(
-    conn: &Connection,
-    upstream: &str,
-    call: Call,
-    timeout: std::time::Duration,
-) -> Result<ServerResult, CallError> {
-    let Call {
-        op,
-        meta,
-        downstream,
-        progress_token,
-        ct,
-        ..
-    } = call;
-    let (guard, mut events) = conn.inflight.open(downstream.clone());
-    let mut request = to_request(op);
-    request.extensions_mut().insert(guard.key);
-    let options =
-        PeerRequestOptions::no_options().with_meta(hop_meta(meta, conn.era, downstream.as_ref()));
-    let handle = conn
-        .peer
-        .send_request_with_option(request, options)
-        .await
-        .map_err(|e| CallError::from_service(upstream, e))?;
-    let upstream_id = handle.id.clone();
-    let response = handle.await_response();
-    tokio::pin!(response);
-    let deadline = tokio::time::sleep(timeout);
-    tokio::pin!(deadline);
-    let relay = |ev| relay(downstream.as_ref(), progress_token.as_ref(), ev);
-    let outcome = loop {
-        tokio::select! {
-            biased;
-            Some(ev) = events.recv() => relay(ev).await,
-            r = &mut response => {
-                // Everything the upstream sent before its response is already queued.
-                while let Ok(ev) = events.try_recv() {
-                    relay(ev).await;
-                }
-                break r.map_err(|e| CallError::from_service(upstream, e));
-            }
-            _ = ct.cancelled() => {
-                cancel_upstream(conn, upstream_id.clone(), "cancelled by the client").await;
-                break Err(CallError::Cancelled);
-            }
-            _ = &mut deadline => {
-                cancel_upstream(conn, upstream_id.clone(), "fedgate call timeout").await;
-                break Err(CallError::UpstreamTimeout {
-                    upstream: upstream.to_owned(),
-                    after: timeout,
-                    uncertain: false,
-                });
-            }
-        }
-    };
-    drop(guard);
-    outcome
-}
-
 /// A write that timed out or lost its connection may have happened.
 fn mark_uncertain(e: CallError, write: bool) -> CallError {
     match e {
@@ -209,34 +383,6 @@ fn mark_uncertain(e: CallError, write: bool) -> CallError {
         },
         other => other,
     }
-}
-
-/// Passes one upstream notification of this call to the caller, in arrival order.
-async fn relay(
-    downstream: Option<&Downstream>,
-    token: Option<&rmcp::model::ProgressToken>,
-    ev: CallEvent,
-) {
-    let Some(d) = downstream else { return };
-    match ev {
-        CallEvent::Progress(mut p) => {
-            // A caller that sent no progress token asked for no progress.
-            if let Some(token) = token {
-                p.progress_token = token.clone();
-                let _ = d.peer.notify_progress(p).await;
-            }
-        }
-        CallEvent::Log(l) => {
-            if d.log_level.is_some_and(|min| l.level as u8 >= min as u8) {
-                let _ = d.peer.notify_logging_message(l).await;
-            }
-        }
-    }
-}
-
-async fn cancel_upstream(conn: &Connection, id: rmcp::model::RequestId, reason: &str) {
-    let p = CancelledNotificationParam::new(Some(id), Some(reason.to_owned()));
-    let _ = conn.peer.notify_cancelled(p).await;
 }
 
 /// The downstream `_meta` minus what belongs to the downstream hop only. A stateless-era

@@ -33,6 +33,7 @@ mod breaker;
 mod forward;
 mod idempotency;
 mod observe;
+mod pending;
 mod rate_limit;
 mod resolve;
 mod retry;
@@ -152,7 +153,7 @@ pub fn build(pool: Arc<Pool>, audit: Option<Audit>) -> CallStack {
         .layer(StepLayer::new(pool.clone(), Idempotency))
         .layer(StepLayer::new(pool.clone(), Retry))
         .layer(StepLayer::new(pool.clone(), Breaker))
-        .service(Forward);
+        .service(Forward::new(pool));
     BoxCloneSyncService::new(svc)
 }
 

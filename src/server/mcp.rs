@@ -95,6 +95,7 @@ impl Gateway {
                 request_id: ctx.id.clone(),
                 log_level: self.log_level(ctx),
                 capabilities: ctx.client_capabilities(),
+                modern: is_modern(ctx),
             }),
             progress_token: ctx.meta.get_progress_token(),
             ct: ctx.ct.clone(),

@@ -27,6 +27,7 @@ pub struct Metrics {
     pub list_cache_refresh: IntCounterVec,
     pub audit_dropped: IntCounter,
     pub config_reloads: IntCounterVec,
+    pub parked_calls: IntGauge,
     pub config_last_reload_success: IntGauge,
 }
 
@@ -116,6 +117,11 @@ impl Metrics {
         config_reloads.with_label_values(&["error"]);
         config_last_reload_success.set(chrono::Utc::now().timestamp());
         registry.register(Box::new(audit_dropped.clone()))?;
+        let parked_calls = IntGauge::new(
+            "fedgate_parked_calls",
+            "Calls of handshake-era upstreams waiting for a stateless-era client's input (MRTR)",
+        )?;
+        registry.register(Box::new(parked_calls.clone()))?;
         registry.register(Box::new(config_reloads.clone()))?;
         registry.register(Box::new(config_last_reload_success.clone()))?;
         Ok(Self {
@@ -131,6 +137,7 @@ impl Metrics {
             audit_dropped,
             config_reloads,
             config_last_reload_success,
+            parked_calls,
         })
     }
 

@@ -8,14 +8,14 @@ use rmcp::{
     ClientHandler, ErrorData as McpError, RoleClient,
     model::{
         ClientCapabilities, ClientConfig, ClientResult, CreateMessageRequestParams,
-        CreateMessageResult, ElicitRequestParams, ElicitResult, GetExtensions, Implementation,
+        CreateMessageResult, ElicitRequestParams, ElicitResult, Implementation, InputRequest,
         ListRootsResult, ProtocolVersion, Request, ResourceUpdatedNotificationParam, ServerRequest,
     },
-    service::{InboundStreamOrigin, NotificationContext, OriginatingRequestId, RequestContext},
+    service::{InboundStreamOrigin, NotificationContext, RequestContext},
 };
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
-use super::inflight::{Downstream, Inflight};
+use super::inflight::{CallKey, Downstream, Inflight, InputAsk};
 
 /// What an upstream tells its supervisor outside of request/response.
 #[derive(Debug)]
@@ -34,12 +34,15 @@ pub struct UpstreamClient {
 }
 
 impl UpstreamClient {
-    fn downstream(&self, ctx: &RequestContext<RoleClient>) -> Result<Downstream, McpError> {
+    fn downstream(
+        &self,
+        ctx: &RequestContext<RoleClient>,
+    ) -> Result<(CallKey, Downstream), McpError> {
         let origin = match ctx.extensions.get::<InboundStreamOrigin>() {
             Some(InboundStreamOrigin::OutboundRequest(id)) => Some(id),
             _ => None,
         };
-        self.inflight.downstream_for(origin).ok_or_else(|| {
+        self.inflight.call_for(origin).ok_or_else(|| {
             McpError::invalid_request(
                 format!(
                     "fedgate cannot tell which client call upstream `{}` is asking for: \
@@ -52,23 +55,16 @@ impl UpstreamClient {
         })
     }
 
-    /// Sends a server-to-client request to the downstream session, on the stream of the call
-    /// it belongs to, and returns the client's answer.
+    /// Gets the caller's answer to a server-to-client request: a handshake-era caller is sent
+    /// the request on the stream of its call; a stateless-era caller cannot be sent requests,
+    /// so the request goes to its call, which returns an `InputRequiredResult` and waits.
     async fn relay(
         &self,
         ctx: &RequestContext<RoleClient>,
-        mut request: ServerRequest,
+        request: ServerRequest,
     ) -> Result<ClientResult, McpError> {
-        let d = self.downstream(ctx)?;
-        request
-            .extensions_mut()
-            .insert(OriginatingRequestId(d.request_id.clone()));
-        // Sent from a fresh task so rmcp's task-local does not stamp the upstream's request id.
-        let peer = d.peer.clone();
-        let answer = tokio::spawn(async move { peer.send_request(request).await })
-            .await
-            .map_err(|e| McpError::internal_error(format!("relay task failed: {e}"), None))?;
-        answer.map_err(|e| {
+        let (key, d) = self.downstream(ctx)?;
+        let failed = |e: String| {
             McpError::internal_error(
                 format!(
                     "the client did not answer the request of upstream `{}`: {e}",
@@ -76,8 +72,76 @@ impl UpstreamClient {
                 ),
                 None,
             )
-        })
+        };
+        if !d.modern {
+            return d.request(request).await.map_err(failed);
+        }
+        let (input, method) = input_request(request)?;
+        if !declared(d.capabilities.as_ref(), &input) {
+            return Err(McpError::invalid_request(
+                format!("the client did not declare the capability for {method}"),
+                None,
+            ));
+        }
+        let (reply, answer) = oneshot::channel();
+        self.inflight.ask(
+            key,
+            InputAsk {
+                request: input,
+                reply,
+            },
+        );
+        let value = answer
+            .await
+            .map_err(|_| failed("the call ended before the client answered".into()))?
+            .map_err(failed)?;
+        client_result(method, value)
     }
+}
+
+/// The input-request form of a server-to-client request, and its method.
+fn input_request(request: ServerRequest) -> Result<(InputRequest, &'static str), McpError> {
+    match request {
+        ServerRequest::CreateMessageRequest(r) => {
+            Ok((InputRequest::CreateMessage(r), "sampling/createMessage"))
+        }
+        ServerRequest::ElicitRequest(r) => Ok((InputRequest::Elicitation(r), "elicitation/create")),
+        ServerRequest::ListRootsRequest(r) => Ok((InputRequest::ListRoots(r), "roots/list")),
+        other => Err(McpError::invalid_request(
+            format!("fedgate cannot ask a stateless-era client for {other:?}"),
+            None,
+        )),
+    }
+}
+
+/// A server must not ask for input the client did not declare it can give.
+fn declared(caps: Option<&ClientCapabilities>, input: &InputRequest) -> bool {
+    let Some(c) = caps else { return false };
+    match input {
+        InputRequest::CreateMessage(_) => c.sampling.is_some(),
+        InputRequest::Elicitation(_) => c.elicitation.is_some(),
+        InputRequest::ListRoots(_) => c.roots.is_some(),
+        _ => false,
+    }
+}
+
+/// The caller's `inputResponses` entry as the result type the upstream awaits.
+fn client_result(method: &str, value: serde_json::Value) -> Result<ClientResult, McpError> {
+    let bad = |e: serde_json::Error| {
+        McpError::invalid_params(
+            format!("the client's answer to {method} is malformed: {e}"),
+            None,
+        )
+    };
+    Ok(match method {
+        "sampling/createMessage" => {
+            ClientResult::CreateMessageResult(Box::new(serde_json::from_value(value).map_err(bad)?))
+        }
+        "elicitation/create" => {
+            ClientResult::ElicitResult(serde_json::from_value(value).map_err(bad)?)
+        }
+        _ => ClientResult::ListRootsResult(serde_json::from_value(value).map_err(bad)?),
+    })
 }
 
 impl ClientHandler for UpstreamClient {

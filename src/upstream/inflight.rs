@@ -14,12 +14,13 @@ use dashmap::DashMap;
 use rmcp::{
     RoleServer,
     model::{
-        ClientCapabilities, LoggingLevel, LoggingMessageNotificationParam,
-        ProgressNotificationParam, ProgressToken, RequestId,
+        ClientCapabilities, ClientResult, GetExtensions, InputRequest, LoggingLevel,
+        LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken, RequestId,
+        ServerRequest,
     },
-    service::Peer,
+    service::{OriginatingRequestId, Peer},
 };
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 /// Marker put in an outgoing request's (never serialized) extensions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -34,6 +35,33 @@ pub struct Downstream {
     pub log_level: Option<LoggingLevel>,
     /// What the caller declared it can do (forwarded to stateless-era upstreams).
     pub capabilities: Option<ClientCapabilities>,
+    /// The caller speaks the stateless era: it cannot be sent requests, only asked for input
+    /// with an `InputRequiredResult`.
+    pub modern: bool,
+}
+
+impl Downstream {
+    /// Sends a request to a handshake-era caller on the stream of its call, and waits for the
+    /// answer.
+    pub async fn request(&self, mut request: ServerRequest) -> Result<ClientResult, String> {
+        request
+            .extensions_mut()
+            .insert(OriginatingRequestId(self.request_id.clone()));
+        // Sent from a fresh task so rmcp's task-local does not stamp the upstream's request id.
+        let peer = self.peer.clone();
+        tokio::spawn(async move { peer.send_request(request).await })
+            .await
+            .map_err(|e| format!("relay task failed: {e}"))?
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// An upstream's request for client input, held for a stateless-era caller: the call returns
+/// it as an `InputRequiredResult` and the caller's retry answers it.
+#[derive(Debug)]
+pub struct InputAsk {
+    pub request: InputRequest,
+    pub reply: oneshot::Sender<Result<serde_json::Value, String>>,
 }
 
 /// What the upstream sends back for one call besides its response.
@@ -41,6 +69,7 @@ pub struct Downstream {
 pub enum CallEvent {
     Progress(ProgressNotificationParam),
     Log(LoggingMessageNotificationParam),
+    Input(InputAsk),
 }
 
 #[derive(Debug)]
@@ -183,6 +212,31 @@ impl Inflight {
         }
         let key = self.sole_call()?;
         self.slots.get(&key).and_then(|s| s.downstream.clone())
+    }
+
+    /// The call an upstream request belongs to (see [`Self::downstream_for`]), with its key.
+    pub fn call_for(&self, origin: Option<&RequestId>) -> Option<(CallKey, Downstream)> {
+        let key = match origin {
+            Some(id) => *self.by_request.get(id)?,
+            None => self.sole_call()?,
+        };
+        let d = self.slots.get(&key).and_then(|s| s.downstream.clone())?;
+        Some((CallKey(key), d))
+    }
+
+    /// Queues a request for client input on a call. If the call has ended the ask is dropped,
+    /// which closes its reply channel: the asker sees that as the answer.
+    pub fn ask(&self, key: CallKey, ask: InputAsk) {
+        if let Some(slot) = self.slots.get(&key.0) {
+            let _ = slot.events.send(CallEvent::Input(ask));
+        }
+    }
+
+    /// A resumed call belongs to the caller's retry from now on.
+    pub fn rebind(&self, key: CallKey, downstream: Option<Downstream>) {
+        if let Some(mut slot) = self.slots.get_mut(&key.0) {
+            slot.downstream = downstream;
+        }
     }
 
     /// Number of calls in flight.

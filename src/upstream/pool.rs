@@ -43,6 +43,8 @@ pub struct Pool {
     /// Signs cursors and MRTR request state (`[gateway] state_key`).
     seal: Arc<RequestStateCodec>,
     cursors: Cursors,
+    input_wait: Duration,
+    max_parked_calls: usize,
     /// Routed calls in flight, for draining on shutdown.
     calls_in_flight: watch::Sender<usize>,
 }
@@ -72,6 +74,8 @@ impl Pool {
         );
         Ok(Arc::new(Self {
             cursors: Cursors::new(seal.clone(), snapshot.gateway.cursor_ttl),
+            input_wait: snapshot.gateway.input_wait,
+            max_parked_calls: snapshot.gateway.max_parked_calls,
             seal,
             metrics: Arc::new(Metrics::new()?),
             upstreams: ArcSwap::from_pointee(
@@ -131,6 +135,15 @@ impl Pool {
                 .and_then(|r| catalog.upstream(r.upstream))
                 .is_some_and(|u| access.tier(u.spec().tier.rank))
         }
+    }
+
+    /// How long a call parked for its caller's input waits (MRTR synthesis).
+    pub fn input_wait(&self) -> Duration {
+        self.input_wait
+    }
+
+    pub fn max_parked_calls(&self) -> usize {
+        self.max_parked_calls
     }
 
     pub fn cursors(&self) -> &Cursors {

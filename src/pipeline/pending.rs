@@ -1,0 +1,174 @@
+//! One request at an upstream, from send to response: its progress and log messages reach the
+//! caller in wire order, before the response; it ends at its deadline or when the caller
+//! cancels; and it pauses when the upstream asks a stateless-era caller for input, so the call
+//! can be parked and resumed by the caller's retry.
+#![allow(deprecated)] // logging is deprecated by SEP-2577 but still relayed
+
+use std::{future::Future, pin::Pin, sync::Arc, time::Duration};
+
+use rmcp::{
+    ServiceError,
+    model::{
+        CancelledNotificationParam, ClientRequest, GetExtensions, ProgressToken, RequestId,
+        RequestMetaObject, ServerResult,
+    },
+    service::PeerRequestOptions,
+};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    error::CallError,
+    upstream::{
+        Connection,
+        inflight::{CallEvent, CallGuard, Downstream, InputAsk},
+    },
+};
+
+type Response = Pin<Box<dyn Future<Output = Result<ServerResult, ServiceError>> + Send>>;
+
+/// A request sent to an upstream whose response has not been returned yet.
+pub struct Pending {
+    conn: Arc<Connection>,
+    upstream: String,
+    id: RequestId,
+    response: Response,
+    events: mpsc::UnboundedReceiver<CallEvent>,
+    guard: CallGuard,
+    timeout: Duration,
+}
+
+/// How far a request got.
+#[allow(clippy::large_enum_variant)] // returned once per attempt and consumed at once
+pub enum Outcome {
+    Done(Result<ServerResult, CallError>),
+    /// The upstream is waiting for input from a stateless-era caller.
+    Input(Pending, Vec<InputAsk>),
+}
+
+enum Next {
+    Event(CallEvent),
+    Response(Result<ServerResult, ServiceError>),
+    Cancelled,
+    TimedOut,
+}
+
+impl Pending {
+    /// Sends `request`; events for it are tied to `downstream`.
+    pub async fn start(
+        conn: Arc<Connection>,
+        upstream: &str,
+        mut request: ClientRequest,
+        meta: RequestMetaObject,
+        downstream: Option<Downstream>,
+        timeout: Duration,
+    ) -> Result<Self, CallError> {
+        let (guard, events) = conn.inflight.open(downstream);
+        request.extensions_mut().insert(guard.key);
+        let handle = conn
+            .peer
+            .send_request_with_option(request, PeerRequestOptions::no_options().with_meta(meta))
+            .await
+            .map_err(|e| CallError::from_service(upstream, e))?;
+        Ok(Self {
+            id: handle.id.clone(),
+            response: Box::pin(handle.await_response()),
+            conn,
+            upstream: upstream.to_owned(),
+            events,
+            guard,
+            timeout,
+        })
+    }
+
+    /// A resumed call belongs to the caller's retry: its progress, log level and capabilities.
+    pub fn attach(&self, downstream: Option<Downstream>) {
+        self.conn.inflight.rebind(self.guard.key, downstream);
+    }
+
+    /// Waits for the response, relaying events to `downstream` meanwhile. The deadline counts
+    /// from now: time a parked call spent waiting for its caller is not the upstream's.
+    pub async fn drive(
+        mut self,
+        downstream: Option<&Downstream>,
+        token: Option<&ProgressToken>,
+        ct: &CancellationToken,
+    ) -> Outcome {
+        let deadline = tokio::time::sleep(self.timeout);
+        tokio::pin!(deadline);
+        loop {
+            let next = tokio::select! {
+                biased;
+                Some(ev) = self.events.recv() => Next::Event(ev),
+                r = &mut self.response => Next::Response(r),
+                _ = ct.cancelled() => Next::Cancelled,
+                _ = &mut deadline => Next::TimedOut,
+            };
+            match next {
+                Next::Event(CallEvent::Input(ask)) => {
+                    let mut asks = vec![ask];
+                    while let Ok(ev) = self.events.try_recv() {
+                        match ev {
+                            CallEvent::Input(a) => asks.push(a),
+                            other => relay(downstream, token, other).await,
+                        }
+                    }
+                    return Outcome::Input(self, asks);
+                }
+                Next::Event(ev) => relay(downstream, token, ev).await,
+                Next::Response(r) => {
+                    // Everything the upstream sent before its response is already queued.
+                    while let Ok(ev) = self.events.try_recv() {
+                        relay(downstream, token, ev).await;
+                    }
+                    let upstream = self.upstream.clone();
+                    return Outcome::Done(r.map_err(|e| CallError::from_service(&upstream, e)));
+                }
+                Next::Cancelled => {
+                    self.cancel("cancelled by the client").await;
+                    return Outcome::Done(Err(CallError::Cancelled));
+                }
+                Next::TimedOut => {
+                    self.cancel("fedgate call timeout").await;
+                    return Outcome::Done(Err(CallError::UpstreamTimeout {
+                        upstream: self.upstream.clone(),
+                        after: self.timeout,
+                        uncertain: false,
+                    }));
+                }
+            }
+        }
+    }
+
+    /// Tells the upstream to stop working on the request. (The returned future does not hold
+    /// on to `self`, whose response future is not `Sync`.)
+    pub fn cancel(&self, reason: &str) -> impl Future<Output = ()> + Send + 'static {
+        let peer = self.conn.peer.clone();
+        let p = CancelledNotificationParam::new(Some(self.id.clone()), Some(reason.to_owned()));
+        async move {
+            let _ = peer.notify_cancelled(p).await;
+        }
+    }
+}
+
+/// Passes one upstream notification of this call to the caller, in arrival order.
+async fn relay(downstream: Option<&Downstream>, token: Option<&ProgressToken>, ev: CallEvent) {
+    let Some(d) = downstream else { return };
+    match ev {
+        CallEvent::Progress(mut p) => {
+            // A caller that sent no progress token asked for no progress.
+            if let Some(token) = token {
+                p.progress_token = token.clone();
+                let _ = d.peer.notify_progress(p).await;
+            }
+        }
+        CallEvent::Log(l) => {
+            if d.log_level.is_some_and(|min| l.level as u8 >= min as u8) {
+                let _ = d.peer.notify_logging_message(l).await;
+            }
+        }
+        // The call is over (or another round is under way): an ask without a call to carry it
+        // is dropped, which answers the upstream with an error.
+        CallEvent::Input(_) => {}
+    }
+}
