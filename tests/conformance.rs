@@ -1,7 +1,8 @@
 //! The official conformance suite (`@modelcontextprotocol/conformance`, installed by
 //! scripts/test.sh) against the repository's fixture server directly and through fedgate
-//! (prefix `never`), for `--requirements 2025-11-25` (handshake-era hop) and `2026-07-28`
-//! (stateless-era hop). fedgate must not fail any check the fixture passes directly.
+//! (prefix `never`), for `--requirements 2025-11-25` and `2026-07-28`, each through an upstream
+//! hop of the same era and of the other era. fedgate must not fail any check the fixture
+//! passes directly, but for the commented cross-era baseline below.
 
 mod common;
 
@@ -13,9 +14,41 @@ use std::{
 
 use common::*;
 
-/// Checks that may fail through fedgate although the fixture passes them directly, with the
-/// reason. Keep this empty unless a failure is understood and tracked.
-const EXPECTED_GATEWAY_FAILURES: &[(&str, &str, &str)] = &[];
+/// Checks that may fail through fedgate although the fixture passes them directly:
+/// (requirements, upstream hop era, scenario, check, why). Same-era runs have none. The
+/// cross-era entries are what a handshake-era server cannot express, whatever the gateway does.
+const EXPECTED_GATEWAY_FAILURES: &[(&str, &str, &str, &str, &str)] = &[
+    (
+        "2026-07-28",
+        "legacy",
+        "input-required-result-basic-elicitation",
+        "sep-2322-elicitation-incomplete",
+        // The check wants the input request under the key `user_name`. A handshake-era server
+        // asks with a bare `elicitation/create` request that has no key; fedgate names it
+        // `fedgate-1`. Every other input-required check passes across this hop, the retry of
+        // this very scenario included.
+        "a handshake-era server's requests carry no inputRequests key",
+    ),
+    (
+        "2026-07-28",
+        "legacy",
+        "server-stateless",
+        "sep-2575-server-rejects-undeclared-capability",
+        // The client declares no sampling capability and expects -32021. The handshake-era
+        // upstream only knows the capabilities of fedgate's one session with it (which offers
+        // sampling for the clients that have it), so it runs the tool. fedgate refuses the
+        // sampling request itself if the tool sends one to such a client.
+        "a handshake-era upstream sees the gateway session's capabilities, not the caller's",
+    ),
+    (
+        "2026-07-28",
+        "legacy",
+        "server-stateless",
+        "sep-2575-missing-capability-http-400",
+        // Follows from the previous check: no -32021, so no HTTP 400 to examine.
+        "untestable once the check above fails",
+    ),
+];
 
 fn node_modules() -> PathBuf {
     PathBuf::from(concat!(
@@ -124,6 +157,8 @@ fn compare(requirements: &str, era: &str) {
         "scenario", "fixture ok/fail", "fedgate ok/fail"
     );
     let mut regressions = Vec::new();
+    // Baseline failures seen: they explain a non-zero exit of the suite.
+    let mut explained = 0;
     let scenarios: std::collections::BTreeSet<&String> =
         direct.keys().chain(through.keys()).collect();
     for scenario in scenarios {
@@ -141,16 +176,22 @@ fn compare(requirements: &str, era: &str) {
             let dfail = d.get(id).map_or(0, |x| x.1);
             let expected = EXPECTED_GATEWAY_FAILURES
                 .iter()
-                .any(|(r, s, c)| *r == requirements && s == scenario && c == id);
-            if *gfail > dfail && !expected {
-                regressions.push(format!(
-                    "{scenario}: {id} ({gfail} failures through fedgate, {dfail} direct)"
-                ));
+                .any(|(r, hop, s, c, _why)| {
+                    *r == requirements && *hop == era && s == scenario && c == id
+                });
+            if *gfail > dfail {
+                if expected {
+                    explained += 1;
+                } else {
+                    regressions.push(format!(
+                        "{scenario}: {id} ({gfail} failures through fedgate, {dfail} direct)"
+                    ));
+                }
             }
         }
     }
     assert!(
-        regressions.is_empty() && gateway_ok,
+        regressions.is_empty() && (gateway_ok || explained > 0),
         "fedgate fails checks the fixture passes (--requirements {requirements}):\n  {}\n{}",
         regressions.join("\n  "),
         gw.stderr()
@@ -165,4 +206,16 @@ fn conformance_2025_11_25_through_a_handshake_era_hop() {
 #[test]
 fn conformance_2026_07_28_through_a_stateless_era_hop() {
     compare("2026-07-28", "modern");
+}
+
+/// Handshake-era clients through a stateless-era upstream hop.
+#[test]
+fn conformance_2025_11_25_through_a_stateless_era_hop() {
+    compare("2025-11-25", "modern");
+}
+
+/// Stateless-era clients through a handshake-era upstream hop.
+#[test]
+fn conformance_2026_07_28_through_a_handshake_era_hop() {
+    compare("2026-07-28", "legacy");
 }

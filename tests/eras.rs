@@ -8,6 +8,7 @@ use std::time::Duration;
 use common::*;
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, InputResponses, ReadResourceRequestParams,
+    ServerNotification, SubscribeRequestParams, SubscriptionFilter,
 };
 
 fn code(err: rmcp::ServiceError) -> i32 {
@@ -204,4 +205,91 @@ async fn legacy_upstream_roots_reach_a_modern_client() {
         .await
         .unwrap();
     assert!(first_text(&r).contains("file:///work/project"), "{r:?}");
+}
+
+/// Resource subscriptions across eras: a handshake-era client's `resources/subscribe` becomes
+/// a URI in fedgate's listen filter towards a stateless-era upstream, and a stateless-era
+/// client's `subscriptions/listen` becomes `resources/subscribe` on a handshake-era upstream.
+#[tokio::test(flavor = "multi_thread")]
+async fn resource_subscriptions_cross_eras() {
+    let gw = Gateway::start(&format!(
+        "{}{}",
+        stdio_upstream("old", &["--scheme", "old"], "era = \"legacy\""),
+        stdio_upstream("new", &["--scheme", "new"], "era = \"modern\"")
+    ));
+
+    // Handshake-era client, stateless-era upstream.
+    let client = TestClient::new();
+    let seen = client.seen.clone();
+    let legacy = connect_legacy(&gw.url, client).await;
+    #[allow(deprecated)]
+    legacy
+        .peer()
+        .subscribe(SubscribeRequestParams::new("new://notes/a"))
+        .await
+        .unwrap();
+    // The upstream's listen stream is reopened with the URI; write until an update arrives
+    // (a write that lands before the new stream is acknowledged has no one to tell).
+    let updated = async {
+        loop {
+            call(
+                &legacy,
+                "new.write_note",
+                serde_json::json!({"key": "a", "value": "1"}),
+            )
+            .await
+            .unwrap();
+            let notified = seen.updated.notified();
+            if seen
+                .resource_updates
+                .lock()
+                .iter()
+                .any(|u| u == "new://notes/a")
+            {
+                return;
+            }
+            notified.await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), updated)
+        .await
+        .expect("resources/updated from the stateless-era upstream");
+
+    // Stateless-era client, handshake-era upstream.
+    let modern = connect_modern(&gw.url, TestClient::new()).await;
+    let filter = SubscriptionFilter::builder()
+        .resource_subscriptions(vec!["old://notes/b".to_owned(), "nowhere://x".to_owned()])
+        .build();
+    let mut sub = modern.peer().listen(filter).await.unwrap();
+    assert_eq!(
+        sub.acknowledged().resource_subscriptions,
+        Some(vec!["old://notes/b".to_owned()]),
+        "only URIs that route to an upstream are accepted"
+    );
+    let got = async {
+        loop {
+            call(
+                &modern,
+                "old.write_note",
+                serde_json::json!({"key": "b", "value": "2"}),
+            )
+            .await
+            .unwrap();
+            if let Ok(Ok(Some(n))) =
+                tokio::time::timeout(Duration::from_millis(500), sub.next()).await
+            {
+                return n;
+            }
+        }
+    };
+    let note = tokio::time::timeout(Duration::from_secs(20), got)
+        .await
+        .expect("resources/updated on the listen stream");
+    match note {
+        ServerNotification::ResourceUpdatedNotification(n) => {
+            assert_eq!(n.params.uri, "old://notes/b")
+        }
+        other => panic!("{other:?}"),
+    }
+    sub.cancel().await.unwrap();
 }

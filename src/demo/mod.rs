@@ -420,13 +420,20 @@ impl ServerHandler for Demo {
                 let key = arg_str(args, "key").unwrap_or_default();
                 let value = arg_str(args, "value").unwrap_or_default();
                 self.state.notes.lock().insert(key.clone(), value);
+                let uri = format!("{}://notes/{key}", self.scheme);
                 for p in self.state.peers.lock().iter() {
-                    let p = p.clone();
-                    let uri = format!("{}://notes/{key}", self.scheme);
+                    let (p, uri) = (p.clone(), uri.clone());
                     tokio::spawn(async move {
                         let _ = p
                             .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
                             .await;
+                    });
+                }
+                // Stateless-era listeners: each sink drops URIs it did not subscribe to.
+                for s in self.state.sinks.lock().iter() {
+                    let (s, uri) = (s.clone(), uri.clone());
+                    tokio::spawn(async move {
+                        let _ = s.notify_resource_updated(uri).await;
                     });
                 }
                 text(format!("stored {key}"))

@@ -26,7 +26,9 @@ use crate::{
     error::CallError,
     policy::trust::CallClass,
     telemetry::traces::{self, KeyValue, SpanKind, Status, Tracer},
-    upstream::{Connection, DetectedEra, inflight::Downstream, parked::ParkingLot, pool::Pool},
+    upstream::{
+        Connection, DetectedEra, Upstream, inflight::Downstream, parked::ParkingLot, pool::Pool,
+    },
 };
 
 /// `_meta` keys that belong to one hop and are never copied to the next.
@@ -105,6 +107,11 @@ impl Forward {
                 detail: s.last_error,
             }
         })?;
+        if conn.era == DetectedEra::Stateless
+            && let Some(done) = watch_resource(&up, &conn, &call.op)
+        {
+            return done;
+        }
         let timeout = call.timeout.unwrap_or(spec.call_timeout);
         let name = target.upstream_name.as_str();
         let write = call.class == Some(CallClass::Write);
@@ -264,6 +271,43 @@ fn binding(caller: &str, upstream: &str, op: &Op) -> Vec<u8> {
     .into_bytes();
     b.extend_from_slice(&digest);
     b
+}
+
+/// `resources/(un)subscribe` for a stateless-era upstream, which has neither method: the URI
+/// joins (or leaves) the filter of fedgate's `subscriptions/listen` stream to it. `None` for
+/// any other request.
+fn watch_resource(
+    up: &Upstream,
+    conn: &Connection,
+    op: &Op,
+) -> Option<Result<ServerResult, CallError>> {
+    let (uri, on) = match op {
+        Op::Subscribe(p) => (&p.uri, true),
+        Op::Unsubscribe(p) => (&p.uri, false),
+        _ => return None,
+    };
+    let offered = conn
+        .peer
+        .peer_info()
+        .is_some_and(|i| i.capabilities.resources.as_ref().and_then(|r| r.subscribe) == Some(true));
+    if on && !offered {
+        return Some(Err(CallError::UpstreamRefused {
+            upstream: up.name().to_owned(),
+            error: rmcp::ErrorData::new(
+                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                "this upstream offers no resource subscriptions",
+                None,
+            ),
+        }));
+    }
+    up.watched.send_modify(|set| {
+        if on {
+            set.insert(uri.clone());
+        } else {
+            set.remove(uri);
+        }
+    });
+    Some(Ok(ServerResult::empty(())))
 }
 
 /// Whether the request may be answered with `InputRequiredResult` (SEP-2322).
@@ -433,6 +477,10 @@ fn normalise(result: ServerResult) -> ServerResult {
         ServerResult::ReadResourceResult(mut r) => {
             r.result_type.get_or_insert(ResultType::COMPLETE);
             ServerResult::ReadResourceResult(r)
+        }
+        ServerResult::CompleteResult(mut r) => {
+            r.result_type.get_or_insert(ResultType::COMPLETE);
+            ServerResult::CompleteResult(r)
         }
         other => other,
     }

@@ -25,6 +25,9 @@ use crate::{
     },
 };
 
+/// How long input requests of one upstream call are gathered into one input_required round.
+const ASK_WINDOW: Duration = Duration::from_millis(25);
+
 type Response = Pin<Box<dyn Future<Output = Result<ServerResult, ServiceError>> + Send>>;
 
 /// A request sent to an upstream whose response has not been returned yet.
@@ -106,11 +109,19 @@ impl Pending {
             };
             match next {
                 Next::Event(CallEvent::Input(ask)) => {
+                    // A server that needs several answers sends its requests back to back;
+                    // what arrives within a short window goes to the caller in one round.
                     let mut asks = vec![ask];
-                    while let Ok(ev) = self.events.try_recv() {
-                        match ev {
-                            CallEvent::Input(a) => asks.push(a),
-                            other => relay(downstream, token, other).await,
+                    let window = tokio::time::sleep(ASK_WINDOW);
+                    tokio::pin!(window);
+                    loop {
+                        tokio::select! {
+                            biased;
+                            Some(ev) = self.events.recv() => match ev {
+                                CallEvent::Input(a) => asks.push(a),
+                                other => relay(downstream, token, other).await,
+                            },
+                            _ = &mut window => break,
                         }
                     }
                     return Outcome::Input(self, asks);

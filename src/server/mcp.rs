@@ -25,6 +25,7 @@ use crate::{
         identity::{Identity, IdentityKind},
     },
     router::catalog::Catalog,
+    server::sessions::Hub,
     telemetry::{audit::Audit, traces},
     upstream::{inflight::Downstream, pool::Pool},
 };
@@ -87,6 +88,16 @@ impl Gateway {
         op: Op,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<ServerResult, McpError> {
+        self.run_with(op, ctx, ctx.ct.clone()).await
+    }
+
+    /// `run` with another cancellation token (cleanup after the request has ended).
+    async fn run_with(
+        &self,
+        op: Op,
+        ctx: &RequestContext<RoleServer>,
+        ct: tokio_util::sync::CancellationToken,
+    ) -> Result<ServerResult, McpError> {
         let call = Call {
             op,
             meta: ctx.meta.clone(),
@@ -98,7 +109,7 @@ impl Gateway {
                 modern: is_modern(ctx),
             }),
             progress_token: ctx.meta.get_progress_token(),
-            ct: ctx.ct.clone(),
+            ct,
             identity: self.identity(ctx),
             correlation_id: pipeline::correlation_id(),
             trace: caller_context(ctx),
@@ -224,21 +235,58 @@ impl ServerHandler for Gateway {
             )
     }
 
-    /// Stateless-era clients learn about list changes through `subscriptions/listen`.
-    /// Resource subscriptions are not accepted on this path yet (the acknowledgement says so).
+    /// Stateless-era clients learn about list changes and resource updates through
+    /// `subscriptions/listen`. A resource subscription is accepted when the URI routes to an
+    /// upstream (whether the caller may read it is checked in `listen`, which has its
+    /// identity; updates it may not see are never delivered).
     fn accepted_subscription_filter(
         &self,
         requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
         let mut accepted = requested.clone();
-        accepted.resource_subscriptions = None;
+        let catalog = self.pool.catalog();
+        accepted.resource_subscriptions = requested.resource_subscriptions.as_ref().map(|uris| {
+            uris.iter()
+                .filter(|u| catalog.resource(u).is_some())
+                .cloned()
+                .collect()
+        });
         Some(accepted)
     }
 
+    /// One stream, one merged acknowledgement: list changes come from the hub; each resource
+    /// subscription is made upstream (`resources/subscribe` on a handshake-era upstream, the
+    /// listen filter of a stateless-era one) by the first subscriber and dropped by the last.
     async fn listen(&self, ctx: SubscriptionContext) -> Result<(), McpError> {
-        let id = self.pool.hub().add_listener(ctx.sink().clone());
+        let hub = self.pool.hub();
+        let id = hub.add_listener(ctx.sink().clone());
+        let key = Hub::listener_key(id);
+        let rctx = ctx.request_context();
+        let access = self.identity(rctx).access;
+        let mut held = Vec::new();
+        for uri in ctx.accepted().resource_subscriptions.iter().flatten() {
+            if !access.resource(uri) {
+                continue;
+            }
+            if hub.subscribe(&key, uri) {
+                let op = Op::Subscribe(SubscribeRequestParams::new(uri.clone()));
+                if let Err(e) = self.run(op, rctx).await {
+                    tracing::info!(uri, "resource subscription failed upstream: {}", e.message);
+                    hub.unsubscribe(&key, uri);
+                    continue;
+                }
+            }
+            held.push(uri.clone());
+        }
         ctx.cancelled().await;
-        self.pool.hub().remove_listener(id);
+        for uri in held {
+            if hub.unsubscribe(&key, &uri) {
+                // The stream's own token is cancelled by now.
+                let op = Op::Unsubscribe(UnsubscribeRequestParams::new(uri));
+                let _ = self.run_with(op, rctx, Default::default()).await;
+            }
+        }
+        hub.remove_listener(id);
         Ok(())
     }
 

@@ -29,6 +29,10 @@ impl Changed {
     }
 }
 
+/// Subscriber keys of `subscriptions/listen` streams start with this (session ids never do:
+/// rmcp mints UUIDs, stdio is `stdio`).
+const LISTENER_PREFIX: &str = "listen:";
+
 /// Registry of live downstream sessions, keyed by their `Mcp-Session-Id` (or `stdio`).
 #[derive(Debug, Default)]
 pub struct Hub {
@@ -146,12 +150,28 @@ impl Hub {
             return;
         };
         for id in ids {
+            let p = params.clone();
             if let Some(peer) = self.sessions.get(&id).map(|p| p.clone()) {
-                let p = params.clone();
                 tokio::spawn(async move {
                     let _ = peer.notify_resource_updated(p).await;
                 });
+            } else if let Some(sink) = Self::listener_id(&id)
+                .and_then(|l| self.listeners.get(&l))
+                .map(|s| s.clone())
+            {
+                tokio::spawn(async move {
+                    let _ = sink.notify_resource_updated(p.uri).await;
+                });
             }
         }
+    }
+
+    /// The subscriber key of a stateless-era listener (sessions are keyed by their id).
+    pub fn listener_key(id: u64) -> String {
+        format!("{LISTENER_PREFIX}{id}")
+    }
+
+    fn listener_id(key: &str) -> Option<u64> {
+        key.strip_prefix(LISTENER_PREFIX)?.parse().ok()
     }
 }

@@ -94,6 +94,9 @@ pub struct Upstream {
     conn: ArcSwapOption<Connection>,
     lists: ArcSwap<Lists>,
     pub breaker: Breaker,
+    /// Resource URIs downstream clients subscribed to, for a stateless-era upstream (which
+    /// has no `resources/subscribe`: its `subscriptions/listen` filter carries them).
+    pub watched: tokio::sync::watch::Sender<std::collections::BTreeSet<String>>,
 }
 
 impl Upstream {
@@ -118,6 +121,7 @@ impl Upstream {
             conn: ArcSwapOption::empty(),
             lists: ArcSwap::from_pointee(Lists::default()),
             breaker,
+            watched: tokio::sync::watch::Sender::new(Default::default()),
         }
     }
 

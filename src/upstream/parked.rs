@@ -290,7 +290,10 @@ mod tests {
             "the refused ask is answered"
         );
         assert!(lot.expire(Instant::now()).is_empty(), "not yet due");
-        assert_eq!(lot.expire(Instant::now() + Duration::from_secs(61)).len(), 2);
+        assert_eq!(
+            lot.expire(Instant::now() + Duration::from_secs(61)).len(),
+            2
+        );
         assert!(
             rx.try_recv().unwrap().is_err(),
             "the upstream gets an error"

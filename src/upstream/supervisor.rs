@@ -202,11 +202,7 @@ async fn serve(
 
     let listener = (era == DetectedEra::Stateless).then(|| {
         let events = service.service().events.clone();
-        tokio::spawn(listen_for_changes(
-            up.name().to_owned(),
-            peer.clone(),
-            events,
-        ))
+        tokio::spawn(listen_for_changes(up.clone(), peer.clone(), events))
     });
     let ct = service.cancellation_token();
     let shutdown = up.stop_token().clone();
@@ -245,9 +241,11 @@ async fn serve(
     reason
 }
 
-/// Stateless-era upstreams send list changes only on a `subscriptions/listen` stream.
+/// Stateless-era upstreams send list changes and resource updates only on a
+/// `subscriptions/listen` stream. Its filter holds the list changes the upstream offers and the
+/// URIs downstream clients subscribed to; when those change the stream is opened anew.
 async fn listen_for_changes(
-    upstream: String,
+    up: Arc<Upstream>,
     peer: Peer<RoleClient>,
     events: mpsc::UnboundedSender<UpstreamEvent>,
 ) {
@@ -255,42 +253,69 @@ async fn listen_for_changes(
         .peer_info()
         .map(|i| i.capabilities.clone())
         .unwrap_or_default();
-    let mut filter = SubscriptionFilter::default();
+    let mut base = SubscriptionFilter::default();
     if caps.tools.as_ref().and_then(|t| t.list_changed) == Some(true) {
-        filter.tools_list_changed = Some(true);
+        base.tools_list_changed = Some(true);
     }
     if caps.prompts.as_ref().and_then(|p| p.list_changed) == Some(true) {
-        filter.prompts_list_changed = Some(true);
+        base.prompts_list_changed = Some(true);
     }
     if caps.resources.as_ref().and_then(|r| r.list_changed) == Some(true) {
-        filter.resources_list_changed = Some(true);
+        base.resources_list_changed = Some(true);
     }
-    if filter == SubscriptionFilter::default() {
-        return;
-    }
-    let mut sub = match peer.listen(filter).await {
-        Ok(s) => s,
-        Err(e) => return tracing::warn!(upstream = %upstream, "subscriptions/listen refused: {e}"),
-    };
+    let mut watched = up.watched.subscribe();
     loop {
-        let ev = match sub.next().await {
-            Ok(Some(ServerNotification::ToolListChangedNotification(_))) => {
-                UpstreamEvent::ToolsChanged
+        let mut filter = base.clone();
+        let uris: Vec<String> = watched.borrow_and_update().iter().cloned().collect();
+        if !uris.is_empty() {
+            filter.resource_subscriptions = Some(uris);
+        }
+        if filter == SubscriptionFilter::default() {
+            // Nothing to listen for until a client subscribes to a resource.
+            if watched.changed().await.is_err() {
+                return;
             }
-            Ok(Some(ServerNotification::PromptListChangedNotification(_))) => {
-                UpstreamEvent::PromptsChanged
+            continue;
+        }
+        let mut sub = match peer.listen(filter).await {
+            Ok(s) => s,
+            Err(e) => {
+                return tracing::warn!(upstream = %up.name(), "subscriptions/listen refused: {e}");
             }
-            Ok(Some(ServerNotification::ResourceListChangedNotification(_))) => {
-                UpstreamEvent::ResourcesChanged
-            }
-            Ok(Some(_)) => continue,
-            Ok(None) => {
-                return tracing::info!(upstream = %upstream, "upstream ended its subscription");
-            }
-            Err(e) => return tracing::warn!(upstream = %upstream, "subscription failed: {e}"),
         };
-        if events.send(ev).is_err() {
-            return;
+        loop {
+            let next = tokio::select! {
+                n = sub.next() => n,
+                // Closing this stream and opening one with the new URIs.
+                c = watched.changed() => match c {
+                    Ok(()) => break,
+                    Err(_) => return,
+                },
+            };
+            let ev = match next {
+                Ok(Some(ServerNotification::ToolListChangedNotification(_))) => {
+                    UpstreamEvent::ToolsChanged
+                }
+                Ok(Some(ServerNotification::PromptListChangedNotification(_))) => {
+                    UpstreamEvent::PromptsChanged
+                }
+                Ok(Some(ServerNotification::ResourceListChangedNotification(_))) => {
+                    UpstreamEvent::ResourcesChanged
+                }
+                Ok(Some(ServerNotification::ResourceUpdatedNotification(n))) => {
+                    UpstreamEvent::ResourceUpdated(n.params)
+                }
+                Ok(Some(_)) => continue,
+                Ok(None) => {
+                    return tracing::info!(upstream = %up.name(), "upstream ended its subscription");
+                }
+                Err(e) => {
+                    return tracing::warn!(upstream = %up.name(), "subscription failed: {e}");
+                }
+            };
+            if events.send(ev).is_err() {
+                return;
+            }
         }
     }
 }
