@@ -293,3 +293,106 @@ async fn resource_subscriptions_cross_eras() {
     }
     sub.cancel().await.unwrap();
 }
+
+async fn logs_until(seen: &Seen, n: usize) -> Vec<String> {
+    wait_for(&seen.logged, "log messages", || seen.logs.lock().len() >= n).await;
+    seen.logs.lock().clone()
+}
+
+/// `logging/setLevel` (handshake era, per session) and `logLevel` (stateless era, per request)
+/// both decide what a caller gets, whichever era the upstream speaks.
+#[tokio::test(flavor = "multi_thread")]
+#[allow(deprecated)] // logging is deprecated by SEP-2577 but still in use
+async fn log_levels_cross_eras() {
+    use rmcp::model::{
+        CallToolRequest, ClientRequest, LoggingLevel, RequestMetaObject, SetLevelRequestParams,
+    };
+    use rmcp::service::PeerRequestOptions;
+    let gw = Gateway::start(&format!(
+        "{}{}",
+        stdio_upstream("old", &[], "era = \"legacy\""),
+        stdio_upstream("new", &[], "era = \"modern\"")
+    ));
+
+    // Handshake-era caller at `info`, stateless-era upstream.
+    let client = TestClient::new();
+    let seen = client.seen.clone();
+    let legacy = connect_legacy(&gw.url, client).await;
+    legacy
+        .peer()
+        .set_level(SetLevelRequestParams::new(LoggingLevel::Info))
+        .await
+        .unwrap();
+    call(&legacy, "new.log", serde_json::json!({}))
+        .await
+        .unwrap();
+    let mut got = logs_until(&seen, 2).await;
+    got.sort();
+    assert_eq!(got, ["log-info", "log-warning"]);
+
+    // Stateless-era caller asking for `warning` on its request, handshake-era upstream.
+    let client = TestClient::new();
+    let seen = client.seen.clone();
+    let modern = connect_modern(&gw.url, client).await;
+    let mut meta = RequestMetaObject::default();
+    meta.set_log_level(LoggingLevel::Warning);
+    let req =
+        ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new("old.log")));
+    modern
+        .peer()
+        .send_request_with_option(req, PeerRequestOptions::no_options().with_meta(meta))
+        .await
+        .unwrap()
+        .await_response()
+        .await
+        .unwrap();
+    assert_eq!(logs_until(&seen, 1).await, ["log-warning"]);
+    // Without a level, a stateless-era caller gets no log messages at all.
+    call(&modern, "old.log", serde_json::json!({}))
+        .await
+        .unwrap();
+    call(&modern, "old.log", serde_json::json!({}))
+        .await
+        .unwrap();
+    assert_eq!(seen.logs.lock().len(), 1);
+}
+
+/// With several calls in flight on one stdio connection, an upstream request cannot be tied
+/// to its call (stdio carries no link): fedgate refuses it with a clear error instead of
+/// asking the wrong client.
+#[tokio::test(flavor = "multi_thread")]
+async fn unattributable_stdio_requests_are_refused() {
+    let gw = Gateway::start(&stdio_upstream("demo", &[], "era = \"legacy\""));
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    let peer = client.peer().clone();
+    let slow = tokio::spawn(async move {
+        peer.call_tool(
+            CallToolRequestParams::new("demo.slow").with_arguments(
+                serde_json::json!({"ms": 3000})
+                    .as_object()
+                    .cloned()
+                    .unwrap(),
+            ),
+        )
+        .await
+    });
+    // The slow call must be in flight at the upstream first.
+    let stats = || async {
+        let r = call(&client, "demo.stats", serde_json::json!({}))
+            .await
+            .unwrap();
+        serde_json::from_str::<serde_json::Value>(&first_text(&r)).unwrap()
+    };
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while stats().await["calls"].as_u64().unwrap() < 2 {}
+    })
+    .await
+    .expect("the slow call reached the upstream");
+    let r = call(&client, "demo.ask", serde_json::json!({})).await;
+    let text = match r {
+        Ok(r) => format!("{r:?}"),
+        Err(e) => e.to_string(),
+    };
+    assert!(text.contains("cannot tell which client call"), "{text}");
+    slow.abort();
+}

@@ -268,6 +268,12 @@ impl Demo {
             tool("stats", "Counters: calls, cancellations.", json!({}), true),
             tool("pid", "This server's process id.", json!({}), true),
             tool(
+                "log",
+                "Send three log messages (debug, info, warning) during the call.",
+                json!({}),
+                true,
+            ),
+            tool(
                 "roots",
                 "Ask the client for its roots (handshake era) and list them.",
                 json!({}),
@@ -355,6 +361,7 @@ impl ServerHandler for Demo {
             .enable_resources()
             .enable_resources_subscribe()
             .enable_completions()
+            .enable_logging()
             .build();
         ServerConfig::new(caps).with_server_info(Implementation::new(
             self.name.clone(),
@@ -483,6 +490,23 @@ impl ServerHandler for Demo {
                 r
             }
             "pid" => text(std::process::id().to_string()),
+            "log" => {
+                // The level filter is the client's (or gateway's) business: all three go out.
+                for (level, data) in [
+                    (LoggingLevel::Debug, "log-debug"),
+                    (LoggingLevel::Info, "log-info"),
+                    (LoggingLevel::Warning, "log-warning"),
+                ] {
+                    let _ = ctx
+                        .peer
+                        .notify_logging_message(
+                            LoggingMessageNotificationParam::new(level, json!(data))
+                                .with_logger(self.name.clone()),
+                        )
+                        .await;
+                }
+                text("logged")
+            }
             // What reached this server: the Authorization header (HTTP) or MCP_TOKEN (stdio).
             "whoami" => {
                 let header = ctx

@@ -1,10 +1,11 @@
 //! One task per upstream: connect, serve, notice the end, restart with backoff and jitter.
+#![allow(deprecated)] // logging/setLevel is deprecated by SEP-2577 but handshake-era upstreams use it
 
 use std::{sync::Arc, time::Duration};
 
 use rmcp::{
     RoleClient,
-    model::{ServerNotification, SubscriptionFilter},
+    model::{LoggingLevel, ServerNotification, SetLevelRequestParams, SubscriptionFilter},
     service::Peer,
 };
 use tokio::{sync::mpsc, time::Instant};
@@ -173,6 +174,19 @@ async fn serve(
         server,
     } = est;
     let peer = service.peer().clone();
+    // One handshake-era session serves every caller, and each wants its own level (a
+    // handshake-era caller's `logging/setLevel`, a stateless-era caller's per-request
+    // `logLevel`): the upstream sends everything and fedgate filters per call.
+    if era == DetectedEra::Handshake
+        && peer
+            .peer_info()
+            .is_some_and(|i| i.capabilities.logging.is_some())
+        && let Err(e) = peer
+            .set_level(SetLevelRequestParams::new(LoggingLevel::Debug))
+            .await
+    {
+        tracing::debug!(upstream = %up.name(), "logging/setLevel refused: {e}");
+    }
     let lists = match fetch_lists(&peer).await {
         Ok(l) => l,
         Err(e) => return format!("listing failed: {e}"),

@@ -206,6 +206,9 @@ pub struct Seen {
     pub resource_updates: Mutex<Vec<String>>,
     pub updated: Notify,
     pub elicitations: Mutex<Vec<String>>,
+    /// `notifications/message` data, in arrival order.
+    pub logs: Mutex<Vec<String>>,
+    pub logged: Notify,
 }
 
 /// An rmcp client handler that records notifications and answers elicitation with a name.
@@ -267,6 +270,16 @@ impl ClientHandler for TestClient {
         _ctx: NotificationContext<RoleClient>,
     ) {
         self.seen.progress.lock().push(params);
+    }
+
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _ctx: NotificationContext<RoleClient>,
+    ) {
+        let data = params.data.as_str().unwrap_or_default().to_owned();
+        self.seen.logs.lock().push(data);
+        self.seen.logged.notify_one();
     }
 
     async fn on_tool_list_changed(&self, _ctx: NotificationContext<RoleClient>) {
