@@ -46,6 +46,8 @@ pub const DEFAULT_RETRY_JITTER_MS: u64 = 100;
 pub const DEFAULT_IDEMPOTENCY_TTL_MS: u64 = 600_000;
 /// How long shutdown waits for calls in flight before closing sessions and upstreams.
 pub const DEFAULT_SHUTDOWN_GRACE_MS: u64 = 30_000;
+/// How long a sealed handshake-era session id may be presented (to any replica).
+pub const DEFAULT_SESSION_TTL_MS: u64 = 86_400_000;
 /// How long a pagination cursor stays valid.
 pub const DEFAULT_CURSOR_TTL_MS: u64 = 600_000;
 /// How long a parked call waits for the client's `inputResponses` (MRTR synthesis).

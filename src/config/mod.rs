@@ -244,6 +244,8 @@ pub struct RawGateway {
     /// Key (secret reference, at least 32 bytes) that signs cursors and MRTR `requestState`;
     /// give every replica the same one. Unset: a random key per process.
     pub state_key: Option<Spanned<String>>,
+    /// How long a handshake-era session id stays valid on any replica, in milliseconds.
+    pub session_ttl_ms: Option<u64>,
     /// How long a pagination cursor stays valid, in milliseconds.
     pub cursor_ttl_ms: Option<u64>,
     /// How long a call parked for a client's input (MRTR) waits for the retry, in milliseconds.

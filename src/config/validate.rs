@@ -89,6 +89,7 @@ pub struct GatewaySettings {
     /// Signs cursors and `requestState`; `None` = a random key per process.
     pub state_key: Option<secret::Secret>,
     pub cursor_ttl: Duration,
+    pub session_ttl: Duration,
     pub input_wait: Duration,
     pub max_parked_calls: usize,
 }
@@ -416,6 +417,7 @@ pub(super) fn validate(
             watch_config: g.watch_config.unwrap_or(true),
             state_key,
             cursor_ttl: Duration::from_millis(g.cursor_ttl_ms.unwrap_or(DEFAULT_CURSOR_TTL_MS)),
+            session_ttl: Duration::from_millis(g.session_ttl_ms.unwrap_or(DEFAULT_SESSION_TTL_MS)),
             input_wait: Duration::from_millis(g.input_wait_ms.unwrap_or(DEFAULT_INPUT_WAIT_MS)),
             max_parked_calls: g.max_parked_calls.unwrap_or(DEFAULT_MAX_PARKED_CALLS),
             shutdown_grace: Duration::from_millis(

@@ -17,7 +17,7 @@ use rmcp::transport::{
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::mcp::Gateway;
+use super::{mcp::Gateway, sealed_sessions::SealedSessions};
 use crate::{
     config::GatewaySettings,
     policy::identity::{AuthError, Identity, ResourceMetadata},
@@ -26,6 +26,8 @@ use crate::{
 
 /// Path of the MCP endpoint.
 pub const MCP_PATH: &str = "/mcp";
+/// The handshake era's session header.
+const SESSION_HEADER: &str = "mcp-session-id";
 
 type Body = BoxBody<Bytes, Infallible>;
 
@@ -44,13 +46,12 @@ pub async fn serve(
     // resumed anyway, and every extra SSE frame is a write on the hot path.
     let mut sessions = LocalSessionManager::default();
     sessions.session_config.sse_retry = None;
-    let mcp = StreamableHttpService::new(
-        move || Ok(gateway.clone()),
-        Arc::new(sessions),
-        mcp_config(settings, local, close_all.child_token()),
-    );
+    let sealed = SealedSessions::new(pool.seal().clone(), settings.session_ttl);
+    let mut config = mcp_config(settings, local, close_all.child_token());
+    config.session_store = Some(sealed.clone());
+    let mcp = StreamableHttpService::new(move || Ok(gateway.clone()), Arc::new(sessions), config);
     let tls = settings.tls.clone().map(tokio_rustls::TlsAcceptor::from);
-    let edge = Edge { mcp, pool };
+    let edge = Edge { mcp, pool, sealed };
     loop {
         let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
@@ -97,6 +98,7 @@ pub async fn serve(
 struct Edge {
     mcp: StreamableHttpService<Gateway, LocalSessionManager>,
     pool: Arc<Pool>,
+    sealed: Arc<SealedSessions>,
 }
 
 impl Edge {
@@ -131,7 +133,11 @@ impl Edge {
         mut req: Request<Incoming>,
         cert_identity: Option<Identity>,
     ) -> Response<Body> {
-        let Edge { mut mcp, pool } = self;
+        let Edge {
+            mut mcp,
+            pool,
+            sealed,
+        } = self;
         // Read once per request: a reload swaps it for the next one.
         let auth = pool.auth();
         match req.uri().path() {
@@ -143,12 +149,30 @@ impl Edge {
                 .unwrap_or_else(|| auth.authenticate(req.headers()))
             {
                 Ok(identity) => {
+                    // Clients see sealed session ids; rmcp sees its own (any replica can open
+                    // them: see sealed_sessions). Anything else is no session of ours.
+                    let presented = req
+                        .headers()
+                        .get(SESSION_HEADER)
+                        .map(|v| v.to_str().ok().and_then(|v| sealed.open(v, &identity.name)));
+                    if let Some(sid) = &presented {
+                        let inner = sid
+                            .as_deref()
+                            .and_then(|s| http::HeaderValue::from_str(s).ok())
+                            .unwrap_or(http::HeaderValue::from_static("unknown"));
+                        req.headers_mut().insert(SESSION_HEADER, inner);
+                    }
+                    let who = identity.name.clone();
                     req.extensions_mut().insert(identity);
                     // A POST is in flight until its response body (JSON or SSE) has been
                     // sent: shutdown drains these. Standalone GET streams are not counted.
                     let in_flight =
                         (req.method() == http::Method::POST).then(|| pool.call_started());
-                    match tower::Service::<Request<Incoming>>::call(&mut mcp, req).await {
+                    let answer = tower::Service::<Request<Incoming>>::call(&mut mcp, req).await;
+                    if let Some(Some(sid)) = &presented {
+                        sealed.done(sid);
+                    }
+                    match answer.map(|r| seal_new_session(r, &sealed, &who)) {
                         Ok(r) => match in_flight {
                             Some(guard) => r.map(|body| {
                                 Tracked {
@@ -218,6 +242,20 @@ fn mcp_config(
         .with_max_request_body_bytes(settings.max_body_bytes)
         .with_sse_retry(None)
         .with_cancellation_token(ct)
+}
+
+/// A response that created a session carries its sealed id instead of rmcp's.
+fn seal_new_session(mut r: Response<Body>, sealed: &SealedSessions, who: &str) -> Response<Body> {
+    let sealed_id = r
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|sid| sealed.seal_new(sid, who))
+        .and_then(|s| http::HeaderValue::from_str(&s).ok());
+    if let Some(v) = sealed_id {
+        r.headers_mut().insert(SESSION_HEADER, v);
+    }
+    r
 }
 
 /// 401 whose challenge points at the RFC 9728 metadata when OAuth is configured.

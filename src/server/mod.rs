@@ -4,6 +4,7 @@ pub mod admin;
 pub mod http;
 pub mod mcp;
 pub mod reload;
+pub mod sealed_sessions;
 pub mod sessions;
 pub mod stdio;
 pub mod tls;

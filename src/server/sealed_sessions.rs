@@ -1,0 +1,178 @@
+//! Handshake-era sessions that survive a request landing on another replica (F3 scale-out),
+//! without a shared store: the `Mcp-Session-Id` a client sees is sealed session state.
+//!
+//! rmcp keeps sessions in memory and can restore one from a `SessionStore` by replaying its
+//! `initialize`. fedgate's store holds nothing for long: when rmcp persists a new session,
+//! the HTTP edge seals (HMAC, `[gateway] state_key`) the session's internal id, its
+//! `initialize` parameters, the caller it belongs to and the time, and hands that out as the
+//! session id. On every request the edge opens the sealed id, checks caller and age, and gives
+//! rmcp the internal id; on a replica that does not know the session, the store answers
+//! rmcp's restore lookup with the parameters the client just presented.
+//!
+//! What is restored is what `initialize` carried (protocol version, client capabilities and
+//! info). Not restored: a `logging/setLevel` level, resource subscriptions, a standalone GET
+//! stream (the client reopens it) and requests in flight on the other replica. A DELETE ends
+//! the session for good on the replica that receives it (its id is refused there from then
+//! on); another replica still holding or restoring a copy ends it after rmcp's idle timeout.
+//! Every replica needs the same `state_key`.
+
+use std::{sync::Arc, time::Duration};
+
+use dashmap::DashMap;
+use rmcp::{
+    model::{InitializeRequestParams, RequestStateCodec},
+    transport::streamable_http_server::session::store::{
+        SessionState, SessionStore, SessionStoreError,
+    },
+};
+use serde::{Deserialize, Serialize};
+
+use crate::router::cursor::now_ms;
+
+/// How many ended sessions accumulate between prunings.
+const PRUNE_EVERY: usize = 1024;
+
+/// Associated data of sealed session ids, so no other sealed value passes for one.
+const SESSION_AD: &[u8] = b"fedgate-session";
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Ticket {
+    /// rmcp's id of the session.
+    sid: String,
+    /// Whose session it is (the authenticated identity).
+    who: String,
+    /// Unix milliseconds when it was issued.
+    issued: u64,
+    init: InitializeRequestParams,
+}
+
+/// rmcp's session store, backed by what clients present (see the module doc).
+#[derive(Debug)]
+pub struct SealedSessions {
+    seal: Arc<RequestStateCodec>,
+    ttl: Duration,
+    /// Sessions just created (until their id is sealed) or being restored (for the length
+    /// of the request that restores them).
+    transient: DashMap<String, SessionState>,
+    /// Sessions ended here by a DELETE, with the time: never restored again on this replica.
+    ended: DashMap<String, u64>,
+}
+
+impl SealedSessions {
+    pub fn new(seal: Arc<RequestStateCodec>, ttl: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            seal,
+            ttl,
+            transient: DashMap::new(),
+            ended: DashMap::new(),
+        })
+    }
+
+    /// The id a client gets for the session rmcp just created as `sid`, if rmcp persisted it.
+    pub fn seal_new(&self, sid: &str, who: &str) -> Option<String> {
+        let (_, state) = self.transient.remove(sid)?;
+        let ticket = Ticket {
+            sid: sid.to_owned(),
+            who: who.to_owned(),
+            issued: now_ms(),
+            init: state.initialize_params,
+        };
+        self.seal
+            .seal_json_with(
+                &ticket,
+                &rmcp::model::SealOptions::new().associated_data(SESSION_AD),
+            )
+            .ok()
+    }
+
+    /// rmcp's id behind a sealed id presented by `who`; `None` for anything forged, expired
+    /// or presented by someone else. The session can then be restored on this replica until
+    /// [`Self::done`] is called for it.
+    pub fn open(&self, sealed: &str, who: &str) -> Option<String> {
+        let ticket: Ticket = self.seal.open_json_with(sealed, SESSION_AD).ok()?;
+        let fresh = ticket.issued.saturating_add(self.ttl.as_millis() as u64) >= now_ms();
+        if ticket.who != who || !fresh || self.ended.contains_key(&ticket.sid) {
+            return None;
+        }
+        self.transient
+            .insert(ticket.sid.clone(), SessionState::new(ticket.init));
+        Some(ticket.sid)
+    }
+
+    /// The request that presented `sid` is through: its state is no longer needed here.
+    pub fn done(&self, sid: &str) {
+        self.transient.remove(sid);
+    }
+}
+
+/// rmcp's side: it stores a new session's state, loads it to restore an unknown session, and
+/// deletes it when the client ends the session.
+#[async_trait::async_trait]
+impl SessionStore for SealedSessions {
+    async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
+        Ok(self.transient.get(session_id).map(|s| s.clone()))
+    }
+
+    async fn store(&self, session_id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
+        self.transient.insert(session_id.to_owned(), state.clone());
+        Ok(())
+    }
+
+    async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
+        self.transient.remove(session_id);
+        let now = now_ms();
+        // Entries older than the ticket lifetime cannot matter (such tickets are refused);
+        // dropped now and then, not on every DELETE.
+        if self.ended.len() % PRUNE_EVERY == PRUNE_EVERY - 1 {
+            let horizon = now.saturating_sub(self.ttl.as_millis() as u64);
+            self.ended.retain(|_, at| *at >= horizon);
+        }
+        self.ended.insert(session_id.to_owned(), now);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sessions(key: u8) -> Arc<SealedSessions> {
+        SealedSessions::new(
+            Arc::new(RequestStateCodec::try_new(vec![key; 32]).unwrap()),
+            Duration::from_secs(3600),
+        )
+    }
+
+    fn init() -> SessionState {
+        serde_json::from_value(serde_json::json!({"initialize_params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}
+        }}))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_sealed_id_restores_its_session_on_another_replica_for_its_owner_only() {
+        let a = sessions(1);
+        a.store("sid-1", &init()).await.unwrap();
+        let sealed = a.seal_new("sid-1", "ann").unwrap();
+        assert!(
+            a.load("sid-1").await.unwrap().is_none(),
+            "nothing kept once sealed"
+        );
+        let b = sessions(1);
+        assert_eq!(b.open(&sealed, "bob"), None, "another caller");
+        assert_eq!(b.open(&sealed, "ann").as_deref(), Some("sid-1"));
+        let state = b.load("sid-1").await.unwrap().expect("restorable");
+        assert_eq!(state.initialize_params.client_info.name, "t");
+        b.done("sid-1");
+        assert!(b.load("sid-1").await.unwrap().is_none());
+        // Another key, or an edited id.
+        assert_eq!(sessions(2).open(&sealed, "ann"), None);
+        let mut edited = sealed.into_bytes();
+        let i = edited.len() - 4;
+        edited[i] = if edited[i] == b'A' { b'B' } else { b'A' };
+        assert_eq!(b.open(&String::from_utf8(edited).unwrap(), "ann"), None);
+    }
+}
