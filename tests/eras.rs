@@ -239,7 +239,6 @@ async fn resource_subscriptions_cross_eras() {
             )
             .await
             .unwrap();
-            let notified = seen.updated.notified();
             if seen
                 .resource_updates
                 .lock()
@@ -248,7 +247,8 @@ async fn resource_subscriptions_cross_eras() {
             {
                 return;
             }
-            notified.await;
+            // Write again if nothing came (the write may have beaten the new listen stream).
+            let _ = tokio::time::timeout(Duration::from_millis(500), seen.updated.notified()).await;
         }
     };
     tokio::time::timeout(Duration::from_secs(20), updated)
@@ -395,4 +395,55 @@ async fn unattributable_stdio_requests_are_refused() {
     };
     assert!(text.contains("cannot tell which client call"), "{text}");
     slow.abort();
+}
+
+/// Cancelling a call reaches the upstream across eras: a handshake-era client's
+/// `notifications/cancelled` and a stateless-era client's cancellation (its response stream
+/// closes) both stop the upstream's work, whichever era the upstream speaks.
+#[tokio::test(flavor = "multi_thread")]
+async fn cancellation_crosses_eras() {
+    use rmcp::model::{CallToolRequest, ClientRequest};
+    use rmcp::service::PeerRequestOptions;
+    let gw = Gateway::start(&format!(
+        "{}{}",
+        stdio_upstream("old", &[], "era = \"legacy\""),
+        stdio_upstream("new", &[], "era = \"modern\"")
+    ));
+    let legacy = connect_legacy(&gw.url, TestClient::new()).await;
+    let modern = connect_modern(&gw.url, TestClient::new()).await;
+    for (client, upstream) in [(&modern, "old"), (&legacy, "new")] {
+        let stats = || async {
+            let r = call(client, &format!("{upstream}.stats"), serde_json::json!({}))
+                .await
+                .unwrap();
+            r.structured_content.unwrap()
+        };
+        let before = stats().await;
+        let req = ClientRequest::CallToolRequest(CallToolRequest::new(
+            CallToolRequestParams::new(format!("{upstream}.slow")).with_arguments(
+                serde_json::json!({"ms": 60000})
+                    .as_object()
+                    .cloned()
+                    .unwrap(),
+            ),
+        ));
+        let handle = client
+            .peer()
+            .send_request_with_option(req, PeerRequestOptions::no_options())
+            .await
+            .unwrap();
+        let calls = before["calls"].as_u64().unwrap();
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while stats().await["calls"].as_u64().unwrap() < calls + 2 {}
+        })
+        .await
+        .expect("the slow call reached the upstream");
+        handle.cancel(Some("test".into())).await.unwrap();
+        let cancelled = before["cancelled"].as_u64().unwrap();
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while stats().await["cancelled"].as_u64().unwrap() <= cancelled {}
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{upstream} saw the cancellation"));
+    }
 }

@@ -268,6 +268,12 @@ impl Demo {
             tool("stats", "Counters: calls, cancellations.", json!({}), true),
             tool("pid", "This server's process id.", json!({}), true),
             tool(
+                "sample",
+                "Ask the client's model to say hi (sampling) and return what it said.",
+                json!({}),
+                true,
+            ),
+            tool(
                 "log",
                 "Send three log messages (debug, info, warning) during the call.",
                 json!({}),
@@ -275,7 +281,7 @@ impl Demo {
             ),
             tool(
                 "roots",
-                "Ask the client for its roots (handshake era) and list them.",
+                "Ask the client for its roots and list them.",
                 json!({}),
                 true,
             ),
@@ -337,6 +343,44 @@ impl Demo {
         .map_err(|e| McpError::internal_error(e.to_string(), None))?;
         Ok(CallToolResponse::InputRequired(ir))
     }
+}
+
+/// A client's answer to one request, or the input-required result that asks for it.
+enum Input {
+    Answer(Value),
+    Ask(InputRequiredResult),
+}
+
+/// Asks the client for input the way its era does: a request in the handshake era, an
+/// input-required result (answered by the retry's `inputResponses[key]`) in the stateless era.
+async fn input(
+    req: &CallToolRequestParams,
+    ctx: &RequestContext<RoleServer>,
+    key: &str,
+    ask: Value,
+) -> Result<Input, McpError> {
+    let internal = |e: String| McpError::internal_error(e, None);
+    if ctx.protocol_version().is_none_or(|v| v.has_initialize()) {
+        let request: ServerRequest =
+            serde_json::from_value(ask).map_err(|e| internal(e.to_string()))?;
+        let answer = ctx
+            .peer
+            .send_request(request)
+            .await
+            .map_err(|e| internal(format!("the client did not answer: {e}")))?;
+        return serde_json::to_value(answer)
+            .map(Input::Answer)
+            .map_err(|e| internal(e.to_string()));
+    }
+    if let Some(a) = req.input_responses.as_ref().and_then(|r| r.get(key)) {
+        return Ok(Input::Answer(a.clone()));
+    }
+    let ir = serde_json::from_value(json!({
+        "resultType": "input_required",
+        "inputRequests": {key: ask},
+    }))
+    .map_err(|e| internal(e.to_string()))?;
+    Ok(Input::Ask(ir))
 }
 
 fn greet(action: ElicitationAction, content: Option<&Value>) -> CallToolResult {
@@ -534,25 +578,31 @@ impl ServerHandler for Demo {
             "fail" => CallToolResult::error(vec![ContentBlock::text("this tool always fails")]),
             "error" => return Err(McpError::internal_error("deliberate JSON-RPC error", None)),
             "roots" => {
-                let answer = ctx
-                    .peer
-                    .send_request(ServerRequest::ListRootsRequest(Default::default()))
-                    .await
-                    .map_err(|e| {
-                        McpError::internal_error(format!("roots/list failed: {e}"), None)
-                    })?;
-                match answer {
-                    ClientResult::ListRootsResult(r) => {
-                        let uris: Vec<String> = r.roots.into_iter().map(|r| r.uri).collect();
-                        text(uris.join(","))
-                    }
-                    other => {
-                        return Err(McpError::internal_error(
-                            format!("unexpected answer {other:?}"),
-                            None,
-                        ));
-                    }
-                }
+                let ask = json!({"method": "roots/list", "params": {}});
+                let answer = match input(&req, &ctx, "roots", ask).await? {
+                    Input::Answer(a) => a,
+                    Input::Ask(ir) => return Ok(CallToolResponse::InputRequired(ir)),
+                };
+                let uris: Vec<&str> = answer["roots"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|r| r["uri"].as_str())
+                    .collect();
+                text(uris.join(","))
+            }
+            "sample" => {
+                let ask = json!({"method": "sampling/createMessage", "params": {
+                    "messages": [{"role": "user", "content": {"type": "text", "text": "Say hi"}}],
+                    "maxTokens": 20}});
+                let answer = match input(&req, &ctx, "sample", ask).await? {
+                    Input::Answer(a) => a,
+                    Input::Ask(ir) => return Ok(CallToolResponse::InputRequired(ir)),
+                };
+                text(format!(
+                    "sampled: {}",
+                    answer["content"]["text"].as_str().unwrap_or("")
+                ))
             }
             "crash" => std::process::exit(3),
             other => {
