@@ -447,3 +447,49 @@ async fn cancellation_crosses_eras() {
         .unwrap_or_else(|_| panic!("{upstream} saw the cancellation"));
     }
 }
+
+/// The spec asks `Mcp-Method` of requests; some SDKs post notifications without it (the TS
+/// SDK's `notifications/cancelled` after closing a listen stream). fedgate accepts those.
+#[tokio::test(flavor = "multi_thread")]
+async fn stateless_notifications_without_mcp_method_are_accepted() {
+    let gw = Gateway::start(&stdio_upstream("a", &[], ""));
+    let post = |headers: &[(&str, &str)], body: serde_json::Value| {
+        let mut r = reqwest::Client::new()
+            .post(&gw.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28");
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        r.json(&body).send()
+    };
+    let note = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": "listen:0"}});
+    let r = post(&[], note).await.unwrap();
+    assert_eq!(r.status().as_u16(), 202, "{}", r.text().await.unwrap());
+    // A request without the header is still refused, as the spec requires.
+    let req = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}});
+    let r = post(&[], req).await.unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+}
+
+/// Namespacing rewrites the tool name; the routing headers of the upstream hop follow the
+/// rewritten body (`Mcp-Name` is the upstream's own name, `Mcp-Param-*` mirrors the argument).
+#[tokio::test(flavor = "multi_thread")]
+async fn routing_headers_follow_the_rewritten_body() {
+    let (h, _server) = http_upstream("h", "era = \"modern\"\nrename = { headers = \"hdrs\" }");
+    let gw = Gateway::start(&h);
+    let client = connect_modern(&gw.url, TestClient::new()).await;
+    // The client learns the x-mcp-header parameter from the list, as SDKs do.
+    let tools = client.peer().list_all_tools().await.unwrap();
+    assert!(tools.iter().any(|t| t.name == "h.hdrs"));
+    let r = call(&client, "h.hdrs", serde_json::json!({"region": "eu-west"}))
+        .await
+        .unwrap();
+    let seen: serde_json::Value = serde_json::from_str(&first_text(&r)).unwrap();
+    assert_eq!(seen["mcp-method"], "tools/call", "{seen}");
+    assert_eq!(seen["mcp-name"], "headers", "{seen}");
+    assert_eq!(seen["mcp-param-region"], "eu-west", "{seen}");
+    assert_eq!(seen["region"], "eu-west", "{seen}");
+}

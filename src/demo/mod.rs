@@ -268,6 +268,13 @@ impl Demo {
             tool("stats", "Counters: calls, cancellations.", json!({}), true),
             tool("pid", "This server's process id.", json!({}), true),
             tool(
+                "headers",
+                "The MCP routing headers this request arrived with (Mcp-Method, Mcp-Name, \
+                 Mcp-Param-Region), and the `region` argument.",
+                json!({"region": {"type": "string", "x-mcp-header": "Region"}}),
+                true,
+            ),
+            tool(
                 "sample",
                 "Ask the client's model to say hi (sampling) and return what it said.",
                 json!({}),
@@ -564,6 +571,24 @@ impl ServerHandler for Demo {
                     header
                         .or(env.map(|e| format!("env {e}")))
                         .unwrap_or_else(|| "nobody".into()),
+                )
+            }
+            "headers" => {
+                let h = |name: &str| {
+                    ctx.extensions
+                        .get::<http::request::Parts>()
+                        .and_then(|p| p.headers.get(name))
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_owned)
+                };
+                text(
+                    json!({
+                        "mcp-method": h("mcp-method"),
+                        "mcp-name": h("mcp-name"),
+                        "mcp-param-region": h("mcp-param-region"),
+                        "region": arg_str(args, "region"),
+                    })
+                    .to_string(),
                 )
             }
             "traceparent" => {

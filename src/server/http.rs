@@ -51,7 +51,12 @@ pub async fn serve(
     config.session_store = Some(sealed.clone());
     let mcp = StreamableHttpService::new(move || Ok(gateway.clone()), Arc::new(sessions), config);
     let tls = settings.tls.clone().map(tokio_rustls::TlsAcceptor::from);
-    let edge = Edge { mcp, pool, sealed };
+    let edge = Edge {
+        mcp,
+        pool,
+        sealed,
+        max_body: settings.max_body_bytes,
+    };
     loop {
         let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
@@ -99,6 +104,7 @@ struct Edge {
     mcp: StreamableHttpService<Gateway, LocalSessionManager>,
     pool: Arc<Pool>,
     sealed: Arc<SealedSessions>,
+    max_body: usize,
 }
 
 impl Edge {
@@ -137,6 +143,7 @@ impl Edge {
             mut mcp,
             pool,
             sealed,
+            max_body,
         } = self;
         // Read once per request: a reload swaps it for the next one.
         let auth = pool.auth();
@@ -168,7 +175,12 @@ impl Edge {
                     // sent: shutdown drains these. Standalone GET streams are not counted.
                     let in_flight =
                         (req.method() == http::Method::POST).then(|| pool.call_started());
-                    let answer = tower::Service::<Request<Incoming>>::call(&mut mcp, req).await;
+                    let answer = if needs_method_header(&req) {
+                        let req = with_method_header(req, max_body).await;
+                        tower::Service::<Request<Full<Bytes>>>::call(&mut mcp, req).await
+                    } else {
+                        tower::Service::<Request<Incoming>>::call(&mut mcp, req).await
+                    };
                     if let Some(Some(sid)) = &presented {
                         sealed.done(sid);
                     }
@@ -242,6 +254,39 @@ fn mcp_config(
         .with_max_request_body_bytes(settings.max_body_bytes)
         .with_sse_retry(None)
         .with_cancellation_token(ct)
+}
+
+/// A stateless-era POST without `Mcp-Method`. The spec requires the header on requests and
+/// leaves notifications open; some SDKs send notifications without it (e.g. the TS SDK's
+/// `notifications/cancelled` after closing a listen stream), which rmcp refuses.
+fn needs_method_header(req: &Request<Incoming>) -> bool {
+    req.method() == http::Method::POST
+        && !req.headers().contains_key("mcp-method")
+        && req
+            .headers()
+            .get("mcp-protocol-version")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v >= "2026-07-28")
+}
+
+/// Reads the (bounded) body; a notification gets `Mcp-Method` from its own `method`, so rmcp
+/// accepts it. Requests stay as they are (rmcp answers them with its header error).
+async fn with_method_header(req: Request<Incoming>, max_body: usize) -> Request<Full<Bytes>> {
+    let (mut parts, body) = req.into_parts();
+    let bytes = http_body_util::Limited::new(body, max_body)
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let method = serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()
+        .filter(|v| v.get("id").is_none())
+        .and_then(|v| v.get("method").and_then(|m| m.as_str()).map(str::to_owned))
+        .and_then(|m| http::HeaderValue::from_str(&m).ok());
+    if let Some(m) = method {
+        parts.headers.insert("mcp-method", m);
+    }
+    Request::from_parts(parts, Full::new(bytes))
 }
 
 /// A response that created a session carries its sealed id instead of rmcp's.
