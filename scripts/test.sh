@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
-# README's test command: install the third-party MCP peers the tests drive (pinned by
-# tests/node/package-lock.json: the official conformance suite, server-everything, Node 22),
-# then run the whole Rust test suite. Extra arguments go to `cargo test`.
+# README's test command: install the third-party MCP peers the tests drive, then run the whole
+# Rust test suite. Extra arguments go to `cargo test`.
+# - tests/node (pinned by its package-lock.json): the official conformance suite,
+#   server-everything, the TypeScript SDK (handshake-era `@modelcontextprotocol/sdk`,
+#   stateless-era `@modelcontextprotocol/client`) and Node 22 to run them;
+# - tests/clients/python/.venv: the official Python SDK (`mcp`, pinned in requirements.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v npm >/dev/null || { echo "scripts/test.sh: npm is required (Node.js 20+)" >&2; exit 1; }
+command -v python3 >/dev/null || { echo "scripts/test.sh: python3 (3.10+) is required" >&2; exit 1; }
 npm ci --prefix tests/node --no-audit --no-fund --loglevel=error
+venv=tests/clients/python/.venv
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/pip" install --quiet --disable-pip-version-check -r tests/clients/python/requirements.txt
 cargo test "$@"

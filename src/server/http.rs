@@ -170,6 +170,7 @@ impl Edge {
                         req.headers_mut().insert(SESSION_HEADER, inner);
                     }
                     let who = identity.name.clone();
+                    let deleting = req.method() == http::Method::DELETE;
                     req.extensions_mut().insert(identity);
                     // A POST is in flight until its response body (JSON or SSE) has been
                     // sent: shutdown drains these. Standalone GET streams are not counted.
@@ -184,6 +185,14 @@ impl Edge {
                     if let Some(Some(sid)) = &presented {
                         sealed.done(sid);
                     }
+                    let answer = answer.map(|mut r| {
+                        // rmcp answers a session DELETE with 202; SDKs expect 200 or 204 (the
+                        // Python SDK logs a failure for anything else), and nothing is pending.
+                        if deleting && r.status() == StatusCode::ACCEPTED {
+                            *r.status_mut() = StatusCode::NO_CONTENT;
+                        }
+                        r
+                    });
                     match answer.map(|r| seal_new_session(r, &sealed, &who)) {
                         Ok(r) => match in_flight {
                             Some(guard) => r.map(|body| {
