@@ -162,3 +162,59 @@ fn systemd_unit_and_dockerfile_run_the_real_command() {
     assert!(docker.contains("EXPOSE 8930"));
     assert!(docker.contains(r#""serve""#) && docker.contains(r#""--config""#));
 }
+
+/// The core manifests against the Kubernetes OpenAPI schemas, strictly (unknown fields are
+/// errors), with `kubernetes-validate` from PyPI (installed by scripts/test.sh; its schemas
+/// ship with it). The Prometheus Operator kinds have no schema there; the test above checks
+/// them.
+#[test]
+fn kubernetes_manifests_validate_against_the_schemas() {
+    let validator = Path::new(ROOT).join("tests/clients/python/.venv/bin/kubernetes-validate");
+    assert!(
+        validator.exists(),
+        "kubernetes-validate is missing: run `bash scripts/test.sh` (README's test command)"
+    );
+    let dir = Path::new(ROOT).join("deploy/kubernetes");
+    let core = [
+        "configmap.yaml",
+        "deployment.yaml",
+        "hpa.yaml",
+        "networkpolicy.yaml",
+        "pdb.yaml",
+        "secret.yaml",
+        "service.yaml",
+    ];
+    let out = Command::new(&validator)
+        .arg("--strict")
+        .args(core.iter().map(|f| dir.join(f)))
+        .output()
+        .expect("run kubernetes-validate");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    for f in core {
+        assert!(
+            text.lines().any(|l| l.contains(f) && l.contains("passed")),
+            "{f} not validated: {text}"
+        );
+    }
+    // The validator does catch mistakes: the Deployment with a misspelt field fails.
+    let broken = std::fs::read_to_string(dir.join("deployment.yaml"))
+        .unwrap()
+        .replacen("replicas:", "replicaz:", 1);
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("deployment.yaml");
+    std::fs::write(&path, broken).unwrap();
+    let out = Command::new(&validator)
+        .arg("--strict")
+        .arg(&path)
+        .output()
+        .expect("run kubernetes-validate");
+    assert!(
+        !out.status.success(),
+        "a misspelt field must fail validation"
+    );
+}

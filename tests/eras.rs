@@ -8,7 +8,7 @@ use std::time::Duration;
 use common::*;
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, InputResponses, ReadResourceRequestParams,
-    ServerNotification, SubscribeRequestParams, SubscriptionFilter,
+    SubscriptionFilter,
 };
 
 fn code(err: rmcp::ServiceError) -> i32 {
@@ -179,182 +179,26 @@ async fn unclaimed_parked_calls_expire() {
     assert_eq!(first_text(&r), "echo: ok");
 }
 
-/// A stateless-era upstream answers input_required; a handshake-era client cannot take it,
-/// so fedgate sends the client the elicitation and retries the upstream with the answer.
+/// One merged acknowledgement: URIs no upstream serves are left out of it. (Updates across
+/// eras are checked in `rmcp_matrix.rs` and `sdk_clients.rs`.)
 #[tokio::test(flavor = "multi_thread")]
-async fn modern_upstream_input_required_is_driven_for_a_legacy_client() {
-    let (notes, _server) = http_upstream("notes", "era = \"modern\"");
-    let gw = Gateway::start(&notes);
-    let client = TestClient::new();
-    let seen = client.seen.clone();
-    let client = connect_legacy(&gw.url, client).await;
-    let r = call(&client, "notes.ask", serde_json::json!({}))
-        .await
-        .unwrap();
-    assert_eq!(first_text(&r), "hello ada");
-    assert_eq!(seen.elicitations.lock().as_slice(), ["What is your name?"]);
-}
-
-/// Roots asked by a handshake-era upstream reach a stateless-era client the same way.
-#[tokio::test(flavor = "multi_thread")]
-async fn legacy_upstream_roots_reach_a_modern_client() {
-    let gw = Gateway::start(&stdio_upstream("demo", &[], "era = \"legacy\""));
-    let client = connect_modern(&gw.url, TestClient::new()).await;
-    let r = client
-        .call_tool(CallToolRequestParams::new("demo.roots"))
-        .await
-        .unwrap();
-    assert!(first_text(&r).contains("file:///work/project"), "{r:?}");
-}
-
-/// Resource subscriptions across eras: a handshake-era client's `resources/subscribe` becomes
-/// a URI in fedgate's listen filter towards a stateless-era upstream, and a stateless-era
-/// client's `subscriptions/listen` becomes `resources/subscribe` on a handshake-era upstream.
-#[tokio::test(flavor = "multi_thread")]
-async fn resource_subscriptions_cross_eras() {
-    let gw = Gateway::start(&format!(
-        "{}{}",
-        stdio_upstream("old", &["--scheme", "old"], "era = \"legacy\""),
-        stdio_upstream("new", &["--scheme", "new"], "era = \"modern\"")
+async fn listen_acknowledges_only_resources_an_upstream_serves() {
+    let gw = Gateway::start(&stdio_upstream(
+        "old",
+        &["--scheme", "old"],
+        "era = \"legacy\"",
     ));
-
-    // Handshake-era client, stateless-era upstream.
-    let client = TestClient::new();
-    let seen = client.seen.clone();
-    let legacy = connect_legacy(&gw.url, client).await;
-    #[allow(deprecated)]
-    legacy
-        .peer()
-        .subscribe(SubscribeRequestParams::new("new://notes/a"))
-        .await
-        .unwrap();
-    // The upstream's listen stream is reopened with the URI; write until an update arrives
-    // (a write that lands before the new stream is acknowledged has no one to tell).
-    let updated = async {
-        loop {
-            call(
-                &legacy,
-                "new.write_note",
-                serde_json::json!({"key": "a", "value": "1"}),
-            )
-            .await
-            .unwrap();
-            if seen
-                .resource_updates
-                .lock()
-                .iter()
-                .any(|u| u == "new://notes/a")
-            {
-                return;
-            }
-            // Write again if nothing came (the write may have beaten the new listen stream).
-            let _ = tokio::time::timeout(Duration::from_millis(500), seen.updated.notified()).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(20), updated)
-        .await
-        .expect("resources/updated from the stateless-era upstream");
-
-    // Stateless-era client, handshake-era upstream.
     let modern = connect_modern(&gw.url, TestClient::new()).await;
     let filter = SubscriptionFilter::builder()
+        .tools_list_changed()
         .resource_subscriptions(vec!["old://notes/b".to_owned(), "nowhere://x".to_owned()])
         .build();
-    let mut sub = modern.peer().listen(filter).await.unwrap();
+    let sub = modern.peer().listen(filter).await.unwrap();
     assert_eq!(
         sub.acknowledged().resource_subscriptions,
-        Some(vec!["old://notes/b".to_owned()]),
-        "only URIs that route to an upstream are accepted"
+        Some(vec!["old://notes/b".to_owned()])
     );
-    let got = async {
-        loop {
-            call(
-                &modern,
-                "old.write_note",
-                serde_json::json!({"key": "b", "value": "2"}),
-            )
-            .await
-            .unwrap();
-            if let Ok(Ok(Some(n))) =
-                tokio::time::timeout(Duration::from_millis(500), sub.next()).await
-            {
-                return n;
-            }
-        }
-    };
-    let note = tokio::time::timeout(Duration::from_secs(20), got)
-        .await
-        .expect("resources/updated on the listen stream");
-    match note {
-        ServerNotification::ResourceUpdatedNotification(n) => {
-            assert_eq!(n.params.uri, "old://notes/b")
-        }
-        other => panic!("{other:?}"),
-    }
-    sub.cancel().await.unwrap();
-}
-
-async fn logs_until(seen: &Seen, n: usize) -> Vec<String> {
-    wait_for(&seen.logged, "log messages", || seen.logs.lock().len() >= n).await;
-    seen.logs.lock().clone()
-}
-
-/// `logging/setLevel` (handshake era, per session) and `logLevel` (stateless era, per request)
-/// both decide what a caller gets, whichever era the upstream speaks.
-#[tokio::test(flavor = "multi_thread")]
-#[allow(deprecated)] // logging is deprecated by SEP-2577 but still in use
-async fn log_levels_cross_eras() {
-    use rmcp::model::{
-        CallToolRequest, ClientRequest, LoggingLevel, RequestMetaObject, SetLevelRequestParams,
-    };
-    use rmcp::service::PeerRequestOptions;
-    let gw = Gateway::start(&format!(
-        "{}{}",
-        stdio_upstream("old", &[], "era = \"legacy\""),
-        stdio_upstream("new", &[], "era = \"modern\"")
-    ));
-
-    // Handshake-era caller at `info`, stateless-era upstream.
-    let client = TestClient::new();
-    let seen = client.seen.clone();
-    let legacy = connect_legacy(&gw.url, client).await;
-    legacy
-        .peer()
-        .set_level(SetLevelRequestParams::new(LoggingLevel::Info))
-        .await
-        .unwrap();
-    call(&legacy, "new.log", serde_json::json!({}))
-        .await
-        .unwrap();
-    let mut got = logs_until(&seen, 2).await;
-    got.sort();
-    assert_eq!(got, ["log-info", "log-warning"]);
-
-    // Stateless-era caller asking for `warning` on its request, handshake-era upstream.
-    let client = TestClient::new();
-    let seen = client.seen.clone();
-    let modern = connect_modern(&gw.url, client).await;
-    let mut meta = RequestMetaObject::default();
-    meta.set_log_level(LoggingLevel::Warning);
-    let req =
-        ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new("old.log")));
-    modern
-        .peer()
-        .send_request_with_option(req, PeerRequestOptions::no_options().with_meta(meta))
-        .await
-        .unwrap()
-        .await_response()
-        .await
-        .unwrap();
-    assert_eq!(logs_until(&seen, 1).await, ["log-warning"]);
-    // Without a level, a stateless-era caller gets no log messages at all.
-    call(&modern, "old.log", serde_json::json!({}))
-        .await
-        .unwrap();
-    call(&modern, "old.log", serde_json::json!({}))
-        .await
-        .unwrap();
-    assert_eq!(seen.logs.lock().len(), 1);
+    assert_eq!(sub.acknowledged().tools_list_changed, Some(true));
 }
 
 /// With several calls in flight on one stdio connection, an upstream request cannot be tied
@@ -395,57 +239,6 @@ async fn unattributable_stdio_requests_are_refused() {
     };
     assert!(text.contains("cannot tell which client call"), "{text}");
     slow.abort();
-}
-
-/// Cancelling a call reaches the upstream across eras: a handshake-era client's
-/// `notifications/cancelled` and a stateless-era client's cancellation (its response stream
-/// closes) both stop the upstream's work, whichever era the upstream speaks.
-#[tokio::test(flavor = "multi_thread")]
-async fn cancellation_crosses_eras() {
-    use rmcp::model::{CallToolRequest, ClientRequest};
-    use rmcp::service::PeerRequestOptions;
-    let gw = Gateway::start(&format!(
-        "{}{}",
-        stdio_upstream("old", &[], "era = \"legacy\""),
-        stdio_upstream("new", &[], "era = \"modern\"")
-    ));
-    let legacy = connect_legacy(&gw.url, TestClient::new()).await;
-    let modern = connect_modern(&gw.url, TestClient::new()).await;
-    for (client, upstream) in [(&modern, "old"), (&legacy, "new")] {
-        let stats = || async {
-            let r = call(client, &format!("{upstream}.stats"), serde_json::json!({}))
-                .await
-                .unwrap();
-            r.structured_content.unwrap()
-        };
-        let before = stats().await;
-        let req = ClientRequest::CallToolRequest(CallToolRequest::new(
-            CallToolRequestParams::new(format!("{upstream}.slow")).with_arguments(
-                serde_json::json!({"ms": 60000})
-                    .as_object()
-                    .cloned()
-                    .unwrap(),
-            ),
-        ));
-        let handle = client
-            .peer()
-            .send_request_with_option(req, PeerRequestOptions::no_options())
-            .await
-            .unwrap();
-        let calls = before["calls"].as_u64().unwrap();
-        tokio::time::timeout(Duration::from_secs(10), async {
-            while stats().await["calls"].as_u64().unwrap() < calls + 2 {}
-        })
-        .await
-        .expect("the slow call reached the upstream");
-        handle.cancel(Some("test".into())).await.unwrap();
-        let cancelled = before["cancelled"].as_u64().unwrap();
-        tokio::time::timeout(Duration::from_secs(10), async {
-            while stats().await["cancelled"].as_u64().unwrap() <= cancelled {}
-        })
-        .await
-        .unwrap_or_else(|_| panic!("{upstream} saw the cancellation"));
-    }
 }
 
 /// The spec asks `Mcp-Method` of requests; some SDKs post notifications without it (the TS

@@ -14,11 +14,9 @@ use hyper::{Request, Response, body::Incoming};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use parking_lot::Mutex;
 use rmcp::{
-    model::{
-        CallToolRequest, CallToolRequestParams, ClientRequest, RequestMetaObject, ServerResult,
-    },
+    model::{CallToolRequestParams, RequestMetaObject, ServerResult},
+    service::ClientLifecycleMode,
     service::ClientServiceExt,
-    service::{ClientLifecycleMode, PeerRequestOptions},
     transport::{
         StreamableHttpClientTransport, streamable_http_client::StreamableHttpClientTransportConfig,
     },
@@ -236,17 +234,7 @@ async fn spans_link_across_fedgate_and_its_upstreams() {
         "traceparent".into(),
         format!("00-{TRACE_2}-{PARENT_2}-01").into(),
     );
-    let req = ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new(
-        "s.traceparent",
-    )));
-    let answer = client
-        .peer()
-        .send_request_with_option(req, PeerRequestOptions::no_options().with_meta(meta))
-        .await
-        .unwrap()
-        .await_response()
-        .await
-        .unwrap();
+    let answer = call_with_meta(&client, CallToolRequestParams::new("s.traceparent"), meta).await;
     let ServerResult::CallToolResult(r) = answer else {
         panic!("{answer:?}")
     };

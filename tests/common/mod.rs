@@ -233,6 +233,7 @@ impl ClientHandler for TestClient {
         let caps = ClientCapabilities::builder()
             .enable_elicitation()
             .enable_roots()
+            .enable_sampling()
             .build();
         ClientConfig::new(caps, Implementation::new("fedgate-test", "0"))
             .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
@@ -251,6 +252,20 @@ impl ClientHandler for TestClient {
         Ok(serde_json::from_value(
             serde_json::json!({"action": "accept", "content": {"name": self.answer_name}}),
         )
+        .unwrap())
+    }
+
+    async fn create_message(
+        &self,
+        _params: CreateMessageRequestParams,
+        _ctx: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, McpError> {
+        Ok(serde_json::from_value(serde_json::json!({
+            "role": "assistant",
+            "content": {"type": "text", "text": "hi from rmcp"},
+            "model": "test-model",
+            "stopReason": "endTurn"
+        }))
         .unwrap())
     }
 
@@ -362,6 +377,26 @@ pub async fn call(
         .peer()
         .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(args(a)))
         .await
+}
+
+/// Calls a tool with request `_meta` of the caller's choosing (trace context, log level).
+pub async fn call_with_meta(
+    client: &Client,
+    params: CallToolRequestParams,
+    meta: RequestMetaObject,
+) -> ServerResult {
+    let req = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+    client
+        .peer()
+        .send_request_with_option(
+            req,
+            rmcp::service::PeerRequestOptions::no_options().with_meta(meta),
+        )
+        .await
+        .unwrap()
+        .await_response()
+        .await
+        .unwrap()
 }
 
 /// Waits (bounded) until `cond` holds, checking after each notification.
