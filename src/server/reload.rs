@@ -231,5 +231,10 @@ fn same_gateway(a: &Snapshot, b: &Snapshot) -> bool {
         && a.max_body_bytes == b.max_body_bytes
         && a.idempotency_ttl == b.idempotency_ttl
         && a.shutdown_grace == b.shutdown_grace
+        && a.state_key == b.state_key
+        && a.cursor_ttl == b.cursor_ttl
+        && a.session_ttl == b.session_ttl
+        && a.input_wait == b.input_wait
+        && a.max_parked_calls == b.max_parked_calls
         && a.tls.is_some() == b.tls.is_some()
 }
