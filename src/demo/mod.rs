@@ -726,6 +726,15 @@ impl ServerHandler for Demo {
         )))
     }
 
+    /// Accepted, not acted on: `log` sends all its levels and leaves filtering to the client.
+    async fn set_level(
+        &self,
+        _r: SetLevelRequestParams,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        Ok(())
+    }
+
     async fn subscribe(
         &self,
         _r: SubscribeRequestParams,

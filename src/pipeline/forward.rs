@@ -407,7 +407,7 @@ fn client_span(call: &Call, upstream: &str, transport: &'static str) -> opentele
         .span_builder(span_name)
         .with_kind(SpanKind::Client)
         .with_attributes(attrs)
-        .start_with_context(&tracer, &call.trace);
+        .start_with_context(tracer, &call.trace);
     call.trace.with_span(span)
 }
 

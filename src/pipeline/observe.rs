@@ -138,7 +138,7 @@ fn server_span(call: &Call, method: &'static str, name: &str, upstream: Option<&
         .span_builder(span_name)
         .with_kind(SpanKind::Server)
         .with_attributes(attrs)
-        .start_with_context(&tracer, &call.trace);
+        .start_with_context(tracer, &call.trace);
     call.trace.with_span(span)
 }
 

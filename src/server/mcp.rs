@@ -168,7 +168,7 @@ fn request_span(method: &'static str, ctx: &RequestContext<RoleServer>) -> opent
         .span_builder(method)
         .with_kind(SpanKind::Server)
         .with_attributes([KeyValue::new("mcp.method.name", method)])
-        .start_with_context(&tracer, &parent);
+        .start_with_context(tracer, &parent);
     opentelemetry::trace::TraceContextExt::with_span(&parent, span)
 }
 

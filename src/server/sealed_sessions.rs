@@ -43,7 +43,9 @@ struct Ticket {
     who: String,
     /// Unix milliseconds when it was issued.
     issued: u64,
-    init: InitializeRequestParams,
+    /// The `initialize` parameters as JSON text: parsed only when a replica restores the
+    /// session, not on every request.
+    init: String,
 }
 
 /// rmcp's session store, backed by what clients present (see the module doc).
@@ -53,7 +55,7 @@ pub struct SealedSessions {
     ttl: Duration,
     /// Sessions just created (until their id is sealed) or being restored (for the length
     /// of the request that restores them).
-    transient: DashMap<String, SessionState>,
+    transient: DashMap<String, Arc<str>>,
     /// Sessions ended here by a DELETE, with the time: never restored again on this replica.
     ended: DashMap<String, u64>,
 }
@@ -70,12 +72,12 @@ impl SealedSessions {
 
     /// The id a client gets for the session rmcp just created as `sid`, if rmcp persisted it.
     pub fn seal_new(&self, sid: &str, who: &str) -> Option<String> {
-        let (_, state) = self.transient.remove(sid)?;
+        let (_, init) = self.transient.remove(sid)?;
         let ticket = Ticket {
             sid: sid.to_owned(),
             who: who.to_owned(),
             issued: now_ms(),
-            init: state.initialize_params,
+            init: init.to_string(),
         };
         self.seal
             .seal_json_with(
@@ -95,7 +97,7 @@ impl SealedSessions {
             return None;
         }
         self.transient
-            .insert(ticket.sid.clone(), SessionState::new(ticket.init));
+            .insert(ticket.sid.clone(), Arc::from(ticket.init));
         Some(ticket.sid)
     }
 
@@ -110,11 +112,17 @@ impl SealedSessions {
 #[async_trait::async_trait]
 impl SessionStore for SealedSessions {
     async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
-        Ok(self.transient.get(session_id).map(|s| s.clone()))
+        let Some(init) = self.transient.get(session_id).map(|s| s.clone()) else {
+            return Ok(None);
+        };
+        let params: InitializeRequestParams = serde_json::from_str(&init)?;
+        Ok(Some(SessionState::new(params)))
     }
 
     async fn store(&self, session_id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
-        self.transient.insert(session_id.to_owned(), state.clone());
+        let init = serde_json::to_string(&state.initialize_params)?;
+        self.transient
+            .insert(session_id.to_owned(), Arc::from(init));
         Ok(())
     }
 

@@ -14,7 +14,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use opentelemetry::{
     Context,
     propagation::{Extractor, Injector, TextMapPropagator},
-    trace::{TraceContextExt, TracerProvider},
+    trace::TraceContextExt,
 };
 use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::{
@@ -103,9 +103,8 @@ pub fn start(cfg: &TracingConfig) -> Result<TracingGuard, String> {
                 .build(),
         )
         .build();
-    // Built once here so the first call pays nothing.
-    let _ = provider.tracer(SCOPE);
     opentelemetry::global::set_tracer_provider(provider.clone());
+    let _ = tracer();
     tracing::info!(
         endpoint = cfg
             .endpoint
@@ -116,9 +115,12 @@ pub fn start(cfg: &TracingConfig) -> Result<TracingGuard, String> {
     Ok(TracingGuard(provider))
 }
 
-/// fedgate's tracer (a no-op until [`start`]).
-pub fn tracer() -> opentelemetry::global::BoxedTracer {
-    opentelemetry::global::tracer(SCOPE)
+/// fedgate's tracer: made once, after [`start`] installed the provider (spans are only made
+/// while serving, which begins after `start`), so calls do not look the provider up each time.
+pub fn tracer() -> &'static opentelemetry::global::BoxedTracer {
+    static TRACER: std::sync::OnceLock<opentelemetry::global::BoxedTracer> =
+        std::sync::OnceLock::new();
+    TRACER.get_or_init(|| opentelemetry::global::tracer(SCOPE))
 }
 
 /// The caller's trace context: `_meta` first (it travels with the message across any
