@@ -175,11 +175,12 @@ impl Forward {
             identity,
             ..
         } = call;
-        let binding = binding(&identity.name, upstream, &op);
+        // Only calls that park or resume need it (a digest of the arguments).
+        let bind = || binding(&identity.name, upstream, &op);
         let meta = hop_meta(meta, conn.era, downstream.as_ref());
         let mut pending = match (conn.era, retry_of(&op)) {
             (DetectedEra::Handshake, Some((state, answers))) => {
-                let resumed = self.lot.resume(state, &binding, answers)?.call;
+                let resumed = self.lot.resume(state, &bind(), answers)?.call;
                 self.parked_changed();
                 resumed.attach(downstream.clone());
                 resumed
@@ -203,7 +204,7 @@ impl Forward {
                 .await
             {
                 Outcome::Input(p, asks) if can_ask(&op) => {
-                    let ir = self.lot.park(p, asks, &binding);
+                    let ir = self.lot.park(p, asks, &bind());
                     self.parked_changed();
                     return ir.map(ServerResult::InputRequiredResult);
                 }
