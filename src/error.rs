@@ -31,6 +31,8 @@ pub enum CallError {
     BadRequestState { why: String },
     #[error("too many {what}; retry later")]
     Busy { what: String },
+    #[error("the client did not provide the input the upstream asked for: {detail}")]
+    NoClientInput { detail: String },
     #[error("fedgate failed: {detail}")]
     Internal { detail: String },
     #[error("upstream `{upstream}` is unavailable ({phase:?}){}", detail.as_deref().map(|d| format!(": {d}")).unwrap_or_default())]
@@ -107,6 +109,7 @@ impl CallError {
             | CallError::UnknownResource { .. }
             | CallError::BadCursor
             | CallError::BadRequestState { .. }
+            | CallError::NoClientInput { .. }
             | CallError::TierRefused { .. }
             | CallError::RateLimited { .. }
             | CallError::NotAuthorized { .. }
@@ -151,6 +154,9 @@ impl CallError {
             ),
             CallError::Busy { .. } => {
                 McpError::internal_error(msg, Some(json!({ "reason": "busy" })))
+            }
+            CallError::NoClientInput { .. } => {
+                McpError::invalid_request(msg, Some(json!({ "reason": "no_client_input" })))
             }
             CallError::Internal { .. } => McpError::internal_error(msg, None),
             CallError::UpstreamUnavailable {
@@ -245,6 +251,7 @@ impl CallError {
             CallError::BadCursor => "bad_cursor",
             CallError::BadRequestState { .. } => "bad_request_state",
             CallError::Busy { .. } => "busy",
+            CallError::NoClientInput { .. } => "no_client_input",
             CallError::Internal { .. } => "internal",
             CallError::UpstreamUnavailable { .. } => "upstream_unavailable",
             CallError::UpstreamTimeout { .. } => "timeout",

@@ -286,3 +286,37 @@ async fn routing_headers_follow_the_rewritten_body() {
     assert_eq!(seen["mcp-param-region"], "eu-west", "{seen}");
     assert_eq!(seen["region"], "eu-west", "{seen}");
 }
+
+/// An idempotency key on an input-required call: the round is not recorded as the call's
+/// answer, the retry with the answers completes it, and a later repeat gets that answer.
+#[tokio::test(flavor = "multi_thread")]
+async fn idempotency_keys_do_not_freeze_input_required_rounds() {
+    use rmcp::model::{RequestMetaObject, ServerResult};
+    let gw = Gateway::start(&stdio_upstream("demo", &[], "era = \"legacy\""));
+    let client = connect_modern(&gw.url, TestClient::new()).await;
+    let keyed = |p: CallToolRequestParams| {
+        let mut meta = RequestMetaObject::default();
+        meta.insert("idempotencyKey".into(), "k-1".into());
+        call_with_meta(&client, p, meta)
+    };
+    let ServerResult::InputRequiredResult(ir) = keyed(CallToolRequestParams::new("demo.ask")).await
+    else {
+        panic!("expected input_required");
+    };
+    let done = keyed(
+        CallToolRequestParams::new("demo.ask")
+            .with_input_responses(answer("lin"))
+            .with_request_state(ir.request_state.unwrap()),
+    )
+    .await;
+    let ServerResult::CallToolResult(done) = done else {
+        panic!("expected completion, got {done:?}");
+    };
+    assert_eq!(first_text(&done), "hello lin");
+    // The same key again: the recorded final answer, not another input round.
+    let again = keyed(CallToolRequestParams::new("demo.ask")).await;
+    let ServerResult::CallToolResult(again) = again else {
+        panic!("expected the recorded answer, got {again:?}");
+    };
+    assert_eq!(first_text(&again), "hello lin");
+}

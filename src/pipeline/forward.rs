@@ -204,9 +204,18 @@ impl Forward {
                 .await
             {
                 Outcome::Input(p, asks) if can_ask(&op) => {
-                    let ir = self.lot.park(p, asks, &bind());
+                    // A parked call has no caller until it is resumed: it must not keep other
+                    // calls on this connection from being the one in flight.
+                    p.attach(None);
+                    let parked = self.lot.park(p, asks, &bind());
                     self.parked_changed();
-                    return ir.map(ServerResult::InputRequiredResult);
+                    return match parked {
+                        Ok(ir) => Ok(ServerResult::InputRequiredResult(ir)),
+                        Err((e, p)) => {
+                            p.cancel("fedgate could not park the call").await;
+                            Err(e)
+                        }
+                    };
                 }
                 Outcome::Input(p, asks) => {
                     // Only tools/call, prompts/get and resources/read may answer input_required.
@@ -225,7 +234,16 @@ impl Forward {
                     let Some(d) = downstream.as_ref() else {
                         return Ok(ServerResult::InputRequiredResult(ir));
                     };
-                    let answers = ask_caller(d, upstream, &ir).await?;
+                    // Bounded like a parked call, and given up when the caller cancels.
+                    let answers = tokio::select! {
+                        a = ask_caller(d, upstream, &ir) => a?,
+                        _ = ct.cancelled() => return Err(CallError::Cancelled),
+                        _ = tokio::time::sleep(self.pool.input_wait()) => {
+                            return Err(CallError::NoClientInput {
+                                detail: "no answer in time".into(),
+                            });
+                        }
+                    };
                     let next = answered(op.clone(), answers, ir.request_state);
                     rounds += 1;
                     pending = Pending::start(
@@ -237,6 +255,16 @@ impl Forward {
                         timeout,
                     )
                     .await?;
+                }
+                Outcome::Done(Ok(ServerResult::InputRequiredResult(_)))
+                    if downstream.as_ref().is_some_and(|d| !d.modern) =>
+                {
+                    return Err(CallError::UpstreamFailed {
+                        upstream: upstream.to_owned(),
+                        detail: format!(
+                            "asked for input more than {DEFAULT_MRTR_MAX_ROUNDS} times in one call"
+                        ),
+                    });
                 }
                 Outcome::Done(r) => return r,
             }
@@ -372,9 +400,8 @@ async fn ask_caller(
         let answer = d
             .request(request)
             .await
-            .map_err(|e| CallError::UpstreamFailed {
-                upstream: upstream.to_owned(),
-                detail: format!("the client did not answer the upstream's `{key}` request: {e}"),
+            .map_err(|e| CallError::NoClientInput {
+                detail: format!("`{key}` of upstream `{upstream}`: {e}"),
             })?;
         let value = serde_json::to_value(&answer).map_err(|e| CallError::Internal {
             detail: format!("cannot encode the client's answer: {e}"),

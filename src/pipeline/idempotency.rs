@@ -33,7 +33,15 @@ impl Step for Idempotency {
             p.arguments.clone().unwrap_or_default(),
         ));
         let store = pool.idempotency().clone();
-        match store.lookup(&scoped, &args, Instant::now()) {
+        // A retry carrying input answers continues an input-required round: it is not a repeat
+        // (its final answer is recorded like a first call's).
+        let continuing = p.request_state.is_some() || p.input_responses.is_some();
+        let seen = if continuing {
+            Lookup::New
+        } else {
+            store.lookup(&scoped, &args, Instant::now())
+        };
+        match seen {
             Lookup::Recorded(result) => {
                 tracing::info!(identity = %call.identity.name, "idempotency key seen before: recorded result returned");
                 done(Ok(*result))
@@ -43,7 +51,11 @@ impl Step for Idempotency {
                 let fut = inner.call(call);
                 Box::pin(async move {
                     let result = fut.await;
-                    if let Ok(r) = &result {
+                    // Only final answers are recorded: an input-required round is not the
+                    // call's result, and replaying it would never let the call finish.
+                    if let Ok(r) = &result
+                        && !matches!(r, rmcp::model::ServerResult::InputRequiredResult(_))
+                    {
                         store.record(scoped, args, r.clone(), Instant::now());
                     }
                     result

@@ -130,9 +130,10 @@ fn server_span(call: &Call, method: &'static str, name: &str, upstream: Option<&
     if let Some(u) = upstream {
         attrs.push(KeyValue::new("fedgate.upstream", u.to_owned()));
     }
-    let span_name = match upstream {
-        Some(_) => format!("{method} {name}"),
-        None => method.to_owned(),
+    // Tool and prompt names come from the catalog; URIs (templates match many) do not.
+    let span_name = match (upstream, &call.op) {
+        (Some(_), Op::CallTool(_) | Op::GetPrompt(_)) => format!("{method} {name}"),
+        _ => method.to_owned(),
     };
     let span = tracer
         .span_builder(span_name)

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::{mcp::Gateway, sealed_sessions::SealedSessions};
 use crate::{
     config::GatewaySettings,
-    policy::identity::{AuthError, Identity, ResourceMetadata},
+    policy::identity::{AuthError, ResourceMetadata},
     upstream::pool::{InFlightCall, Pool},
 };
 
@@ -77,7 +77,10 @@ pub async fn serve(
         let tls = tls.clone();
         tokio::spawn(async move {
             match tls {
-                None => edge.serve_connection(stream, None, conn_shutdown).await,
+                None => {
+                    edge.serve_connection(stream, Arc::default(), conn_shutdown)
+                        .await
+                }
                 Some(acceptor) => match acceptor.accept(stream).await {
                     Ok(tls_stream) => {
                         let names = tls_stream
@@ -87,8 +90,7 @@ pub async fn serve(
                             .and_then(|c| c.first())
                             .map(|c| crate::policy::identity::certificate_names(c.as_ref()))
                             .unwrap_or_default();
-                        let cert_identity = edge.pool.auth().certificate_identity(&names);
-                        edge.serve_connection(tls_stream, cert_identity, conn_shutdown)
+                        edge.serve_connection(tls_stream, Arc::new(names), conn_shutdown)
                             .await
                     }
                     Err(e) => tracing::info!(%peer, "TLS handshake failed: {e}"),
@@ -111,15 +113,15 @@ impl Edge {
     async fn serve_connection<I>(
         self,
         io: I,
-        cert_identity: Option<Identity>,
+        cert_names: Arc<Vec<String>>,
         shutdown: CancellationToken,
     ) where
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
         let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
             let edge = self.clone();
-            let cert_identity = cert_identity.clone();
-            async move { Ok::<_, Infallible>(edge.route(req, cert_identity).await) }
+            let cert_names = cert_names.clone();
+            async move { Ok::<_, Infallible>(edge.route(req, &cert_names).await) }
         });
         let builder = auto::Builder::new(TokioExecutor::new());
         let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
@@ -134,19 +136,18 @@ impl Edge {
         }
     }
 
-    async fn route(
-        self,
-        mut req: Request<Incoming>,
-        cert_identity: Option<Identity>,
-    ) -> Response<Body> {
+    async fn route(self, mut req: Request<Incoming>, cert_names: &[String]) -> Response<Body> {
         let Edge {
             mut mcp,
             pool,
             sealed,
             max_body,
         } = self;
-        // Read once per request: a reload swaps it for the next one.
+        // Read once per request: a reload swaps it for the next one. A client certificate is
+        // mapped per request too, so a reload that drops or narrows it applies to connections
+        // that stay open.
         let auth = pool.auth();
+        let cert_identity = auth.certificate_identity(cert_names);
         match req.uri().path() {
             // Authentication comes first: an unauthenticated request is answered 401 whatever
             // else is wrong with it, and never reaches a policy. A client certificate that maps

@@ -52,6 +52,13 @@ impl Gateway {
         }
     }
 
+    /// Whether the caller may get updates of a resource: its roles allow the URI and reach the
+    /// trust tier of the upstream serving it.
+    fn may_watch(&self, access: &Access, uri: &str) -> bool {
+        let catalog = self.pool.catalog();
+        access.resource(uri) && self.reaches(access, &catalog, catalog.resource(uri))
+    }
+
     /// Whether the caller's roles reach the trust tier of the upstream at `idx`.
     fn reaches(&self, access: &Access, catalog: &Catalog, idx: Option<usize>) -> bool {
         idx.and_then(|i| catalog.upstream(i))
@@ -265,7 +272,7 @@ impl ServerHandler for Gateway {
         let access = self.identity(rctx).access;
         let mut held = Vec::new();
         for uri in ctx.accepted().resource_subscriptions.iter().flatten() {
-            if !access.resource(uri) {
+            if !self.may_watch(&access, uri) {
                 continue;
             }
             if hub.subscribe(&key, uri) {
@@ -505,6 +512,13 @@ impl ServerHandler for Gateway {
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         let key = session_key(&ctx.extensions);
+        // Every subscriber is authorized, not only the first (which alone reaches upstream).
+        if !self.may_watch(&self.identity(&ctx).access, &request.uri) {
+            return Err(CallError::UnknownResource {
+                uri: request.uri.clone(),
+            }
+            .to_mcp());
+        }
         self.pool.hub().register(&key, ctx.peer.clone());
         if self.pool.hub().subscribe(&key, &request.uri) {
             let uri = request.uri.clone();

@@ -93,6 +93,13 @@ impl Reloader {
                 );
             }
         }
+        // What is bound at start stays as it runs, so `/admin/config` shows what is in force
+        // and the next reload warns again.
+        next.gateway = cur.gateway.clone();
+        next.admin = cur.admin.clone();
+        next.audit = cur.audit.clone();
+        next.tracing = cur.tracing.clone();
+        next.tiers_dir = cur.tiers_dir.clone();
         let applied = self.pool.apply(&next);
         self.current.store(Arc::new(next));
         self.pool.metrics().reloaded(true);

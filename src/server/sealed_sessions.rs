@@ -29,7 +29,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::router::cursor::now_ms;
 
-/// How many ended sessions accumulate between prunings.
+/// How long a transient entry may outlive its request before it is dropped.
+const TRANSIENT_FOR: Duration = Duration::from_secs(60);
+
+/// How many ended sessions (or transient entries) accumulate between prunings.
 const PRUNE_EVERY: usize = 1024;
 
 /// Associated data of sealed session ids, so no other sealed value passes for one.
@@ -55,7 +58,9 @@ pub struct SealedSessions {
     ttl: Duration,
     /// Sessions just created (until their id is sealed) or being restored (for the length
     /// of the request that restores them).
-    transient: DashMap<String, Arc<str>>,
+    /// With the time of insertion, so entries of requests that never finished (the client
+    /// went away mid-`initialize`) are dropped eventually.
+    transient: DashMap<String, (Arc<str>, u64)>,
     /// Sessions ended here by a DELETE, with the time: never restored again on this replica.
     ended: DashMap<String, u64>,
 }
@@ -72,7 +77,7 @@ impl SealedSessions {
 
     /// The id a client gets for the session rmcp just created as `sid`, if rmcp persisted it.
     pub fn seal_new(&self, sid: &str, who: &str) -> Option<String> {
-        let (_, init) = self.transient.remove(sid)?;
+        let (_, (init, _)) = self.transient.remove(sid)?;
         let ticket = Ticket {
             sid: sid.to_owned(),
             who: who.to_owned(),
@@ -96,9 +101,17 @@ impl SealedSessions {
         if ticket.who != who || !fresh || self.ended.contains_key(&ticket.sid) {
             return None;
         }
-        self.transient
-            .insert(ticket.sid.clone(), Arc::from(ticket.init));
+        self.remember(ticket.sid.clone(), Arc::from(ticket.init));
         Some(ticket.sid)
+    }
+
+    fn remember(&self, sid: String, init: Arc<str>) {
+        let now = now_ms();
+        if self.transient.len() % PRUNE_EVERY == PRUNE_EVERY - 1 {
+            let horizon = now.saturating_sub(TRANSIENT_FOR.as_millis() as u64);
+            self.transient.retain(|_, (_, at)| *at >= horizon);
+        }
+        self.transient.insert(sid, (init, now));
     }
 
     /// The request that presented `sid` is through: its state is no longer needed here.
@@ -112,7 +125,7 @@ impl SealedSessions {
 #[async_trait::async_trait]
 impl SessionStore for SealedSessions {
     async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
-        let Some(init) = self.transient.get(session_id).map(|s| s.clone()) else {
+        let Some(init) = self.transient.get(session_id).map(|s| s.0.clone()) else {
             return Ok(None);
         };
         let params: InitializeRequestParams = serde_json::from_str(&init)?;
@@ -120,9 +133,11 @@ impl SessionStore for SealedSessions {
     }
 
     async fn store(&self, session_id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
-        let init = serde_json::to_string(&state.initialize_params)?;
-        self.transient
-            .insert(session_id.to_owned(), Arc::from(init));
+        // Icons are display data that may be large (data URIs); the session id is a header.
+        let mut params = state.initialize_params.clone();
+        params.client_info.icons = None;
+        let init = serde_json::to_string(&params)?;
+        self.remember(session_id.to_owned(), Arc::from(init));
         Ok(())
     }
 

@@ -126,7 +126,7 @@ pub async fn connect_http(
 /// The most an upstream message may hold before the transport drops it, so a tier's response
 /// limit also bounds buffering. Generous against the tier limit, which `forward` enforces with
 /// a clear error; a message beyond this one never completes (the call then times out).
-fn transport_limit(spec: &UpstreamSpec) -> Option<usize> {
+pub(super) fn transport_limit(spec: &UpstreamSpec) -> Option<usize> {
     const FLOOR_BYTES: usize = 64 * 1024;
     spec.tier
         .max_response_bytes

@@ -82,13 +82,14 @@ impl<P> ParkingLot<P> {
     }
 
     /// Parks `call` until the caller answers `asks`; returns what the caller is told.
-    /// `binding` ties the ticket to the caller and the request (see the module doc).
+    /// `binding` ties the ticket to the caller and the request (see the module doc). A refused
+    /// call is given back, so the caller can cancel it upstream.
     pub fn park(
         &self,
         call: P,
         asks: Vec<InputAsk>,
         binding: &[u8],
-    ) -> Result<InputRequiredResult, CallError> {
+    ) -> Result<InputRequiredResult, (CallError, P)> {
         let mut calls = self.calls.lock();
         if calls.len() >= self.max {
             for ask in asks {
@@ -96,9 +97,10 @@ impl<P> ParkingLot<P> {
                     .reply
                     .send(Err("fedgate has too many calls waiting for input".into()));
             }
-            return Err(CallError::Busy {
+            let busy = CallError::Busy {
                 what: "calls waiting for client input".into(),
-            });
+            };
+            return Err((busy, call));
         }
         let id = format!("{:032x}", rand::random::<u128>());
         let mut requests = InputRequests::new();
@@ -113,15 +115,19 @@ impl<P> ParkingLot<P> {
             replica: self.replica.clone(),
             expires: now_ms().saturating_add(self.wait.as_millis() as u64),
         };
-        let state = self
-            .seal
-            .seal_json_with(
-                &ticket,
-                &rmcp::model::SealOptions::new().associated_data(binding),
-            )
-            .map_err(|e| CallError::Internal {
-                detail: format!("cannot seal request state: {e}"),
-            })?;
+        let sealed = self.seal.seal_json_with(
+            &ticket,
+            &rmcp::model::SealOptions::new().associated_data(binding),
+        );
+        let state = match sealed {
+            Ok(s) => s,
+            Err(e) => {
+                let failed = CallError::Internal {
+                    detail: format!("cannot seal request state: {e}"),
+                };
+                return Err((failed, call));
+            }
+        };
         calls.insert(
             id,
             Parked {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::{Upstream, pool::Pool, supervisor};
+use super::{Upstream, connect::transport_limit, pool::Pool, supervisor};
 use crate::{
     config::{Snapshot, UpstreamSpec},
     policy::rate_limit::RateLimits,
@@ -44,7 +44,11 @@ pub fn needs_restart(old: &UpstreamSpec, new: &UpstreamSpec) -> bool {
         }
         _ => true,
     };
-    credential_changed || connection(old) != connection(new)
+    // The transport's message size limit is set at connect from the tier: a lower tier limit
+    // is enforced per call anyway, a higher one needs a transport that lets the bytes through.
+    let unlimited = |l: Option<usize>| l.unwrap_or(usize::MAX);
+    let limit_raised = unlimited(transport_limit(new)) > unlimited(transport_limit(old));
+    credential_changed || limit_raised || connection(old) != connection(new)
 }
 
 impl Pool {
@@ -70,6 +74,8 @@ impl Pool {
                 }
                 Some(cur) if needs_restart(&cur.spec(), spec) => {
                     let up = Arc::new(Upstream::new(spec.clone(), self.stop_child()));
+                    // Clients' resource subscriptions outlive the restart.
+                    up.watched.send_replace(cur.watched.borrow().clone());
                     applied.restarted.push(spec.name.clone());
                     stopping.push(cur.clone());
                     started.push(up.clone());

@@ -25,6 +25,9 @@ const STABLE_AFTER: Duration = Duration::from_secs(30);
 /// First pause between connection attempts to an http upstream that is not listening yet.
 const CONNECT_RETRY_START: Duration = Duration::from_millis(50);
 const CONNECT_RETRY_MAX: Duration = Duration::from_millis(1000);
+/// Pauses before listening again after an upstream's subscription stream ended.
+const LISTEN_RETRY_START: Duration = Duration::from_millis(500);
+const LISTEN_RETRY_MAX: Duration = Duration::from_secs(30);
 
 pub(super) async fn run(pool: Arc<Pool>, up: Arc<Upstream>) {
     // What a reload may swap without a restart is read from `up.spec()` where it is used;
@@ -158,6 +161,28 @@ async fn establish(
     }
 }
 
+/// Level and lists of a freshly connected upstream.
+async fn get_ready(
+    up: &Upstream,
+    peer: &Peer<RoleClient>,
+    era: DetectedEra,
+) -> Result<Lists, rmcp::ServiceError> {
+    // One handshake-era session serves every caller, and each wants its own level (a
+    // handshake-era caller's `logging/setLevel`, a stateless-era caller's per-request
+    // `logLevel`): the upstream sends everything and fedgate filters per call.
+    if era == DetectedEra::Handshake
+        && peer
+            .peer_info()
+            .is_some_and(|i| i.capabilities.logging.is_some())
+        && let Err(e) = peer
+            .set_level(SetLevelRequestParams::new(LoggingLevel::Debug))
+            .await
+    {
+        tracing::debug!(upstream = %up.name(), "logging/setLevel refused: {e}");
+    }
+    fetch_lists(peer).await
+}
+
 /// Serves one established connection until it ends; returns why it ended.
 async fn serve(
     pool: &Arc<Pool>,
@@ -174,22 +199,17 @@ async fn serve(
         server,
     } = est;
     let peer = service.peer().clone();
-    // One handshake-era session serves every caller, and each wants its own level (a
-    // handshake-era caller's `logging/setLevel`, a stateless-era caller's per-request
-    // `logLevel`): the upstream sends everything and fedgate filters per call.
-    if era == DetectedEra::Handshake
-        && peer
-            .peer_info()
-            .is_some_and(|i| i.capabilities.logging.is_some())
-        && let Err(e) = peer
-            .set_level(SetLevelRequestParams::new(LoggingLevel::Debug))
-            .await
-    {
-        tracing::debug!(upstream = %up.name(), "logging/setLevel refused: {e}");
-    }
-    let lists = match fetch_lists(&peer).await {
-        Ok(l) => l,
-        Err(e) => return format!("listing failed: {e}"),
+    // Getting ready is bounded like the handshake, and stops with the upstream: an upstream
+    // that connects and then never answers must not hang here.
+    let startup = up.spec().startup_timeout;
+    let ready = tokio::select! {
+        r = tokio::time::timeout(startup, get_ready(up, &peer, era)) => r,
+        _ = up.stop_token().cancelled() => return "stopped before it was ready".to_owned(),
+    };
+    let lists = match ready {
+        Ok(Ok(l)) => l,
+        Ok(Err(e)) => return format!("listing failed: {e}"),
+        Err(_) => return format!("lists not served within {startup:?}"),
     };
     let tools = lists.tools.len();
     up.lists.store(Arc::new(lists));
@@ -242,7 +262,14 @@ async fn serve(
                 ct.cancel();
                 break "shutting down".to_owned();
             }
-            Some(ev) = events.recv() => handle_event(pool, up, &peer, ev).await,
+            Some(ev) = events.recv() => {
+                // A refresh is bounded like a call, so a stalled upstream cannot hold the loop
+                // (and with it, stopping this upstream).
+                let limit = up.spec().call_timeout;
+                if tokio::time::timeout(limit, handle_event(pool, up, &peer, ev)).await.is_err() {
+                    tracing::warn!(upstream = %up.name(), "list refresh took longer than {limit:?}");
+                }
+            }
         }
     };
     if let Some(l) = listener {
@@ -278,6 +305,7 @@ async fn listen_for_changes(
         base.resources_list_changed = Some(true);
     }
     let mut watched = up.watched.subscribe();
+    let mut pause = LISTEN_RETRY_START;
     loop {
         let mut filter = base.clone();
         let uris: Vec<String> = watched.borrow_and_update().iter().cloned().collect();
@@ -291,45 +319,65 @@ async fn listen_for_changes(
             }
             continue;
         }
-        let mut sub = match peer.listen(filter).await {
-            Ok(s) => s,
-            Err(e) => {
-                return tracing::warn!(upstream = %up.name(), "subscriptions/listen refused: {e}");
+        let why = match peer.listen(filter).await {
+            Ok(mut sub) => {
+                pause = LISTEN_RETRY_START;
+                match relay_subscription(&mut sub, &mut watched, &events).await {
+                    Some(why) => why,
+                    // The URIs changed: open the stream anew at once.
+                    None => continue,
+                }
             }
+            Err(e) => format!("subscriptions/listen refused: {e}"),
         };
-        loop {
-            let next = tokio::select! {
-                n = sub.next() => n,
-                // Closing this stream and opening one with the new URIs.
-                c = watched.changed() => match c {
-                    Ok(()) => break,
-                    Err(_) => return,
-                },
-            };
-            let ev = match next {
-                Ok(Some(ServerNotification::ToolListChangedNotification(_))) => {
-                    UpstreamEvent::ToolsChanged
-                }
-                Ok(Some(ServerNotification::PromptListChangedNotification(_))) => {
-                    UpstreamEvent::PromptsChanged
-                }
-                Ok(Some(ServerNotification::ResourceListChangedNotification(_))) => {
-                    UpstreamEvent::ResourcesChanged
-                }
-                Ok(Some(ServerNotification::ResourceUpdatedNotification(n))) => {
-                    UpstreamEvent::ResourceUpdated(n.params)
-                }
-                Ok(Some(_)) => continue,
-                Ok(None) => {
-                    return tracing::info!(upstream = %up.name(), "upstream ended its subscription");
-                }
-                Err(e) => {
-                    return tracing::warn!(upstream = %up.name(), "subscription failed: {e}");
-                }
-            };
-            if events.send(ev).is_err() {
-                return;
+        if events.is_closed() {
+            return;
+        }
+        // Notifications would be lost until the upstream reconnects: listen again, with
+        // backoff, as long as the connection lives (this task ends with it).
+        tracing::warn!(upstream = %up.name(), "{why}; listening again in {pause:?}");
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            c = watched.changed() => if c.is_err() { return },
+        }
+        pause = (pause * 2).min(LISTEN_RETRY_MAX);
+    }
+}
+
+/// Passes one subscription's notifications on; `None` when the watched URIs changed (the
+/// stream must be reopened), else why the stream ended.
+async fn relay_subscription(
+    sub: &mut rmcp::service::Subscription,
+    watched: &mut tokio::sync::watch::Receiver<std::collections::BTreeSet<String>>,
+    events: &mpsc::UnboundedSender<UpstreamEvent>,
+) -> Option<String> {
+    loop {
+        let next = tokio::select! {
+            n = sub.next() => n,
+            c = watched.changed() => return match c {
+                Ok(()) => None,
+                Err(_) => Some("upstream stopped".to_owned()),
+            },
+        };
+        let ev = match next {
+            Ok(Some(ServerNotification::ToolListChangedNotification(_))) => {
+                UpstreamEvent::ToolsChanged
             }
+            Ok(Some(ServerNotification::PromptListChangedNotification(_))) => {
+                UpstreamEvent::PromptsChanged
+            }
+            Ok(Some(ServerNotification::ResourceListChangedNotification(_))) => {
+                UpstreamEvent::ResourcesChanged
+            }
+            Ok(Some(ServerNotification::ResourceUpdatedNotification(n))) => {
+                UpstreamEvent::ResourceUpdated(n.params)
+            }
+            Ok(Some(_)) => continue,
+            Ok(None) => return Some("the upstream ended its subscription".to_owned()),
+            Err(e) => return Some(format!("subscription failed: {e}")),
+        };
+        if events.send(ev).is_err() {
+            return Some("upstream stopped".to_owned());
         }
     }
 }
