@@ -168,3 +168,126 @@ fn client_certificates_are_identities() {
     let (ok, resp) = curl(d, &url, Some("stranger"), None, init);
     assert!(!ok, "a certificate from another CA is refused: {resp}");
 }
+
+/// A certificate's identity is looked up per request: a reload that narrows its roles applies
+/// to a TLS connection that stays open (one `openssl s_client` connection, two requests).
+#[test]
+fn a_reload_applies_to_open_tls_connections() {
+    use std::{
+        io::{Read, Write},
+        process::Stdio,
+        sync::mpsc,
+        time::{Duration, Instant},
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ca(d, "ca1");
+    signed(
+        d,
+        "ca1",
+        "server",
+        "localhost",
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+    );
+    signed(
+        d,
+        "ca1",
+        "agent",
+        "agent-1",
+        "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n",
+    );
+    let config = |tools: &str| {
+        format!(
+            "[gateway]\nwatch_config = false\n\n[gateway.tls]\ncert = \"server.pem\"\nkey = \"server.key\"\n\
+             client_ca = \"ca1.pem\"\n\n[auth]\n[[auth.client_certs]]\nsubject = \"agent-1\"\n\
+             roles = [\"reader\"]\n\n[roles.reader]\ntools = [{tools:?}]\n\n{}",
+            stdio_upstream("demo", &[], "")
+        )
+    };
+    let cfg = d.join("gateway.toml");
+    std::fs::write(&cfg, config("demo.echo")).unwrap();
+    let gw = Gateway::start_file(&cfg, tempfile::tempdir().unwrap());
+    let port = gw
+        .url
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .trim_end_matches("/mcp")
+        .to_owned();
+
+    let mut tls = Command::new("openssl")
+        .current_dir(d)
+        .args([
+            "s_client",
+            "-quiet",
+            "-connect",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .args([
+            "-cert",
+            "agent.pem",
+            "-key",
+            "agent.key",
+            "-CAfile",
+            "ca1.pem",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut input = tls.stdin.take().unwrap();
+    let mut output = tls.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel::<Vec<u8>>();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = output.read(&mut buf) {
+            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                return;
+            }
+        }
+    });
+    let mut seen = String::new();
+    let mut until = |what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while !seen.contains(what) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(chunk) => seen.push_str(&String::from_utf8_lossy(&chunk)),
+                Err(_) => panic!("no `{what}` on the connection: {seen}"),
+            }
+        }
+    };
+    let mut echo = |text: &str| {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"demo.echo","arguments":{{"text":"{text}"}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{{"name":"s_client","version":"0"}},"io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#
+        );
+        let req = format!(
+            "POST /mcp HTTP/1.1\r\nHost: localhost:{port}\r\nContent-Type: application/json\r\n\
+             Accept: application/json, text/event-stream\r\nMcp-Protocol-Version: 2026-07-28\r\n\
+             Mcp-Method: tools/call\r\nMcp-Name: demo.echo\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        input.write_all(req.as_bytes()).unwrap();
+        input.flush().unwrap();
+    };
+    echo("before");
+    until("echo: before");
+
+    // The role now grants another tool; the open connection's next request sees it.
+    std::fs::write(&cfg, config("demo.add")).unwrap();
+    let reloaded = Command::new("kill")
+        .args(["-HUP", &gw.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(reloaded.success());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !gw.stderr().contains("config reloaded") {
+        assert!(Instant::now() < deadline, "no reload: {}", gw.stderr());
+        std::thread::yield_now();
+    }
+    echo("after");
+    until("unknown tool `demo.echo`");
+    let _ = tls.kill();
+    let _ = tls.wait();
+}
