@@ -177,8 +177,9 @@ fn a_reload_applies_to_open_tls_connections() {
         io::{Read, Write},
         process::Stdio,
         sync::mpsc,
-        time::{Duration, Instant},
+        time::Duration,
     };
+    use tokio::time::Instant;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     ca(d, "ca1");
