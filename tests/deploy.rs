@@ -131,6 +131,10 @@ fn kubernetes_manifests_parse_and_match_the_binary() {
         .args(["check", dir.path().join("gateway.toml").to_str().unwrap()])
         .env("FEDGATE_JWT_SECRET", "test-only")
         .env("GITHUB_TOKEN", "test-only")
+        .env(
+            "FEDGATE_STATE_KEY",
+            "test-only-state-key-of-at-least-32-bytes",
+        )
         .output()
         .unwrap();
     assert!(
