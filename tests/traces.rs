@@ -130,6 +130,24 @@ fn attr(span: &Value, key: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
+/// A handshake-era client whose HTTP requests carry the traceparent `TRACE_1`/`PARENT_1`.
+async fn traced_client(url: &str) -> Client {
+    let headers = [(
+        http::HeaderName::from_static("traceparent"),
+        http::HeaderValue::from_str(&format!("00-{TRACE_1}-{PARENT_1}-01")).unwrap(),
+    )]
+    .into_iter()
+    .collect();
+    let cfg = StreamableHttpClientTransportConfig::with_uri(url.to_owned()).custom_headers(headers);
+    TestClient::new()
+        .serve_with_lifecycle(
+            StreamableHttpClientTransport::from_config(cfg),
+            ClientLifecycleMode::Initialize,
+        )
+        .await
+        .unwrap()
+}
+
 fn traceparent_of(text: &str) -> (Option<String>, Option<String>) {
     let v: Value = serde_json::from_str(text).unwrap();
     (
@@ -151,21 +169,7 @@ async fn spans_link_across_fedgate_and_its_upstreams() {
     );
     let gw = Gateway::start_env(&config, &[("OTEL_BSP_SCHEDULE_DELAY", "50")]);
 
-    // A client whose HTTP requests carry a W3C traceparent header.
-    let headers = [(
-        http::HeaderName::from_static("traceparent"),
-        http::HeaderValue::from_str(&format!("00-{TRACE_1}-{PARENT_1}-01")).unwrap(),
-    )]
-    .into_iter()
-    .collect();
-    let cfg = StreamableHttpClientTransportConfig::with_uri(gw.url.clone()).custom_headers(headers);
-    let client = TestClient::new()
-        .serve_with_lifecycle(
-            StreamableHttpClientTransport::from_config(cfg),
-            ClientLifecycleMode::Initialize,
-        )
-        .await
-        .unwrap();
+    let client = traced_client(&gw.url).await;
 
     // 1. HTTP upstream: the header's trace continues through fedgate to the upstream.
     let r = call(&client, "h.traceparent", serde_json::json!({}))
@@ -299,20 +303,7 @@ async fn spans_link_across_fedgate_and_its_upstreams() {
 async fn context_passes_through_with_tracing_off() {
     let (http_toml, _http_demo) = http_upstream("h", "");
     let gw = Gateway::start(&http_toml);
-    let headers = [(
-        http::HeaderName::from_static("traceparent"),
-        http::HeaderValue::from_str(&format!("00-{TRACE_1}-{PARENT_1}-01")).unwrap(),
-    )]
-    .into_iter()
-    .collect();
-    let cfg = StreamableHttpClientTransportConfig::with_uri(gw.url.clone()).custom_headers(headers);
-    let client = TestClient::new()
-        .serve_with_lifecycle(
-            StreamableHttpClientTransport::from_config(cfg),
-            ClientLifecycleMode::Initialize,
-        )
-        .await
-        .unwrap();
+    let client = traced_client(&gw.url).await;
     let r = call(&client, "h.traceparent", serde_json::json!({}))
         .await
         .unwrap();
@@ -347,20 +338,7 @@ async fn the_observability_example_runs_as_documented() {
     );
     assert_eq!(prom["scrape_configs"][0]["metrics_path"], "/metrics");
 
-    let headers = [(
-        http::HeaderName::from_static("traceparent"),
-        http::HeaderValue::from_str(&format!("00-{TRACE_1}-{PARENT_1}-01")).unwrap(),
-    )]
-    .into_iter()
-    .collect();
-    let cfg = StreamableHttpClientTransportConfig::with_uri(gw.url.clone()).custom_headers(headers);
-    let client = TestClient::new()
-        .serve_with_lifecycle(
-            StreamableHttpClientTransport::from_config(cfg),
-            ClientLifecycleMode::Initialize,
-        )
-        .await
-        .unwrap();
+    let client = traced_client(&gw.url).await;
     call(&client, "demo.echo", serde_json::json!({"text": "hi"}))
         .await
         .unwrap();

@@ -11,8 +11,8 @@ use sha2::{Digest, Sha256};
 
 use rmcp::model::{
     CallToolRequest, ClientRequest, CompleteRequest, DEFAULT_MRTR_MAX_ROUNDS, GetPromptRequest,
-    InputRequest, InputResponses, ReadResourceRequest, RequestMetaObject, ResultType,
-    ServerRequest, ServerResult, SubscribeRequest, UnsubscribeRequest,
+    InputResponses, ReadResourceRequest, RequestMetaObject, ResultType, ServerResult,
+    SubscribeRequest, UnsubscribeRequest,
 };
 use tower::Service;
 
@@ -27,7 +27,8 @@ use crate::{
     policy::trust::CallClass,
     telemetry::traces::{self, KeyValue, SpanKind, Status, Tracer},
     upstream::{
-        Connection, DetectedEra, Upstream, inflight::Downstream, parked::ParkingLot, pool::Pool,
+        Connection, DetectedEra, Upstream, client::server_request, inflight::Downstream,
+        parked::ParkingLot, pool::Pool,
     },
 };
 
@@ -386,16 +387,11 @@ async fn ask_caller(
 ) -> Result<InputResponses, CallError> {
     let mut answers = InputResponses::new();
     for (key, request) in ir.input_requests.iter().flatten() {
-        let request = match request.clone() {
-            InputRequest::CreateMessage(r) => ServerRequest::CreateMessageRequest(r),
-            InputRequest::Elicitation(r) => ServerRequest::ElicitRequest(r),
-            InputRequest::ListRoots(r) => ServerRequest::ListRootsRequest(r),
-            other => {
-                return Err(CallError::UpstreamFailed {
-                    upstream: upstream.to_owned(),
-                    detail: format!("asked for input fedgate cannot relay: {other:?}"),
-                });
-            }
+        let Some(request) = server_request(request.clone()) else {
+            return Err(CallError::UpstreamFailed {
+                upstream: upstream.to_owned(),
+                detail: format!("asked for input fedgate cannot relay: {request:?}"),
+            });
         };
         let answer = d
             .request(request)
@@ -413,6 +409,9 @@ async fn ask_caller(
 
 /// The client span of one attempt at the upstream, under the call's server span.
 fn client_span(call: &Call, upstream: &str, transport: &'static str) -> opentelemetry::Context {
+    if !traces::enabled() {
+        return call.trace.clone();
+    }
     let tracer = traces::tracer();
     let (method, own_name) = match &call.op {
         Op::CallTool(p) => ("tools/call", Some(p.name.to_string())),

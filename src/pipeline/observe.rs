@@ -114,6 +114,9 @@ impl Step for Observe {
 /// follow the OpenTelemetry MCP conventions (`{mcp.method.name} {target}`); the target is left
 /// out of the name when the catalog does not know it, so span names stay bounded.
 fn server_span(call: &Call, method: &'static str, name: &str, upstream: Option<&str>) -> Context {
+    if !traces::enabled() {
+        return call.trace.clone();
+    }
     let tracer = traces::tracer();
     let mut attrs = vec![
         KeyValue::new("mcp.method.name", method),

@@ -105,6 +105,7 @@ pub fn start(cfg: &TracingConfig) -> Result<TracingGuard, String> {
         .build();
     opentelemetry::global::set_tracer_provider(provider.clone());
     let _ = tracer();
+    ENABLED.store(true, std::sync::atomic::Ordering::Relaxed);
     tracing::info!(
         endpoint = cfg
             .endpoint
@@ -113,6 +114,15 @@ pub fn start(cfg: &TracingConfig) -> Result<TracingGuard, String> {
         "exporting traces over OTLP/HTTP"
     );
     Ok(TracingGuard(provider))
+}
+
+/// Set by [`start`]: whether spans are recorded at all.
+static ENABLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether an exporter is installed. Without one a span would be a no-op carrying its
+/// parent's context, so callers skip making spans and pass the parent on as it is.
+pub fn enabled() -> bool {
+    ENABLED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// fedgate's tracer: made once, after [`start`] installed the provider (spans are only made

@@ -99,6 +99,17 @@ impl UpstreamClient {
     }
 }
 
+/// The server-to-client request an input request stands for (the inverse of
+/// [`input_request`]); `None` for kinds fedgate does not know.
+pub fn server_request(input: InputRequest) -> Option<ServerRequest> {
+    match input {
+        InputRequest::CreateMessage(r) => Some(ServerRequest::CreateMessageRequest(r)),
+        InputRequest::Elicitation(r) => Some(ServerRequest::ElicitRequest(r)),
+        InputRequest::ListRoots(r) => Some(ServerRequest::ListRootsRequest(r)),
+        _ => None,
+    }
+}
+
 /// The input-request form of a server-to-client request, and its method.
 fn input_request(request: ServerRequest) -> Result<(InputRequest, &'static str), McpError> {
     match request {
