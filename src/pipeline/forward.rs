@@ -25,7 +25,7 @@ use super::{
 use crate::{
     error::CallError,
     policy::trust::CallClass,
-    telemetry::traces::{self, KeyValue, SpanKind, Status, Tracer},
+    telemetry::traces::{self, KeyValue, SpanKind, Status},
     upstream::{
         Connection, DetectedEra, Upstream, client::server_request, inflight::Downstream,
         parked::ParkingLot, pool::Pool,
@@ -412,7 +412,6 @@ fn client_span(call: &Call, upstream: &str, transport: &'static str) -> opentele
     if !traces::enabled() {
         return call.trace.clone();
     }
-    let tracer = traces::tracer();
     let (method, own_name) = match &call.op {
         Op::CallTool(p) => ("tools/call", Some(p.name.to_string())),
         Op::GetPrompt(p) => ("prompts/get", Some(p.name.clone())),
@@ -430,12 +429,7 @@ fn client_span(call: &Call, upstream: &str, transport: &'static str) -> opentele
         Some(n) => format!("{method} {upstream}/{n}"),
         None => format!("{method} {upstream}"),
     };
-    let span = tracer
-        .span_builder(span_name)
-        .with_kind(SpanKind::Client)
-        .with_attributes(attrs)
-        .start_with_context(tracer, &call.trace);
-    call.trace.with_span(span)
+    traces::child(&call.trace, span_name, SpanKind::Client, attrs)
 }
 
 /// A write that timed out or lost its connection may have happened.

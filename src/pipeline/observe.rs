@@ -16,7 +16,7 @@ use super::{
 use crate::{
     telemetry::{
         audit::{Audit, Record, hash_arguments},
-        traces::{self, KeyValue, SpanKind, Status, Tracer},
+        traces::{self, KeyValue, SpanKind, Status},
     },
     upstream::pool::Pool,
 };
@@ -117,7 +117,6 @@ fn server_span(call: &Call, method: &'static str, name: &str, upstream: Option<&
     if !traces::enabled() {
         return call.trace.clone();
     }
-    let tracer = traces::tracer();
     let mut attrs = vec![
         KeyValue::new("mcp.method.name", method),
         KeyValue::new("enduser.id", call.identity.name.clone()),
@@ -138,12 +137,7 @@ fn server_span(call: &Call, method: &'static str, name: &str, upstream: Option<&
         (Some(_), Op::CallTool(_) | Op::GetPrompt(_)) => format!("{method} {name}"),
         _ => method.to_owned(),
     };
-    let span = tracer
-        .span_builder(span_name)
-        .with_kind(SpanKind::Server)
-        .with_attributes(attrs)
-        .start_with_context(tracer, &call.trace);
-    call.trace.with_span(span)
+    traces::child(&call.trace, span_name, SpanKind::Server, attrs)
 }
 
 impl Observe {

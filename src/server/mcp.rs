@@ -168,18 +168,17 @@ fn caller_context(ctx: &RequestContext<RoleServer>) -> opentelemetry::Context {
 /// A server span for a request answered by fedgate itself (lists); it ends when dropped.
 /// Routed requests get theirs in the pipeline's `observe` step.
 fn request_span(method: &'static str, ctx: &RequestContext<RoleServer>) -> opentelemetry::Context {
-    use traces::{KeyValue, SpanKind, Tracer};
+    use traces::{KeyValue, SpanKind};
     let parent = caller_context(ctx);
     if !traces::enabled() {
         return parent;
     }
-    let tracer = traces::tracer();
-    let span = tracer
-        .span_builder(method)
-        .with_kind(SpanKind::Server)
-        .with_attributes([KeyValue::new("mcp.method.name", method)])
-        .start_with_context(tracer, &parent);
-    opentelemetry::trace::TraceContextExt::with_span(&parent, span)
+    traces::child(
+        &parent,
+        method,
+        SpanKind::Server,
+        vec![KeyValue::new("mcp.method.name", method)],
+    )
 }
 
 /// The `Mcp-Session-Id` of the HTTP request behind a message, if any.

@@ -133,6 +133,22 @@ pub fn tracer() -> &'static opentelemetry::global::BoxedTracer {
     TRACER.get_or_init(|| opentelemetry::global::tracer(SCOPE))
 }
 
+/// A new span of fedgate's under `parent`, as the context calls below it run in.
+pub fn child(
+    parent: &Context,
+    name: impl Into<std::borrow::Cow<'static, str>>,
+    kind: SpanKind,
+    attributes: Vec<KeyValue>,
+) -> Context {
+    let tracer = tracer();
+    let span = tracer
+        .span_builder(name)
+        .with_kind(kind)
+        .with_attributes(attributes)
+        .start_with_context(tracer, parent);
+    parent.with_span(span)
+}
+
 /// The caller's trace context: `_meta` first (it travels with the message across any
 /// transport), else the HTTP headers of the request that carried it.
 pub fn parent(
