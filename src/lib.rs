@@ -7,13 +7,16 @@
 )]
 
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod demo;
 pub mod error;
 pub mod fixture;
+pub mod names;
 pub mod pipeline;
 pub mod policy;
 pub mod router;
+pub mod secret;
 pub mod server;
 pub mod telemetry;
 pub mod upstream;

@@ -18,8 +18,6 @@ pub const DEFAULT_RESTART_BASE_MS: u64 = 200;
 pub const DEFAULT_RESTART_MAX_MS: u64 = 10_000;
 /// Largest downstream request body accepted (bytes); larger bodies get 413.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
-/// Longest name MCP allows for a tool (SEP-986).
-pub const MAX_TOOL_NAME_CHARS: usize = 128;
 /// A value of `command` that means "this fedgate executable" (used for the built-in demo upstream).
 pub const SELF_COMMAND: &str = "@self";
 /// Consecutive failed calls that open an upstream's breaker.

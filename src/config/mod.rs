@@ -5,8 +5,9 @@
 
 pub mod defaults;
 pub mod import;
-pub mod secret;
+pub mod snapshot;
 pub mod tier;
+pub mod tls;
 mod validate;
 
 use std::{collections::BTreeMap, path::Path};
@@ -14,9 +15,9 @@ use std::{collections::BTreeMap, path::Path};
 use serde::Deserialize;
 use toml::Spanned;
 
-pub use validate::{
-    Diagnostic, Era, GatewaySettings, PrefixMode, ProcessSpec, RestartPolicy, Snapshot,
-    TransportSpec, UpstreamSpec,
+pub use snapshot::{
+    Diagnostic, Era, GatewaySettings, ProcessSpec, RestartPolicy, Snapshot, TransportSpec,
+    UpstreamSpec,
 };
 
 /// The whole file.

@@ -5,58 +5,7 @@ use std::{path::Path, time::Duration};
 use serde::Deserialize;
 
 use super::{Diagnostic, line_of};
-
-/// Whether writes are allowed at a tier.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Writes {
-    Always,
-    /// Only tools listed in the upstream's `writable`.
-    Declared,
-    Never,
-}
-
-/// A validated tier.
-#[derive(Debug, Clone)]
-pub struct Tier {
-    pub name: String,
-    /// Higher = more trusted; a role's `max_tier` admits tiers up to its rank.
-    pub rank: u32,
-    pub writes: Writes,
-    /// Whether `readOnlyHint` decides read vs write; otherwise only config declares reads.
-    pub trust_annotations: bool,
-    pub approval_for_writes: bool,
-    pub pin_tool_definitions: bool,
-    pub max_response_bytes: Option<usize>,
-    pub credential_classes: Vec<String>,
-    pub read_timeout: Duration,
-    pub write_timeout: Duration,
-    pub long_timeout: Duration,
-    /// Calls per second (and burst) through this tier, per upstream.
-    pub rate_limit: Option<(u32, u32)>,
-}
-
-impl Tier {
-    /// The tier of upstreams that name none: writes allowed, annotations trusted, the
-    /// upstream's own `call_timeout_ms` for every class.
-    pub fn unrestricted(call_timeout: Duration) -> Self {
-        Self {
-            name: "default".into(),
-            // Untiered upstreams are unrestricted, so only roles without `max_tier` reach them.
-            rank: u32::MAX,
-            writes: Writes::Always,
-            trust_annotations: true,
-            approval_for_writes: false,
-            pin_tool_definitions: false,
-            max_response_bytes: None,
-            credential_classes: Vec::new(),
-            read_timeout: call_timeout,
-            write_timeout: call_timeout,
-            long_timeout: call_timeout,
-            rate_limit: None,
-        }
-    }
-}
+use crate::policy::trust::{Tier, Writes};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

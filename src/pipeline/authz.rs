@@ -8,7 +8,7 @@ use super::{
     resolve::CLOSEST_NAMES,
     step::{CallService, Step, done},
 };
-use crate::{error::CallError, upstream::pool::Pool};
+use crate::{pipeline::CallError, upstream::pool::Pool};
 
 /// Authz: the caller's roles must allow the exposed name.
 #[derive(Debug, Clone)]

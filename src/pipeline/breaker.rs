@@ -10,7 +10,12 @@ use super::{
     Call, CallFuture,
     step::{CallService, Step, done},
 };
-use crate::{error::CallError, policy::breaker::Outcome, upstream::pool::Pool};
+use crate::{
+    error::{Classify, Side},
+    pipeline::CallError,
+    policy::breaker::Outcome,
+    upstream::pool::Pool,
+};
 
 /// Breaker: fail fast while the upstream's breaker is open; record every outcome.
 #[derive(Debug, Clone)]
@@ -46,7 +51,7 @@ fn classify(result: &Result<ServerResult, CallError>, count_is_error: bool) -> O
         }
         Ok(_) => Outcome::Success,
         Err(CallError::Cancelled) => Outcome::Neutral,
-        Err(e) if e.side() == crate::error::Side::Upstream => Outcome::Failure,
+        Err(e) if e.side() == Side::Upstream => Outcome::Failure,
         Err(_) => Outcome::Neutral,
     }
 }

@@ -20,15 +20,18 @@ use opentelemetry::trace::TraceContextExt;
 
 use super::{
     Call, CallFuture, Op,
-    pending::{Outcome, Pending},
+    roundtrip::{
+        parked::ParkingLot,
+        pending::{Outcome, Pending},
+    },
 };
 use crate::{
-    error::CallError,
+    error::Classify,
+    pipeline::CallError,
     policy::trust::CallClass,
     telemetry::traces::{self, KeyValue, SpanKind, Status},
     upstream::{
-        Connection, DetectedEra, Upstream, client::server_request, inflight::Downstream,
-        parked::ParkingLot, pool::Pool,
+        Connection, DetectedEra, Upstream, client::server_request, inflight::Downstream, pool::Pool,
     },
 };
 

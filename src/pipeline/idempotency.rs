@@ -10,7 +10,7 @@ use super::{
     step::{CallService, Step, done},
 };
 use crate::{
-    error::CallError,
+    pipeline::CallError,
     policy::idempotency::{Lookup, META_KEY},
     telemetry::audit::hash_arguments,
     upstream::pool::Pool,

@@ -30,13 +30,14 @@
 
 mod authz;
 mod breaker;
+mod error;
 mod forward;
 mod idempotency;
 mod observe;
-mod pending;
 mod rate_limit;
 mod resolve;
 mod retry;
+mod roundtrip;
 mod step;
 mod trust;
 
@@ -51,7 +52,6 @@ use tokio_util::sync::CancellationToken;
 use tower::{ServiceBuilder, util::BoxCloneSyncService};
 
 use crate::{
-    error::CallError,
     policy::{identity::Identity, trust::CallClass},
     telemetry::audit::Audit,
     upstream::inflight::Downstream,
@@ -60,6 +60,7 @@ use crate::{
 
 pub use authz::Authz;
 pub use breaker::Breaker;
+pub use error::CallError;
 pub use forward::Forward;
 pub use idempotency::Idempotency;
 pub use observe::Observe;

@@ -14,6 +14,7 @@ use super::{
     step::{CallService, Step},
 };
 use crate::{
+    error::Classify,
     telemetry::{
         audit::{Audit, Record, hash_arguments},
         traces::{self, KeyValue, SpanKind, Status},

@@ -7,7 +7,7 @@ use super::{
     Call, CallFuture, Exposed,
     step::{CallService, Step, done},
 };
-use crate::{error::CallError, upstream::pool::Pool};
+use crate::{pipeline::CallError, upstream::pool::Pool};
 
 /// Rate limit: every applicable rule must have a cell for this call.
 #[derive(Debug, Clone)]

@@ -8,7 +8,7 @@ use super::{
     Call, CallFuture, Exposed, Op, Target,
     step::{CallService, Step, done},
 };
-use crate::{error::CallError, upstream::pool::Pool};
+use crate::{pipeline::CallError, upstream::pool::Pool};
 
 /// How many similar names an unknown-tool error suggests.
 pub(super) const CLOSEST_NAMES: usize = 3;

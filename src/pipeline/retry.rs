@@ -7,11 +7,7 @@ use super::{
     Call, CallFuture,
     step::{CallService, Step},
 };
-use crate::{
-    error::CallError,
-    policy::retry::{backoff, retryable},
-    upstream::pool::Pool,
-};
+use crate::{error::Classify, pipeline::CallError, policy::retry::backoff, upstream::pool::Pool};
 
 /// Retry: repeat calls that are safe to repeat after transport failures.
 #[derive(Debug, Clone)]
@@ -30,7 +26,7 @@ impl Step for Retry {
                 let result = inner.call(call.clone()).await;
                 match result {
                     Err(e)
-                        if retryable(&e)
+                        if e.retryable()
                             && attempt < policy.attempts
                             && !call.ct.is_cancelled() =>
                     {

@@ -10,7 +10,7 @@ use rmcp::model::ServerResult;
 use tower::{Layer, Service};
 
 use super::{Call, CallFuture};
-use crate::{error::CallError, upstream::pool::Pool};
+use crate::{pipeline::CallError, upstream::pool::Pool};
 
 /// The services below a step: the rest of the stack.
 pub trait CallService:

@@ -8,7 +8,7 @@ use super::{
     step::{CallService, Step, done},
 };
 use crate::{
-    error::CallError,
+    pipeline::CallError,
     policy::trust::{self, CallClass},
     upstream::pool::Pool,
 };
@@ -22,7 +22,7 @@ impl Step for Trust {
         match classify(&call) {
             Ok(class) => {
                 if let Some(t) = &call.target {
-                    call.timeout = Some(trust::timeout(&t.upstream.spec(), class));
+                    call.timeout = Some(trust::timeout(&t.upstream.spec().tier, class));
                 }
                 call.class = Some(class);
                 call.retry_safe = retry_safe(&call, class);
@@ -61,12 +61,14 @@ fn classify(call: &Call) -> Result<CallClass, CallError> {
     let spec = up.spec();
     let lists = up.lists();
     let tool = lists.tools.iter().find(|t| t.name == p.name);
-    trust::decide(&spec, tool, &p.name).map_err(|refusal| CallError::TierRefused {
-        tool: match &target.exposed {
-            Exposed::Tool(n) => n.clone(),
-            _ => p.name.to_string(),
-        },
-        tier: spec.tier.name.clone(),
-        refusal,
+    trust::decide(&spec.tier, spec.declared(), tool, &p.name).map_err(|refusal| {
+        CallError::TierRefused {
+            tool: match &target.exposed {
+                Exposed::Tool(n) => n.clone(),
+                _ => p.name.to_string(),
+            },
+            tier: spec.tier.name.clone(),
+            refusal,
+        }
     })
 }

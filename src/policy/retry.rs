@@ -4,8 +4,6 @@
 
 use std::time::Duration;
 
-use crate::error::CallError;
-
 /// Per-upstream retry settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicy {
@@ -26,17 +24,6 @@ pub fn backoff(n: u32, base: Duration, max: Duration, jitter: Duration) -> Durat
     exp.min(max) + Duration::from_millis(jitter_ms)
 }
 
-/// Whether a failure is worth another attempt of a call that is safe to repeat.
-pub fn retryable(e: &CallError) -> bool {
-    matches!(
-        e,
-        CallError::UpstreamClosed { .. }
-            | CallError::UpstreamUnavailable { .. }
-            | CallError::UpstreamTimeout { .. }
-            | CallError::UpstreamFailed { .. }
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -54,20 +41,5 @@ mod tests {
             backoff(3, base, max, Duration::ZERO),
             Duration::from_millis(400)
         );
-    }
-
-    #[test]
-    fn only_transport_failures_are_retried() {
-        let closed = CallError::UpstreamClosed {
-            upstream: "u".into(),
-            uncertain: false,
-        };
-        assert!(retryable(&closed));
-        let refused = CallError::UpstreamRefused {
-            upstream: "u".into(),
-            error: rmcp::ErrorData::invalid_params("no", None),
-        };
-        assert!(!retryable(&refused));
-        assert!(!retryable(&CallError::Cancelled));
     }
 }

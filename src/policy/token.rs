@@ -16,7 +16,7 @@ use rmcp::{
 };
 use tokio::time::Instant;
 
-use crate::config::secret::{self, Secret};
+use crate::secret::{self, Secret};
 
 /// A token is refreshed this long before it expires.
 const EXPIRY_MARGIN: Duration = Duration::from_secs(30);

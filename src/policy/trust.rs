@@ -1,10 +1,71 @@
 //! Trust tiers (F6): is this call a read, a write or long-running, and may it run here?
 
-use std::time::Duration;
+use std::{collections::BTreeSet, time::Duration};
 
 use rmcp::model::Tool;
 
-use crate::config::{UpstreamSpec, tier::Writes};
+/// Whether writes are allowed at a tier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Writes {
+    Always,
+    /// Only tools listed in the upstream's `writable`.
+    Declared,
+    Never,
+}
+
+/// A validated tier.
+#[derive(Debug, Clone)]
+pub struct Tier {
+    pub name: String,
+    /// Higher = more trusted; a role's `max_tier` admits tiers up to its rank.
+    pub rank: u32,
+    pub writes: Writes,
+    /// Whether `readOnlyHint` decides read vs write; otherwise only config declares reads.
+    pub trust_annotations: bool,
+    pub approval_for_writes: bool,
+    pub pin_tool_definitions: bool,
+    pub max_response_bytes: Option<usize>,
+    pub credential_classes: Vec<String>,
+    pub read_timeout: Duration,
+    pub write_timeout: Duration,
+    pub long_timeout: Duration,
+    /// Calls per second (and burst) through this tier, per upstream.
+    pub rate_limit: Option<(u32, u32)>,
+}
+
+impl Tier {
+    /// The tier of upstreams that name none: writes allowed, annotations trusted, the
+    /// upstream's own `call_timeout_ms` for every class.
+    pub fn unrestricted(call_timeout: Duration) -> Self {
+        Self {
+            name: "default".into(),
+            // Untiered upstreams are unrestricted, so only roles without `max_tier` reach them.
+            rank: u32::MAX,
+            writes: Writes::Always,
+            trust_annotations: true,
+            approval_for_writes: false,
+            pin_tool_definitions: false,
+            max_response_bytes: None,
+            credential_classes: Vec::new(),
+            read_timeout: call_timeout,
+            write_timeout: call_timeout,
+            long_timeout: call_timeout,
+            rate_limit: None,
+        }
+    }
+}
+
+/// What an upstream's config declares about its tools, beside the tier's rules.
+#[derive(Debug, Clone, Copy)]
+pub struct Declared<'a> {
+    /// May write at a `writes = "declared"` tier.
+    pub writable: &'a BTreeSet<String>,
+    /// Reads, whatever their annotations say.
+    pub read_only: &'a BTreeSet<String>,
+    /// Get the tier's `long` timeout.
+    pub long_running: &'a BTreeSet<String>,
+}
 
 /// What kind of call this is, which picks the tier's timeout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -38,37 +99,38 @@ impl TierRefusal {
 
 /// Read or write, by the tier's rules: annotations count only where the tier trusts them;
 /// a tool declared `read_only` in config is a read everywhere.
-pub fn is_write(spec: &UpstreamSpec, tool: Option<&Tool>, name: &str) -> bool {
-    if spec.read_only.contains(name) {
+pub fn is_write(tier: &Tier, declared: Declared<'_>, tool: Option<&Tool>, name: &str) -> bool {
+    if declared.read_only.contains(name) {
         return false;
     }
     let hinted_read = tool
         .and_then(|t| t.annotations.as_ref())
         .and_then(|a| a.read_only_hint)
         .unwrap_or(false);
-    !(spec.tier.trust_annotations && hinted_read)
+    !(tier.trust_annotations && hinted_read)
 }
 
 /// The class of a tool call and whether the tier lets it run.
 pub fn decide(
-    spec: &UpstreamSpec,
+    tier: &Tier,
+    declared: Declared<'_>,
     tool: Option<&Tool>,
     name: &str,
 ) -> Result<CallClass, TierRefusal> {
-    let write = is_write(spec, tool, name);
+    let write = is_write(tier, declared, tool, name);
     if write {
-        match spec.tier.writes {
+        match tier.writes {
             Writes::Never => return Err(TierRefusal::WritesNever),
-            Writes::Declared if !spec.writable.contains(name) => {
+            Writes::Declared if !declared.writable.contains(name) => {
                 return Err(TierRefusal::WriteNotDeclared);
             }
             _ => {}
         }
-        if spec.tier.approval_for_writes {
+        if tier.approval_for_writes {
             return Err(TierRefusal::ApprovalRequired);
         }
     }
-    Ok(if spec.long_running.contains(name) {
+    Ok(if declared.long_running.contains(name) {
         CallClass::Long
     } else if write {
         CallClass::Write
@@ -78,10 +140,10 @@ pub fn decide(
 }
 
 /// The tier's timeout for a class.
-pub fn timeout(spec: &UpstreamSpec, class: CallClass) -> Duration {
+pub fn timeout(tier: &Tier, class: CallClass) -> Duration {
     match class {
-        CallClass::Read => spec.tier.read_timeout,
-        CallClass::Write => spec.tier.write_timeout,
-        CallClass::Long => spec.tier.long_timeout,
+        CallClass::Read => tier.read_timeout,
+        CallClass::Write => tier.write_timeout,
+        CallClass::Long => tier.long_timeout,
     }
 }

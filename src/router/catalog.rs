@@ -12,9 +12,8 @@ use std::{collections::HashMap, sync::Arc};
 use rmcp::model::{Prompt, Resource, ResourceTemplate, Tool};
 
 use crate::{
-    config::PrefixMode,
+    names::{self as namespace, PrefixMode},
     policy::pinning::{Pins, Verdict},
-    router::namespace,
     upstream::{Lists, Upstream},
 };
 

@@ -6,12 +6,17 @@
 //! to, the caller it was issued to and an expiry; anything else — edited, expired, another
 //! list's or another caller's — is refused with -32602.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use rmcp::model::{RequestStateCodec, SealOptions};
 use serde::{Deserialize, Serialize};
 
-use crate::error::CallError;
+use crate::clock::now_ms;
+
+/// A cursor that is not one this gateway issued to this caller for this list, or has expired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("invalid cursor")]
+pub struct BadCursor;
 
 /// What a cursor holds (authenticated, not secret: it names an item the caller has seen).
 #[derive(Debug, Serialize, Deserialize)]
@@ -29,12 +34,6 @@ pub struct Cursors {
     ttl: Duration,
 }
 
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 impl Cursors {
     pub fn new(codec: std::sync::Arc<RequestStateCodec>, ttl: Duration) -> Self {
         Self { codec, ttl }
@@ -49,7 +48,7 @@ impl Cursors {
         key: impl Fn(&T) -> &str,
         cursor: Option<&str>,
         size: usize,
-    ) -> Result<(Vec<T>, Option<String>), CallError> {
+    ) -> Result<(Vec<T>, Option<String>), BadCursor> {
         self.page_at(list, caller, items, key, cursor, size, now_ms())
     }
 
@@ -63,7 +62,7 @@ impl Cursors {
         cursor: Option<&str>,
         size: usize,
         now: u64,
-    ) -> Result<(Vec<T>, Option<String>), CallError> {
+    ) -> Result<(Vec<T>, Option<String>), BadCursor> {
         let start = match cursor {
             Some(c) => {
                 let after = self.open(list, caller, c, now)?;
@@ -92,14 +91,14 @@ impl Cursors {
             .unwrap_or_default()
     }
 
-    fn open(&self, list: &str, caller: &str, cursor: &str, now: u64) -> Result<String, CallError> {
+    fn open(&self, list: &str, caller: &str, cursor: &str, now: u64) -> Result<String, BadCursor> {
         let ad = associated(list, caller);
         let pos: Position = self
             .codec
             .open_json_with(cursor, &ad)
-            .map_err(|_| CallError::BadCursor)?;
+            .map_err(|_| BadCursor)?;
         if pos.expires < now {
-            return Err(CallError::BadCursor);
+            return Err(BadCursor);
         }
         Ok(pos.after)
     }
@@ -167,13 +166,13 @@ mod tests {
         let edited = String::from_utf8(bytes).unwrap();
         assert!(matches!(
             c.page_at("tools", "ann", &items, k, Some(&edited), 1, 1_000),
-            Err(CallError::BadCursor)
+            Err(BadCursor)
         ));
         // Another list's, another caller's, or signed with another key.
         for (list, caller) in [("prompts", "ann"), ("tools", "bob")] {
             assert!(matches!(
                 c.page_at(list, caller, &items, k, Some(&good), 1, 1_000),
-                Err(CallError::BadCursor)
+                Err(BadCursor)
             ));
         }
         let other = Cursors::new(
@@ -188,7 +187,7 @@ mod tests {
         // Past its expiry.
         assert!(matches!(
             c.page_at("tools", "ann", &items, k, Some(&good), 1, 1_000 + 60_001),
-            Err(CallError::BadCursor)
+            Err(BadCursor)
         ));
         assert!(
             c.page_at("tools", "ann", &items, k, Some("garbage"), 1, 1_000)

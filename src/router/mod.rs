@@ -2,4 +2,3 @@
 
 pub mod catalog;
 pub mod cursor;
-pub mod namespace;

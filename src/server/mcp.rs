@@ -18,13 +18,13 @@ use rmcp::{
 use tower::ServiceExt;
 
 use crate::{
-    error::CallError,
+    pipeline::CallError,
     pipeline::{self, Call, CallStack, Op},
     policy::{
         authz::Access,
         identity::{Identity, IdentityKind},
     },
-    router::catalog::Catalog,
+    router::{catalog::Catalog, cursor::BadCursor},
     server::sessions::Hub,
     telemetry::{audit::Audit, traces},
     upstream::{inflight::Downstream, pool::Pool},
@@ -219,8 +219,8 @@ fn visible<T: Clone>(items: &[T], all: bool, allow: impl Fn(&T) -> bool) -> Cow<
     }
 }
 
-fn bad_cursor(e: CallError) -> McpError {
-    e.to_mcp()
+fn bad_cursor(e: BadCursor) -> McpError {
+    CallError::from(e).to_mcp()
 }
 
 impl ServerHandler for Gateway {

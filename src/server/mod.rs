@@ -7,4 +7,3 @@ pub mod reload;
 pub mod sealed_sessions;
 pub mod sessions;
 pub mod stdio;
-pub mod tls;

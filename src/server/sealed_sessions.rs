@@ -27,7 +27,7 @@ use rmcp::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::router::cursor::now_ms;
+use crate::clock::now_ms;
 
 /// How long a transient entry may outlive its request before it is dropped.
 const TRANSIENT_FOR: Duration = Duration::from_secs(60);

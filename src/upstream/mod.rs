@@ -3,7 +3,6 @@
 pub mod client;
 mod connect;
 pub mod inflight;
-pub mod parked;
 pub mod pool;
 pub mod reload;
 pub mod spawn;

@@ -1,6 +1,16 @@
-//! `upstream<sep>name` encoding and MCP's tool-name rules (SEP-986).
+//! Exposed names: `upstream<sep>name` encoding and MCP's tool-name rules (SEP-986).
 
-use crate::config::{PrefixMode, defaults::MAX_TOOL_NAME_CHARS};
+/// SEP-986: tool names are 1–128 characters.
+pub const MAX_TOOL_NAME_CHARS: usize = 128;
+
+/// How an upstream's names are exposed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrefixMode {
+    /// `upstream<sep>name`
+    Always,
+    /// The upstream's own name, allowed only while unique.
+    Never,
+}
 
 /// Characters SEP-986 allows in a tool name.
 pub fn is_name_char(c: char) -> bool {

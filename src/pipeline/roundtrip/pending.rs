@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    error::CallError,
+    pipeline::CallError,
     upstream::{
         Connection,
         inflight::{CallEvent, CallGuard, Downstream, InputAsk},

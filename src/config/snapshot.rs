@@ -1,0 +1,191 @@
+//! The validated configuration every component reads: plain, immutable snapshot types.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fmt,
+    net::SocketAddr,
+    num::NonZeroUsize,
+    sync::Arc,
+    time::Duration,
+};
+
+use globset::GlobSet;
+
+use crate::{
+    names::PrefixMode,
+    policy::{
+        breaker::BreakerConfig,
+        identity::Authenticator,
+        rate_limit::RuleSpec,
+        retry::RetryPolicy,
+        token::{Credential, Placement},
+        trust::{Declared, Tier},
+    },
+    secret,
+    telemetry::audit::AuditConfig,
+};
+
+/// One problem in a config file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Diagnostic {
+    pub file: String,
+    /// 1-based; 0 when the problem has no position (e.g. the file cannot be read).
+    pub line: usize,
+    pub message: String,
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}: {}", self.file, self.line, self.message)
+    }
+}
+
+/// The validated configuration every component reads; immutable once built.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub gateway: GatewaySettings,
+    /// In file order (sorted by name, as TOML tables have no order we can rely on).
+    pub upstreams: Vec<Arc<UpstreamSpec>>,
+    /// How callers are authenticated and what their roles allow.
+    pub auth: Arc<Authenticator>,
+    /// Configured limits followed by one per upstream whose tier sets `[rate_limit]`.
+    pub rate_limits: Vec<RuleSpec>,
+    pub audit: Option<AuditConfig>,
+    pub admin: Option<AdminSettings>,
+    /// Traces: from `[tracing]`, else from the OTEL_* environment, else off.
+    pub tracing: Option<crate::telemetry::traces::TracingConfig>,
+    /// The trust tier folder (watched for changes, like the config file).
+    pub tiers_dir: std::path::PathBuf,
+}
+
+/// The admin API's listener and token.
+#[derive(Debug, Clone)]
+pub struct AdminSettings {
+    pub listen: SocketAddr,
+    pub token: secret::Secret,
+}
+
+/// `[gateway]` after validation.
+#[derive(Debug, Clone)]
+pub struct GatewaySettings {
+    pub listen: SocketAddr,
+    pub separator: String,
+    pub page_size: NonZeroUsize,
+    pub allowed_origins: Vec<String>,
+    pub allowed_hosts: Vec<String>,
+    pub max_body_bytes: usize,
+    pub idempotency_ttl: Duration,
+    /// HTTPS (with client verification when a client CA is configured).
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    pub shutdown_grace: Duration,
+    pub watch_config: bool,
+    /// Signs cursors and `requestState`; `None` = a random key per process.
+    pub state_key: Option<secret::Secret>,
+    pub cursor_ttl: Duration,
+    pub session_ttl: Duration,
+    pub input_wait: Duration,
+    pub max_parked_calls: usize,
+}
+
+/// Which lifecycle fedgate uses towards an upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Era {
+    /// Probe `server/discover`; fall back to `initialize`.
+    Auto,
+    /// `initialize` handshake (2025-06-18 / 2025-11-25).
+    Legacy,
+    /// Stateless 2026-07-28.
+    Modern,
+}
+
+/// Crash restarts: `min(max, base * 2^n)` plus jitter, at most `max_restarts` in a row.
+#[derive(Debug, Clone, Copy)]
+pub struct RestartPolicy {
+    pub max_restarts: u32,
+    pub base: Duration,
+    pub max: Duration,
+}
+
+/// A process fedgate runs: a stdio upstream, or the server behind an http/sse upstream.
+#[derive(Debug, Clone)]
+pub struct ProcessSpec {
+    pub command: String,
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub cwd: Option<String>,
+}
+
+/// How fedgate reaches an upstream.
+#[derive(Debug, Clone)]
+pub enum TransportSpec {
+    Stdio(ProcessSpec),
+    Http {
+        url: String,
+        headers: BTreeMap<String, String>,
+        launch: Option<ProcessSpec>,
+    },
+    Sse {
+        url: String,
+        headers: BTreeMap<String, String>,
+        launch: Option<ProcessSpec>,
+    },
+}
+
+impl TransportSpec {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            TransportSpec::Stdio(_) => "stdio",
+            TransportSpec::Http { .. } => "http",
+            TransportSpec::Sse { .. } => "sse",
+        }
+    }
+}
+
+/// One upstream after validation.
+#[derive(Debug, Clone)]
+pub struct UpstreamSpec {
+    pub name: String,
+    pub transport: TransportSpec,
+    pub prefix: PrefixMode,
+    pub era: Era,
+    pub allow: Option<GlobSet>,
+    pub deny: GlobSet,
+    pub rename: BTreeMap<String, String>,
+    pub descriptions: BTreeMap<String, String>,
+    pub startup_timeout: Duration,
+    pub call_timeout: Duration,
+    pub restart: RestartPolicy,
+    pub tier: Arc<Tier>,
+    pub writable: BTreeSet<String>,
+    pub read_only: BTreeSet<String>,
+    pub long_running: BTreeSet<String>,
+    pub pins: BTreeMap<String, String>,
+    pub breaker: BreakerConfig,
+    pub retry: RetryPolicy,
+    pub credential: Option<Injection>,
+}
+
+/// A credential and where it goes.
+#[derive(Debug, Clone)]
+pub struct Injection {
+    pub credential: Arc<Credential>,
+    pub placement: Placement,
+    /// stdio: the environment variable set at spawn.
+    pub env_var: Option<String>,
+}
+
+impl UpstreamSpec {
+    /// What this upstream's config declares about its tools, for the tier's decisions.
+    pub fn declared(&self) -> Declared<'_> {
+        Declared {
+            writable: &self.writable,
+            read_only: &self.read_only,
+            long_running: &self.long_running,
+        }
+    }
+
+    /// Whether an upstream tool name passes the allow/deny globs.
+    pub fn exposes(&self, tool: &str) -> bool {
+        self.allow.as_ref().is_none_or(|a| a.is_match(tool)) && !self.deny.is_match(tool)
+    }
+}

@@ -1,0 +1,154 @@
+//! `[auth]` and `[roles]`: API keys, JWT, OAuth metadata, client certificates, role globs.
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use globset::Glob;
+use jsonwebtoken::{Algorithm, DecodingKey};
+use toml::Spanned;
+
+use super::{Ctx, upstreams::Tiers};
+use crate::{
+    config::{RawAuth, RawRole},
+    policy::{
+        authz::{Role, Roles},
+        identity::{ApiKey, Authenticator, JwtConfig, ResourceMetadata, load_jwks},
+    },
+    secret,
+};
+
+pub(super) fn validate_auth(
+    cx: &mut Ctx<'_>,
+    raw: Option<Spanned<RawAuth>>,
+    raw_roles: BTreeMap<String, RawRole>,
+    tiers: &mut Tiers,
+) -> Authenticator {
+    let mut roles = Roles::default();
+    for (name, r) in raw_roles {
+        let max_rank = r.max_tier.as_ref().map(|t| match tiers.get(t.get_ref()) {
+            Ok(tier) => tier.rank,
+            Err(diags) => {
+                cx.err_at(
+                    t.span().start,
+                    format!(
+                        "role `{name}`: max_tier `{}` is not a usable tier",
+                        t.get_ref()
+                    ),
+                );
+                cx.errors.extend(diags);
+                0
+            }
+        });
+        let mut check = |globs: &[Spanned<String>]| -> Vec<String> {
+            for g in globs {
+                if let Err(e) = Glob::new(g.get_ref()) {
+                    cx.err_at(
+                        g.span().start,
+                        format!("role `{name}`: bad glob `{}`: {e}", g.get_ref()),
+                    );
+                }
+            }
+            globs.iter().map(|g| g.get_ref().clone()).collect()
+        };
+        let role = Role {
+            tools: check(&r.tools),
+            prompts: check(&r.prompts),
+            resources: check(&r.resources),
+            max_rank,
+        };
+        roles.0.insert(name, role);
+    }
+    let Some(raw) = raw else {
+        return Authenticator::open();
+    };
+    let at = raw.span().start;
+    let raw = raw.into_inner();
+    let known = |cx: &mut Ctx<'_>, list: &[Spanned<String>]| -> Vec<String> {
+        for r in list {
+            if !roles.0.contains_key(r.get_ref()) {
+                cx.err_at(
+                    r.span().start,
+                    format!(
+                        "unknown role `{}`: define it under [roles.{}]",
+                        r.get_ref(),
+                        r.get_ref()
+                    ),
+                );
+            }
+        }
+        list.iter().map(|r| r.get_ref().clone()).collect()
+    };
+    let anonymous_roles = known(cx, &raw.anonymous_roles);
+    let mut api_keys = Vec::new();
+    for k in &raw.api_keys {
+        let digest = hex::decode(k.sha256.get_ref().trim())
+            .ok()
+            .and_then(|d| <[u8; 32]>::try_from(d).ok());
+        let roles = known(cx, &k.roles);
+        match digest {
+            Some(sha256) => api_keys.push(ApiKey {
+                name: k.name.clone(),
+                sha256,
+                roles,
+            }),
+            None => cx.err_at(
+                k.sha256.span().start,
+                format!(
+                    "API key `{}`: sha256 must be 64 hex digits (e.g. `printf %s KEY | sha256sum`)",
+                    k.name
+                ),
+            ),
+        }
+    }
+    let jwt = raw.jwt.map(|j| {
+        let mut keys = Vec::new();
+        if let Some(s) = &j.hs256_secret {
+            let key = secret::resolve(s.get_ref()).and_then(|secret| {
+                DecodingKey::from_secret(secret.expose().as_bytes()).map_err(|e| e.to_string())
+            });
+            match key {
+                Ok(key) => keys.push((None, Algorithm::HS256, key)),
+                Err(e) => cx.err_at(s.span().start, format!("auth.jwt.hs256_secret: {e}")),
+            }
+        }
+        if let Some(f) = &j.jwks_file {
+            match load_jwks(f.get_ref()) {
+                Ok(k) => keys.extend(k),
+                Err(e) => cx.err_at(f.span().start, e),
+            }
+        }
+        if j.hs256_secret.is_none() && j.jwks_file.is_none() {
+            cx.err_at(at, "[auth.jwt] needs `hs256_secret` or `jwks_file`".into());
+        }
+        JwtConfig {
+            keys,
+            issuer: j.issuer,
+            audience: j.audience,
+            roles_claim: j.roles_claim.unwrap_or_else(|| "roles".into()),
+        }
+    });
+    let cert_roles: Vec<(String, Vec<String>)> = raw
+        .client_certs
+        .iter()
+        .map(|c| (c.subject.clone(), known(cx, &c.roles)))
+        .collect();
+    let roles = Arc::new(roles);
+    Authenticator {
+        anonymous: raw
+            .anonymous
+            .then(|| Arc::new(roles.access(&anonymous_roles))),
+        api_keys,
+        jwt,
+        client_certs: cert_roles
+            .into_iter()
+            .map(|(subject, r)| (subject, Arc::new(roles.access(&r))))
+            .collect(),
+        roles,
+        open: false,
+        resource_metadata: raw.oauth.map(|o| ResourceMetadata {
+            resource: o.resource,
+            authorization_servers: o.authorization_servers,
+            scopes_supported: o.scopes,
+            bearer_methods_supported: vec!["header".into()],
+        }),
+    }
+}

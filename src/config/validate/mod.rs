@@ -1,0 +1,305 @@
+//! Raw config -> validated [`Snapshot`]: every problem is collected with its `file:line`.
+//! One file per concern; each reports into the same [`Ctx`].
+
+mod auth;
+mod credentials;
+mod limits;
+mod telemetry;
+#[cfg(test)]
+mod tests;
+mod upstreams;
+
+use std::{
+    collections::HashMap,
+    net::SocketAddr,
+    num::{NonZeroU32, NonZeroUsize},
+    sync::Arc,
+    time::Duration,
+};
+
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use toml::Spanned;
+
+use super::{
+    RawConfig,
+    defaults::*,
+    line_of,
+    snapshot::{AdminSettings, Diagnostic, GatewaySettings, Snapshot},
+};
+use crate::{
+    names::{self as namespace, PrefixMode},
+    policy::rate_limit::{KeyBy, RuleSpec},
+    secret,
+    telemetry::{
+        audit::{AuditConfig, DEFAULT_AUDIT_QUEUE},
+        traces::TracingConfig,
+    },
+};
+use auth::validate_auth;
+use credentials::validate_credentials;
+use limits::validate_rate_limits;
+use telemetry::validate_tracing;
+use upstreams::{Across, Tiers, validate_upstream};
+
+/// Collects diagnostics of one file.
+struct Ctx<'a> {
+    file: &'a str,
+    text: &'a str,
+    errors: Vec<Diagnostic>,
+}
+
+impl Ctx<'_> {
+    fn err_at(&mut self, offset: usize, message: String) {
+        self.errors.push(Diagnostic {
+            file: self.file.to_owned(),
+            line: line_of(self.text, offset),
+            message,
+        });
+    }
+    fn line(&self, offset: usize) -> usize {
+        line_of(self.text, offset)
+    }
+}
+
+pub(super) fn validate(
+    file: &str,
+    text: &str,
+    raw: RawConfig,
+) -> Result<Snapshot, Vec<Diagnostic>> {
+    let mut cx = Ctx {
+        file,
+        text,
+        errors: Vec::new(),
+    };
+    let g = raw.gateway;
+    let listen = match &g.listen {
+        Some(l) => match l.get_ref().parse::<SocketAddr>() {
+            Ok(a) => a,
+            Err(_) => {
+                cx.err_at(
+                    l.span().start,
+                    format!(
+                        "listen: `{}` is not an address like 127.0.0.1:8930",
+                        l.get_ref()
+                    ),
+                );
+                fallback_listen()
+            }
+        },
+        None => fallback_listen(),
+    };
+    let separator = match &g.separator {
+        Some(s) => {
+            let sep = s.get_ref();
+            if sep.is_empty() || sep.len() > 8 || !sep.chars().all(namespace::is_name_char) {
+                cx.err_at(
+                    s.span().start,
+                    format!(
+                        "bad separator `{sep}`: use 1-8 characters of A-Z a-z 0-9 _ - . \
+                         so namespaced tool names stay valid MCP tool names"
+                    ),
+                );
+            }
+            sep.clone()
+        }
+        None => DEFAULT_SEPARATOR.to_owned(),
+    };
+    let default_prefix = match &g.prefix {
+        Some(p) => parse_prefix(&mut cx, p),
+        None => PrefixMode::Always,
+    };
+    let page_size = match &g.page_size {
+        Some(p) => NonZeroUsize::new(*p.get_ref()).unwrap_or_else(|| {
+            cx.err_at(p.span().start, "page_size must be at least 1".into());
+            NonZeroUsize::MIN
+        }),
+        None => NonZeroUsize::new(DEFAULT_PAGE_SIZE).unwrap_or(NonZeroUsize::MIN),
+    };
+
+    let mut upstreams = Vec::new();
+    // exposed alias -> (upstream, line) for config-time collision checks of `never` renames.
+    let mut bare_aliases: HashMap<String, (String, usize)> = HashMap::new();
+    let names: Vec<String> = raw.upstreams.keys().map(|k| k.get_ref().clone()).collect();
+    let tiers_dir = std::path::Path::new(file)
+        .parent()
+        .unwrap_or(std::path::Path::new(""))
+        .join(g.tiers_dir.as_deref().unwrap_or("trust-tiers"));
+    let mut tiers = Tiers {
+        dir: tiers_dir.clone(),
+        loaded: HashMap::new(),
+    };
+    let credentials = validate_credentials(&mut cx, &raw.credentials);
+    for (name, up) in &raw.upstreams {
+        if let Some(spec) = validate_upstream(
+            &mut cx,
+            name,
+            up,
+            &separator,
+            default_prefix,
+            &names,
+            &mut Across {
+                bare_aliases: &mut bare_aliases,
+                tiers: &mut tiers,
+                credentials: &credentials,
+            },
+        ) {
+            upstreams.push(Arc::new(spec));
+        }
+    }
+    let tls = g.tls.as_ref().and_then(|t| {
+        let base = std::path::Path::new(file)
+            .parent()
+            .unwrap_or(std::path::Path::new(""));
+        match super::tls::server_config(base, t.get_ref()) {
+            Ok(c) => Some(Arc::new(c)),
+            Err(e) => {
+                cx.err_at(t.span().start, format!("[gateway.tls]: {e}"));
+                None
+            }
+        }
+    });
+    let auth = validate_auth(&mut cx, raw.auth, raw.roles, &mut tiers);
+    let admin = raw.admin.and_then(|a| {
+        let at = a.span().start;
+        let a = a.into_inner();
+        let listen = match a
+            .listen
+            .as_deref()
+            .unwrap_or(DEFAULT_ADMIN_LISTEN)
+            .parse::<SocketAddr>()
+        {
+            Ok(l) => l,
+            Err(_) => {
+                cx.err_at(
+                    at,
+                    "[admin] listen is not an address like 127.0.0.1:8939".into(),
+                );
+                return None;
+            }
+        };
+        match secret::resolve(&a.token) {
+            Ok(token) if !token.expose().is_empty() => Some(AdminSettings { listen, token }),
+            Ok(_) => {
+                cx.err_at(at, "[admin] token is empty".into());
+                None
+            }
+            Err(e) => {
+                cx.err_at(at, format!("[admin] token: {e}"));
+                None
+            }
+        }
+    });
+    let state_key = g
+        .state_key
+        .as_ref()
+        .and_then(|k| match secret::resolve(k.get_ref()) {
+            Ok(s) if s.expose().len() >= rmcp::model::RequestStateCodec::MIN_KEY_LENGTH => Some(s),
+            Ok(_) => {
+                cx.err_at(
+                    k.span().start,
+                    format!(
+                        "[gateway] state_key must be at least {} bytes",
+                        rmcp::model::RequestStateCodec::MIN_KEY_LENGTH
+                    ),
+                );
+                None
+            }
+            Err(e) => {
+                cx.err_at(k.span().start, format!("[gateway] state_key: {e}"));
+                None
+            }
+        });
+    let tracing = match raw.tracing {
+        Some(t) => validate_tracing(&mut cx, t),
+        None => TracingConfig::from_env(),
+    };
+    let mut rate_limits = validate_rate_limits(&mut cx, &raw.rate_limits, &names);
+    for up in &upstreams {
+        if let Some((per_second, burst)) = up.tier.rate_limit
+            && let (Some(per_second), Some(burst)) =
+                (NonZeroU32::new(per_second), NonZeroU32::new(burst))
+        {
+            rate_limits.push(RuleSpec {
+                name: format!("tier `{}` of upstream `{}`", up.tier.name, up.name),
+                by: KeyBy {
+                    upstream: true,
+                    ..KeyBy::default()
+                },
+                upstream: Some(up.name.clone()),
+                per_second,
+                burst,
+            });
+        }
+    }
+    if !cx.errors.is_empty() {
+        return Err(cx.errors);
+    }
+    Ok(Snapshot {
+        tracing,
+        tiers_dir,
+        auth: Arc::new(auth),
+        rate_limits,
+        admin,
+        audit: raw.audit.map(|a| AuditConfig {
+            path: std::path::Path::new(file)
+                .parent()
+                .unwrap_or(std::path::Path::new(""))
+                .join(a.path),
+            full_arguments: a.full_arguments,
+            queue: a.queue.unwrap_or(DEFAULT_AUDIT_QUEUE),
+        }),
+        gateway: GatewaySettings {
+            listen,
+            separator,
+            page_size,
+            allowed_origins: g.allowed_origins,
+            allowed_hosts: g.allowed_hosts,
+            max_body_bytes: g.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES),
+            idempotency_ttl: Duration::from_millis(
+                g.idempotency_ttl_ms.unwrap_or(DEFAULT_IDEMPOTENCY_TTL_MS),
+            ),
+            tls,
+            watch_config: g.watch_config.unwrap_or(true),
+            state_key,
+            cursor_ttl: Duration::from_millis(g.cursor_ttl_ms.unwrap_or(DEFAULT_CURSOR_TTL_MS)),
+            session_ttl: Duration::from_millis(g.session_ttl_ms.unwrap_or(DEFAULT_SESSION_TTL_MS)),
+            input_wait: Duration::from_millis(g.input_wait_ms.unwrap_or(DEFAULT_INPUT_WAIT_MS)),
+            max_parked_calls: g.max_parked_calls.unwrap_or(DEFAULT_MAX_PARKED_CALLS),
+            shutdown_grace: Duration::from_millis(
+                g.shutdown_grace_ms.unwrap_or(DEFAULT_SHUTDOWN_GRACE_MS),
+            ),
+        },
+        upstreams,
+    })
+}
+
+fn fallback_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 8930))
+}
+
+fn parse_prefix(cx: &mut Ctx<'_>, p: &Spanned<String>) -> PrefixMode {
+    match p.get_ref().as_str() {
+        "always" => PrefixMode::Always,
+        "never" => PrefixMode::Never,
+        other => {
+            cx.err_at(
+                p.span().start,
+                format!("prefix: `{other}` is not one of `always`, `never`"),
+            );
+            PrefixMode::Always
+        }
+    }
+}
+
+fn build_globs(cx: &mut Ctx<'_>, globs: &[Spanned<String>]) -> GlobSet {
+    let mut b = GlobSetBuilder::new();
+    for g in globs {
+        match Glob::new(g.get_ref()) {
+            Ok(glob) => {
+                b.add(glob);
+            }
+            Err(e) => cx.err_at(g.span().start, format!("bad glob `{}`: {e}", g.get_ref())),
+        }
+    }
+    b.build().unwrap_or_else(|_| GlobSet::empty())
+}

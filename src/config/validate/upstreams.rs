@@ -1,0 +1,406 @@
+//! `[upstreams.NAME]`: transports, names, tiers, credentials and restarts of each upstream.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+    time::Duration,
+};
+
+use http::HeaderName;
+use toml::Spanned;
+
+use super::{Ctx, build_globs, parse_prefix};
+use crate::{
+    config::{
+        RawBreaker, RawLaunch, RawUpstream,
+        defaults::*,
+        snapshot::{
+            Diagnostic, Era, Injection, ProcessSpec, RestartPolicy, TransportSpec, UpstreamSpec,
+        },
+        tier,
+    },
+    names::{self as namespace, PrefixMode},
+    policy::{
+        breaker::BreakerConfig,
+        retry::RetryPolicy,
+        token::{Credential, Placement},
+        trust::Tier,
+    },
+};
+
+pub(super) fn validate_upstream(
+    cx: &mut Ctx<'_>,
+    name: &Spanned<String>,
+    up: &Spanned<RawUpstream>,
+    separator: &str,
+    default_prefix: PrefixMode,
+    all_names: &[String],
+    across: &mut Across<'_>,
+) -> Option<UpstreamSpec> {
+    let Across {
+        bare_aliases,
+        tiers,
+        credentials,
+    } = across;
+    let errors_before = cx.errors.len();
+    let at = name.span().start;
+    let name_s = name.get_ref().clone();
+    let u = up.get_ref();
+    if name_s.is_empty() || !name_s.chars().all(namespace::is_name_char) {
+        cx.err_at(
+            at,
+            format!("invalid upstream name `{name_s}`: use A-Z a-z 0-9 _ - ."),
+        );
+    } else if !separator.is_empty() && name_s.contains(separator) {
+        cx.err_at(
+            at,
+            format!(
+                "invalid upstream name `{name_s}`: it contains the separator `{separator}`, \
+                 so `{name_s}{separator}tool` would not split one way"
+            ),
+        );
+    }
+    let kind = u.kind.get_ref().as_str();
+    let kind_at = u.kind.span().start;
+    let launch = u.launch.clone().map(process_from_launch);
+    let transport = match kind {
+        "stdio" => {
+            if let Some(url) = &u.url {
+                cx.err_at(
+                    url.span().start,
+                    format!("upstream `{name_s}`: `url` does not apply to kind stdio"),
+                );
+            }
+            if u.launch.is_some() || !u.headers.is_empty() {
+                cx.err_at(
+                    kind_at,
+                    format!(
+                        "upstream `{name_s}`: `launch` and `headers` do not apply to kind stdio"
+                    ),
+                );
+            }
+            match &u.command {
+                Some(c) if !c.get_ref().trim().is_empty() => {
+                    Some(TransportSpec::Stdio(ProcessSpec {
+                        command: c.get_ref().clone(),
+                        args: u.args.clone(),
+                        env: u.env.clone(),
+                        cwd: u.cwd.clone(),
+                    }))
+                }
+                _ => {
+                    cx.err_at(
+                        kind_at,
+                        format!("upstream `{name_s}`: kind stdio needs `command`"),
+                    );
+                    None
+                }
+            }
+        }
+        "http" | "sse" => {
+            if let Some(c) = &u.command {
+                cx.err_at(
+                    c.span().start,
+                    format!("upstream `{name_s}`: `command` does not apply to kind {kind}; use `launch` to have fedgate start the server"),
+                );
+            }
+            if !u.args.is_empty() || !u.env.is_empty() || u.cwd.is_some() {
+                cx.err_at(
+                    kind_at,
+                    format!(
+                        "upstream `{name_s}`: `args`, `env` and `cwd` do not apply to kind {kind}"
+                    ),
+                );
+            }
+            match &u.url {
+                Some(url) => {
+                    let s = url.get_ref();
+                    if !(s.starts_with("http://") || s.starts_with("https://"))
+                        || s.parse::<http::Uri>().is_err()
+                    {
+                        cx.err_at(
+                            url.span().start,
+                            format!("upstream `{name_s}`: `{s}` is not an http(s) URL"),
+                        );
+                    }
+                    let (url, headers) = (s.clone(), u.headers.clone());
+                    Some(if kind == "http" {
+                        TransportSpec::Http {
+                            url,
+                            headers,
+                            launch,
+                        }
+                    } else {
+                        TransportSpec::Sse {
+                            url,
+                            headers,
+                            launch,
+                        }
+                    })
+                }
+                None => {
+                    cx.err_at(
+                        kind_at,
+                        format!("upstream `{name_s}`: kind {kind} needs `url`"),
+                    );
+                    None
+                }
+            }
+        }
+        other => {
+            cx.err_at(
+                kind_at,
+                format!("upstream `{name_s}`: kind `{other}` is not one of stdio, http, sse"),
+            );
+            None
+        }
+    };
+    let prefix = u
+        .prefix
+        .as_ref()
+        .map(|p| parse_prefix(cx, p))
+        .unwrap_or(default_prefix);
+    let era = match &u.era {
+        None => Era::Auto,
+        Some(e) => match e.get_ref().as_str() {
+            "auto" => Era::Auto,
+            "legacy" => Era::Legacy,
+            "modern" => Era::Modern,
+            other => {
+                cx.err_at(
+                    e.span().start,
+                    format!("era: `{other}` is not one of auto, legacy, modern"),
+                );
+                Era::Auto
+            }
+        },
+    };
+    let allow = u.allow.as_ref().map(|globs| build_globs(cx, globs));
+    let deny = build_globs(cx, &u.deny);
+
+    // Renames: aliases must be valid names, unique within the upstream, and (in `never` mode)
+    // unique across upstreams and outside any other upstream's namespace.
+    let mut rename = BTreeMap::new();
+    let mut seen: HashMap<&str, (&str, usize)> = HashMap::new();
+    for (orig, alias) in &u.rename {
+        let a = alias.get_ref();
+        let line = cx.line(alias.span().start);
+        if let Some((other, other_line)) = seen.get(a.as_str()) {
+            cx.err_at(
+                alias.span().start,
+                format!(
+                    "upstream `{name_s}`: rename of `{orig}` to `{a}` collides with the rename of `{other}` (line {other_line})"
+                ),
+            );
+        }
+        seen.insert(a, (orig, line));
+        let exposed = namespace::expose(&name_s, separator, prefix, a);
+        if let Err(why) = namespace::check_tool_name(&exposed) {
+            cx.err_at(
+                alias.span().start,
+                format!("upstream `{name_s}`: exposed name `{exposed}` {why}"),
+            );
+        }
+        if prefix == PrefixMode::Never {
+            if let Some(owner) = namespace::namespace_owner(&exposed, separator, all_names)
+                && owner != name_s
+            {
+                cx.err_at(
+                    alias.span().start,
+                    format!(
+                        "upstream `{name_s}`: bare name `{exposed}` lies in the namespace of upstream `{owner}`"
+                    ),
+                );
+            }
+            if let Some((other, other_line)) = bare_aliases.get(&exposed) {
+                cx.err_at(
+                    alias.span().start,
+                    format!(
+                        "upstream `{name_s}`: exposed name `{exposed}` collides with upstream `{other}` (line {other_line})"
+                    ),
+                );
+            } else {
+                bare_aliases.insert(exposed.clone(), (name_s.clone(), line));
+            }
+        }
+        rename.insert(orig.clone(), a.clone());
+    }
+    let restart = u.restart.unwrap_or_default();
+    let positive = |cx: &mut Ctx<'_>, v: Option<u64>, what: &str, default: u64| match v {
+        Some(0) => {
+            cx.err_at(
+                up.span().start,
+                format!("upstream `{name_s}`: {what} must be greater than 0"),
+            );
+            default
+        }
+        Some(v) => v,
+        None => default,
+    };
+    let startup_ms = positive(
+        cx,
+        u.startup_timeout_ms,
+        "startup_timeout_ms",
+        DEFAULT_STARTUP_TIMEOUT_MS,
+    );
+    let call_ms = positive(
+        cx,
+        u.call_timeout_ms,
+        "call_timeout_ms",
+        DEFAULT_CALL_TIMEOUT_MS,
+    );
+    let base_ms = positive(
+        cx,
+        restart.base_ms,
+        "restart.base_ms",
+        DEFAULT_RESTART_BASE_MS,
+    );
+    let max_ms = positive(cx, restart.max_ms, "restart.max_ms", DEFAULT_RESTART_MAX_MS);
+    let call_timeout = Duration::from_millis(call_ms);
+    let tier = match &u.tier {
+        None => Arc::new(Tier::unrestricted(call_timeout)),
+        Some(t) => match tiers.get(t.get_ref()) {
+            Ok(tier) => tier,
+            Err(diags) => {
+                cx.err_at(
+                    t.span().start,
+                    format!(
+                        "upstream `{name_s}`: trust tier `{}` is not usable",
+                        t.get_ref()
+                    ),
+                );
+                cx.errors.extend(diags);
+                Arc::new(Tier::unrestricted(call_timeout))
+            }
+        },
+    };
+    let credential = u.credential.as_ref().and_then(|c| {
+        let Some(cred) = credentials.get(c.get_ref()) else {
+            cx.err_at(c.span().start, format!("upstream `{name_s}`: unknown credential `{}`", c.get_ref()));
+            return None;
+        };
+        // The built-in default tier receives every class; a configured tier only its own.
+        if u.tier.is_some() && !tier.credential_classes.contains(&cred.class) {
+            cx.err_at(
+                c.span().start,
+                format!(
+                    "upstream `{name_s}`: trust tier `{}` may not receive credential `{}` of class `{}` (it allows {:?})",
+                    tier.name, cred.name, cred.class, tier.credential_classes
+                ),
+            );
+            return None;
+        }
+        let placement = match &u.credential_header {
+            None => Placement::Bearer,
+            Some(h) => match HeaderName::try_from(h.as_str()) {
+                Ok(h) if h == http::header::AUTHORIZATION => Placement::Bearer,
+                Ok(h) => Placement::Header(h),
+                Err(_) => {
+                    cx.err_at(c.span().start, format!("upstream `{name_s}`: bad credential_header `{h}`"));
+                    return None;
+                }
+            },
+        };
+        Some(Injection {
+            credential: cred.clone(),
+            placement,
+            env_var: u.credential_env.clone(),
+        })
+    });
+    if cx.errors.len() > errors_before {
+        return None;
+    }
+    Some(UpstreamSpec {
+        credential,
+        tier,
+        writable: u.writable.iter().cloned().collect(),
+        read_only: u.read_only.iter().cloned().collect(),
+        long_running: u.long_running.iter().cloned().collect(),
+        pins: u.pins.clone(),
+        breaker: breaker_config(u.breaker.unwrap_or_default()),
+        retry: {
+            let r = u.retry.unwrap_or_default();
+            RetryPolicy {
+                attempts: r.attempts.unwrap_or(DEFAULT_RETRY_ATTEMPTS).max(1),
+                base: Duration::from_millis(r.base_ms.unwrap_or(DEFAULT_RETRY_BASE_MS)),
+                max: Duration::from_millis(r.max_ms.unwrap_or(DEFAULT_RETRY_MAX_MS)),
+                jitter: Duration::from_millis(r.jitter_ms.unwrap_or(DEFAULT_RETRY_JITTER_MS)),
+            }
+        },
+        name: name_s,
+        transport: transport?,
+        prefix,
+        era,
+        allow,
+        deny,
+        rename,
+        descriptions: u.descriptions.clone(),
+        startup_timeout: Duration::from_millis(startup_ms),
+        call_timeout: Duration::from_millis(call_ms),
+        restart: RestartPolicy {
+            max_restarts: restart.max_restarts.unwrap_or(DEFAULT_MAX_RESTARTS),
+            base: Duration::from_millis(base_ms),
+            max: Duration::from_millis(max_ms.max(base_ms)),
+        },
+    })
+}
+
+/// State shared by the validation of all upstreams.
+pub(super) struct Across<'a> {
+    /// Exposed `never`-prefix aliases -> (upstream, line), for collision checks.
+    pub(super) bare_aliases: &'a mut HashMap<String, (String, usize)>,
+    pub(super) tiers: &'a mut Tiers,
+    pub(super) credentials: &'a BTreeMap<String, Arc<Credential>>,
+}
+
+/// Tier files, each loaded once per config load.
+pub(super) struct Tiers {
+    pub(super) dir: std::path::PathBuf,
+    pub(super) loaded: HashMap<String, Result<Arc<Tier>, Vec<Diagnostic>>>,
+}
+
+impl Tiers {
+    pub(super) fn get(&mut self, name: &str) -> Result<Arc<Tier>, Vec<Diagnostic>> {
+        if !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(Vec::new());
+        }
+        let dir = self.dir.clone();
+        self.loaded
+            .entry(name.to_owned())
+            .or_insert_with(|| tier::load(&dir, name).map(Arc::new))
+            .clone()
+    }
+}
+
+fn breaker_config(b: RawBreaker) -> BreakerConfig {
+    BreakerConfig {
+        consecutive_failures: b
+            .consecutive_failures
+            .unwrap_or(DEFAULT_BREAKER_CONSECUTIVE_FAILURES)
+            .max(1),
+        failure_ratio: b
+            .failure_ratio
+            .filter(|r| *r > 0.0 && *r <= 1.0)
+            .unwrap_or(DEFAULT_BREAKER_FAILURE_RATIO),
+        window: b.window.unwrap_or(DEFAULT_BREAKER_WINDOW_CALLS).max(1),
+        min_calls: b.min_calls.unwrap_or(DEFAULT_BREAKER_MIN_CALLS).max(1),
+        cooldown: Duration::from_millis(b.cooldown_ms.unwrap_or(DEFAULT_BREAKER_COOLDOWN_MS)),
+        half_open_probes: b
+            .half_open_probes
+            .unwrap_or(DEFAULT_BREAKER_HALF_OPEN_PROBES)
+            .max(1),
+        count_is_error: b.count_is_error,
+    }
+}
+
+fn process_from_launch(l: RawLaunch) -> ProcessSpec {
+    ProcessSpec {
+        command: l.command,
+        args: l.args,
+        env: l.env,
+        cwd: None,
+    }
+}

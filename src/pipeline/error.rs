@@ -1,0 +1,345 @@
+//! Typed failures of a call, classified once (side, retry), and their one translation to the
+//! wire.
+
+use std::time::Duration;
+
+use rmcp::{ErrorData as McpError, model::ErrorCode};
+use serde_json::json;
+
+use crate::{
+    error::{Classify, Side},
+    policy::trust::TierRefusal,
+    router::cursor::BadCursor,
+    upstream::Phase,
+};
+
+/// Everything that can stop a forwarded call.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CallError {
+    #[error("unknown tool `{name}`")]
+    UnknownTool { name: String, closest: Vec<String> },
+    #[error("unknown prompt `{name}`")]
+    UnknownPrompt { name: String },
+    #[error("no upstream serves resource `{uri}`")]
+    UnknownResource { uri: String },
+    #[error("invalid cursor")]
+    BadCursor,
+    #[error("requestState refused: {why}")]
+    BadRequestState { why: String },
+    #[error("too many {what}; retry later")]
+    Busy { what: String },
+    #[error("the client did not provide the input the upstream asked for: {detail}")]
+    NoClientInput { detail: String },
+    #[error("fedgate failed: {detail}")]
+    Internal { detail: String },
+    #[error("upstream `{upstream}` is unavailable ({phase:?}){}", detail.as_deref().map(|d| format!(": {d}")).unwrap_or_default())]
+    UpstreamUnavailable {
+        upstream: String,
+        phase: Phase,
+        detail: Option<String>,
+    },
+    #[error("upstream `{upstream}` did not answer within {after:?}")]
+    UpstreamTimeout {
+        upstream: String,
+        after: Duration,
+        /// A write whose outcome is unknown: it may have happened.
+        uncertain: bool,
+    },
+    #[error("upstream `{upstream}` closed the connection during the call")]
+    UpstreamClosed { upstream: String, uncertain: bool },
+    #[error("upstream `{upstream}` refused the request: {}", error.message)]
+    UpstreamRefused { upstream: String, error: McpError },
+    #[error("upstream `{upstream}` failed: {detail}")]
+    UpstreamFailed { upstream: String, detail: String },
+    #[error("the call was cancelled")]
+    Cancelled,
+    #[error("idempotency key reused with different arguments; use a new key for a new call")]
+    IdempotencyConflict,
+    #[error(
+        "upstream `{upstream}` answered with {size} bytes, more than its trust tier allows ({max}); ask for less (filters, pagination)"
+    )]
+    ResponseTooLarge {
+        upstream: String,
+        size: usize,
+        max: usize,
+    },
+    /// The caller's roles do not grant the name; the caller sees `shown` (an unknown-name
+    /// error), the audit log sees the real reason.
+    #[error("{shown}")]
+    NotAuthorized { shown: Box<CallError> },
+    #[error("upstream `{upstream}` is failing and its circuit breaker is open; next attempt in {} ms", retry_in.as_millis())]
+    BreakerOpen {
+        upstream: String,
+        retry_in: Duration,
+    },
+    #[error("rate limited by {rule}; retry in {} ms", retry_after.as_millis())]
+    RateLimited { rule: String, retry_after: Duration },
+    #[error("tool `{tool}` writes, and trust tier `{tier}` refuses it: {}", refusal_text(*refusal))]
+    TierRefused {
+        tool: String,
+        tier: String,
+        refusal: TierRefusal,
+    },
+}
+
+/// What a caller must know about a write that may or may not have happened.
+const UNCERTAIN: &str = "the write may or may not have happened (outcome uncertain): check its \
+                         effect before repeating it; fedgate did not retry it";
+
+fn refusal_text(r: TierRefusal) -> &'static str {
+    match r {
+        TierRefusal::WritesNever => "this tier allows no writes; use a read-only tool",
+        TierRefusal::WriteNotDeclared => {
+            "only writes declared in the upstream's `writable` list are allowed at this tier"
+        }
+        TierRefusal::ApprovalRequired => {
+            "writes at this tier need approval, which this gateway does not offer yet"
+        }
+    }
+}
+
+impl From<BadCursor> for CallError {
+    fn from(_: BadCursor) -> Self {
+        CallError::BadCursor
+    }
+}
+
+impl Classify for CallError {
+    fn side(&self) -> Side {
+        match self {
+            CallError::UnknownTool { .. }
+            | CallError::UnknownPrompt { .. }
+            | CallError::UnknownResource { .. }
+            | CallError::BadCursor
+            | CallError::BadRequestState { .. }
+            | CallError::NoClientInput { .. }
+            | CallError::TierRefused { .. }
+            | CallError::RateLimited { .. }
+            | CallError::NotAuthorized { .. }
+            | CallError::IdempotencyConflict
+            | CallError::Cancelled => Side::Downstream,
+            CallError::BreakerOpen { .. } | CallError::Busy { .. } | CallError::Internal { .. } => {
+                Side::Internal
+            }
+            CallError::ResponseTooLarge { .. } => Side::Upstream,
+            CallError::UpstreamUnavailable { .. }
+            | CallError::UpstreamTimeout { .. }
+            | CallError::UpstreamClosed { .. }
+            | CallError::UpstreamRefused { .. }
+            | CallError::UpstreamFailed { .. } => Side::Upstream,
+        }
+    }
+
+    /// A stable code for audit records and logs.
+    fn code(&self) -> &'static str {
+        match self {
+            CallError::UnknownTool { .. } => "unknown_tool",
+            CallError::UnknownPrompt { .. } => "unknown_prompt",
+            CallError::UnknownResource { .. } => "unknown_resource",
+            CallError::BadCursor => "bad_cursor",
+            CallError::BadRequestState { .. } => "bad_request_state",
+            CallError::Busy { .. } => "busy",
+            CallError::NoClientInput { .. } => "no_client_input",
+            CallError::Internal { .. } => "internal",
+            CallError::UpstreamUnavailable { .. } => "upstream_unavailable",
+            CallError::UpstreamTimeout { .. } => "timeout",
+            CallError::UpstreamClosed { .. } => "upstream_closed",
+            CallError::UpstreamRefused { .. } => "upstream_error",
+            CallError::UpstreamFailed { .. } => "upstream_failed",
+            CallError::Cancelled => "cancelled",
+            CallError::NotAuthorized { .. } => "not_authorized",
+            CallError::IdempotencyConflict => "idempotency_conflict",
+            CallError::ResponseTooLarge { .. } => "response_too_large",
+            CallError::BreakerOpen { .. } => "breaker_open",
+            CallError::RateLimited { .. } => "rate_limited",
+            CallError::TierRefused { refusal, .. } => refusal.code(),
+        }
+    }
+
+    fn retryable(&self) -> bool {
+        matches!(
+            self,
+            CallError::UpstreamClosed { .. }
+                | CallError::UpstreamUnavailable { .. }
+                | CallError::UpstreamTimeout { .. }
+                | CallError::UpstreamFailed { .. }
+        )
+    }
+}
+
+impl CallError {
+    /// The JSON-RPC error a client sees. Messages say what happened and what to do next.
+    pub fn to_mcp(&self) -> McpError {
+        let msg = self.to_string();
+        match self {
+            CallError::UnknownTool { name, closest } => McpError::invalid_params(
+                format!("{msg}; call tools/list to see the available tools"),
+                Some(json!({ "tool": name, "closest": closest })),
+            ),
+            CallError::UnknownPrompt { name } => McpError::invalid_params(
+                format!("{msg}; call prompts/list to see the available prompts"),
+                Some(json!({ "prompt": name })),
+            ),
+            CallError::UnknownResource { uri } => McpError::new(
+                ErrorCode::RESOURCE_NOT_FOUND,
+                format!("{msg}; call resources/list or resources/templates/list"),
+                Some(json!({ "uri": uri })),
+            ),
+            CallError::BadCursor => McpError::invalid_params(
+                "invalid cursor; restart the listing without a cursor",
+                None,
+            ),
+            CallError::BadRequestState { .. } => McpError::invalid_params(
+                format!("{msg}; call again without requestState and inputResponses"),
+                Some(json!({ "reason": "bad_request_state" })),
+            ),
+            CallError::Busy { .. } => {
+                McpError::internal_error(msg, Some(json!({ "reason": "busy" })))
+            }
+            CallError::NoClientInput { .. } => {
+                McpError::invalid_request(msg, Some(json!({ "reason": "no_client_input" })))
+            }
+            CallError::Internal { .. } => McpError::internal_error(msg, None),
+            CallError::UpstreamUnavailable {
+                upstream, phase, ..
+            } => McpError::internal_error(
+                format!("{msg}; its tools are back once it reconnects, retry later"),
+                Some(json!({ "upstream": upstream, "state": phase })),
+            ),
+            CallError::UpstreamTimeout {
+                upstream,
+                after,
+                uncertain,
+            } => McpError::internal_error(
+                if *uncertain {
+                    format!("{msg}; {UNCERTAIN}")
+                } else {
+                    format!("{msg}; the request was cancelled upstream")
+                },
+                Some(json!({
+                    "upstream": upstream,
+                    "timeout_ms": after.as_millis() as u64,
+                    "outcome_uncertain": uncertain,
+                })),
+            ),
+            CallError::UpstreamClosed {
+                upstream,
+                uncertain,
+            } => McpError::internal_error(
+                if *uncertain {
+                    format!("{msg}; {UNCERTAIN}")
+                } else {
+                    format!("{msg}; it is being restarted — retry the call")
+                },
+                Some(json!({ "upstream": upstream, "outcome_uncertain": uncertain })),
+            ),
+            // The upstream's own JSON-RPC error is the answer; keep its code and data.
+            CallError::UpstreamRefused { error, .. } => error.clone(),
+            CallError::UpstreamFailed { upstream, .. } => {
+                McpError::internal_error(msg, Some(json!({ "upstream": upstream })))
+            }
+            CallError::Cancelled => McpError::internal_error(msg, None),
+            CallError::NotAuthorized { shown } => shown.to_mcp(),
+            CallError::IdempotencyConflict => {
+                McpError::invalid_params(msg, Some(json!({ "reason": "idempotency_conflict" })))
+            }
+            CallError::ResponseTooLarge {
+                upstream,
+                size,
+                max,
+            } => McpError::internal_error(
+                msg,
+                Some(json!({
+                    "reason": "response_too_large",
+                    "upstream": upstream,
+                    "size": size,
+                    "max": max,
+                })),
+            ),
+            CallError::BreakerOpen { upstream, retry_in } => McpError::internal_error(
+                msg,
+                Some(json!({
+                    "reason": "breaker_open",
+                    "upstream": upstream,
+                    "retry_after_ms": retry_in.as_millis() as u64,
+                })),
+            ),
+            CallError::RateLimited { rule, retry_after } => McpError::invalid_request(
+                msg,
+                Some(json!({
+                    "reason": "rate_limited",
+                    "rule": rule,
+                    "retry_after_ms": retry_after.as_millis() as u64,
+                })),
+            ),
+            CallError::TierRefused {
+                tool,
+                tier,
+                refusal,
+            } => McpError::invalid_request(
+                msg,
+                Some(json!({ "tool": tool, "tier": tier, "reason": refusal.code() })),
+            ),
+        }
+    }
+
+    /// Whether the gateway decided not to run the call (as opposed to the call failing).
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            CallError::UnknownTool { .. }
+                | CallError::UnknownPrompt { .. }
+                | CallError::UnknownResource { .. }
+                | CallError::BadCursor
+                | CallError::BadRequestState { .. }
+                | CallError::Busy { .. }
+                | CallError::NotAuthorized { .. }
+                | CallError::IdempotencyConflict
+                | CallError::BreakerOpen { .. }
+                | CallError::RateLimited { .. }
+                | CallError::TierRefused { .. }
+        )
+    }
+
+    /// Classifies an rmcp error from one upstream request.
+    pub fn from_service(upstream: &str, e: rmcp::ServiceError) -> Self {
+        let upstream = upstream.to_owned();
+        match e {
+            rmcp::ServiceError::McpError(error) => CallError::UpstreamRefused { upstream, error },
+            rmcp::ServiceError::TransportClosed => CallError::UpstreamClosed {
+                upstream,
+                uncertain: false,
+            },
+            rmcp::ServiceError::Timeout { timeout } => CallError::UpstreamTimeout {
+                upstream,
+                after: timeout,
+                uncertain: false,
+            },
+            other => CallError::UpstreamFailed {
+                upstream,
+                detail: other.to_string(),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_transport_failures_are_retried() {
+        let closed = CallError::UpstreamClosed {
+            upstream: "u".into(),
+            uncertain: false,
+        };
+        assert!(closed.retryable());
+        let refused = CallError::UpstreamRefused {
+            upstream: "u".into(),
+            error: rmcp::ErrorData::invalid_params("no", None),
+        };
+        assert!(!refused.retryable());
+        assert!(!CallError::Cancelled.retryable());
+    }
+}
