@@ -9,7 +9,7 @@ use super::serve::{load, settle_bound, stop};
 use crate::{
     pipeline::{self, Call, Op},
     policy::identity::{Identity, IdentityKind},
-    upstream::pool::Pool,
+    server::core::Core,
 };
 
 /// Longest description shown in the table.
@@ -17,8 +17,9 @@ const DESCRIPTION_CHARS: usize = 60;
 
 pub async fn tools(path: &Path, json: bool) -> Result<ExitCode, String> {
     let snapshot = load(path)?;
-    let pool = Pool::new(&snapshot)?;
-    pool.start();
+    let core = Core::new(&snapshot)?;
+    core.start();
+    let pool = &core.pool;
     pool.wait_settled(settle_bound(&snapshot)).await;
     let catalog = pool.catalog();
     let rows: Vec<(String, String, &'static str, String)> = catalog
@@ -78,7 +79,7 @@ pub async fn tools(path: &Path, json: bool) -> Result<ExitCode, String> {
             );
         }
     }
-    stop(&pool).await;
+    stop(pool).await;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -104,10 +105,11 @@ pub async fn call(
                 .map_err(|e| e.to_string())?
         }
     };
-    let pool = Pool::new(&snapshot)?;
-    pool.start();
+    let core = Core::new(&snapshot)?;
+    core.start();
+    let pool = &core.pool;
     pool.wait_settled(settle_bound(&snapshot)).await;
-    let stack = pipeline::build(pool.clone(), None);
+    let stack = core.stack(None);
     let call = Call {
         op: Op::CallTool(CallToolRequestParams::new(tool.to_owned()).with_arguments(args)),
         meta: Default::default(),
@@ -117,13 +119,14 @@ pub async fn call(
         identity,
         correlation_id: pipeline::correlation_id(),
         trace: opentelemetry::Context::new(),
+        depth: 0,
         target: None,
         class: None,
         timeout: None,
         retry_safe: false,
     };
     let result = stack.oneshot(call).await;
-    stop(&pool).await;
+    stop(pool).await;
     match result {
         Ok(ServerResult::CallToolResult(r)) => {
             println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
@@ -140,6 +143,6 @@ pub async fn call(
             );
             Ok(ExitCode::SUCCESS)
         }
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(e.message.into_owned()),
     }
 }

@@ -7,6 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     config::{self, Snapshot},
+    server::core::Core,
     server::{http, mcp::Gateway, reload::Reloader},
     telemetry::{audit::Audit, traces},
     upstream::pool::Pool,
@@ -60,14 +61,15 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, String
     } else if auth.anonymous.is_some() {
         tracing::info!("callers without credentials are accepted as `anonymous` with its roles");
     }
-    let pool = Pool::new(&snapshot)?;
-    pool.start();
+    let core = Core::new(&snapshot)?;
+    core.start();
+    let pool = core.pool.clone();
     let audit = match &snapshot.audit {
-        Some(cfg) => Some(Audit::start(cfg, Some(pool.metrics().audit_dropped.clone())).await?),
+        Some(cfg) => Some(Audit::start(cfg, Some(core.metrics.audit_dropped.clone())).await?),
         None => None,
     };
-    let gateway = Gateway::new(pool.clone(), snapshot.gateway.page_size.get(), audit);
-    let reloader = Reloader::new(path, pool.clone(), snapshot.clone());
+    let gateway = Gateway::new(core.clone(), snapshot.gateway.page_size.get(), audit);
+    let reloader = Reloader::new(path, core.clone(), snapshot.clone());
     let stop_accepting = CancellationToken::new();
     tokio::spawn(reloader.clone().on_sighup(stop_accepting.clone()));
     if snapshot.gateway.watch_config {
@@ -75,14 +77,14 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, String
     }
     let close_all = CancellationToken::new();
     let server = tokio::spawn({
-        let pool = pool.clone();
+        let core = core.clone();
         let settings = snapshot.gateway.clone();
         let (stop_accepting, close_all) = (stop_accepting.clone(), close_all.clone());
         async move {
             http::serve(
                 listener,
                 gateway,
-                pool,
+                core,
                 &settings,
                 stop_accepting,
                 close_all,
@@ -106,7 +108,7 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, String
                 .map_err(|e| format!("cannot read the admin address: {e}"))?;
             tokio::spawn(crate::server::admin::serve(
                 l,
-                pool.clone(),
+                core.clone(),
                 reloader.clone(),
                 close_all.clone(),
             ));
@@ -130,7 +132,7 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, String
     tracing::info!("shutting down: draining calls in flight");
     stop_accepting.cancel();
     let grace = reloader.current().gateway.shutdown_grace;
-    if !pool.wait_idle(grace).await {
+    if !core.wait_idle(grace).await {
         tracing::warn!(
             ?grace,
             "calls still in flight after the shutdown grace period"
@@ -146,16 +148,17 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, String
 pub async fn stdio(path: &Path) -> Result<ExitCode, String> {
     let snapshot = load(path)?;
     let _traces = start_tracing(&snapshot)?;
-    let pool = Pool::new(&snapshot)?;
-    pool.start();
+    let core = Core::new(&snapshot)?;
+    core.start();
+    let pool = core.pool.clone();
     pool.wait_settled(settle_bound(&snapshot)).await;
     let audit = match &snapshot.audit {
-        Some(cfg) => Some(Audit::start(cfg, Some(pool.metrics().audit_dropped.clone())).await?),
+        Some(cfg) => Some(Audit::start(cfg, Some(core.metrics.audit_dropped.clone())).await?),
         None => None,
     };
-    let gateway = Gateway::new(pool.clone(), snapshot.gateway.page_size.get(), audit);
+    let gateway = Gateway::new(core.clone(), snapshot.gateway.page_size.get(), audit);
     let watch = snapshot.gateway.watch_config;
-    let reloader = Reloader::new(path, pool.clone(), snapshot);
+    let reloader = Reloader::new(path, core.clone(), snapshot);
     let stop_watching = CancellationToken::new();
     tokio::spawn(reloader.clone().on_sighup(stop_watching.clone()));
     if watch {

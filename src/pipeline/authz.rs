@@ -12,11 +12,14 @@ use crate::{pipeline::CallError, upstream::pool::Pool};
 
 /// Authz: the caller's roles must allow the exposed name.
 #[derive(Debug, Clone)]
-pub struct Authz;
+pub struct Authz {
+    /// For "did you mean" among the names the caller may see.
+    pub pool: Arc<Pool>,
+}
 
 impl Step for Authz {
-    fn run<S: CallService>(&self, pool: &Arc<Pool>, inner: &mut S, call: Call) -> CallFuture {
-        match check(pool, &call) {
+    fn run<S: CallService>(&self, inner: &mut S, call: Call) -> CallFuture {
+        match check(&self.pool, &call) {
             Ok(()) => inner.call(call),
             Err(e) => {
                 tracing::info!(identity = %call.identity.name, "refused: {e} (not allowed by the caller's roles)");

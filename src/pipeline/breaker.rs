@@ -1,8 +1,6 @@
 //! Breaker: the upstream's circuit breaker sees every attempt that reaches the transport;
 //! while open, calls fail fast with the time until the next probe.
 
-use std::sync::Arc;
-
 use rmcp::model::ServerResult;
 use tokio::time::Instant;
 
@@ -14,7 +12,6 @@ use crate::{
     error::{Classify, Side},
     pipeline::CallError,
     policy::breaker::Outcome,
-    upstream::pool::Pool,
 };
 
 /// Breaker: fail fast while the upstream's breaker is open; record every outcome.
@@ -22,7 +19,7 @@ use crate::{
 pub struct Breaker;
 
 impl Step for Breaker {
-    fn run<S: CallService>(&self, _pool: &Arc<Pool>, inner: &mut S, call: Call) -> CallFuture {
+    fn run<S: CallService>(&self, inner: &mut S, call: Call) -> CallFuture {
         let Some(up) = call.target.as_ref().map(|t| t.upstream.clone()) else {
             return inner.call(call);
         };

@@ -54,6 +54,8 @@ pub enum CallError {
     UpstreamFailed { upstream: String, detail: String },
     #[error("the call was cancelled")]
     Cancelled,
+    #[error("calls nested {depth} deep, more than the {max} fedgate allows")]
+    TooDeep { depth: u8, max: u8 },
     #[error("idempotency key reused with different arguments; use a new key for a new call")]
     IdempotencyConflict,
     #[error(
@@ -118,6 +120,7 @@ impl Classify for CallError {
             | CallError::RateLimited { .. }
             | CallError::NotAuthorized { .. }
             | CallError::IdempotencyConflict
+            | CallError::TooDeep { .. }
             | CallError::Cancelled => Side::Downstream,
             CallError::BreakerOpen { .. } | CallError::Busy { .. } | CallError::Internal { .. } => {
                 Side::Internal
@@ -148,6 +151,7 @@ impl Classify for CallError {
             CallError::UpstreamRefused { .. } => "upstream_error",
             CallError::UpstreamFailed { .. } => "upstream_failed",
             CallError::Cancelled => "cancelled",
+            CallError::TooDeep { .. } => "too_deep",
             CallError::NotAuthorized { .. } => "not_authorized",
             CallError::IdempotencyConflict => "idempotency_conflict",
             CallError::ResponseTooLarge { .. } => "response_too_large",
@@ -170,7 +174,7 @@ impl Classify for CallError {
 
 impl CallError {
     /// The JSON-RPC error a client sees. Messages say what happened and what to do next.
-    pub fn to_mcp(&self) -> McpError {
+    pub(super) fn to_mcp(&self) -> McpError {
         let msg = self.to_string();
         match self {
             CallError::UnknownTool { name, closest } => McpError::invalid_params(
@@ -240,6 +244,9 @@ impl CallError {
                 McpError::internal_error(msg, Some(json!({ "upstream": upstream })))
             }
             CallError::Cancelled => McpError::internal_error(msg, None),
+            CallError::TooDeep { .. } => {
+                McpError::invalid_request(msg, Some(json!({ "reason": "too_deep" })))
+            }
             CallError::NotAuthorized { shown } => shown.to_mcp(),
             CallError::IdempotencyConflict => {
                 McpError::invalid_params(msg, Some(json!({ "reason": "idempotency_conflict" })))
@@ -296,6 +303,7 @@ impl CallError {
                 | CallError::Busy { .. }
                 | CallError::NotAuthorized { .. }
                 | CallError::IdempotencyConflict
+                | CallError::TooDeep { .. }
                 | CallError::BreakerOpen { .. }
                 | CallError::RateLimited { .. }
                 | CallError::TierRefused { .. }

@@ -11,8 +11,8 @@ use sha2::{Digest, Sha256};
 
 use rmcp::model::{
     CallToolRequest, ClientRequest, CompleteRequest, DEFAULT_MRTR_MAX_ROUNDS, GetPromptRequest,
-    InputResponses, ReadResourceRequest, RequestMetaObject, ResultType, ServerResult,
-    SubscribeRequest, UnsubscribeRequest,
+    InputResponses, ReadResourceRequest, RequestMetaObject, RequestStateCodec, ResultType,
+    ServerResult, SubscribeRequest, UnsubscribeRequest,
 };
 use tower::Service;
 
@@ -29,10 +29,11 @@ use crate::{
     error::Classify,
     pipeline::CallError,
     policy::trust::CallClass,
-    telemetry::traces::{self, KeyValue, SpanKind, Status},
-    upstream::{
-        Connection, DetectedEra, Upstream, client::server_request, inflight::Downstream, pool::Pool,
+    telemetry::{
+        metrics::Metrics,
+        traces::{self, KeyValue, SpanKind, Status},
     },
+    upstream::{Connection, DetectedEra, Upstream, client::server_request, inflight::Downstream},
 };
 
 /// `_meta` keys that belong to one hop and are never copied to the next.
@@ -46,34 +47,46 @@ const REAP_EVERY: Duration = Duration::from_secs(1);
 /// ways of asking the caller for input.
 #[derive(Debug, Clone)]
 pub struct Forward {
-    pool: Arc<Pool>,
     lot: Arc<ParkingLot<Pending>>,
+    /// How long a handshake-era caller may take to answer an upstream's input request.
+    input_wait: Duration,
+    metrics: Arc<Metrics>,
 }
 
 impl Forward {
     /// Also starts the task that releases parked calls whose callers did not come back.
-    pub fn new(pool: Arc<Pool>) -> Self {
+    pub fn new(
+        seal: Arc<RequestStateCodec>,
+        input_wait: Duration,
+        max_parked_calls: usize,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         let lot = Arc::new(ParkingLot::<Pending>::new(
-            pool.seal().clone(),
-            pool.input_wait(),
-            pool.max_parked_calls(),
+            seal,
+            input_wait,
+            max_parked_calls,
         ));
-        let (weak_lot, weak_pool) = (Arc::downgrade(&lot), Arc::downgrade(&pool));
+        let weak_lot = Arc::downgrade(&lot);
+        let gauge = metrics.parked_calls.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(REAP_EVERY);
             loop {
                 tick.tick().await;
-                let (Some(lot), Some(pool)) = (weak_lot.upgrade(), weak_pool.upgrade()) else {
+                let Some(lot) = weak_lot.upgrade() else {
                     return;
                 };
                 for call in lot.expire(tokio::time::Instant::now()) {
                     call.cancel("the client did not provide the requested input in time")
                         .await;
                 }
-                pool.metrics().parked_calls.set(lot.len() as i64);
+                gauge.set(lot.len() as i64);
             }
         });
-        Self { pool, lot }
+        Self {
+            lot,
+            input_wait,
+            metrics,
+        }
     }
 }
 
@@ -106,7 +119,7 @@ impl Forward {
         let conn = up.connection().ok_or_else(|| {
             let s = up.status();
             CallError::UpstreamUnavailable {
-                upstream: target.upstream_name.clone(),
+                upstream: target.upstream_name.to_string(),
                 phase: s.phase,
                 detail: s.last_error,
             }
@@ -117,7 +130,7 @@ impl Forward {
             return done;
         }
         let timeout = call.timeout.unwrap_or(spec.call_timeout);
-        let name = target.upstream_name.as_str();
+        let name: &str = &target.upstream_name;
         let write = call.class == Some(CallClass::Write);
         let mut call = call;
         let cx = client_span(&call, name, spec.transport.kind());
@@ -147,7 +160,7 @@ impl Forward {
                 .unwrap_or(usize::MAX);
             if size > max {
                 return Err(CallError::ResponseTooLarge {
-                    upstream: target.upstream_name.clone(),
+                    upstream: target.upstream_name.to_string(),
                     size,
                     max,
                 });
@@ -242,7 +255,7 @@ impl Forward {
                     let answers = tokio::select! {
                         a = ask_caller(d, upstream, &ir) => a?,
                         _ = ct.cancelled() => return Err(CallError::Cancelled),
-                        _ = tokio::time::sleep(self.pool.input_wait()) => {
+                        _ = tokio::time::sleep(self.input_wait) => {
                             return Err(CallError::NoClientInput {
                                 detail: "no answer in time".into(),
                             });
@@ -276,7 +289,7 @@ impl Forward {
     }
 
     fn parked_changed(&self) {
-        self.pool.metrics().parked_calls.set(self.lot.len() as i64);
+        self.metrics.parked_calls.set(self.lot.len() as i64);
     }
 }
 

@@ -11,17 +11,18 @@ use super::{
 };
 use crate::{
     pipeline::CallError,
-    policy::idempotency::{Lookup, META_KEY},
+    policy::idempotency::{IdempotencyStore, Lookup, META_KEY},
     telemetry::audit::hash_arguments,
-    upstream::pool::Pool,
 };
 
 /// Idempotency: replay the recorded answer of a repeated key.
 #[derive(Debug, Clone)]
-pub struct Idempotency;
+pub struct Idempotency {
+    pub store: Arc<IdempotencyStore>,
+}
 
 impl Step for Idempotency {
-    fn run<S: CallService>(&self, pool: &Arc<Pool>, inner: &mut S, call: Call) -> CallFuture {
+    fn run<S: CallService>(&self, inner: &mut S, call: Call) -> CallFuture {
         let Op::CallTool(p) = &call.op else {
             return inner.call(call);
         };
@@ -32,7 +33,7 @@ impl Step for Idempotency {
         let args = hash_arguments(&serde_json::Value::Object(
             p.arguments.clone().unwrap_or_default(),
         ));
-        let store = pool.idempotency().clone();
+        let store = self.store.clone();
         // A retry carrying input answers continues an input-required round: it is not a repeat
         // (its final answer is recorded like a first call's).
         let continuing = p.request_state.is_some() || p.input_responses.is_some();

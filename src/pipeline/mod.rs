@@ -4,34 +4,42 @@
 //! Authentication happens before the stack, at the HTTP edge: an unauthenticated request never
 //! becomes a `Call` (so it gets 401 whatever else is wrong with it).
 //!
-//! Order (outer to inner) and why:
-//! 0. `observe` — outermost, so the audit log and the call metrics see every request with its
-//!    typed outcome, refusals too.
-//! 1. `resolve` — exposed name or URI → upstream route. It runs first because every later
-//!    policy (authz on namespaced names, trust tier of the upstream, per-upstream rate limits and
-//!    breakers) needs to know which upstream and tool a call targets.
-//! 2. `authz` — the caller's roles must allow the exposed name; a refusal is the same error as
-//!    an unknown name, so callers cannot probe for what exists.
-//! 3. `trust` — the upstream's tier classifies the call (read/write/long) and refuses writes it
-//!    does not allow; after authz, so a caller learns nothing about tools it may not use.
-//! 4. `rate_limit` — keyed by identity/upstream/tool; after authz and trust, so only calls that
-//!    would run use up a budget, and keys are authenticated identities.
-//! 5. `idempotency` — a repeated idempotency key gets the recorded answer; before retry, so a
-//!    recorded answer is never re-fetched.
-//! 6. `retry` — only calls safe to repeat (reads, trusted idempotent hints), only after
-//!    transport failures; outside the breaker, which sees every attempt and stops retries.
-//! 7. `breaker` — the upstream's circuit breaker; innermost policy, so it sees exactly the
-//!    attempts that reach the upstream (timeouts count as failures, refusals above never do).
-//! 8. `forward` — the per-upstream terminal: deadline, progress relay, cancellation, transport.
+//! ```text
+//!  outer   wire ─ observe(resolve, span, audit, metrics)
+//!  inner   hop guard ─ authz ─ trust ─ rate limit ─ idempotency ─ dispatch by target kind
+//!  upstream terminal   retry ─ breaker ─ forward (deadline, progress, cancellation, transport)
+//! ```
 //!
-//! Later layers slot in between, in the order written in ../shared/STYLE.md: telemetry span,
-//! envelope, audit/metrics, hop guard, resolve, authz, trust tier, schema check, rate limit,
-//! idempotency; then per upstream retry → breaker → timeout → token injection → transport.
+//! Order (outer to inner) and why:
+//! - `wire` — outermost: the one place a typed [`CallError`] becomes a JSON-RPC error (and,
+//!   with F11, a plan envelope); everything inside keeps the typed reason.
+//! - `observe` — resolves the exposed name or URI to its route once (every later policy — authz
+//!   on namespaced names, the upstream's tier, per-upstream limits and breakers — needs it),
+//!   then records every request with its typed outcome, refusals too, in its span, the audit
+//!   log and the call metrics.
+//! - `hop guard` — a call that re-enters the inner part (a flow node, an approved plan) carries
+//!   its depth; too deep is refused before anything runs.
+//! - `authz` — the caller's roles must allow the exposed name; a refusal is the same error as
+//!   an unknown name, so callers cannot probe for what exists.
+//! - `trust` — the upstream's tier classifies the call (read/write/long) and refuses writes it
+//!   does not allow; after authz, so a caller learns nothing about tools it may not use.
+//! - `rate limit` — keyed by identity/upstream/tool; after authz and trust, so only calls that
+//!   would run use up a budget, and keys are authenticated identities.
+//! - `idempotency` — a repeated idempotency key gets the recorded answer; before retry, so a
+//!   recorded answer is never re-fetched.
+//! - `dispatch` — the terminal of the call's target kind. For an upstream: `retry` (only calls
+//!   safe to repeat, only after transport failures; outside the breaker, which sees every
+//!   attempt and stops retries), `breaker` (innermost policy, so it sees exactly the attempts
+//!   that reach the upstream) and `forward`.
+//!
+//! Slots still to fill, in the order of ../shared/STYLE.md: the argument check (after trust)
+//! and the envelope (in `wire`).
 
 mod authz;
 mod breaker;
 mod error;
 mod forward;
+mod hop;
 mod idempotency;
 mod observe;
 mod rate_limit;
@@ -40,8 +48,11 @@ mod retry;
 mod roundtrip;
 mod step;
 mod trust;
+mod wire;
 
-use std::{future::Future, pin::Pin, sync::Arc};
+use std::{future::Future, pin::Pin, sync::Arc, time::Duration};
+
+use arc_swap::ArcSwap;
 
 use rmcp::model::{
     CallToolRequestParams, CompleteRequestParams, GetPromptRequestParams, ProgressToken,
@@ -51,9 +62,13 @@ use rmcp::model::{
 use tokio_util::sync::CancellationToken;
 use tower::{ServiceBuilder, util::BoxCloneSyncService};
 
+use rmcp::{ErrorData as McpError, model::RequestStateCodec};
+
 use crate::{
-    policy::{identity::Identity, trust::CallClass},
-    telemetry::audit::Audit,
+    policy::{
+        idempotency::IdempotencyStore, identity::Identity, rate_limit::RateLimits, trust::CallClass,
+    },
+    telemetry::{audit::Audit, metrics::Metrics},
     upstream::inflight::Downstream,
     upstream::{Upstream, pool::Pool},
 };
@@ -62,13 +77,14 @@ pub use authz::Authz;
 pub use breaker::Breaker;
 pub use error::CallError;
 pub use forward::Forward;
+pub use hop::HopGuard;
 pub use idempotency::Idempotency;
 pub use observe::Observe;
 pub use rate_limit::RateLimit;
-pub use resolve::Resolve;
 pub use retry::Retry;
 pub use step::{CallService, Step, StepLayer};
 pub use trust::Trust;
+pub use wire::to_wire;
 
 /// The routed MCP operation.
 #[derive(Debug, Clone)]
@@ -99,7 +115,7 @@ impl Op {
 pub struct Target {
     /// Held, not looked up again: a reload may replace the upstream set mid-call.
     pub upstream: Arc<Upstream>,
-    pub upstream_name: String,
+    pub upstream_name: Arc<str>,
     /// What the caller named, before it was rewritten to the upstream's own name.
     pub exposed: Exposed,
 }
@@ -128,6 +144,9 @@ pub struct Call {
     pub correlation_id: String,
     /// The caller's trace context on the way in; `observe` replaces it with the call's span.
     pub trace: opentelemetry::Context,
+    /// How many calls this one is nested in (0 for a client's own call; a flow node or an
+    /// approved plan re-entering the inner stack is one deeper).
+    pub depth: u8,
     /// Set by `resolve`.
     pub target: Option<Target>,
     /// Set by `trust`: the call's class and the tier's deadline for it.
@@ -140,21 +159,58 @@ pub struct Call {
 
 pub type CallFuture = Pin<Box<dyn Future<Output = Result<ServerResult, CallError>> + Send>>;
 
-/// The assembled stack.
-pub type CallStack = BoxCloneSyncService<Call, ServerResult, CallError>;
+/// The assembled stack, answering in wire errors.
+pub type CallStack = BoxCloneSyncService<Call, ServerResult, McpError>;
 
-/// Builds the stack for a pool; see the module doc for the order.
-pub fn build(pool: Arc<Pool>, audit: Option<Audit>) -> CallStack {
+/// The state the steps own, shared with whoever swaps it on reload.
+#[derive(Debug, Clone)]
+pub struct Parts {
+    pub pool: Arc<Pool>,
+    pub metrics: Arc<Metrics>,
+    pub limits: Arc<ArcSwap<RateLimits>>,
+    pub idempotency: Arc<IdempotencyStore>,
+    /// Signs the `requestState` of parked calls.
+    pub seal: Arc<RequestStateCodec>,
+    /// How long a call parked for its caller's input waits, and how many may wait at once.
+    pub input_wait: Duration,
+    pub max_parked_calls: usize,
+    pub audit: Option<Audit>,
+}
+
+/// Builds the stack; see the module doc for the order.
+pub fn build(parts: Parts) -> CallStack {
+    // The terminal of upstream targets; the only target kind so far.
+    let upstream = ServiceBuilder::new()
+        .layer(StepLayer::new(Retry))
+        .layer(StepLayer::new(Breaker))
+        .service(Forward::new(
+            parts.seal.clone(),
+            parts.input_wait,
+            parts.max_parked_calls,
+            parts.metrics.clone(),
+        ));
+    let inner = ServiceBuilder::new()
+        .layer(StepLayer::new(HopGuard))
+        .layer(StepLayer::new(Authz {
+            pool: parts.pool.clone(),
+        }))
+        .layer(StepLayer::new(Trust))
+        .layer(StepLayer::new(RateLimit {
+            limits: parts.limits.clone(),
+            metrics: parts.metrics.clone(),
+        }))
+        .layer(StepLayer::new(Idempotency {
+            store: parts.idempotency.clone(),
+        }))
+        .service(upstream);
     let svc = ServiceBuilder::new()
-        .layer(StepLayer::new(pool.clone(), Observe { audit }))
-        .layer(StepLayer::new(pool.clone(), Resolve))
-        .layer(StepLayer::new(pool.clone(), Authz))
-        .layer(StepLayer::new(pool.clone(), Trust))
-        .layer(StepLayer::new(pool.clone(), RateLimit))
-        .layer(StepLayer::new(pool.clone(), Idempotency))
-        .layer(StepLayer::new(pool.clone(), Retry))
-        .layer(StepLayer::new(pool.clone(), Breaker))
-        .service(Forward::new(pool));
+        .layer(wire::WireLayer)
+        .layer(StepLayer::new(Observe {
+            pool: parts.pool,
+            audit: parts.audit,
+            metrics: parts.metrics,
+        }))
+        .service(inner);
     BoxCloneSyncService::new(svc)
 }
 

@@ -1,6 +1,6 @@
-//! Observe: outermost, so every routed request is recorded — in its trace span, the audit log
-//! and the call metrics — with its typed outcome, including the ones resolve, authz, trust, rate
-//! limit or the breaker refused.
+//! Observe: every routed request is resolved here, once, and recorded — in its trace span, the
+//! audit log and the call metrics — with its typed outcome, including the ones resolve, authz,
+//! trust, rate limit or the breaker refused.
 
 use std::sync::Arc;
 
@@ -11,28 +11,36 @@ use tracing::Instrument;
 
 use super::{
     Call, CallFuture, Op,
-    step::{CallService, Step},
+    resolve::resolve,
+    step::{CallService, Step, done},
 };
 use crate::{
     error::Classify,
     telemetry::{
         audit::{Audit, Record, hash_arguments},
+        metrics::Metrics,
         traces::{self, KeyValue, SpanKind, Status},
     },
     upstream::pool::Pool,
 };
 
-/// Records every call in the audit log (if configured) and the call metrics.
+/// Resolves every call, and records it in the audit log (if configured) and the call metrics.
 #[derive(Debug, Clone)]
 pub struct Observe {
+    /// Whose catalog routes the call.
+    pub pool: Arc<Pool>,
     pub audit: Option<Audit>,
+    pub metrics: Arc<Metrics>,
 }
 
 impl Step for Observe {
-    fn run<S: CallService>(&self, pool: &Arc<Pool>, inner: &mut S, mut call: Call) -> CallFuture {
+    fn run<S: CallService>(&self, inner: &mut S, mut call: Call) -> CallFuture {
         let started = Instant::now();
-        let (name, args) = describe(&call.op);
-        let upstream = Self::upstream_of(pool, &call.op);
+        // What the caller named, before resolve rewrites it to the upstream's own name; the
+        // arguments only when an audit log will record them.
+        let (name, args) = describe(&call.op, self.audit.is_some());
+        let routed = resolve(&self.pool, &mut call);
+        let upstream = routed.as_ref().ok().map(|t| t.upstream_name.clone());
         let method = call.op.method();
         let cx = server_span(&call, method, &name, upstream.as_deref());
         if let Some(id) = traces::trace_id(&cx) {
@@ -52,7 +60,7 @@ impl Step for Observe {
             identity_kind: kind_name(&call.identity),
             method,
             name,
-            upstream: upstream.clone(),
+            upstream: upstream.as_deref().map(str::to_owned),
             decision: "allowed",
             reason: None,
             outcome: "ok",
@@ -62,8 +70,14 @@ impl Step for Observe {
             arguments: args.filter(|_| audit.full_arguments),
         });
         let audit = self.audit.clone();
-        let metrics = pool.metrics().clone();
-        let fut = inner.call(call);
+        let metrics = self.metrics.clone();
+        let fut = match routed {
+            Ok(target) => {
+                call.target = Some(target);
+                inner.call(call)
+            }
+            Err(e) => done(Err(e)),
+        };
         Box::pin(
             async move {
                 let result = fut.await;
@@ -141,37 +155,19 @@ fn server_span(call: &Call, method: &'static str, name: &str, upstream: Option<&
     traces::child(&call.trace, span_name, SpanKind::Server, attrs)
 }
 
-impl Observe {
-    fn upstream_of(pool: &Pool, op: &Op) -> Option<String> {
-        let catalog = pool.catalog();
-        let idx = match op {
-            Op::CallTool(p) => catalog.tool(&p.name).map(|r| r.upstream),
-            Op::GetPrompt(p) => catalog.prompt(&p.name).map(|r| r.upstream),
-            Op::ReadResource(p) => catalog.resource(&p.uri),
-            Op::Subscribe(p) => catalog.resource(&p.uri),
-            Op::Unsubscribe(p) => catalog.resource(&p.uri),
-            Op::Complete(p) => match &p.r#ref {
-                Reference::Prompt(r) => catalog.prompt(&r.name).map(|r| r.upstream),
-                Reference::Resource(r) => catalog.template(&r.uri),
-                _ => None,
-            },
-        }?;
-        catalog.upstream(idx).map(|u| u.name().to_owned())
-    }
-}
-
-/// The name or URI the caller used, and the arguments it sent.
-fn describe(op: &Op) -> (String, Option<serde_json::Value>) {
+/// The name or URI the caller used, and (if `with_args`) the arguments it sent.
+fn describe(op: &Op, with_args: bool) -> (String, Option<serde_json::Value>) {
     match op {
         Op::CallTool(p) => (
             p.name.to_string(),
-            Some(serde_json::Value::Object(
-                p.arguments.clone().unwrap_or_default(),
-            )),
+            with_args.then(|| serde_json::Value::Object(p.arguments.clone().unwrap_or_default())),
         ),
         Op::GetPrompt(p) => (
             p.name.clone(),
-            p.arguments.clone().map(serde_json::Value::Object),
+            p.arguments
+                .clone()
+                .filter(|_| with_args)
+                .map(serde_json::Value::Object),
         ),
         Op::ReadResource(p) => (p.uri.clone(), None),
         Op::Subscribe(p) => (p.uri.clone(), None),

@@ -7,15 +7,21 @@ use super::{
     Call, CallFuture, Exposed,
     step::{CallService, Step, done},
 };
-use crate::{pipeline::CallError, upstream::pool::Pool};
+use arc_swap::ArcSwap;
+
+use crate::{pipeline::CallError, policy::rate_limit::RateLimits, telemetry::metrics::Metrics};
 
 /// Rate limit: every applicable rule must have a cell for this call.
 #[derive(Debug, Clone)]
-pub struct RateLimit;
+pub struct RateLimit {
+    /// Swapped by a reload that changes the rules.
+    pub limits: Arc<ArcSwap<RateLimits>>,
+    pub metrics: Arc<Metrics>,
+}
 
 impl Step for RateLimit {
-    fn run<S: CallService>(&self, pool: &Arc<Pool>, inner: &mut S, call: Call) -> CallFuture {
-        let limits = pool.rate_limits();
+    fn run<S: CallService>(&self, inner: &mut S, call: Call) -> CallFuture {
+        let limits = self.limits.load();
         if let Some(target) = &call.target
             && !limits.is_empty()
         {
@@ -23,7 +29,7 @@ impl Step for RateLimit {
                 Exposed::Tool(n) | Exposed::Prompt(n) | Exposed::Resource(n) => n.as_str(),
             };
             if let Err(limited) = limits.check(&call.identity.name, &target.upstream_name, item) {
-                pool.metrics()
+                self.metrics
                     .rate_limited
                     .with_label_values(&[limited.rule.as_str()])
                     .inc();

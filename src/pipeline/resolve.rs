@@ -1,35 +1,17 @@
 //! Resolve: exposed name or URI → upstream, with the call rewritten to the upstream's own name.
-
-use std::sync::Arc;
+//! It runs once per call, first (in `observe`, which records the route it found); every later
+//! step reads the route from the call.
 
 use rmcp::model::Reference;
 
-use super::{
-    Call, CallFuture, Exposed, Op, Target,
-    step::{CallService, Step, done},
-};
+use super::{Call, Exposed, Op, Target};
 use crate::{pipeline::CallError, upstream::pool::Pool};
 
 /// How many similar names an unknown-tool error suggests.
 pub(super) const CLOSEST_NAMES: usize = 3;
 
-/// Resolve: exposed name or URI → upstream, with the call rewritten to the upstream's own name.
-#[derive(Debug, Clone)]
-pub struct Resolve;
-
-impl Step for Resolve {
-    fn run<S: CallService>(&self, pool: &Arc<Pool>, inner: &mut S, mut call: Call) -> CallFuture {
-        match resolve(pool, &mut call) {
-            Ok(target) => {
-                call.target = Some(target);
-                inner.call(call)
-            }
-            Err(e) => done(Err(e)),
-        }
-    }
-}
-
-fn resolve(pool: &Pool, call: &mut Call) -> Result<Target, CallError> {
+/// The route of a call, with the call rewritten to the upstream's own name.
+pub(super) fn resolve(pool: &Pool, call: &mut Call) -> Result<Target, CallError> {
     let catalog = pool.catalog();
     let access = &call.identity.access;
     let (idx, exposed) = match &mut call.op {
@@ -98,13 +80,13 @@ fn resolve(pool: &Pool, call: &mut Call) -> Result<Target, CallError> {
             detail: "route points at no upstream".into(),
         })?;
     Ok(Target {
-        upstream_name: upstream.name().to_owned(),
+        upstream_name: upstream.shared_name(),
         upstream,
         exposed,
     })
 }
 
-fn resource(catalog: &crate::router::catalog::Catalog, uri: &str) -> Result<usize, CallError> {
+fn resource(catalog: &crate::upstream::Catalog, uri: &str) -> Result<usize, CallError> {
     catalog
         .resource(uri)
         .ok_or_else(|| CallError::UnknownResource {

@@ -1,20 +1,18 @@
 //! Retry: repeats calls that are safe to repeat after transport-level failures, with backoff.
 //! Outside the breaker, so every attempt counts there, and an open breaker stops the retries.
 
-use std::sync::Arc;
-
 use super::{
     Call, CallFuture,
     step::{CallService, Step},
 };
-use crate::{error::Classify, pipeline::CallError, policy::retry::backoff, upstream::pool::Pool};
+use crate::{error::Classify, pipeline::CallError, policy::retry::backoff};
 
 /// Retry: repeat calls that are safe to repeat after transport failures.
 #[derive(Debug, Clone)]
 pub struct Retry;
 
 impl Step for Retry {
-    fn run<S: CallService>(&self, _pool: &Arc<Pool>, inner: &mut S, call: Call) -> CallFuture {
+    fn run<S: CallService>(&self, inner: &mut S, call: Call) -> CallFuture {
         let policy = call.target.as_ref().map(|t| t.upstream.spec().retry);
         let Some(policy) = policy.filter(|p| call.retry_safe && p.attempts > 1) else {
             return inner.call(call);

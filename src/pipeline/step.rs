@@ -1,16 +1,13 @@
 //! The shape every policy layer shares: a `Step` decides what to do with a call and may pass it
 //! to the inner service; `StepLayer` makes any step a tower layer over the rest of the stack.
 
-use std::{
-    sync::Arc,
-    task::{Context, Poll},
-};
+use std::task::{Context, Poll};
 
 use rmcp::model::ServerResult;
 use tower::{Layer, Service};
 
 use super::{Call, CallFuture};
-use crate::{pipeline::CallError, upstream::pool::Pool};
+use crate::pipeline::CallError;
 
 /// The services below a step: the rest of the stack.
 pub trait CallService:
@@ -29,21 +26,20 @@ impl<T> CallService for T where
 {
 }
 
-/// One policy of the call stack.
+/// One policy of the call stack; it owns the state it decides with.
 pub trait Step: Clone + Send + Sync + 'static {
-    fn run<S: CallService>(&self, pool: &Arc<Pool>, inner: &mut S, call: Call) -> CallFuture;
+    fn run<S: CallService>(&self, inner: &mut S, call: Call) -> CallFuture;
 }
 
 /// Makes a [`Step`] a tower layer.
 #[derive(Debug, Clone)]
 pub struct StepLayer<P> {
-    pool: Arc<Pool>,
     step: P,
 }
 
 impl<P> StepLayer<P> {
-    pub fn new(pool: Arc<Pool>, step: P) -> Self {
-        Self { pool, step }
+    pub fn new(step: P) -> Self {
+        Self { step }
     }
 }
 
@@ -52,7 +48,6 @@ impl<P: Clone, S> Layer<S> for StepLayer<P> {
     fn layer(&self, inner: S) -> Self::Service {
         StepService {
             inner,
-            pool: self.pool.clone(),
             step: self.step.clone(),
         }
     }
@@ -62,7 +57,6 @@ impl<P: Clone, S> Layer<S> for StepLayer<P> {
 #[derive(Debug, Clone)]
 pub struct StepService<P, S> {
     inner: S,
-    pool: Arc<Pool>,
     step: P,
 }
 
@@ -76,7 +70,7 @@ impl<P: Step, S: CallService> Service<Call> for StepService<P, S> {
     }
 
     fn call(&mut self, call: Call) -> Self::Future {
-        self.step.run(&self.pool, &mut self.inner, call)
+        self.step.run(&mut self.inner, call)
     }
 }
 

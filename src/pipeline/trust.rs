@@ -1,8 +1,6 @@
 //! Trust: classify the call (read/write/long) by its upstream's tier, refuse what the tier does
 //! not allow, and set the per-class timeout the forward step applies.
 
-use std::sync::Arc;
-
 use super::{
     Call, CallFuture, Exposed, Op,
     step::{CallService, Step, done},
@@ -10,7 +8,6 @@ use super::{
 use crate::{
     pipeline::CallError,
     policy::trust::{self, CallClass},
-    upstream::pool::Pool,
 };
 
 /// Trust: classify by the upstream's tier and refuse what it does not allow.
@@ -18,7 +15,7 @@ use crate::{
 pub struct Trust;
 
 impl Step for Trust {
-    fn run<S: CallService>(&self, _pool: &Arc<Pool>, inner: &mut S, mut call: Call) -> CallFuture {
+    fn run<S: CallService>(&self, inner: &mut S, mut call: Call) -> CallFuture {
         match classify(&call) {
             Ok(class) => {
                 if let Some(t) = &call.target {

@@ -12,15 +12,33 @@ use std::{collections::HashMap, sync::Arc};
 use rmcp::model::{Prompt, Resource, ResourceTemplate, Tool};
 
 use crate::{
+    config::UpstreamSpec,
     names::{self as namespace, PrefixMode},
     policy::pinning::{Pins, Verdict},
-    upstream::{Lists, Upstream},
 };
+
+/// The lists an upstream served at its last refresh.
+#[derive(Debug, Default, Clone)]
+pub struct Lists {
+    pub tools: Vec<Tool>,
+    pub prompts: Vec<Prompt>,
+    pub resources: Vec<Resource>,
+    pub templates: Vec<ResourceTemplate>,
+}
+
+/// One ready upstream as the catalog sees it: the handle its routes lead to (whatever the
+/// caller routes with), its spec and the lists it served last.
+#[derive(Debug)]
+pub struct Member<T> {
+    pub handle: T,
+    pub spec: Arc<UpstreamSpec>,
+    pub lists: Arc<Lists>,
+}
 
 /// Where an exposed name leads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Route {
-    /// Index of the upstream in the pool.
+    /// Index of the member the catalog was built from.
     pub upstream: usize,
     /// The upstream's own name for the tool or prompt.
     pub name: String,
@@ -38,8 +56,8 @@ pub struct Conflict {
 }
 
 /// Immutable merged lists; rebuilt whenever an upstream's lists change.
-#[derive(Debug, Default)]
-pub struct Catalog {
+#[derive(Debug)]
+pub struct Catalog<T> {
     pub tools: Vec<Tool>,
     tool_routes: HashMap<String, Route>,
     pub prompts: Vec<Prompt>,
@@ -49,37 +67,58 @@ pub struct Catalog {
     pub templates: Vec<ResourceTemplate>,
     template_routes: Vec<(UriTemplate, usize)>,
     pub conflicts: Vec<Conflict>,
-    /// The upstreams this catalog was built from; route indexes point into it, so a call
-    /// resolved on one catalog reaches the right upstream even if a reload replaced the set.
-    upstreams: Vec<Arc<Upstream>>,
+    /// The handles of the members this catalog was built from; route indexes point into it,
+    /// so a call resolved on one catalog reaches the right upstream even if a reload replaced
+    /// the set.
+    members: Vec<T>,
 }
 
-impl Catalog {
-    /// The upstream a route index points at.
-    pub fn upstream(&self, idx: usize) -> Option<&Arc<Upstream>> {
-        self.upstreams.get(idx)
+impl<T> Default for Catalog<T> {
+    fn default() -> Self {
+        Self {
+            tools: Vec::new(),
+            tool_routes: HashMap::new(),
+            prompts: Vec::new(),
+            prompt_routes: HashMap::new(),
+            resources: Vec::new(),
+            resource_routes: HashMap::new(),
+            templates: Vec::new(),
+            template_routes: Vec::new(),
+            conflicts: Vec::new(),
+            members: Vec::new(),
+        }
+    }
+}
+
+impl<T> Catalog<T> {
+    /// The member a route index points at.
+    pub fn upstream(&self, idx: usize) -> Option<&T> {
+        self.members.get(idx)
     }
 
-    /// The upstreams this catalog was built from, in config order.
-    pub fn upstreams(&self) -> &[Arc<Upstream>] {
-        &self.upstreams
-    }
-
-    /// Builds the merged view from each upstream's last lists (ready upstreams only).
-    pub fn build(upstreams: &[Arc<Upstream>], separator: &str, pins: &Pins) -> Self {
-        let names: Vec<String> = upstreams.iter().map(|u| u.name().to_owned()).collect();
-        let mut c = Catalog {
-            upstreams: upstreams.to_vec(),
-            ..Catalog::default()
-        };
+    /// Builds the merged view from the ready upstreams' last lists, in config order.
+    /// `configured` names every configured upstream (ready or not), whose namespaces bare
+    /// names may not enter.
+    pub fn build(
+        members: Vec<Member<T>>,
+        configured: &[String],
+        separator: &str,
+        pins: &Pins,
+    ) -> Self {
+        let names = configured;
+        let mut c = Catalog::default();
         // name -> owner, for collision messages
         let mut owners: HashMap<String, String> = HashMap::new();
-        for (idx, up) in upstreams.iter().enumerate() {
-            if up.connection().is_none() {
-                continue;
-            }
-            let lists: Arc<Lists> = up.lists();
-            let spec = up.spec();
+        let mut specs = Vec::with_capacity(members.len());
+        for (idx, m) in members.into_iter().enumerate() {
+            let Member {
+                handle,
+                spec,
+                lists,
+            } = m;
+            c.members.push(handle);
+            specs.push(spec.name.clone());
+            let up = &*spec;
             for tool in &lists.tools {
                 if !spec.exposes(&tool.name) {
                     continue;
@@ -111,7 +150,7 @@ impl Catalog {
                     continue;
                 }
                 if let Some(reason) =
-                    collision(&exposed, up, spec.prefix, separator, &names, &owners)
+                    collision(&exposed, up, spec.prefix, separator, names, &owners)
                 {
                     c.conflict(up, &exposed, reason);
                     continue;
@@ -154,7 +193,7 @@ impl Catalog {
             }
             for r in &lists.resources {
                 if let Some(first) = c.resource_routes.get(&r.uri) {
-                    let first = upstreams[*first].name().to_owned();
+                    let first = specs.get(*first).cloned().unwrap_or_default();
                     c.conflict(
                         up,
                         &r.uri,
@@ -172,7 +211,7 @@ impl Catalog {
                     .iter()
                     .find(|(p, _)| p.source == parsed.source)
                 {
-                    let first = upstreams[*first].name().to_owned();
+                    let first = specs.get(*first).cloned().unwrap_or_default();
                     c.conflict(
                         up,
                         &t.uri_template,
@@ -198,9 +237,9 @@ impl Catalog {
         c
     }
 
-    fn conflict(&mut self, up: &Upstream, item: &str, reason: String) {
+    fn conflict(&mut self, up: &UpstreamSpec, item: &str, reason: String) {
         self.conflicts.push(Conflict {
-            upstream: up.name().to_owned(),
+            upstream: up.name.clone(),
             item: item.to_owned(),
             reason,
             fingerprint: None,
@@ -269,7 +308,7 @@ impl Catalog {
 /// Why `exposed` cannot be added, if it collides with an existing name or namespace.
 fn collision(
     exposed: &str,
-    up: &Upstream,
+    up: &UpstreamSpec,
     prefix: PrefixMode,
     separator: &str,
     names: &[String],
@@ -280,7 +319,7 @@ fn collision(
     }
     if prefix == PrefixMode::Never
         && let Some(owner) = namespace::namespace_owner(exposed, separator, names)
-        && owner != up.name()
+        && owner != up.name
     {
         return Some(format!(
             "bare name lies in the namespace of upstream `{owner}`"

@@ -19,8 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     config::{Snapshot, TransportSpec},
-    server::reload::Reloader,
-    upstream::pool::Pool,
+    server::{core::Core, reload::Reloader},
 };
 
 type Body = BoxBody<Bytes, Infallible>;
@@ -30,7 +29,7 @@ const MAX_ADMIN_BODY_BYTES: usize = 64 * 1024;
 
 #[derive(Clone)]
 struct Admin {
-    pool: Arc<Pool>,
+    core: Arc<Core>,
     reloader: Arc<Reloader>,
     token: Arc<str>,
 }
@@ -38,7 +37,7 @@ struct Admin {
 /// Serves the admin API until `shutdown` is cancelled.
 pub async fn serve(
     listener: TcpListener,
-    pool: Arc<Pool>,
+    core: Arc<Core>,
     reloader: Arc<Reloader>,
     shutdown: CancellationToken,
 ) {
@@ -52,7 +51,7 @@ pub async fn serve(
         return;
     };
     let admin = Admin {
-        pool,
+        core,
         reloader,
         token,
     };
@@ -119,6 +118,7 @@ impl Admin {
         match (method, parts.as_slice()) {
             (Method::GET, ["admin", "upstreams"]) => {
                 let ups: serde_json::Map<String, Value> = self
+                    .core
                     .pool
                     .upstreams()
                     .iter()
@@ -132,7 +132,13 @@ impl Admin {
                 json(StatusCode::OK, &Value::Object(ups))
             }
             (Method::POST, ["admin", "upstreams", name, "breaker", "reset"]) => {
-                match self.pool.upstreams().iter().find(|u| u.name() == *name) {
+                match self
+                    .core
+                    .pool
+                    .upstreams()
+                    .iter()
+                    .find(|u| u.name() == *name)
+                {
                     Some(u) => {
                         u.breaker.reset();
                         tracing::info!(upstream = %name, "breaker reset by the admin API");
@@ -148,7 +154,7 @@ impl Admin {
                 }
             }
             (Method::GET, ["admin", "pins"]) => {
-                let catalog = self.pool.catalog();
+                let catalog = self.core.pool.catalog();
                 let held: Vec<_> = catalog
                     .conflicts
                     .iter()
@@ -174,8 +180,8 @@ impl Admin {
                 ),
             },
             (Method::GET, ["metrics"]) => {
-                self.pool.refresh_gauges();
-                Response::new(Full::new(Bytes::from(self.pool.metrics().render())).boxed())
+                self.core.refresh_gauges();
+                Response::new(Full::new(Bytes::from(self.core.metrics.render())).boxed())
             }
             _ => json(
                 StatusCode::NOT_FOUND,
@@ -209,7 +215,7 @@ impl Admin {
                 &json!({"error": "send {\"upstream\": …, \"tool\": …, \"fingerprint\": …} (see GET /admin/pins)"}),
             );
         };
-        let held = self.pool.catalog().conflicts.iter().any(|c| {
+        let held = self.core.pool.catalog().conflicts.iter().any(|c| {
             c.upstream == upstream
                 && c.item == tool
                 && c.fingerprint.as_deref() == Some(fingerprint.as_str())
@@ -220,7 +226,7 @@ impl Admin {
                 &json!({"error": "no held-back definition with that fingerprint (GET /admin/pins)"}),
             );
         }
-        self.pool.accept_pin(&upstream, &tool, &fingerprint);
+        self.core.pool.accept_pin(&upstream, &tool, &fingerprint);
         tracing::warn!(upstream = %upstream, tool = %tool, fingerprint = %fingerprint, "tool definition accepted by the admin API");
         json(
             StatusCode::OK,

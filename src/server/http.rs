@@ -17,11 +17,15 @@ use rmcp::transport::{
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::{mcp::Gateway, sealed_sessions::SealedSessions};
+use super::{
+    core::{Core, InFlight},
+    mcp::Gateway,
+    sealed_sessions::SealedSessions,
+};
 use crate::{
     config::GatewaySettings,
     policy::identity::{AuthError, ResourceMetadata},
-    upstream::pool::{InFlightCall, Pool},
+    upstream::pool::Pool,
 };
 
 /// Path of the MCP endpoint.
@@ -36,7 +40,7 @@ type Body = BoxBody<Bytes, Infallible>;
 pub async fn serve(
     listener: TcpListener,
     gateway: Gateway,
-    pool: Arc<Pool>,
+    core: Arc<Core>,
     settings: &GatewaySettings,
     stop_accepting: CancellationToken,
     close_all: CancellationToken,
@@ -46,14 +50,14 @@ pub async fn serve(
     // resumed anyway, and every extra SSE frame is a write on the hot path.
     let mut sessions = LocalSessionManager::default();
     sessions.session_config.sse_retry = None;
-    let sealed = SealedSessions::new(pool.seal().clone(), settings.session_ttl);
+    let sealed = SealedSessions::new(core.seal.clone(), settings.session_ttl);
     let mut config = mcp_config(settings, local, close_all.child_token());
     config.session_store = Some(sealed.clone());
     let mcp = StreamableHttpService::new(move || Ok(gateway.clone()), Arc::new(sessions), config);
     let tls = settings.tls.clone().map(tokio_rustls::TlsAcceptor::from);
     let edge = Edge {
         mcp,
-        pool,
+        core,
         sealed,
         max_body: settings.max_body_bytes,
     };
@@ -104,7 +108,7 @@ pub async fn serve(
 #[derive(Clone)]
 struct Edge {
     mcp: StreamableHttpService<Gateway, LocalSessionManager>,
-    pool: Arc<Pool>,
+    core: Arc<Core>,
     sealed: Arc<SealedSessions>,
     max_body: usize,
 }
@@ -139,14 +143,14 @@ impl Edge {
     async fn route(self, mut req: Request<Incoming>, cert_names: &[String]) -> Response<Body> {
         let Edge {
             mut mcp,
-            pool,
+            core,
             sealed,
             max_body,
         } = self;
         // Read once per request: a reload swaps it for the next one. A client certificate is
         // mapped per request too, so a reload that drops or narrows it applies to connections
         // that stay open.
-        let auth = pool.auth();
+        let auth = core.auth.load_full();
         let cert_identity = auth.certificate_identity(cert_names);
         match req.uri().path() {
             // Authentication comes first: an unauthenticated request is answered 401 whatever
@@ -176,7 +180,7 @@ impl Edge {
                     // A POST is in flight until its response body (JSON or SSE) has been
                     // sent: shutdown drains these. Standalone GET streams are not counted.
                     let in_flight =
-                        (req.method() == http::Method::POST).then(|| pool.call_started());
+                        (req.method() == http::Method::POST).then(|| core.request_started());
                     let answer = if needs_method_header(&req) {
                         let req = with_method_header(req, max_body).await;
                         tower::Service::<Request<Full<Bytes>>>::call(&mut mcp, req).await
@@ -220,11 +224,10 @@ impl Edge {
                 }
             }
             "/healthz" => json(StatusCode::OK, &serde_json::json!({"status": "ok"})),
-            "/readyz" => readyz(&pool),
+            "/readyz" => readyz(&core.pool),
             "/metrics" => {
-                pool.refresh_gauges();
-                let mut resp =
-                    Response::new(Full::new(Bytes::from(pool.metrics().render())).boxed());
+                core.refresh_gauges();
+                let mut resp = Response::new(Full::new(Bytes::from(core.metrics.render())).boxed());
                 resp.headers_mut().insert(
                     header::CONTENT_TYPE,
                     header::HeaderValue::from_static("text/plain; version=0.0.4"),
@@ -431,7 +434,7 @@ where
 /// A response body that keeps its request counted as in flight until it is fully sent.
 struct Tracked {
     body: Body,
-    _guard: InFlightCall,
+    _guard: InFlight,
 }
 
 impl http_body::Body for Tracked {

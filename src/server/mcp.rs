@@ -7,7 +7,7 @@ use rmcp::{
     ErrorData as McpError, RoleServer, ServerHandler,
     model::{
         CacheScope, CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
-        ErrorCode, GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
+        GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
         ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, LoggingLevel,
         PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
         ServerCapabilities, ServerConfig, ServerResult, SetLevelRequestParams,
@@ -18,16 +18,15 @@ use rmcp::{
 use tower::ServiceExt;
 
 use crate::{
-    pipeline::CallError,
-    pipeline::{self, Call, CallStack, Op},
+    pipeline::{self, Call, CallError, CallStack, Op, to_wire},
     policy::{
         authz::Access,
         identity::{Identity, IdentityKind},
     },
-    router::{catalog::Catalog, cursor::BadCursor},
-    server::sessions::Hub,
+    router::cursor::BadCursor,
+    server::{core::Core, sessions::Hub},
     telemetry::{audit::Audit, traces},
-    upstream::{inflight::Downstream, pool::Pool},
+    upstream::{Catalog, inflight::Downstream},
 };
 
 /// Session key used when the transport has no `Mcp-Session-Id` (stdio, stateless requests).
@@ -35,17 +34,17 @@ const LOCAL_SESSION: &str = "local";
 
 #[derive(Debug, Clone)]
 pub struct Gateway {
-    pool: Arc<Pool>,
+    core: Arc<Core>,
     stack: CallStack,
     page_size: usize,
     local: Identity,
 }
 
 impl Gateway {
-    pub fn new(pool: Arc<Pool>, page_size: usize, audit: Option<Audit>) -> Self {
-        let stack = pipeline::build(pool.clone(), audit);
+    pub fn new(core: Arc<Core>, page_size: usize, audit: Option<Audit>) -> Self {
+        let stack = core.stack(audit);
         Self {
-            pool,
+            core,
             stack,
             page_size,
             local: Identity::unrestricted("local", IdentityKind::Local),
@@ -55,7 +54,7 @@ impl Gateway {
     /// Whether the caller may get updates of a resource: its roles allow the URI and reach the
     /// trust tier of the upstream serving it.
     fn may_watch(&self, access: &Access, uri: &str) -> bool {
-        let catalog = self.pool.catalog();
+        let catalog = self.core.pool.catalog();
         access.resource(uri) && self.reaches(access, &catalog, catalog.resource(uri))
     }
 
@@ -82,8 +81,8 @@ impl Gateway {
             ctx.meta.log_level()
         } else {
             Some(
-                self.pool
-                    .hub()
+                self.core
+                    .hub
                     .log_level(&session_key(&ctx.extensions))
                     .unwrap_or(LoggingLevel::Debug),
             )
@@ -120,27 +119,20 @@ impl Gateway {
             identity: self.identity(ctx),
             correlation_id: pipeline::correlation_id(),
             trace: caller_context(ctx),
+            depth: 0,
             target: None,
             class: None,
             timeout: None,
             retry_safe: false,
         };
-        let modern = is_modern(ctx);
-        self.stack.clone().oneshot(call).await.map_err(|e| {
-            let mut e = e.to_mcp();
-            // 2026-07-28 reports an unknown resource as invalid params (-32002 before).
-            if modern && e.code == ErrorCode::RESOURCE_NOT_FOUND {
-                e.code = ErrorCode::INVALID_PARAMS;
-            }
-            e
-        })
+        self.stack.clone().oneshot(call).await
     }
 
     /// Cache hints of a list fedgate serves: filtered per caller unless `[auth]` is absent,
     /// so only then may a shared cache serve it to anyone (`public`). Lists change whenever
     /// an upstream's do, so they are not to be reused (`ttlMs: 0`).
     fn list_scope(&self) -> (Option<u64>, Option<CacheScope>) {
-        let scope = if self.pool.auth().open {
+        let scope = if self.core.auth.load().open {
             CacheScope::Public
         } else {
             CacheScope::Private
@@ -220,7 +212,7 @@ fn visible<T: Clone>(items: &[T], all: bool, allow: impl Fn(&T) -> bool) -> Cow<
 }
 
 fn bad_cursor(e: BadCursor) -> McpError {
-    CallError::from(e).to_mcp()
+    to_wire(&e.into(), false)
 }
 
 impl ServerHandler for Gateway {
@@ -253,7 +245,7 @@ impl ServerHandler for Gateway {
         requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
         let mut accepted = requested.clone();
-        let catalog = self.pool.catalog();
+        let catalog = self.core.pool.catalog();
         accepted.resource_subscriptions = requested.resource_subscriptions.as_ref().map(|uris| {
             uris.iter()
                 .filter(|u| catalog.resource(u).is_some())
@@ -267,7 +259,7 @@ impl ServerHandler for Gateway {
     /// subscription is made upstream (`resources/subscribe` on a handshake-era upstream, the
     /// listen filter of a stateless-era one) by the first subscriber and dropped by the last.
     async fn listen(&self, ctx: SubscriptionContext) -> Result<(), McpError> {
-        let hub = self.pool.hub();
+        let hub = &self.core.hub;
         let id = hub.add_listener(ctx.sink().clone());
         let key = Hub::listener_key(id);
         let rctx = ctx.request_context();
@@ -301,7 +293,7 @@ impl ServerHandler for Gateway {
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
         // rmcp checks `Mcp-Param-*` headers against the tool's input schema.
-        self.pool.catalog().tool_def(name).cloned()
+        self.core.pool.catalog().tool_def(name).cloned()
     }
 
     async fn set_level(
@@ -311,15 +303,15 @@ impl ServerHandler for Gateway {
     ) -> Result<(), McpError> {
         // Upstream connections are shared by all sessions, so the level is applied by fedgate
         // when it relays messages, not forwarded.
-        self.pool
-            .hub()
+        self.core
+            .hub
             .set_log_level(&session_key(&ctx.extensions), request.level);
         Ok(())
     }
 
     async fn on_initialized(&self, ctx: NotificationContext<RoleServer>) {
         let key = session_key(&ctx.extensions);
-        self.pool.hub().register(&key, ctx.peer.clone());
+        self.core.hub.register(&key, ctx.peer.clone());
     }
 
     async fn list_tools(
@@ -328,16 +320,16 @@ impl ServerHandler for Gateway {
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let _span = request_span("tools/list", &ctx);
-        let catalog = self.pool.catalog();
+        let catalog = self.core.pool.catalog();
         let who = self.identity(&ctx);
         let access = who.access.clone();
         let items = visible(&catalog.tools, access.is_unrestricted(), |x| {
-            self.pool.visible_tool(&access, &x.name)
+            self.core.pool.visible_tool(&access, &x.name)
         });
         let c = request.as_ref().and_then(|r| r.cursor.as_deref());
         let (items, next) = self
-            .pool
-            .cursors()
+            .core
+            .cursors
             .page(
                 "tools",
                 &who.name,
@@ -359,7 +351,7 @@ impl ServerHandler for Gateway {
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
         let _span = request_span("prompts/list", &ctx);
-        let catalog = self.pool.catalog();
+        let catalog = self.core.pool.catalog();
         let who = self.identity(&ctx);
         let access = who.access.clone();
         let items = visible(&catalog.prompts, access.is_unrestricted(), |x| {
@@ -372,8 +364,8 @@ impl ServerHandler for Gateway {
         });
         let c = request.as_ref().and_then(|r| r.cursor.as_deref());
         let (items, next) = self
-            .pool
-            .cursors()
+            .core
+            .cursors
             .page(
                 "prompts",
                 &who.name,
@@ -395,7 +387,7 @@ impl ServerHandler for Gateway {
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
         let _span = request_span("resources/list", &ctx);
-        let catalog = self.pool.catalog();
+        let catalog = self.core.pool.catalog();
         let who = self.identity(&ctx);
         let access = who.access.clone();
         let items = visible(&catalog.resources, access.is_unrestricted(), |x| {
@@ -403,8 +395,8 @@ impl ServerHandler for Gateway {
         });
         let c = request.as_ref().and_then(|r| r.cursor.as_deref());
         let (items, next) = self
-            .pool
-            .cursors()
+            .core
+            .cursors
             .page(
                 "resources",
                 &who.name,
@@ -426,7 +418,7 @@ impl ServerHandler for Gateway {
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
         let _span = request_span("resources/templates/list", &ctx);
-        let catalog = self.pool.catalog();
+        let catalog = self.core.pool.catalog();
         let who = self.identity(&ctx);
         let access = who.access.clone();
         let items = visible(&catalog.templates, access.is_unrestricted(), |x| {
@@ -435,8 +427,8 @@ impl ServerHandler for Gateway {
         });
         let c = request.as_ref().and_then(|r| r.cursor.as_deref());
         let (items, next) = self
-            .pool
-            .cursors()
+            .core
+            .cursors
             .page(
                 "resource_templates",
                 &who.name,
@@ -486,7 +478,7 @@ impl ServerHandler for Gateway {
             ServerResult::ReadResourceResult(mut r) => {
                 // Reads pass fedgate's authorization: with `[auth]`, a shared cache must not
                 // hand one caller's answer to another.
-                if !self.pool.auth().open {
+                if !self.core.auth.load().open {
                     r.cache_scope = Some(CacheScope::Private);
                 }
                 Ok(ReadResourceResponse::Complete(r))
@@ -516,16 +508,16 @@ impl ServerHandler for Gateway {
         let key = session_key(&ctx.extensions);
         // Every subscriber is authorized, not only the first (which alone reaches upstream).
         if !self.may_watch(&self.identity(&ctx).access, &request.uri) {
-            return Err(CallError::UnknownResource {
+            let unknown = CallError::UnknownResource {
                 uri: request.uri.clone(),
-            }
-            .to_mcp());
+            };
+            return Err(to_wire(&unknown, is_modern(&ctx)));
         }
-        self.pool.hub().register(&key, ctx.peer.clone());
-        if self.pool.hub().subscribe(&key, &request.uri) {
+        self.core.hub.register(&key, ctx.peer.clone());
+        if self.core.hub.subscribe(&key, &request.uri) {
             let uri = request.uri.clone();
             if let Err(e) = self.run(Op::Subscribe(request), &ctx).await {
-                self.pool.hub().unsubscribe(&key, &uri);
+                self.core.hub.unsubscribe(&key, &uri);
                 return Err(e);
             }
         }
@@ -539,7 +531,7 @@ impl ServerHandler for Gateway {
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         let key = session_key(&ctx.extensions);
-        if self.pool.hub().unsubscribe(&key, &request.uri) {
+        if self.core.hub.unsubscribe(&key, &request.uri) {
             self.run(Op::Unsubscribe(request), &ctx).await?;
         }
         Ok(())

@@ -1,6 +1,7 @@
 //! The downstream face: the MCP handler, the HTTP listener, stdio, and session bookkeeping.
 
 pub mod admin;
+pub mod core;
 pub mod http;
 pub mod mcp;
 pub mod reload;

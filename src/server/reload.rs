@@ -16,7 +16,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     config::{self, Snapshot},
-    upstream::{pool::Pool, reload::Applied},
+    server::core::Core,
+    upstream::reload::Applied,
 };
 
 /// Editors write a file in several steps (truncate, write, rename): changes are collected
@@ -27,16 +28,16 @@ const SETTLE: Duration = Duration::from_millis(300);
 #[derive(Debug)]
 pub struct Reloader {
     path: PathBuf,
-    pool: Arc<Pool>,
+    core: Arc<Core>,
     current: ArcSwap<Snapshot>,
     one_at_a_time: tokio::sync::Mutex<()>,
 }
 
 impl Reloader {
-    pub fn new(path: &Path, pool: Arc<Pool>, loaded: Snapshot) -> Arc<Self> {
+    pub fn new(path: &Path, core: Arc<Core>, loaded: Snapshot) -> Arc<Self> {
         Arc::new(Self {
             path: path.to_owned(),
-            pool,
+            core,
             current: ArcSwap::from_pointee(loaded),
             one_at_a_time: tokio::sync::Mutex::new(()),
         })
@@ -62,7 +63,7 @@ impl Reloader {
                     .map(ToString::to_string)
                     .collect::<Vec<_>>()
                     .join("; ");
-                self.pool.metrics().reloaded(false);
+                self.core.metrics.reloaded(false);
                 tracing::error!(
                     trigger,
                     "config reload refused, the running config stays: {why}"
@@ -100,9 +101,9 @@ impl Reloader {
         next.audit = cur.audit.clone();
         next.tracing = cur.tracing.clone();
         next.tiers_dir = cur.tiers_dir.clone();
-        let applied = self.pool.apply(&next);
+        let applied = self.core.apply(&next);
         self.current.store(Arc::new(next));
-        self.pool.metrics().reloaded(true);
+        self.core.metrics.reloaded(true);
         tracing::info!(
             trigger,
             added = ?applied.added,

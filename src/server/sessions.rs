@@ -3,31 +3,13 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::upstream::{Changed, Downstreams};
 use dashmap::DashMap;
 use rmcp::{
     RoleServer,
     model::{LoggingLevel, ResourceUpdatedNotificationParam},
     service::{Peer, SubscriptionSink},
 };
-
-/// Which lists changed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Changed {
-    pub tools: bool,
-    pub prompts: bool,
-    pub resources: bool,
-}
-
-impl Changed {
-    pub const ALL: Changed = Changed {
-        tools: true,
-        prompts: true,
-        resources: true,
-    };
-    pub fn any(self) -> bool {
-        self.tools || self.prompts || self.resources
-    }
-}
 
 /// Subscriber keys of `subscriptions/listen` streams start with this (session ids never do:
 /// rmcp mints UUIDs, stdio is `stdio`).
@@ -173,5 +155,14 @@ impl Hub {
 
     fn listener_id(key: &str) -> Option<u64> {
         key.strip_prefix(LISTENER_PREFIX)?.parse().ok()
+    }
+}
+
+impl Downstreams for Hub {
+    fn lists_changed(&self, changed: Changed) {
+        self.notify_changed(changed);
+    }
+    fn resource_updated(&self, update: ResourceUpdatedNotificationParam) {
+        Hub::resource_updated(self, update);
     }
 }

@@ -2,6 +2,7 @@
 
 pub mod client;
 mod connect;
+mod events;
 pub mod inflight;
 pub mod pool;
 pub mod reload;
@@ -15,18 +16,16 @@ use std::sync::Arc;
 
 use arc_swap::{ArcSwap, ArcSwapOption};
 use parking_lot::RwLock;
-use rmcp::{
-    RoleClient,
-    model::{Prompt, Resource, ResourceTemplate, Tool},
-    service::Peer,
-};
+use rmcp::{RoleClient, service::Peer};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
     config::UpstreamSpec,
     policy::breaker::{Breaker, BreakerStatus},
+    router::catalog::Lists,
 };
+pub use events::{Changed, Downstreams, NoDownstreams};
 use inflight::Inflight;
 
 /// Where an upstream is in its life.
@@ -64,14 +63,8 @@ pub struct Status {
     pub breaker: Option<BreakerStatus>,
 }
 
-/// The lists an upstream served at its last refresh.
-#[derive(Debug, Default, Clone)]
-pub struct Lists {
-    pub tools: Vec<Tool>,
-    pub prompts: Vec<Prompt>,
-    pub resources: Vec<Resource>,
-    pub templates: Vec<ResourceTemplate>,
-}
+/// The merged lists of the ready upstreams; routes lead to the upstream itself.
+pub type Catalog = crate::router::catalog::Catalog<Arc<Upstream>>;
 
 /// A live connection to an upstream.
 #[derive(Debug)]
@@ -88,7 +81,7 @@ pub struct Upstream {
     spec: ArcSwap<UpstreamSpec>,
     /// Stops this upstream alone (a reload removed or replaced it); a child of the pool's.
     stop: CancellationToken,
-    name: String,
+    name: Arc<str>,
     status: RwLock<Status>,
     conn: ArcSwapOption<Connection>,
     lists: ArcSwap<Lists>,
@@ -103,7 +96,7 @@ impl Upstream {
         let kind = spec.transport.kind();
         let breaker = Breaker::new(spec.breaker.clone());
         Self {
-            name: spec.name.clone(),
+            name: spec.name.as_str().into(),
             spec: ArcSwap::new(spec),
             stop,
             status: RwLock::new(Status {
@@ -126,6 +119,11 @@ impl Upstream {
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The name as a shared string, for routes and labels (no copy per call).
+    pub fn shared_name(&self) -> Arc<str> {
+        self.name.clone()
     }
 
     /// The current spec (a reload may replace it; the name never changes).

@@ -1,27 +1,21 @@
-//! All upstreams of a snapshot: parallel start, the merged catalog, readiness.
+//! All upstreams of a snapshot: parallel start, supervision, the merged catalog, readiness.
+//! What changes downstream sessions must hear of goes out through [`Downstreams`].
 
 use std::{sync::Arc, time::Duration};
 
 use arc_swap::ArcSwap;
-use rmcp::model::RequestStateCodec;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::{Phase, Upstream, supervisor};
+use super::{Catalog, Changed, Downstreams, Phase, Upstream, supervisor};
 use crate::{
     config::Snapshot,
-    policy::{
-        authz::Access, idempotency::IdempotencyStore, identity::Authenticator, pinning::Pins,
-        rate_limit::RateLimits,
-    },
-    router::{catalog::Catalog, cursor::Cursors},
-    server::sessions::{Changed, Hub},
+    policy::{authz::Access, pinning::Pins},
+    router::catalog::Member,
     telemetry::metrics::Metrics,
 };
 
-/// How often rate-limit state of idle keys is dropped.
-const RATE_LIMIT_EVICT_EVERY: Duration = Duration::from_secs(60);
-
+/// The upstreams of the running config, and the catalog merged from their lists.
 #[derive(Debug)]
 pub struct Pool {
     /// Replaced as a whole by a reload; each upstream keeps running unless it changed.
@@ -31,53 +25,26 @@ pub struct Pool {
     /// Rebuilding reads the upstream set and stores a catalog: one at a time, so a rebuild
     /// from a supervisor cannot store a catalog of a set a reload has just replaced.
     rebuilding: parking_lot::Mutex<()>,
-    pub(super) auth: ArcSwap<Authenticator>,
-    hub: Arc<Hub>,
     metrics: Arc<Metrics>,
+    /// The server's session hub (or nothing, for the CLI's one-shot commands).
+    downstreams: Arc<dyn Downstreams>,
     pub(super) pins: Pins,
-    pub(super) rate_limits: ArcSwap<RateLimits>,
-    idempotency: Arc<IdempotencyStore>,
     shutdown: CancellationToken,
     /// Bumped on every phase change, so waiters need not poll.
     status_tx: watch::Sender<u64>,
-    /// Signs cursors and MRTR request state (`[gateway] state_key`).
-    seal: Arc<RequestStateCodec>,
-    cursors: Cursors,
-    input_wait: Duration,
-    max_parked_calls: usize,
-    /// Routed calls in flight, for draining on shutdown.
-    calls_in_flight: watch::Sender<usize>,
-}
-
-/// Counts a call as in flight until dropped.
-#[derive(Debug)]
-pub struct InFlightCall(Arc<Pool>);
-
-impl Drop for InFlightCall {
-    fn drop(&mut self) {
-        self.0
-            .calls_in_flight
-            .send_modify(|n| *n = n.saturating_sub(1));
-    }
 }
 
 impl Pool {
-    pub fn new(snapshot: &Snapshot) -> Result<Arc<Self>, String> {
+    pub fn new(
+        snapshot: &Snapshot,
+        metrics: Arc<Metrics>,
+        downstreams: Arc<dyn Downstreams>,
+    ) -> Arc<Self> {
         let (status_tx, _) = watch::channel(0);
         let shutdown = CancellationToken::new();
-        let seal = Arc::new(
-            RequestStateCodec::try_new(match &snapshot.gateway.state_key {
-                Some(k) => k.expose().as_bytes().to_vec(),
-                None => rand::random::<[u8; 32]>().to_vec(),
-            })
-            .map_err(|e| format!("[gateway] state_key: {e}"))?,
-        );
-        Ok(Arc::new(Self {
-            cursors: Cursors::new(seal.clone(), snapshot.gateway.cursor_ttl),
-            input_wait: snapshot.gateway.input_wait,
-            max_parked_calls: snapshot.gateway.max_parked_calls,
-            seal,
-            metrics: Arc::new(Metrics::new()?),
+        Arc::new(Self {
+            metrics,
+            downstreams,
             upstreams: ArcSwap::from_pointee(
                 snapshot
                     .upstreams
@@ -88,10 +55,6 @@ impl Pool {
             separator: snapshot.gateway.separator.clone(),
             catalog: ArcSwap::from_pointee(Catalog::default()),
             rebuilding: parking_lot::Mutex::new(()),
-            auth: ArcSwap::new(snapshot.auth.clone()),
-            hub: Arc::new(Hub::default()),
-            rate_limits: ArcSwap::from_pointee(RateLimits::new(snapshot.rate_limits.clone())),
-            idempotency: Arc::new(IdempotencyStore::new(snapshot.gateway.idempotency_ttl)),
             pins: {
                 let pins = Pins::default();
                 for up in &snapshot.upstreams {
@@ -103,8 +66,7 @@ impl Pool {
             },
             shutdown,
             status_tx,
-            calls_in_flight: watch::channel(0).0,
-        }))
+        })
     }
 
     /// Starts every upstream at once; none waits for another.
@@ -112,17 +74,6 @@ impl Pool {
         for up in self.upstreams.load().iter() {
             tokio::spawn(supervisor::run(self.clone(), up.clone()));
         }
-        let pool = Arc::downgrade(self);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(RATE_LIMIT_EVICT_EVERY);
-            loop {
-                tick.tick().await;
-                match pool.upgrade() {
-                    Some(p) if !p.shutdown.is_cancelled() => p.rate_limits.load().evict_idle(),
-                    _ => return,
-                }
-            }
-        });
     }
 
     /// Whether a caller with `access` may see the exposed tool `name` (its role globs, and the
@@ -135,37 +86,6 @@ impl Pool {
                 .and_then(|r| catalog.upstream(r.upstream))
                 .is_some_and(|u| access.tier(u.spec().tier.rank))
         }
-    }
-
-    /// How long a call parked for its caller's input waits (MRTR synthesis).
-    pub fn input_wait(&self) -> Duration {
-        self.input_wait
-    }
-
-    pub fn max_parked_calls(&self) -> usize {
-        self.max_parked_calls
-    }
-
-    pub fn cursors(&self) -> &Cursors {
-        &self.cursors
-    }
-
-    /// The key that seals state handed to clients (cursors, MRTR `requestState`).
-    pub fn seal(&self) -> &Arc<RequestStateCodec> {
-        &self.seal
-    }
-
-    pub fn idempotency(&self) -> &Arc<IdempotencyStore> {
-        &self.idempotency
-    }
-
-    pub fn rate_limits(&self) -> Arc<RateLimits> {
-        self.rate_limits.load_full()
-    }
-
-    /// How callers are authenticated, as of the last (re)load.
-    pub fn auth(&self) -> Arc<Authenticator> {
-        self.auth.load_full()
     }
 
     /// The configured upstreams, in config order.
@@ -185,20 +105,6 @@ impl Pool {
         self.catalog.load_full()
     }
 
-    /// Marks a call in flight until the returned guard is dropped.
-    pub fn call_started(self: &Arc<Self>) -> InFlightCall {
-        self.calls_in_flight.send_modify(|n| *n += 1);
-        InFlightCall(self.clone())
-    }
-
-    /// Waits (bounded) until no call is in flight; returns whether it got there.
-    pub async fn wait_idle(&self, timeout: Duration) -> bool {
-        let mut rx = self.calls_in_flight.subscribe();
-        tokio::time::timeout(timeout, rx.wait_for(|n| *n == 0))
-            .await
-            .is_ok_and(|r| r.is_ok())
-    }
-
     /// Accepts a tool definition held back by pinning (admin API); the tool reappears.
     pub fn accept_pin(&self, upstream: &str, tool: &str, fingerprint: &str) {
         self.pins.preset(upstream, tool, fingerprint);
@@ -212,7 +118,7 @@ impl Pool {
         &self.metrics
     }
 
-    /// Brings the gauges that mirror state (upstream up, breakers, sessions) up to date.
+    /// Brings the gauges that mirror upstream state (up, breakers) up to date.
     pub fn refresh_gauges(&self) {
         let now = tokio::time::Instant::now();
         for u in self.upstreams.load().iter() {
@@ -231,11 +137,10 @@ impl Pool {
                 .with_label_values(&[u.name()])
                 .set(state);
         }
-        self.metrics.sessions_active.set(self.hub.len() as i64);
     }
 
-    pub fn hub(&self) -> &Arc<Hub> {
-        &self.hub
+    pub(super) fn downstreams(&self) -> &dyn Downstreams {
+        &*self.downstreams
     }
 
     /// A stop token for a new upstream: cancelled with the pool, or on its own.
@@ -256,13 +161,24 @@ impl Pool {
     pub(super) fn rebuild(&self, changed: Changed) {
         {
             let _one = self.rebuilding.lock();
+            let upstreams = self.upstreams.load();
+            let configured: Vec<String> = upstreams.iter().map(|u| u.name().to_owned()).collect();
+            let ready = upstreams
+                .iter()
+                .filter(|u| u.connection().is_some())
+                .map(|u| Member {
+                    handle: u.clone(),
+                    spec: u.spec(),
+                    lists: u.lists(),
+                });
             self.catalog.store(Arc::new(Catalog::build(
-                &self.upstreams.load(),
+                ready.collect(),
+                &configured,
                 &self.separator,
                 &self.pins,
             )));
         }
-        self.hub.notify_changed(changed);
+        self.downstreams.lists_changed(changed);
     }
 
     pub(super) fn status_changed(&self) {

@@ -5,12 +5,8 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::{Upstream, connect::transport_limit, pool::Pool, supervisor};
-use crate::{
-    config::{Snapshot, UpstreamSpec},
-    policy::rate_limit::RateLimits,
-    server::sessions::Changed,
-};
+use super::{Changed, Upstream, connect::transport_limit, pool::Pool, supervisor};
+use crate::config::{Snapshot, UpstreamSpec};
 
 /// What a reload did to the upstreams, by name.
 #[derive(Debug, Default, Clone, Serialize)]
@@ -52,9 +48,7 @@ pub fn needs_restart(old: &UpstreamSpec, new: &UpstreamSpec) -> bool {
 }
 
 impl Pool {
-    /// Replaces the upstream set, the callers' identities and roles and the rate limits with
-    /// those of `snapshot` (validated already). Other `[gateway]`, `[admin]` and `[audit]`
-    /// settings are bound at start and are not changed here.
+    /// Replaces the upstream set with that of `snapshot` (validated already).
     pub fn apply(self: &Arc<Self>, snapshot: &Snapshot) -> Applied {
         let old = self.upstreams();
         let mut applied = Applied::default();
@@ -98,11 +92,6 @@ impl Pool {
                 self.metrics().forget_upstream(cur.name());
                 stopping.push(cur.clone());
             }
-        }
-        self.auth.store(snapshot.auth.clone());
-        if !self.rate_limits().configured_as(&snapshot.rate_limits) {
-            self.rate_limits
-                .store(Arc::new(RateLimits::new(snapshot.rate_limits.clone())));
         }
         self.upstreams.store(Arc::new(next));
         // Gone from the set first, so no new call is routed to an upstream being stopped.

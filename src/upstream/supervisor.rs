@@ -10,15 +10,16 @@ use rmcp::{
 };
 use tokio::{sync::mpsc, time::Instant};
 
+use super::Changed;
 use super::{
-    Connection, DetectedEra, Lists, Phase, Upstream,
+    Connection, DetectedEra, Phase, Upstream,
     client::{UpstreamClient, UpstreamEvent},
     connect::{self, Established},
     inflight::Inflight,
     pool::Pool,
     spawn::ProcessGuard,
 };
-use crate::{config::TransportSpec, policy::retry::backoff, server::sessions::Changed};
+use crate::{config::TransportSpec, policy::retry::backoff, router::catalog::Lists};
 
 /// A connection that stayed up this long resets the consecutive-failure count.
 const STABLE_AFTER: Duration = Duration::from_secs(30);
@@ -391,7 +392,7 @@ async fn handle_event(
     let mut lists = (*up.lists()).clone();
     let changed = match ev {
         UpstreamEvent::ResourceUpdated(p) => {
-            pool.hub().resource_updated(p);
+            pool.downstreams().resource_updated(p);
             return;
         }
         UpstreamEvent::ToolsChanged => match peer.list_all_tools().await {

@@ -1,4 +1,5 @@
-//! Rejections of each validation part, each reported at its line.
+//! Rejections of each validation part: every problem is reported, at its line, naming what is
+//! wrong; a good file of the same shape loads.
 
 use crate::config::{Diagnostic, load_str};
 
@@ -7,4 +8,176 @@ fn errors(text: &str) -> Vec<Diagnostic> {
         Ok(_) => Vec::new(),
         Err(e) => e,
     }
+}
+
+/// Asserts that one diagnostic contains `needle` and sits on `line`.
+fn reported(text: &str, needle: &str, line: usize) {
+    let errs = errors(text);
+    assert!(
+        errs.iter()
+            .any(|d| d.message.contains(needle) && d.line == line),
+        "no `{needle}` at line {line} in {errs:#?}"
+    );
+}
+
+const STDIO: &str = "[upstreams.a]\nkind = \"stdio\"\ncommand = \"x\"\n";
+
+#[test]
+fn a_good_file_loads() {
+    let text = format!(
+        "[gateway]\nlisten = \"127.0.0.1:9\"\n\n{STDIO}\n[[rate_limits]]\nby = [\"identity\"]\nper_second = 3\n"
+    );
+    let s = load_str("t.toml", &text).expect("valid");
+    assert_eq!(s.upstreams.len(), 1);
+    assert_eq!(s.rate_limits.len(), 1);
+}
+
+#[test]
+fn gateway_rejections() {
+    reported("[gateway]\nlisten = \"nowhere\"\n", "is not an address", 2);
+    reported("[gateway]\nseparator = \"a b\"\n", "bad separator", 2);
+    reported(
+        "[gateway]\npage_size = 0\n",
+        "page_size must be at least 1",
+        2,
+    );
+    reported(
+        "[gateway]\nprefix = \"sometimes\"\n",
+        "is not one of `always`, `never`",
+        2,
+    );
+    // An unset variable: no test sets it.
+    reported(
+        "[gateway]\nstate_key = \"env:FEDGATE_TEST_UNSET_STATE_KEY\"\n",
+        "state_key",
+        2,
+    );
+    reported("[gateway]\nstate_key = \"literal\"\n", "references", 2);
+}
+
+#[test]
+fn every_problem_is_reported_at_once() {
+    let errs = errors("[gateway]\nlisten = \"x\"\npage_size = 0\n");
+    assert_eq!(errs.len(), 2, "{errs:#?}");
+}
+
+#[test]
+fn upstream_rejections() {
+    reported(
+        "[upstreams.\"a b\"]\nkind = \"stdio\"\ncommand = \"x\"\n",
+        "invalid upstream name",
+        1,
+    );
+    reported(
+        "[upstreams.a]\nkind = \"carrier-pigeon\"\n",
+        "is not one of stdio, http, sse",
+        2,
+    );
+    reported(
+        "[upstreams.a]\nkind = \"stdio\"\n",
+        "kind stdio needs `command`",
+        2,
+    );
+    reported(
+        "[upstreams.a]\nkind = \"http\"\nurl = \"ftp://x\"\n",
+        "is not an http(s) URL",
+        3,
+    );
+    reported(
+        &format!("{STDIO}era = \"bronze\"\n"),
+        "is not one of auto, legacy, modern",
+        4,
+    );
+    reported(
+        &format!("{STDIO}tier = \"no-such-tier\"\n"),
+        "trust tier `no-such-tier` is not usable",
+        4,
+    );
+    reported(
+        &format!("{STDIO}credential = \"nope\"\n"),
+        "unknown credential `nope`",
+        4,
+    );
+    reported(&format!("{STDIO}deny = [\"[\"]\n"), "bad glob", 4);
+}
+
+#[test]
+fn auth_rejections() {
+    reported(
+        "[auth]\n[[auth.api_keys]]\nname = \"k\"\nsha256 = \"abc\"\n",
+        "sha256 must be 64 hex digits",
+        4,
+    );
+    reported(
+        "[auth]\nanonymous = true\nanonymous_roles = [\"ghost\"]\n",
+        "unknown role `ghost`",
+        3,
+    );
+    reported(
+        "[auth.jwt]\nissuer = \"me\"\n",
+        "needs `hs256_secret` or `jwks_file`",
+        1,
+    );
+    reported(
+        "[roles.r]\nmax_tier = \"no-such-tier\"\n",
+        "max_tier `no-such-tier` is not a usable tier",
+        2,
+    );
+}
+
+#[test]
+fn credential_rejections() {
+    reported(
+        "[credentials.c]\nclass = \"internal\"\nsource = \"exec:\"\n",
+        "`exec:` needs a command",
+        3,
+    );
+    reported(
+        "[credentials.c]\nclass = \"internal\"\n",
+        "set exactly one of `source` and `oauth`",
+        1,
+    );
+    reported(
+        "[credentials.c]\nclass = \"internal\"\noauth = { grant = \"magic\", token_url = \"http://t\", client_id = \"i\", client_secret = \"env:S\" }\n",
+        "grant `magic` is not client_credentials or token_exchange",
+        1,
+    );
+}
+
+#[test]
+fn rate_limit_rejections() {
+    reported(
+        "[[rate_limits]]\nby = [\"moon\"]\nper_second = 1\n",
+        "rate limit key `moon`",
+        2,
+    );
+    reported(
+        "[[rate_limits]]\nupstream = \"ghost\"\nper_second = 1\n",
+        "unknown upstream `ghost`",
+        2,
+    );
+    reported(
+        "[[rate_limits]]\nper_second = 0\n",
+        "per_second must be greater than 0",
+        1,
+    );
+}
+
+#[test]
+fn tracing_rejections() {
+    reported(
+        "[tracing]\nprotocol = \"grpc\"\n",
+        "use `http/protobuf` or `http/json`",
+        1,
+    );
+    reported(
+        "[tracing]\notlp_endpoint = \"udp://x\"\n",
+        "is not an http(s) URL",
+        1,
+    );
+    reported(
+        "[tracing]\nsample_ratio = 2.0\n",
+        "sample_ratio must be between 0.0 and 1.0",
+        1,
+    );
 }

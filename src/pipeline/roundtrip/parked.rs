@@ -276,7 +276,7 @@ mod tests {
             lot.resume(&state, b"ann tools/call x", Some(&answers()))
                 .is_err()
         );
-        assert!(lot.is_empty());
+        assert_eq!(lot.len(), 0);
     }
 
     #[tokio::test]

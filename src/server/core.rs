@@ -1,0 +1,146 @@
+//! One running gateway put together from a snapshot: the upstream pool, the session hub, and
+//! the state each part owns — identities, rate limits, idempotency records, the sealing key,
+//! the count of calls in flight. Each part gets only its piece; a reload swaps the pieces
+//! that may change.
+
+use std::{sync::Arc, time::Duration};
+
+use arc_swap::ArcSwap;
+use rmcp::model::RequestStateCodec;
+use tokio::sync::watch;
+
+use super::sessions::Hub;
+use crate::{
+    config::Snapshot,
+    pipeline::{self, CallStack},
+    policy::{idempotency::IdempotencyStore, identity::Authenticator, rate_limit::RateLimits},
+    router::cursor::Cursors,
+    telemetry::{audit::Audit, metrics::Metrics},
+    upstream::{pool::Pool, reload::Applied},
+};
+
+/// How often rate-limit state of idle keys is dropped.
+const RATE_LIMIT_EVICT_EVERY: Duration = Duration::from_secs(60);
+
+#[derive(Debug)]
+pub struct Core {
+    pub pool: Arc<Pool>,
+    pub metrics: Arc<Metrics>,
+    pub hub: Arc<Hub>,
+    /// How callers are authenticated, as of the last (re)load.
+    pub auth: Arc<ArcSwap<Authenticator>>,
+    pub limits: Arc<ArcSwap<RateLimits>>,
+    pub idempotency: Arc<IdempotencyStore>,
+    /// Signs cursors, session ids and MRTR `requestState` (`[gateway] state_key`).
+    pub seal: Arc<RequestStateCodec>,
+    pub cursors: Cursors,
+    /// Bound at start, like the rest of `[gateway]`.
+    input_wait: Duration,
+    max_parked_calls: usize,
+    /// Requests in flight, for draining on shutdown.
+    in_flight: watch::Sender<usize>,
+}
+
+/// Counts a request as in flight until dropped.
+#[derive(Debug)]
+pub struct InFlight(watch::Sender<usize>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+impl Core {
+    pub fn new(snapshot: &Snapshot) -> Result<Arc<Self>, String> {
+        let seal = Arc::new(
+            RequestStateCodec::try_new(match &snapshot.gateway.state_key {
+                Some(k) => k.expose().as_bytes().to_vec(),
+                None => rand::random::<[u8; 32]>().to_vec(),
+            })
+            .map_err(|e| format!("[gateway] state_key: {e}"))?,
+        );
+        let metrics = Arc::new(Metrics::new()?);
+        let hub = Arc::new(Hub::default());
+        Ok(Arc::new(Self {
+            pool: Pool::new(snapshot, metrics.clone(), hub.clone()),
+            metrics,
+            hub,
+            auth: Arc::new(ArcSwap::new(snapshot.auth.clone())),
+            limits: Arc::new(ArcSwap::from_pointee(RateLimits::new(
+                snapshot.rate_limits.clone(),
+            ))),
+            idempotency: Arc::new(IdempotencyStore::new(snapshot.gateway.idempotency_ttl)),
+            cursors: Cursors::new(seal.clone(), snapshot.gateway.cursor_ttl),
+            seal,
+            input_wait: snapshot.gateway.input_wait,
+            max_parked_calls: snapshot.gateway.max_parked_calls,
+            in_flight: watch::channel(0).0,
+        }))
+    }
+
+    /// Starts every upstream, and the housekeeping of per-key rate-limit state.
+    pub fn start(self: &Arc<Self>) {
+        self.pool.start();
+        let limits = Arc::downgrade(&self.limits);
+        let stop = self.pool.shutdown_token();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(RATE_LIMIT_EVICT_EVERY);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = stop.cancelled() => return,
+                }
+                match limits.upgrade() {
+                    Some(l) => l.load().evict_idle(),
+                    None => return,
+                }
+            }
+        });
+    }
+
+    /// The call stack over this gateway's parts.
+    pub fn stack(&self, audit: Option<Audit>) -> CallStack {
+        pipeline::build(pipeline::Parts {
+            pool: self.pool.clone(),
+            metrics: self.metrics.clone(),
+            limits: self.limits.clone(),
+            idempotency: self.idempotency.clone(),
+            seal: self.seal.clone(),
+            input_wait: self.input_wait,
+            max_parked_calls: self.max_parked_calls,
+            audit,
+        })
+    }
+
+    /// Applies a validated snapshot: the upstream set, the callers' identities and roles and
+    /// the rate limits. Other `[gateway]`, `[admin]` and `[audit]` settings are bound at start.
+    pub fn apply(&self, snapshot: &Snapshot) -> Applied {
+        self.auth.store(snapshot.auth.clone());
+        if !self.limits.load().configured_as(&snapshot.rate_limits) {
+            self.limits
+                .store(Arc::new(RateLimits::new(snapshot.rate_limits.clone())));
+        }
+        self.pool.apply(snapshot)
+    }
+
+    /// Marks a request in flight until the returned guard is dropped.
+    pub fn request_started(&self) -> InFlight {
+        self.in_flight.send_modify(|n| *n += 1);
+        InFlight(self.in_flight.clone())
+    }
+
+    /// Waits (bounded) until no request is in flight; returns whether it got there.
+    pub async fn wait_idle(&self, timeout: Duration) -> bool {
+        let mut rx = self.in_flight.subscribe();
+        tokio::time::timeout(timeout, rx.wait_for(|n| *n == 0))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    /// Brings the gauges that mirror state (upstreams, breakers, sessions) up to date.
+    pub fn refresh_gauges(&self) {
+        self.pool.refresh_gauges();
+        self.metrics.sessions_active.set(self.hub.len() as i64);
+    }
+}
