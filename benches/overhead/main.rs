@@ -1,9 +1,20 @@
-//! Overhead benchmark: `tools/call` of a trivial echo tool at concurrency 1, 8 and 64, in one run,
-//! (a) directly against the demo upstream over Streamable HTTP, (b) through fedgate to that HTTP
-//! upstream, (c) through fedgate to a stdio upstream. Prints calls/s, p50, p99, ratios to direct,
-//! and fedgate's CPU time per call (user+sys from /proc), plus fedgate's idle RSS.
+//! Overhead benchmark: `tools/call` of a trivial echo tool at concurrency 1, 8 and 64, in one run.
 //!
-//! Run: `cargo bench --bench overhead` (optional env: BENCH_SECONDS, default 3 per cell).
+//! Part 1, the floor: the same stdio echo server behind (a) a bare hyper forwarder (`floor.rs`:
+//! HTTP in, one stdio pipe out, JSON-RPC id rewriting, nothing else) and (b) fedgate with every
+//! policy layer in the stack, loaded by keep-alive HTTP/1.1 connections that share one MCP
+//! session (`load.rs`, as wrk-style load tools do). Cells are interleaved per concurrency.
+//! Prints calls/s, p50, p99 and CPU time per call (user+sys of the forwarding process, from
+//! /proc) for both, and fedgate's ratios to the floor.
+//!
+//! Part 2, rmcp clients: directly against the demo upstream over Streamable HTTP, through
+//! fedgate to that HTTP upstream, through fedgate to a stdio upstream.
+//!
+//! Run: `cargo bench --bench overhead` (optional env: BENCH_SECONDS, default 3 per cell;
+//! FEDGATE_WORKER_THREADS reaches fedgate through the environment).
+
+mod floor;
+mod load;
 
 use std::{
     io::{BufRead, BufReader},
@@ -22,7 +33,10 @@ use rmcp::{
 };
 use tokio::time::Instant;
 
-const FEDGATE: &str = env!("CARGO_BIN_EXE_fedgate");
+/// The fedgate under test; `FEDGATE_BIN` measures another build (e.g. an earlier commit's).
+static FEDGATE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    std::env::var("FEDGATE_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_fedgate").to_owned())
+});
 
 #[derive(Clone, Default)]
 struct Bench;
@@ -49,7 +63,7 @@ fn free_port() -> u16 {
 
 /// Starts a process and waits for a stdout line containing `ready`.
 fn start(args: &[&str], ready: &str) -> Proc {
-    let mut child = Command::new(FEDGATE)
+    let mut child = Command::new(&*FEDGATE)
         .args(args)
         .env("FEDGATE_LOG", "warn")
         .stdout(Stdio::piped())
@@ -198,7 +212,80 @@ async fn drive(
     }
 }
 
+/// Starts the floor (this bench binary, re-executed) in front of the stdio echo server.
+fn start_floor() -> (Proc, std::net::SocketAddr) {
+    let exe = std::env::current_exe().unwrap_or_else(|e| panic!("current_exe: {e}"));
+    let mut child = Command::new(exe)
+        .args([
+            "__floor",
+            "-",
+            FEDGATE.as_str(),
+            "demo-upstream",
+            "--name",
+            "s",
+        ])
+        .env("FEDGATE_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn floor: {e}"));
+    let out = child.stdout.take().unwrap_or_else(|| panic!("no stdout"));
+    let mut lines = BufReader::new(out).lines();
+    let addr = loop {
+        match lines.next() {
+            Some(Ok(l)) => {
+                if let Some(a) = l.strip_prefix("floor listening ") {
+                    break a
+                        .trim()
+                        .parse()
+                        .unwrap_or_else(|e| panic!("floor address {a:?}: {e}"));
+                }
+            }
+            _ => panic!("floor exited before it listened"),
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    (Proc(child), addr)
+}
+
+/// One loaded cell, with the CPU the process `pid` spent on it.
+async fn load_cell(
+    addr: std::net::SocketAddr,
+    session: Option<String>,
+    tool: &str,
+    conc: usize,
+    secs: f64,
+    pid: u32,
+) -> (load::Cell, f64) {
+    let cpu0 = cpu_seconds(pid);
+    let cell = load::drive(addr, session, tool, conc, secs).await;
+    let cpu = cpu_seconds(pid) - cpu0;
+    let per_call = if cell.calls > 0 {
+        cpu / cell.calls as f64 * 1e6
+    } else {
+        0.0
+    };
+    (cell, per_call)
+}
+
+fn print_load_row(label: &str, conc: usize, cell: &load::Cell, cpu_us: f64) {
+    println!(
+        "{:<18} {:>4} {:>10.0} {:>9.0} {:>9.0} {:>12.1} {:>6}",
+        label,
+        conc,
+        cell.calls as f64 / cell.secs,
+        cell.p50_us,
+        cell.p99_us,
+        cpu_us,
+        cell.failures
+    );
+}
+
 fn main() {
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some("__floor") {
+        floor::main_from_args(&argv[1..]);
+    }
     let secs: f64 = std::env::var("BENCH_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -216,9 +303,15 @@ fn main() {
     let dir = std::env::temp_dir().join(format!("fedgate-bench-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&dir);
     let cfg = dir.join("gateway.toml");
+    // Every policy layer does its work: tiers classify, a rate-limit rule is checked per call
+    // (high enough never to refuse), breakers and retries are on by default.
+    let tiers = concat!(env!("CARGO_MANIFEST_DIR"), "/trust-tiers");
     let toml = format!(
-        "[upstreams.h]\nkind = \"http\"\nurl = \"http://{up_addr}/mcp\"\nera = \"legacy\"\n\n\
-         [upstreams.s]\nkind = \"stdio\"\ncommand = {FEDGATE:?}\nargs = [\"demo-upstream\", \"--name\", \"s\"]\nera = \"legacy\"\n"
+        "[gateway]\ntiers_dir = {tiers:?}\n\n\
+         [[rate_limits]]\nname = \"bench\"\nby = [\"identity\", \"tool\"]\nper_second = 10000000\n\n\
+         [upstreams.h]\nkind = \"http\"\nurl = \"http://{up_addr}/mcp\"\nera = \"legacy\"\ntier = \"high\"\n\n\
+         [upstreams.s]\nkind = \"stdio\"\ncommand = {:?}\nargs = [\"demo-upstream\", \"--name\", \"s\"]\nera = \"legacy\"\ntier = \"high\"\n",
+        *FEDGATE
     );
     std::fs::write(&cfg, toml).unwrap_or_else(|e| panic!("{e}"));
     let gw_port = free_port();
@@ -242,7 +335,43 @@ fn main() {
     );
     let direct_url = format!("http://{up_addr}/mcp");
     let gw_url = format!("http://{listen}/mcp");
+    let (floor, floor_addr) = start_floor();
+    let floor_pid = floor.0.id();
+    let gw_addr: std::net::SocketAddr = listen.parse().unwrap_or_else(|e| panic!("{e}"));
     rt.block_on(async {
+        let floor_session = load::session(floor_addr)
+            .await
+            .unwrap_or_else(|e| panic!("floor session: {e}"));
+        let gw_session = load::session(gw_addr)
+            .await
+            .unwrap_or_else(|e| panic!("fedgate session: {e}"));
+        println!(
+            "\npart 1: keep-alive HTTP/1.1, one shared session, stdio echo upstream\n{:<18} {:>4} {:>10} {:>9} {:>9} {:>12} {:>6}",
+            "target", "c", "calls/s", "p50 µs", "p99 µs", "CPU µs/call", "fail"
+        );
+        let mut ratios = Vec::new();
+        for conc in [1usize, 8, 64] {
+            let (f, f_cpu) =
+                load_cell(floor_addr, floor_session.clone(), "echo", conc, secs, floor_pid).await;
+            print_load_row("floor", conc, &f, f_cpu);
+            let (g, g_cpu) =
+                load_cell(gw_addr, gw_session.clone(), "s.echo", conc, secs, gw_pid).await;
+            print_load_row("fedgate", conc, &g, g_cpu);
+            let rate = |c: &load::Cell| c.calls as f64 / c.secs.max(f64::EPSILON);
+            ratios.push((
+                conc,
+                g_cpu / f_cpu.max(f64::EPSILON),
+                rate(&g) / rate(&f).max(f64::EPSILON),
+                g.p50_us / f.p50_us.max(f64::EPSILON),
+            ));
+        }
+        println!(
+            "\nfedgate / floor     c  CPU per call  calls/s      p50"
+        );
+        for (conc, cpu, rate, p50) in ratios {
+            println!("{:<18} {:>2} {:>12.2}x {:>7.2}x {:>7.2}x", "", conc, cpu, rate, p50);
+        }
+        println!("\npart 2: rmcp clients");
         let direct = connect(&direct_url).await;
         let via = connect(&gw_url).await;
         println!(
@@ -292,5 +421,6 @@ fn main() {
         let _ = direct.cancel().await;
         let _ = via.cancel().await;
     });
+    drop(floor);
     let _ = std::fs::remove_dir_all(&dir);
 }
