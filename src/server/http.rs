@@ -187,9 +187,6 @@ impl Edge {
                     } else {
                         tower::Service::<Request<Incoming>>::call(&mut mcp, req).await
                     };
-                    if let Some(Some(sid)) = &presented {
-                        sealed.done(sid);
-                    }
                     let answer = answer.map(|mut r| {
                         // rmcp answers a session DELETE with 202; SDKs expect 200 or 204 (the
                         // Python SDK logs a failure for anything else), and nothing is pending.

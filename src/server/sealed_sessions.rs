@@ -15,6 +15,10 @@
 //! the session for good on the replica that receives it (its id is refused there from then
 //! on); another replica still holding or restoring a copy ends it after rmcp's idle timeout.
 //! Every replica needs the same `state_key`.
+//!
+//! Opening a sealed id (base64, HMAC, JSON) is the costliest step of a small call, and a client
+//! presents the same id on every request: ids verified once are remembered (bounded), so a
+//! repeat costs one map lookup. The caller and the age are still checked on every request.
 
 use std::{sync::Arc, time::Duration};
 
@@ -35,6 +39,9 @@ const TRANSIENT_FOR: Duration = Duration::from_secs(60);
 /// How many ended sessions (or transient entries) accumulate between prunings.
 const PRUNE_EVERY: usize = 1024;
 
+/// Most verified ids remembered; past it the memory starts over (ids are verified again).
+const VERIFIED_MAX: usize = 4096;
+
 /// Associated data of sealed session ids, so no other sealed value passes for one.
 const SESSION_AD: &[u8] = b"fedgate-session";
 
@@ -51,6 +58,14 @@ struct Ticket {
     init: String,
 }
 
+/// A sealed id that passed verification on this replica.
+#[derive(Debug)]
+struct Verified {
+    sid: String,
+    who: String,
+    issued: u64,
+}
+
 /// rmcp's session store, backed by what clients present (see the module doc).
 #[derive(Debug)]
 pub struct SealedSessions {
@@ -63,6 +78,11 @@ pub struct SealedSessions {
     transient: DashMap<String, (Arc<str>, u64)>,
     /// Sessions ended here by a DELETE, with the time: never restored again on this replica.
     ended: DashMap<String, u64>,
+    /// Sealed id -> what it says, for ids verified before.
+    verified: DashMap<Arc<str>, Arc<Verified>>,
+    /// rmcp's id -> the `initialize` parameters of sessions whose ids were verified here, so
+    /// rmcp can restore a session it does not know.
+    restorable: DashMap<String, Arc<str>>,
 }
 
 impl SealedSessions {
@@ -72,6 +92,8 @@ impl SealedSessions {
             ttl,
             transient: DashMap::new(),
             ended: DashMap::new(),
+            verified: DashMap::new(),
+            restorable: DashMap::new(),
         })
     }
 
@@ -92,17 +114,34 @@ impl SealedSessions {
             .ok()
     }
 
-    /// rmcp's id behind a sealed id presented by `who`; `None` for anything forged, expired
-    /// or presented by someone else. The session can then be restored on this replica until
-    /// [`Self::done`] is called for it.
+    /// rmcp's id behind a sealed id presented by `who`; `None` for anything forged, expired,
+    /// ended or presented by someone else. The session can then be restored on this replica.
     pub fn open(&self, sealed: &str, who: &str) -> Option<String> {
-        let ticket: Ticket = self.seal.open_json_with(sealed, SESSION_AD).ok()?;
-        let fresh = ticket.issued.saturating_add(self.ttl.as_millis() as u64) >= now_ms();
-        if ticket.who != who || !fresh || self.ended.contains_key(&ticket.sid) {
+        let known = self.verified.get(sealed).map(|v| v.clone());
+        let v = match known {
+            Some(v) => v,
+            None => {
+                let ticket: Ticket = self.seal.open_json_with(sealed, SESSION_AD).ok()?;
+                let v = Arc::new(Verified {
+                    sid: ticket.sid,
+                    who: ticket.who,
+                    issued: ticket.issued,
+                });
+                if self.verified.len() >= VERIFIED_MAX {
+                    self.verified.clear();
+                    self.restorable.clear();
+                }
+                self.restorable
+                    .insert(v.sid.clone(), Arc::from(ticket.init));
+                self.verified.insert(Arc::from(sealed), v.clone());
+                v
+            }
+        };
+        let fresh = v.issued.saturating_add(self.ttl.as_millis() as u64) >= now_ms();
+        if v.who != who || !fresh || self.ended.contains_key(&v.sid) {
             return None;
         }
-        self.remember(ticket.sid.clone(), Arc::from(ticket.init));
-        Some(ticket.sid)
+        Some(v.sid.clone())
     }
 
     fn remember(&self, sid: String, init: Arc<str>) {
@@ -113,11 +152,6 @@ impl SealedSessions {
         }
         self.transient.insert(sid, (init, now));
     }
-
-    /// The request that presented `sid` is through: its state is no longer needed here.
-    pub fn done(&self, sid: &str) {
-        self.transient.remove(sid);
-    }
 }
 
 /// rmcp's side: it stores a new session's state, loads it to restore an unknown session, and
@@ -125,7 +159,9 @@ impl SealedSessions {
 #[async_trait::async_trait]
 impl SessionStore for SealedSessions {
     async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
-        let Some(init) = self.transient.get(session_id).map(|s| s.0.clone()) else {
+        let known = self.transient.get(session_id).map(|s| s.0.clone());
+        let Some(init) = known.or_else(|| self.restorable.get(session_id).map(|s| s.clone()))
+        else {
             return Ok(None);
         };
         let params: InitializeRequestParams = serde_json::from_str(&init)?;
@@ -143,6 +179,7 @@ impl SessionStore for SealedSessions {
 
     async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
         self.transient.remove(session_id);
+        self.restorable.remove(session_id);
         let now = now_ms();
         // Entries older than the ticket lifetime cannot matter (such tickets are refused);
         // dropped now and then, not on every DELETE.
@@ -189,7 +226,16 @@ mod tests {
         assert_eq!(b.open(&sealed, "ann").as_deref(), Some("sid-1"));
         let state = b.load("sid-1").await.unwrap().expect("restorable");
         assert_eq!(state.initialize_params.client_info.name, "t");
-        b.done("sid-1");
+        // A repeat is answered from what was verified, still for its owner only.
+        assert_eq!(b.open(&sealed, "ann").as_deref(), Some("sid-1"));
+        assert_eq!(
+            b.open(&sealed, "bob"),
+            None,
+            "another caller, remembered id"
+        );
+        // Ended here: refused from then on, and nothing left to restore.
+        b.delete("sid-1").await.unwrap();
+        assert_eq!(b.open(&sealed, "ann"), None);
         assert!(b.load("sid-1").await.unwrap().is_none());
         // Another key, or an edited id.
         assert_eq!(sessions(2).open(&sealed, "ann"), None);

@@ -1,0 +1,174 @@
+//! The demo's tools: their definitions, and the helpers the handler answers with.
+
+use std::sync::{Arc, atomic::Ordering};
+
+use rmcp::model::*;
+use serde_json::{Value, json};
+
+use super::Demo;
+
+pub(super) fn schema(v: Value) -> Arc<JsonObject> {
+    Arc::new(v.as_object().cloned().unwrap_or_default())
+}
+
+pub(super) fn tool(name: &'static str, desc: &'static str, props: Value, read_only: bool) -> Tool {
+    Tool::new(
+        name,
+        desc,
+        schema(json!({"type": "object", "properties": props})),
+    )
+    .with_annotations(
+        ToolAnnotations::new()
+            .read_only(read_only)
+            .destructive(false),
+    )
+}
+
+pub(super) fn text(s: impl Into<String>) -> CallToolResult {
+    CallToolResult::success(vec![ContentBlock::text(s.into())])
+}
+
+pub(super) fn arg_str(args: &Option<JsonObject>, key: &str) -> Option<String> {
+    args.as_ref()?.get(key)?.as_str().map(str::to_owned)
+}
+
+pub(super) fn arg_u64(args: &Option<JsonObject>, key: &str) -> Option<u64> {
+    args.as_ref()?.get(key)?.as_u64()
+}
+
+impl Demo {
+    /// Tells every session (both eras) that the tool list changed.
+    pub(super) async fn tools_changed(&self) {
+        let peers = self.state.peers.lock().clone();
+        for p in peers {
+            let _ = p.notify_tool_list_changed().await;
+        }
+        let sinks = self.state.sinks.lock().clone();
+        for s in sinks {
+            let _ = s.notify_tool_list_changed().await;
+        }
+    }
+
+    pub(super) fn tools(&self) -> Vec<Tool> {
+        let mut tools = vec![
+            tool(
+                "echo",
+                if self.state.evolved.load(Ordering::SeqCst) {
+                    "Echo the text back, and remember it (v2)."
+                } else {
+                    "Echo the text back."
+                },
+                json!({"text": {"type": "string"}}),
+                true,
+            ),
+            tool(
+                "fail",
+                "Always answer with an isError result.",
+                json!({}),
+                true,
+            ),
+            tool(
+                "error",
+                "Always answer with a JSON-RPC error.",
+                json!({}),
+                true,
+            ),
+            tool(
+                "whoami",
+                "The credential this server received.",
+                json!({}),
+                true,
+            ),
+            tool(
+                "traceparent",
+                "The W3C trace context this request arrived with: HTTP header and _meta.",
+                json!({}),
+                true,
+            ),
+            tool(
+                "evolve",
+                "Change the definition of `echo` (a server changing what a tool does).",
+                json!({}),
+                false,
+            ),
+            tool(
+                "add",
+                "Add two numbers.",
+                json!({"a": {"type": "number"}, "b": {"type": "number"}}),
+                true,
+            ),
+            tool(
+                "write_note",
+                "Store a note under a key (readable as <name>://notes/{key}).",
+                json!({"key": {"type": "string"}, "value": {"type": "string"}}),
+                false,
+            ),
+            tool(
+                "progress",
+                "Send `steps` progress notifications, then finish.",
+                json!({"steps": {"type": "integer"}}),
+                true,
+            ),
+            tool(
+                "slow",
+                "Wait `ms` milliseconds; stops early when cancelled.",
+                json!({"ms": {"type": "integer"}}),
+                true,
+            ),
+            tool(
+                "ask",
+                "Ask the user for their name (elicitation) and greet them.",
+                json!({}),
+                true,
+            ),
+            tool(
+                "toggle_extra",
+                "Add or remove the tool `extra` (the tool list changes).",
+                json!({}),
+                false,
+            ),
+            tool("stats", "Counters: calls, cancellations.", json!({}), true),
+            tool("pid", "This server's process id.", json!({}), true),
+            tool(
+                "headers",
+                "The MCP routing headers this request arrived with (Mcp-Method, Mcp-Name, \
+                 Mcp-Param-Region), and the `region` argument.",
+                json!({"region": {"type": "string", "x-mcp-header": "Region"}}),
+                true,
+            ),
+            tool(
+                "sample",
+                "Ask the client's model to say hi (sampling) and return what it said.",
+                json!({}),
+                true,
+            ),
+            tool(
+                "log",
+                "Send three log messages (debug, info, warning) during the call.",
+                json!({}),
+                true,
+            ),
+            tool(
+                "roots",
+                "Ask the client for its roots and list them.",
+                json!({}),
+                true,
+            ),
+            tool(
+                "crash",
+                "Exit the process immediately, without answering.",
+                json!({}),
+                false,
+            ),
+        ];
+        if self.state.extra.load(Ordering::SeqCst) {
+            tools.push(tool(
+                "extra",
+                "Appears after toggle_extra.",
+                json!({}),
+                true,
+            ));
+        }
+        tools
+    }
+}
