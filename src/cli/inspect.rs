@@ -28,9 +28,10 @@ pub async fn tools(path: &Path, json: bool) -> Result<ExitCode, String> {
         .map(|t| {
             let route = catalog.tool(&t.name);
             let upstream = route
-                .and_then(|r| catalog.upstream(r.upstream))
+                .and_then(|r| r.member())
+                .and_then(|i| catalog.upstream(i))
                 .map(|u| u.name().to_owned())
-                .unwrap_or_default();
+                .unwrap_or_else(|| crate::names::OWN_NAMESPACE.to_owned());
             let read_only = t
                 .annotations
                 .as_ref()

@@ -41,7 +41,10 @@ fn hidden(pool: &Pool, call: &Call) -> Result<(), CallError> {
     let Some(target) = &call.target else {
         return Ok(());
     };
-    let reachable = access.tier(target.upstream.spec().tier.rank);
+    // The gateway's own tools have no tier; role globs alone decide.
+    let reachable = target
+        .upstream()
+        .is_none_or(|u| access.tier(u.spec().tier.rank));
     match &target.exposed {
         Exposed::Tool(name) if !reachable => Err(CallError::UnknownTool {
             name: name.clone(),

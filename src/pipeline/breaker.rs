@@ -20,7 +20,7 @@ pub struct Breaker;
 
 impl Step for Breaker {
     fn run<S: CallService>(&self, inner: &mut S, call: Call) -> CallFuture {
-        let Some(up) = call.target.as_ref().map(|t| t.upstream.clone()) else {
+        let Some(up) = call.target.as_ref().and_then(|t| t.upstream()).cloned() else {
             return inner.call(call);
         };
         if let Err(retry_in) = up.breaker.admit(Instant::now()) {

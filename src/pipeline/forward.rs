@@ -114,12 +114,17 @@ impl Forward {
                 upstream: String::new(),
                 detail: "call reached forward without a route".into(),
             })?;
-        let up = target.upstream.clone();
+        let up = target
+            .upstream()
+            .cloned()
+            .ok_or_else(|| CallError::Internal {
+                detail: "a call for the gateway's own tool reached forward".into(),
+            })?;
         let spec = up.spec();
         let conn = up.connection().ok_or_else(|| {
             let s = up.status();
             CallError::UpstreamUnavailable {
-                upstream: target.upstream_name.to_string(),
+                upstream: target.owner.to_string(),
                 phase: s.phase,
                 detail: s.last_error,
             }
@@ -130,7 +135,7 @@ impl Forward {
             return done;
         }
         let timeout = call.timeout.unwrap_or(spec.call_timeout);
-        let name: &str = &target.upstream_name;
+        let name: &str = &target.owner;
         let write = call.class == Some(CallClass::Write);
         let mut call = call;
         let cx = client_span(&call, name, spec.transport.kind());
@@ -160,7 +165,7 @@ impl Forward {
                 .unwrap_or(usize::MAX);
             if size > max {
                 return Err(CallError::ResponseTooLarge {
-                    upstream: target.upstream_name.to_string(),
+                    upstream: target.owner.to_string(),
                     size,
                     max,
                 });

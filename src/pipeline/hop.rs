@@ -8,7 +8,7 @@ use super::{
 };
 
 /// Deepest nesting of calls within one client call.
-pub const MAX_CALL_DEPTH: u8 = 8;
+pub(super) const MAX_CALL_DEPTH: u8 = 8;
 
 /// Hop guard: refuse calls nested deeper than [`MAX_CALL_DEPTH`].
 #[derive(Debug, Clone)]

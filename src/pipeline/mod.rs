@@ -37,16 +37,20 @@
 
 mod authz;
 mod breaker;
+mod dispatch;
 mod error;
 mod forward;
 mod hop;
 mod idempotency;
 mod observe;
+mod own;
 mod rate_limit;
 mod resolve;
 mod retry;
 mod roundtrip;
 mod step;
+#[cfg(test)]
+mod tests;
 mod trust;
 mod wire;
 
@@ -80,6 +84,7 @@ pub use forward::Forward;
 pub use hop::HopGuard;
 pub use idempotency::Idempotency;
 pub use observe::Observe;
+pub use own::{OwnTool, OwnTools};
 pub use rate_limit::RateLimit;
 pub use retry::Retry;
 pub use step::{CallService, Step, StepLayer};
@@ -110,14 +115,35 @@ impl Op {
     }
 }
 
+/// What answers a resolved call.
+#[derive(Debug, Clone)]
+pub enum TargetKind {
+    /// An upstream MCP server; held, not looked up again: a reload may replace the upstream
+    /// set mid-call.
+    Upstream(Arc<Upstream>),
+    /// One of the gateway's own tools.
+    Gateway(Arc<dyn OwnTool>),
+}
+
 /// Where `resolve` sent the call.
 #[derive(Debug, Clone)]
 pub struct Target {
-    /// Held, not looked up again: a reload may replace the upstream set mid-call.
-    pub upstream: Arc<Upstream>,
-    pub upstream_name: Arc<str>,
+    pub kind: TargetKind,
+    /// The upstream's name, or `fedgate` for the gateway's own tools: the owner in metric
+    /// labels, rate-limit keys and audit records.
+    pub owner: Arc<str>,
     /// What the caller named, before it was rewritten to the upstream's own name.
     pub exposed: Exposed,
+}
+
+impl Target {
+    /// The upstream, for targets that are one.
+    pub fn upstream(&self) -> Option<&Arc<Upstream>> {
+        match &self.kind {
+            TargetKind::Upstream(u) => Some(u),
+            TargetKind::Gateway(_) => None,
+        }
+    }
 }
 
 /// A namespaced name or URI as the caller sees it; authorization decides on these.
@@ -175,11 +201,13 @@ pub struct Parts {
     pub input_wait: Duration,
     pub max_parked_calls: usize,
     pub audit: Option<Audit>,
+    /// The gateway's own tools (their definitions are in the pool's catalog).
+    pub own: OwnTools,
 }
 
 /// Builds the stack; see the module doc for the order.
 pub fn build(parts: Parts) -> CallStack {
-    // The terminal of upstream targets; the only target kind so far.
+    // The terminal of upstream targets; own tools answer in `Dispatch` itself.
     let upstream = ServiceBuilder::new()
         .layer(StepLayer::new(Retry))
         .layer(StepLayer::new(Breaker))
@@ -202,11 +230,12 @@ pub fn build(parts: Parts) -> CallStack {
         .layer(StepLayer::new(Idempotency {
             store: parts.idempotency.clone(),
         }))
-        .service(upstream);
+        .service(dispatch::Dispatch::new(upstream));
     let svc = ServiceBuilder::new()
         .layer(wire::WireLayer)
         .layer(StepLayer::new(Observe {
             pool: parts.pool,
+            own: parts.own,
             audit: parts.audit,
             metrics: parts.metrics,
         }))

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::{
-    Call, CallFuture, Op,
+    Call, CallFuture, Op, OwnTools,
     resolve::resolve,
     step::{CallService, Step, done},
 };
@@ -29,6 +29,7 @@ use crate::{
 pub struct Observe {
     /// Whose catalog routes the call.
     pub pool: Arc<Pool>,
+    pub own: OwnTools,
     pub audit: Option<Audit>,
     pub metrics: Arc<Metrics>,
 }
@@ -39,8 +40,8 @@ impl Step for Observe {
         // What the caller named, before resolve rewrites it to the upstream's own name; the
         // arguments only when an audit log will record them.
         let (name, args) = describe(&call.op, self.audit.is_some());
-        let routed = resolve(&self.pool, &mut call);
-        let upstream = routed.as_ref().ok().map(|t| t.upstream_name.clone());
+        let routed = resolve(&self.pool, &self.own, &mut call);
+        let upstream = routed.as_ref().ok().map(|t| t.owner.clone());
         let method = call.op.method();
         let cx = server_span(&call, method, &name, upstream.as_deref());
         if let Some(id) = traces::trace_id(&cx) {

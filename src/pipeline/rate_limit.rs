@@ -28,7 +28,7 @@ impl Step for RateLimit {
             let item = match &target.exposed {
                 Exposed::Tool(n) | Exposed::Prompt(n) | Exposed::Resource(n) => n.as_str(),
             };
-            if let Err(limited) = limits.check(&call.identity.name, &target.upstream_name, item) {
+            if let Err(limited) = limits.check(&call.identity.name, &target.owner, item) {
                 self.metrics
                     .rate_limited
                     .with_label_values(&[limited.rule.as_str()])

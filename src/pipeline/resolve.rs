@@ -4,14 +4,16 @@
 
 use rmcp::model::Reference;
 
-use super::{Call, Exposed, Op, Target};
-use crate::{pipeline::CallError, upstream::pool::Pool};
+use super::{Call, Exposed, Op, OwnTools, Target, TargetKind};
+use crate::{
+    names::OWN_NAMESPACE, pipeline::CallError, router::catalog::Owner, upstream::pool::Pool,
+};
 
 /// How many similar names an unknown-tool error suggests.
 pub(super) const CLOSEST_NAMES: usize = 3;
 
 /// The route of a call, with the call rewritten to the upstream's own name.
-pub(super) fn resolve(pool: &Pool, call: &mut Call) -> Result<Target, CallError> {
+pub(super) fn resolve(pool: &Pool, own: &OwnTools, call: &mut Call) -> Result<Target, CallError> {
     let catalog = pool.catalog();
     let access = &call.identity.access;
     let (idx, exposed) = match &mut call.op {
@@ -26,7 +28,20 @@ pub(super) fn resolve(pool: &Pool, call: &mut Call) -> Result<Target, CallError>
             let exposed = Exposed::Tool(
                 std::mem::replace(&mut p.name, route.name.clone().into()).into_owned(),
             );
-            (route.upstream, exposed)
+            let idx = match route.owner {
+                Owner::Member(idx) => idx,
+                Owner::Gateway => {
+                    let tool = own.get(&route.name).ok_or_else(|| CallError::Internal {
+                        detail: format!("own tool `{}` has no handler", route.name),
+                    })?;
+                    return Ok(Target {
+                        kind: TargetKind::Gateway(tool),
+                        owner: OWN_NAMESPACE.into(),
+                        exposed,
+                    });
+                }
+            };
+            (idx, exposed)
         }
         Op::GetPrompt(p) => {
             let route = catalog
@@ -35,7 +50,7 @@ pub(super) fn resolve(pool: &Pool, call: &mut Call) -> Result<Target, CallError>
                     name: p.name.clone(),
                 })?;
             let exposed = Exposed::Prompt(std::mem::replace(&mut p.name, route.name.clone()));
-            (route.upstream, exposed)
+            (member(route)?, exposed)
         }
         Op::ReadResource(p) => (
             resource(&catalog, &p.uri)?,
@@ -57,7 +72,7 @@ pub(super) fn resolve(pool: &Pool, call: &mut Call) -> Result<Target, CallError>
                         name: r.name.clone(),
                     })?;
                 let exposed = Exposed::Prompt(std::mem::replace(&mut r.name, route.name.clone()));
-                (route.upstream, exposed)
+                (member(route)?, exposed)
             }
             Reference::Resource(r) => {
                 let idx = catalog
@@ -80,9 +95,16 @@ pub(super) fn resolve(pool: &Pool, call: &mut Call) -> Result<Target, CallError>
             detail: "route points at no upstream".into(),
         })?;
     Ok(Target {
-        upstream_name: upstream.shared_name(),
-        upstream,
+        owner: upstream.shared_name(),
+        kind: TargetKind::Upstream(upstream),
         exposed,
+    })
+}
+
+/// Prompts are only ever an upstream's.
+fn member(route: &crate::router::catalog::Route) -> Result<usize, CallError> {
+    route.member().ok_or_else(|| CallError::Internal {
+        detail: format!("prompt `{}` routes to the gateway", route.name),
     })
 }
 

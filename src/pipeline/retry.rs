@@ -13,7 +13,11 @@ pub struct Retry;
 
 impl Step for Retry {
     fn run<S: CallService>(&self, inner: &mut S, call: Call) -> CallFuture {
-        let policy = call.target.as_ref().map(|t| t.upstream.spec().retry);
+        let policy = call
+            .target
+            .as_ref()
+            .and_then(|t| t.upstream())
+            .map(|u| u.spec().retry);
         let Some(policy) = policy.filter(|p| call.retry_safe && p.attempts > 1) else {
             return inner.call(call);
         };

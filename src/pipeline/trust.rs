@@ -1,13 +1,16 @@
 //! Trust: classify the call (read/write/long) by its upstream's tier, refuse what the tier does
 //! not allow, and set the per-class timeout the forward step applies.
 
+use std::time::Duration;
+
 use super::{
-    Call, CallFuture, Exposed, Op,
+    Call, CallFuture, Exposed, Op, TargetKind,
     step::{CallService, Step, done},
 };
 use crate::{
     pipeline::CallError,
     policy::trust::{self, CallClass},
+    upstream::Upstream,
 };
 
 /// Trust: classify by the upstream's tier and refuse what it does not allow.
@@ -16,13 +19,26 @@ pub struct Trust;
 
 impl Step for Trust {
     fn run<S: CallService>(&self, inner: &mut S, mut call: Call) -> CallFuture {
-        match classify(&call) {
-            Ok(class) => {
-                if let Some(t) = &call.target {
-                    call.timeout = Some(trust::timeout(&t.upstream.spec().tier, class));
+        let decided = match call.target.as_ref() {
+            // Resolve ran in `observe`; an unresolved call has nothing to classify.
+            None => return inner.call(call),
+            Some(t) => match &t.kind {
+                TargetKind::Gateway(tool) => {
+                    let class = tool.class();
+                    Ok(Decision {
+                        class,
+                        timeout: None,
+                        retry_safe: class == CallClass::Read,
+                    })
                 }
-                call.class = Some(class);
-                call.retry_safe = retry_safe(&call, class);
+                TargetKind::Upstream(up) => decide(up, &t.exposed, &call.op),
+            },
+        };
+        match decided {
+            Ok(d) => {
+                call.class = Some(d.class);
+                call.timeout = d.timeout;
+                call.retry_safe = d.retry_safe;
                 inner.call(call)
             }
             Err(e) => done(Err(e)),
@@ -30,42 +46,44 @@ impl Step for Trust {
     }
 }
 
-fn retry_safe(call: &Call, class: CallClass) -> bool {
-    if class == CallClass::Read {
-        return true;
-    }
-    let (Some(target), Op::CallTool(p)) = (&call.target, &call.op) else {
-        return false;
-    };
-    let up = &target.upstream;
-    let lists = up.lists();
-    up.spec().tier.trust_annotations
-        && lists
-            .tools
-            .iter()
-            .find(|t| t.name == p.name)
-            .and_then(|t| t.annotations.as_ref())
-            .and_then(|a| a.idempotent_hint)
-            == Some(true)
+/// What the tier says of one call.
+struct Decision {
+    class: CallClass,
+    timeout: Option<Duration>,
+    /// Repeating the call cannot do harm: a read, or idempotent by annotation at a tier that
+    /// trusts annotations.
+    retry_safe: bool,
 }
 
-fn classify(call: &Call) -> Result<CallClass, CallError> {
-    let (Some(target), Op::CallTool(p)) = (&call.target, &call.op) else {
-        // Prompts, resources and completions read.
-        return Ok(CallClass::Read);
-    };
-    let up = &target.upstream;
+fn decide(up: &Upstream, exposed: &Exposed, op: &Op) -> Result<Decision, CallError> {
     let spec = up.spec();
+    let Op::CallTool(p) = op else {
+        // Prompts, resources and completions read.
+        return Ok(Decision {
+            class: CallClass::Read,
+            timeout: Some(trust::timeout(&spec.tier, CallClass::Read)),
+            retry_safe: true,
+        });
+    };
     let lists = up.lists();
     let tool = lists.tools.iter().find(|t| t.name == p.name);
-    trust::decide(&spec.tier, spec.declared(), tool, &p.name).map_err(|refusal| {
+    let class = trust::decide(&spec.tier, spec.declared(), tool, &p.name).map_err(|refusal| {
         CallError::TierRefused {
-            tool: match &target.exposed {
+            tool: match exposed {
                 Exposed::Tool(n) => n.clone(),
                 _ => p.name.to_string(),
             },
             tier: spec.tier.name.clone(),
             refusal,
         }
+    })?;
+    let idempotent = tool
+        .and_then(|t| t.annotations.as_ref())
+        .and_then(|a| a.idempotent_hint)
+        == Some(true);
+    Ok(Decision {
+        class,
+        timeout: Some(trust::timeout(&spec.tier, class)),
+        retry_safe: class == CallClass::Read || (spec.tier.trust_annotations && idempotent),
     })
 }

@@ -13,7 +13,7 @@ use rmcp::model::{Prompt, Resource, ResourceTemplate, Tool};
 
 use crate::{
     config::UpstreamSpec,
-    names::{self as namespace, PrefixMode},
+    names::{self as namespace, OWN_NAMESPACE, PrefixMode},
     policy::pinning::{Pins, Verdict},
 };
 
@@ -38,10 +38,28 @@ pub struct Member<T> {
 /// Where an exposed name leads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Route {
-    /// Index of the member the catalog was built from.
-    pub upstream: usize,
-    /// The upstream's own name for the tool or prompt.
+    pub owner: Owner,
+    /// The owner's own name for the tool or prompt.
     pub name: String,
+}
+
+/// Who answers an exposed name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    /// The member (upstream) at this index of the catalog.
+    Member(usize),
+    /// The gateway itself (its own tools, in the reserved namespace [`OWN_NAMESPACE`]).
+    Gateway,
+}
+
+impl Route {
+    /// The member index, for routes to an upstream.
+    pub fn member(&self) -> Option<usize> {
+        match self.owner {
+            Owner::Member(i) => Some(i),
+            Owner::Gateway => None,
+        }
+    }
 }
 
 /// An item that could not be exposed, and why.
@@ -96,10 +114,11 @@ impl<T> Catalog<T> {
         self.members.get(idx)
     }
 
-    /// Builds the merged view from the ready upstreams' last lists, in config order.
-    /// `configured` names every configured upstream (ready or not), whose namespaces bare
-    /// names may not enter.
+    /// Builds the merged view from the gateway's own tools (`own`, named as exposed) and the
+    /// ready upstreams' last lists, in config order. `configured` names every configured
+    /// upstream (ready or not), whose namespaces bare names may not enter.
     pub fn build(
+        own: &[Tool],
         members: Vec<Member<T>>,
         configured: &[String],
         separator: &str,
@@ -109,6 +128,17 @@ impl<T> Catalog<T> {
         let mut c = Catalog::default();
         // name -> owner, for collision messages
         let mut owners: HashMap<String, String> = HashMap::new();
+        for tool in own {
+            owners.insert(tool.name.to_string(), OWN_NAMESPACE.to_owned());
+            c.tool_routes.insert(
+                tool.name.to_string(),
+                Route {
+                    owner: Owner::Gateway,
+                    name: tool.name.to_string(),
+                },
+            );
+            c.tools.push(tool.clone());
+        }
         let mut specs = Vec::with_capacity(members.len());
         for (idx, m) in members.into_iter().enumerate() {
             let Member {
@@ -164,7 +194,7 @@ impl<T> Catalog<T> {
                 c.tool_routes.insert(
                     exposed,
                     Route {
-                        upstream: idx,
+                        owner: Owner::Member(idx),
                         name: tool.name.to_string(),
                     },
                 );
@@ -185,7 +215,7 @@ impl<T> Catalog<T> {
                 c.prompt_routes.insert(
                     exposed,
                     Route {
-                        upstream: idx,
+                        owner: Owner::Member(idx),
                         name: prompt.name.clone(),
                     },
                 );
@@ -315,7 +345,11 @@ fn collision(
     owners: &HashMap<String, String>,
 ) -> Option<String> {
     if let Some(owner) = owners.get(exposed) {
-        return Some(format!("name already exposed by upstream `{owner}`"));
+        return Some(if owner == OWN_NAMESPACE {
+            "name is one of the gateway's own tools".to_owned()
+        } else {
+            format!("name already exposed by upstream `{owner}`")
+        });
     }
     if prefix == PrefixMode::Never
         && let Some(owner) = namespace::namespace_owner(exposed, separator, names)

@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use super::sessions::Hub;
 use crate::{
     config::Snapshot,
-    pipeline::{self, CallStack},
+    pipeline::{self, CallStack, OwnTools},
     policy::{idempotency::IdempotencyStore, identity::Authenticator, rate_limit::RateLimits},
     router::cursor::Cursors,
     telemetry::{audit::Audit, metrics::Metrics},
@@ -34,6 +34,8 @@ pub struct Core {
     /// Signs cursors, session ids and MRTR `requestState` (`[gateway] state_key`).
     pub seal: Arc<RequestStateCodec>,
     pub cursors: Cursors,
+    /// The gateway's own tools.
+    own: OwnTools,
     /// Bound at start, like the rest of `[gateway]`.
     input_wait: Duration,
     max_parked_calls: usize,
@@ -53,6 +55,11 @@ impl Drop for InFlight {
 
 impl Core {
     pub fn new(snapshot: &Snapshot) -> Result<Arc<Self>, String> {
+        Self::with_own_tools(snapshot, OwnTools::default())
+    }
+
+    /// A gateway that also answers `own` tools itself.
+    pub fn with_own_tools(snapshot: &Snapshot, own: OwnTools) -> Result<Arc<Self>, String> {
         let seal = Arc::new(
             RequestStateCodec::try_new(match &snapshot.gateway.state_key {
                 Some(k) => k.expose().as_bytes().to_vec(),
@@ -63,7 +70,8 @@ impl Core {
         let metrics = Arc::new(Metrics::new()?);
         let hub = Arc::new(Hub::default());
         Ok(Arc::new(Self {
-            pool: Pool::new(snapshot, metrics.clone(), hub.clone()),
+            pool: Pool::new(snapshot, metrics.clone(), hub.clone(), own.definitions()),
+            own,
             metrics,
             hub,
             auth: Arc::new(ArcSwap::new(snapshot.auth.clone())),
@@ -110,6 +118,7 @@ impl Core {
             input_wait: self.input_wait,
             max_parked_calls: self.max_parked_calls,
             audit,
+            own: self.own.clone(),
         })
     }
 

@@ -359,7 +359,7 @@ impl ServerHandler for Gateway {
                 && self.reaches(
                     &access,
                     &catalog,
-                    catalog.prompt(&x.name).map(|r| r.upstream),
+                    catalog.prompt(&x.name).and_then(|r| r.member()),
                 )
         });
         let c = request.as_ref().and_then(|r| r.cursor.as_deref());

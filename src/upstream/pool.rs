@@ -4,6 +4,7 @@
 use std::{sync::Arc, time::Duration};
 
 use arc_swap::ArcSwap;
+use rmcp::model::Tool;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -11,7 +12,7 @@ use super::{Catalog, Changed, Downstreams, Phase, Upstream, supervisor};
 use crate::{
     config::Snapshot,
     policy::{authz::Access, pinning::Pins},
-    router::catalog::Member,
+    router::catalog::{Member, Owner},
     telemetry::metrics::Metrics,
 };
 
@@ -28,6 +29,8 @@ pub struct Pool {
     metrics: Arc<Metrics>,
     /// The server's session hub (or nothing, for the CLI's one-shot commands).
     downstreams: Arc<dyn Downstreams>,
+    /// Definitions of the gateway's own tools, listed with the upstreams' tools.
+    own_tools: Vec<Tool>,
     pub(super) pins: Pins,
     shutdown: CancellationToken,
     /// Bumped on every phase change, so waiters need not poll.
@@ -39,12 +42,14 @@ impl Pool {
         snapshot: &Snapshot,
         metrics: Arc<Metrics>,
         downstreams: Arc<dyn Downstreams>,
+        own_tools: Vec<Tool>,
     ) -> Arc<Self> {
         let (status_tx, _) = watch::channel(0);
         let shutdown = CancellationToken::new();
         Arc::new(Self {
             metrics,
             downstreams,
+            own_tools,
             upstreams: ArcSwap::from_pointee(
                 snapshot
                     .upstreams
@@ -69,8 +74,10 @@ impl Pool {
         })
     }
 
-    /// Starts every upstream at once; none waits for another.
+    /// Starts every upstream at once; none waits for another. The catalog starts with the
+    /// gateway's own tools.
     pub fn start(self: &Arc<Self>) {
+        self.rebuild(Changed::default());
         for up in self.upstreams.load().iter() {
             tokio::spawn(supervisor::run(self.clone(), up.clone()));
         }
@@ -81,10 +88,14 @@ impl Pool {
     pub fn visible_tool(&self, access: &Access, name: &str) -> bool {
         access.tool(name) && {
             let catalog = self.catalog();
-            catalog
-                .tool(name)
-                .and_then(|r| catalog.upstream(r.upstream))
-                .is_some_and(|u| access.tier(u.spec().tier.rank))
+            match catalog.tool(name).map(|r| r.owner) {
+                // The gateway's own tools have no tier: role globs alone decide.
+                Some(Owner::Gateway) => true,
+                Some(Owner::Member(i)) => catalog
+                    .upstream(i)
+                    .is_some_and(|u| access.tier(u.spec().tier.rank)),
+                None => false,
+            }
         }
     }
 
@@ -172,6 +183,7 @@ impl Pool {
                     lists: u.lists(),
                 });
             self.catalog.store(Arc::new(Catalog::build(
+                &self.own_tools,
                 ready.collect(),
                 &configured,
                 &self.separator,

@@ -69,6 +69,11 @@ fn upstream_rejections() {
         1,
     );
     reported(
+        "[upstreams.fedgate]\nkind = \"stdio\"\ncommand = \"x\"\n",
+        "reserved for the gateway's own tools",
+        1,
+    );
+    reported(
         "[upstreams.a]\nkind = \"carrier-pigeon\"\n",
         "is not one of stdio, http, sse",
         2,

@@ -51,6 +51,11 @@ pub(super) fn validate_upstream(
             at,
             format!("invalid upstream name `{name_s}`: use A-Z a-z 0-9 _ - ."),
         );
+    } else if name_s == namespace::OWN_NAMESPACE {
+        cx.err_at(
+            at,
+            format!("upstream name `{name_s}` is reserved for the gateway's own tools"),
+        );
     } else if !separator.is_empty() && name_s.contains(separator) {
         cx.err_at(
             at,

@@ -1,0 +1,219 @@
+//! The stack with a target that is not an upstream: the gateway's own tools are listed, filtered
+//! by roles, refused like unknown names, rate limited, recorded, and answered by their own
+//! terminal; calls nested too deep are refused before any policy runs.
+
+use std::sync::Arc;
+
+use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, ServerResult, Tool};
+use tower::ServiceExt;
+
+use arc_swap::ArcSwap;
+
+use super::{CallFuture, CallStack, Op, OwnTool, OwnTools, Parts, hop::MAX_CALL_DEPTH};
+use crate::{
+    config::load_str,
+    pipeline::Call,
+    policy::{
+        authz::{Role, Roles},
+        idempotency::IdempotencyStore,
+        identity::{Identity, IdentityKind},
+        rate_limit::RateLimits,
+    },
+    telemetry::metrics::Metrics,
+    upstream::{NoDownstreams, pool::Pool},
+};
+
+/// Answers with the owner it was routed to and the arguments it got.
+#[derive(Debug)]
+struct Whoami;
+
+impl OwnTool for Whoami {
+    fn definition(&self) -> Tool {
+        Tool::new(
+            "fedgate.whoami",
+            "Tells the caller who it is.",
+            Arc::new(serde_json::Map::new()),
+        )
+    }
+
+    fn call(&self, call: Call) -> CallFuture {
+        let owner = call.target.map(|t| t.owner.to_string()).unwrap_or_default();
+        let text = format!("{} via {owner}", call.identity.name);
+        Box::pin(async move {
+            Ok(ServerResult::CallToolResult(CallToolResult::success(vec![
+                ContentBlock::text(text),
+            ])))
+        })
+    }
+}
+
+/// A gateway without upstreams whose own tool is `fedgate.whoami`.
+struct Gateway {
+    pool: Arc<Pool>,
+    metrics: Arc<Metrics>,
+    parts: Parts,
+}
+
+impl Gateway {
+    fn stack(&self) -> CallStack {
+        super::build(self.parts.clone())
+    }
+}
+
+fn core(extra: &str) -> Gateway {
+    let snapshot = load_str("t.toml", extra).expect("valid config");
+    let own = OwnTools::new(vec![Arc::new(Whoami)]);
+    let metrics = Arc::new(Metrics::new().expect("metrics"));
+    let pool = Pool::new(
+        &snapshot,
+        metrics.clone(),
+        Arc::new(NoDownstreams),
+        own.definitions(),
+    );
+    pool.start();
+    let parts = Parts {
+        pool: pool.clone(),
+        metrics: metrics.clone(),
+        limits: Arc::new(ArcSwap::from_pointee(RateLimits::new(snapshot.rate_limits))),
+        idempotency: Arc::new(IdempotencyStore::new(snapshot.gateway.idempotency_ttl)),
+        seal: Arc::new(
+            rmcp::model::RequestStateCodec::try_new(vec![7; 32]).expect("a 32-byte key"),
+        ),
+        input_wait: snapshot.gateway.input_wait,
+        max_parked_calls: 1,
+        audit: None,
+        own,
+    };
+    Gateway {
+        pool,
+        metrics,
+        parts,
+    }
+}
+
+fn caller(name: &str, tools: &[&str]) -> Identity {
+    let mut roles = Roles::default();
+    roles.0.insert(
+        "r".into(),
+        Role {
+            tools: tools.iter().map(|t| (*t).to_owned()).collect(),
+            ..Role::default()
+        },
+    );
+    Identity {
+        name: name.into(),
+        kind: IdentityKind::ApiKey,
+        access: Arc::new(roles.access(&["r".to_owned()])),
+    }
+}
+
+fn call(identity: Identity, tool: &str, depth: u8) -> Call {
+    Call {
+        op: Op::CallTool(CallToolRequestParams::new(tool.to_owned())),
+        meta: Default::default(),
+        downstream: None,
+        progress_token: None,
+        ct: Default::default(),
+        identity,
+        correlation_id: super::correlation_id(),
+        trace: opentelemetry::Context::new(),
+        depth,
+        target: None,
+        class: None,
+        timeout: None,
+        retry_safe: false,
+    }
+}
+
+fn text(r: ServerResult) -> String {
+    match r {
+        ServerResult::CallToolResult(r) => r
+            .content
+            .first()
+            .and_then(|c| c.as_text())
+            .map(|t| t.text.clone())
+            .unwrap_or_default(),
+        other => panic!("not a tool result: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn own_tools_are_listed_and_answered_through_the_whole_stack() {
+    let core = core("");
+    let catalog = core.pool.catalog();
+    assert!(catalog.tool_def("fedgate.whoami").is_some(), "listed");
+    let ann = caller("ann", &["fedgate.*"]);
+    assert!(core.pool.visible_tool(&ann.access, "fedgate.whoami"));
+    let answer = core
+        .stack()
+        .oneshot(call(ann, "fedgate.whoami", 0))
+        .await
+        .expect("answered");
+    assert_eq!(text(answer), "ann via fedgate");
+    let metrics = core.metrics.render();
+    assert!(
+        metrics.contains("upstream=\"fedgate\"") && metrics.contains("tool=\"fedgate.whoami\""),
+        "recorded under its owner: {metrics}"
+    );
+}
+
+#[tokio::test]
+async fn an_own_tool_the_roles_do_not_grant_is_an_unknown_name() {
+    let core = core("");
+    let bob = caller("bob", &["demo.*"]);
+    assert!(!core.pool.visible_tool(&bob.access, "fedgate.whoami"));
+    let refused = core
+        .stack()
+        .oneshot(call(bob, "fedgate.whoami", 0))
+        .await
+        .expect_err("refused");
+    let unknown = core
+        .stack()
+        .oneshot(call(caller("bob", &["demo.*"]), "fedgate.nothing", 0))
+        .await
+        .expect_err("unknown");
+    assert_eq!(refused.code, unknown.code);
+    assert!(
+        refused.message.contains("unknown tool `fedgate.whoami`"),
+        "{}",
+        refused.message
+    );
+}
+
+#[tokio::test]
+async fn own_tools_are_rate_limited_like_any_other() {
+    let core = core("[[rate_limits]]\nby = [\"identity\"]\nper_second = 1\nburst = 1\n");
+    let stack = core.stack();
+    let ann = || caller("ann", &["fedgate.*"]);
+    stack
+        .clone()
+        .oneshot(call(ann(), "fedgate.whoami", 0))
+        .await
+        .expect("first");
+    let limited = stack
+        .oneshot(call(ann(), "fedgate.whoami", 0))
+        .await
+        .expect_err("second is over the rate");
+    assert!(
+        limited.message.contains("rate limited"),
+        "{}",
+        limited.message
+    );
+}
+
+#[tokio::test]
+async fn calls_nested_too_deep_are_refused_first() {
+    let core = core("");
+    let stack = core.stack();
+    let ann = || caller("ann", &["fedgate.*"]);
+    stack
+        .clone()
+        .oneshot(call(ann(), "fedgate.whoami", MAX_CALL_DEPTH))
+        .await
+        .expect("at the limit");
+    let deep = stack
+        .oneshot(call(ann(), "fedgate.whoami", MAX_CALL_DEPTH + 1))
+        .await
+        .expect_err("past the limit");
+    assert!(deep.message.contains("nested"), "{}", deep.message);
+}
