@@ -303,14 +303,22 @@ fn main() {
     let dir = std::env::temp_dir().join(format!("fedgate-bench-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&dir);
     let cfg = dir.join("gateway.toml");
-    // Every policy layer does its work: tiers classify, a rate-limit rule is checked per call
-    // (high enough never to refuse), breakers and retries are on by default.
-    let tiers = concat!(env!("CARGO_MANIFEST_DIR"), "/trust-tiers");
+    // Every policy layer does its work: the tier classifies and bounds the response size, a
+    // rate-limit rule is checked per call (high enough never to refuse), breakers and retries
+    // are on by default. The tier is `high` without its own rate limit.
+    let tiers = dir.join("tiers");
+    let _ = std::fs::create_dir_all(&tiers);
+    std::fs::write(
+        tiers.join("bench.toml"),
+        "rank = 3\nwrites = \"always\"\ntrust_annotations = true\nmax_response_bytes = 16777216\n\
+         [timeouts]\nread_ms = 30000\nwrite_ms = 60000\nlong_ms = 600000\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     let toml = format!(
         "[gateway]\ntiers_dir = {tiers:?}\n\n\
          [[rate_limits]]\nname = \"bench\"\nby = [\"identity\", \"tool\"]\nper_second = 10000000\n\n\
-         [upstreams.h]\nkind = \"http\"\nurl = \"http://{up_addr}/mcp\"\nera = \"legacy\"\ntier = \"high\"\n\n\
-         [upstreams.s]\nkind = \"stdio\"\ncommand = {:?}\nargs = [\"demo-upstream\", \"--name\", \"s\"]\nera = \"legacy\"\ntier = \"high\"\n",
+         [upstreams.h]\nkind = \"http\"\nurl = \"http://{up_addr}/mcp\"\nera = \"legacy\"\ntier = \"bench\"\n\n\
+         [upstreams.s]\nkind = \"stdio\"\ncommand = {:?}\nargs = [\"demo-upstream\", \"--name\", \"s\"]\nera = \"legacy\"\ntier = \"bench\"\n",
         *FEDGATE
     );
     std::fs::write(&cfg, toml).unwrap_or_else(|e| panic!("{e}"));
