@@ -28,6 +28,21 @@ pub struct ProcessGuard {
     pgid: Option<Pid>,
 }
 
+/// How long a stop waits for a killed child to be gone.
+const REAP_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+impl ProcessGuard {
+    /// Kills the process group and waits (bounded) until the child has exited and is reaped,
+    /// so a stopped upstream's process is gone when its state says `stopped` — also when the
+    /// gateway exits right after.
+    pub async fn stop(mut self) {
+        if let Some(pgid) = self.pgid.take() {
+            let _ = killpg(pgid, Signal::SIGKILL);
+        }
+        let _ = tokio::time::timeout(REAP_WAIT, self.child.wait()).await;
+    }
+}
+
 impl Drop for ProcessGuard {
     fn drop(&mut self) {
         if let Some(pgid) = self.pgid {

@@ -53,7 +53,9 @@ pub(super) async fn run(pool: Arc<Pool>, up: Arc<Upstream>) {
             Ok(Ok((est, mut proc))) => {
                 let since = Instant::now();
                 let reason = serve(&pool, &up, est, inflight, &mut ev_rx, proc.as_mut()).await;
-                drop(proc);
+                if let Some(p) = proc {
+                    p.stop().await;
+                }
                 if since.elapsed() >= STABLE_AFTER {
                     consecutive = 0;
                 }
@@ -99,6 +101,9 @@ pub(super) async fn run(pool: Arc<Pool>, up: Arc<Upstream>) {
             .upstream_restarts
             .with_label_values(&[up.name()])
             .inc();
+    }
+    if let Some(p) = launched.take() {
+        p.stop().await;
     }
     up.update(|s| s.phase = Phase::Stopped);
     pool.status_changed();
