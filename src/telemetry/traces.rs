@@ -22,7 +22,7 @@ use opentelemetry_sdk::{
     propagation::TraceContextPropagator,
     trace::{Sampler, SdkTracerProvider},
 };
-use rmcp::model::ClientJsonRpcMessage;
+use rmcp::model::{ClientJsonRpcMessage, GetMeta};
 
 pub use opentelemetry::{
     KeyValue,
@@ -187,16 +187,8 @@ pub fn headers_for(message: &ClientJsonRpcMessage, headers: &mut HashMap<HeaderN
     let ClientJsonRpcMessage::Request(req) = message else {
         return;
     };
-    let Ok(serde_json::Value::Object(v)) = serde_json::to_value(&req.request) else {
-        return;
-    };
-    let Some(meta) = v
-        .get("params")
-        .and_then(|p| p.get("_meta"))
-        .and_then(|m| m.as_object())
-    else {
-        return;
-    };
+    // Read from the request's own `_meta`: no copy of the request per call.
+    let meta = req.request.get_meta();
     for key in [TRACEPARENT, TRACESTATE, BAGGAGE] {
         if let Some(value) = meta
             .get(key)
