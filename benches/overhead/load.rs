@@ -274,7 +274,11 @@ pub async fn drive(
             Err(_) => failures += 1,
         }
     }
-    let secs = start.elapsed().as_secs_f64();
+    summarize(lat, failures, start.elapsed().as_secs_f64())
+}
+
+/// A cell from the latencies (µs) of the good calls.
+pub fn summarize(mut lat: Vec<f64>, failures: usize, secs: f64) -> Cell {
     lat.sort_by(|a, b| a.total_cmp(b));
     let pct = |p: f64| {
         lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1)))

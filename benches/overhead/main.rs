@@ -133,20 +133,12 @@ async fn connect(url: &str) -> RunningService<RoleClient, Bench> {
         .unwrap_or_else(|e| panic!("connect {url}: {e}"))
 }
 
-struct Cell {
-    calls: usize,
-    failures: usize,
-    secs: f64,
-    p50_us: f64,
-    p99_us: f64,
-}
-
 async fn drive(
     client: &RunningService<RoleClient, Bench>,
     tool: &str,
     conc: usize,
     secs: f64,
-) -> Cell {
+) -> load::Cell {
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
     let start = Instant::now();
     let peer = Arc::new(client.peer().clone());
@@ -196,20 +188,7 @@ async fn drive(
             failures += f;
         }
     }
-    let secs = start.elapsed().as_secs_f64();
-    lat.sort_by(|a, b| a.total_cmp(b));
-    let pct = |p: f64| {
-        lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1)))
-            .copied()
-            .unwrap_or(0.0)
-    };
-    Cell {
-        calls: lat.len(),
-        failures,
-        secs,
-        p50_us: pct(0.5),
-        p99_us: pct(0.99),
-    }
+    load::summarize(lat, failures, start.elapsed().as_secs_f64())
 }
 
 /// Starts the floor (this bench binary, re-executed) in front of the stdio echo server.

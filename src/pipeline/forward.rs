@@ -3,13 +3,11 @@
 
 use std::{
     io,
-    sync::Arc,
     task::{Context, Poll},
-    time::Duration,
 };
 
 use opentelemetry::trace::TraceContextExt;
-use rmcp::model::{RequestStateCodec, ResultType, ServerResult};
+use rmcp::model::{ResultType, ServerResult};
 use tower::Service;
 
 use super::{Call, CallFuture, Op, roundtrip::exchange::RoundTrip};
@@ -17,10 +15,7 @@ use crate::{
     error::Classify,
     pipeline::CallError,
     policy::trust::CallClass,
-    telemetry::{
-        metrics::Metrics,
-        traces::{self, KeyValue, SpanKind, Status},
-    },
+    telemetry::traces::{self, KeyValue, SpanKind, Status},
     upstream::{Connection, DetectedEra, Upstream},
 };
 
@@ -32,15 +27,8 @@ pub struct Forward {
 }
 
 impl Forward {
-    pub fn new(
-        seal: Arc<RequestStateCodec>,
-        input_wait: Duration,
-        max_parked_calls: usize,
-        metrics: Arc<Metrics>,
-    ) -> Self {
-        Self {
-            roundtrip: RoundTrip::new(seal, input_wait, max_parked_calls, metrics),
-        }
+    pub fn new(roundtrip: RoundTrip) -> Self {
+        Self { roundtrip }
     }
 }
 

@@ -211,12 +211,12 @@ pub fn build(parts: Parts) -> CallStack {
     let upstream = ServiceBuilder::new()
         .layer(StepLayer::new(Retry))
         .layer(StepLayer::new(Breaker))
-        .service(Forward::new(
+        .service(Forward::new(roundtrip::exchange::RoundTrip::new(
             parts.seal.clone(),
             parts.input_wait,
             parts.max_parked_calls,
             parts.metrics.clone(),
-        ));
+        )));
     let inner = ServiceBuilder::new()
         .layer(StepLayer::new(HopGuard))
         .layer(StepLayer::new(Authz {
