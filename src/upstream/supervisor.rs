@@ -312,6 +312,7 @@ async fn listen_for_changes(
     }
     let mut watched = up.watched.subscribe();
     let mut pause = LISTEN_RETRY_START;
+    let mut reopened = false;
     loop {
         let mut filter = base.clone();
         let uris: Vec<String> = watched.borrow_and_update().iter().cloned().collect();
@@ -328,6 +329,12 @@ async fn listen_for_changes(
         let why = match peer.listen(filter).await {
             Ok(mut sub) => {
                 pause = LISTEN_RETRY_START;
+                if reopened {
+                    // A list that changed while no stream was open sent its notification to
+                    // nobody: look again (a refresh that finds nothing new tells no client).
+                    catch_up(&base, &events);
+                }
+                reopened = true;
                 match relay_subscription(&mut sub, &mut watched, &events).await {
                     Some(why) => why,
                     // The URIs changed: open the stream anew at once.
@@ -347,6 +354,20 @@ async fn listen_for_changes(
             c = watched.changed() => if c.is_err() { return },
         }
         pause = (pause * 2).min(LISTEN_RETRY_MAX);
+    }
+}
+
+/// Asks for a refresh of every list the upstream announces changes of.
+fn catch_up(base: &SubscriptionFilter, events: &mpsc::UnboundedSender<UpstreamEvent>) {
+    let wanted = [
+        (base.tools_list_changed, UpstreamEvent::ToolsChanged),
+        (base.prompts_list_changed, UpstreamEvent::PromptsChanged),
+        (base.resources_list_changed, UpstreamEvent::ResourcesChanged),
+    ];
+    for (on, ev) in wanted {
+        if on == Some(true) {
+            let _ = events.send(ev);
+        }
     }
 }
 
@@ -402,9 +423,10 @@ async fn handle_event(
         }
         UpstreamEvent::ToolsChanged => match peer.list_all_tools().await {
             Ok(t) => {
+                let changed = lists.tools != t;
                 lists.tools = t;
                 Changed {
-                    tools: true,
+                    tools: changed,
                     ..Default::default()
                 }
             }
@@ -414,9 +436,10 @@ async fn handle_event(
         },
         UpstreamEvent::PromptsChanged => match peer.list_all_prompts().await {
             Ok(p) => {
+                let changed = lists.prompts != p;
                 lists.prompts = p;
                 Changed {
-                    prompts: true,
+                    prompts: changed,
                     ..Default::default()
                 }
             }
@@ -430,10 +453,11 @@ async fn handle_event(
                 peer.list_all_resource_templates().await,
             ) {
                 (Ok(r), Ok(t)) => {
+                    let changed = lists.resources != r || lists.templates != t;
                     lists.resources = r;
                     lists.templates = t;
                     Changed {
-                        resources: true,
+                        resources: changed,
                         ..Default::default()
                     }
                 }
