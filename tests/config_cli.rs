@@ -166,6 +166,43 @@ async fn imported_mcp_servers_config_checks_and_serves() {
 }
 
 #[test]
+fn tools_fails_when_an_upstream_is_not_ready() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("gateway.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "{}
+[upstreams.gone]
+kind = \"stdio\"\ncommand = \"/nonexistent/fedgate-test-server\"\n",
+            stdio_upstream("demo", &[], "")
+        ),
+    )
+    .unwrap();
+    let out = fedgate(&["tools", "--json", "--config", cfg.to_str().unwrap()]);
+    assert!(!out.status.success(), "a missing upstream is a failure");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        v["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "demo.echo"),
+        "the ready upstream's tools are still listed: {v}"
+    );
+    let failed = &v["not_ready"][0];
+    assert_eq!(failed["upstream"], "gone", "{v}");
+    assert!(
+        failed["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("fedgate-test-server")),
+        "{v}"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("upstream `gone` not ready"), "{stderr}");
+}
+
+#[test]
 fn tools_and_call_commands() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("gateway.toml");
@@ -192,12 +229,18 @@ fn tools_and_call_commands() {
     assert!(note.contains("write"), "{note}");
     let out = fedgate(&["tools", "--json", "--config", cfg.to_str().unwrap()]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let add = v["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "demo.add")
+        .unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(add["access"], "read");
     assert!(
-        v.as_array()
-            .unwrap()
-            .iter()
-            .any(|t| t["name"] == "demo.add" && t["access"] == "read")
+        add["input_schema"]["properties"]["a"].is_object(),
+        "input schemas are listed: {add}"
     );
+    assert_eq!(v["not_ready"], serde_json::json!([]));
     let out = fedgate(&[
         "call",
         "demo.add",

@@ -22,6 +22,12 @@ pub async fn tools(path: &Path, json: bool) -> Result<ExitCode, String> {
     let pool = &core.pool;
     pool.wait_settled(settle_bound(&snapshot)).await;
     let catalog = pool.catalog();
+    let not_ready: Vec<(String, crate::upstream::Status)> = pool
+        .upstreams()
+        .iter()
+        .filter(|u| u.connection().is_none())
+        .map(|u| (u.name().to_owned(), u.status()))
+        .collect();
     let rows: Vec<(String, String, &'static str, String)> = catalog
         .tools
         .iter()
@@ -46,10 +52,23 @@ pub async fn tools(path: &Path, json: bool) -> Result<ExitCode, String> {
         })
         .collect();
     if json {
-        let v: Vec<_> = rows
+        let tools: Vec<_> = rows
             .iter()
-            .map(|(n, u, rw, d)| serde_json::json!({"name": n, "upstream": u, "access": rw, "description": d}))
+            .map(|(n, u, rw, d)| {
+                let schema = catalog.tool_def(n).map(|t| t.input_schema.clone());
+                serde_json::json!({
+                    "name": n, "upstream": u, "access": rw, "description": d,
+                    "input_schema": schema,
+                })
+            })
             .collect();
+        let failed: Vec<_> = not_ready
+            .iter()
+            .map(|(name, s)| {
+                serde_json::json!({"upstream": name, "phase": s.phase, "last_error": s.last_error})
+            })
+            .collect();
+        let v = serde_json::json!({"tools": tools, "not_ready": failed});
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {
         let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(4).max(4);
@@ -69,19 +88,20 @@ pub async fn tools(path: &Path, json: bool) -> Result<ExitCode, String> {
             println!("{n:<w$}  {u:<wu$}  {rw:<5}  {d}");
         }
     }
-    for u in pool.upstreams().iter() {
-        let s = u.status();
-        if u.connection().is_none() {
-            eprintln!(
-                "upstream `{}` not ready ({:?}): {}",
-                u.name(),
-                s.phase,
-                s.last_error.unwrap_or_default()
-            );
-        }
+    for (name, s) in &not_ready {
+        eprintln!(
+            "upstream `{name}` not ready ({:?}): {}",
+            s.phase,
+            s.last_error.as_deref().unwrap_or_default()
+        );
     }
     stop(pool).await;
-    Ok(ExitCode::SUCCESS)
+    // A table that silently lacks an upstream's tools is not a success.
+    Ok(if not_ready.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 pub async fn call(
