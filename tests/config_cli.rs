@@ -200,6 +200,20 @@ kind = \"stdio\"\ncommand = \"/nonexistent/fedgate-test-server\"\n",
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("upstream `gone` not ready"), "{stderr}");
+    // A tool of the failed upstream names the upstream and its state, not "unknown tool";
+    // a misspelt name gets suggestions in the message itself.
+    let call = |tool: &str| {
+        let out = fedgate(&["call", tool, "--config", cfg.to_str().unwrap()]);
+        assert!(!out.status.success(), "{tool} cannot succeed");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let down = call("gone.anything");
+    assert!(
+        down.contains("upstream `gone` is unavailable") && down.contains("fedgate-test-server"),
+        "{down}"
+    );
+    let typo = call("demo.ecoh");
+    assert!(typo.contains("did you mean `demo.echo`"), "{typo}");
 }
 
 #[test]

@@ -129,7 +129,12 @@ async fn calls_to_a_down_upstream_say_so() {
         .await
         .unwrap_err()
         .to_string();
-    assert!(err.contains("unknown tool `gone.echo`"), "{err}");
+    // Still its namespace: the caller learns which upstream is down and in what state, not
+    // that the tool does not exist.
+    assert!(
+        err.contains("upstream `gone` is unavailable (Failed)") && err.contains("exit status: 3"),
+        "{err}"
+    );
     assert_eq!(
         first_text(
             &call(&client, "demo.echo", serde_json::json!({"text": "ok"}))

@@ -178,7 +178,17 @@ impl CallError {
         let msg = self.to_string();
         match self {
             CallError::UnknownTool { name, closest } => McpError::invalid_params(
-                format!("{msg}; call tools/list to see the available tools"),
+                match closest.as_slice() {
+                    [] => format!("{msg}; call tools/list to see the available tools"),
+                    names => format!(
+                        "{msg}; did you mean {}? (tools/list shows every tool)",
+                        names
+                            .iter()
+                            .map(|n| format!("`{n}`"))
+                            .collect::<Vec<_>>()
+                            .join(" or ")
+                    ),
+                },
                 Some(json!({ "tool": name, "closest": closest })),
             ),
             CallError::UnknownPrompt { name } => McpError::invalid_params(
@@ -335,6 +345,26 @@ impl CallError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unknown_tools_suggest_the_closest_names_in_the_message() {
+        let e = CallError::UnknownTool {
+            name: "demo.ecoh".into(),
+            closest: vec!["demo.echo".into(), "demo.pid".into()],
+        };
+        let wire = e.to_mcp();
+        assert!(
+            wire.message
+                .contains("did you mean `demo.echo` or `demo.pid`?"),
+            "{}",
+            wire.message
+        );
+        let none = CallError::UnknownTool {
+            name: "x".into(),
+            closest: Vec::new(),
+        };
+        assert!(none.to_mcp().message.contains("call tools/list"));
+    }
 
     #[test]
     fn only_transport_failures_are_retried() {

@@ -20,11 +20,7 @@ pub(super) fn resolve(pool: &Pool, own: &OwnTools, call: &mut Call) -> Result<Ta
         Op::CallTool(p) => {
             let route = catalog
                 .tool(&p.name)
-                .ok_or_else(|| CallError::UnknownTool {
-                    name: p.name.to_string(),
-                    closest: catalog
-                        .closest_tools(&p.name, CLOSEST_NAMES, |n| pool.visible_tool(access, n)),
-                })?;
+                .ok_or_else(|| unknown_tool(pool, &catalog, access, &p.name))?;
             let exposed = Exposed::Tool(
                 std::mem::replace(&mut p.name, route.name.clone().into()).into_owned(),
             );
@@ -99,6 +95,33 @@ pub(super) fn resolve(pool: &Pool, own: &OwnTools, call: &mut Call) -> Result<Ta
         kind: TargetKind::Upstream(upstream),
         exposed,
     })
+}
+
+/// Why a tool name has no route. A name in the namespace of an upstream that is down belongs to
+/// that upstream, and the error says so, with its state — to callers whose roles allow the name
+/// and reach the upstream's tier; anyone else learns nothing about what exists.
+fn unknown_tool(
+    pool: &Pool,
+    catalog: &crate::upstream::Catalog,
+    access: &crate::policy::authz::Access,
+    name: &str,
+) -> CallError {
+    if let Some(up) = pool.namespace_owner(name)
+        && up.connection().is_none()
+        && access.tool(name)
+        && access.tier(up.spec().tier.rank)
+    {
+        let s = up.status();
+        return CallError::UpstreamUnavailable {
+            upstream: up.name().to_owned(),
+            phase: s.phase,
+            detail: s.last_error,
+        };
+    }
+    CallError::UnknownTool {
+        name: name.to_owned(),
+        closest: catalog.closest_tools(name, CLOSEST_NAMES, |n| pool.visible_tool(access, n)),
+    }
 }
 
 /// Prompts are only ever an upstream's.

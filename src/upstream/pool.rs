@@ -104,6 +104,12 @@ impl Pool {
         self.upstreams.load_full()
     }
 
+    /// The upstream whose namespace an exposed name falls in (`github.x` -> `github`).
+    pub fn namespace_owner(&self, exposed: &str) -> Option<Arc<Upstream>> {
+        let (head, _) = exposed.split_once(self.separator.as_str())?;
+        self.upstream_named(head)
+    }
+
     pub fn upstream_named(&self, name: &str) -> Option<Arc<Upstream>> {
         self.upstreams
             .load()
