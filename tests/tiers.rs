@@ -360,3 +360,19 @@ async fn a_roles_max_tier_caps_which_upstreams_it_reaches() {
     );
     client.cancel().await.unwrap();
 }
+
+#[test]
+fn the_shipped_config_copied_elsewhere_still_finds_its_tiers() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("gateway.toml");
+    std::fs::copy(concat!(env!("CARGO_MANIFEST_DIR"), "/gateway.toml"), &cfg).unwrap();
+    let out = std::process::Command::new(FEDGATE)
+        .args(["check", cfg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

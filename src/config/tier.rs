@@ -47,16 +47,35 @@ struct RawRate {
 }
 
 /// Loads and validates `<dir>/<name>.toml`.
+/// The shipped tiers, built into the binary: a config copied away from this repository still
+/// finds them; a file of the same name in the tiers folder takes precedence.
+const BUILT_IN: [(&str, &str); 3] = [
+    ("high", include_str!("../../trust-tiers/high.toml")),
+    ("medium", include_str!("../../trust-tiers/medium.toml")),
+    ("low", include_str!("../../trust-tiers/low.toml")),
+];
+
 pub fn load(dir: &Path, name: &str) -> Result<Tier, Vec<Diagnostic>> {
     let path = dir.join(format!("{name}.toml"));
-    let file = path.display().to_string();
+    let built_in = BUILT_IN.iter().find(|(n, _)| *n == name).map(|(_, t)| *t);
+    let (file, text) = match (std::fs::read_to_string(&path), built_in) {
+        (Ok(text), _) => (path.display().to_string(), text),
+        (Err(e), Some(text)) if e.kind() == std::io::ErrorKind::NotFound => {
+            (format!("(built-in tier `{name}`)"), text.to_owned())
+        }
+        (Err(e), _) => {
+            return Err(vec![Diagnostic {
+                file: path.display().to_string(),
+                line: 0,
+                message: format!("cannot read trust tier `{name}`: {e}"),
+            }]);
+        }
+    };
     let diag = |line: usize, message: String| Diagnostic {
         file: file.clone(),
         line,
         message,
     };
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| vec![diag(0, format!("cannot read trust tier `{name}`: {e}"))])?;
     let raw: RawTier = toml::from_str(&text).map_err(|e| {
         let line = e.span().map(|s| line_of(&text, s.start)).unwrap_or(0);
         vec![diag(line, e.message().trim().to_owned())]
@@ -100,4 +119,34 @@ pub fn load(dir: &Path, name: &str) -> Result<Tier, Vec<Diagnostic>> {
         long_timeout: Duration::from_millis(t.long_ms),
         rate_limit,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_tiers_are_built_in_and_files_override_them() {
+        let empty = tempfile::tempdir().unwrap();
+        for name in ["high", "medium", "low"] {
+            let t = load(empty.path(), name).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+            assert_eq!(t.name, name);
+        }
+        assert_eq!(
+            load(empty.path(), "medium").unwrap().writes,
+            Writes::Declared
+        );
+        let err = load(empty.path(), "custom").unwrap_err();
+        assert!(
+            err[0].message.contains("cannot read trust tier `custom`"),
+            "{err:?}"
+        );
+        std::fs::write(
+            empty.path().join("high.toml"),
+            "rank = 9\nwrites = \"never\"\n[timeouts]\nread_ms = 1\nwrite_ms = 1\nlong_ms = 1\n",
+        )
+        .unwrap();
+        let own = load(empty.path(), "high").unwrap();
+        assert_eq!((own.rank, own.writes), (9, Writes::Never), "the file wins");
+    }
 }
