@@ -93,7 +93,26 @@ async fn scripted_calls_show_up_in_metrics() {
     })
     .await;
 
-    let m = series(&scrape(&gw).await);
+    client
+        .peer()
+        .get_prompt(
+            rmcp::model::GetPromptRequestParams::new("demo.greeting").with_arguments(
+                serde_json::json!({"name": "m"})
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default(),
+            ),
+        )
+        .await
+        .unwrap();
+    client
+        .peer()
+        .read_resource(rmcp::model::ReadResourceRequestParams::new("demo://readme"))
+        .await
+        .unwrap();
+
+    let text = scrape(&gw).await;
+    let m = series(&text);
     let calls = |tool: &str, outcome: &str| {
         value(
             &m,
@@ -145,7 +164,11 @@ async fn scripted_calls_show_up_in_metrics() {
         value(
             &m,
             "fedgate_call_duration_seconds_bucket",
-            &[("upstream", "demo"), ("le", "+Inf")]
+            &[
+                ("upstream", "demo"),
+                ("method", "tools/call"),
+                ("le", "+Inf")
+            ]
         ),
         6.0
     );
@@ -172,6 +195,42 @@ async fn scripted_calls_show_up_in_metrics() {
         ) >= 2.0
     );
     assert!(value(&m, "fedgate_sessions_active", &[]) >= 1.0);
+    // Prompts and resources are labelled by name, never with an empty tool label.
+    assert_eq!(
+        value(
+            &m,
+            "fedgate_calls_total",
+            &[("tool", "demo.greeting"), ("method", "prompts/get")]
+        ),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        value(
+            &m,
+            "fedgate_calls_total",
+            &[("tool", "demo://readme"), ("method", "resources/read")]
+        ),
+        1.0,
+        "{text}"
+    );
+    assert!(!text.contains("tool=\"\""), "{text}");
+    // Series exist from the start: an upstream that never restarted shows 0, not nothing.
+    assert!(
+        m.contains_key("fedgate_upstream_restarts_total{upstream=\"lim\"}"),
+        "{text}"
+    );
+    // The process collector (whole CPU seconds, so a young process may show 0).
+    assert!(m.contains_key("process_cpu_seconds_total"), "{text}");
+    assert!(value(&m, "process_open_fds", &[]) > 0.0, "{text}");
+    assert_eq!(
+        value(
+            &m,
+            "fedgate_build_info",
+            &[("version", env!("CARGO_PKG_VERSION"))]
+        ),
+        1.0
+    );
     assert_eq!(value(&m, "fedgate_audit_dropped_total", &[]), 0.0);
     client.cancel().await.unwrap();
 }

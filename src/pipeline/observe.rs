@@ -49,11 +49,18 @@ impl Step for Observe {
         }
         call.trace = cx.clone();
         let log_span = tracing::info_span!("call", correlation_id = %call.correlation_id);
-        // Label values stay bounded: a tool name only when the catalog knows it.
+        // Label values stay bounded: a tool or prompt name only when the catalog knows it, a
+        // resource by the URI an upstream lists or the template that routes it.
         let tool_label = match (&call.op, &upstream) {
-            (Op::CallTool(_), Some(_)) => name.clone(),
-            (Op::CallTool(_), None) => "_unknown".to_owned(),
-            _ => String::new(),
+            (_, None) => "_unknown".to_owned(),
+            (Op::CallTool(_) | Op::GetPrompt(_), Some(_)) => name.clone(),
+            (Op::Complete(p), Some(_)) if matches!(p.r#ref, Reference::Prompt(_)) => name.clone(),
+            (_, Some(_)) => self
+                .pool
+                .catalog()
+                .resource_label(&name)
+                .unwrap_or("_unknown")
+                .to_owned(),
         };
         let base = self.audit.as_ref().map(|audit| Record {
             time: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),

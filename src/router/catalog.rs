@@ -304,6 +304,19 @@ impl<T> Catalog<T> {
             .map(|(_, idx)| *idx)
     }
 
+    /// A bounded name for a resource URI (metric labels): the URI itself when an upstream
+    /// lists it, else the template that routes it.
+    pub fn resource_label(&self, uri: &str) -> Option<&str> {
+        if let Some((listed, _)) = self.resource_routes.get_key_value(uri) {
+            return Some(listed);
+        }
+        self.template_routes
+            .iter()
+            .filter(|(t, _)| t.matches(uri))
+            .max_by_key(|(t, idx)| (t.literal_prefix_len(), std::cmp::Reverse(*idx)))
+            .map(|(t, _)| t.source.as_str())
+    }
+
     /// The upstream serving a resource template, by its exact template string.
     pub fn template(&self, uri_template: &str) -> Option<usize> {
         self.template_routes

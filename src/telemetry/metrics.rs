@@ -124,6 +124,21 @@ impl Metrics {
         registry.register(Box::new(parked_calls.clone()))?;
         registry.register(Box::new(config_reloads.clone()))?;
         registry.register(Box::new(config_last_reload_success.clone()))?;
+        let build_info = IntGaugeVec::new(
+            Opts::new(
+                "fedgate_build_info",
+                "1, labelled with the running fedgate version",
+            ),
+            &["version"],
+        )?;
+        build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1);
+        registry.register(Box::new(build_info))?;
+        // CPU, memory, open files and start time of the gateway process (`process_*`).
+        registry.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ))?;
         Ok(Self {
             registry,
             calls,
@@ -139,6 +154,13 @@ impl Metrics {
             config_last_reload_success,
             parked_calls,
         })
+    }
+
+    /// Creates an upstream's series at zero, so `rate()` and alerts see a zero before the first
+    /// restart or refresh, not nothing.
+    pub fn know_upstream(&self, upstream: &str) {
+        self.upstream_restarts.with_label_values(&[upstream]);
+        self.list_cache_refresh.with_label_values(&[upstream]);
     }
 
     /// Drops the per-upstream gauges of an upstream a reload removed (counters stay: they are

@@ -34,6 +34,7 @@ pub(super) async fn run(pool: Arc<Pool>, up: Arc<Upstream>) {
     // What a reload may swap without a restart is read from `up.spec()` where it is used;
     // everything read from this copy (transport, startup, restart policy) restarts on change.
     let spec = up.spec();
+    pool.metrics().know_upstream(up.name());
     let shutdown = up.stop_token().clone();
     let mut consecutive: u32 = 0;
     let mut launched: Option<ProcessGuard> = None;
