@@ -149,10 +149,7 @@ fn unknown_tiers_and_bad_tier_files_are_config_errors() {
         "[upstreams.a]\nkind = \"stdio\"\ncommand = \"x\"\ntier = \"missing\"\n\n[upstreams.b]\nkind = \"stdio\"\ncommand = \"x\"\ntier = \"odd\"\n",
     )
     .unwrap();
-    let out = std::process::Command::new(FEDGATE)
-        .args(["check", cfg.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out = check(&cfg);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
@@ -177,10 +174,7 @@ fn shipped_tiers_load() {
         ));
     }
     std::fs::write(&cfg, text).unwrap();
-    let out = std::process::Command::new(FEDGATE)
-        .args(["check", cfg.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out = check(&cfg);
     assert!(
         out.status.success(),
         "{}",
@@ -366,13 +360,18 @@ fn the_shipped_config_copied_elsewhere_still_finds_its_tiers() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("gateway.toml");
     std::fs::copy(concat!(env!("CARGO_MANIFEST_DIR"), "/gateway.toml"), &cfg).unwrap();
-    let out = std::process::Command::new(FEDGATE)
-        .args(["check", cfg.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out = check(&cfg);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// `fedgate check` on a config file.
+fn check(cfg: &std::path::Path) -> std::process::Output {
+    std::process::Command::new(FEDGATE)
+        .args(["check", cfg.to_str().unwrap()])
+        .output()
+        .unwrap()
 }
