@@ -324,3 +324,21 @@ async fn sigterm_drains_calls_in_flight_then_exits_cleanly() {
     );
     assert!(!alive(child), "the upstream process is stopped");
 }
+
+/// A stdio server that dies at start says why on stderr; its exit status and last line are the
+/// upstream's `last_error` in `/readyz`, not only a handshake error.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_dies_at_start_says_why_in_readyz() {
+    let gw = Gateway::start(&format!(
+        "[gateway]\n{}\n[upstreams.gh]\nkind = \"stdio\"\ncommand = \"sh\"\nargs = [\"-c\", \"echo 'fatal: GITHUB_TOKEN not set' >&2; exit 3\"]\nrestart = {{ max_restarts = 0 }}\n",
+        stdio_upstream("demo", &[], "")
+    ));
+    let (_, ready) = gw.readyz().await;
+    let gh = &ready["upstreams"]["gh"];
+    assert_eq!(gh["phase"], "failed", "{ready}");
+    let why = gh["last_error"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("exit status: 3") && why.contains("fatal: GITHUB_TOKEN not set"),
+        "{ready}"
+    );
+}

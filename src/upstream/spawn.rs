@@ -5,13 +5,14 @@
 //! cleanup code runs. Grandchildren are reached through the process group on every orderly exit;
 //! the parent-death signal itself only covers the direct child.
 
-use std::process::Stdio;
+use std::{collections::VecDeque, process::Stdio, sync::Arc};
 
 use futures::StreamExt;
 use nix::{
     sys::signal::{Signal, killpg},
     unistd::Pid,
 };
+use parking_lot::Mutex;
 use tokio::process::{Child, ChildStderr, Command};
 use tokio_util::codec::{FramedRead, LinesCodec};
 
@@ -21,11 +22,65 @@ use crate::config::{ProcessSpec, defaults::SELF_COMMAND};
 /// grow fedgate's memory.
 const MAX_STDERR_LINE_BYTES: usize = 8 * 1024;
 
+/// How many of a child's last stderr lines are kept for its `last_error`, and how long each.
+const STDERR_TAIL_LINES: usize = 5;
+const STDERR_TAIL_CHARS: usize = 200;
+
+/// The last lines a child wrote to stderr (bounded), and whether its stderr has ended.
+#[derive(Debug, Clone)]
+pub struct StderrTail {
+    lines: Arc<Mutex<VecDeque<String>>>,
+    ended: Arc<tokio::sync::watch::Sender<bool>>,
+}
+
+impl Default for StderrTail {
+    fn default() -> Self {
+        Self {
+            lines: Arc::default(),
+            ended: Arc::new(tokio::sync::watch::Sender::new(false)),
+        }
+    }
+}
+
+impl StderrTail {
+    /// Waits (bounded) until the child's stderr is read to its end: a process that exited has
+    /// usually written its last words, which the reader may not have seen yet.
+    pub async fn settle(&self, limit: std::time::Duration) {
+        let mut rx = self.ended.subscribe();
+        let _ = tokio::time::timeout(limit, rx.wait_for(|ended| *ended)).await;
+    }
+
+    fn push(&self, line: &str) {
+        let line: String = line
+            .chars()
+            .take(STDERR_TAIL_CHARS)
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        let mut tail = self.lines.lock();
+        if tail.len() == STDERR_TAIL_LINES {
+            tail.pop_front();
+        }
+        tail.push_back(line);
+    }
+
+    /// `": line | line"`, or nothing when the child wrote nothing.
+    pub fn suffix(&self) -> String {
+        let tail = self.lines.lock();
+        if tail.is_empty() {
+            return String::new();
+        }
+        let lines: Vec<&str> = tail.iter().map(String::as_str).collect();
+        format!(": {}", lines.join(" | "))
+    }
+}
+
 /// A running child and its process group; dropping it kills the group.
 #[derive(Debug)]
 pub struct ProcessGuard {
     pub child: Child,
     pgid: Option<Pid>,
+    /// What the child said last on stderr, for the reason it stopped.
+    pub stderr_tail: StderrTail,
 }
 
 /// How long a stop waits for a killed child to be gone.
@@ -91,10 +146,19 @@ pub fn spawn(
         .id()
         .and_then(|id| i32::try_from(id).ok())
         .map(Pid::from_raw);
+    let stderr_tail = StderrTail::default();
     if let Some(stderr) = child.stderr.take() {
-        tokio::spawn(forward_stderr(upstream.to_owned(), stderr));
+        tokio::spawn(forward_stderr(
+            upstream.to_owned(),
+            stderr,
+            stderr_tail.clone(),
+        ));
     }
-    Ok(ProcessGuard { child, pgid })
+    Ok(ProcessGuard {
+        child,
+        pgid,
+        stderr_tail,
+    })
 }
 
 #[allow(unsafe_code)]
@@ -114,7 +178,7 @@ fn set_parent_death_signal(cmd: &mut Command) {
     }
 }
 
-async fn forward_stderr(upstream: String, stderr: ChildStderr) {
+async fn forward_stderr(upstream: String, stderr: ChildStderr, tail: StderrTail) {
     let mut lines = FramedRead::new(
         stderr,
         LinesCodec::new_with_max_length(MAX_STDERR_LINE_BYTES),
@@ -122,6 +186,7 @@ async fn forward_stderr(upstream: String, stderr: ChildStderr) {
     while let Some(line) = lines.next().await {
         match line {
             Ok(line) => {
+                tail.push(&line);
                 tracing::info!(target: "fedgate::upstream::stderr", upstream = %upstream, "{line}")
             }
             Err(tokio_util::codec::LinesCodecError::MaxLineLengthExceeded) => {
@@ -130,4 +195,5 @@ async fn forward_stderr(upstream: String, stderr: ChildStderr) {
             Err(_) => break,
         }
     }
+    tail.ended.send_replace(true);
 }

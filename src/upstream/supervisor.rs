@@ -21,6 +21,9 @@ use super::{
 };
 use crate::{config::TransportSpec, policy::retry::backoff, router::catalog::Lists};
 
+/// How long a closed connection waits for its process's exit status.
+const EXIT_STATUS_WAIT: Duration = Duration::from_millis(500);
+
 /// A connection that stayed up this long resets the consecutive-failure count.
 const STABLE_AFTER: Duration = Duration::from_secs(30);
 /// First pause between connection attempts to an http upstream that is not listening yet.
@@ -120,8 +123,10 @@ async fn establish(
     match &spec.transport {
         TransportSpec::Stdio(_) => {
             let mut proc = connect::spawn_stdio(spec).await?;
-            let est = connect::connect_stdio(spec, &mut proc, client).await?;
-            Ok((est, Some(proc)))
+            match connect::connect_stdio(spec, &mut proc, client).await {
+                Ok(est) => Ok((est, Some(proc))),
+                Err(e) => Err(with_exit(e, &mut proc).await),
+            }
         }
         TransportSpec::Http {
             url,
@@ -165,6 +170,21 @@ async fn establish(
                 }
             }
         }
+    }
+}
+
+/// A server that dies during its start usually says why on stderr: its exit status and last
+/// lines tell more than the handshake error they caused.
+async fn with_exit(error: String, proc: &mut ProcessGuard) -> String {
+    match tokio::time::timeout(EXIT_STATUS_WAIT, proc.child.wait()).await {
+        Ok(Ok(status)) => {
+            proc.stderr_tail.settle(EXIT_STATUS_WAIT).await;
+            format!(
+                "process exited ({status}){}; {error}",
+                proc.stderr_tail.suffix()
+            )
+        }
+        _ => error,
     }
 }
 
@@ -249,6 +269,18 @@ async fn serve(
     let shutdown = up.stop_token().clone();
     let waiting = service.waiting();
     tokio::pin!(waiting);
+    // What the process said last goes with the reason it stopped (its exit status, else that
+    // its connection closed), so `/readyz` shows why without a look at the logs.
+    let tail = proc.as_ref().map(|p| p.stderr_tail.clone());
+    let last_words = || async {
+        match &tail {
+            Some(t) => {
+                t.settle(EXIT_STATUS_WAIT).await;
+                t.suffix()
+            }
+            None => String::new(),
+        }
+    };
     let child_exit = async {
         match proc {
             Some(p) => p
@@ -263,8 +295,20 @@ async fn serve(
     tokio::pin!(child_exit);
     let reason = loop {
         tokio::select! {
-            _ = &mut waiting => break "connection closed".to_owned(),
-            status = &mut child_exit => break format!("process exited ({status})"),
+            _ = &mut waiting => {
+                if tail.is_none() {
+                    break "connection closed".to_owned();
+                }
+                // A process that closed its stdout is usually exiting: wait a moment for its
+                // status, which says more than the closed connection.
+                break match tokio::time::timeout(EXIT_STATUS_WAIT, &mut child_exit).await {
+                    Ok(status) => format!("process exited ({status}){}", last_words().await),
+                    Err(_) => format!("connection closed{}", last_words().await),
+                };
+            }
+            status = &mut child_exit => {
+                break format!("process exited ({status}){}", last_words().await);
+            }
             _ = shutdown.cancelled() => {
                 ct.cancel();
                 break "shutting down".to_owned();
