@@ -19,3 +19,36 @@ pub trait Classify {
     /// A stable code for audit records, logs and metric labels.
     fn code(&self) -> &'static str;
 }
+
+/// An error's text for people: the Rust type names some library errors embed
+/// (`Transport [fedgate::upstream::tap::Tap<…>] error: Broken pipe`) are dropped.
+pub fn plain(e: &dyn std::fmt::Display) -> String {
+    let text = e.to_string();
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    while let Some(open) = rest.find('[') {
+        let Some(close) = rest[open..].find(']').map(|c| open + c) else {
+            break;
+        };
+        out.push_str(&rest[..open]);
+        let inside = &rest[open + 1..close];
+        if !inside.contains("::") {
+            out.push_str(&rest[open..=close]);
+        }
+        rest = &rest[close + 1..];
+    }
+    out.push_str(rest);
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn type_names_are_dropped_from_error_text() {
+        let e =
+            "Transport [fedgate::upstream::tap::Tap<rmcp::transport::X<A, B>>] error: Broken pipe";
+        assert_eq!(super::plain(&e), "Transport error: Broken pipe");
+        assert_eq!(super::plain(&"list [a, b] is fine"), "list [a, b] is fine");
+        assert_eq!(super::plain(&"unclosed [x::y"), "unclosed [x::y");
+    }
+}

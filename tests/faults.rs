@@ -341,4 +341,5 @@ async fn a_server_that_dies_at_start_says_why_in_readyz() {
         why.contains("exit status: 3") && why.contains("fatal: GITHUB_TOKEN not set"),
         "{ready}"
     );
+    assert!(!why.contains("::"), "no Rust type names: {why}");
 }

@@ -336,7 +336,7 @@ impl CallError {
             },
             other => CallError::UpstreamFailed {
                 upstream,
-                detail: other.to_string(),
+                detail: crate::error::plain(&other),
             },
         }
     }

@@ -154,7 +154,7 @@ where
     let service = client
         .serve_with_lifecycle(transport, lifecycle(spec.era))
         .await
-        .map_err(|e| format!("handshake failed: {e}"))?;
+        .map_err(|e| format!("handshake failed: {}", crate::error::plain(&e)))?;
     // One connection serves many clients: rmcp's response cache would mix them up.
     service
         .peer()
