@@ -1,5 +1,6 @@
 //! The audit log through a real fedgate: one JSON line per routed call, with identity,
-//! decision, reason, outcome, latency, correlation id and hashed arguments; no secrets.
+//! decision, reason, outcome, latency, correlation id and hashed arguments; no secrets. And the
+//! call lines of the ordinary log.
 
 mod common;
 
@@ -143,5 +144,42 @@ async fn a_failing_audit_disk_never_stops_calls() {
         "the write failure is reported: {}",
         gw.stderr()
     );
+    client.cancel().await.unwrap();
+}
+
+/// At debug, every finished call is one log line with its upstream, tool, outcome and latency;
+/// failures carry the upstream and tool too.
+#[tokio::test(flavor = "multi_thread")]
+async fn finished_calls_are_logged_with_their_fields() {
+    let gw = Gateway::start_env(
+        &stdio_upstream("demo", &[], ""),
+        &[("FEDGATE_LOG", "debug,rmcp=warn")],
+    );
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    call(&client, "demo.echo", serde_json::json!({"text": "x"}))
+        .await
+        .unwrap();
+    call(&client, "demo.error", serde_json::json!({}))
+        .await
+        .unwrap_err();
+    let log = gw.stderr();
+    let finished = log
+        .lines()
+        .find(|l| l.contains("call finished") && l.contains("tool=demo.echo"))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(
+        finished.contains("upstream=\"demo\"") || finished.contains("upstream=demo"),
+        "{finished}"
+    );
+    assert!(
+        finished.contains("outcome=\"ok\"") || finished.contains("outcome=ok"),
+        "{finished}"
+    );
+    assert!(finished.contains("latency_ms="), "{finished}");
+    let failed = log
+        .lines()
+        .find(|l| l.contains("call failed") && l.contains("tool=demo.error"))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(failed.contains("upstream"), "{failed}");
     client.cancel().await.unwrap();
 }

@@ -104,9 +104,24 @@ impl Step for Observe {
                     outcome,
                     elapsed.as_secs_f64(),
                 );
+                // Inside the call's log span: the lines carry the correlation id. Fields are
+                // the bounded labels, never the raw name or arguments.
+                tracing::debug!(
+                    method,
+                    upstream = upstream_label,
+                    tool = %tool_label,
+                    outcome,
+                    latency_ms = elapsed.as_secs_f64() * 1000.0,
+                    "call finished"
+                );
                 if let Err(e) = &result {
-                    // Inside the call's log span: the line carries the correlation id.
-                    tracing::info!(method, side = ?e.side(), "call failed: {e}");
+                    tracing::info!(
+                        method,
+                        upstream = upstream_label,
+                        tool = %tool_label,
+                        side = ?e.side(),
+                        "call failed: {e}"
+                    );
                 }
                 let span = cx.span();
                 if outcome != "ok" {
