@@ -57,9 +57,30 @@ pub fn namespace_owner<'a>(
         .map(String::as_str)
 }
 
+/// Levenshtein distance, for "did you mean" hints.
+pub fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let cost = usize::from(ca != *cb);
+            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn distance() {
+        assert_eq!(edit_distance("echo", "echo"), 0);
+        assert_eq!(edit_distance("demo.ecoh", "demo.echo"), 2);
+    }
 
     #[test]
     fn names_follow_sep_986() {

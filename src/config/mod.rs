@@ -405,10 +405,33 @@ pub fn load_str(file: &str, text: &str) -> Result<Snapshot, Vec<Diagnostic>> {
         vec![Diagnostic {
             file: file.to_owned(),
             line,
-            message: e.message().trim().to_owned(),
+            message: with_suggestion(e.message().trim()),
         }]
     })?;
     validate::validate(file, text, raw)
+}
+
+/// serde's "unknown field `x`, expected one of `a`, `b`" gains "did you mean `a`?" when one of
+/// the fields is a likely misspelling (at most a third of its letters differ).
+fn with_suggestion(message: &str) -> String {
+    let Some(rest) = message.strip_prefix("unknown field `") else {
+        return message.to_owned();
+    };
+    let Some((field, expected)) = rest.split_once('`') else {
+        return message.to_owned();
+    };
+    let closest = expected
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|c| (crate::names::edit_distance(field, c), c))
+        .min();
+    match closest {
+        Some((d, c)) if d > 0 && d <= field.chars().count().div_ceil(3) => {
+            format!("{message}; did you mean `{c}`?")
+        }
+        _ => message.to_owned(),
+    }
 }
 
 /// 1-based line of a byte offset.

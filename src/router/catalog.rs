@@ -337,7 +337,7 @@ impl<T> Catalog<T> {
             .tools
             .iter()
             .filter(|t| visible(&t.name))
-            .map(|t| (edit_distance(name, &t.name), t.name.as_ref()))
+            .map(|t| (namespace::edit_distance(name, &t.name), t.name.as_ref()))
             .collect();
         scored.sort();
         scored
@@ -373,20 +373,6 @@ fn collision(
         ));
     }
     None
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let cost = usize::from(ca != *cb);
-            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
 }
 
 /// A resource template reduced to what routing needs: literal pieces between expressions.
@@ -469,11 +455,5 @@ mod tests {
         assert!(t.matches("notes://a"));
         assert!(!t.matches("notes://"));
         assert_eq!(t.literal_prefix_len(), "notes://".len());
-    }
-
-    #[test]
-    fn distance() {
-        assert_eq!(edit_distance("echo", "echo"), 0);
-        assert_eq!(edit_distance("demo.ecoh", "demo.echo"), 2);
     }
 }

@@ -56,6 +56,22 @@ fn gateway_rejections() {
 }
 
 #[test]
+fn a_misspelt_field_gets_a_suggestion() {
+    reported(
+        "[gateway]\nseperator = \".\"\n",
+        "unknown field `seperator`",
+        2,
+    );
+    reported(
+        "[gateway]\nseperator = \".\"\n",
+        "did you mean `separator`?",
+        2,
+    );
+    let far = errors("[gateway]\nzzzzzz = 1\n");
+    assert!(!far[0].message.contains("did you mean"), "{far:?}");
+}
+
+#[test]
 fn every_problem_is_reported_at_once() {
     let errs = errors("[gateway]\nlisten = \"x\"\npage_size = 0\n");
     assert_eq!(errs.len(), 2, "{errs:#?}");
