@@ -10,6 +10,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod demo;
+pub mod envelope;
 pub mod error;
 pub mod fixture;
 pub mod names;

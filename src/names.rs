@@ -3,6 +3,9 @@
 /// SEP-986: tool names are 1–128 characters.
 pub const MAX_TOOL_NAME_CHARS: usize = 128;
 
+/// The gateway's own tool that approves held calls (F11).
+pub const APPROVE_TOOL: &str = "fedgate.approve";
+
 /// The namespace of the gateway's own tools (`fedgate.approve`, …); no upstream may take it.
 pub const OWN_NAMESPACE: &str = "fedgate";
 

@@ -69,8 +69,7 @@ async fn admin_api() {
         .unwrap();
     let err = call(&client, "p.echo", serde_json::json!({"text": "x"}))
         .await
-        .unwrap_err()
-        .to_string();
+        .refused();
     assert!(err.contains("breaker_open"), "{err}");
     let (status, _) = admin(
         &gw,

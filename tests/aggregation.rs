@@ -77,8 +77,7 @@ async fn tools_from_both_upstreams_are_namespaced_and_routed() {
 
     let err = call(&client, "demo.ecoh", serde_json::json!({}))
         .await
-        .unwrap_err()
-        .to_string();
+        .refused();
     assert!(
         err.contains("unknown tool `demo.ecoh`") && err.contains("tools/list"),
         "{err}"
@@ -136,12 +135,7 @@ async fn prompts_resources_templates_and_completion() {
         .peer()
         .read_resource(ReadResourceRequestParams::new("nowhere://x"))
         .await;
-    assert!(
-        unknown
-            .unwrap_err()
-            .to_string()
-            .contains("no upstream serves resource")
-    );
+    assert!(unknown.refused().contains("no upstream serves resource"));
     client.cancel().await.unwrap();
 }
 

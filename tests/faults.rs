@@ -80,8 +80,7 @@ async fn a_crash_mid_call_fails_fast_and_the_upstream_comes_back() {
     )
     .await
     .expect("the caller gets an answer, not a hang")
-    .unwrap_err()
-    .to_string();
+    .refused();
     assert!(err.contains("upstream `demo`"), "{err}");
     // The tools vanish and come back: two list_changed notifications.
     wait_for(&seen.tools_changed, "tools to come back", || {
@@ -117,8 +116,7 @@ async fn calls_to_a_down_upstream_say_so() {
     let client = connect_legacy(&gw.url, TestClient::new()).await;
     let err = call(&client, "gone.echo", serde_json::json!({"text": "x"}))
         .await
-        .unwrap_err()
-        .to_string();
+        .refused();
     assert!(err.contains("upstream `gone`"), "{err}");
     // After it died it is no longer listed; the other still serves.
     let (_, ready) = gw.readyz().await;
@@ -127,8 +125,7 @@ async fn calls_to_a_down_upstream_say_so() {
     assert!(!tools.iter().any(|t| t.name.starts_with("gone.")));
     let err = call(&client, "gone.echo", serde_json::json!({}))
         .await
-        .unwrap_err()
-        .to_string();
+        .refused();
     // Still its namespace: the caller learns which upstream is down and in what state, not
     // that the tool does not exist.
     assert!(
@@ -219,7 +216,7 @@ async fn killing_the_child_mid_call_gives_a_clear_error_then_recovers() {
         tokio::time::timeout(Duration::from_secs(10), async { tokio::join!(slow, kill) })
             .await
             .expect("the in-flight call ends, it does not hang");
-    let err = result.unwrap_err().to_string();
+    let err = result.refused();
     assert!(
         err.contains("upstream `demo` closed the connection during the call"),
         "{err}"

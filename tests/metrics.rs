@@ -67,27 +67,27 @@ async fn scripted_calls_show_up_in_metrics() {
         .unwrap();
     call(&client, "demo.nope", serde_json::json!({}))
         .await
-        .unwrap_err();
+        .refused();
     call(&client, "demo.slow", serde_json::json!({"ms": 5000}))
         .await
-        .unwrap_err();
+        .refused();
     call(&client, "demo.error", serde_json::json!({}))
         .await
-        .unwrap_err();
+        .refused();
     // The limit is on calls per tool: add passes once, then is limited (echo etc. are not).
     let rate_rule_hits = [
         call(&client, "lim.add", serde_json::json!({"a": 1, "b": 1}))
             .await
-            .is_ok(),
+            .is_ok_and(|r| r.is_error != Some(true)),
         call(&client, "lim.add", serde_json::json!({"a": 1, "b": 1}))
             .await
-            .is_ok(),
+            .is_ok_and(|r| r.is_error != Some(true)),
     ];
     assert_eq!(rate_rule_hits, [true, false], "{}", scrape(&gw).await);
     let changes = *seen.tool_changes.lock();
     call(&client, "demo.crash", serde_json::json!({}))
         .await
-        .unwrap_err();
+        .refused();
     wait_for(&seen.tools_changed, "restart", || {
         *seen.tool_changes.lock() >= changes + 2
     })
@@ -278,11 +278,11 @@ async fn dashboards_use_only_exported_metrics() {
         .unwrap();
     call(&client, "lim.add", serde_json::json!({"a": 1, "b": 1}))
         .await
-        .unwrap_err();
+        .refused();
     let changes = *seen.tool_changes.lock();
     call(&client, "demo.crash", serde_json::json!({}))
         .await
-        .unwrap_err();
+        .refused();
     wait_for(&seen.tools_changed, "restart", || {
         *seen.tool_changes.lock() >= changes + 2
     })

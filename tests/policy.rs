@@ -221,14 +221,15 @@ async fn roles_filter_lists_and_refusals_do_not_reveal_tools() {
     // An existing tool the role does not grant and a tool that does not exist look the same.
     let hidden = call(&reader, "demo.crash", serde_json::json!({}))
         .await
-        .unwrap_err()
-        .to_string();
+        .refused();
     let missing = call(&reader, "demo.crush", serde_json::json!({}))
         .await
-        .unwrap_err()
-        .to_string();
+        .refused();
     assert!(hidden.contains("unknown tool `demo.crash`"), "{hidden}");
-    assert_eq!(hidden.replace("crash", "X"), missing.replace("crush", "X"));
+    assert_eq!(
+        without_correlation_ids(&hidden.replace("crash", "X")),
+        without_correlation_ids(&missing.replace("crush", "X"))
+    );
     assert!(
         hidden.contains(r#""closest":["demo.add","demo.echo"]"#),
         "suggests only granted tools: {hidden}"

@@ -87,14 +87,16 @@ fn sighup(gw: &Gateway) {
 }
 
 async fn write_note(client: &Client) -> Result<(), String> {
-    call(
+    let r = call(
         client,
         "a.write_note",
         serde_json::json!({"key": "k", "value": "v"}),
     )
-    .await
-    .map(|_| ())
-    .map_err(|e| e.to_string())
+    .await;
+    match &r {
+        Ok(ok) if ok.is_error != Some(true) => Ok(()),
+        _ => Err(r.refused()),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

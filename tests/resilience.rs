@@ -53,10 +53,11 @@ async fn reads_are_retried_writes_are_not_and_are_reported_uncertain() {
         serde_json::json!({"key": "k", "value": "v"}),
     )
     .await
-    .unwrap_err()
-    .to_string();
+    .refused();
     assert!(
-        err.contains("outcome uncertain") && err.contains("\"outcome_uncertain\":true"),
+        err.contains("\"code\":\"outcome_uncertain\"")
+            && err.contains("\"recoverable\":false")
+            && err.contains("check its effect"),
         "{err}"
     );
     assert!(
@@ -101,8 +102,7 @@ async fn a_repeated_idempotency_key_returns_the_recorded_result() {
             "idem-1",
         ))
         .await
-        .unwrap_err()
-        .to_string();
+        .refused();
     assert!(conflict.contains("idempotency_conflict"), "{conflict}");
     // A new key is a new call.
     client

@@ -8,7 +8,7 @@ use common::*;
 const TIERS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/trust-tiers");
 
 fn refusal(err: &str) -> Option<String> {
-    let start = err.find("\"reason\":\"")? + 10;
+    let start = err.find("\"code\":\"")? + 8;
     Some(err[start..].split('"').next()?.to_owned())
 }
 
@@ -52,10 +52,7 @@ async fn write_rules_follow_the_tier() {
         ),
         "echo: r"
     );
-    let err = call(&client, "ro.write_note", note.clone())
-        .await
-        .unwrap_err()
-        .to_string();
+    let err = call(&client, "ro.write_note", note.clone()).await.refused();
     assert_eq!(
         refusal(&err).as_deref(),
         Some("write_not_declared"),
@@ -78,8 +75,7 @@ async fn write_rules_follow_the_tier() {
     );
     let err = call(&client, "ext.add", serde_json::json!({"a": 1, "b": 2}))
         .await
-        .unwrap_err()
-        .to_string();
+        .refused();
     assert_eq!(
         refusal(&err).as_deref(),
         Some("write_not_declared"),
@@ -87,10 +83,7 @@ async fn write_rules_follow_the_tier() {
     );
 
     // A custom tier that allows no writes at all.
-    let err = call(&client, "frozen.write_note", note)
-        .await
-        .unwrap_err()
-        .to_string();
+    let err = call(&client, "frozen.write_note", note).await.refused();
     assert_eq!(refusal(&err).as_deref(), Some("writes_never"), "{err}");
 
     // Per-class timeouts: reads get 300 ms here; `slow` is long-running and gets 5 s.
@@ -128,8 +121,7 @@ async fn read_timeout_applies_to_reads() {
     let client = connect_legacy(&gw.url, TestClient::new()).await;
     let err = call(&client, "t.slow", serde_json::json!({"ms": 30000}))
         .await
-        .unwrap_err()
-        .to_string();
+        .refused();
     assert!(err.contains("did not answer within 200ms"), "{err}");
     client.cancel().await.unwrap();
 }
@@ -243,8 +235,7 @@ async fn pinning_holds_back_a_changed_definition_until_accepted() {
     );
     let err = call(&client, "p.echo", serde_json::json!({"text": "x"}))
         .await
-        .unwrap_err()
-        .to_string();
+        .refused();
     assert!(err.contains("unknown tool `p.echo`"), "{err}");
     let (_, ready) = gw.readyz().await;
     let fp = held_back_fingerprint(&ready, "p", "echo").unwrap_or_else(|| panic!("{ready}"));
@@ -307,10 +298,9 @@ async fn responses_larger_than_the_tier_allows_are_refused() {
     let big = "x".repeat(1000);
     let err = call(&client, "s.echo", serde_json::json!({"text": big}))
         .await
-        .unwrap_err()
-        .to_string();
+        .refused();
     assert!(
-        err.contains("response_too_large") && err.contains("\"max\":400"),
+        err.contains("\"code\":\"response_too_large\"") && err.contains("tier allows (400)"),
         "{err}"
     );
     client.cancel().await.unwrap();
@@ -338,8 +328,7 @@ async fn a_roles_max_tier_caps_which_upstreams_it_reaches() {
     );
     let err = call(&client, "h.echo", serde_json::json!({"text": "x"}))
         .await
-        .unwrap_err()
-        .to_string();
+        .refused();
     assert!(
         err.contains("unknown tool `h.echo`") && err.contains(r#""closest":["m.echo""#),
         "{err}"

@@ -145,12 +145,36 @@ pub async fn call(
         class: None,
         timeout: None,
         retry_safe: false,
+        approval: None,
+        approved: None,
     };
     let result = stack.oneshot(call).await;
     stop(pool).await;
     match result {
         Ok(ServerResult::CallToolResult(r)) => {
             println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
+            // For the human at the terminal: what the plan says happened, and what to do.
+            if let Some(plan) = r
+                .meta
+                .as_ref()
+                .and_then(|m| m.0.get(crate::envelope::META_KEY))
+                .filter(|_| r.is_error == Some(true))
+            {
+                eprintln!(
+                    "fedgate: {}",
+                    plan["instruction"]
+                        .as_str()
+                        .unwrap_or("the call was refused")
+                );
+                for hint in plan["errors"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|e| e["hint"].as_str())
+                {
+                    eprintln!("  hint: {hint}");
+                }
+            }
             Ok(if r.is_error == Some(true) {
                 ExitCode::FAILURE
             } else {

@@ -54,3 +54,7 @@ pub const DEFAULT_INPUT_WAIT_MS: u64 = 120_000;
 pub const DEFAULT_MAX_PARKED_CALLS: usize = 1_000;
 /// Address of the admin API when `[admin] listen` is not set.
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:8939";
+/// How long a plan waiting for approval stays valid (15 minutes: long enough for a human).
+pub const DEFAULT_PLAN_TTL_MS: u64 = 900_000;
+/// Most plans waiting for approval at once.
+pub const DEFAULT_MAX_PENDING_PLANS: usize = 1_000;

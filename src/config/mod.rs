@@ -16,8 +16,8 @@ use serde::Deserialize;
 use toml::Spanned;
 
 pub use snapshot::{
-    Diagnostic, Era, GatewaySettings, ProcessSpec, RestartPolicy, Snapshot, TransportSpec,
-    UpstreamSpec,
+    Diagnostic, Era, GatewaySettings, ProcessSpec, RestartPolicy, Snapshot, ToolSettings,
+    TransportSpec, UpstreamSpec,
 };
 
 /// The whole file.
@@ -257,6 +257,13 @@ pub struct RawGateway {
     pub watch_config: Option<bool>,
     /// Serve HTTPS (and with `client_ca`, require client certificates: mTLS).
     pub tls: Option<Spanned<RawTls>>,
+    /// Plan envelopes (`off`, `errors`, `always`) for upstreams and tools that set none, and
+    /// for calls that resolve to nothing.
+    pub envelope: Option<crate::envelope::Mode>,
+    /// How long a plan waiting for approval stays valid, in milliseconds.
+    pub plan_ttl_ms: Option<u64>,
+    /// Most plans waiting for approval at once; more are refused.
+    pub max_pending_plans: Option<usize>,
 }
 
 /// `[gateway.tls]`: PEM files, relative to the config file.
@@ -338,6 +345,13 @@ pub struct RawUpstream {
     pub credential_header: Option<String>,
     /// stdio: environment variable carrying the credential at spawn.
     pub credential_env: Option<String>,
+    /// Plan envelopes for this upstream's tools: `off`, `errors` (default) or `always`.
+    pub envelope: Option<crate::envelope::Mode>,
+    /// Check arguments against each tool's input schema before forwarding (default true).
+    pub validate_arguments: Option<bool>,
+    /// Per-tool settings, by the upstream's own tool name.
+    #[serde(default)]
+    pub tools: BTreeMap<String, Spanned<ToolSettings>>,
 }
 
 /// `retry = { attempts = 3, base_ms = 100, max_ms = 2000, jitter_ms = 100 }`

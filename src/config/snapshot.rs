@@ -12,8 +12,10 @@ use std::{
 use globset::GlobSet;
 
 use crate::{
+    envelope::Mode,
     names::PrefixMode,
     policy::{
+        approval::Approval,
         breaker::BreakerConfig,
         identity::Authenticator,
         rate_limit::RuleSpec,
@@ -85,6 +87,10 @@ pub struct GatewaySettings {
     pub session_ttl: Duration,
     pub input_wait: Duration,
     pub max_parked_calls: usize,
+    /// Envelope mode of calls that resolve to no upstream, and of upstreams that set none.
+    pub envelope: Mode,
+    pub plan_ttl: Duration,
+    pub max_pending_plans: usize,
 }
 
 /// Which lifecycle fedgate uses towards an upstream.
@@ -163,6 +169,45 @@ pub struct UpstreamSpec {
     pub breaker: BreakerConfig,
     pub retry: RetryPolicy,
     pub credential: Option<Injection>,
+    /// Plan envelopes for tools without their own setting.
+    pub envelope: Mode,
+    /// Check arguments against input schemas (tools may override).
+    pub validate_arguments: bool,
+    /// Per-tool settings by the upstream's own tool name.
+    pub tools: BTreeMap<String, ToolSettings>,
+}
+
+/// `[upstreams.NAME.tools.TOOL]`: what one tool overrides.
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolSettings {
+    /// `off`, `errors` or `always`; default: the upstream's.
+    pub envelope: Option<Mode>,
+    /// Default: the upstream's `validate_arguments`.
+    pub validate_arguments: Option<bool>,
+    /// `none`, `plan` or `elicit`; default: the tier's (`approval_for_writes`).
+    pub approval: Option<Approval>,
+    /// Roles whose holders approve; default: the tier's `approvers` (empty = the caller).
+    pub approvers: Option<Vec<String>>,
+    /// Path globs the tool may change, shown in an approval plan's `safety`.
+    #[serde(default)]
+    pub touches_files: Vec<String>,
+    /// Whether the tool changes code (shown in `safety`).
+    #[serde(default)]
+    pub writes_code: bool,
+    /// A question for the agent to ask after the call succeeded.
+    pub follow_up: Option<String>,
+}
+
+/// What applies to one tool call, upstream and tool settings combined.
+#[derive(Debug, Clone, Copy)]
+pub struct ToolPolicy<'a> {
+    pub envelope: Mode,
+    pub validate_arguments: bool,
+    /// `None` = settled by the tier (`approval_for_writes`, for writes).
+    pub approval: Option<Approval>,
+    pub approvers: &'a [String],
+    pub settings: Option<&'a ToolSettings>,
 }
 
 /// A credential and where it goes.
@@ -182,6 +227,56 @@ impl UpstreamSpec {
             read_only: &self.read_only,
             long_running: &self.long_running,
         }
+    }
+
+    /// The settings that apply to the upstream's tool `name`.
+    pub fn tool_policy(&self, name: &str) -> ToolPolicy<'_> {
+        let t = self.tools.get(name);
+        ToolPolicy {
+            envelope: t.and_then(|t| t.envelope).unwrap_or(self.envelope),
+            validate_arguments: t
+                .and_then(|t| t.validate_arguments)
+                .unwrap_or(self.validate_arguments),
+            approval: t.and_then(|t| t.approval),
+            approvers: t
+                .and_then(|t| t.approvers.as_deref())
+                .unwrap_or(&self.tier.approvers),
+            settings: t,
+        }
+    }
+
+    /// A digest of everything that decides whether and how a call of `name` needs approval:
+    /// a plan made under one version is void under another.
+    pub fn policy_version(&self, name: &str) -> String {
+        use sha2::{Digest, Sha256};
+        let text = format!(
+            "{:?}|{:?}|{}|{}|{}|{}",
+            self.tier,
+            self.tools.get(name),
+            self.writable.contains(name),
+            self.read_only.contains(name),
+            self.exposes(name),
+            self.transport.kind(),
+        );
+        hex::encode(&Sha256::digest(text.as_bytes())[..12])
+    }
+
+    /// Whether some call of this upstream needs approval.
+    pub fn needs_approvals(&self) -> bool {
+        self.tier.approval_for_writes
+            || self
+                .tools
+                .values()
+                .any(|t| matches!(t.approval, Some(Approval::Plan | Approval::Elicit)))
+    }
+
+    /// Every role named as approver by the tier or a tool.
+    pub fn approver_roles(&self) -> Vec<String> {
+        let mut roles = self.tier.approvers.clone();
+        for t in self.tools.values() {
+            roles.extend(t.approvers.iter().flatten().cloned());
+        }
+        roles
     }
 
     /// Whether an upstream tool name passes the allow/deny globs.

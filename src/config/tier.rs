@@ -5,7 +5,10 @@ use std::{path::Path, time::Duration};
 use serde::Deserialize;
 
 use super::{Diagnostic, line_of};
-use crate::policy::trust::{Tier, Writes};
+use crate::policy::{
+    approval::Approval,
+    trust::{Tier, Writes},
+};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -18,6 +21,10 @@ struct RawTier {
     trust_annotations: bool,
     #[serde(default)]
     approval_for_writes: bool,
+    /// `plan` (default) or `elicit`.
+    approval: Option<Approval>,
+    #[serde(default)]
+    approvers: Vec<String>,
     #[serde(default)]
     pin_tool_definitions: bool,
     max_response_bytes: Option<usize>,
@@ -111,6 +118,11 @@ pub fn load(dir: &Path, name: &str) -> Result<Tier, Vec<Diagnostic>> {
         writes,
         trust_annotations: raw.trust_annotations,
         approval_for_writes: raw.approval_for_writes,
+        approval: match raw.approval {
+            None | Some(Approval::None) => Approval::Plan,
+            Some(a) => a,
+        },
+        approvers: raw.approvers,
         pin_tool_definitions: raw.pin_tool_definitions,
         max_response_bytes: raw.max_response_bytes,
         credential_classes: raw.credential_classes,

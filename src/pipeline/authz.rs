@@ -56,12 +56,17 @@ fn hidden(pool: &Pool, call: &Call) -> Result<(), CallError> {
         Exposed::Resource(uri) if !reachable => {
             Err(CallError::UnknownResource { uri: uri.clone() })
         }
-        Exposed::Tool(name) if !access.tool(name) => Err(CallError::UnknownTool {
-            name: name.clone(),
-            closest: pool
-                .catalog()
-                .closest_tools(name, CLOSEST_NAMES, |n| pool.visible_tool(access, n)),
-        }),
+        Exposed::Tool(name)
+            if !access.tool(name)
+                || (target.upstream().is_none() && !pool.visible_tool(access, name)) =>
+        {
+            Err(CallError::UnknownTool {
+                name: name.clone(),
+                closest: pool
+                    .catalog()
+                    .closest_tools(name, CLOSEST_NAMES, |n| pool.visible_tool(access, n)),
+            })
+        }
         Exposed::Prompt(name) if !access.prompt(name) => {
             Err(CallError::UnknownPrompt { name: name.clone() })
         }

@@ -7,8 +7,9 @@ use rmcp::{ErrorData as McpError, model::ErrorCode};
 use serde_json::json;
 
 use crate::{
+    envelope::{Ask, Plan, Safety},
     error::{Classify, Side},
-    policy::trust::TierRefusal,
+    policy::{approval::PlanRefusal, arguments::Problem, trust::TierRefusal},
     router::cursor::BadCursor,
     upstream::Phase,
 };
@@ -83,6 +84,38 @@ pub enum CallError {
         tier: String,
         refusal: TierRefusal,
     },
+    #[error("arguments of `{tool}` do not match its input schema ({} problem(s))", problems.len())]
+    InvalidArguments {
+        tool: String,
+        problems: Vec<Problem>,
+        ask: Box<Ask>,
+    },
+    /// Not run: the call waits for approval as plan `plan.id`. Not a failure, but the call did
+    /// not happen, so it travels as a typed outcome like a refusal.
+    #[error("`{}` needs approval before it runs; approve plan {} with fedgate.approve", plan.tool, plan.id)]
+    ApprovalRequired { plan: Box<Held> },
+    #[error("{0}")]
+    Plan(PlanRefusal),
+    /// A failure with the plan envelope made for it (set by `observe`, turned into the wire
+    /// form by `wire`); everything else reads the cause.
+    #[error("{cause}")]
+    Planned {
+        cause: Box<CallError>,
+        plan: Box<Plan>,
+    },
+}
+
+/// What a held call's plan shows the agent.
+#[derive(Debug, Clone)]
+pub struct Held {
+    pub id: String,
+    pub tool: String,
+    pub upstream: String,
+    /// A short rendering of the arguments.
+    pub summary: String,
+    pub safety: Safety,
+    pub approvers: Vec<String>,
+    pub expires_ms: u64,
 }
 
 /// What a caller must know about a write that may or may not have happened.
@@ -94,9 +127,6 @@ fn refusal_text(r: TierRefusal) -> &'static str {
         TierRefusal::WritesNever => "this tier allows no writes; use a read-only tool",
         TierRefusal::WriteNotDeclared => {
             "only writes declared in the upstream's `writable` list are allowed at this tier"
-        }
-        TierRefusal::ApprovalRequired => {
-            "writes at this tier need approval, which this gateway does not offer yet"
         }
     }
 }
@@ -121,7 +151,11 @@ impl Classify for CallError {
             | CallError::NotAuthorized { .. }
             | CallError::IdempotencyConflict
             | CallError::TooDeep { .. }
+            | CallError::InvalidArguments { .. }
+            | CallError::ApprovalRequired { .. }
+            | CallError::Plan(_)
             | CallError::Cancelled => Side::Downstream,
+            CallError::Planned { cause, .. } => cause.side(),
             CallError::BreakerOpen { .. } | CallError::Busy { .. } | CallError::Internal { .. } => {
                 Side::Internal
             }
@@ -158,10 +192,17 @@ impl Classify for CallError {
             CallError::BreakerOpen { .. } => "breaker_open",
             CallError::RateLimited { .. } => "rate_limited",
             CallError::TierRefused { refusal, .. } => refusal.code(),
+            CallError::InvalidArguments { .. } => "invalid_arguments",
+            CallError::ApprovalRequired { .. } => "approval_required",
+            CallError::Plan(r) => r.code(),
+            CallError::Planned { cause, .. } => cause.code(),
         }
     }
 
     fn retryable(&self) -> bool {
+        if let CallError::Planned { cause, .. } = self {
+            return cause.retryable();
+        }
         matches!(
             self,
             CallError::UpstreamClosed { .. }
@@ -298,6 +339,39 @@ impl CallError {
                 msg,
                 Some(json!({ "tool": tool, "tier": tier, "reason": refusal.code() })),
             ),
+            CallError::InvalidArguments { tool, problems, .. } => McpError::invalid_params(
+                format!(
+                    "{msg}: {}",
+                    problems
+                        .iter()
+                        .map(|p| format!("{} ({})", p.message, p.pointer))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ),
+                Some(json!({ "reason": "invalid_arguments", "tool": tool })),
+            ),
+            CallError::ApprovalRequired { plan } => McpError::invalid_request(
+                msg,
+                Some(json!({ "reason": "approval_required", "plan_id": plan.id })),
+            ),
+            CallError::Plan(r) => {
+                McpError::invalid_params(msg, Some(json!({ "reason": r.code() })))
+            }
+            CallError::Planned { cause, plan } => {
+                let mut wire = cause.to_mcp();
+                // The plan joins whatever data the error has; data that is not an object (an
+                // upstream's own) is kept as it is.
+                match &mut wire.data {
+                    Some(serde_json::Value::Object(m)) => {
+                        m.insert(crate::envelope::META_KEY.into(), plan.to_value());
+                    }
+                    None => {
+                        wire.data = Some(json!({ crate::envelope::META_KEY: plan.to_value() }));
+                    }
+                    Some(_) => {}
+                }
+                wire
+            }
         }
     }
 
@@ -317,7 +391,10 @@ impl CallError {
                 | CallError::BreakerOpen { .. }
                 | CallError::RateLimited { .. }
                 | CallError::TierRefused { .. }
-        )
+                | CallError::InvalidArguments { .. }
+                | CallError::ApprovalRequired { .. }
+                | CallError::Plan(_)
+        ) || matches!(self, CallError::Planned { cause, .. } if cause.is_refusal())
     }
 
     /// Classifies an rmcp error from one upstream request.

@@ -5,24 +5,33 @@
 //! becomes a `Call` (so it gets 401 whatever else is wrong with it).
 //!
 //! ```text
-//!  outer   wire ─ observe(resolve, span, audit, metrics)
-//!  inner   hop guard ─ authz ─ trust ─ rate limit ─ idempotency ─ dispatch by target kind
+//!  outer   wire ─ observe(resolve, span, audit, metrics, envelope)
+//!  inner   hop guard ─ authz ─ trust ─ arguments ─ approval ─ rate limit ─ idempotency
+//!          ─ dispatch by target kind
 //!  upstream terminal   retry ─ breaker ─ forward (deadline, progress, cancellation, transport)
 //! ```
 //!
 //! Order (outer to inner) and why:
-//! - `wire` — outermost: the one place a typed [`CallError`] becomes a JSON-RPC error (and,
-//!   with F11, a plan envelope); everything inside keeps the typed reason.
+//! - `wire` — outermost: the one place a typed [`CallError`] becomes a JSON-RPC error (with its
+//!   plan in `error.data`); everything inside keeps the typed reason.
 //! - `observe` — resolves the exposed name or URI to its route once (every later policy — authz
 //!   on namespaced names, the upstream's tier, per-upstream limits and breakers — needs it),
 //!   then records every request with its typed outcome, refusals too, in its span, the audit
-//!   log and the call metrics.
+//!   log and the call metrics; last, it adds the plan envelope (F11, `envelope.rs`) — after
+//!   recording, so records keep the typed outcome, and with the route, whose envelope mode and
+//!   output schema decide how the plan travels.
 //! - `hop guard` — a call that re-enters the inner part (a flow node, an approved plan) carries
 //!   its depth; too deep is refused before anything runs.
 //! - `authz` — the caller's roles must allow the exposed name; a refusal is the same error as
 //!   an unknown name, so callers cannot probe for what exists.
 //! - `trust` — the upstream's tier classifies the call (read/write/long) and refuses writes it
 //!   does not allow; after authz, so a caller learns nothing about tools it may not use.
+//! - `arguments` — the tool's input schema (compiled when its list was stored) checks the
+//!   arguments; after trust, so callers learn schemas only of tools they may call, and before
+//!   approval, so no one is asked to approve a call that cannot run.
+//! - `approval` — a call that needs approval is held as a plan and not run; `fedgate.approve`
+//!   decides or runs plans, re-entering below this step under the caller's identity, so the
+//!   approved call still meets rate limits, idempotency, retries and the breaker.
 //! - `rate limit` — keyed by identity/upstream/tool; after authz and trust, so only calls that
 //!   would run use up a budget, and keys are authenticated identities.
 //! - `idempotency` — a repeated idempotency key gets the recorded answer; before retry, so a
@@ -32,12 +41,13 @@
 //!   attempt and stops retries), `breaker` (innermost policy, so it sees exactly the attempts
 //!   that reach the upstream) and `forward`.
 //!
-//! Slots still to fill, in the order of ../shared/STYLE.md: the argument check (after trust)
-//! and the envelope (in `wire`).
 
+mod approval;
+mod arguments;
 mod authz;
 mod breaker;
 mod dispatch;
+mod envelope;
 mod error;
 mod forward;
 mod hop;
@@ -69,17 +79,25 @@ use tower::{ServiceBuilder, util::BoxCloneSyncService};
 use rmcp::{ErrorData as McpError, model::RequestStateCodec};
 
 use crate::{
+    envelope::Mode,
     policy::{
-        idempotency::IdempotencyStore, identity::Identity, rate_limit::RateLimits, trust::CallClass,
+        approval::{Approval, Plans},
+        idempotency::IdempotencyStore,
+        identity::Identity,
+        rate_limit::RateLimits,
+        trust::CallClass,
     },
     telemetry::{audit::Audit, metrics::Metrics},
     upstream::inflight::Downstream,
     upstream::{Upstream, pool::Pool},
 };
 
+pub use approval::{Approvals, ApproveTool, plan_record, sync_metrics as sync_plan_metrics};
+pub use arguments::Arguments;
 pub use authz::Authz;
 pub use breaker::Breaker;
-pub use error::CallError;
+pub use envelope::plan_for;
+pub use error::{CallError, Held};
 pub use forward::Forward;
 pub use hop::HopGuard;
 pub use idempotency::Idempotency;
@@ -181,6 +199,11 @@ pub struct Call {
     /// Set by `trust`: repeating the call cannot do harm (a read, or idempotent by annotation
     /// at a tier that trusts annotations).
     pub retry_safe: bool,
+    /// Set by `trust`: the call needs approval before it runs, and how it is obtained.
+    pub approval: Option<Approval>,
+    /// Set when an approved plan re-enters the stack: the plan's id (the approval gate lets
+    /// the call through; audit and logs name the plan).
+    pub approved: Option<String>,
 }
 
 pub type CallFuture = Pin<Box<dyn Future<Output = Result<ServerResult, CallError>> + Send>>;
@@ -203,6 +226,10 @@ pub struct Parts {
     pub audit: Option<Audit>,
     /// The gateway's own tools (their definitions are in the pool's catalog).
     pub own: OwnTools,
+    /// Plans waiting for approval.
+    pub plans: Arc<Plans>,
+    /// The envelope mode of calls that resolve to no upstream (and of the gateway's own tools).
+    pub envelope: Mode,
 }
 
 /// Builds the stack; see the module doc for the order.
@@ -223,6 +250,15 @@ pub fn build(parts: Parts) -> CallStack {
             pool: parts.pool.clone(),
         }))
         .layer(StepLayer::new(Trust))
+        .layer(StepLayer::new(Arguments {
+            own: parts.own.clone(),
+        }))
+        .layer(StepLayer::new(Approvals {
+            plans: parts.plans.clone(),
+            pool: parts.pool.clone(),
+            metrics: parts.metrics.clone(),
+            audit: parts.audit.clone(),
+        }))
         .layer(StepLayer::new(RateLimit {
             limits: parts.limits.clone(),
             metrics: parts.metrics.clone(),
@@ -238,6 +274,7 @@ pub fn build(parts: Parts) -> CallStack {
             own: parts.own,
             audit: parts.audit,
             metrics: parts.metrics,
+            envelope: parts.envelope,
         }))
         .service(inner);
     BoxCloneSyncService::new(svc)

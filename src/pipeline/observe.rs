@@ -10,11 +10,13 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::{
-    Call, CallFuture, Op, OwnTools,
+    Call, CallError, CallFuture, Op, OwnTools, Target, TargetKind,
+    envelope::{self, Wrapping},
     resolve::resolve,
     step::{CallService, Step, done},
 };
 use crate::{
+    envelope::Mode,
     error::Classify,
     telemetry::{
         audit::{Audit, Record, hash_arguments},
@@ -32,6 +34,8 @@ pub struct Observe {
     pub own: OwnTools,
     pub audit: Option<Audit>,
     pub metrics: Arc<Metrics>,
+    /// The envelope mode of calls without an upstream.
+    pub envelope: Mode,
 }
 
 impl Step for Observe {
@@ -65,7 +69,7 @@ impl Step for Observe {
         let base = self.audit.as_ref().map(|audit| Record {
             time: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             identity: call.identity.name.clone(),
-            identity_kind: kind_name(&call.identity),
+            identity_kind: call.identity.kind.as_str(),
             method,
             name,
             upstream: upstream.as_deref().map(str::to_owned),
@@ -76,9 +80,12 @@ impl Step for Observe {
             correlation_id: call.correlation_id.clone(),
             arguments_sha256: args.as_ref().map(hash_arguments),
             arguments: args.filter(|_| audit.full_arguments),
+            plan_id: None,
+            approver: None,
         });
         let audit = self.audit.clone();
         let metrics = self.metrics.clone();
+        let wrapping = wrapping(&call, routed.as_ref().ok(), self.envelope);
         let fut = match routed {
             Ok(target) => {
                 call.target = Some(target);
@@ -138,14 +145,48 @@ impl Step for Observe {
                             r.decision = "refused";
                             r.outcome = "refused";
                         }
+                        if let CallError::ApprovalRequired { plan } = e {
+                            r.decision = "held";
+                            r.outcome = "approval_required";
+                            r.plan_id = Some(plan.id.clone());
+                        }
                     }
                     audit.record(r);
                 }
-                result
+                envelope::wrap(result, &wrapping, &metrics)
             }
             .instrument(log_span),
         )
     }
+}
+
+/// How the answer of `call` (routed to `target`) gets its envelope.
+fn wrapping(call: &Call, target: Option<&Target>, default: Mode) -> Wrapping {
+    let mut w = Wrapping {
+        mode: default,
+        tool_call: matches!(call.op, Op::CallTool(_)),
+        correlation_id: call.correlation_id.clone(),
+        follow_up: None,
+        output_schema: false,
+    };
+    if let Some(TargetKind::Upstream(up)) = target.map(|t| &t.kind) {
+        let spec = up.spec();
+        match &call.op {
+            Op::CallTool(p) => {
+                let policy = spec.tool_policy(&p.name);
+                w.mode = policy.envelope;
+                if w.mode != Mode::Off {
+                    w.follow_up = policy.settings.and_then(|s| s.follow_up.clone());
+                    w.output_schema = up
+                        .lists()
+                        .tool(&p.name)
+                        .is_some_and(|t| t.output_schema.is_some());
+                }
+            }
+            _ => w.mode = spec.envelope,
+        }
+    }
+    w
 }
 
 /// The server span of one routed request, under the caller's context. Names and attributes
@@ -200,16 +241,5 @@ fn describe(op: &Op, with_args: bool) -> (String, Option<serde_json::Value>) {
             Reference::Resource(r) => (r.uri.clone(), None),
             _ => (String::new(), None),
         },
-    }
-}
-
-fn kind_name(id: &crate::policy::identity::Identity) -> &'static str {
-    use crate::policy::identity::IdentityKind;
-    match id.kind {
-        IdentityKind::ApiKey => "api_key",
-        IdentityKind::Jwt => "jwt",
-        IdentityKind::ClientCert => "client_cert",
-        IdentityKind::Anonymous => "anonymous",
-        IdentityKind::Local => "local",
     }
 }

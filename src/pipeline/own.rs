@@ -6,7 +6,7 @@ use std::{collections::HashMap, fmt::Debug, sync::Arc};
 use rmcp::model::Tool;
 
 use super::{Call, CallFuture};
-use crate::policy::trust::CallClass;
+use crate::policy::{arguments::ArgCheck, trust::CallClass};
 
 /// One tool the gateway answers itself.
 pub trait OwnTool: Send + Sync + Debug {
@@ -20,26 +20,50 @@ pub trait OwnTool: Send + Sync + Debug {
     fn call(&self, call: Call) -> CallFuture;
 }
 
+/// One own tool and its compiled input schema.
+#[derive(Debug)]
+struct Entry {
+    tool: Arc<dyn OwnTool>,
+    check: Option<Arc<ArgCheck>>,
+}
+
 /// The gateway's own tools by exposed name.
 #[derive(Debug, Clone, Default)]
-pub struct OwnTools(Arc<HashMap<String, Arc<dyn OwnTool>>>);
+pub struct OwnTools(Arc<HashMap<String, Entry>>);
 
 impl OwnTools {
     pub fn new(tools: Vec<Arc<dyn OwnTool>>) -> Self {
         Self(Arc::new(
             tools
                 .into_iter()
-                .map(|t| (t.definition().name.to_string(), t))
+                .map(|tool| {
+                    let def = tool.definition();
+                    let schema = serde_json::Value::Object((*def.input_schema).clone());
+                    let check = ArgCheck::compile(&schema).ok().map(Arc::new);
+                    (def.name.to_string(), Entry { tool, check })
+                })
                 .collect(),
         ))
     }
 
     /// What the catalog lists.
     pub fn definitions(&self) -> Vec<Tool> {
-        self.0.values().map(|t| t.definition()).collect()
+        self.0.values().map(|e| e.tool.definition()).collect()
     }
 
     pub fn get(&self, name: &str) -> Option<Arc<dyn OwnTool>> {
-        self.0.get(name).cloned()
+        self.0.get(name).map(|e| e.tool.clone())
+    }
+
+    /// The compiled input schema of an own tool.
+    pub fn check(&self, name: &str) -> Option<Arc<ArgCheck>> {
+        self.0.get(name).and_then(|e| e.check.clone())
+    }
+
+    /// Adds tools (the gateway's built-in ones join those a caller supplied).
+    pub fn with(self, more: Vec<Arc<dyn OwnTool>>) -> Self {
+        let mut all: Vec<Arc<dyn OwnTool>> = self.0.values().map(|e| e.tool.clone()).collect();
+        all.extend(more);
+        Self::new(all)
     }
 }

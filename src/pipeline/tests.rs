@@ -72,6 +72,8 @@ fn core(extra: &str) -> Gateway {
     );
     pool.start();
     let parts = Parts {
+        plans: Arc::new(crate::policy::approval::Plans::new(60_000, 16)),
+        envelope: crate::envelope::Mode::Errors,
         pool: pool.clone(),
         metrics: metrics.clone(),
         limits: Arc::new(ArcSwap::from_pointee(RateLimits::new(snapshot.rate_limits))),
@@ -122,6 +124,8 @@ fn call(identity: Identity, tool: &str, depth: u8) -> Call {
         class: None,
         timeout: None,
         retry_safe: false,
+        approval: None,
+        approved: None,
     }
 }
 
@@ -134,6 +138,17 @@ fn text(r: ServerResult) -> String {
             .map(|t| t.text.clone())
             .unwrap_or_default(),
         other => panic!("not a tool result: {other:?}"),
+    }
+}
+
+/// The plan envelope of a refusal that travelled as a tool result with `isError`.
+fn plan(r: Result<ServerResult, rmcp::ErrorData>) -> serde_json::Value {
+    match r {
+        Ok(ServerResult::CallToolResult(r)) if r.is_error == Some(true) => r
+            .meta
+            .and_then(|m| m.0.get(crate::envelope::META_KEY).cloned())
+            .unwrap_or_default(),
+        other => panic!("not a refusal as a tool result: {other:?}"),
     }
 }
 
@@ -190,14 +205,14 @@ async fn own_tools_are_rate_limited_like_any_other() {
         .oneshot(call(ann(), "fedgate.whoami", 0))
         .await
         .expect("first");
-    let limited = stack
-        .oneshot(call(ann(), "fedgate.whoami", 0))
-        .await
-        .expect_err("second is over the rate");
-    assert!(
-        limited.message.contains("rate limited"),
-        "{}",
-        limited.message
+    let limited = plan(stack.oneshot(call(ann(), "fedgate.whoami", 0)).await);
+    assert_eq!(
+        (
+            limited["status"].as_str(),
+            limited["errors"][0]["code"].as_str()
+        ),
+        (Some("blocked"), Some("rate_limited")),
+        "second is over the rate: {limited}"
     );
 }
 
@@ -211,9 +226,13 @@ async fn calls_nested_too_deep_are_refused_first() {
         .oneshot(call(ann(), "fedgate.whoami", MAX_CALL_DEPTH))
         .await
         .expect("at the limit");
-    let deep = stack
-        .oneshot(call(ann(), "fedgate.whoami", MAX_CALL_DEPTH + 1))
-        .await
-        .expect_err("past the limit");
-    assert!(deep.message.contains("nested"), "{}", deep.message);
+    let deep = plan(
+        stack
+            .oneshot(call(ann(), "fedgate.whoami", MAX_CALL_DEPTH + 1))
+            .await,
+    );
+    assert_eq!(
+        deep["errors"][0]["code"], "too_deep",
+        "past the limit: {deep}"
+    );
 }

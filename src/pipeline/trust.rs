@@ -9,7 +9,10 @@ use super::{
 };
 use crate::{
     pipeline::CallError,
-    policy::trust::{self, CallClass},
+    policy::{
+        approval::Approval,
+        trust::{self, CallClass},
+    },
     upstream::Upstream,
 };
 
@@ -29,6 +32,7 @@ impl Step for Trust {
                         class,
                         timeout: None,
                         retry_safe: class == CallClass::Read,
+                        approval: None,
                     })
                 }
                 TargetKind::Upstream(up) => decide(up, &t.exposed, &call.op),
@@ -39,6 +43,7 @@ impl Step for Trust {
                 call.class = Some(d.class);
                 call.timeout = d.timeout;
                 call.retry_safe = d.retry_safe;
+                call.approval = d.approval;
                 inner.call(call)
             }
             Err(e) => done(Err(e)),
@@ -47,15 +52,18 @@ impl Step for Trust {
 }
 
 /// What the tier says of one call.
-struct Decision {
-    class: CallClass,
-    timeout: Option<Duration>,
+pub(super) struct Decision {
+    pub class: CallClass,
+    pub timeout: Option<Duration>,
     /// Repeating the call cannot do harm: a read, or idempotent by annotation at a tier that
     /// trusts annotations.
-    retry_safe: bool,
+    pub retry_safe: bool,
+    /// The call must be approved before it runs (tool setting, or the tier's for writes).
+    pub approval: Option<Approval>,
 }
 
-fn decide(up: &Upstream, exposed: &Exposed, op: &Op) -> Result<Decision, CallError> {
+/// The tier's decision on a call to `up` (also used when an approved plan re-enters).
+pub(super) fn decide(up: &Upstream, exposed: &Exposed, op: &Op) -> Result<Decision, CallError> {
     let spec = up.spec();
     let Op::CallTool(p) = op else {
         // Prompts, resources and completions read.
@@ -63,10 +71,11 @@ fn decide(up: &Upstream, exposed: &Exposed, op: &Op) -> Result<Decision, CallErr
             class: CallClass::Read,
             timeout: Some(trust::timeout(&spec.tier, CallClass::Read)),
             retry_safe: true,
+            approval: None,
         });
     };
     let lists = up.lists();
-    let tool = lists.tools.iter().find(|t| t.name == p.name);
+    let tool = lists.tool(&p.name);
     let class = trust::decide(&spec.tier, spec.declared(), tool, &p.name).map_err(|refusal| {
         CallError::TierRefused {
             tool: match exposed {
@@ -85,5 +94,6 @@ fn decide(up: &Upstream, exposed: &Exposed, op: &Op) -> Result<Decision, CallErr
         class,
         timeout: Some(trust::timeout(&spec.tier, class)),
         retry_safe: class == CallClass::Read || (spec.tier.trust_annotations && idempotent),
+        approval: trust::approval_needed(&spec.tier, spec.tool_policy(&p.name).approval, class),
     })
 }

@@ -15,6 +15,8 @@ pub struct Access {
     tools: GlobSet,
     prompts: GlobSet,
     resources: GlobSet,
+    /// The roles this access was granted from (approvers are named by role).
+    roles: Vec<String>,
 }
 
 impl Default for Access {
@@ -25,6 +27,7 @@ impl Default for Access {
             tools: GlobSet::empty(),
             prompts: GlobSet::empty(),
             resources: GlobSet::empty(),
+            roles: Vec::new(),
         }
     }
 }
@@ -51,6 +54,11 @@ impl Access {
     }
     pub fn resource(&self, uri: &str) -> bool {
         self.unrestricted || self.resources.is_match(uri)
+    }
+    /// Whether the identity holds one of `roles` (an unrestricted identity holds no role: it
+    /// may call anything, but approving for a role needs that role).
+    pub fn has_any_role(&self, roles: &[String]) -> bool {
+        self.roles.iter().any(|r| roles.contains(r))
     }
 }
 
@@ -91,6 +99,11 @@ impl Roles {
             tools: t.build().unwrap_or_else(|_| GlobSet::empty()),
             prompts: p.build().unwrap_or_else(|_| GlobSet::empty()),
             resources: r.build().unwrap_or_else(|_| GlobSet::empty()),
+            roles: names
+                .iter()
+                .filter(|n| self.0.contains_key(*n))
+                .cloned()
+                .collect(),
         }
     }
 }

@@ -30,7 +30,24 @@ pub enum IdentityKind {
     Local,
 }
 
+impl IdentityKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IdentityKind::ApiKey => "api_key",
+            IdentityKind::Jwt => "jwt",
+            IdentityKind::ClientCert => "client_cert",
+            IdentityKind::Anonymous => "anonymous",
+            IdentityKind::Local => "local",
+        }
+    }
+}
+
 impl Identity {
+    /// `kind:name`: who a plan belongs to (two kinds may share a name).
+    pub fn key(&self) -> String {
+        format!("{}:{}", self.kind.as_str(), self.name)
+    }
+
     /// Full access, for the local operator and for gateways configured without `[auth]`.
     pub fn unrestricted(name: &str, kind: IdentityKind) -> Self {
         Self {

@@ -24,6 +24,10 @@ pub struct Tier {
     /// Whether `readOnlyHint` decides read vs write; otherwise only config declares reads.
     pub trust_annotations: bool,
     pub approval_for_writes: bool,
+    /// How approval is obtained when `approval_for_writes` (a plan, or an elicitation).
+    pub approval: super::approval::Approval,
+    /// Roles whose holders approve; empty = the caller approves its own plans.
+    pub approvers: Vec<String>,
     pub pin_tool_definitions: bool,
     pub max_response_bytes: Option<usize>,
     pub credential_classes: Vec<String>,
@@ -45,6 +49,8 @@ impl Tier {
             writes: Writes::Always,
             trust_annotations: true,
             approval_for_writes: false,
+            approval: super::approval::Approval::Plan,
+            approvers: Vec::new(),
             pin_tool_definitions: false,
             max_response_bytes: None,
             credential_classes: Vec::new(),
@@ -83,8 +89,6 @@ pub enum TierRefusal {
     WritesNever,
     /// The tier allows only declared writes and this tool is not declared.
     WriteNotDeclared,
-    /// Writes at this tier need approval, which this gateway cannot obtain yet.
-    ApprovalRequired,
 }
 
 impl TierRefusal {
@@ -92,7 +96,6 @@ impl TierRefusal {
         match self {
             TierRefusal::WritesNever => "writes_never",
             TierRefusal::WriteNotDeclared => "write_not_declared",
-            TierRefusal::ApprovalRequired => "approval_required",
         }
     }
 }
@@ -126,9 +129,6 @@ pub fn decide(
             }
             _ => {}
         }
-        if tier.approval_for_writes {
-            return Err(TierRefusal::ApprovalRequired);
-        }
     }
     Ok(if declared.long_running.contains(name) {
         CallClass::Long
@@ -137,6 +137,22 @@ pub fn decide(
     } else {
         CallClass::Read
     })
+}
+
+/// Whether a call of class `class` needs approval, and how: the tool's own `approval`
+/// setting wins; else the tier's `approval_for_writes` decides for writes.
+pub fn approval_needed(
+    tier: &Tier,
+    tool_setting: Option<super::approval::Approval>,
+    class: CallClass,
+) -> Option<super::approval::Approval> {
+    use super::approval::Approval;
+    match tool_setting {
+        Some(Approval::None) => None,
+        Some(a) => Some(a),
+        None if tier.approval_for_writes && class != CallClass::Read => Some(tier.approval),
+        None => None,
+    }
 }
 
 /// The tier's timeout for a class.

@@ -14,7 +14,10 @@ use rmcp::model::{Prompt, Resource, ResourceTemplate, Tool};
 use crate::{
     config::UpstreamSpec,
     names::{self as namespace, OWN_NAMESPACE, PrefixMode},
-    policy::pinning::{Pins, Verdict},
+    policy::{
+        arguments::ArgCheck,
+        pinning::{Pins, Verdict},
+    },
 };
 
 /// The lists an upstream served at its last refresh.
@@ -24,6 +27,44 @@ pub struct Lists {
     pub prompts: Vec<Prompt>,
     pub resources: Vec<Resource>,
     pub templates: Vec<ResourceTemplate>,
+    /// Set by [`Lists::indexed`]: the upstream's own tool name -> its place in `tools`.
+    by_name: HashMap<String, usize>,
+    /// Set by [`Lists::indexed`]: the compiled input schema of each tool whose schema compiles.
+    checks: HashMap<String, Arc<ArgCheck>>,
+    /// Set by [`Lists::indexed`]: tools whose input schema does not compile, and why (they are
+    /// served unchecked).
+    pub broken_schemas: Vec<(String, String)>,
+}
+
+impl Lists {
+    /// Indexes the tools by name and compiles their input schemas — once per stored list, so
+    /// calls never compile a schema.
+    pub fn indexed(mut self) -> Self {
+        self.by_name.clear();
+        self.checks.clear();
+        self.broken_schemas.clear();
+        for (i, t) in self.tools.iter().enumerate() {
+            self.by_name.insert(t.name.to_string(), i);
+            let schema = serde_json::Value::Object((*t.input_schema).clone());
+            match ArgCheck::compile(&schema) {
+                Ok(c) => {
+                    self.checks.insert(t.name.to_string(), Arc::new(c));
+                }
+                Err(e) => self.broken_schemas.push((t.name.to_string(), e)),
+            }
+        }
+        self
+    }
+
+    /// A tool by the upstream's own name.
+    pub fn tool(&self, name: &str) -> Option<&Tool> {
+        self.by_name.get(name).and_then(|&i| self.tools.get(i))
+    }
+
+    /// The compiled input schema of a tool (`None` when it does not compile).
+    pub fn check(&self, name: &str) -> Option<&Arc<ArgCheck>> {
+        self.checks.get(name)
+    }
 }
 
 /// One ready upstream as the catalog sees it: the handle its routes lead to (whatever the
@@ -333,10 +374,17 @@ impl<T> Catalog<T> {
         n: usize,
         visible: impl Fn(&str) -> bool,
     ) -> Vec<String> {
+        // Bounded work before any rate limit applies: a name longer than any valid tool name
+        // gets no suggestions, and at most `MAX_COMPARED` candidates are compared.
+        const MAX_COMPARED: usize = 2_000;
+        if name.chars().count() > namespace::MAX_TOOL_NAME_CHARS {
+            return Vec::new();
+        }
         let mut scored: Vec<(usize, &str)> = self
             .tools
             .iter()
             .filter(|t| visible(&t.name))
+            .take(MAX_COMPARED)
             .map(|t| (namespace::edit_distance(name, &t.name), t.name.as_ref()))
             .collect();
         scored.sort();

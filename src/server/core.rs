@@ -12,8 +12,12 @@ use tokio::sync::watch;
 use super::sessions::Hub;
 use crate::{
     config::Snapshot,
-    pipeline::{self, CallStack, OwnTools},
-    policy::{idempotency::IdempotencyStore, identity::Authenticator, rate_limit::RateLimits},
+    envelope::Mode,
+    pipeline::{self, ApproveTool, CallStack, OwnTools},
+    policy::{
+        approval::Plans, idempotency::IdempotencyStore, identity::Authenticator,
+        rate_limit::RateLimits,
+    },
     router::cursor::Cursors,
     telemetry::{audit::Audit, metrics::Metrics},
     upstream::{pool::Pool, reload::Applied},
@@ -36,6 +40,9 @@ pub struct Core {
     pub cursors: Cursors,
     /// The gateway's own tools.
     own: OwnTools,
+    /// Plans waiting for approval (bound at start, like the rest of `[gateway]`).
+    pub plans: Arc<Plans>,
+    envelope: Mode,
     /// Bound at start, like the rest of `[gateway]`.
     input_wait: Duration,
     max_parked_calls: usize,
@@ -69,6 +76,7 @@ impl Core {
         );
         let metrics = Arc::new(Metrics::new()?);
         let hub = Arc::new(Hub::default());
+        let own = own.with(vec![Arc::new(ApproveTool)]);
         Ok(Arc::new(Self {
             pool: Pool::new(snapshot, metrics.clone(), hub.clone(), own.definitions()),
             own,
@@ -83,6 +91,11 @@ impl Core {
             seal,
             input_wait: snapshot.gateway.input_wait,
             max_parked_calls: snapshot.gateway.max_parked_calls,
+            plans: Arc::new(Plans::new(
+                snapshot.gateway.plan_ttl.as_millis() as u64,
+                snapshot.gateway.max_pending_plans,
+            )),
+            envelope: snapshot.gateway.envelope,
             in_flight: watch::channel(0).0,
         }))
     }
@@ -119,6 +132,8 @@ impl Core {
             max_parked_calls: self.max_parked_calls,
             audit,
             own: self.own.clone(),
+            plans: self.plans.clone(),
+            envelope: self.envelope,
         })
     }
 
@@ -150,6 +165,7 @@ impl Core {
     /// Brings the gauges that mirror state (upstreams, breakers, sessions) up to date.
     pub fn refresh_gauges(&self) {
         self.pool.refresh_gauges();
+        pipeline::sync_plan_metrics(&self.plans, &self.metrics);
         self.metrics.sessions_active.set(self.hub.len() as i64);
     }
 }

@@ -359,10 +359,20 @@ fn readyz(pool: &Pool) -> Response<Body> {
         .upstreams()
         .iter()
         .map(|u| {
-            (
-                u.name().to_owned(),
-                serde_json::to_value(u.status()).unwrap_or_default(),
-            )
+            let mut status = serde_json::to_value(u.status()).unwrap_or_default();
+            let lists = u.lists();
+            if let (Some(obj), false) = (status.as_object_mut(), lists.broken_schemas.is_empty()) {
+                // Tools served without argument checks, and why.
+                obj.insert(
+                    "unchecked_tools".into(),
+                    lists
+                        .broken_schemas
+                        .iter()
+                        .map(|(tool, why)| serde_json::json!({ "tool": tool, "reason": why }))
+                        .collect(),
+                );
+            }
+            (u.name().to_owned(), status)
         })
         .collect();
     let catalog = pool.catalog();

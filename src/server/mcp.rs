@@ -124,6 +124,8 @@ impl Gateway {
             class: None,
             timeout: None,
             retry_safe: false,
+            approval: None,
+            approved: None,
         };
         self.stack.clone().oneshot(call).await
     }

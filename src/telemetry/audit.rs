@@ -37,6 +37,12 @@ pub struct Record {
     pub arguments_sha256: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub arguments: Option<serde_json::Value>,
+    /// The approval plan the record is about (held, approved, denied, executed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan_id: Option<String>,
+    /// Who decided the plan (`kind:name`, or `admin`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approver: Option<String>,
 }
 
 /// Audit settings.

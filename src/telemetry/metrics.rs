@@ -29,6 +29,9 @@ pub struct Metrics {
     pub config_reloads: IntCounterVec,
     pub parked_calls: IntGauge,
     pub config_last_reload_success: IntGauge,
+    pub envelopes: IntCounterVec,
+    pub approvals: IntCounterVec,
+    pub plans_pending: IntGauge,
 }
 
 impl Metrics {
@@ -135,6 +138,27 @@ impl Metrics {
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
         registry.register(Box::new(build_info))?;
+        let envelopes = IntCounterVec::new(
+            Opts::new(
+                "fedgate_envelopes_total",
+                "Plan envelopes returned, by status and code (the gateway outcome, or ok)",
+            ),
+            &["status", "code"],
+        )?;
+        let approvals = IntCounterVec::new(
+            Opts::new(
+                "fedgate_approvals_total",
+                "Plans decided: approved, denied, expired, invalidated",
+            ),
+            &["outcome"],
+        )?;
+        for outcome in ["approved", "denied", "expired", "invalidated"] {
+            approvals.with_label_values(&[outcome]);
+        }
+        let plans_pending = IntGauge::new("fedgate_plans_pending", "Plans waiting for approval")?;
+        registry.register(Box::new(envelopes.clone()))?;
+        registry.register(Box::new(approvals.clone()))?;
+        registry.register(Box::new(plans_pending.clone()))?;
         // CPU, memory, open files and start time of the gateway process (`process_*`).
         registry.register(Box::new(
             prometheus::process_collector::ProcessCollector::for_self(),
@@ -153,6 +177,9 @@ impl Metrics {
             config_reloads,
             config_last_reload_success,
             parked_calls,
+            envelopes,
+            approvals,
+            plans_pending,
         })
     }
 

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Catalog, Changed, Downstreams, Phase, Upstream, supervisor};
 use crate::{
     config::Snapshot,
+    names as namespace,
     policy::{authz::Access, pinning::Pins},
     router::catalog::{Member, Owner},
     telemetry::metrics::Metrics,
@@ -89,14 +90,25 @@ impl Pool {
         access.tool(name) && {
             let catalog = self.catalog();
             match catalog.tool(name).map(|r| r.owner) {
-                // The gateway's own tools have no tier: role globs alone decide.
-                Some(Owner::Gateway) => true,
+                // The gateway's own tools have no tier: role globs alone decide — and
+                // `fedgate.approve` is there only for callers who have plans to approve.
+                Some(Owner::Gateway) => name != namespace::APPROVE_TOOL || self.approves(access),
                 Some(Owner::Member(i)) => catalog
                     .upstream(i)
                     .is_some_and(|u| access.tier(u.spec().tier.rank)),
                 None => false,
             }
         }
+    }
+
+    /// Whether `access` can use `fedgate.approve`: it reaches an upstream where some call needs
+    /// approval, or holds a role that approves some.
+    fn approves(&self, access: &Access) -> bool {
+        self.upstreams().iter().any(|u| {
+            let spec = u.spec();
+            (access.tier(spec.tier.rank) && spec.needs_approvals())
+                || access.has_any_role(&spec.approver_roles())
+        })
     }
 
     /// The configured upstreams, in config order.
@@ -188,8 +200,19 @@ impl Pool {
                     spec: u.spec(),
                     lists: u.lists(),
                 });
+            // `fedgate.approve` is listed only while some upstream's calls need approval.
+            let approvals = upstreams.iter().any(|u| {
+                let spec = u.spec();
+                spec.needs_approvals() || !spec.approver_roles().is_empty()
+            });
+            let own: Vec<Tool> = self
+                .own_tools
+                .iter()
+                .filter(|t| approvals || t.name != namespace::APPROVE_TOOL)
+                .cloned()
+                .collect();
             self.catalog.store(Arc::new(Catalog::build(
-                &self.own_tools,
+                &own,
                 ready.collect(),
                 &configured,
                 &self.separator,

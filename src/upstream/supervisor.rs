@@ -238,6 +238,7 @@ async fn serve(
         Ok(Err(e)) => return format!("listing failed: {e}"),
         Err(_) => return format!("lists not served within {startup:?}"),
     };
+    let lists = index_lists(up, lists);
     let tools = lists.tools.len();
     up.lists.store(Arc::new(lists));
     up.conn.store(Some(Arc::new(Connection {
@@ -512,6 +513,11 @@ async fn handle_event(
             }
         }
     };
+    let lists = if changed.tools {
+        index_lists(up, lists)
+    } else {
+        lists
+    };
     let tools = lists.tools.len();
     up.lists.store(Arc::new(lists));
     up.update(|s| s.tools = tools);
@@ -520,6 +526,17 @@ async fn handle_event(
         .with_label_values(&[up.name()])
         .inc();
     pool.rebuild(changed);
+}
+
+/// Indexes fresh lists and compiles their tools' input schemas; a schema that does not compile
+/// is logged here, once per definition (lists are only re-indexed when the tools changed), and
+/// shown in `/readyz`. Its tool is served unchecked.
+fn index_lists(up: &Upstream, lists: Lists) -> Lists {
+    let lists = lists.indexed();
+    for (tool, why) in &lists.broken_schemas {
+        tracing::warn!(upstream = %up.name(), tool = %tool, "input schema does not compile; arguments are forwarded unchecked: {why}");
+    }
+    lists
 }
 
 /// Everything an upstream lists, according to the capabilities it declared.

@@ -423,3 +423,57 @@ pub fn alive(pid: u32) -> bool {
         Err(_) => false,
     }
 }
+
+/// What a refused or failed call told the agent, whichever way it travelled: a tool result
+/// with `isError: true` carrying the plan envelope (refusals the model can act on), or a
+/// JSON-RPC error (unknown tools, protocol failures; the plan is in its data).
+pub trait Refused {
+    /// The refusal as text: the plan's JSON for a tool result, the error's display otherwise.
+    fn refused(self) -> String;
+}
+
+impl<T: serde::Serialize + std::fmt::Debug> Refused for Result<T, rmcp::ServiceError> {
+    fn refused(self) -> String {
+        match self {
+            Err(e) => e.to_string(),
+            Ok(r) => {
+                let v = serde_json::to_value(&r).unwrap_or_default();
+                assert_eq!(v["isError"], true, "expected a refusal, got {r:?}");
+                match v["_meta"].get(PLAN_KEY) {
+                    Some(plan) => plan.to_string(),
+                    None => v["content"][0]["text"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                }
+            }
+        }
+    }
+}
+
+/// Where fedgate puts the plan envelope in `_meta` and `error.data`.
+pub const PLAN_KEY: &str = "io.fedgate/orchestrated_plan";
+
+/// The plan envelope of a call's answer, whichever way it travelled.
+pub fn plan_of(r: &Result<CallToolResult, rmcp::ServiceError>) -> Option<serde_json::Value> {
+    match r {
+        Ok(r) => r.meta.as_ref()?.0.get(PLAN_KEY).cloned(),
+        Err(rmcp::ServiceError::McpError(e)) => e.data.as_ref()?.get(PLAN_KEY).cloned(),
+        Err(_) => None,
+    }
+}
+
+/// `s` with every correlation id (32 hex digits after `"correlation_id":"`) blanked, so two
+/// answers can be compared whole.
+pub fn without_correlation_ids(s: &str) -> String {
+    const KEY: &str = "\"correlation_id\":\"";
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find(KEY) {
+        let start = i + KEY.len();
+        out.push_str(&rest[..start]);
+        rest = rest.get(start + 32..).unwrap_or_default();
+    }
+    out.push_str(rest);
+    out
+}

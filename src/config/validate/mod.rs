@@ -141,6 +141,7 @@ pub(super) fn validate(
                 bare_aliases: &mut bare_aliases,
                 tiers: &mut tiers,
                 credentials: &credentials,
+                envelope: g.envelope.unwrap_or_default(),
             },
         ) {
             upstreams.push(Arc::new(spec));
@@ -231,6 +232,28 @@ pub(super) fn validate(
             });
         }
     }
+    for up in &upstreams {
+        let named = up
+            .tools
+            .iter()
+            .filter_map(|(tool, t)| Some((format!("tool `{tool}`"), t.approvers.as_ref()?)))
+            .chain(std::iter::once((
+                format!("tier `{}`", up.tier.name),
+                &up.tier.approvers,
+            )));
+        for (what, approvers) in named {
+            for role in approvers.iter().filter(|r| !auth.roles.0.contains_key(*r)) {
+                cx.errors.push(Diagnostic {
+                    file: file.to_owned(),
+                    line: 0,
+                    message: format!(
+                        "upstream `{}`, {what}: approver role `{role}` is not defined under [roles]",
+                        up.name
+                    ),
+                });
+            }
+        }
+    }
     if !cx.errors.is_empty() {
         return Err(cx.errors);
     }
@@ -265,6 +288,12 @@ pub(super) fn validate(
             session_ttl: Duration::from_millis(g.session_ttl_ms.unwrap_or(DEFAULT_SESSION_TTL_MS)),
             input_wait: Duration::from_millis(g.input_wait_ms.unwrap_or(DEFAULT_INPUT_WAIT_MS)),
             max_parked_calls: g.max_parked_calls.unwrap_or(DEFAULT_MAX_PARKED_CALLS),
+            envelope: g.envelope.unwrap_or_default(),
+            plan_ttl: Duration::from_millis(g.plan_ttl_ms.unwrap_or(DEFAULT_PLAN_TTL_MS)),
+            max_pending_plans: g
+                .max_pending_plans
+                .unwrap_or(DEFAULT_MAX_PENDING_PLANS)
+                .max(1),
             shutdown_grace: Duration::from_millis(
                 g.shutdown_grace_ms.unwrap_or(DEFAULT_SHUTDOWN_GRACE_MS),
             ),

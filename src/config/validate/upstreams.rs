@@ -6,6 +6,7 @@ use std::{
     time::Duration,
 };
 
+use globset::Glob;
 use http::HeaderName;
 use toml::Spanned;
 
@@ -41,6 +42,7 @@ pub(super) fn validate_upstream(
         bare_aliases,
         tiers,
         credentials,
+        envelope,
     } = across;
     let errors_before = cx.errors.len();
     let at = name.span().start;
@@ -315,7 +317,27 @@ pub(super) fn validate_upstream(
     if cx.errors.len() > errors_before {
         return None;
     }
+    for (tool, t) in &u.tools {
+        for g in &t.get_ref().touches_files {
+            if let Err(e) = Glob::new(g) {
+                cx.err_at(
+                    t.span().start,
+                    format!(
+                        "upstream `{name_s}`, tool `{tool}`: bad touches_files glob `{g}`: {}",
+                        e.kind()
+                    ),
+                );
+            }
+        }
+    }
     Some(UpstreamSpec {
+        envelope: u.envelope.unwrap_or(*envelope),
+        validate_arguments: u.validate_arguments.unwrap_or(true),
+        tools: u
+            .tools
+            .iter()
+            .map(|(k, v)| (k.clone(), v.get_ref().clone()))
+            .collect(),
         credential,
         tier,
         writable: u.writable.iter().cloned().collect(),
@@ -356,6 +378,8 @@ pub(super) struct Across<'a> {
     pub(super) bare_aliases: &'a mut HashMap<String, (String, usize)>,
     pub(super) tiers: &'a mut Tiers,
     pub(super) credentials: &'a BTreeMap<String, Arc<Credential>>,
+    /// `[gateway] envelope`, for upstreams that set none.
+    pub(super) envelope: crate::envelope::Mode,
 }
 
 /// Tier files, each loaded once per config load.

@@ -1,0 +1,372 @@
+//! Approval: a call that needs approval (see `trust`) is held as a plan and not run; the
+//! gateway tool `fedgate.approve` decides plans and runs approved ones. An approved call
+//! re-enters the stack below this step, one level deeper, under the caller's identity and with
+//! exactly the frozen arguments — rate limits, idempotency, retries and the breaker apply to it
+//! as to any call. Every plan event is an audit record naming the plan and who decided.
+
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ContentBlock, MetaObject, ServerResult, Tool,
+};
+use serde_json::{Value, json};
+
+use super::{
+    Call, CallError, CallFuture, Exposed, Held, Op, OwnTool, Target, TargetKind,
+    envelope::summarize,
+    step::{CallService, Step, done},
+    trust,
+};
+use crate::{
+    envelope::{META_KEY, Plan, Safety, Status},
+    names::APPROVE_TOOL,
+    policy::{
+        approval::{Decision, NewPlan, PendingPlan, PlanRefusal, Plans},
+        identity::Identity,
+        trust::CallClass,
+    },
+    telemetry::{
+        audit::{Audit, Record},
+        metrics::Metrics,
+    },
+    upstream::{Upstream, pool::Pool},
+};
+
+#[derive(Debug, Clone)]
+pub struct Approvals {
+    pub plans: Arc<Plans>,
+    /// Where an approved plan's upstream is found again (a reload may have replaced it).
+    pub pool: Arc<Pool>,
+    pub metrics: Arc<Metrics>,
+    pub audit: Option<Audit>,
+}
+
+impl Step for Approvals {
+    fn run<S: CallService>(&self, inner: &mut S, call: Call) -> CallFuture {
+        match call.target.as_ref().map(|t| &t.kind) {
+            Some(TargetKind::Gateway(_)) if is_approve(&call) => match self.approve(call) {
+                Ok(Next::Answer(r)) => done(Ok(ServerResult::CallToolResult(r))),
+                Ok(Next::Run(c)) => inner.call(*c),
+                Err(e) => done(Err(e)),
+            },
+            Some(TargetKind::Upstream(up))
+                if call.approval.is_some() && call.approved.is_none() =>
+            {
+                let up = up.clone();
+                done(Err(self.hold(&up, &call)))
+            }
+            _ => inner.call(call),
+        }
+    }
+}
+
+/// What `fedgate.approve` leads to.
+enum Next {
+    /// A decision was recorded; nothing runs now.
+    Answer(CallToolResult),
+    /// The approved call, ready to re-enter the stack.
+    Run(Box<Call>),
+}
+
+fn is_approve(call: &Call) -> bool {
+    matches!(&call.op, Op::CallTool(p) if p.name == APPROVE_TOOL)
+}
+
+impl Approvals {
+    /// Makes the plan of a call that needs approval; the answer is the typed outcome the
+    /// envelope turns into an `ok` plan that was not run.
+    fn hold(&self, up: &Upstream, call: &Call) -> CallError {
+        let Op::CallTool(p) = &call.op else {
+            return CallError::Internal {
+                detail: "only tool calls are held for approval".into(),
+            };
+        };
+        let spec = up.spec();
+        let policy = spec.tool_policy(&p.name);
+        let tool = match call.target.as_ref().map(|t| &t.exposed) {
+            Some(Exposed::Tool(n)) => n.clone(),
+            _ => p.name.to_string(),
+        };
+        let arguments = p.arguments.clone().unwrap_or_default();
+        let summary = summarize(&arguments);
+        let plan = match self.plans.create(NewPlan {
+            caller: call.identity.key(),
+            upstream: up.name().to_owned(),
+            tool: tool.clone(),
+            upstream_tool: p.name.to_string(),
+            arguments,
+            policy_version: spec.policy_version(&p.name),
+            approvers: policy.approvers.to_vec(),
+        }) {
+            Ok(plan) => plan,
+            Err(e) => return CallError::Plan(e),
+        };
+        self.refresh_metrics();
+        let destructive = up
+            .lists()
+            .tool(&p.name)
+            .and_then(|t| t.annotations.as_ref())
+            .and_then(|a| a.destructive_hint);
+        let settings = policy.settings;
+        self.audit(call, &plan, "plan_held", None);
+        CallError::ApprovalRequired {
+            plan: Box::new(Held {
+                id: plan.id,
+                tool,
+                upstream: up.name().to_owned(),
+                summary,
+                safety: Safety {
+                    writes_code: settings.is_some_and(|s| s.writes_code),
+                    touches_files: settings
+                        .map(|s| s.touches_files.clone())
+                        .unwrap_or_default(),
+                    destructive,
+                },
+                approvers: plan.approvers,
+                expires_ms: plan.expires_ms,
+            }),
+        }
+    }
+
+    /// `fedgate.approve {plan_id, decision}`: a reviewer's decision, the caller withdrawing
+    /// its plan, or the caller running an approved one.
+    fn approve(&self, call: Call) -> Result<Next, CallError> {
+        let Op::CallTool(p) = &call.op else {
+            return Err(CallError::Internal {
+                detail: "fedgate.approve is a tool".into(),
+            });
+        };
+        let args = p.arguments.clone().unwrap_or_default();
+        let id = args
+            .get("plan_id")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let decision = match args.get("decision").and_then(Value::as_str) {
+            Some("deny") => Decision::Deny,
+            _ => Decision::Approve,
+        };
+        let me = call.identity.key();
+        if self.plans.is_review(&id, &me) {
+            let access = call.identity.access.clone();
+            let holds = move |roles: &[String]| access.has_any_role(roles);
+            let plan = self
+                .plans
+                .decide(&id, &me, Some(&holds), decision)
+                .map_err(CallError::Plan)?;
+            return Ok(Next::Answer(self.decided(&call, &plan, decision, &me)));
+        }
+        if decision == Decision::Deny {
+            let plan = self.plans.cancel(&id, &me).map_err(CallError::Plan)?;
+            return Ok(Next::Answer(self.decided(&call, &plan, decision, &me)));
+        }
+        let pool = self.pool.clone();
+        let taken = self.plans.take(&id, &me, |plan| {
+            current(&pool, plan).is_some_and(|up| {
+                up.spec().policy_version(&plan.upstream_tool) == plan.policy_version
+            })
+        });
+        let plan = match taken {
+            Ok(plan) => plan,
+            Err(e) => {
+                if e == PlanRefusal::Invalidated {
+                    self.metrics
+                        .approvals
+                        .with_label_values(&["invalidated"])
+                        .inc();
+                }
+                self.refresh_metrics();
+                return Err(CallError::Plan(e));
+            }
+        };
+        if plan.approvers.is_empty() {
+            self.metrics
+                .approvals
+                .with_label_values(&["approved"])
+                .inc();
+        }
+        self.refresh_metrics();
+        let up = current(&self.pool, &plan).ok_or(CallError::Plan(PlanRefusal::Invalidated))?;
+        let approver = match &plan.state {
+            crate::policy::approval::PlanState::Approved(by) => by.clone(),
+            _ => me,
+        };
+        self.audit(&call, &plan, "plan_executed", Some(approver));
+        Ok(Next::Run(Box::new(reenter(call, &plan, up)?)))
+    }
+
+    /// The answer to a recorded decision, and its metric and audit record.
+    fn decided(&self, call: &Call, plan: &PendingPlan, d: Decision, by: &str) -> CallToolResult {
+        let (outcome, text) = match d {
+            Decision::Approve => (
+                "approved",
+                format!(
+                    "Plan {} approved. Its caller runs it by calling fedgate.approve with this plan_id.",
+                    plan.id
+                ),
+            ),
+            Decision::Deny => (
+                "denied",
+                format!("Plan {} denied; it will not run.", plan.id),
+            ),
+        };
+        self.metrics.approvals.with_label_values(&[outcome]).inc();
+        self.refresh_metrics();
+        self.audit(
+            call,
+            plan,
+            if d == Decision::Approve {
+                "plan_approved"
+            } else {
+                "plan_denied"
+            },
+            Some(by.to_owned()),
+        );
+        let envelope = Plan::new(Status::Ok, &call.correlation_id)
+            .instruction(text.clone())
+            .to_value();
+        let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
+        r.structured_content = Some(envelope.clone());
+        let mut meta = MetaObject::new();
+        meta.0.insert(META_KEY.into(), envelope);
+        r.meta = Some(meta);
+        r
+    }
+
+    /// The pending-plans gauge and the count of plans that expired.
+    fn refresh_metrics(&self) {
+        sync_metrics(&self.plans, &self.metrics);
+    }
+
+    fn audit(
+        &self,
+        call: &Call,
+        plan: &PendingPlan,
+        decision: &'static str,
+        approver: Option<String>,
+    ) {
+        if let Some(audit) = &self.audit {
+            audit.record(plan_record(
+                &call.identity,
+                &call.correlation_id,
+                plan,
+                decision,
+                approver,
+            ));
+        }
+    }
+}
+
+/// Brings the plan metrics up to date (also at scrape time).
+pub fn sync_metrics(plans: &Plans, metrics: &Metrics) {
+    let pending = plans.count_pending();
+    metrics.plans_pending.set(pending as i64);
+    let expired = plans.take_expired();
+    if expired > 0 {
+        metrics
+            .approvals
+            .with_label_values(&["expired"])
+            .inc_by(expired);
+    }
+}
+
+/// The audit record of one plan event.
+pub fn plan_record(
+    who: &Identity,
+    correlation_id: &str,
+    plan: &PendingPlan,
+    decision: &'static str,
+    approver: Option<String>,
+) -> Record {
+    Record {
+        time: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        identity: who.name.clone(),
+        identity_kind: who.kind.as_str(),
+        method: "tools/call",
+        name: plan.tool.clone(),
+        upstream: Some(plan.upstream.clone()),
+        decision,
+        reason: None,
+        outcome: decision,
+        latency_ms: 0.0,
+        correlation_id: correlation_id.to_owned(),
+        arguments_sha256: Some(plan.arguments_sha256.clone()),
+        arguments: None,
+        plan_id: Some(plan.id.clone()),
+        approver,
+    }
+}
+
+/// The plan's upstream as configured now.
+fn current(pool: &Pool, plan: &PendingPlan) -> Option<Arc<Upstream>> {
+    pool.upstreams()
+        .iter()
+        .find(|u| u.name() == plan.upstream)
+        .cloned()
+}
+
+/// The approved call: the frozen tool and arguments, to the upstream as it is now, under the
+/// caller's identity, one level deeper; the tier decides its class again.
+fn reenter(mut call: Call, plan: &PendingPlan, up: Arc<Upstream>) -> Result<Call, CallError> {
+    let mut params = CallToolRequestParams::new(plan.upstream_tool.clone());
+    params.arguments = Some(plan.arguments.clone());
+    call.op = Op::CallTool(params);
+    let exposed = Exposed::Tool(plan.tool.clone());
+    let d = trust::decide(&up, &exposed, &call.op)?;
+    call.class = Some(d.class);
+    call.timeout = d.timeout;
+    call.retry_safe = d.retry_safe;
+    call.approval = d.approval;
+    call.approved = Some(plan.id.clone());
+    call.depth = call.depth.saturating_add(1);
+    call.target = Some(Target {
+        owner: up.shared_name(),
+        kind: TargetKind::Upstream(up),
+        exposed,
+    });
+    Ok(call)
+}
+
+/// `fedgate.approve`: listed and authorized like any tool; the approval step answers it.
+#[derive(Debug)]
+pub struct ApproveTool;
+
+impl OwnTool for ApproveTool {
+    fn definition(&self) -> Tool {
+        let schema = json!({
+            "type": "object",
+            "required": ["plan_id"],
+            "additionalProperties": false,
+            "properties": {
+                "plan_id": {
+                    "type": "string",
+                    "title": "Plan id",
+                    "description": "The plan_id of a plan a held call returned"
+                },
+                "decision": {
+                    "enum": ["approve", "deny"],
+                    "title": "Decision",
+                    "description": "approve (default) or deny"
+                }
+            }
+        });
+        Tool::new(
+            APPROVE_TOOL,
+            "Approve (or deny) a call fedgate held for approval. The caller of the held call \
+             runs it with its plan_id; when the plan names approver roles, an identity with \
+             such a role decides first.",
+            Arc::new(schema.as_object().cloned().unwrap_or_default()),
+        )
+    }
+
+    fn class(&self) -> CallClass {
+        CallClass::Write
+    }
+
+    fn call(&self, _call: Call) -> CallFuture {
+        // The approval step answers every call of this tool before dispatch.
+        done(Err(CallError::Internal {
+            detail: "fedgate.approve reached dispatch".into(),
+        }))
+    }
+}

@@ -1,0 +1,324 @@
+//! The plan envelope (F11) of one answer: which plan a gateway outcome gets, and how it
+//! travels. `observe` calls [`wrap`] after it recorded the typed outcome; `wire` turns what
+//! stays an error into the JSON-RPC form.
+//!
+//! For `tools/call`, refusals the model can act on are tool results with `isError: true`,
+//! holding the plan as a text block, as `structuredContent` (unless the tool declares an
+//! `outputSchema`, which the plan would not match) and in `_meta`. An unknown tool, the
+//! upstream's own JSON-RPC errors and protocol failures stay JSON-RPC errors, with the plan in
+//! `error.data`. A result the upstream produced is never changed: the plan is only added to
+//! `_meta` (and, in mode `always`, as one more text block).
+
+use rmcp::model::{CallToolResult, ContentBlock, MetaObject, ServerResult};
+use serde_json::{Map, Value, json};
+
+use super::CallError;
+use crate::{
+    envelope::{Action, META_KEY, Mode, Plan, PlanError, Status},
+    error::Classify,
+    names::APPROVE_TOOL,
+    policy::approval::PlanRefusal,
+    telemetry::metrics::Metrics,
+};
+
+/// What `wrap` needs to know of the call.
+#[derive(Debug, Clone)]
+pub(super) struct Wrapping {
+    pub mode: Mode,
+    pub tool_call: bool,
+    pub correlation_id: String,
+    /// A question to ask after success (tool setting).
+    pub follow_up: Option<String>,
+    /// The tool declares an `outputSchema`: a refusal's `structuredContent` would break it.
+    pub output_schema: bool,
+}
+
+/// Adds the envelope to one answer.
+pub(super) fn wrap(
+    result: Result<ServerResult, CallError>,
+    w: &Wrapping,
+    metrics: &Metrics,
+) -> Result<ServerResult, CallError> {
+    if w.mode == Mode::Off {
+        return result;
+    }
+    match result {
+        Err(e) => {
+            let plan = plan_for(&e, &w.correlation_id);
+            metrics
+                .envelopes
+                .with_label_values(&[plan.status.as_str(), e.code()])
+                .inc();
+            if w.tool_call && travels_as_result(&e) {
+                Ok(ServerResult::CallToolResult(refusal_result(
+                    &plan,
+                    w.output_schema,
+                    matches!(e, CallError::ApprovalRequired { .. }),
+                )))
+            } else {
+                Err(CallError::Planned {
+                    cause: Box::new(e),
+                    plan: Box::new(plan),
+                })
+            }
+        }
+        Ok(ServerResult::CallToolResult(mut r)) => {
+            let failed = r.is_error == Some(true);
+            if w.mode != Mode::Always && (failed || w.follow_up.is_none()) {
+                return Ok(ServerResult::CallToolResult(r));
+            }
+            let plan = if failed {
+                Plan::new(Status::Error, &w.correlation_id)
+                    .instruction("the tool reported an error; its content says what went wrong")
+                    .error(
+                        PlanError::new("tool_error", first_text(&r), true)
+                            .hint("read the tool's content, correct the call and try again"),
+                    )
+            } else {
+                let mut p =
+                    Plan::new(Status::Ok, &w.correlation_id).instruction("the call succeeded");
+                p.follow_up = w.follow_up.clone();
+                p
+            };
+            metrics
+                .envelopes
+                .with_label_values(&[
+                    plan.status.as_str(),
+                    if failed { "tool_error" } else { "ok" },
+                ])
+                .inc();
+            let v = plan.to_value();
+            if w.mode == Mode::Always {
+                r.content.push(ContentBlock::text(v.to_string()));
+            }
+            r.meta
+                .get_or_insert_with(MetaObject::new)
+                .0
+                .insert(META_KEY.into(), v);
+            Ok(ServerResult::CallToolResult(r))
+        }
+        ok => ok,
+    }
+}
+
+/// Whether a `tools/call` outcome reaches the model as a tool result (something it can
+/// correct or wait out) rather than a JSON-RPC error.
+fn travels_as_result(e: &CallError) -> bool {
+    !matches!(
+        e,
+        CallError::UnknownTool { .. }
+            | CallError::NotAuthorized { .. }
+            | CallError::UnknownPrompt { .. }
+            | CallError::UnknownResource { .. }
+            | CallError::UpstreamRefused { .. }
+            | CallError::Cancelled
+            | CallError::BadRequestState { .. }
+            | CallError::NoClientInput { .. }
+            | CallError::BadCursor
+    )
+}
+
+fn refusal_result(plan: &Plan, output_schema: bool, held: bool) -> CallToolResult {
+    let v = plan.to_value();
+    let mut r = if held {
+        CallToolResult::success(vec![ContentBlock::text(v.to_string())])
+    } else {
+        CallToolResult::error(vec![ContentBlock::text(v.to_string())])
+    };
+    if !output_schema {
+        r.structured_content = Some(v.clone());
+    }
+    let mut meta = MetaObject::new();
+    meta.0.insert(META_KEY.into(), v);
+    r.meta = Some(meta);
+    r
+}
+
+fn first_text(r: &CallToolResult) -> String {
+    r.content
+        .iter()
+        .find_map(|c| c.as_text().map(|t| t.text.clone()))
+        .unwrap_or_else(|| "the tool failed".to_owned())
+}
+
+/// The plan of one gateway outcome (README's table lists them).
+pub fn plan_for(e: &CallError, correlation_id: &str) -> Plan {
+    let msg = e.to_string();
+    let code = e.code();
+    let base = |status| Plan::new(status, correlation_id).instruction(msg.clone());
+    match e {
+        CallError::Planned { plan, .. } => (**plan).clone(),
+        CallError::NotAuthorized { shown } => plan_for(shown, correlation_id),
+        CallError::UnknownTool { closest, .. } => {
+            let mut p = base(Status::Error).error(
+                PlanError::new(code, msg.clone(), true)
+                    .hint("call tools/list to see the tools you may call"),
+            );
+            p.recovery_actions = closest
+                .iter()
+                .map(|n| Action::call(n, Map::new()).label(format!("did you mean `{n}`?")))
+                .collect();
+            p
+        }
+        CallError::InvalidArguments { problems, ask, .. } => {
+            let mut p = base(Status::Invalid);
+            p.missing = problems.iter().filter_map(|p| p.missing.clone()).collect();
+            p.errors = problems
+                .iter()
+                .map(|pr| PlanError {
+                    code: pr.code.clone(),
+                    field: Some(pr.pointer.clone()),
+                    message: pr.message.clone(),
+                    hint: None,
+                    recoverable: true,
+                })
+                .collect();
+            p.ask = Some((**ask).clone());
+            p
+        }
+        CallError::ApprovalRequired { plan } => {
+            let who = if plan.approvers.is_empty() {
+                "ask your user to approve it, then call fedgate.approve".to_owned()
+            } else {
+                format!(
+                    "an identity with role {} must approve it; then call fedgate.approve",
+                    plan.approvers.join(" or ")
+                )
+            };
+            let mut p = Plan::new(Status::Ok, correlation_id).instruction(format!(
+                "Not run yet: `{}` on upstream `{}` with {} needs approval; {who}. The plan \
+                 expires at {}.",
+                plan.tool,
+                plan.upstream,
+                plan.summary,
+                rfc3339(plan.expires_ms)
+            ));
+            let mut args = Map::new();
+            args.insert("plan_id".into(), json!(plan.id));
+            p.next_actions = vec![Action {
+                tool: APPROVE_TOOL.to_owned(),
+                args,
+                label: Some(format!("approve `{}` ({})", plan.tool, plan.summary)),
+                confirm: Some(true),
+            }];
+            p.safety = Some(plan.safety.clone());
+            p.affected_paths = plan.safety.touches_files.clone();
+            p
+        }
+        CallError::TierRefused { .. } => base(Status::Blocked).error(
+            PlanError::new(code, msg.clone(), false)
+                .hint("use a read-only tool, or ask an operator to declare this write"),
+        ),
+        CallError::RateLimited { retry_after, .. } => {
+            let ms = retry_after.as_millis() as u64;
+            base(Status::Blocked).error(PlanError::new(code, msg.clone(), true).hint(format!(
+                "retry_after_ms={ms}: wait that long, then call again"
+            )))
+        }
+        CallError::BreakerOpen { retry_in, .. } => {
+            let ms = retry_in.as_millis() as u64;
+            base(Status::Blocked).error(PlanError::new(code, msg.clone(), true).hint(format!(
+                "retry_after_ms={ms}: fedgate probes the upstream again at {}",
+                rfc3339(crate::clock::now_ms().saturating_add(ms))
+            )))
+        }
+        CallError::UpstreamUnavailable {
+            upstream, phase, ..
+        } => base(Status::Blocked).error(PlanError::new(code, msg.clone(), true).hint(format!(
+            "upstream `{upstream}` is {}: its tools are back once it is ready; retry later",
+            format!("{phase:?}").to_lowercase()
+        ))),
+        CallError::Busy { .. } => base(Status::Blocked)
+            .error(PlanError::new(code, msg.clone(), true).hint("retry in a moment")),
+        CallError::Plan(r) => {
+            let (status, recoverable, hint) = match r {
+                PlanRefusal::Waiting { .. } => (
+                    Status::Blocked,
+                    true,
+                    "call fedgate.approve again once a reviewer approved",
+                ),
+                PlanRefusal::Full => (Status::Blocked, true, "retry later"),
+                PlanRefusal::Expired | PlanRefusal::Invalidated => {
+                    (Status::Error, true, "call the tool again for a new plan")
+                }
+                PlanRefusal::Used | PlanRefusal::Denied { .. } | PlanRefusal::Unknown => (
+                    Status::Error,
+                    false,
+                    "do not repeat the call without asking your user",
+                ),
+                PlanRefusal::NotApprover { .. } => {
+                    (Status::Error, false, "ask an identity with that role")
+                }
+            };
+            base(status).error(PlanError::new(code, msg.clone(), recoverable).hint(hint))
+        }
+        CallError::UpstreamTimeout { uncertain, .. }
+        | CallError::UpstreamClosed { uncertain, .. }
+            if *uncertain =>
+        {
+            base(Status::Error).error(
+                PlanError::new("outcome_uncertain", msg.clone(), false).hint(
+                    "the write may have happened: check its effect (read it back) before \
+                     repeating it",
+                ),
+            )
+        }
+        CallError::UpstreamTimeout { .. }
+        | CallError::UpstreamClosed { .. }
+        | CallError::UpstreamFailed { .. } => base(Status::Error).error(
+            PlanError::new(code, msg.clone(), true).hint("safe to retry: the call was a read"),
+        ),
+        CallError::ResponseTooLarge { .. } => base(Status::Error).error(
+            PlanError::new(code, msg.clone(), true)
+                .hint("ask for less: use the tool's filters or pagination"),
+        ),
+        CallError::IdempotencyConflict => base(Status::Error)
+            .error(PlanError::new(code, msg.clone(), true).hint("use a new idempotency key")),
+        CallError::UnknownPrompt { .. } | CallError::UnknownResource { .. } => base(Status::Error)
+            .error(
+                PlanError::new(code, msg.clone(), true).hint("list what exists and pick from it"),
+            ),
+        CallError::BadCursor
+        | CallError::BadRequestState { .. }
+        | CallError::NoClientInput { .. } => {
+            base(Status::Error).error(PlanError::new(code, msg.clone(), true))
+        }
+        CallError::UpstreamRefused { error, .. } => {
+            base(Status::Error).error(PlanError::new(code, error.message.to_string(), false))
+        }
+        CallError::Cancelled | CallError::TooDeep { .. } | CallError::Internal { .. } => {
+            base(Status::Error).error(PlanError::new(code, msg.clone(), false))
+        }
+    }
+}
+
+fn rfc3339(ms: u64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms as i64)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+        .unwrap_or_default()
+}
+
+/// A short, bounded rendering of call arguments for an approval plan (`key=value, …`).
+pub(super) fn summarize(args: &Map<String, Value>) -> String {
+    const MAX: usize = 200;
+    if args.is_empty() {
+        return "no arguments".to_owned();
+    }
+    let mut out = String::new();
+    for (k, v) in args {
+        if !out.is_empty() {
+            out.push_str(", ");
+        }
+        let v = match v {
+            Value::String(s) => format!("{s:?}"),
+            other => other.to_string(),
+        };
+        out.push_str(&format!("{k}={v}"));
+        if out.chars().count() > MAX {
+            out = out.chars().take(MAX).collect();
+            out.push('…');
+            break;
+        }
+    }
+    out
+}

@@ -1,0 +1,481 @@
+//! Approval of writes (F11): a write that needs approval is not run; it becomes a pending plan
+//! that names exactly one call — caller, upstream, tool, a digest of the canonical arguments
+//! and the policy version it was decided under — and expires. The plan id is unguessable and
+//! single-use; the call runs only with the frozen arguments, only for the caller that asked,
+//! and only while the policy that required approval is unchanged.
+//!
+//! Who decides: with no `approvers`, the caller approves its own plan (its agent asks its
+//! human). With `approvers = ["role"]`, an identity holding one of those roles (never the
+//! caller itself) or the admin API approves or denies; the caller then runs it.
+
+use std::collections::HashMap;
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::clock::now_ms;
+
+/// How a write that needs approval is approved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Approval {
+    /// Not needed (a tool setting that overrides its tier).
+    None,
+    /// An `ok` plan that is not run, approved with `fedgate.approve`.
+    Plan,
+    /// Ask the caller's human with an elicitation when the client supports it; else a plan.
+    Elicit,
+}
+
+/// What a pending plan binds.
+#[derive(Debug, Clone, Serialize)]
+pub struct PendingPlan {
+    pub id: String,
+    /// The caller, as `kind:name`.
+    pub caller: String,
+    pub upstream: String,
+    /// The name the caller used.
+    pub tool: String,
+    /// The upstream's own name for it.
+    #[serde(skip)]
+    pub upstream_tool: String,
+    /// The frozen arguments; never shown (they may hold secrets), only their digest.
+    #[serde(skip)]
+    pub arguments: Map<String, Value>,
+    pub arguments_sha256: String,
+    pub policy_version: String,
+    /// Roles whose holders decide; empty = the caller decides.
+    pub approvers: Vec<String>,
+    pub created_ms: u64,
+    pub expires_ms: u64,
+    pub state: PlanState,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "state", content = "by")]
+pub enum PlanState {
+    /// Waiting for a decision (the caller's own, or an approver's).
+    Pending,
+    /// An approver said yes; the caller's next `fedgate.approve` runs it.
+    Approved(String),
+    /// Finished: run, denied, expired or invalidated (kept until expiry to answer precisely).
+    Done(Finished),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Finished {
+    Executed,
+    Denied { by: String },
+    Expired,
+    Invalidated,
+}
+
+/// Why a plan cannot be run or decided.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanRefusal {
+    #[error("no such plan (unknown id, or not yours)")]
+    Unknown,
+    #[error("plan already used; ask again by calling the tool")]
+    Used,
+    #[error("plan expired; call the tool again for a new one")]
+    Expired,
+    #[error("plan denied by {by}")]
+    Denied { by: String },
+    #[error("the policy of this tool changed since the plan was made; call the tool again")]
+    Invalidated,
+    #[error("waiting for approval by role {}", roles.join(" or "))]
+    Waiting { roles: Vec<String> },
+    #[error("only an identity with role {} may decide this plan, and not its own caller", roles.join(" or "))]
+    NotApprover { roles: Vec<String> },
+    #[error("too many plans waiting for approval; decide or let some expire first")]
+    Full,
+}
+
+impl PlanRefusal {
+    pub fn code(&self) -> &'static str {
+        match self {
+            PlanRefusal::Unknown => "plan_unknown",
+            PlanRefusal::Used => "plan_used",
+            PlanRefusal::Expired => "plan_expired",
+            PlanRefusal::Denied { .. } => "plan_denied",
+            PlanRefusal::Invalidated => "plan_invalidated",
+            PlanRefusal::Waiting { .. } => "awaiting_approval",
+            PlanRefusal::NotApprover { .. } => "not_approver",
+            PlanRefusal::Full => "too_many_plans",
+        }
+    }
+}
+
+/// Whether the deciding identity holds one of the given roles.
+pub type HoldsRole<'a> = dyn Fn(&[String]) -> bool + 'a;
+
+/// A decision on a plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    Approve,
+    Deny,
+}
+
+/// What `create` needs.
+#[derive(Debug, Clone)]
+pub struct NewPlan {
+    pub caller: String,
+    pub upstream: String,
+    pub tool: String,
+    pub upstream_tool: String,
+    pub arguments: Map<String, Value>,
+    pub policy_version: String,
+    pub approvers: Vec<String>,
+}
+
+/// Pending plans, in memory (one replica; shared stores are a later issue).
+#[derive(Debug)]
+pub struct Plans {
+    ttl_ms: u64,
+    max_pending: usize,
+    plans: Mutex<HashMap<String, PendingPlan>>,
+    /// Plans that expired since the metrics last asked.
+    expired: std::sync::atomic::AtomicU64,
+}
+
+impl Plans {
+    pub fn new(ttl_ms: u64, max_pending: usize) -> Self {
+        Self {
+            ttl_ms,
+            max_pending,
+            plans: Mutex::new(HashMap::new()),
+            expired: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// How many plans expired since the last call (for a counter).
+    pub fn take_expired(&self) -> u64 {
+        self.expired.swap(0, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn note_expired(&self, n: usize) {
+        if n > 0 {
+            self.expired
+                .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    pub fn ttl_ms(&self) -> u64 {
+        self.ttl_ms
+    }
+
+    /// Stores a new plan; its id is 128 random bits.
+    pub fn create(&self, new: NewPlan) -> Result<PendingPlan, PlanRefusal> {
+        let now = now_ms();
+        let mut plans = self.plans.lock();
+        self.note_expired(sweep(&mut plans, now));
+        if plans
+            .values()
+            .filter(|p| !matches!(p.state, PlanState::Done(_)))
+            .count()
+            >= self.max_pending
+        {
+            return Err(PlanRefusal::Full);
+        }
+        // Finished plans are only kept to answer precisely; drop them first when full.
+        if plans.len() >= self.max_pending.saturating_mul(2) {
+            plans.retain(|_, p| !matches!(p.state, PlanState::Done(_)));
+        }
+        let plan = PendingPlan {
+            id: format!("plan_{:032x}", rand::random::<u128>()),
+            arguments_sha256: digest(&Value::Object(new.arguments.clone())),
+            caller: new.caller,
+            upstream: new.upstream,
+            tool: new.tool,
+            upstream_tool: new.upstream_tool,
+            arguments: new.arguments,
+            policy_version: new.policy_version,
+            approvers: new.approvers,
+            created_ms: now,
+            expires_ms: now.saturating_add(self.ttl_ms),
+            state: PlanState::Pending,
+        };
+        plans.insert(plan.id.clone(), plan.clone());
+        Ok(plan)
+    }
+
+    /// The caller asks to run its plan. `current` says whether the plan's policy version is
+    /// still the one in force. On success the plan is used up and returned.
+    pub fn take(
+        &self,
+        id: &str,
+        caller: &str,
+        current: impl FnOnce(&PendingPlan) -> bool,
+    ) -> Result<PendingPlan, PlanRefusal> {
+        let now = now_ms();
+        let mut plans = self.plans.lock();
+        let plan = self.live(&mut plans, id, now, |p| p.caller == caller)?;
+        if let PlanState::Pending = plan.state
+            && !plan.approvers.is_empty()
+        {
+            return Err(PlanRefusal::Waiting {
+                roles: plan.approvers.clone(),
+            });
+        }
+        if !current(plan) {
+            plan.state = PlanState::Done(Finished::Invalidated);
+            return Err(PlanRefusal::Invalidated);
+        }
+        plan.state = PlanState::Done(Finished::Executed);
+        Ok(plan.clone())
+    }
+
+    /// The caller withdraws its own plan.
+    pub fn cancel(&self, id: &str, caller: &str) -> Result<PendingPlan, PlanRefusal> {
+        let mut plans = self.plans.lock();
+        let plan = self.live(&mut plans, id, now_ms(), |p| p.caller == caller)?;
+        plan.state = PlanState::Done(Finished::Denied {
+            by: caller.to_owned(),
+        });
+        Ok(plan.clone())
+    }
+
+    /// An approver (`by`, holding `holds_role` of the plan's approvers) decides; `None` for
+    /// `holds_role` means the admin API, which may decide any plan with approvers.
+    pub fn decide(
+        &self,
+        id: &str,
+        by: &str,
+        holds_role: Option<&HoldsRole<'_>>,
+        decision: Decision,
+    ) -> Result<PendingPlan, PlanRefusal> {
+        let mut plans = self.plans.lock();
+        let plan = self.live(&mut plans, id, now_ms(), |p| {
+            // Plans without approvers belong to their caller alone; to anyone else they do not
+            // exist.
+            !p.approvers.is_empty()
+        })?;
+        let allowed = match holds_role {
+            None => true,
+            Some(holds) => plan.caller != by && holds(&plan.approvers),
+        };
+        if !allowed {
+            return Err(PlanRefusal::NotApprover {
+                roles: plan.approvers.clone(),
+            });
+        }
+        plan.state = match decision {
+            Decision::Approve => PlanState::Approved(by.to_owned()),
+            Decision::Deny => PlanState::Done(Finished::Denied { by: by.to_owned() }),
+        };
+        Ok(plan.clone())
+    }
+
+    /// Whether plan `id` has approvers and is not `caller`'s: then `fedgate.approve` from
+    /// `caller` is a reviewer's decision.
+    pub fn is_review(&self, id: &str, caller: &str) -> bool {
+        self.plans
+            .lock()
+            .get(id)
+            .is_some_and(|p| p.caller != caller && !p.approvers.is_empty())
+    }
+
+    /// Every plan not yet finished (for the admin API), oldest first.
+    pub fn pending(&self) -> Vec<PendingPlan> {
+        let mut plans = self.plans.lock();
+        self.note_expired(sweep(&mut plans, now_ms()));
+        let mut out: Vec<PendingPlan> = plans
+            .values()
+            .filter(|p| !matches!(p.state, PlanState::Done(_)))
+            .cloned()
+            .collect();
+        out.sort_by_key(|p| p.created_ms);
+        out
+    }
+
+    /// How many plans wait (for the gauge); expires what is due.
+    pub fn count_pending(&self) -> usize {
+        let mut plans = self.plans.lock();
+        self.note_expired(sweep(&mut plans, now_ms()));
+        plans
+            .values()
+            .filter(|p| !matches!(p.state, PlanState::Done(_)))
+            .count()
+    }
+    /// The plan `id` if it exists for this asker and can still be acted on.
+    fn live<'a>(
+        &self,
+        plans: &'a mut HashMap<String, PendingPlan>,
+        id: &str,
+        now: u64,
+        visible: impl FnOnce(&PendingPlan) -> bool,
+    ) -> Result<&'a mut PendingPlan, PlanRefusal> {
+        let plan = plans
+            .get_mut(id)
+            .filter(|p| visible(p))
+            .ok_or(PlanRefusal::Unknown)?;
+        if plan.expires_ms <= now && !matches!(plan.state, PlanState::Done(_)) {
+            plan.state = PlanState::Done(Finished::Expired);
+            self.note_expired(1);
+        }
+        match &plan.state {
+            PlanState::Done(Finished::Executed) => Err(PlanRefusal::Used),
+            PlanState::Done(Finished::Expired) => Err(PlanRefusal::Expired),
+            PlanState::Done(Finished::Invalidated) => Err(PlanRefusal::Invalidated),
+            PlanState::Done(Finished::Denied { by }) => Err(PlanRefusal::Denied { by: by.clone() }),
+            _ => Ok(plan),
+        }
+    }
+}
+
+/// Marks due plans expired and drops finished ones past their expiry; counts the newly expired.
+fn sweep(plans: &mut HashMap<String, PendingPlan>, now: u64) -> usize {
+    let mut expired = 0;
+    plans.retain(|_, p| {
+        if p.expires_ms > now {
+            return true;
+        }
+        if !matches!(p.state, PlanState::Done(_)) {
+            expired += 1;
+            p.state = PlanState::Done(Finished::Expired);
+            // Kept a little longer, so a late approve hears "expired", not "unknown".
+            p.expires_ms = now.saturating_add(60_000);
+            return true;
+        }
+        false
+    });
+    expired
+}
+
+/// SHA-256 of the canonical JSON of `v` (object keys sorted at every level).
+pub fn digest(v: &Value) -> String {
+    let mut out = String::new();
+    canonical(v, &mut out);
+    hex::encode(Sha256::digest(out.as_bytes()))
+}
+
+fn canonical(v: &Value, out: &mut String) {
+    match v {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort_unstable();
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                canonical(&m[k], out);
+            }
+            out.push('}');
+        }
+        Value::Array(a) => {
+            out.push('[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical(x, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn new_plan(approvers: &[&str]) -> NewPlan {
+        NewPlan {
+            caller: "api_key:alice".into(),
+            upstream: "notes".into(),
+            tool: "notes.save".into(),
+            upstream_tool: "write_note".into(),
+            arguments: json!({"key": "k", "value": "v"})
+                .as_object()
+                .cloned()
+                .unwrap(),
+            policy_version: "v1".into(),
+            approvers: approvers.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn a_self_approved_plan_runs_once_for_its_caller_only() {
+        let plans = Plans::new(60_000, 8);
+        let plan = plans.create(new_plan(&[])).unwrap();
+        assert_eq!(
+            plans.take(&plan.id, "api_key:mallory", |_| true).err(),
+            Some(PlanRefusal::Unknown)
+        );
+        let taken = plans.take(&plan.id, "api_key:alice", |_| true).unwrap();
+        assert_eq!(taken.arguments["value"], "v");
+        assert_eq!(
+            plans.take(&plan.id, "api_key:alice", |_| true).err(),
+            Some(PlanRefusal::Used)
+        );
+        assert_eq!(plans.count_pending(), 0);
+    }
+
+    #[test]
+    fn reviewers_decide_and_changed_policy_invalidates() {
+        let plans = Plans::new(60_000, 8);
+        let plan = plans.create(new_plan(&["reviewer"])).unwrap();
+        let holds = |r: &[String]| r.iter().any(|r| r == "reviewer");
+        let lacks = |_: &[String]| false;
+        assert!(matches!(
+            plans.take(&plan.id, "api_key:alice", |_| true),
+            Err(PlanRefusal::Waiting { .. })
+        ));
+        assert!(matches!(
+            plans.decide(&plan.id, "api_key:bob", Some(&lacks), Decision::Approve),
+            Err(PlanRefusal::NotApprover { .. })
+        ));
+        assert!(
+            matches!(
+                plans.decide(&plan.id, "api_key:alice", Some(&holds), Decision::Approve),
+                Err(PlanRefusal::NotApprover { .. })
+            ),
+            "never the caller itself"
+        );
+        plans
+            .decide(&plan.id, "api_key:bob", Some(&holds), Decision::Approve)
+            .unwrap();
+        assert_eq!(
+            plans.take(&plan.id, "api_key:alice", |_| false).err(),
+            Some(PlanRefusal::Invalidated)
+        );
+        let other = plans.create(new_plan(&["reviewer"])).unwrap();
+        plans
+            .decide(&other.id, "admin", None, Decision::Deny)
+            .unwrap();
+        assert_eq!(
+            plans.take(&other.id, "api_key:alice", |_| true).err(),
+            Some(PlanRefusal::Denied { by: "admin".into() })
+        );
+    }
+
+    #[test]
+    fn plans_expire_and_the_store_is_bounded() {
+        let plans = Plans::new(0, 2);
+        let plan = plans.create(new_plan(&[])).unwrap();
+        assert_eq!(
+            plans.take(&plan.id, "api_key:alice", |_| true).err(),
+            Some(PlanRefusal::Expired)
+        );
+        assert_eq!(plans.take_expired(), 1);
+        let full = Plans::new(60_000, 1);
+        full.create(new_plan(&[])).unwrap();
+        assert_eq!(full.create(new_plan(&[])).unwrap_err(), PlanRefusal::Full);
+    }
+
+    #[test]
+    fn the_digest_does_not_depend_on_key_order() {
+        let a = json!({"b": [1, {"y": 2, "x": 1}], "a": "s"});
+        let b: Value = serde_json::from_str(r#"{"a":"s","b":[1,{"x":1,"y":2}]}"#).unwrap();
+        assert_eq!(digest(&a), digest(&b));
+        assert_ne!(digest(&a), digest(&json!({"a": "t"})));
+    }
+}
