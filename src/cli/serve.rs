@@ -68,7 +68,11 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, String
         Some(cfg) => Some(Audit::start(cfg, Some(core.metrics.audit_dropped.clone())).await?),
         None => None,
     };
-    let gateway = Gateway::new(core.clone(), snapshot.gateway.page_size.get(), audit);
+    let gateway = Gateway::new(
+        core.clone(),
+        snapshot.gateway.page_size.get(),
+        audit.clone(),
+    );
     let reloader = Reloader::new(path, core.clone(), snapshot.clone());
     let stop_accepting = CancellationToken::new();
     tokio::spawn(reloader.clone().on_sighup(stop_accepting.clone()));
@@ -110,6 +114,7 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, String
                 l,
                 core.clone(),
                 reloader.clone(),
+                audit.clone(),
                 close_all.clone(),
             ));
             format!(", admin at http://{admin_addr}/admin")

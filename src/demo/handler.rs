@@ -66,6 +66,9 @@ impl ServerHandler for Demo {
             std::process::exit(3);
         }
         let args = &req.arguments;
+        if let Some(r) = super::schemas::call(&req.name, args) {
+            return Ok(CallToolResponse::Complete(r));
+        }
         let result = match req.name.as_ref() {
             "echo" => text(format!(
                 "echo: {}",

@@ -8,6 +8,7 @@
 
 mod handler;
 mod input;
+mod schemas;
 mod sse;
 mod tools;
 

@@ -161,6 +161,7 @@ impl Demo {
                 false,
             ),
         ];
+        tools.extend(super::schemas::tools());
         if self.state.extra.load(Ordering::SeqCst) {
             tools.push(tool(
                 "extra",

@@ -19,8 +19,17 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     config::{Snapshot, TransportSpec},
+    pipeline,
+    policy::{
+        approval::{Decision, PlanRefusal},
+        identity::{Identity, IdentityKind},
+    },
     server::{core::Core, reload::Reloader},
+    telemetry::audit::Audit,
 };
+
+/// Who the audit log names for decisions made through the admin API.
+const ADMIN: &str = "admin";
 
 type Body = BoxBody<Bytes, Infallible>;
 
@@ -32,6 +41,8 @@ struct Admin {
     core: Arc<Core>,
     reloader: Arc<Reloader>,
     token: Arc<str>,
+    /// Plan decisions are audited like the calls they decide.
+    audit: Option<Audit>,
 }
 
 /// Serves the admin API until `shutdown` is cancelled.
@@ -39,6 +50,7 @@ pub async fn serve(
     listener: TcpListener,
     core: Arc<Core>,
     reloader: Arc<Reloader>,
+    audit: Option<Audit>,
     shutdown: CancellationToken,
 ) {
     // The token is bound at start, like the listener.
@@ -54,6 +66,7 @@ pub async fn serve(
         core,
         reloader,
         token,
+        audit,
     };
     loop {
         let (stream, _) = tokio::select! {
@@ -179,6 +192,16 @@ impl Admin {
                     &json!({"error": "the new config is invalid; the running config stays", "diagnostics": why}),
                 ),
             },
+            (Method::GET, ["admin", "plans"]) => {
+                let plans = self.core.plans.pending();
+                json(
+                    StatusCode::OK,
+                    &serde_json::to_value(plans).unwrap_or_default(),
+                )
+            }
+            (Method::POST, ["admin", "plans", id, verb @ ("approve" | "deny")]) => {
+                self.decide_plan(id, verb)
+            }
             (Method::GET, ["metrics"]) => {
                 self.core.refresh_gauges();
                 Response::new(Full::new(Bytes::from(self.core.metrics.render())).boxed())
@@ -187,7 +210,60 @@ impl Admin {
                 StatusCode::NOT_FOUND,
                 &json!({"error": "unknown admin endpoint", "endpoints": [
                     "GET /admin/upstreams", "POST /admin/upstreams/NAME/breaker/reset",
-                    "GET /admin/pins", "POST /admin/pins/accept", "GET /admin/config", "GET /metrics"]}),
+                    "GET /admin/pins", "POST /admin/pins/accept", "GET /admin/config",
+                    "GET /admin/plans", "POST /admin/plans/ID/approve", "POST /admin/plans/ID/deny",
+                    "POST /admin/reload", "GET /metrics"]}),
+            ),
+        }
+    }
+
+    /// An operator approves or denies a plan that names approvers (plans the caller approves
+    /// itself are not the admin's to decide).
+    fn decide_plan(&self, id: &str, verb: &str) -> Response<Body> {
+        let decision = if verb == "approve" {
+            Decision::Approve
+        } else {
+            Decision::Deny
+        };
+        match self.core.plans.decide(id, ADMIN, None, decision) {
+            Ok(plan) => {
+                let outcome = if decision == Decision::Approve {
+                    "approved"
+                } else {
+                    "denied"
+                };
+                self.core
+                    .metrics
+                    .approvals
+                    .with_label_values(&[outcome])
+                    .inc();
+                tracing::info!(plan = %plan.id, tool = %plan.tool, "plan {outcome} by the admin API");
+                if let Some(audit) = &self.audit {
+                    let who = Identity::unrestricted(ADMIN, IdentityKind::Local);
+                    audit.record(pipeline::plan_record(
+                        &who,
+                        &pipeline::correlation_id(),
+                        &plan,
+                        if decision == Decision::Approve {
+                            "plan_approved"
+                        } else {
+                            "plan_denied"
+                        },
+                        Some(ADMIN.to_owned()),
+                    ));
+                }
+                json(
+                    StatusCode::OK,
+                    &json!({"plan": plan.id, "decision": outcome, "tool": plan.tool}),
+                )
+            }
+            Err(e) => json(
+                if e == PlanRefusal::Unknown {
+                    StatusCode::NOT_FOUND
+                } else {
+                    StatusCode::CONFLICT
+                },
+                &json!({"error": e.to_string(), "code": e.code()}),
             ),
         }
     }

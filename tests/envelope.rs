@@ -1,0 +1,375 @@
+//! The plan envelope (F11) end to end: a real fedgate in front of real demo upstreams, called by
+//! rmcp's client. Every envelope is checked against `schemas/orchestrated_plan.v1.json`.
+
+mod common;
+
+use std::sync::LazyLock;
+
+use common::*;
+use rmcp::model::CallToolResult;
+use serde_json::{Value, json};
+
+const TIERS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/trust-tiers");
+
+static SCHEMA: LazyLock<jsonschema::Validator> = LazyLock::new(|| {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/schemas/orchestrated_plan.v1.json"
+    ))
+    .expect("the schema is in the repository");
+    jsonschema::validator_for(&serde_json::from_str(&text).expect("schema is JSON"))
+        .expect("schema compiles")
+});
+
+/// Asserts `plan` matches the published schema, and returns it.
+fn valid(plan: Value) -> Value {
+    let errors: Vec<String> = SCHEMA.iter_errors(&plan).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{errors:?} in {plan}");
+    plan
+}
+
+/// The plan of a refusal that travelled as a tool result; checks it is there three times over
+/// (text block, `_meta`, and `structuredContent` unless the tool has an output schema).
+fn refusal(r: &CallToolResult, output_schema: bool) -> Value {
+    assert_eq!(r.is_error, Some(true), "{r:?}");
+    let meta = r.meta.as_ref().and_then(|m| m.0.get(PLAN_KEY)).cloned();
+    let plan = valid(meta.expect("plan in _meta"));
+    let text: Value = serde_json::from_str(&first_text(r)).expect("the text block is the plan");
+    assert_eq!(text, plan);
+    match output_schema {
+        true => assert_eq!(r.structured_content, None, "would break the outputSchema"),
+        false => assert_eq!(r.structured_content.as_ref(), Some(&plan)),
+    }
+    plan
+}
+
+/// The plan of a refusal that stays a JSON-RPC error.
+fn error_plan(e: &rmcp::ServiceError) -> (rmcp::ErrorData, Value) {
+    match e {
+        rmcp::ServiceError::McpError(e) => {
+            let plan = e.data.as_ref().and_then(|d| d.get(PLAN_KEY)).cloned();
+            (e.clone(), valid(plan.expect("plan in error.data")))
+        }
+        other => panic!("not a JSON-RPC error: {other}"),
+    }
+}
+
+async fn upstream_calls(client: &Client, stats_tool: &str) -> u64 {
+    let r = call(client, stats_tool, json!({})).await.unwrap();
+    r.structured_content.unwrap()["calls"].as_u64().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn invalid_arguments_are_refused_before_forwarding_with_fields_and_a_form() {
+    let gw = Gateway::start(&format!(
+        "[gateway]\ntiers_dir = {TIERS:?}\n{}{}",
+        stdio_upstream("demo", &[], "tier = \"high\""),
+        stdio_upstream("raw", &[], "validate_arguments = false"),
+    ));
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    let before = upstream_calls(&client, "demo.stats").await;
+
+    // Missing required fields.
+    let r = call(&client, "demo.file_ticket", json!({})).await.unwrap();
+    let plan = refusal(&r, true);
+    assert_eq!(plan["status"], "invalid");
+    assert_eq!(plan["missing"], json!(["title", "priority"]), "{plan}");
+    let mut fields: Vec<(String, String)> = plan["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["field"].as_str().unwrap().into(),
+                e["code"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    fields.sort();
+    assert_eq!(
+        fields,
+        [
+            ("/priority".into(), "required".into()),
+            ("/title".into(), "required".into())
+        ]
+    );
+    let ask = &plan["ask"]["fields"];
+    let priority = ask
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "priority")
+        .unwrap();
+    assert_eq!(
+        (&priority["type"], &priority["required"], &priority["label"]),
+        (&json!("select"), &json!(true), &json!("Priority"))
+    );
+    assert_eq!(priority["options"], json!(["low", "normal", "high"]));
+
+    // Wrong type, enum, nested format, array item, unknown property.
+    let r = call(
+        &client,
+        "demo.file_ticket",
+        json!({"title": 5, "priority": "urgent", "owner": {"email": "nope"},
+               "labels": ["a", 2], "estimate": "soon", "colour": "red"}),
+    )
+    .await
+    .unwrap();
+    let plan = refusal(&r, true);
+    let mut got: Vec<(String, String)> = plan["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["field"].as_str().unwrap().into(),
+                e["code"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            ("".into(), "additional_properties".into()),
+            ("/estimate".into(), "type".into()),
+            ("/labels/1".into(), "type".into()),
+            ("/owner/email".into(), "format".into()),
+            ("/priority".into(), "enum".into()),
+            ("/title".into(), "type".into()),
+        ],
+        "{plan}"
+    );
+    let names: Vec<&str> = plan["ask"]["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    for want in ["title", "priority", "owner.email", "labels.1", "estimate"] {
+        assert!(names.contains(&want), "{want} in {names:?}");
+    }
+    let estimate = plan["ask"]["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "estimate")
+        .unwrap();
+    assert_eq!(
+        (&estimate["type"], &estimate["label"]),
+        (&json!("number"), &json!("Hours of work"))
+    );
+    assert!(plan.get("follow_up").is_none());
+
+    // A draft-07 schema: `items` as a tuple.
+    let r = call(&client, "demo.legacy_form", json!({"pair": ["a", "b"]}))
+        .await
+        .unwrap();
+    let plan = refusal(&r, false);
+    assert_eq!(plan["errors"][0]["field"], "/pair/1", "{plan}");
+    let ok = call(&client, "demo.legacy_form", json!({"pair": ["a", 1]}))
+        .await
+        .unwrap();
+    assert_eq!(first_text(&ok), "pair: [\"a\",1]");
+
+    // None of the refused calls reached the upstream (stats and legacy_form did).
+    assert_eq!(upstream_calls(&client, "demo.stats").await, before + 2);
+
+    // A schema that does not compile: served unchecked, reported once and in /readyz.
+    let r = call(&client, "demo.broken_schema", json!({"code": 5}))
+        .await
+        .unwrap();
+    assert_eq!(first_text(&r), "code: 5");
+    let (_, ready) = gw.readyz().await;
+    assert_eq!(
+        ready["upstreams"]["demo"]["unchecked_tools"][0]["tool"], "broken_schema",
+        "{ready}"
+    );
+    assert_eq!(
+        gw.stderr()
+            .matches("upstream=demo tool=broken_schema")
+            .count(),
+        1,
+        "{}",
+        gw.stderr()
+    );
+
+    // `validate_arguments = false`: the upstream judges the arguments itself.
+    let r = call(&client, "raw.file_ticket", json!({})).await.unwrap();
+    assert_ne!(r.is_error, Some(true), "{r:?}");
+    assert_eq!(r.structured_content.unwrap()["title"], Value::Null);
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn refusals_and_failures_carry_a_plan_with_what_to_do() {
+    let custom = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        format!("{TIERS}/medium.toml"),
+        custom.path().join("medium.toml"),
+    )
+    .unwrap();
+    let gw = Gateway::start(&format!(
+        "[gateway]\ntiers_dir = {:?}\n\n[[rate_limits]]\nby = [\"upstream\"]\nupstream = \"lim\"\nper_second = 1\nburst = 1\n\n{}{}{}{}{}{}",
+        custom.path().display().to_string(),
+        stdio_upstream("demo", &[], ""),
+        stdio_upstream("lim", &[], ""),
+        stdio_upstream("ro", &[], "tier = \"medium\""),
+        stdio_upstream(
+            "flaky",
+            &[],
+            "call_timeout_ms = 300\nretry = { attempts = 1 }\nbreaker = { consecutive_failures = 1, cooldown_ms = 600000, count_is_error = true }"
+        ),
+        stdio_upstream(
+            "gone",
+            &["--crash-after", "0"],
+            "restart = { max_restarts = 0 }"
+        ),
+        stdio_upstream("w", &["--crash-after", "0"], ""),
+    ));
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+
+    // Unknown tool: a JSON-RPC invalid-params error; the closest names are in the message and
+    // are the plan's recovery actions.
+    let e = call(&client, "demo.ecoh", json!({})).await.unwrap_err();
+    let (err, plan) = error_plan(&e);
+    assert_eq!(err.code, rmcp::model::ErrorCode::INVALID_PARAMS);
+    assert!(
+        err.message.contains("did you mean `demo.echo`"),
+        "{}",
+        err.message
+    );
+    assert_eq!(
+        (&plan["status"], &plan["errors"][0]["code"]),
+        (&json!("error"), &json!("unknown_tool"))
+    );
+    assert_eq!(plan["recovery_actions"][0]["tool"], "demo.echo", "{plan}");
+    // A name longer than any tool name is not compared with every tool.
+    let e = call(&client, &format!("demo.{}", "x".repeat(5000)), json!({}))
+        .await
+        .unwrap_err();
+    assert!(error_plan(&e).1.get("recovery_actions").is_none());
+
+    // Rate limited: blocked, with the wait in the hint.
+    call(&client, "lim.add", json!({"a": 1, "b": 2}))
+        .await
+        .unwrap();
+    let plan = refusal(
+        &call(&client, "lim.add", json!({"a": 1, "b": 2}))
+            .await
+            .unwrap(),
+        false,
+    );
+    assert_eq!(
+        (&plan["status"], &plan["errors"][0]["code"]),
+        (&json!("blocked"), &json!("rate_limited"))
+    );
+    assert!(
+        plan["errors"][0]["hint"]
+            .as_str()
+            .unwrap()
+            .starts_with("retry_after_ms="),
+        "{plan}"
+    );
+
+    // Tier: medium refuses an undeclared write.
+    let plan = refusal(
+        &call(&client, "ro.write_note", json!({"key": "k", "value": "v"}))
+            .await
+            .unwrap(),
+        false,
+    );
+    assert_eq!(
+        (&plan["status"], &plan["errors"][0]["code"]),
+        (&json!("blocked"), &json!("write_not_declared"))
+    );
+    assert_eq!(plan["errors"][0]["recoverable"], false);
+
+    // The upstream's own isError passes as it is in mode `errors`.
+    let failed = call(&client, "demo.fail", json!({})).await.unwrap();
+    assert_eq!(
+        (failed.is_error, failed.meta.is_none()),
+        (Some(true), true),
+        "{failed:?}"
+    );
+
+    // A read that times out may be repeated; it also opens flaky's breaker (one failure).
+    let plan = refusal(
+        &call(&client, "flaky.slow", json!({"ms": 30000}))
+            .await
+            .unwrap(),
+        false,
+    );
+    assert_eq!(
+        (&plan["status"], &plan["errors"][0]["code"]),
+        (&json!("error"), &json!("timeout"))
+    );
+    assert_eq!(plan["errors"][0]["recoverable"], true, "{plan}");
+    let plan = refusal(
+        &call(&client, "flaky.echo", json!({"text": "x"}))
+            .await
+            .unwrap(),
+        false,
+    );
+    assert_eq!(
+        (&plan["status"], &plan["errors"][0]["code"]),
+        (&json!("blocked"), &json!("breaker_open"))
+    );
+    assert!(
+        plan["errors"][0]["hint"]
+            .as_str()
+            .unwrap()
+            .contains("probes the upstream again at"),
+        "{plan}"
+    );
+
+    // A write whose connection is lost mid-call: the outcome is uncertain, never retried.
+    let plan = refusal(
+        &call(&client, "w.write_note", json!({"key": "k", "value": "v"}))
+            .await
+            .unwrap(),
+        false,
+    );
+    assert_eq!(
+        (&plan["status"], &plan["errors"][0]["code"]),
+        (&json!("error"), &json!("outcome_uncertain"))
+    );
+    assert_eq!(plan["errors"][0]["recoverable"], false);
+    assert!(
+        plan["errors"][0]["hint"]
+            .as_str()
+            .unwrap()
+            .contains("before repeating"),
+        "{plan}"
+    );
+
+    // An upstream that is down: blocked, naming its state.
+    call(&client, "gone.echo", json!({"text": "x"}))
+        .await
+        .refused();
+    for _ in 0..200 {
+        if gw.readyz().await.1["upstreams"]["gone"]["phase"] == "failed" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    let plan = refusal(
+        &call(&client, "gone.echo", json!({"text": "x"}))
+            .await
+            .unwrap(),
+        false,
+    );
+    assert_eq!(
+        (&plan["status"], &plan["errors"][0]["code"]),
+        (&json!("blocked"), &json!("upstream_unavailable"))
+    );
+    assert!(
+        plan["errors"][0]["hint"]
+            .as_str()
+            .unwrap()
+            .contains("upstream `gone` is failed"),
+        "{plan}"
+    );
+    assert_eq!(plan["correlation_id"].as_str().unwrap().len(), 32);
+    client.cancel().await.unwrap();
+}
