@@ -373,3 +373,76 @@ async fn refusals_and_failures_carry_a_plan_with_what_to_do() {
     assert_eq!(plan["correlation_id"].as_str().unwrap().len(), 32);
     client.cancel().await.unwrap();
 }
+
+/// A result as JSON, for byte-for-byte comparison.
+fn json_of(r: &CallToolResult) -> Value {
+    serde_json::to_value(r).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mode_off_is_a_direct_call_and_mode_always_keeps_the_upstream_content() {
+    let demo = HttpDemo::start("d", "--http");
+    let up = |name: &str, extra: &str| {
+        format!(
+            "[upstreams.{name}]\nkind = \"http\"\nurl = \"{}\"\n{extra}\n",
+            demo.url
+        )
+    };
+    let gw = Gateway::start(&format!(
+        "[[rate_limits]]\nby = [\"upstream\"]\nupstream = \"off\"\nper_second = 1\nburst = 2\n\n{}{}{}",
+        up("off", "envelope = \"off\""),
+        up("all", "envelope = \"always\""),
+        up(
+            "fu",
+            "[upstreams.fu.tools.echo]\nfollow_up = \"Shall I echo something else?\"",
+        ),
+    ));
+    let direct = connect_legacy(&demo.url, TestClient::new()).await;
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    let add = json!({"a": 2, "b": 3});
+
+    // Mode off: the same bytes as the upstream's own answer, success and isError alike.
+    let want_add = json_of(&call(&direct, "add", add.clone()).await.unwrap());
+    let want_fail = json_of(&call(&direct, "fail", json!({})).await.unwrap());
+    assert_eq!(json_of(&call(&client, "off.add", add.clone()).await.unwrap()), want_add);
+    assert_eq!(json_of(&call(&client, "off.fail", json!({})).await.unwrap()), want_fail);
+    // ...and refusals stay plain JSON-RPC errors (the burst of 2 is used up by now).
+    let e = call(&client, "off.add", add.clone()).await.unwrap_err();
+    match e {
+        rmcp::ServiceError::McpError(e) => {
+            assert!(e.message.contains("rate limited"), "{}", e.message);
+            assert!(e.data.as_ref().and_then(|d| d.get(PLAN_KEY)).is_none(), "{e:?}");
+        }
+        other => panic!("{other}"),
+    }
+
+    // Mode always: the upstream's content and structured content are kept as they are; the
+    // plan is added in `_meta` and as one more text block.
+    let r = call(&client, "all.add", add.clone()).await.unwrap();
+    assert_eq!(r.content.len(), 2, "{r:?}");
+    assert_eq!(json!(r.content[0]), want_add["content"][0]);
+    assert_eq!(json!(r.structured_content), want_add["structuredContent"]);
+    assert_eq!(json_of(&r)["isError"], want_add["isError"]);
+    let plan = valid(r.meta.as_ref().unwrap().0[PLAN_KEY].clone());
+    assert_eq!(plan["status"], "ok");
+    let text: Value = serde_json::from_str(r.content[1].as_text().unwrap().text.as_str()).unwrap();
+    assert_eq!(text, plan);
+    // An upstream isError becomes an `error` plan, and keeps the upstream's content.
+    let r = call(&client, "all.fail", json!({})).await.unwrap();
+    assert_eq!((r.is_error, json!(r.content[0])), (Some(true), want_fail["content"][0].clone()));
+    let plan = valid(r.meta.as_ref().unwrap().0[PLAN_KEY].clone());
+    assert_eq!((&plan["status"], &plan["errors"][0]["code"]), (&json!("error"), &json!("tool_error")));
+    assert_eq!(plan["errors"][0]["message"], "this tool always fails");
+    assert!(plan.get("follow_up").is_none());
+
+    // Mode errors with a configured follow-up: an `ok` plan in `_meta` only.
+    let r = call(&client, "fu.echo", json!({"text": "hi"})).await.unwrap();
+    assert_eq!((r.content.len(), first_text(&r).as_str()), (1, "echo: hi"));
+    let plan = valid(r.meta.as_ref().unwrap().0[PLAN_KEY].clone());
+    assert_eq!(plan["follow_up"], "Shall I echo something else?");
+    // Other tools of that upstream get nothing added.
+    let r = call(&client, "fu.add", add).await.unwrap();
+    assert_eq!(json_of(&r), want_add);
+    direct.cancel().await.unwrap();
+    client.cancel().await.unwrap();
+}

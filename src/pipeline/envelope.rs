@@ -120,7 +120,10 @@ fn travels_as_result(e: &CallError) -> bool {
 
 fn refusal_result(plan: &Plan, output_schema: bool, held: bool) -> CallToolResult {
     let v = plan.to_value();
-    let mut r = if held {
+    // A held call of a tool with an output schema has no structured content to give; clients
+    // that check output schemas accept that only from an error result, so it is one (its plan
+    // still says `ok`).
+    let mut r = if held && !output_schema {
         CallToolResult::success(vec![ContentBlock::text(v.to_string())])
     } else {
         CallToolResult::error(vec![ContentBlock::text(v.to_string())])
