@@ -404,14 +404,23 @@ async fn mode_off_is_a_direct_call_and_mode_always_keeps_the_upstream_content() 
     // Mode off: the same bytes as the upstream's own answer, success and isError alike.
     let want_add = json_of(&call(&direct, "add", add.clone()).await.unwrap());
     let want_fail = json_of(&call(&direct, "fail", json!({})).await.unwrap());
-    assert_eq!(json_of(&call(&client, "off.add", add.clone()).await.unwrap()), want_add);
-    assert_eq!(json_of(&call(&client, "off.fail", json!({})).await.unwrap()), want_fail);
+    assert_eq!(
+        json_of(&call(&client, "off.add", add.clone()).await.unwrap()),
+        want_add
+    );
+    assert_eq!(
+        json_of(&call(&client, "off.fail", json!({})).await.unwrap()),
+        want_fail
+    );
     // ...and refusals stay plain JSON-RPC errors (the burst of 2 is used up by now).
     let e = call(&client, "off.add", add.clone()).await.unwrap_err();
     match e {
         rmcp::ServiceError::McpError(e) => {
             assert!(e.message.contains("rate limited"), "{}", e.message);
-            assert!(e.data.as_ref().and_then(|d| d.get(PLAN_KEY)).is_none(), "{e:?}");
+            assert!(
+                e.data.as_ref().and_then(|d| d.get(PLAN_KEY)).is_none(),
+                "{e:?}"
+            );
         }
         other => panic!("{other}"),
     }
@@ -429,14 +438,22 @@ async fn mode_off_is_a_direct_call_and_mode_always_keeps_the_upstream_content() 
     assert_eq!(text, plan);
     // An upstream isError becomes an `error` plan, and keeps the upstream's content.
     let r = call(&client, "all.fail", json!({})).await.unwrap();
-    assert_eq!((r.is_error, json!(r.content[0])), (Some(true), want_fail["content"][0].clone()));
+    assert_eq!(
+        (r.is_error, json!(r.content[0])),
+        (Some(true), want_fail["content"][0].clone())
+    );
     let plan = valid(r.meta.as_ref().unwrap().0[PLAN_KEY].clone());
-    assert_eq!((&plan["status"], &plan["errors"][0]["code"]), (&json!("error"), &json!("tool_error")));
+    assert_eq!(
+        (&plan["status"], &plan["errors"][0]["code"]),
+        (&json!("error"), &json!("tool_error"))
+    );
     assert_eq!(plan["errors"][0]["message"], "this tool always fails");
     assert!(plan.get("follow_up").is_none());
 
     // Mode errors with a configured follow-up: an `ok` plan in `_meta` only.
-    let r = call(&client, "fu.echo", json!({"text": "hi"})).await.unwrap();
+    let r = call(&client, "fu.echo", json!({"text": "hi"}))
+        .await
+        .unwrap();
     assert_eq!((r.content.len(), first_text(&r).as_str()), (1, "echo: hi"));
     let plan = valid(r.meta.as_ref().unwrap().0[PLAN_KEY].clone());
     assert_eq!(plan["follow_up"], "Shall I echo something else?");

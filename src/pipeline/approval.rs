@@ -187,10 +187,7 @@ impl Approvals {
         }
         self.refresh_metrics();
         let up = current(&self.pool, &plan).ok_or(CallError::Plan(PlanRefusal::Invalidated))?;
-        let approver = match &plan.state {
-            crate::policy::approval::PlanState::Approved(by) => by.clone(),
-            _ => me,
-        };
+        let approver = plan.approved_by.clone().unwrap_or(me);
         self.audit(&call, &plan, "plan_executed", Some(approver));
         Ok(Next::Run(Box::new(reenter(call, &plan, up)?)))
     }

@@ -51,6 +51,9 @@ pub struct PendingPlan {
     pub created_ms: u64,
     pub expires_ms: u64,
     pub state: PlanState,
+    /// Who approved it, once someone did (the caller itself, for plans without approvers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approved_by: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -197,6 +200,7 @@ impl Plans {
             created_ms: now,
             expires_ms: now.saturating_add(self.ttl_ms),
             state: PlanState::Pending,
+            approved_by: None,
         };
         plans.insert(plan.id.clone(), plan.clone());
         Ok(plan)
@@ -224,6 +228,7 @@ impl Plans {
             plan.state = PlanState::Done(Finished::Invalidated);
             return Err(PlanRefusal::Invalidated);
         }
+        plan.approved_by.get_or_insert_with(|| caller.to_owned());
         plan.state = PlanState::Done(Finished::Executed);
         Ok(plan.clone())
     }
@@ -261,6 +266,9 @@ impl Plans {
             return Err(PlanRefusal::NotApprover {
                 roles: plan.approvers.clone(),
             });
+        }
+        if decision == Decision::Approve {
+            plan.approved_by = Some(by.to_owned());
         }
         plan.state = match decision {
             Decision::Approve => PlanState::Approved(by.to_owned()),

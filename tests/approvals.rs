@@ -1,0 +1,422 @@
+//! Approval of writes (F11) end to end: a held call does not reach the upstream; the plan runs
+//! once, with the frozen arguments, for its caller only; reviewers decide through
+//! `fedgate.approve` or the admin API; denial, expiry and a reload that changes the tool's
+//! policy end a plan. Metrics and the audit log record every decision.
+
+mod common;
+
+use std::sync::LazyLock;
+
+use common::*;
+use rmcp::model::{CallToolResult, ReadResourceRequestParams, ResourceContents};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+const TIERS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/trust-tiers");
+const ADMIN_TOKEN: &str = "admin-token-test-only";
+const KEYS: [(&str, &str, &str); 3] = [
+    ("alice", "fgk_alice_test_only", "[\"agent\"]"),
+    ("bob", "fgk_bob_test_only", "[\"agent\"]"),
+    ("rita", "fgk_rita_test_only", "[\"agent\", \"reviewer\"]"),
+];
+
+static SCHEMA: LazyLock<jsonschema::Validator> = LazyLock::new(|| {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/schemas/orchestrated_plan.v1.json"
+    ))
+    .unwrap();
+    jsonschema::validator_for(&serde_json::from_str(&text).unwrap()).unwrap()
+});
+
+fn config(audit: &std::path::Path, ttl_ms: u64, touches: &str) -> String {
+    let keys: String = KEYS
+        .iter()
+        .map(|(name, key, roles)| {
+            format!(
+                "[[auth.api_keys]]\nname = \"{name}\"\nsha256 = \"{}\"\nroles = {roles}\n",
+                hex::encode(Sha256::digest(key.as_bytes()))
+            )
+        })
+        .collect();
+    format!(
+        "[gateway]\ntiers_dir = {TIERS:?}\nplan_ttl_ms = {ttl_ms}\n\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"env:FEDGATE_ADMIN_TOKEN\"\n\n\
+         [audit]\npath = {:?}\n\n[auth]\n{keys}\n\
+         [roles.agent]\ntools = [\"*\"]\nresources = [\"*\"]\n[roles.reviewer]\ntools = [\"fedgate.approve\"]\n\n{}\
+         [upstreams.notes.tools.write_note]\napproval = \"plan\"\ntouches_files = [{touches:?}]\n\n\
+         [upstreams.notes.tools.file_ticket]\napproval = \"plan\"\napprovers = [\"reviewer\"]\nwrites_code = true\n",
+        audit.display().to_string(),
+        stdio_upstream("notes", &[], "tier = \"high\""),
+    )
+}
+
+async fn client(gw: &Gateway, who: usize) -> Client {
+    connect_with_token(&gw.url, KEYS[who].1, TestClient::new())
+        .await
+        .unwrap()
+}
+
+/// The plan of any answer (the held call's `ok` plan, or a refusal), checked against the schema.
+fn plan(r: &CallToolResult) -> Value {
+    let p = r
+        .meta
+        .as_ref()
+        .and_then(|m| m.0.get(PLAN_KEY))
+        .cloned()
+        .unwrap_or_else(|| panic!("no plan in {r:?}"));
+    let errors: Vec<String> = SCHEMA.iter_errors(&p).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{errors:?} in {p}");
+    p
+}
+
+async fn approve(c: &Client, plan_id: &str, decision: &str) -> CallToolResult {
+    call(
+        c,
+        "fedgate.approve",
+        json!({"plan_id": plan_id, "decision": decision}),
+    )
+    .await
+    .unwrap()
+}
+
+fn code(r: &CallToolResult) -> String {
+    assert_eq!(r.is_error, Some(true), "{r:?}");
+    plan(r)["errors"][0]["code"].as_str().unwrap().to_owned()
+}
+
+async fn upstream_calls(c: &Client) -> u64 {
+    let r = call(c, "notes.stats", json!({})).await.unwrap();
+    r.structured_content.unwrap()["calls"].as_u64().unwrap()
+}
+
+async fn admin(gw: &Gateway, method: reqwest::Method, path: &str) -> (u16, Value) {
+    let r = reqwest::Client::new()
+        .request(method, format!("{}{path}", gw.admin.as_ref().unwrap()))
+        .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.json().await.unwrap_or_default())
+}
+
+/// Holds a call and returns its plan id.
+async fn held(c: &Client, tool: &str, args: Value) -> String {
+    let r = call(c, tool, args).await.unwrap();
+    let p = plan(&r);
+    assert_eq!(p["status"], "ok", "{p}");
+    let action = &p["next_actions"][0];
+    assert_eq!(
+        (&action["tool"], &action["confirm"]),
+        (&json!("fedgate.approve"), &json!(true)),
+        "{p}"
+    );
+    action["args"]["plan_id"].as_str().unwrap().to_owned()
+}
+
+fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {series}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn writes_wait_for_approval_and_run_once_with_the_frozen_arguments() {
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.jsonl");
+    let gw = Gateway::start_env(
+        &config(&audit, 600_000, "notes/**"),
+        &[("FEDGATE_ADMIN_TOKEN", ADMIN_TOKEN)],
+    );
+    let (alice, bob, rita) = (
+        client(&gw, 0).await,
+        client(&gw, 1).await,
+        client(&gw, 2).await,
+    );
+    let listed = alice.peer().list_all_tools().await.unwrap();
+    assert!(
+        listed.iter().any(|t| t.name == "fedgate.approve"),
+        "listed to callers with plans to approve"
+    );
+
+    // The held call does not reach the upstream; its plan says what would run.
+    let before = upstream_calls(&alice).await;
+    let r = call(
+        &alice,
+        "notes.write_note",
+        json!({"key": "k1", "value": "frozen"}),
+    )
+    .await
+    .unwrap();
+    assert_ne!(r.is_error, Some(true), "an `ok` plan, not an error: {r:?}");
+    let p = plan(&r);
+    assert_eq!(
+        p["safety"],
+        json!({"writes_code": false, "touches_files": ["notes/**"], "destructive": false})
+    );
+    let instruction = p["instruction"].as_str().unwrap();
+    assert!(
+        instruction.contains("notes.write_note") && instruction.contains("value=\"frozen\""),
+        "{instruction}"
+    );
+    let id = p["next_actions"][0]["args"]["plan_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        upstream_calls(&alice).await,
+        before + 1,
+        "only the stats call reached it"
+    );
+
+    // Nobody else can run or decide it; its caller runs it exactly once.
+    assert_eq!(code(&approve(&bob, &id, "approve").await), "plan_unknown");
+    let ran = approve(&alice, &id, "approve").await;
+    assert_eq!(first_text(&ran), "stored k1");
+    assert_eq!(code(&approve(&alice, &id, "approve").await), "plan_used");
+    let read = alice
+        .peer()
+        .read_resource(ReadResourceRequestParams::new("notes://notes/k1"))
+        .await
+        .unwrap();
+    match &read.contents[0] {
+        ResourceContents::TextResourceContents { text, .. } => assert_eq!(text, "frozen"),
+        other => panic!("{other:?}"),
+    }
+
+    // The caller may withdraw a plan.
+    let id = held(
+        &alice,
+        "notes.write_note",
+        json!({"key": "k2", "value": "v"}),
+    )
+    .await;
+    let r = approve(&alice, &id, "deny").await;
+    assert_ne!(r.is_error, Some(true), "{r:?}");
+    assert_eq!(code(&approve(&alice, &id, "approve").await), "plan_denied");
+
+    // A reviewer role decides file_ticket; the caller then runs it. The held result of a tool
+    // with an output schema is an error result (no structured content), its plan still `ok`.
+    let r = call(
+        &alice,
+        "notes.file_ticket",
+        json!({"title": "T", "priority": "high"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.is_error, Some(true));
+    let p = plan(&r);
+    assert_eq!(
+        (&p["status"], &p["safety"]["writes_code"]),
+        (&json!("ok"), &json!(true))
+    );
+    assert!(
+        p["instruction"].as_str().unwrap().contains("role reviewer"),
+        "{p}"
+    );
+    let id = p["next_actions"][0]["args"]["plan_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let waiting = approve(&alice, &id, "approve").await;
+    assert_eq!(
+        (code(&waiting), plan(&waiting)["status"].clone()),
+        ("awaiting_approval".into(), json!("blocked"))
+    );
+    assert_eq!(code(&approve(&bob, &id, "approve").await), "not_approver");
+    let decided = approve(&rita, &id, "approve").await;
+    assert!(first_text(&decided).contains("approved"), "{decided:?}");
+    assert_eq!(
+        code(&approve(&bob, &id, "approve").await),
+        "not_approver",
+        "bob cannot run it either"
+    );
+    let ran = approve(&alice, &id, "approve").await;
+    assert_eq!(
+        ran.structured_content.as_ref().unwrap()["title"],
+        "T",
+        "{ran:?}"
+    );
+
+    // The admin API lists waiting plans and decides them.
+    let denied = held(
+        &alice,
+        "notes.file_ticket",
+        json!({"title": "D", "priority": "low"}),
+    )
+    .await;
+    let approved = held(
+        &alice,
+        "notes.file_ticket",
+        json!({"title": "A", "priority": "low"}),
+    )
+    .await;
+    let (status, list) = admin(&gw, reqwest::Method::GET, "/admin/plans").await;
+    assert_eq!(status, 200);
+    let ids: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["id"].as_str().unwrap())
+        .collect();
+    assert!(
+        ids.contains(&denied.as_str()) && ids.contains(&approved.as_str()),
+        "{list}"
+    );
+    assert!(
+        list.to_string().find("\"D\"").is_none(),
+        "arguments are not shown: {list}"
+    );
+    assert_eq!(
+        admin(
+            &gw,
+            reqwest::Method::POST,
+            &format!("/admin/plans/{denied}/deny")
+        )
+        .await
+        .0,
+        200
+    );
+    assert_eq!(
+        admin(
+            &gw,
+            reqwest::Method::POST,
+            &format!("/admin/plans/{approved}/approve")
+        )
+        .await
+        .0,
+        200
+    );
+    assert_eq!(
+        admin(&gw, reqwest::Method::POST, "/admin/plans/plan_nope/approve")
+            .await
+            .0,
+        404
+    );
+    assert_eq!(
+        code(&approve(&alice, &denied, "approve").await),
+        "plan_denied"
+    );
+    let ran = approve(&alice, &approved, "approve").await;
+    assert_eq!(ran.structured_content.as_ref().unwrap()["title"], "A");
+
+    // A reload that changes the tool's policy voids the plans made under the old one.
+    let id = held(
+        &alice,
+        "notes.write_note",
+        json!({"key": "k3", "value": "v"}),
+    )
+    .await;
+    std::fs::write(
+        gw.dir.path().join("gateway.toml"),
+        config(&audit, 600_000, "notes/other/**"),
+    )
+    .unwrap();
+    assert_eq!(
+        admin(&gw, reqwest::Method::POST, "/admin/reload").await.0,
+        200
+    );
+    assert_eq!(
+        code(&approve(&alice, &id, "approve").await),
+        "plan_invalidated"
+    );
+
+    let metrics = reqwest::get(format!("{}/metrics", gw.base))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        metric(&metrics, "fedgate_approvals_total{outcome=\"approved\"}"),
+        3.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        metric(&metrics, "fedgate_approvals_total{outcome=\"denied\"}"),
+        2.0
+    );
+    assert_eq!(
+        metric(&metrics, "fedgate_approvals_total{outcome=\"invalidated\"}"),
+        1.0
+    );
+    assert_eq!(metric(&metrics, "fedgate_plans_pending"), 0.0);
+    assert!(
+        metric(
+            &metrics,
+            "fedgate_envelopes_total{code=\"approval_required\",status=\"ok\"}"
+        ) >= 6.0
+    );
+
+    // Every decision is audited with the plan and who decided.
+    drop((alice, bob, rita));
+    drop(gw);
+    let records: Vec<Value> = std::fs::read_to_string(&audit)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let by = |decision: &str| -> Vec<String> {
+        records
+            .iter()
+            .filter(|r| r["decision"] == decision)
+            .map(|r| r["approver"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    assert_eq!(by("plan_approved"), ["api_key:rita", "admin"]);
+    assert_eq!(by("plan_denied"), ["api_key:alice", "admin"]);
+    assert_eq!(
+        by("plan_executed"),
+        ["api_key:alice", "api_key:rita", "admin"]
+    );
+    let held_records = records.iter().filter(|r| r["decision"] == "held").count();
+    assert_eq!(held_records, 6, "one per held call, with its plan id");
+    assert!(records.iter().filter(|r| r["decision"] == "held").all(|r| {
+        r["plan_id"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("plan_"))
+    }));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_expired_plan_does_not_run() {
+    let dir = tempfile::tempdir().unwrap();
+    // Plans live one millisecond: expired before anyone can approve them.
+    let gw = Gateway::start_env(
+        &config(&dir.path().join("a.jsonl"), 1, "x"),
+        &[("FEDGATE_ADMIN_TOKEN", ADMIN_TOKEN)],
+    );
+    let alice = client(&gw, 0).await;
+    let id = held(
+        &alice,
+        "notes.write_note",
+        json!({"key": "k", "value": "v"}),
+    )
+    .await;
+    assert_eq!(code(&approve(&alice, &id, "approve").await), "plan_expired");
+    let metrics = reqwest::get(format!("{}/metrics", gw.base))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        metric(&metrics, "fedgate_approvals_total{outcome=\"expired\"}"),
+        1.0,
+        "{metrics}"
+    );
+    // A gateway where nothing needs approval does not list fedgate.approve.
+    let plain = Gateway::start(&stdio_upstream("demo", &[], ""));
+    let c = connect_legacy(&plain.url, TestClient::new()).await;
+    let tools = c.peer().list_all_tools().await.unwrap();
+    assert!(!tools.iter().any(|t| t.name == "fedgate.approve"));
+    assert!(
+        call(&c, "fedgate.approve", json!({"plan_id": "x"}))
+            .await
+            .unwrap_err()
+            .to_string()
+            .contains("unknown tool")
+    );
+}
