@@ -420,3 +420,76 @@ async fn an_expired_plan_does_not_run() {
             .contains("unknown tool")
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn interactive_callers_are_asked_directly_in_either_era() {
+    let gw = Gateway::start(&format!(
+        "[gateway]\ntiers_dir = {TIERS:?}\n\n{}[upstreams.notes.tools.write_note]\napproval = \"elicit\"\ntouches_files = [\"notes/**\"]\n",
+        stdio_upstream("notes", &[], "tier = \"high\""),
+    ));
+    for modern in [false, true] {
+        let era = if modern { "stateless" } else { "handshake" };
+        let url = gw.url.clone();
+        let connect = |handler: TestClient| {
+            let url = url.clone();
+            async move {
+                if modern {
+                    connect_modern(&url, handler).await
+                } else {
+                    connect_legacy(&url, handler).await
+                }
+            }
+        };
+        // Accepted: the call runs, once, with its own arguments.
+        let yes = TestClient::new();
+        let seen = yes.seen.clone();
+        let c = connect(yes).await;
+        let before = upstream_calls(&c).await;
+        // rmcp's client answers the question itself, as a request (handshake era) or by
+        // retrying with the answer (stateless era).
+        let r = c
+            .call_tool(
+                rmcp::model::CallToolRequestParams::new("notes.write_note")
+                    .with_arguments(args(json!({"key": "e1", "value": "yes"}))),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{era}: {e}"));
+        assert_eq!(first_text(&r), "stored e1", "{era}: {r:?}");
+        let asked = seen.elicitations.lock().clone();
+        assert_eq!(asked.len(), 1, "{era}: {asked:?}");
+        assert!(
+            asked[0].contains("notes.write_note")
+                && asked[0].contains("value=\"yes\"")
+                && asked[0].contains("notes/**"),
+            "{era}: {asked:?}"
+        );
+        assert_eq!(
+            upstream_calls(&c).await,
+            before + 2,
+            "{era}: the write ran once"
+        );
+        c.cancel().await.unwrap();
+
+        // Declined: the call does not run, and the answer says it was denied.
+        let no = TestClient {
+            decline: true,
+            ..TestClient::new()
+        };
+        let c = connect(no).await;
+        let before = upstream_calls(&c).await;
+        let r = c
+            .call_tool(
+                rmcp::model::CallToolRequestParams::new("notes.write_note")
+                    .with_arguments(args(json!({"key": "e2", "value": "no"}))),
+            )
+            .await
+            .unwrap();
+        assert_eq!(code(&r), "plan_denied", "{era}");
+        assert_eq!(
+            upstream_calls(&c).await,
+            before + 1,
+            "{era}: only the stats call ran"
+        );
+        c.cancel().await.unwrap();
+    }
+}

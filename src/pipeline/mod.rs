@@ -258,6 +258,8 @@ pub fn build(parts: Parts) -> CallStack {
             pool: parts.pool.clone(),
             metrics: parts.metrics.clone(),
             audit: parts.audit.clone(),
+            seal: parts.seal.clone(),
+            input_wait: parts.input_wait,
         }))
         .layer(StepLayer::new(RateLimit {
             limits: parts.limits.clone(),

@@ -216,6 +216,8 @@ pub struct Seen {
 pub struct TestClient {
     pub seen: Arc<Seen>,
     pub answer_name: String,
+    /// Answer elicitations with `decline` instead of `accept`.
+    pub decline: bool,
 }
 
 impl TestClient {
@@ -223,6 +225,7 @@ impl TestClient {
         Self {
             seen: Arc::default(),
             answer_name: "ada".into(),
+            decline: false,
         }
     }
 }
@@ -249,10 +252,12 @@ impl ClientHandler for TestClient {
             _ => String::new(),
         };
         self.seen.elicitations.lock().push(msg);
-        Ok(serde_json::from_value(
-            serde_json::json!({"action": "accept", "content": {"name": self.answer_name}}),
-        )
-        .unwrap())
+        let answer = if self.decline {
+            serde_json::json!({"action": "decline"})
+        } else {
+            serde_json::json!({"action": "accept", "content": {"name": self.answer_name}})
+        };
+        Ok(serde_json::from_value(answer).unwrap())
     }
 
     async fn create_message(

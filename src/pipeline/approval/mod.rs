@@ -4,10 +4,11 @@
 //! exactly the frozen arguments — rate limits, idempotency, retries and the breaker apply to it
 //! as to any call. Every plan event is an audit record naming the plan and who decided.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ContentBlock, MetaObject, ServerResult, Tool,
+    CallToolRequestParams, CallToolResult, ContentBlock, MetaObject, RequestStateCodec,
+    ServerResult, Tool,
 };
 use serde_json::{Value, json};
 
@@ -21,7 +22,7 @@ use crate::{
     envelope::{META_KEY, Plan, Safety, Status},
     names::APPROVE_TOOL,
     policy::{
-        approval::{Decision, NewPlan, PendingPlan, PlanRefusal, Plans},
+        approval::{Approval, Decision, NewPlan, PendingPlan, PlanRefusal, Plans},
         identity::Identity,
         trust::CallClass,
     },
@@ -32,6 +33,8 @@ use crate::{
     upstream::{Upstream, pool::Pool},
 };
 
+mod elicit;
+
 #[derive(Debug, Clone)]
 pub struct Approvals {
     pub plans: Arc<Plans>,
@@ -39,10 +42,21 @@ pub struct Approvals {
     pub pool: Arc<Pool>,
     pub metrics: Arc<Metrics>,
     pub audit: Option<Audit>,
+    /// Seals the `requestState` of approval questions to stateless-era callers.
+    pub seal: Arc<RequestStateCodec>,
+    /// How long a handshake-era caller's human may take to answer an approval question.
+    pub input_wait: Duration,
 }
 
 impl Step for Approvals {
     fn run<S: CallService>(&self, inner: &mut S, call: Call) -> CallFuture {
+        // A stateless-era caller's retry that answers an approval question.
+        if let Some((id, approved)) = elicit::answer(&self.seal, &call) {
+            return match self.answered(call, &id, approved) {
+                Ok(c) => inner.call(c),
+                Err(e) => done(Err(e)),
+            };
+        }
         match call.target.as_ref().map(|t| &t.kind) {
             Some(TargetKind::Gateway(_)) if is_approve(&call) => match self.approve(call) {
                 Ok(Next::Answer(r)) => done(Ok(ServerResult::CallToolResult(r))),
@@ -53,7 +67,31 @@ impl Step for Approvals {
                 if call.approval.is_some() && call.approved.is_none() =>
             {
                 let up = up.clone();
-                done(Err(self.hold(&up, &call)))
+                let held = match self.hold(&up, &call) {
+                    Ok(h) => h,
+                    Err(e) => return done(Err(e)),
+                };
+                let caps = call
+                    .downstream
+                    .as_ref()
+                    .and_then(|d| d.capabilities.as_ref());
+                if call.approval != Some(Approval::Elicit) || !elicit::can_elicit(caps) {
+                    return done(Err(CallError::ApprovalRequired {
+                        plan: Box::new(held),
+                    }));
+                }
+                if call.downstream.as_ref().is_some_and(|d| d.modern) {
+                    return done(
+                        elicit::input_required(&self.seal, &call, &held)
+                            .map(ServerResult::InputRequiredResult),
+                    );
+                }
+                let (this, mut inner, wait) = (self.clone(), inner.clone(), self.input_wait);
+                Box::pin(async move {
+                    let approved = elicit::ask(&call, &held, wait).await?;
+                    let c = this.answered(call, &held.id, approved)?;
+                    inner.call(c).await
+                })
             }
             _ => inner.call(call),
         }
@@ -73,13 +111,13 @@ fn is_approve(call: &Call) -> bool {
 }
 
 impl Approvals {
-    /// Makes the plan of a call that needs approval; the answer is the typed outcome the
-    /// envelope turns into an `ok` plan that was not run.
-    fn hold(&self, up: &Upstream, call: &Call) -> CallError {
+    /// Makes the plan of a call that needs approval; held as an `ok` plan that was not run,
+    /// or put to the caller's human as a question.
+    fn hold(&self, up: &Upstream, call: &Call) -> Result<Held, CallError> {
         let Op::CallTool(p) = &call.op else {
-            return CallError::Internal {
+            return Err(CallError::Internal {
                 detail: "only tool calls are held for approval".into(),
-            };
+            });
         };
         let spec = up.spec();
         let policy = spec.tool_policy(&p.name);
@@ -89,18 +127,18 @@ impl Approvals {
         };
         let arguments = p.arguments.clone().unwrap_or_default();
         let summary = summarize(&arguments);
-        let plan = match self.plans.create(NewPlan {
-            caller: call.identity.key(),
-            upstream: up.name().to_owned(),
-            tool: tool.clone(),
-            upstream_tool: p.name.to_string(),
-            arguments,
-            policy_version: spec.policy_version(&p.name),
-            approvers: policy.approvers.to_vec(),
-        }) {
-            Ok(plan) => plan,
-            Err(e) => return CallError::Plan(e),
-        };
+        let plan = self
+            .plans
+            .create(NewPlan {
+                caller: call.identity.key(),
+                upstream: up.name().to_owned(),
+                tool: tool.clone(),
+                upstream_tool: p.name.to_string(),
+                arguments,
+                policy_version: spec.policy_version(&p.name),
+                approvers: policy.approvers.to_vec(),
+            })
+            .map_err(CallError::Plan)?;
         self.refresh_metrics();
         let destructive = up
             .lists()
@@ -109,23 +147,59 @@ impl Approvals {
             .and_then(|a| a.destructive_hint);
         let settings = policy.settings;
         self.audit(call, &plan, "plan_held", None);
-        CallError::ApprovalRequired {
-            plan: Box::new(Held {
-                id: plan.id,
-                tool,
-                upstream: up.name().to_owned(),
-                summary,
-                safety: Safety {
-                    writes_code: settings.is_some_and(|s| s.writes_code),
-                    touches_files: settings
-                        .map(|s| s.touches_files.clone())
-                        .unwrap_or_default(),
-                    destructive,
-                },
-                approvers: plan.approvers,
-                expires_ms: plan.expires_ms,
-            }),
+        Ok(Held {
+            id: plan.id,
+            tool,
+            upstream: up.name().to_owned(),
+            summary,
+            safety: Safety {
+                writes_code: settings.is_some_and(|s| s.writes_code),
+                touches_files: settings
+                    .map(|s| s.touches_files.clone())
+                    .unwrap_or_default(),
+                destructive,
+            },
+            approvers: plan.approvers,
+            expires_ms: plan.expires_ms,
+        })
+    }
+
+    /// The caller's human answered the approval question of plan `id`: the frozen call, ready
+    /// to run, or the denial.
+    fn answered(&self, call: Call, id: &str, approved: bool) -> Result<Call, CallError> {
+        let me = call.identity.key();
+        if !approved {
+            let plan = self.plans.cancel(id, &me).map_err(CallError::Plan)?;
+            self.count("denied");
+            self.refresh_metrics();
+            self.audit(&call, &plan, "plan_denied", Some(me.clone()));
+            return Err(CallError::Plan(PlanRefusal::Denied { by: me }));
         }
+        let plan = self.take(id, &me)?;
+        self.count("approved");
+        self.audit(&call, &plan, "plan_approved", Some(me.clone()));
+        self.audit(&call, &plan, "plan_executed", Some(me));
+        let up = current(&self.pool, &plan).ok_or(CallError::Plan(PlanRefusal::Invalidated))?;
+        reenter(call, &plan, up)
+    }
+
+    /// Uses up the caller's plan if its policy is still the one in force.
+    fn take(&self, id: &str, me: &str) -> Result<PendingPlan, CallError> {
+        let pool = self.pool.clone();
+        let taken = self.plans.take(id, me, |plan| {
+            current(&pool, plan).is_some_and(|up| {
+                up.spec().policy_version(&plan.upstream_tool) == plan.policy_version
+            })
+        });
+        if taken.as_ref().err() == Some(&PlanRefusal::Invalidated) {
+            self.count("invalidated");
+        }
+        self.refresh_metrics();
+        taken.map_err(CallError::Plan)
+    }
+
+    fn count(&self, outcome: &str) {
+        self.metrics.approvals.with_label_values(&[outcome]).inc();
     }
 
     /// `fedgate.approve {plan_id, decision}`: a reviewer's decision, the caller withdrawing
@@ -160,32 +234,10 @@ impl Approvals {
             let plan = self.plans.cancel(&id, &me).map_err(CallError::Plan)?;
             return Ok(Next::Answer(self.decided(&call, &plan, decision, &me)));
         }
-        let pool = self.pool.clone();
-        let taken = self.plans.take(&id, &me, |plan| {
-            current(&pool, plan).is_some_and(|up| {
-                up.spec().policy_version(&plan.upstream_tool) == plan.policy_version
-            })
-        });
-        let plan = match taken {
-            Ok(plan) => plan,
-            Err(e) => {
-                if e == PlanRefusal::Invalidated {
-                    self.metrics
-                        .approvals
-                        .with_label_values(&["invalidated"])
-                        .inc();
-                }
-                self.refresh_metrics();
-                return Err(CallError::Plan(e));
-            }
-        };
+        let plan = self.take(&id, &me)?;
         if plan.approvers.is_empty() {
-            self.metrics
-                .approvals
-                .with_label_values(&["approved"])
-                .inc();
+            self.count("approved");
         }
-        self.refresh_metrics();
         let up = current(&self.pool, &plan).ok_or(CallError::Plan(PlanRefusal::Invalidated))?;
         let approver = plan.approved_by.clone().unwrap_or(me);
         self.audit(&call, &plan, "plan_executed", Some(approver));
