@@ -104,3 +104,70 @@ fn typescript_sdk_in_both_eras_against_upstreams_of_both_eras() {
         "installs tests/node with npm ci",
     );
 }
+
+/// Through plan envelopes (`errors` and `always`), the Python SDK's outputSchema check passes on
+/// the upstream's structured content, which arrives unchanged; a refusal is an isError result
+/// the SDK accepts without structured content.
+#[test]
+fn python_sdk_sees_structured_content_unchanged_through_envelopes() {
+    let program = repo("tests/clients/python/.venv/bin/python");
+    let script = repo("tests/clients/python/envelope_structured.py");
+    assert!(
+        program.exists(),
+        "run `bash scripts/test.sh` (README's test command)"
+    );
+    let gw = Gateway::start(&format!(
+        "{}{}",
+        stdio_upstream("plain", &[], ""),
+        stdio_upstream("all", &[], "envelope = \"always\"")
+    ));
+    for mode in ["legacy", "modern"] {
+        for (tool, always) in [("plain.file_ticket", false), ("all.file_ticket", true)] {
+            let out = Command::new(&program)
+                .arg(&script)
+                .args(["--url", &gw.url, "--mode", mode, "--tool", tool])
+                .output()
+                .expect("run the client script");
+            let report: serde_json::Value =
+                serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+                    panic!(
+                        "{mode} {tool}: no report ({e}): {}\n{}",
+                        String::from_utf8_lossy(&out.stdout),
+                        String::from_utf8_lossy(&out.stderr)
+                    )
+                });
+            let ok = &report["ok"];
+            assert_eq!(ok["is_error"], false, "{mode} {tool}: {report}");
+            assert_eq!(ok["structured"]["title"], "T", "{mode} {tool}: {report}");
+            assert!(ok["structured"]["id"].is_u64(), "{report}");
+            // The upstream's own text block comes first, unchanged.
+            let first: serde_json::Value =
+                serde_json::from_str(ok["texts"][0].as_str().unwrap()).unwrap();
+            assert_eq!(first, ok["structured"], "{report}");
+            assert_eq!(
+                ok["texts"].as_array().unwrap().len(),
+                if always { 2 } else { 1 }
+            );
+            let want_plan = if always {
+                serde_json::json!("ok")
+            } else {
+                serde_json::Value::Null
+            };
+            assert_eq!(ok["plan"]["status"], want_plan, "{report}");
+            let refused = &report["refused"];
+            assert_eq!(
+                (
+                    &refused["is_error"],
+                    &refused["structured"],
+                    &refused["plan"]["status"]
+                ),
+                (
+                    &serde_json::json!(true),
+                    &serde_json::Value::Null,
+                    &serde_json::json!("invalid")
+                ),
+                "{mode} {tool}: {report}"
+            );
+        }
+    }
+}
