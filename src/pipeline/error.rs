@@ -84,7 +84,7 @@ pub enum CallError {
         tier: String,
         refusal: TierRefusal,
     },
-    #[error("arguments of `{tool}` do not match its input schema ({} problem(s))", problems.len())]
+    #[error("`{tool}` was not called: its arguments do not match its input schema ({})", count(problems.len(), "problem"))]
     InvalidArguments {
         tool: String,
         problems: Vec<Problem>,
@@ -121,6 +121,11 @@ pub struct Held {
 /// What a caller must know about a write that may or may not have happened.
 const UNCERTAIN: &str = "the write may or may not have happened (outcome uncertain): check its \
                          effect before repeating it; fedgate did not retry it";
+
+/// `1 problem`, `2 problems`.
+fn count(n: usize, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
+}
 
 fn refusal_text(r: TierRefusal) -> &'static str {
     match r {
