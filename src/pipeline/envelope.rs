@@ -240,7 +240,9 @@ pub fn plan_for(e: &CallError, correlation_id: &str) -> Plan {
                     true,
                     "call fedgate.approve again once a reviewer approved",
                 ),
-                PlanRefusal::Full => (Status::Blocked, true, "retry later"),
+                PlanRefusal::Full | PlanRefusal::TooManyOfYours(_) => {
+                    (Status::Blocked, true, "retry later")
+                }
                 PlanRefusal::Expired | PlanRefusal::Invalidated => {
                     (Status::Error, true, "call the tool again for a new plan")
                 }

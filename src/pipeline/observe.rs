@@ -121,7 +121,7 @@ impl Step for Observe {
                     latency_ms = elapsed.as_secs_f64() * 1000.0,
                     "call finished"
                 );
-                if let Err(e) = &result {
+                if let (Err(e), false) = (&result, held(&result)) {
                     tracing::info!(
                         method,
                         upstream = upstream_label,
@@ -158,6 +158,11 @@ impl Step for Observe {
             .instrument(log_span),
         )
     }
+}
+
+/// A call held for approval did not fail; it waits.
+fn held(result: &Result<rmcp::model::ServerResult, CallError>) -> bool {
+    matches!(result, Err(CallError::ApprovalRequired { .. }))
 }
 
 /// How the answer of `call` (routed to `target`) gets its envelope.

@@ -17,6 +17,9 @@ use sha2::{Digest, Sha256};
 
 use crate::clock::now_ms;
 
+/// Most plans one caller may have waiting at once.
+pub const MAX_PENDING_PER_CALLER: usize = 100;
+
 /// How a write that needs approval is approved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -95,6 +98,8 @@ pub enum PlanRefusal {
     NotApprover { roles: Vec<String> },
     #[error("too many plans waiting for approval; decide or let some expire first")]
     Full,
+    #[error("you have {0} plans waiting for approval; decide or withdraw some first")]
+    TooManyOfYours(usize),
 }
 
 impl PlanRefusal {
@@ -107,7 +112,7 @@ impl PlanRefusal {
             PlanRefusal::Invalidated => "plan_invalidated",
             PlanRefusal::Waiting { .. } => "awaiting_approval",
             PlanRefusal::NotApprover { .. } => "not_approver",
-            PlanRefusal::Full => "too_many_plans",
+            PlanRefusal::Full | PlanRefusal::TooManyOfYours(_) => "too_many_plans",
         }
     }
 }
@@ -175,13 +180,18 @@ impl Plans {
         let now = now_ms();
         let mut plans = self.plans.lock();
         self.note_expired(sweep(&mut plans, now));
-        if plans
-            .values()
-            .filter(|p| !matches!(p.state, PlanState::Done(_)))
-            .count()
-            >= self.max_pending
-        {
+        let waiting = || {
+            plans
+                .values()
+                .filter(|p| !matches!(p.state, PlanState::Done(_)))
+        };
+        if waiting().count() >= self.max_pending {
             return Err(PlanRefusal::Full);
+        }
+        // One caller cannot fill the store for everyone.
+        let mine = waiting().filter(|p| p.caller == new.caller).count();
+        if mine >= MAX_PENDING_PER_CALLER {
+            return Err(PlanRefusal::TooManyOfYours(mine));
         }
         // Finished plans are only kept to answer precisely; drop them first when full.
         if plans.len() >= self.max_pending.saturating_mul(2) {
@@ -477,6 +487,19 @@ mod tests {
         let full = Plans::new(60_000, 1);
         full.create(new_plan(&[])).unwrap();
         assert_eq!(full.create(new_plan(&[])).unwrap_err(), PlanRefusal::Full);
+        let shared = Plans::new(60_000, 1_000);
+        for _ in 0..MAX_PENDING_PER_CALLER {
+            shared.create(new_plan(&[])).unwrap();
+        }
+        assert_eq!(
+            shared.create(new_plan(&[])).unwrap_err(),
+            PlanRefusal::TooManyOfYours(MAX_PENDING_PER_CALLER)
+        );
+        let other = NewPlan {
+            caller: "api_key:bob".into(),
+            ..new_plan(&[])
+        };
+        assert!(shared.create(other).is_ok(), "others still get plans");
     }
 
     #[test]
