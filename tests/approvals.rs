@@ -407,6 +407,19 @@ async fn an_expired_plan_does_not_run() {
         1.0,
         "{metrics}"
     );
+    drop(alice);
+    drop(gw);
+    let records = std::fs::read_to_string(dir.path().join("a.jsonl")).unwrap();
+    let expired: Vec<Value> = records
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["decision"] == "plan_expired")
+        .collect();
+    assert_eq!(expired.len(), 1, "{records}");
+    assert_eq!(
+        (&expired[0]["plan_id"], &expired[0]["identity"]),
+        (&json!(id), &json!("alice"))
+    );
     // A gateway where nothing needs approval does not list fedgate.approve.
     let plain = Gateway::start(&stdio_upstream("demo", &[], ""));
     let c = connect_legacy(&plain.url, TestClient::new()).await;

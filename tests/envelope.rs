@@ -244,6 +244,19 @@ async fn refusals_and_failures_carry_a_plan_with_what_to_do() {
         (&json!("error"), &json!("unknown_tool"))
     );
     assert_eq!(plan["recovery_actions"][0]["tool"], "demo.echo", "{plan}");
+    // Prompts, resources and completions: JSON-RPC errors with the plan in `error.data`.
+    let e = client
+        .peer()
+        .get_prompt(rmcp::model::GetPromptRequestParams::new("demo.nope"))
+        .await
+        .unwrap_err();
+    assert_eq!(error_plan(&e).1["errors"][0]["code"], "unknown_prompt");
+    let e = client
+        .peer()
+        .read_resource(rmcp::model::ReadResourceRequestParams::new("nowhere://x"))
+        .await
+        .unwrap_err();
+    assert_eq!(error_plan(&e).1["errors"][0]["code"], "unknown_resource");
     // A name longer than any tool name is not compared with every tool.
     let e = call(&client, &format!("demo.{}", "x".repeat(5000)), json!({}))
         .await

@@ -92,7 +92,7 @@ use crate::{
     upstream::{Upstream, pool::Pool},
 };
 
-pub use approval::{Approvals, ApproveTool, plan_record, sync_metrics as sync_plan_metrics};
+pub use approval::{Approvals, ApproveTool, plan_record};
 pub use arguments::Arguments;
 pub use authz::Authz;
 pub use breaker::Breaker;
@@ -244,6 +244,15 @@ pub fn build(parts: Parts) -> CallStack {
             parts.max_parked_calls,
             parts.metrics.clone(),
         )));
+    let approvals = Approvals {
+        plans: parts.plans.clone(),
+        pool: parts.pool.clone(),
+        metrics: parts.metrics.clone(),
+        audit: parts.audit.clone(),
+        seal: parts.seal.clone(),
+        input_wait: parts.input_wait,
+    };
+    approvals.start_sweeper();
     let inner = ServiceBuilder::new()
         .layer(StepLayer::new(HopGuard))
         .layer(StepLayer::new(Authz {
@@ -253,14 +262,7 @@ pub fn build(parts: Parts) -> CallStack {
         .layer(StepLayer::new(Arguments {
             own: parts.own.clone(),
         }))
-        .layer(StepLayer::new(Approvals {
-            plans: parts.plans.clone(),
-            pool: parts.pool.clone(),
-            metrics: parts.metrics.clone(),
-            audit: parts.audit.clone(),
-            seal: parts.seal.clone(),
-            input_wait: parts.input_wait,
-        }))
+        .layer(StepLayer::new(approvals))
         .layer(StepLayer::new(RateLimit {
             limits: parts.limits.clone(),
             metrics: parts.metrics.clone(),

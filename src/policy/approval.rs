@@ -145,8 +145,8 @@ pub struct Plans {
     ttl_ms: u64,
     max_pending: usize,
     plans: Mutex<HashMap<String, PendingPlan>>,
-    /// Plans that expired since the metrics last asked.
-    expired: std::sync::atomic::AtomicU64,
+    /// Plans that expired since [`Plans::take_expired`] last asked (for metrics and audit).
+    expired: Mutex<Vec<PendingPlan>>,
 }
 
 impl Plans {
@@ -155,19 +155,24 @@ impl Plans {
             ttl_ms,
             max_pending,
             plans: Mutex::new(HashMap::new()),
-            expired: std::sync::atomic::AtomicU64::new(0),
+            expired: Mutex::new(Vec::new()),
         }
     }
 
-    /// How many plans expired since the last call (for a counter).
-    pub fn take_expired(&self) -> u64 {
-        self.expired.swap(0, std::sync::atomic::Ordering::Relaxed)
+    /// The plans that expired since the last call (for a counter and the audit log); expires
+    /// what is due first.
+    pub fn take_expired(&self) -> Vec<PendingPlan> {
+        {
+            let mut plans = self.plans.lock();
+            let due = sweep(&mut plans, now_ms());
+            self.note_expired(due);
+        }
+        std::mem::take(&mut *self.expired.lock())
     }
 
-    fn note_expired(&self, n: usize) {
-        if n > 0 {
-            self.expired
-                .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+    fn note_expired(&self, plans: Vec<PendingPlan>) {
+        if !plans.is_empty() {
+            self.expired.lock().extend(plans);
         }
     }
 
@@ -332,7 +337,7 @@ impl Plans {
             .ok_or(PlanRefusal::Unknown)?;
         if plan.expires_ms <= now && !matches!(plan.state, PlanState::Done(_)) {
             plan.state = PlanState::Done(Finished::Expired);
-            self.note_expired(1);
+            self.note_expired(vec![plan.clone()]);
         }
         match &plan.state {
             PlanState::Done(Finished::Executed) => Err(PlanRefusal::Used),
@@ -344,16 +349,16 @@ impl Plans {
     }
 }
 
-/// Marks due plans expired and drops finished ones past their expiry; counts the newly expired.
-fn sweep(plans: &mut HashMap<String, PendingPlan>, now: u64) -> usize {
-    let mut expired = 0;
+/// Marks due plans expired and drops finished ones past their expiry; returns the newly expired.
+fn sweep(plans: &mut HashMap<String, PendingPlan>, now: u64) -> Vec<PendingPlan> {
+    let mut expired = Vec::new();
     plans.retain(|_, p| {
         if p.expires_ms > now {
             return true;
         }
         if !matches!(p.state, PlanState::Done(_)) {
-            expired += 1;
             p.state = PlanState::Done(Finished::Expired);
+            expired.push(p.clone());
             // Kept a little longer, so a late approve hears "expired", not "unknown".
             p.expires_ms = now.saturating_add(60_000);
             return true;
@@ -483,7 +488,8 @@ mod tests {
             plans.take(&plan.id, "api_key:alice", |_| true).err(),
             Some(PlanRefusal::Expired)
         );
-        assert_eq!(plans.take_expired(), 1);
+        assert_eq!(plans.take_expired().len(), 1);
+        assert!(plans.take_expired().is_empty(), "reported once");
         let full = Plans::new(60_000, 1);
         full.create(new_plan(&[])).unwrap();
         assert_eq!(full.create(new_plan(&[])).unwrap_err(), PlanRefusal::Full);

@@ -31,6 +31,17 @@ pub enum IdentityKind {
 }
 
 impl IdentityKind {
+    /// The kind [`IdentityKind::as_str`] names (`local` for anything else).
+    pub fn from_str_or_local(s: &str) -> Self {
+        match s {
+            "api_key" => IdentityKind::ApiKey,
+            "jwt" => IdentityKind::Jwt,
+            "client_cert" => IdentityKind::ClientCert,
+            "anonymous" => IdentityKind::Anonymous,
+            _ => IdentityKind::Local,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             IdentityKind::ApiKey => "api_key",

@@ -22,7 +22,7 @@ use crate::{
     pipeline,
     policy::{
         approval::{Decision, PlanRefusal},
-        identity::{Identity, IdentityKind},
+        identity::IdentityKind,
     },
     server::{core::Core, reload::Reloader},
     telemetry::audit::Audit,
@@ -239,9 +239,9 @@ impl Admin {
                     .inc();
                 tracing::info!(plan = %plan.id, tool = %plan.tool, "plan {outcome} by the admin API");
                 if let Some(audit) = &self.audit {
-                    let who = Identity::unrestricted(ADMIN, IdentityKind::Local);
                     audit.record(pipeline::plan_record(
-                        &who,
+                        ADMIN,
+                        IdentityKind::Local.as_str(),
                         &pipeline::correlation_id(),
                         &plan,
                         if decision == Decision::Approve {

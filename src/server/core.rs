@@ -165,7 +165,10 @@ impl Core {
     /// Brings the gauges that mirror state (upstreams, breakers, sessions) up to date.
     pub fn refresh_gauges(&self) {
         self.pool.refresh_gauges();
-        pipeline::sync_plan_metrics(&self.plans, &self.metrics);
+        // Expired plans are counted and audited by the call stack's sweeper.
+        self.metrics
+            .plans_pending
+            .set(self.plans.count_pending() as i64);
         self.metrics.sessions_active.set(self.hub.len() as i64);
     }
 }

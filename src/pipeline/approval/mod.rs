@@ -23,7 +23,7 @@ use crate::{
     names::APPROVE_TOOL,
     policy::{
         approval::{Approval, Decision, NewPlan, PendingPlan, PlanRefusal, Plans},
-        identity::Identity,
+        identity::IdentityKind,
         trust::CallClass,
     },
     telemetry::{
@@ -282,9 +282,9 @@ impl Approvals {
         r
     }
 
-    /// The pending-plans gauge and the count of plans that expired.
+    /// The pending-plans gauge, and the plans that expired (counted and audited).
     fn refresh_metrics(&self) {
-        sync_metrics(&self.plans, &self.metrics);
+        sync_metrics(&self.plans, &self.metrics, self.audit.as_ref());
     }
 
     fn audit(
@@ -296,7 +296,8 @@ impl Approvals {
     ) {
         if let Some(audit) = &self.audit {
             audit.record(plan_record(
-                &call.identity,
+                &call.identity.name,
+                call.identity.kind.as_str(),
                 &call.correlation_id,
                 plan,
                 decision,
@@ -306,22 +307,58 @@ impl Approvals {
     }
 }
 
-/// Brings the plan metrics up to date (also at scrape time).
-pub fn sync_metrics(plans: &Plans, metrics: &Metrics) {
-    let pending = plans.count_pending();
-    metrics.plans_pending.set(pending as i64);
+/// How often plans that expired unseen are counted and audited.
+const SWEEP_EVERY: Duration = Duration::from_secs(5);
+
+impl Approvals {
+    /// Starts the task that counts and audits plans that expire while nobody asks about them;
+    /// it ends with the plan store.
+    pub fn start_sweeper(&self) {
+        let plans = Arc::downgrade(&self.plans);
+        let (metrics, audit) = (self.metrics.clone(), self.audit.clone());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(SWEEP_EVERY);
+            loop {
+                tick.tick().await;
+                let Some(plans) = plans.upgrade() else {
+                    return;
+                };
+                sync_metrics(&plans, &metrics, audit.as_ref());
+            }
+        });
+    }
+}
+
+/// Brings the plan metrics up to date; plans that expired are counted and audited (decision
+/// `plan_expired`, in the name of their caller). Runs after every plan event and at scrape time.
+pub fn sync_metrics(plans: &Plans, metrics: &Metrics, audit: Option<&Audit>) {
     let expired = plans.take_expired();
-    if expired > 0 {
+    if !expired.is_empty() {
         metrics
             .approvals
             .with_label_values(&["expired"])
-            .inc_by(expired);
+            .inc_by(expired.len() as u64);
     }
+    if let Some(audit) = audit {
+        for plan in &expired {
+            let (kind, name) = plan.caller.split_once(':').unwrap_or(("", &plan.caller));
+            audit.record(plan_record(
+                name,
+                IdentityKind::from_str_or_local(kind).as_str(),
+                &crate::pipeline::correlation_id(),
+                plan,
+                "plan_expired",
+                None,
+            ));
+        }
+    }
+    metrics.plans_pending.set(plans.count_pending() as i64);
 }
 
 /// The audit record of one plan event.
 pub fn plan_record(
-    who: &Identity,
+    who: &str,
+    who_kind: &'static str,
     correlation_id: &str,
     plan: &PendingPlan,
     decision: &'static str,
@@ -329,8 +366,8 @@ pub fn plan_record(
 ) -> Record {
     Record {
         time: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-        identity: who.name.clone(),
-        identity_kind: who.kind.as_str(),
+        identity: who.to_owned(),
+        identity_kind: who_kind,
         method: "tools/call",
         name: plan.tool.clone(),
         upstream: Some(plan.upstream.clone()),
