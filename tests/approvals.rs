@@ -30,6 +30,17 @@ static SCHEMA: LazyLock<jsonschema::Validator> = LazyLock::new(|| {
 });
 
 fn config(audit: &std::path::Path, ttl_ms: u64, touches: &str) -> String {
+    config_with(audit, ttl_ms, touches, "[\"*\"]", "")
+}
+
+/// The approvals config with the `agent` role's tool globs and extra top-level TOML.
+fn config_with(
+    audit: &std::path::Path,
+    ttl_ms: u64,
+    touches: &str,
+    agent_tools: &str,
+    extra: &str,
+) -> String {
     let keys: String = KEYS
         .iter()
         .map(|(name, key, roles)| {
@@ -40,10 +51,10 @@ fn config(audit: &std::path::Path, ttl_ms: u64, touches: &str) -> String {
         })
         .collect();
     format!(
-        "[gateway]\ntiers_dir = {TIERS:?}\nplan_ttl_ms = {ttl_ms}\n\n\
+        "[gateway]\ntiers_dir = {TIERS:?}\nplan_ttl_ms = {ttl_ms}\n\n{extra}\n\
          [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"env:FEDGATE_ADMIN_TOKEN\"\n\n\
          [audit]\npath = {:?}\n\n[auth]\n{keys}\n\
-         [roles.agent]\ntools = [\"*\"]\nresources = [\"*\"]\n[roles.reviewer]\ntools = [\"fedgate.approve\"]\n\n{}\
+         [roles.agent]\ntools = {agent_tools}\nresources = [\"*\"]\n[roles.reviewer]\ntools = [\"fedgate.approve\"]\n\n{}\
          [upstreams.notes.tools.write_note]\napproval = \"plan\"\ntouches_files = [{touches:?}]\n\n\
          [upstreams.notes.tools.file_ticket]\napproval = \"plan\"\napprovers = [\"reviewer\"]\nwrites_code = true\n",
         audit.display().to_string(),
@@ -505,4 +516,72 @@ async fn interactive_callers_are_asked_directly_in_either_era() {
         );
         c.cancel().await.unwrap();
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_approved_call_meets_authorization_and_rate_limits_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("a.jsonl");
+    let limit =
+        "[[rate_limits]]\nby = [\"upstream\"]\nupstream = \"notes\"\nper_second = 1\nburst = 1\n";
+    let gw = Gateway::start_env(
+        &config_with(&audit, 600_000, "x", "[\"*\"]", limit),
+        &[("FEDGATE_ADMIN_TOKEN", ADMIN_TOKEN)],
+    );
+    let alice = client(&gw, 0).await;
+    // The first approved write uses the upstream's only token; the second is refused by the
+    // rate limit before it reaches the upstream, and its plan stays valid.
+    let first = held(
+        &alice,
+        "notes.write_note",
+        json!({"key": "a", "value": "1"}),
+    )
+    .await;
+    let second = held(
+        &alice,
+        "notes.write_note",
+        json!({"key": "b", "value": "2"}),
+    )
+    .await;
+    assert_eq!(
+        first_text(&approve(&alice, &first, "approve").await),
+        "stored a"
+    );
+    let limited = approve(&alice, &second, "approve").await;
+    assert_eq!(code(&limited), "rate_limited");
+    assert_eq!(
+        code(&approve(&alice, &second, "approve").await),
+        "rate_limited",
+        "not plan_used"
+    );
+
+    // Roles narrowed by a reload: the plan (same tool policy) no longer runs for this caller.
+    let third = held(
+        &alice,
+        "notes.write_note",
+        json!({"key": "c", "value": "3"}),
+    )
+    .await;
+    std::fs::write(
+        gw.dir.path().join("gateway.toml"),
+        config_with(
+            &audit,
+            600_000,
+            "x",
+            "[\"fedgate.approve\", \"notes.stats\"]",
+            limit,
+        ),
+    )
+    .unwrap();
+    let base = gw.admin.clone().unwrap();
+    let r = reqwest::Client::new()
+        .post(format!("{base}/admin/reload"))
+        .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let e = call(&alice, "fedgate.approve", json!({"plan_id": third})).await;
+    let text = e.refused();
+    assert!(text.contains("unknown tool `notes.write_note`"), "{text}");
 }

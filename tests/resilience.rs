@@ -71,7 +71,11 @@ async fn reads_are_retried_writes_are_not_and_are_reported_uncertain() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_repeated_idempotency_key_returns_the_recorded_result() {
-    let gw = Gateway::start(&format!("[gateway]\n{}", stdio_upstream("demo", &[], "")));
+    let gw = Gateway::start(&format!(
+        "[gateway]\n{}{}",
+        stdio_upstream("demo", &[], ""),
+        stdio_upstream("other", &[], "")
+    ));
     let client = connect_legacy(&gw.url, TestClient::new()).await;
     let before = calls(&client).await;
     let args = serde_json::json!({"key": "order-1", "value": "paid"});
@@ -104,6 +108,23 @@ async fn a_repeated_idempotency_key_returns_the_recorded_result() {
         .await
         .refused();
     assert!(conflict.contains("idempotency_conflict"), "{conflict}");
+    // The same key for the same tool name on another upstream is another call.
+    let elsewhere = client
+        .peer()
+        .call_tool(with_key("other.write_note", args.clone(), "idem-1"))
+        .await
+        .unwrap();
+    assert_eq!(first_text(&elsewhere), "stored order-1");
+    let stats = client
+        .peer()
+        .call_tool(rmcp::model::CallToolRequestParams::new("other.stats"))
+        .await
+        .unwrap();
+    assert_eq!(
+        stats.structured_content.unwrap()["calls"],
+        2,
+        "other.write_note ran on its own upstream"
+    );
     // A new key is a new call.
     client
         .peer()

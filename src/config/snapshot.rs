@@ -178,7 +178,7 @@ pub struct UpstreamSpec {
 }
 
 /// `[upstreams.NAME.tools.TOOL]`: what one tool overrides.
-#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ToolSettings {
     /// `off`, `errors` or `always`; default: the upstream's.
@@ -249,14 +249,20 @@ impl UpstreamSpec {
     /// a plan made under one version is void under another.
     pub fn policy_version(&self, name: &str) -> String {
         use sha2::{Digest, Sha256};
+        // Where the upstream is (never header or environment values: they may be secrets).
+        let target = match &self.transport {
+            TransportSpec::Stdio(p) => format!("stdio {} {:?}", p.command, p.args),
+            TransportSpec::Http { url, .. } => format!("http {url}"),
+            TransportSpec::Sse { url, .. } => format!("sse {url}"),
+        };
         let text = format!(
-            "{:?}|{:?}|{}|{}|{}|{}",
+            "{:?}|{:?}|{}|{}|{}|{target}|{:?}",
             self.tier,
             self.tools.get(name),
             self.writable.contains(name),
             self.read_only.contains(name),
             self.exposes(name),
-            self.transport.kind(),
+            self.credential.as_ref().map(|c| &c.credential.name),
         );
         hex::encode(&Sha256::digest(text.as_bytes())[..12])
     }

@@ -29,7 +29,7 @@ impl Step for Authz {
     }
 }
 
-fn check(pool: &Pool, call: &Call) -> Result<(), CallError> {
+pub(super) fn check(pool: &Pool, call: &Call) -> Result<(), CallError> {
     hidden(pool, call).map_err(|shown| CallError::NotAuthorized {
         shown: Box::new(shown),
     })

@@ -12,7 +12,7 @@
 use rmcp::model::{CallToolResult, ContentBlock, MetaObject, ServerResult};
 use serde_json::{Map, Value, json};
 
-use super::CallError;
+use super::{Call, CallError, Op, Target, TargetKind};
 use crate::{
     envelope::{Action, META_KEY, Mode, Plan, PlanError, Status},
     error::Classify,
@@ -31,6 +31,35 @@ pub(super) struct Wrapping {
     pub follow_up: Option<String>,
     /// The tool declares an `outputSchema`: a refusal's `structuredContent` would break it.
     pub output_schema: bool,
+}
+
+/// How the answer of `call` (routed to `target`) gets its envelope.
+pub(super) fn wrapping(call: &Call, target: Option<&Target>, default: Mode) -> Wrapping {
+    let mut w = Wrapping {
+        mode: default,
+        tool_call: matches!(call.op, Op::CallTool(_)),
+        correlation_id: call.correlation_id.clone(),
+        follow_up: None,
+        output_schema: false,
+    };
+    if let Some(TargetKind::Upstream(up)) = target.map(|t| &t.kind) {
+        let spec = up.spec();
+        match &call.op {
+            Op::CallTool(p) => {
+                let policy = spec.tool_policy(&p.name);
+                w.mode = policy.envelope;
+                if w.mode != Mode::Off {
+                    w.follow_up = policy.settings.and_then(|s| s.follow_up.clone());
+                    w.output_schema = up
+                        .lists()
+                        .tool(&p.name)
+                        .is_some_and(|t| t.output_schema.is_some());
+                }
+            }
+            _ => w.mode = spec.envelope,
+        }
+    }
+    w
 }
 
 /// Adds the envelope to one answer.
@@ -63,6 +92,10 @@ pub(super) fn wrap(
             }
         }
         Ok(ServerResult::CallToolResult(mut r)) => {
+            // Already wrapped (an approved call, by its own tool's settings).
+            if r.meta.as_ref().is_some_and(|m| m.0.contains_key(META_KEY)) {
+                return Ok(ServerResult::CallToolResult(r));
+            }
             let failed = r.is_error == Some(true);
             if w.mode != Mode::Always && (failed || w.follow_up.is_none()) {
                 return Ok(ServerResult::CallToolResult(r));
@@ -137,11 +170,18 @@ fn refusal_result(plan: &Plan, output_schema: bool, held: bool) -> CallToolResul
     r
 }
 
+/// The start of the upstream's first text block (the whole text stays in its own content).
 fn first_text(r: &CallToolResult) -> String {
-    r.content
+    const MAX: usize = 300;
+    let text = r
+        .content
         .iter()
-        .find_map(|c| c.as_text().map(|t| t.text.clone()))
-        .unwrap_or_else(|| "the tool failed".to_owned())
+        .find_map(|c| c.as_text().map(|t| t.text.as_str()))
+        .unwrap_or("the tool failed");
+    match text.char_indices().nth(MAX) {
+        Some((i, _)) => format!("{}…", &text[..i]),
+        None => text.to_owned(),
+    }
 }
 
 /// The plan of one gateway outcome (README's table lists them).
@@ -268,10 +308,13 @@ pub fn plan_for(e: &CallError, correlation_id: &str) -> Plan {
                 ),
             )
         }
-        CallError::UpstreamTimeout { .. }
-        | CallError::UpstreamClosed { .. }
-        | CallError::UpstreamFailed { .. } => base(Status::Error).error(
-            PlanError::new(code, msg.clone(), true).hint("safe to retry: the call was a read"),
+        CallError::UpstreamTimeout { .. } | CallError::UpstreamClosed { .. } => base(Status::Error)
+            .error(
+                PlanError::new(code, msg.clone(), true).hint("safe to retry: the call was a read"),
+            ),
+        CallError::UpstreamFailed { .. } => base(Status::Error).error(
+            PlanError::new(code, msg.clone(), true)
+                .hint("a read may be retried; for a write, check its effect before repeating it"),
         ),
         CallError::ResponseTooLarge { .. } => base(Status::Error).error(
             PlanError::new(code, msg.clone(), true)
@@ -303,8 +346,10 @@ fn rfc3339(ms: u64) -> String {
         .unwrap_or_default()
 }
 
-/// A short, bounded rendering of call arguments for an approval plan (`key=value, …`).
-pub(super) fn summarize(args: &Map<String, Value>) -> String {
+/// A short, bounded rendering of call arguments for an approval plan (`key=value, …`), shown
+/// to the agent, its human and reviewers. Values that look secret are redacted: properties the
+/// schema marks `writeOnly` or `format: password`, and names like `password`, `token`, `secret`.
+pub(super) fn summarize(args: &Map<String, Value>, schema: Option<&Value>) -> String {
     const MAX: usize = 200;
     if args.is_empty() {
         return "no arguments".to_owned();
@@ -315,6 +360,7 @@ pub(super) fn summarize(args: &Map<String, Value>) -> String {
             out.push_str(", ");
         }
         let v = match v {
+            _ if secret(k, schema.and_then(|s| s.get("properties")?.get(k))) => "«redacted»".into(),
             Value::String(s) => format!("{s:?}"),
             other => other.to_string(),
         };
@@ -326,4 +372,39 @@ pub(super) fn summarize(args: &Map<String, Value>) -> String {
         }
     }
     out
+}
+
+/// Whether argument `name` (described by `schema`) holds something not to show.
+fn secret(name: &str, schema: Option<&Value>) -> bool {
+    const NAMES: [&str; 7] = [
+        "password",
+        "passwd",
+        "secret",
+        "token",
+        "api_key",
+        "apikey",
+        "credential",
+    ];
+    let lower = name.to_ascii_lowercase();
+    NAMES.iter().any(|n| lower.contains(n))
+        || schema.is_some_and(|s| {
+            s.get("writeOnly") == Some(&Value::Bool(true))
+                || s.get("format").and_then(Value::as_str) == Some("password")
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summaries_are_bounded_and_redact_secrets() {
+        let args = json!({"user": "ada", "api_token": "t0ps3cret", "pin": "1234", "n": 2});
+        let schema = json!({"properties": {"pin": {"type": "string", "writeOnly": true}}});
+        let s = summarize(args.as_object().unwrap(), Some(&schema));
+        assert!(!s.contains("t0ps3cret") && !s.contains("1234"), "{s}");
+        assert!(s.contains("user=\"ada\"") && s.contains("n=2"), "{s}");
+        let long = json!({"text": "x".repeat(1000)});
+        assert!(summarize(long.as_object().unwrap(), None).chars().count() <= 201);
+    }
 }

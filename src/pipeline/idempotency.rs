@@ -29,7 +29,17 @@ impl Step for Idempotency {
         let Some(key) = call.meta.get(META_KEY).and_then(|k| k.as_str()) else {
             return inner.call(call);
         };
-        let scoped = format!("{}\u{1f}{}\u{1f}{key}", call.identity.name, p.name);
+        // Scoped by who calls which upstream's tool: `a.echo` and `b.echo` never share records.
+        let owner = call
+            .target
+            .as_ref()
+            .map(|t| t.owner.as_ref())
+            .unwrap_or_default();
+        let scoped = format!(
+            "{}\u{1f}{owner}\u{1f}{}\u{1f}{key}",
+            call.identity.key(),
+            p.name
+        );
         let args = hash_arguments(&serde_json::Value::Object(
             p.arguments.clone().unwrap_or_default(),
         ));

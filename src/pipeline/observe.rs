@@ -10,8 +10,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::{
-    Call, CallError, CallFuture, Op, OwnTools, Target, TargetKind,
-    envelope::{self, Wrapping},
+    Call, CallError, CallFuture, Op, OwnTools, envelope,
     resolve::resolve,
     step::{CallService, Step, done},
 };
@@ -85,7 +84,7 @@ impl Step for Observe {
         });
         let audit = self.audit.clone();
         let metrics = self.metrics.clone();
-        let wrapping = wrapping(&call, routed.as_ref().ok(), self.envelope);
+        let wrapping = envelope::wrapping(&call, routed.as_ref().ok(), self.envelope);
         let fut = match routed {
             Ok(target) => {
                 call.target = Some(target);
@@ -163,35 +162,6 @@ impl Step for Observe {
 /// A call held for approval did not fail; it waits.
 fn held(result: &Result<rmcp::model::ServerResult, CallError>) -> bool {
     matches!(result, Err(CallError::ApprovalRequired { .. }))
-}
-
-/// How the answer of `call` (routed to `target`) gets its envelope.
-fn wrapping(call: &Call, target: Option<&Target>, default: Mode) -> Wrapping {
-    let mut w = Wrapping {
-        mode: default,
-        tool_call: matches!(call.op, Op::CallTool(_)),
-        correlation_id: call.correlation_id.clone(),
-        follow_up: None,
-        output_schema: false,
-    };
-    if let Some(TargetKind::Upstream(up)) = target.map(|t| &t.kind) {
-        let spec = up.spec();
-        match &call.op {
-            Op::CallTool(p) => {
-                let policy = spec.tool_policy(&p.name);
-                w.mode = policy.envelope;
-                if w.mode != Mode::Off {
-                    w.follow_up = policy.settings.and_then(|s| s.follow_up.clone());
-                    w.output_schema = up
-                        .lists()
-                        .tool(&p.name)
-                        .is_some_and(|t| t.output_schema.is_some());
-                }
-            }
-            _ => w.mode = spec.envelope,
-        }
-    }
-    w
 }
 
 /// The server span of one routed request, under the caller's context. Names and attributes

@@ -44,10 +44,16 @@ pub struct PendingPlan {
     /// The upstream's own name for it.
     #[serde(skip)]
     pub upstream_tool: String,
-    /// The frozen arguments; never shown (they may hold secrets), only their digest.
+    /// The frozen arguments; never shown (they may hold secrets), only their digest and the
+    /// redacted `summary`.
     #[serde(skip)]
     pub arguments: Map<String, Value>,
     pub arguments_sha256: String,
+    /// The arguments as a reviewer reads them, secrets redacted.
+    pub summary: String,
+    /// The held call's idempotency key, which the approved call carries.
+    #[serde(skip)]
+    pub idempotency_key: Option<Value>,
     pub policy_version: String,
     /// Roles whose holders decide; empty = the caller decides.
     pub approvers: Vec<String>,
@@ -135,6 +141,8 @@ pub struct NewPlan {
     pub tool: String,
     pub upstream_tool: String,
     pub arguments: Map<String, Value>,
+    pub summary: String,
+    pub idempotency_key: Option<Value>,
     pub policy_version: String,
     pub approvers: Vec<String>,
 }
@@ -210,6 +218,8 @@ impl Plans {
             tool: new.tool,
             upstream_tool: new.upstream_tool,
             arguments: new.arguments,
+            summary: new.summary,
+            idempotency_key: new.idempotency_key,
             policy_version: new.policy_version,
             approvers: new.approvers,
             created_ms: now,
@@ -246,6 +256,33 @@ impl Plans {
         plan.approved_by.get_or_insert_with(|| caller.to_owned());
         plan.state = PlanState::Done(Finished::Executed);
         Ok(plan.clone())
+    }
+
+    /// A plan its caller is running, for a retry that continues it (an input-required round
+    /// of the approved call).
+    pub fn running(&self, id: &str, caller: &str) -> Result<PendingPlan, PlanRefusal> {
+        let plans = self.plans.lock();
+        match plans.get(id).filter(|p| p.caller == caller) {
+            Some(p) if p.state == PlanState::Done(Finished::Executed) => Ok(p.clone()),
+            Some(_) => Err(PlanRefusal::Used),
+            None => Err(PlanRefusal::Unknown),
+        }
+    }
+
+    /// Gives a plan back after its approved call was refused before it reached the upstream
+    /// (rate limit, breaker, upstream down): the caller may try again while it is valid.
+    pub fn restore(&self, id: &str) {
+        if let Some(p) = self.plans.lock().get_mut(id)
+            && p.state == PlanState::Done(Finished::Executed)
+        {
+            p.state = match (&p.approved_by, p.approvers.is_empty()) {
+                (Some(by), false) => PlanState::Approved(by.clone()),
+                _ => {
+                    p.approved_by = None;
+                    PlanState::Pending
+                }
+            };
+        }
     }
 
     /// The caller withdraws its own plan.
@@ -420,6 +457,8 @@ mod tests {
                 .as_object()
                 .cloned()
                 .unwrap(),
+            summary: "key=\"k\", value=\"v\"".into(),
+            idempotency_key: None,
             policy_version: "v1".into(),
             approvers: approvers.iter().map(|s| s.to_string()).collect(),
         }
@@ -438,6 +477,16 @@ mod tests {
         assert_eq!(
             plans.take(&plan.id, "api_key:alice", |_| true).err(),
             Some(PlanRefusal::Used)
+        );
+        assert!(plans.running(&plan.id, "api_key:alice").is_ok());
+        assert_eq!(
+            plans.running(&plan.id, "api_key:mallory").err(),
+            Some(PlanRefusal::Unknown)
+        );
+        plans.restore(&plan.id);
+        assert!(
+            plans.take(&plan.id, "api_key:alice", |_| true).is_ok(),
+            "a restored plan runs again"
         );
         assert_eq!(plans.count_pending(), 0);
     }

@@ -336,6 +336,9 @@ fn redacted(s: &Snapshot) -> Value {
                 "long_running": u.long_running,
                 "credential": u.credential.as_ref().map(|c| json!({"name": c.credential.name, "class": c.credential.class})),
                 "call_timeout_ms": u.call_timeout.as_millis() as u64,
+                "envelope": u.envelope,
+                "validate_arguments": u.validate_arguments,
+                "tools": u.tools,
             })
         })
         .collect();
@@ -345,6 +348,8 @@ fn redacted(s: &Snapshot) -> Value {
             "separator": s.gateway.separator,
             "page_size": s.gateway.page_size.get(),
             "tls": s.gateway.tls.is_some(),
+            "envelope": s.gateway.envelope,
+            "plan_ttl_ms": s.gateway.plan_ttl.as_millis() as u64,
         },
         "auth": {
             "open": s.auth.open,

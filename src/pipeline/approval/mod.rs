@@ -1,20 +1,27 @@
 //! Approval: a call that needs approval (see `trust`) is held as a plan and not run; the
 //! gateway tool `fedgate.approve` decides plans and runs approved ones. An approved call
 //! re-enters the stack below this step, one level deeper, under the caller's identity and with
-//! exactly the frozen arguments — rate limits, idempotency, retries and the breaker apply to it
-//! as to any call. Every plan event is an audit record naming the plan and who decided.
+//! exactly the frozen arguments: authorization is checked again (roles may have changed), then
+//! rate limits, idempotency, retries and the breaker apply to it as to any call. A plan whose
+//! call is refused before it reaches the upstream (rate limit, breaker, upstream down) is given
+//! back, so the caller can try again. Every plan event is an audit record naming the plan and
+//! who decided.
+
+mod elicit;
+mod record;
+mod tool;
 
 use std::{sync::Arc, time::Duration};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ContentBlock, MetaObject, RequestStateCodec,
-    ServerResult, Tool,
+    ServerResult,
 };
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::{
-    Call, CallError, CallFuture, Exposed, Held, Op, OwnTool, Target, TargetKind,
-    envelope::summarize,
+    Call, CallError, CallFuture, Exposed, Held, Op, Target, TargetKind, authz,
+    envelope::{self, summarize},
     step::{CallService, Step, done},
     trust,
 };
@@ -23,17 +30,15 @@ use crate::{
     names::APPROVE_TOOL,
     policy::{
         approval::{Approval, Decision, NewPlan, PendingPlan, PlanRefusal, Plans},
-        identity::IdentityKind,
-        trust::CallClass,
+        idempotency::META_KEY as IDEMPOTENCY_KEY,
+        pinning::fingerprint,
     },
-    telemetry::{
-        audit::{Audit, Record},
-        metrics::Metrics,
-    },
+    telemetry::{audit::Audit, metrics::Metrics},
     upstream::{Upstream, pool::Pool},
 };
 
-mod elicit;
+pub use record::{plan_record, sync_metrics};
+pub use tool::ApproveTool;
 
 #[derive(Debug, Clone)]
 pub struct Approvals {
@@ -48,19 +53,28 @@ pub struct Approvals {
     pub input_wait: Duration,
 }
 
+/// An approved call on its way in, with what its answer needs.
+struct Run {
+    call: Call,
+    plan: PendingPlan,
+    approver: String,
+    /// Continues an input-required round of a call already running: no new audit record.
+    continuing: bool,
+}
+
 impl Step for Approvals {
     fn run<S: CallService>(&self, inner: &mut S, call: Call) -> CallFuture {
         // A stateless-era caller's retry that answers an approval question.
         if let Some((id, approved)) = elicit::answer(&self.seal, &call) {
             return match self.answered(call, &id, approved) {
-                Ok(c) => inner.call(c),
+                Ok(run) => self.execute(inner, run),
                 Err(e) => done(Err(e)),
             };
         }
         match call.target.as_ref().map(|t| &t.kind) {
             Some(TargetKind::Gateway(_)) if is_approve(&call) => match self.approve(call) {
                 Ok(Next::Answer(r)) => done(Ok(ServerResult::CallToolResult(r))),
-                Ok(Next::Run(c)) => inner.call(*c),
+                Ok(Next::Run(run)) => self.execute(inner, *run),
                 Err(e) => done(Err(e)),
             },
             Some(TargetKind::Upstream(up))
@@ -75,7 +89,11 @@ impl Step for Approvals {
                     .downstream
                     .as_ref()
                     .and_then(|d| d.capabilities.as_ref());
-                if call.approval != Some(Approval::Elicit) || !elicit::can_elicit(caps) {
+                // Plans with approvers are decided by someone else: the caller gets the plan.
+                if call.approval != Some(Approval::Elicit)
+                    || !held.approvers.is_empty()
+                    || !elicit::can_elicit(caps)
+                {
                     return done(Err(CallError::ApprovalRequired {
                         plan: Box::new(held),
                     }));
@@ -88,9 +106,14 @@ impl Step for Approvals {
                 }
                 let (this, mut inner, wait) = (self.clone(), inner.clone(), self.input_wait);
                 Box::pin(async move {
-                    let approved = elicit::ask(&call, &held, wait).await?;
-                    let c = this.answered(call, &held.id, approved)?;
-                    inner.call(c).await
+                    // No answer (timeout, a client error): the plan stays, to approve later.
+                    let Ok(approved) = elicit::ask(&call, &held, wait).await else {
+                        return Err(CallError::ApprovalRequired {
+                            plan: Box::new(held),
+                        });
+                    };
+                    let run = this.answered(call, &held.id, approved)?;
+                    this.execute(&mut inner, run).await
                 })
             }
             _ => inner.call(call),
@@ -103,11 +126,26 @@ enum Next {
     /// A decision was recorded; nothing runs now.
     Answer(CallToolResult),
     /// The approved call, ready to re-enter the stack.
-    Run(Box<Call>),
+    Run(Box<Run>),
 }
 
 fn is_approve(call: &Call) -> bool {
     matches!(&call.op, Op::CallTool(p) if p.name == APPROVE_TOOL)
+}
+
+/// Outcomes that mean the approved call never reached the upstream: its plan is given back.
+fn not_started(e: &CallError) -> bool {
+    matches!(
+        e,
+        CallError::RateLimited { .. }
+            | CallError::BreakerOpen { .. }
+            | CallError::UpstreamUnavailable { .. }
+            | CallError::Busy { .. }
+            | CallError::TooDeep { .. }
+            | CallError::NotAuthorized { .. }
+            | CallError::TierRefused { .. }
+            | CallError::IdempotencyConflict
+    )
 }
 
 impl Approvals {
@@ -125,8 +163,11 @@ impl Approvals {
             Some(Exposed::Tool(n)) => n.clone(),
             _ => p.name.to_string(),
         };
+        let lists = up.lists();
+        let def = lists.tool(&p.name);
         let arguments = p.arguments.clone().unwrap_or_default();
-        let summary = summarize(&arguments);
+        let schema = def.map(|t| Value::Object((*t.input_schema).clone()));
+        let summary = summarize(&arguments, schema.as_ref());
         let plan = self
             .plans
             .create(NewPlan {
@@ -135,16 +176,13 @@ impl Approvals {
                 tool: tool.clone(),
                 upstream_tool: p.name.to_string(),
                 arguments,
-                policy_version: spec.policy_version(&p.name),
+                summary: summary.clone(),
+                idempotency_key: call.meta.get(IDEMPOTENCY_KEY).cloned(),
+                policy_version: version(up, &p.name),
                 approvers: policy.approvers.to_vec(),
             })
             .map_err(CallError::Plan)?;
         self.refresh_metrics();
-        let destructive = up
-            .lists()
-            .tool(&p.name)
-            .and_then(|t| t.annotations.as_ref())
-            .and_then(|a| a.destructive_hint);
         let settings = policy.settings;
         self.audit(call, &plan, "plan_held", None);
         Ok(Held {
@@ -157,7 +195,9 @@ impl Approvals {
                 touches_files: settings
                     .map(|s| s.touches_files.clone())
                     .unwrap_or_default(),
-                destructive,
+                destructive: def
+                    .and_then(|t| t.annotations.as_ref())
+                    .and_then(|a| a.destructive_hint),
             },
             approvers: plan.approvers,
             expires_ms: plan.expires_ms,
@@ -166,7 +206,7 @@ impl Approvals {
 
     /// The caller's human answered the approval question of plan `id`: the frozen call, ready
     /// to run, or the denial.
-    fn answered(&self, call: Call, id: &str, approved: bool) -> Result<Call, CallError> {
+    fn answered(&self, call: Call, id: &str, approved: bool) -> Result<Run, CallError> {
         let me = call.identity.key();
         if !approved {
             let plan = self.plans.cancel(id, &me).map_err(CallError::Plan)?;
@@ -178,32 +218,11 @@ impl Approvals {
         let plan = self.take(id, &me)?;
         self.count("approved");
         self.audit(&call, &plan, "plan_approved", Some(me.clone()));
-        self.audit(&call, &plan, "plan_executed", Some(me));
-        let up = current(&self.pool, &plan).ok_or(CallError::Plan(PlanRefusal::Invalidated))?;
-        reenter(call, &plan, up)
-    }
-
-    /// Uses up the caller's plan if its policy is still the one in force.
-    fn take(&self, id: &str, me: &str) -> Result<PendingPlan, CallError> {
-        let pool = self.pool.clone();
-        let taken = self.plans.take(id, me, |plan| {
-            current(&pool, plan).is_some_and(|up| {
-                up.spec().policy_version(&plan.upstream_tool) == plan.policy_version
-            })
-        });
-        if taken.as_ref().err() == Some(&PlanRefusal::Invalidated) {
-            self.count("invalidated");
-        }
-        self.refresh_metrics();
-        taken.map_err(CallError::Plan)
-    }
-
-    fn count(&self, outcome: &str) {
-        self.metrics.approvals.with_label_values(&[outcome]).inc();
+        self.run_of(call, plan, me, None)
     }
 
     /// `fedgate.approve {plan_id, decision}`: a reviewer's decision, the caller withdrawing
-    /// its plan, or the caller running an approved one.
+    /// its plan, the caller running an approved one, or the next round of one that runs.
     fn approve(&self, call: Call) -> Result<Next, CallError> {
         let Op::CallTool(p) = &call.op else {
             return Err(CallError::Internal {
@@ -221,6 +240,17 @@ impl Approvals {
             _ => Decision::Approve,
         };
         let me = call.identity.key();
+        // The approved call asked for input (stateless era): this retry continues it.
+        if p.request_state.is_some() || p.input_responses.is_some() {
+            let round = (p.request_state.clone(), p.input_responses.clone());
+            let plan = self.plans.running(&id, &me).map_err(CallError::Plan)?;
+            return Ok(Next::Run(Box::new(self.run_of(
+                call,
+                plan,
+                me,
+                Some(round),
+            )?)));
+        }
         if self.plans.is_review(&id, &me) {
             let access = call.identity.access.clone();
             let holds = move |roles: &[String]| access.has_any_role(roles);
@@ -238,10 +268,84 @@ impl Approvals {
         if plan.approvers.is_empty() {
             self.count("approved");
         }
-        let up = current(&self.pool, &plan).ok_or(CallError::Plan(PlanRefusal::Invalidated))?;
         let approver = plan.approved_by.clone().unwrap_or(me);
-        self.audit(&call, &plan, "plan_executed", Some(approver));
-        Ok(Next::Run(Box::new(reenter(call, &plan, up)?)))
+        Ok(Next::Run(Box::new(
+            self.run_of(call, plan, approver, None)?,
+        )))
+    }
+
+    /// The frozen call of `plan`, ready to re-enter; `round` continues an input-required round.
+    fn run_of(
+        &self,
+        call: Call,
+        plan: PendingPlan,
+        approver: String,
+        round: Option<(Option<String>, Option<rmcp::model::InputResponses>)>,
+    ) -> Result<Run, CallError> {
+        let Some(up) = current(&self.pool, &plan) else {
+            return Err(CallError::Plan(PlanRefusal::Invalidated));
+        };
+        let continuing = round.is_some();
+        let mut call = match reenter(call, &plan, up, &self.pool) {
+            Ok(c) => c,
+            Err(e) => {
+                if !continuing && not_started(&e) {
+                    self.plans.restore(&plan.id);
+                }
+                return Err(e);
+            }
+        };
+        if let (Some((state, responses)), Op::CallTool(p)) = (round, &mut call.op) {
+            p.request_state = state;
+            p.input_responses = responses;
+        }
+        Ok(Run {
+            call,
+            plan,
+            approver,
+            continuing,
+        })
+    }
+
+    /// Runs an approved call below this step. Its answer gets the envelope of its own tool;
+    /// a refusal before it reached the upstream gives the plan back.
+    fn execute<S: CallService>(&self, inner: &mut S, run: Run) -> CallFuture {
+        let wrapping = envelope::wrapping(&run.call, run.call.target.as_ref(), Default::default());
+        let audit_call = run.call.clone();
+        let fut = inner.call(run.call);
+        let this = self.clone();
+        Box::pin(async move {
+            let result = fut.await;
+            match &result {
+                Err(e) if !run.continuing && not_started(e) => this.plans.restore(&run.plan.id),
+                _ if !run.continuing => {
+                    this.audit(&audit_call, &run.plan, "plan_executed", Some(run.approver));
+                }
+                _ => {}
+            }
+            match result {
+                Ok(r) => envelope::wrap(Ok(r), &wrapping, &this.metrics),
+                Err(e) => Err(e),
+            }
+        })
+    }
+
+    /// Uses up the caller's plan if its policy is still the one in force.
+    fn take(&self, id: &str, me: &str) -> Result<PendingPlan, CallError> {
+        let pool = self.pool.clone();
+        let taken = self.plans.take(id, me, |plan| {
+            current(&pool, plan)
+                .is_some_and(|up| version(&up, &plan.upstream_tool) == plan.policy_version)
+        });
+        if taken.as_ref().err() == Some(&PlanRefusal::Invalidated) {
+            self.count("invalidated");
+        }
+        self.refresh_metrics();
+        taken.map_err(CallError::Plan)
+    }
+
+    fn count(&self, outcome: &str) {
+        self.metrics.approvals.with_label_values(&[outcome]).inc();
     }
 
     /// The answer to a recorded decision, and its metric and audit record.
@@ -259,18 +363,13 @@ impl Approvals {
                 format!("Plan {} denied; it will not run.", plan.id),
             ),
         };
-        self.metrics.approvals.with_label_values(&[outcome]).inc();
+        self.count(outcome);
         self.refresh_metrics();
-        self.audit(
-            call,
-            plan,
-            if d == Decision::Approve {
-                "plan_approved"
-            } else {
-                "plan_denied"
-            },
-            Some(by.to_owned()),
-        );
+        let decision = match d {
+            Decision::Approve => "plan_approved",
+            Decision::Deny => "plan_denied",
+        };
+        self.audit(call, plan, decision, Some(by.to_owned()));
         let envelope = Plan::new(Status::Ok, &call.correlation_id)
             .instruction(text.clone())
             .to_value();
@@ -307,80 +406,15 @@ impl Approvals {
     }
 }
 
-/// How often plans that expired unseen are counted and audited.
-const SWEEP_EVERY: Duration = Duration::from_secs(5);
-
-impl Approvals {
-    /// Starts the task that counts and audits plans that expire while nobody asks about them;
-    /// it ends with the plan store.
-    pub fn start_sweeper(&self) {
-        let plans = Arc::downgrade(&self.plans);
-        let (metrics, audit) = (self.metrics.clone(), self.audit.clone());
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(SWEEP_EVERY);
-            loop {
-                tick.tick().await;
-                let Some(plans) = plans.upgrade() else {
-                    return;
-                };
-                sync_metrics(&plans, &metrics, audit.as_ref());
-            }
-        });
-    }
-}
-
-/// Brings the plan metrics up to date; plans that expired are counted and audited (decision
-/// `plan_expired`, in the name of their caller). Runs after every plan event and at scrape time.
-pub fn sync_metrics(plans: &Plans, metrics: &Metrics, audit: Option<&Audit>) {
-    let expired = plans.take_expired();
-    if !expired.is_empty() {
-        metrics
-            .approvals
-            .with_label_values(&["expired"])
-            .inc_by(expired.len() as u64);
-    }
-    if let Some(audit) = audit {
-        for plan in &expired {
-            let (kind, name) = plan.caller.split_once(':').unwrap_or(("", &plan.caller));
-            audit.record(plan_record(
-                name,
-                IdentityKind::from_str_or_local(kind).as_str(),
-                &crate::pipeline::correlation_id(),
-                plan,
-                "plan_expired",
-                None,
-            ));
-        }
-    }
-    metrics.plans_pending.set(plans.count_pending() as i64);
-}
-
-/// The audit record of one plan event.
-pub fn plan_record(
-    who: &str,
-    who_kind: &'static str,
-    correlation_id: &str,
-    plan: &PendingPlan,
-    decision: &'static str,
-    approver: Option<String>,
-) -> Record {
-    Record {
-        time: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-        identity: who.to_owned(),
-        identity_kind: who_kind,
-        method: "tools/call",
-        name: plan.tool.clone(),
-        upstream: Some(plan.upstream.clone()),
-        decision,
-        reason: None,
-        outcome: decision,
-        latency_ms: 0.0,
-        correlation_id: correlation_id.to_owned(),
-        arguments_sha256: Some(plan.arguments_sha256.clone()),
-        arguments: None,
-        plan_id: Some(plan.id.clone()),
-        approver,
-    }
+/// What a plan binds beside caller, tool and arguments: the upstream's policy for the tool
+/// and the tool's definition (its schema and annotations decide class and safety).
+fn version(up: &Upstream, tool: &str) -> String {
+    let def = up.lists().tool(tool).map(fingerprint).unwrap_or_default();
+    format!(
+        "{}:{}",
+        up.spec().policy_version(tool),
+        def.get(..24).unwrap_or(&def)
+    )
 }
 
 /// The plan's upstream as configured now.
@@ -391,13 +425,29 @@ fn current(pool: &Pool, plan: &PendingPlan) -> Option<Arc<Upstream>> {
         .cloned()
 }
 
-/// The approved call: the frozen tool and arguments, to the upstream as it is now, under the
-/// caller's identity, one level deeper; the tier decides its class again.
-fn reenter(mut call: Call, plan: &PendingPlan, up: Arc<Upstream>) -> Result<Call, CallError> {
+/// The approved call: the frozen tool and arguments (and idempotency key), to the upstream as
+/// it is now, under the caller's identity, one level deeper; authorization and the tier decide
+/// again.
+fn reenter(
+    mut call: Call,
+    plan: &PendingPlan,
+    up: Arc<Upstream>,
+    pool: &Pool,
+) -> Result<Call, CallError> {
     let mut params = CallToolRequestParams::new(plan.upstream_tool.clone());
     params.arguments = Some(plan.arguments.clone());
     call.op = Op::CallTool(params);
+    call.meta.remove(IDEMPOTENCY_KEY);
+    if let Some(key) = &plan.idempotency_key {
+        call.meta.insert(IDEMPOTENCY_KEY.into(), key.clone());
+    }
     let exposed = Exposed::Tool(plan.tool.clone());
+    call.target = Some(Target {
+        owner: up.shared_name(),
+        kind: TargetKind::Upstream(up.clone()),
+        exposed: exposed.clone(),
+    });
+    authz::check(pool, &call)?;
     let d = trust::decide(&up, &exposed, &call.op)?;
     call.class = Some(d.class);
     call.timeout = d.timeout;
@@ -405,54 +455,5 @@ fn reenter(mut call: Call, plan: &PendingPlan, up: Arc<Upstream>) -> Result<Call
     call.approval = d.approval;
     call.approved = Some(plan.id.clone());
     call.depth = call.depth.saturating_add(1);
-    call.target = Some(Target {
-        owner: up.shared_name(),
-        kind: TargetKind::Upstream(up),
-        exposed,
-    });
     Ok(call)
-}
-
-/// `fedgate.approve`: listed and authorized like any tool; the approval step answers it.
-#[derive(Debug)]
-pub struct ApproveTool;
-
-impl OwnTool for ApproveTool {
-    fn definition(&self) -> Tool {
-        let schema = json!({
-            "type": "object",
-            "required": ["plan_id"],
-            "additionalProperties": false,
-            "properties": {
-                "plan_id": {
-                    "type": "string",
-                    "title": "Plan id",
-                    "description": "The plan_id of a plan a held call returned"
-                },
-                "decision": {
-                    "enum": ["approve", "deny"],
-                    "title": "Decision",
-                    "description": "approve (default) or deny"
-                }
-            }
-        });
-        Tool::new(
-            APPROVE_TOOL,
-            "Approve (or deny) a call fedgate held for approval. The caller of the held call \
-             runs it with its plan_id; when the plan names approver roles, an identity with \
-             such a role decides first.",
-            Arc::new(schema.as_object().cloned().unwrap_or_default()),
-        )
-    }
-
-    fn class(&self) -> CallClass {
-        CallClass::Write
-    }
-
-    fn call(&self, _call: Call) -> CallFuture {
-        // The approval step answers every call of this tool before dispatch.
-        done(Err(CallError::Internal {
-            detail: "fedgate.approve reached dispatch".into(),
-        }))
-    }
 }
