@@ -3,29 +3,15 @@
 
 mod common;
 
-use std::sync::LazyLock;
-
 use common::*;
 use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
 
 const TIERS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/trust-tiers");
 
-static SCHEMA: LazyLock<jsonschema::Validator> = LazyLock::new(|| {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/schemas/orchestrated_plan.v1.json"
-    ))
-    .expect("the schema is in the repository");
-    jsonschema::validator_for(&serde_json::from_str(&text).expect("schema is JSON"))
-        .expect("schema compiles")
-});
-
 /// Asserts `plan` matches the published schema, and returns it.
 fn valid(plan: Value) -> Value {
-    let errors: Vec<String> = SCHEMA.iter_errors(&plan).map(|e| e.to_string()).collect();
-    assert!(errors.is_empty(), "{errors:?} in {plan}");
-    plan
+    valid_plan(plan)
 }
 
 /// The plan of a refusal that travelled as a tool result; checks it is there three times over

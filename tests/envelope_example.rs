@@ -23,10 +23,13 @@ fn show(what: &str, r: &Result<rmcp::model::CallToolResult, rmcp::ServiceError>)
 }
 
 fn plan_in(v: &Value) -> &Value {
-    v.get("_meta")
+    let plan = v
+        .get("_meta")
         .or_else(|| v["error"].get("data"))
         .and_then(|m| m.get(PLAN_KEY))
-        .unwrap_or_else(|| panic!("no plan in {v}"))
+        .unwrap_or_else(|| panic!("no plan in {v}"));
+    valid_plan(plan.clone());
+    plan
 }
 
 #[tokio::test(flavor = "multi_thread")]

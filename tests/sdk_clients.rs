@@ -136,6 +136,11 @@ fn python_sdk_sees_structured_content_unchanged_through_envelopes() {
                         String::from_utf8_lossy(&out.stderr)
                     )
                 });
+            for plan in [&report["ok"]["plan"], &report["refused"]["plan"]] {
+                if !plan.is_null() {
+                    valid_plan(plan.clone());
+                }
+            }
             let ok = &report["ok"];
             assert_eq!(ok["is_error"], false, "{mode} {tool}: {report}");
             assert_eq!(ok["structured"]["title"], "T", "{mode} {tool}: {report}");

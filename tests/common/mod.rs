@@ -440,12 +440,19 @@ pub trait Refused {
 impl<T: serde::Serialize + std::fmt::Debug> Refused for Result<T, rmcp::ServiceError> {
     fn refused(self) -> String {
         match self {
-            Err(e) => e.to_string(),
+            Err(e) => {
+                if let rmcp::ServiceError::McpError(e) = &e
+                    && let Some(plan) = e.data.as_ref().and_then(|d| d.get(PLAN_KEY))
+                {
+                    valid_plan(plan.clone());
+                }
+                e.to_string()
+            }
             Ok(r) => {
                 let v = serde_json::to_value(&r).unwrap_or_default();
                 assert_eq!(v["isError"], true, "expected a refusal, got {r:?}");
                 match v["_meta"].get(PLAN_KEY) {
-                    Some(plan) => plan.to_string(),
+                    Some(plan) => valid_plan(plan.clone()).to_string(),
                     None => v["content"][0]["text"]
                         .as_str()
                         .unwrap_or_default()
@@ -459,13 +466,26 @@ impl<T: serde::Serialize + std::fmt::Debug> Refused for Result<T, rmcp::ServiceE
 /// Where fedgate puts the plan envelope in `_meta` and `error.data`.
 pub const PLAN_KEY: &str = "io.fedgate/orchestrated_plan";
 
-/// The plan envelope of a call's answer, whichever way it travelled.
-pub fn plan_of(r: &Result<CallToolResult, rmcp::ServiceError>) -> Option<serde_json::Value> {
-    match r {
-        Ok(r) => r.meta.as_ref()?.0.get(PLAN_KEY).cloned(),
-        Err(rmcp::ServiceError::McpError(e)) => e.data.as_ref()?.get(PLAN_KEY).cloned(),
-        Err(_) => None,
-    }
+/// The published schema of the plan envelope, compiled once per test binary.
+static PLAN_SCHEMA: std::sync::LazyLock<jsonschema::Validator> = std::sync::LazyLock::new(|| {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/schemas/orchestrated_plan.v1.json"
+    ))
+    .expect("the schema is in the repository");
+    jsonschema::validator_for(&serde_json::from_str(&text).expect("the schema is JSON"))
+        .expect("the schema compiles")
+});
+
+/// Asserts that `plan` matches `schemas/orchestrated_plan.v1.json`, and returns it. Every plan a
+/// test reads goes through here.
+pub fn valid_plan(plan: serde_json::Value) -> serde_json::Value {
+    let errors: Vec<String> = PLAN_SCHEMA
+        .iter_errors(&plan)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(errors.is_empty(), "{errors:?} in {plan}");
+    plan
 }
 
 /// `s` with every correlation id (32 hex digits after `"correlation_id":"`) blanked, so two
