@@ -9,6 +9,29 @@ pub const APPROVE_TOOL: &str = "fedgate.approve";
 /// The namespace of the gateway's own tools (`fedgate.approve`, …); no upstream may take it.
 pub const OWN_NAMESPACE: &str = "fedgate";
 
+/// The most characters of a caller-supplied name or URI that errors, logs and audit records
+/// repeat.
+pub const MAX_SHOWN_CHARS: usize = 200;
+
+/// A caller-supplied name or URI as errors, logs and audit records show it: control characters
+/// escaped (a newline cannot forge a log line) and at most [`MAX_SHOWN_CHARS`] characters (a
+/// name of megabytes is not echoed back).
+pub fn shown(s: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i == MAX_SHOWN_CHARS {
+            out.push_str(&format!("…({} characters)", s.chars().count()));
+            return out;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// How an upstream's names are exposed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PrefixMode {
@@ -103,5 +126,16 @@ mod tests {
         assert_eq!(namespace_owner("gh.x", ".", &ups), Some("gh"));
         assert_eq!(namespace_owner("ghx", ".", &ups), None);
         assert_eq!(namespace_owner("zz.x", ".", &ups), None);
+    }
+
+    #[test]
+    fn shown_names_are_bounded_and_escaped() {
+        assert_eq!(shown("demo.echo"), "demo.echo");
+        assert_eq!(shown("a\nb\u{1b}"), "a\\nb\\u{1b}");
+        let long = shown(&"x".repeat(5000));
+        assert!(
+            long.ends_with("…(5000 characters)") && long.chars().count() < 230,
+            "{long}"
+        );
     }
 }

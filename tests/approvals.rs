@@ -369,6 +369,13 @@ async fn writes_wait_for_approval_and_run_once_with_the_frozen_arguments() {
         by("plan_executed"),
         ["api_key:alice", "api_key:rita", "admin"]
     );
+    assert!(
+        records
+            .iter()
+            .filter(|r| r["decision"] == "plan_executed")
+            .all(|r| r["outcome"] == "ok" && r["latency_ms"].as_f64() > Some(0.0)),
+        "the executed call's own outcome and latency"
+    );
     let held_records = records.iter().filter(|r| r["decision"] == "held").count();
     assert_eq!(held_records, 6, "one per held call, with its plan id");
     assert!(records.iter().filter(|r| r["decision"] == "held").all(|r| {

@@ -244,10 +244,25 @@ async fn refusals_and_failures_carry_a_plan_with_what_to_do() {
         .unwrap_err();
     assert_eq!(error_plan(&e).1["errors"][0]["code"], "unknown_resource");
     // A name longer than any tool name is not compared with every tool.
+    // ...and is never echoed whole: the answer names its length instead.
     let e = call(&client, &format!("demo.{}", "x".repeat(5000)), json!({}))
         .await
         .unwrap_err();
-    assert!(error_plan(&e).1.get("recovery_actions").is_none());
+    let (err, plan) = error_plan(&e);
+    assert!(plan.get("recovery_actions").is_none());
+    assert!(
+        err.message.contains("…(5005 characters)"),
+        "{}",
+        err.message
+    );
+    assert!(
+        serde_json::to_string(&err).unwrap().len() < 4000,
+        "bounded answer"
+    );
+    // A newline in a name cannot forge a log line.
+    call(&client, "demo.x\nFORGED log line", json!({}))
+        .await
+        .refused();
 
     // Rate limited: blocked, with the wait in the hint.
     call(&client, "lim.add", json!({"a": 1, "b": 2}))
@@ -371,6 +386,9 @@ async fn refusals_and_failures_carry_a_plan_with_what_to_do() {
     );
     assert_eq!(plan["correlation_id"].as_str().unwrap().len(), 32);
     client.cancel().await.unwrap();
+    let log = gw.stderr();
+    assert!(log.contains("demo.x\\nFORGED"), "escaped in the log: {log}");
+    assert!(!log.lines().any(|l| l.starts_with("FORGED")), "{log}");
 }
 
 /// A result as JSON, for byte-for-byte comparison.

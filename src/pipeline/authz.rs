@@ -8,7 +8,7 @@ use super::{
     resolve::CLOSEST_NAMES,
     step::{CallService, Step, done},
 };
-use crate::{pipeline::CallError, upstream::pool::Pool};
+use crate::{names::shown, pipeline::CallError, upstream::pool::Pool};
 
 /// Authz: the caller's roles must allow the exposed name.
 #[derive(Debug, Clone)]
@@ -30,8 +30,8 @@ impl Step for Authz {
 }
 
 pub(super) fn check(pool: &Pool, call: &Call) -> Result<(), CallError> {
-    hidden(pool, call).map_err(|shown| CallError::NotAuthorized {
-        shown: Box::new(shown),
+    hidden(pool, call).map_err(|as_unknown| CallError::NotAuthorized {
+        shown: Box::new(as_unknown),
     })
 }
 
@@ -47,31 +47,29 @@ fn hidden(pool: &Pool, call: &Call) -> Result<(), CallError> {
         .is_none_or(|u| access.tier(u.spec().tier.rank));
     match &target.exposed {
         Exposed::Tool(name) if !reachable => Err(CallError::UnknownTool {
-            name: name.clone(),
+            name: shown(name),
             closest: pool
                 .catalog()
                 .closest_tools(name, CLOSEST_NAMES, |n| pool.visible_tool(access, n)),
         }),
-        Exposed::Prompt(name) if !reachable => Err(CallError::UnknownPrompt { name: name.clone() }),
-        Exposed::Resource(uri) if !reachable => {
-            Err(CallError::UnknownResource { uri: uri.clone() })
-        }
+        Exposed::Prompt(name) if !reachable => Err(CallError::UnknownPrompt { name: shown(name) }),
+        Exposed::Resource(uri) if !reachable => Err(CallError::UnknownResource { uri: shown(uri) }),
         Exposed::Tool(name)
             if !access.tool(name)
                 || (target.upstream().is_none() && !pool.visible_tool(access, name)) =>
         {
             Err(CallError::UnknownTool {
-                name: name.clone(),
+                name: shown(name),
                 closest: pool
                     .catalog()
                     .closest_tools(name, CLOSEST_NAMES, |n| pool.visible_tool(access, n)),
             })
         }
         Exposed::Prompt(name) if !access.prompt(name) => {
-            Err(CallError::UnknownPrompt { name: name.clone() })
+            Err(CallError::UnknownPrompt { name: shown(name) })
         }
         Exposed::Resource(uri) if !access.resource(uri) => {
-            Err(CallError::UnknownResource { uri: uri.clone() })
+            Err(CallError::UnknownResource { uri: shown(uri) })
         }
         _ => Ok(()),
     }

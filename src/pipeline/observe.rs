@@ -17,6 +17,7 @@ use super::{
 use crate::{
     envelope::Mode,
     error::Classify,
+    names::shown,
     telemetry::{
         audit::{Audit, Record, hash_arguments},
         metrics::Metrics,
@@ -46,7 +47,7 @@ impl Step for Observe {
         let routed = resolve(&self.pool, &self.own, &mut call);
         let upstream = routed.as_ref().ok().map(|t| t.owner.clone());
         let method = call.op.method();
-        let cx = server_span(&call, method, &name, upstream.as_deref());
+        let cx = server_span(&call, method, &shown(&name), upstream.as_deref());
         if let Some(id) = traces::trace_id(&cx) {
             call.correlation_id = id;
         }
@@ -70,7 +71,7 @@ impl Step for Observe {
             identity: call.identity.name.clone(),
             identity_kind: call.identity.kind.as_str(),
             method,
-            name,
+            name: shown(&name),
             upstream: upstream.as_deref().map(str::to_owned),
             decision: "allowed",
             reason: None,

@@ -6,7 +6,10 @@ use rmcp::model::Reference;
 
 use super::{Call, Exposed, Op, OwnTools, Target, TargetKind};
 use crate::{
-    names::OWN_NAMESPACE, pipeline::CallError, router::catalog::Owner, upstream::pool::Pool,
+    names::{OWN_NAMESPACE, shown},
+    pipeline::CallError,
+    router::catalog::Owner,
+    upstream::pool::Pool,
 };
 
 /// How many similar names an unknown-tool error suggests.
@@ -43,7 +46,7 @@ pub(super) fn resolve(pool: &Pool, own: &OwnTools, call: &mut Call) -> Result<Ta
             let route = catalog
                 .prompt(&p.name)
                 .ok_or_else(|| CallError::UnknownPrompt {
-                    name: p.name.clone(),
+                    name: shown(&p.name),
                 })?;
             let exposed = Exposed::Prompt(std::mem::replace(&mut p.name, route.name.clone()));
             (member(route)?, exposed)
@@ -65,7 +68,7 @@ pub(super) fn resolve(pool: &Pool, own: &OwnTools, call: &mut Call) -> Result<Ta
                 let route = catalog
                     .prompt(&r.name)
                     .ok_or_else(|| CallError::UnknownPrompt {
-                        name: r.name.clone(),
+                        name: shown(&r.name),
                     })?;
                 let exposed = Exposed::Prompt(std::mem::replace(&mut r.name, route.name.clone()));
                 (member(route)?, exposed)
@@ -73,7 +76,7 @@ pub(super) fn resolve(pool: &Pool, own: &OwnTools, call: &mut Call) -> Result<Ta
             Reference::Resource(r) => {
                 let idx = catalog
                     .template(&r.uri)
-                    .ok_or_else(|| CallError::UnknownResource { uri: r.uri.clone() })?;
+                    .ok_or_else(|| CallError::UnknownResource { uri: shown(&r.uri) })?;
                 (idx, Exposed::Resource(r.uri.clone()))
             }
             _ => {
@@ -119,7 +122,7 @@ fn unknown_tool(
         };
     }
     CallError::UnknownTool {
-        name: name.to_owned(),
+        name: shown(name),
         closest: catalog.closest_tools(name, CLOSEST_NAMES, |n| pool.visible_tool(access, n)),
     }
 }
@@ -134,7 +137,5 @@ fn member(route: &crate::router::catalog::Route) -> Result<usize, CallError> {
 fn resource(catalog: &crate::upstream::Catalog, uri: &str) -> Result<usize, CallError> {
     catalog
         .resource(uri)
-        .ok_or_else(|| CallError::UnknownResource {
-            uri: uri.to_owned(),
-        })
+        .ok_or_else(|| CallError::UnknownResource { uri: shown(uri) })
 }

@@ -27,6 +27,7 @@ use super::{
 };
 use crate::{
     envelope::{META_KEY, Plan, Safety, Status},
+    error::Classify,
     names::APPROVE_TOOL,
     policy::{
         approval::{Approval, Decision, NewPlan, PendingPlan, PlanRefusal, Plans},
@@ -314,12 +315,33 @@ impl Approvals {
         let audit_call = run.call.clone();
         let fut = inner.call(run.call);
         let this = self.clone();
+        let started = tokio::time::Instant::now();
         Box::pin(async move {
             let result = fut.await;
             match &result {
                 Err(e) if !run.continuing && not_started(e) => this.plans.restore(&run.plan.id),
                 _ if !run.continuing => {
-                    this.audit(&audit_call, &run.plan, "plan_executed", Some(run.approver));
+                    // The executed call's own record: its outcome and latency.
+                    if let Some(audit) = &this.audit {
+                        let mut r = plan_record(
+                            &audit_call.identity.name,
+                            audit_call.identity.kind.as_str(),
+                            &audit_call.correlation_id,
+                            &run.plan,
+                            "plan_executed",
+                            Some(run.approver),
+                        );
+                        r.outcome = match &result {
+                            Ok(ServerResult::CallToolResult(t)) if t.is_error == Some(true) => {
+                                "is_error"
+                            }
+                            Ok(ServerResult::InputRequiredResult(_)) => "input_required",
+                            Ok(_) => "ok",
+                            Err(e) => e.code(),
+                        };
+                        r.latency_ms = started.elapsed().as_secs_f64() * 1000.0;
+                        audit.record(r);
+                    }
                 }
                 _ => {}
             }
