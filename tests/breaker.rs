@@ -44,3 +44,104 @@ async fn breaker_opens_on_failures_and_fails_fast() {
     assert_eq!(first_text(&r), "echo: ok");
     client.cancel().await.unwrap();
 }
+
+/// Only what says the upstream is unhealthy counts: a request at fault (invalid params) or a
+/// tool's own `isError` leaves the breaker closed; server errors open it; the classes are
+/// configurable; `/readyz` says `degraded` while a breaker is open.
+#[tokio::test(flavor = "multi_thread")]
+async fn only_what_says_the_upstream_is_unhealthy_opens_the_breaker() {
+    let gw = Gateway::start(&format!(
+        "[gateway]\n{}{}",
+        stdio_upstream(
+            "u",
+            &[],
+            "breaker = { consecutive_failures = 2, cooldown_ms = 600000 }"
+        ),
+        stdio_upstream(
+            "v",
+            &[],
+            "breaker = { consecutive_failures = 1, cooldown_ms = 600000, count = [\"transport\", \"timeout\"] }"
+        ),
+    ));
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    for _ in 0..5 {
+        let e = call(&client, "u.reject", serde_json::json!({}))
+            .refused_now()
+            .await;
+        assert!(e.contains("rejects these arguments"), "{e}");
+        let r = call(&client, "u.fail", serde_json::json!({}))
+            .await
+            .unwrap();
+        assert_eq!(r.is_error, Some(true));
+    }
+    let (_, ready) = gw.readyz().await;
+    assert_eq!(
+        ready["upstreams"]["u"]["breaker"]["state"], "closed",
+        "{ready}"
+    );
+    assert_eq!(ready["status"], "ready");
+    // Server errors are the upstream's fault.
+    for _ in 0..2 {
+        call(&client, "u.error", serde_json::json!({}))
+            .refused_now()
+            .await;
+    }
+    let blocked = call(&client, "u.echo", serde_json::json!({"text": "x"}))
+        .refused_now()
+        .await;
+    assert!(blocked.contains("\"code\":\"breaker_open\""), "{blocked}");
+    let (status, ready) = gw.readyz().await;
+    assert_eq!(
+        (status, &ready["status"]),
+        (200, &serde_json::json!("degraded"))
+    );
+    assert_eq!(ready["open_breakers"], serde_json::json!(["u"]), "{ready}");
+    // `v` counts only transport failures and timeouts.
+    for _ in 0..3 {
+        call(&client, "v.error", serde_json::json!({}))
+            .refused_now()
+            .await;
+    }
+    let r = call(&client, "v.echo", serde_json::json!({"text": "ok"}))
+        .await
+        .unwrap();
+    assert_eq!(first_text(&r), "echo: ok");
+    client.cancel().await.unwrap();
+}
+
+/// Retries of a read stay within its deadline: a read that used up its whole timeout is not
+/// tried again.
+#[tokio::test(flavor = "multi_thread")]
+async fn retries_stay_within_the_calls_deadline() {
+    let gw = Gateway::start(&format!(
+        "[gateway]\n{}",
+        stdio_upstream(
+            "r",
+            &[],
+            "call_timeout_ms = 400\nretry = { attempts = 3, base_ms = 10, max_ms = 20, jitter_ms = 0 }"
+        ),
+    ));
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    let calls =
+        |r: rmcp::model::CallToolResult| r.structured_content.unwrap()["calls"].as_u64().unwrap();
+    let before = calls(
+        call(&client, "r.stats", serde_json::json!({}))
+            .await
+            .unwrap(),
+    );
+    let e = call(&client, "r.slow", serde_json::json!({"ms": 5000}))
+        .refused_now()
+        .await;
+    assert!(e.contains("\"code\":\"timeout\""), "{e}");
+    let after = calls(
+        call(&client, "r.stats", serde_json::json!({}))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        after - before,
+        2,
+        "one attempt of slow, then this stats call"
+    );
+    client.cancel().await.unwrap();
+}

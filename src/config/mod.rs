@@ -365,7 +365,7 @@ pub struct RawRetry {
 }
 
 /// `breaker = { ... }`
-#[derive(Debug, Deserialize, Default, Clone, Copy)]
+#[derive(Debug, Deserialize, Default, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct RawBreaker {
     pub consecutive_failures: Option<u32>,
@@ -374,9 +374,11 @@ pub struct RawBreaker {
     pub min_calls: Option<u32>,
     pub cooldown_ms: Option<u64>,
     pub half_open_probes: Option<u32>,
-    /// Count `isError: true` tool results as failures.
+    /// Count `isError: true` tool results as failures (same as adding `is_error` to `count`).
     #[serde(default)]
     pub count_is_error: bool,
+    /// Outcomes that count as failures; default `["transport", "timeout", "server_error"]`.
+    pub count: Option<Vec<crate::policy::breaker::FailureClass>>,
 }
 
 /// `launch = { command = "...", args = [...] }`

@@ -214,6 +214,12 @@ impl ServerHandler for Demo {
             }
             "fail" => CallToolResult::error(vec![ContentBlock::text("this tool always fails")]),
             "error" => return Err(McpError::internal_error("deliberate JSON-RPC error", None)),
+            "reject" => {
+                return Err(McpError::invalid_params(
+                    "the demo rejects these arguments",
+                    None,
+                ));
+            }
             "roots" => {
                 let ask = json!({"method": "roots/list", "params": {}});
                 let answer = match input(&req, &ctx, "roots", ask).await? {

@@ -74,6 +74,12 @@ impl Demo {
                 true,
             ),
             tool(
+                "reject",
+                "Always answer with a JSON-RPC invalid-params error (a request at fault).",
+                json!({}),
+                true,
+            ),
+            tool(
                 "whoami",
                 "The credential this server received.",
                 json!({}),

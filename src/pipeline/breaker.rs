@@ -9,9 +9,8 @@ use super::{
     step::{CallService, Step, done},
 };
 use crate::{
-    error::{Classify, Side},
     pipeline::CallError,
-    policy::breaker::Outcome,
+    policy::breaker::{FailureClass, Outcome},
 };
 
 /// Breaker: fail fast while the upstream's breaker is open; record every outcome.
@@ -32,23 +31,49 @@ impl Step for Breaker {
         let fut = inner.call(call);
         Box::pin(async move {
             let result = fut.await;
-            let outcome = classify(&result, up.breaker.config().count_is_error);
+            let outcome = classify(&result, &up.breaker.config().count);
             up.breaker.record(Instant::now(), outcome);
             result
         })
     }
 }
 
-/// Timeouts, connection errors and JSON-RPC errors from the upstream are failures; `isError`
-/// results only if configured; a client's cancellation says nothing about the upstream.
-fn classify(result: &Result<ServerResult, CallError>, count_is_error: bool) -> Outcome {
-    match result {
-        Ok(ServerResult::CallToolResult(r)) if count_is_error && r.is_error == Some(true) => {
-            Outcome::Failure
+/// A failure when its class is one the breaker counts (by default: transport failures,
+/// timeouts and server errors — what says the upstream is unhealthy); any other answer shows the
+/// upstream answering, which is a success; a client's cancellation says nothing either way.
+fn classify(result: &Result<ServerResult, CallError>, count: &[FailureClass]) -> Outcome {
+    let class = match result {
+        Ok(ServerResult::CallToolResult(r)) if r.is_error == Some(true) => FailureClass::IsError,
+        Ok(_) => return Outcome::Success,
+        Err(CallError::Cancelled) => return Outcome::Neutral,
+        Err(e) => match failure_class(e) {
+            Some(c) => c,
+            None => return Outcome::Neutral,
+        },
+    };
+    if count.contains(&class) {
+        Outcome::Failure
+    } else {
+        Outcome::Success
+    }
+}
+
+/// The class of an error that came from (or on the way to) the upstream; `None` for the
+/// gateway's own refusals.
+fn failure_class(e: &CallError) -> Option<FailureClass> {
+    match e {
+        CallError::UpstreamTimeout { .. } => Some(FailureClass::Timeout),
+        CallError::UpstreamClosed { .. }
+        | CallError::UpstreamFailed { .. }
+        | CallError::UpstreamUnavailable { .. } => Some(FailureClass::Transport),
+        CallError::UpstreamRefused { error, .. } => {
+            let code = error.code.0;
+            Some(if code == -32603 || (-32099..=-32000).contains(&code) {
+                FailureClass::ServerError
+            } else {
+                FailureClass::ClientError
+            })
         }
-        Ok(_) => Outcome::Success,
-        Err(CallError::Cancelled) => Outcome::Neutral,
-        Err(e) if e.side() == Side::Upstream => Outcome::Failure,
-        Err(_) => Outcome::Neutral,
+        _ => None,
     }
 }

@@ -1,5 +1,8 @@
 //! Retry: repeats calls that are safe to repeat after transport-level failures, with backoff.
 //! Outside the breaker, so every attempt counts there, and an open breaker stops the retries.
+//! All attempts together stay within the call's deadline (its tier's timeout).
+
+use tokio::time::Instant;
 
 use super::{
     Call, CallFuture,
@@ -22,10 +25,25 @@ impl Step for Retry {
             return inner.call(call);
         };
         let mut inner = inner.clone();
+        // Retries share the call's deadline: every attempt gets what is left of it, and no
+        // retry starts that could not finish in time.
+        let deadline = call.timeout.map(|t| Instant::now() + t);
         Box::pin(async move {
             let mut attempt = 1;
             loop {
-                let result = inner.call(call.clone()).await;
+                let mut this_try = call.clone();
+                if let Some(d) = deadline {
+                    this_try.timeout = Some(d.saturating_duration_since(Instant::now()));
+                }
+                let result = inner.call(this_try).await.map_err(|mut e| {
+                    // A timeout is the call's, not the attempt's remainder of it.
+                    if let (CallError::UpstreamTimeout { after, .. }, Some(full)) =
+                        (&mut e, call.timeout)
+                    {
+                        *after = full;
+                    }
+                    e
+                });
                 match result {
                     Err(e)
                         if e.retryable()
@@ -33,6 +51,9 @@ impl Step for Retry {
                             && !call.ct.is_cancelled() =>
                     {
                         let delay = backoff(attempt, policy.base, policy.max, policy.jitter);
+                        if deadline.is_some_and(|d| Instant::now() + delay >= d) {
+                            return Err(e);
+                        }
                         tracing::info!(
                             attempt,
                             ?delay,

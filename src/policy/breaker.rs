@@ -17,9 +17,33 @@ pub struct BreakerConfig {
     pub min_calls: u32,
     pub cooldown: Duration,
     pub half_open_probes: u32,
-    /// Whether `isError: true` tool results count as failures.
-    pub count_is_error: bool,
+    /// Which outcomes count as failures (`count_is_error = true` adds `is_error`).
+    pub count: Vec<FailureClass>,
 }
+
+/// What kind of bad outcome a call had, for deciding whether it says the upstream is unhealthy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureClass {
+    /// The connection or process failed: closed mid-call, unreachable, broken pipe.
+    Transport,
+    /// No answer within the deadline.
+    Timeout,
+    /// A JSON-RPC internal or server error (-32603, -32000 to -32099).
+    ServerError,
+    /// Any other JSON-RPC error (invalid params, method not found, an application's code): the
+    /// upstream answered, the request was at fault.
+    ClientError,
+    /// A tool result with `isError: true`: the tool's own refusal.
+    IsError,
+}
+
+/// What counts by default: what says the server is unhealthy.
+pub const DEFAULT_FAILURE_CLASSES: [FailureClass; 3] = [
+    FailureClass::Transport,
+    FailureClass::Timeout,
+    FailureClass::ServerError,
+];
 
 /// How a call through the breaker ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,7 +213,7 @@ mod tests {
             min_calls: 6,
             cooldown: Duration::from_secs(10),
             half_open_probes: 1,
-            count_is_error: false,
+            count: DEFAULT_FAILURE_CLASSES.to_vec(),
         }
     }
 

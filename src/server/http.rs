@@ -377,8 +377,20 @@ fn readyz(pool: &Pool) -> Response<Body> {
         .collect();
     let catalog = pool.catalog();
     let ready = pool.ready();
+    // Serving, but some upstream fails fast behind its open breaker.
+    let open_breakers: Vec<&String> = upstreams
+        .iter()
+        .filter(|(_, s)| s["breaker"]["state"] == "open")
+        .map(|(name, _)| name)
+        .collect();
+    let status = match (ready, open_breakers.is_empty()) {
+        (false, _) => "not_ready",
+        (true, true) => "ready",
+        (true, false) => "degraded",
+    };
     let body = serde_json::json!({
-        "status": if ready { "ready" } else { "not_ready" },
+        "status": status,
+        "open_breakers": open_breakers,
         "upstreams": upstreams,
         "tools": catalog.tools.len(),
         "conflicts": catalog.conflicts,

@@ -463,6 +463,22 @@ impl<T: serde::Serialize + std::fmt::Debug> Refused for Result<T, rmcp::ServiceE
     }
 }
 
+/// [`Refused`] for a call still to be awaited.
+#[allow(async_fn_in_trait)]
+pub trait RefusedNow {
+    async fn refused_now(self) -> String;
+}
+
+impl<F, T> RefusedNow for F
+where
+    F: std::future::Future<Output = Result<T, rmcp::ServiceError>>,
+    T: serde::Serialize + std::fmt::Debug,
+{
+    async fn refused_now(self) -> String {
+        self.await.refused()
+    }
+}
+
 /// Where fedgate puts the plan envelope in `_meta` and `error.data`.
 pub const PLAN_KEY: &str = "io.fedgate/orchestrated_plan";
 

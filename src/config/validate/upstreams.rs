@@ -22,7 +22,7 @@ use crate::{
     },
     names::{self as namespace, PrefixMode},
     policy::{
-        breaker::BreakerConfig,
+        breaker::{BreakerConfig, DEFAULT_FAILURE_CLASSES, FailureClass},
         retry::RetryPolicy,
         token::{Credential, Placement},
         trust::Tier,
@@ -344,7 +344,7 @@ pub(super) fn validate_upstream(
         read_only: u.read_only.iter().cloned().collect(),
         long_running: u.long_running.iter().cloned().collect(),
         pins: u.pins.clone(),
-        breaker: breaker_config(u.breaker.unwrap_or_default()),
+        breaker: breaker_config(u.breaker.clone().unwrap_or_default()),
         retry: {
             let r = u.retry.unwrap_or_default();
             RetryPolicy {
@@ -421,7 +421,13 @@ fn breaker_config(b: RawBreaker) -> BreakerConfig {
             .half_open_probes
             .unwrap_or(DEFAULT_BREAKER_HALF_OPEN_PROBES)
             .max(1),
-        count_is_error: b.count_is_error,
+        count: {
+            let mut count = b.count.unwrap_or_else(|| DEFAULT_FAILURE_CLASSES.to_vec());
+            if b.count_is_error && !count.contains(&FailureClass::IsError) {
+                count.push(FailureClass::IsError);
+            }
+            count
+        },
     }
 }
 
