@@ -28,6 +28,31 @@ impl fmt::Display for Secret {
     }
 }
 
+/// Whether a value is a secret reference (`env:NAME`, `file:PATH`) rather than a literal.
+pub fn is_reference(value: &str) -> bool {
+    value.starts_with("env:") || value.starts_with("file:")
+}
+
+/// Whether a variable, header or argument name suggests its value is a secret.
+pub fn looks_secret(name: &str) -> bool {
+    const MARKS: [&str; 9] = [
+        "password",
+        "passwd",
+        "secret",
+        "token",
+        "api_key",
+        "apikey",
+        "credential",
+        "private_key",
+        "authorization",
+    ];
+    let lower = name.to_ascii_lowercase();
+    MARKS.iter().any(|m| lower.contains(m))
+        || ["key", "auth"].contains(&lower.as_str())
+        || lower.ends_with("_key")
+        || lower.ends_with("_auth")
+}
+
 /// Resolves a reference; the error names the reference, never a value.
 pub fn resolve(reference: &str) -> Result<Secret, String> {
     if let Some(name) = reference.strip_prefix("env:") {
@@ -53,5 +78,7 @@ mod tests {
         assert!(!format!("{s:?} {s}").contains("hunter2"));
         assert!(resolve("hunter2").is_err());
         assert!(resolve("env:FEDGATE_TEST_SURELY_UNSET").is_err());
+        assert!(looks_secret("GITHUB_TOKEN") && looks_secret("OPENAI_API_KEY"));
+        assert!(!looks_secret("LOG_LEVEL") && !looks_secret("KEYBOARD") && !looks_secret("author"));
     }
 }

@@ -127,8 +127,10 @@ async fn imported_mcp_servers_config_checks_and_serves() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let json = serde_json::json!({"mcpServers": {
-        "local files": {"command": FEDGATE, "args": ["demo-upstream", "--name", "files"]},
-        "remote": {"type": "http", "url": format!("http://127.0.0.1:{port}/mcp")}
+        "local files": {"command": FEDGATE, "args": ["demo-upstream", "--name", "files"],
+                        "env": {"MCP_TOKEN": "tok-written-in-the-json", "LOG_LEVEL": "debug"}},
+        "remote": {"type": "http", "url": format!("http://127.0.0.1:{port}/mcp")},
+        "switched off": {"command": "nowhere", "disabled": true}
     }});
     let src = dir.path().join("claude_desktop_config.json");
     std::fs::write(&src, json.to_string()).unwrap();
@@ -143,6 +145,13 @@ async fn imported_mcp_servers_config_checks_and_serves() {
         toml.contains("[upstreams.local_files]") && toml.contains("[upstreams.remote]"),
         "{toml}"
     );
+    // Secrets become references to fedgate's environment; disabled servers stay out.
+    assert!(!toml.contains("tok-written-in-the-json"), "{toml}");
+    assert!(toml.contains(r#"MCP_TOKEN = "env:MCP_TOKEN""#), "{toml}");
+    assert!(
+        !toml.contains("[upstreams.switched") && toml.contains("is disabled"),
+        "{toml}"
+    );
     let cfg = dir.path().join("gateway.toml");
     std::fs::write(&cfg, &toml).unwrap();
     let out = fedgate(&["check", cfg.to_str().unwrap()]);
@@ -152,8 +161,12 @@ async fn imported_mcp_servers_config_checks_and_serves() {
         String::from_utf8_lossy(&out.stderr)
     );
     // The http entry points at nothing: serve still runs the stdio one.
-    let gw = Gateway::start_file(&cfg, dir);
+    let gw = Gateway::start_file_env(&cfg, dir, &[("MCP_TOKEN", "tok-from-the-env")]);
     let client = connect_legacy(&gw.url, TestClient::new()).await;
+    let r = call(&client, "local_files.whoami", serde_json::json!({}))
+        .await
+        .unwrap();
+    assert_eq!(first_text(&r), "env tok-from-the-env");
     let r = call(
         &client,
         "local_files.echo",

@@ -246,3 +246,42 @@ fn a_tier_never_gets_a_credential_class_it_may_not_receive() {
         "{err}"
     );
 }
+
+/// A stdio upstream's `env` value may be a reference (`env:NAME`, `file:PATH`), resolved from
+/// fedgate's environment at each start of the process; the config holds no secret.
+#[tokio::test(flavor = "multi_thread")]
+async fn stdio_env_values_may_be_secret_references() {
+    let secret_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(secret_file.path(), "from-a-file\n").unwrap();
+    let gw = Gateway::start_env(
+        &format!(
+            "{}{}",
+            stdio_upstream(
+                "a",
+                &[],
+                "env = { MCP_TOKEN = \"env:FEDGATE_TEST_UPSTREAM_SECRET\" }"
+            ),
+            stdio_upstream(
+                "b",
+                &[],
+                &format!(
+                    "env = {{ MCP_TOKEN = \"file:{}\" }}",
+                    secret_file.path().display()
+                )
+            ),
+        ),
+        &[("FEDGATE_TEST_UPSTREAM_SECRET", "from-the-env")],
+    );
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    let a = call(&client, "a.whoami", serde_json::json!({}))
+        .await
+        .unwrap();
+    let b = call(&client, "b.whoami", serde_json::json!({}))
+        .await
+        .unwrap();
+    assert_eq!(
+        (first_text(&a), first_text(&b)),
+        ("env from-the-env".to_owned(), "env from-a-file".to_owned())
+    );
+    client.cancel().await.unwrap();
+}

@@ -376,17 +376,7 @@ pub(super) fn summarize(args: &Map<String, Value>, schema: Option<&Value>) -> St
 
 /// Whether argument `name` (described by `schema`) holds something not to show.
 fn secret(name: &str, schema: Option<&Value>) -> bool {
-    const NAMES: [&str; 7] = [
-        "password",
-        "passwd",
-        "secret",
-        "token",
-        "api_key",
-        "apikey",
-        "credential",
-    ];
-    let lower = name.to_ascii_lowercase();
-    NAMES.iter().any(|n| lower.contains(n))
+    crate::secret::looks_secret(name)
         || schema.is_some_and(|s| {
             s.get("writeOnly") == Some(&Value::Bool(true))
                 || s.get("format").and_then(Value::as_str) == Some("password")

@@ -122,8 +122,19 @@ pub fn spawn(
     pipe_stdio: bool,
 ) -> std::io::Result<ProcessGuard> {
     let mut cmd = Command::new(program(&spec.command)?);
+    // `env:NAME` / `file:PATH` values are resolved now, at each start (rotation needs no
+    // reload); the error names the reference, never a value.
+    for (k, v) in &spec.env {
+        if crate::secret::is_reference(v) {
+            let value = crate::secret::resolve(v).map_err(|why| {
+                std::io::Error::other(format!("environment variable `{k}` of the process: {why}"))
+            })?;
+            cmd.env(k, value.expose());
+        } else {
+            cmd.env(k, v);
+        }
+    }
     cmd.args(&spec.args)
-        .envs(&spec.env)
         .stdin(if pipe_stdio {
             Stdio::piped()
         } else {

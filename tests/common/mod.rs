@@ -126,6 +126,11 @@ impl Gateway {
         Self::spawn(cfg, dir, &[])
     }
 
+    /// Like `start_file`, with extra environment for the fedgate process.
+    pub fn start_file_env(cfg: &Path, dir: tempfile::TempDir, env: &[(&str, &str)]) -> Gateway {
+        Self::spawn(cfg, dir, env)
+    }
+
     fn spawn(cfg: &Path, dir: tempfile::TempDir, env: &[(&str, &str)]) -> Gateway {
         let stderr_path = dir.path().join("fedgate.stderr");
         let stderr = std::fs::File::create(&stderr_path).expect("stderr file");
