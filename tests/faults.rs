@@ -340,3 +340,61 @@ async fn a_server_that_dies_at_start_says_why_in_readyz() {
     );
     assert!(!why.contains("::"), "no Rust type names: {why}");
 }
+
+/// An upstream that failed more than `max_restarts` times in a row is parked, not abandoned:
+/// `/readyz` says it failed and when the next attempt is, and once its cause is gone it serves.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_upstream_is_retried_and_comes_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let broken = dir.path().join("broken");
+    std::fs::write(&broken, "").unwrap();
+    let gw = Gateway::start(&format!(
+        "[gateway]\n{}{}",
+        stdio_upstream("demo", &[], ""),
+        stdio_upstream(
+            "flap",
+            &["--fail-start-while", broken.to_str().unwrap()],
+            "restart = { max_restarts = 1, base_ms = 20, max_ms = 200 }"
+        ),
+    ));
+    let phase = |ready: &serde_json::Value| ready["upstreams"]["flap"]["phase"].clone();
+    let mut ready = gw.readyz().await.1;
+    for _ in 0..400 {
+        if phase(&ready) == "failed" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+        ready = gw.readyz().await.1;
+    }
+    assert_eq!(phase(&ready), "failed", "{ready}");
+    let next = ready["upstreams"]["flap"]["next_attempt_at"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        next.ends_with('Z') && next.contains('T'),
+        "when the next attempt is: {ready}"
+    );
+    assert!(
+        ready["upstreams"]["flap"]["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("retried every 200ms")),
+        "{ready}"
+    );
+    // The cause is fixed: the next attempt brings it back, and its tools are listed again.
+    let handler = TestClient::new();
+    let seen = handler.seen.clone();
+    let client = connect_legacy(&gw.url, handler).await;
+    std::fs::remove_file(&broken).unwrap();
+    wait_for(&seen.tools_changed, "flap's tools to be listed", || {
+        *seen.tool_changes.lock() >= 1
+    })
+    .await;
+    let ready = gw.readyz().await.1;
+    assert_eq!(phase(&ready), "ready", "{ready}");
+    assert!(ready["upstreams"]["flap"].get("next_attempt_at").is_none());
+    let r = call(&client, "flap.echo", serde_json::json!({"text": "back"}))
+        .await
+        .unwrap();
+    assert_eq!(first_text(&r), "echo: back");
+    client.cancel().await.unwrap();
+}

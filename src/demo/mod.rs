@@ -46,6 +46,9 @@ pub struct DemoArgs {
     /// Exit with an error instead of serving (an upstream that fails to start).
     #[arg(long)]
     fail_start: bool,
+    /// Fail to start while this file exists (an upstream whose cause gets fixed).
+    #[arg(long)]
+    fail_start_while: Option<std::path::PathBuf>,
     /// HTTP only: answer 401 unless `Authorization: Bearer <content of this file>`.
     #[arg(long)]
     require_bearer_file: Option<std::path::PathBuf>,
@@ -83,6 +86,13 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, String> {
     }
     if args.fail_start {
         eprintln!("demo upstream: failing to start as asked (--fail-start)");
+        return Ok(ExitCode::from(2));
+    }
+    if let Some(path) = args.fail_start_while.as_ref().filter(|p| p.exists()) {
+        eprintln!(
+            "demo upstream: failing to start while {} exists",
+            path.display()
+        );
         return Ok(ExitCode::from(2));
     }
     let demo = Demo {

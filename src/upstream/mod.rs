@@ -59,6 +59,9 @@ pub struct Status {
     pub server: Option<String>,
     pub restarts: u32,
     pub last_error: Option<String>,
+    /// While restarting or failed: when the next attempt starts (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_attempt_at: Option<String>,
     pub tools: usize,
     pub breaker: Option<BreakerStatus>,
 }
@@ -107,6 +110,7 @@ impl Upstream {
                 server: None,
                 restarts: 0,
                 last_error: None,
+                next_attempt_at: None,
                 tools: 0,
                 breaker: None,
             }),

@@ -72,28 +72,42 @@ pub(super) async fn run(pool: Arc<Pool>, up: Arc<Upstream>) {
             break;
         }
         consecutive += 1;
-        tracing::warn!(upstream = %spec.name, attempt = consecutive, "upstream down: {outcome}");
-        if consecutive > spec.restart.max_restarts {
-            up.update(|s| {
-                s.phase = Phase::Failed;
-                s.last_error = Some(format!(
-                    "{outcome} (gave up after {} restarts)",
-                    spec.restart.max_restarts
-                ));
-            });
-            pool.status_changed();
-            tracing::error!(upstream = %spec.name, "upstream failed; not restarting");
-            return;
+        // Past `max_restarts` in a row the upstream is failed, but parked, not abandoned: it
+        // is tried again at the longest backoff, so it comes back once its cause is fixed.
+        let parked = consecutive > spec.restart.max_restarts;
+        let delay = if parked {
+            spec.restart.max
+        } else {
+            backoff(
+                consecutive,
+                spec.restart.base,
+                spec.restart.max,
+                spec.restart.base,
+            )
+        };
+        if !parked {
+            tracing::warn!(upstream = %spec.name, attempt = consecutive, "upstream down: {outcome}");
+        } else if consecutive == spec.restart.max_restarts + 1 {
+            tracing::error!(upstream = %spec.name, "upstream failed {consecutive} times in a row; trying again every {:?}: {outcome}", spec.restart.max);
+        } else {
+            tracing::debug!(upstream = %spec.name, attempt = consecutive, "failed upstream still down: {outcome}");
         }
-        let delay = backoff(
-            consecutive,
-            spec.restart.base,
-            spec.restart.max,
-            spec.restart.base,
-        );
+        let next = chrono::Utc::now() + delay;
         up.update(|s| {
-            s.phase = Phase::Restarting;
-            s.last_error = Some(outcome);
+            s.phase = if parked {
+                Phase::Failed
+            } else {
+                Phase::Restarting
+            };
+            s.last_error = Some(if parked {
+                format!(
+                    "{outcome} (failed {consecutive} times in a row; retried every {:?})",
+                    spec.restart.max
+                )
+            } else {
+                outcome
+            });
+            s.next_attempt_at = Some(next.to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
         });
         pool.status_changed();
         tokio::select! {
@@ -252,6 +266,7 @@ async fn serve(
         s.protocol_version = Some(protocol_version.clone());
         s.server = server.clone();
         s.last_error = None;
+        s.next_attempt_at = None;
         s.tools = tools;
     });
     tracing::info!(upstream = %up.name(), era = ?era, protocol = %protocol_version, tools, "upstream ready");
