@@ -398,3 +398,94 @@ async fn a_failed_upstream_is_retried_and_comes_back() {
     assert_eq!(first_text(&r), "echo: back");
     client.cancel().await.unwrap();
 }
+
+/// TOML for an http upstream whose server fedgate launches itself on `addr`.
+fn launched_upstream(name: &str, addr: &str, extra: &str) -> String {
+    format!(
+        "[upstreams.{name}]\nkind = \"http\"\nurl = \"http://{addr}/mcp\"\n\
+         launch = {{ command = {FEDGATE:?}, args = [\"demo-upstream\", \"--name\", \"{name}\", \"--http\", \"{addr}\"] }}\n{extra}\n"
+    )
+}
+
+/// A launched HTTP upstream is supervised like a stdio child: killed, it is reaped, its tools
+/// leave and come back, and a new process serves.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_launched_http_upstream_is_restarted_when_it_dies() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let gw = Gateway::start(&format!(
+        "[gateway]\n{}",
+        launched_upstream("notes", &addr, "restart = { base_ms = 10, max_ms = 50 }")
+    ));
+    let handler = TestClient::new();
+    let seen = handler.seen.clone();
+    let client = connect_legacy(&gw.url, handler).await;
+    let pid = first_text(
+        &call(&client, "notes.pid", serde_json::json!({}))
+            .await
+            .unwrap(),
+    );
+    let changes = *seen.tool_changes.lock();
+    Command::new("kill").args(["-KILL", &pid]).status().unwrap();
+    wait_for(
+        &seen.tools_changed,
+        "the tools to leave and come back",
+        || *seen.tool_changes.lock() >= changes + 2,
+    )
+    .await;
+    let again = first_text(
+        &call(&client, "notes.pid", serde_json::json!({}))
+            .await
+            .unwrap(),
+    );
+    assert_ne!(again, pid, "a new process serves");
+    assert!(!alive(pid.parse().unwrap()), "the killed process is reaped");
+    let (_, ready) = gw.readyz().await;
+    assert_eq!(ready["upstreams"]["notes"]["phase"], "ready", "{ready}");
+    assert!(
+        ready["upstreams"]["notes"]["restarts"].as_u64().unwrap() >= 1,
+        "{ready}"
+    );
+    client.cancel().await.unwrap();
+}
+
+/// When another server already listens where a launched upstream should, fedgate does not talk
+/// to it: the upstream fails with a clear reason.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_launch_address_in_use_by_someone_else_is_refused() {
+    let impostor = HttpDemo::start("impostor", "--http");
+    let addr = impostor
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_owned();
+    let gw = Gateway::start(&format!(
+        "[gateway]\n{}{}",
+        stdio_upstream("demo", &[], ""),
+        launched_upstream(
+            "notes",
+            &addr,
+            "restart = { max_restarts = 0, max_ms = 600000 }"
+        )
+    ));
+    let mut ready = gw.readyz().await.1;
+    for _ in 0..400 {
+        if ready["upstreams"]["notes"]["phase"] == "failed" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+        ready = gw.readyz().await.1;
+    }
+    let notes = &ready["upstreams"]["notes"];
+    assert_eq!(notes["phase"], "failed", "{ready}");
+    assert!(
+        notes["last_error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("already in use by another process"),
+        "{ready}"
+    );
+    assert!(
+        notes["server"].is_null(),
+        "never connected to the impostor: {ready}"
+    );
+}

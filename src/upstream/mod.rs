@@ -4,6 +4,7 @@ pub mod client;
 mod connect;
 mod events;
 pub mod inflight;
+mod launch;
 pub mod pool;
 pub mod reload;
 pub mod spawn;

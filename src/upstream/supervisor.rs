@@ -56,7 +56,10 @@ pub(super) async fn run(pool: Arc<Pool>, up: Arc<Upstream>) {
         let outcome = match attempt {
             Ok(Ok((est, mut proc))) => {
                 let since = Instant::now();
-                let reason = serve(&pool, &up, est, inflight, &mut ev_rx, proc.as_mut()).await;
+                // A stdio child, or the launched server of an http/sse upstream: its exit ends
+                // the connection (and the launch is started again) like a crash of a stdio child.
+                let watched = proc.as_mut().or(launched.as_mut());
+                let reason = serve(&pool, &up, est, inflight, &mut ev_rx, watched).await;
                 if let Some(p) = proc {
                     p.stop().await;
                 }
@@ -153,16 +156,7 @@ async fn establish(
             launch,
         } => {
             if let Some(l) = launch {
-                let exited = match launched.as_mut() {
-                    Some(p) => !matches!(p.child.try_wait(), Ok(None)),
-                    None => true,
-                };
-                if exited {
-                    *launched = Some(
-                        super::spawn::spawn(&spec.name, l, false)
-                            .map_err(|e| format!("cannot launch `{}`: {e}", l.command))?,
-                    );
-                }
+                super::launch::ensure(spec, l, url, launched).await?;
             }
             let sse = matches!(spec.transport, TransportSpec::Sse { .. });
             let mut pause = CONNECT_RETRY_START;
@@ -173,7 +167,10 @@ async fn establish(
                     connect::connect_http(spec, url, headers, client.clone()).await
                 };
                 match r {
-                    Ok(est) => return Ok((est, None)),
+                    Ok(est) => {
+                        super::launch::still_running(launched)?;
+                        return Ok((est, None));
+                    }
                     // A launched server may not listen yet; the startup timeout bounds this.
                     Err(e) if launch.is_some() => {
                         tracing::debug!(upstream = %spec.name, "not reachable yet: {e}");

@@ -1,0 +1,67 @@
+//! The process behind an http/sse upstream that fedgate launches (`launch = {…}`): started when
+//! none runs, only if nobody else already listens on the upstream's address (else fedgate would
+//! talk to someone else's server, and send it that upstream's credentials), and watched like a
+//! stdio child once it serves.
+
+use std::net::SocketAddr;
+
+use super::spawn::{ProcessGuard, spawn};
+use crate::config::{ProcessSpec, UpstreamSpec};
+
+/// Starts the launch process unless the one started before still runs.
+pub(super) async fn ensure(
+    spec: &UpstreamSpec,
+    launch: &ProcessSpec,
+    url: &str,
+    launched: &mut Option<ProcessGuard>,
+) -> Result<(), String> {
+    let running = match launched.as_mut() {
+        Some(p) => matches!(p.child.try_wait(), Ok(None)),
+        None => false,
+    };
+    if running {
+        return Ok(());
+    }
+    if let Some(addr) = taken(url).await {
+        return Err(format!(
+            "{addr} is already in use by another process; fedgate launches `{}` for this \
+             upstream and will not talk to a server it did not start (stop the other process or \
+             change the port)",
+            launch.command
+        ));
+    }
+    *launched = Some(
+        spawn(&spec.name, launch, false)
+            .map_err(|e| format!("cannot launch `{}`: {e}", launch.command))?,
+    );
+    Ok(())
+}
+
+/// After connecting: the launched process must still run, or whoever answered is not it.
+pub(super) fn still_running(launched: &mut Option<ProcessGuard>) -> Result<(), String> {
+    match launched.as_mut().map(|p| p.child.try_wait()) {
+        Some(Ok(Some(status))) => Err(format!(
+            "the launched process exited ({status}) while another server answered on its address"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The local address of `url` when something already listens there (it can't be bound).
+async fn taken(url: &str) -> Option<SocketAddr> {
+    let parsed = reqwest::Url::parse(url).ok()?;
+    let port = parsed.port_or_known_default()?;
+    let addrs = tokio::net::lookup_host((parsed.host_str()?, port))
+        .await
+        .ok()?;
+    for addr in addrs {
+        // Only addresses of this machine can be checked (and launched on).
+        if (addr.ip().is_loopback() || addr.ip().is_unspecified())
+            && let Err(e) = tokio::net::TcpListener::bind(addr).await
+            && e.kind() == std::io::ErrorKind::AddrInUse
+        {
+            return Some(addr);
+        }
+    }
+    None
+}
