@@ -392,3 +392,31 @@ fn the_policy_example_runs_as_documented() {
         "{out}"
     );
 }
+
+/// README's first command on the shipped gateway.toml: both upstreams ready (the launched one
+/// waited for, not raced), a call to each answers, and nothing is logged at WARN or ERROR.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_shipped_config_starts_quietly() {
+    let shipped =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/gateway.toml")).unwrap();
+    // Its launched server gets a free port, so the test runs beside anything on 8931.
+    let port = free_port().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("gateway.toml");
+    std::fs::write(&cfg, shipped.replace("8931", &port)).unwrap();
+    let gw = Gateway::start_file(&cfg, dir);
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    for tool in ["demo.echo", "notes.echo"] {
+        let r = call(&client, tool, serde_json::json!({"text": "hi"}))
+            .await
+            .unwrap();
+        assert_eq!(first_text(&r), "echo: hi");
+    }
+    client.cancel().await.unwrap();
+    let log = gw.stderr();
+    let loud: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+        .collect();
+    assert!(loud.is_empty(), "{loud:#?}");
+}

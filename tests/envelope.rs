@@ -49,7 +49,7 @@ async fn upstream_calls(client: &Client, stats_tool: &str) -> u64 {
 async fn invalid_arguments_are_refused_before_forwarding_with_fields_and_a_form() {
     let gw = Gateway::start(&format!(
         "[gateway]\ntiers_dir = {TIERS:?}\n{}{}",
-        stdio_upstream("demo", &[], "tier = \"high\""),
+        stdio_upstream("demo", &["--broken-schema"], "tier = \"high\""),
         stdio_upstream("raw", &[], "validate_arguments = false"),
     ));
     let client = connect_legacy(&gw.url, TestClient::new()).await;

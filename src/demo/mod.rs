@@ -55,6 +55,9 @@ pub struct DemoArgs {
     /// Start with the changed ("v2") definition of `echo`.
     #[arg(long)]
     evolved: bool,
+    /// Also serve `broken_schema`, a tool whose input schema does not compile.
+    #[arg(long)]
+    broken_schema: bool,
     /// Exit after this many tool calls (crash on demand).
     #[arg(long)]
     crash_after: Option<u64>,
@@ -68,6 +71,7 @@ struct State {
     calls: AtomicU64,
     cancelled: AtomicU64,
     crash_after: Option<u64>,
+    broken_schema: bool,
     peers: Mutex<Vec<Peer<RoleServer>>>,
     /// Open subscriptions/listen streams (stateless era).
     sinks: Mutex<Vec<rmcp::service::SubscriptionSink>>,
@@ -100,6 +104,7 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, String> {
         scheme: args.scheme.clone().unwrap_or_else(|| args.name.clone()),
         state: Arc::new(State {
             crash_after: args.crash_after,
+            broken_schema: args.broken_schema,
             evolved: AtomicBool::new(args.evolved),
             ..Default::default()
         }),

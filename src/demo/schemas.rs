@@ -11,8 +11,8 @@ use super::tools::{schema, text};
 /// Ticket ids, per process.
 static NEXT_TICKET: AtomicU64 = AtomicU64::new(1);
 
-pub(super) fn tools() -> Vec<Tool> {
-    vec![
+pub(super) fn tools(broken: bool) -> Vec<Tool> {
+    let mut tools = vec![
         Tool::new(
             "file_ticket",
             "File a ticket (a write with required fields, an enum, a nested owner and labels).",
@@ -56,16 +56,24 @@ pub(super) fn tools() -> Vec<Tool> {
             })),
         )
         .with_annotations(ToolAnnotations::new().read_only(true)),
-        Tool::new(
-            "broken_schema",
-            "Echo `code` (its input schema does not compile: the pattern is not a regex).",
-            schema(json!({
-                "type": "object",
-                "properties": {"code": {"type": "string", "pattern": "("}}
-            })),
-        )
-        .with_annotations(ToolAnnotations::new().read_only(true)),
-    ]
+    ];
+    if broken {
+        tools.push(broken_schema());
+    }
+    tools
+}
+
+/// With `--broken-schema`: a tool whose input schema does not compile.
+fn broken_schema() -> Tool {
+    Tool::new(
+        "broken_schema",
+        "Echo `code` (its input schema does not compile: the pattern is not a regex).",
+        schema(json!({
+            "type": "object",
+            "properties": {"code": {"type": "string", "pattern": "("}}
+        })),
+    )
+    .with_annotations(ToolAnnotations::new().read_only(true))
 }
 
 /// Answers the tools above; `None` for any other name.

@@ -167,7 +167,7 @@ impl Demo {
                 false,
             ),
         ];
-        tools.extend(super::schemas::tools());
+        tools.extend(super::schemas::tools(self.state.broken_schema));
         if self.state.extra.load(Ordering::SeqCst) {
             tools.push(tool(
                 "extra",

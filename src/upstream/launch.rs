@@ -37,6 +37,41 @@ pub(super) async fn ensure(
     Ok(())
 }
 
+/// Waits until the launched server accepts connections (bounded by the caller's startup
+/// timeout), so the MCP client's first connect does not fail and log an error; ends early when
+/// the process exits.
+pub(super) async fn wait_listening(
+    url: &str,
+    launched: &mut Option<ProcessGuard>,
+) -> Result<(), String> {
+    let Some(target) = reqwest::Url::parse(url)
+        .ok()
+        .and_then(|u| Some((u.host_str()?.to_owned(), u.port_or_known_default()?)))
+    else {
+        return Ok(());
+    };
+    let mut pause = std::time::Duration::from_millis(5);
+    loop {
+        if tokio::net::TcpStream::connect((target.0.as_str(), target.1))
+            .await
+            .is_ok()
+        {
+            return Ok(());
+        }
+        if let Some(Ok(Some(status))) = launched.as_mut().map(|p| p.child.try_wait()) {
+            let tail = launched
+                .as_ref()
+                .map(|p| p.stderr_tail.suffix())
+                .unwrap_or_default();
+            return Err(format!(
+                "the launched process exited ({status}) before it listened{tail}"
+            ));
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(std::time::Duration::from_millis(200));
+    }
+}
+
 /// After connecting: the launched process must still run, or whoever answered is not it.
 pub(super) fn still_running(launched: &mut Option<ProcessGuard>) -> Result<(), String> {
     match launched.as_mut().map(|p| p.child.try_wait()) {

@@ -157,6 +157,7 @@ async fn establish(
         } => {
             if let Some(l) = launch {
                 super::launch::ensure(spec, l, url, launched).await?;
+                super::launch::wait_listening(url, launched).await?;
             }
             let sse = matches!(spec.transport, TransportSpec::Sse { .. });
             let mut pause = CONNECT_RETRY_START;
