@@ -145,3 +145,31 @@ async fn server_everything_through_fedgate() {
     );
     client.cancel().await.unwrap();
 }
+
+/// A handshake-era server that takes longer to start than rmcp's 10 s era probe (a first
+/// `npx -y`, `uvx`, `docker run`): the probe's late answer is dropped, not taken for the
+/// answer to the `initialize` that follows, and the server is ready in the handshake era.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_starting_handshake_era_server_is_detected() {
+    let (node, script) = everything();
+    let gw = Gateway::start(&format!(
+        "[upstreams.slow]\nkind = \"stdio\"\ncommand = \"sh\"\nargs = [\"-c\", \"sleep 10.5; exec {node} {script} stdio\"]\nstartup_timeout_ms = 30000\n"
+    ));
+    let (_, ready) = gw.readyz().await;
+    let slow = &ready["upstreams"]["slow"];
+    assert_eq!(
+        (&slow["phase"], &slow["era"]),
+        (&serde_json::json!("ready"), &serde_json::json!("handshake")),
+        "{ready}"
+    );
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    let r = call(
+        &client,
+        "slow.echo",
+        serde_json::json!({"message": "late but here"}),
+    )
+    .await
+    .unwrap();
+    assert!(first_text(&r).contains("late but here"), "{r:?}");
+    client.cancel().await.unwrap();
+}

@@ -9,7 +9,10 @@ use std::{future::Future, sync::Arc};
 
 use rmcp::{
     RoleClient,
-    model::{GetExtensions, GetMeta, JsonRpcMessage, JsonRpcNotification, ServerNotification},
+    model::{
+        ClientRequest, GetExtensions, GetMeta, JsonRpcMessage, JsonRpcNotification, RequestId,
+        ServerNotification,
+    },
     service::{RxJsonRpcMessage, TxJsonRpcMessage},
     transport::Transport,
 };
@@ -19,11 +22,46 @@ use super::inflight::{CallKey, Inflight};
 pub struct Tap<T> {
     inner: T,
     table: Arc<Inflight>,
+    /// The era probe: the id of the `server/discover` request sent, if any.
+    probe: Option<RequestId>,
+    /// A probe given up on (rmcp fell back to `initialize`): its late answer is dropped, never
+    /// taken for the answer to `initialize` (a slow server answers both, in order).
+    abandoned: Option<RequestId>,
 }
 
 impl<T> Tap<T> {
     pub fn new(inner: T, table: Arc<Inflight>) -> Self {
-        Self { inner, table }
+        Self {
+            inner,
+            table,
+            probe: None,
+            abandoned: None,
+        }
+    }
+
+    fn sent(&mut self, item: &TxJsonRpcMessage<RoleClient>) {
+        let JsonRpcMessage::Request(req) = item else {
+            return;
+        };
+        match &req.request {
+            ClientRequest::DiscoverRequest(_) => self.probe = Some(req.id.clone()),
+            ClientRequest::InitializeRequest(_) => self.abandoned = self.probe.take(),
+            _ => {}
+        }
+    }
+
+    /// Whether `msg` is the late answer to an abandoned probe.
+    fn late_probe_answer(&mut self, msg: &RxJsonRpcMessage<RoleClient>) -> bool {
+        let id = match msg {
+            JsonRpcMessage::Response(r) => Some(&r.id),
+            JsonRpcMessage::Error(e) => e.id.as_ref(),
+            _ => None,
+        };
+        if id.is_some() && id == self.abandoned.as_ref() {
+            self.abandoned = None;
+            return true;
+        }
+        false
     }
 }
 
@@ -37,6 +75,7 @@ where
         &mut self,
         item: TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.sent(&item);
         if let JsonRpcMessage::Request(req) = &item
             && let Some(key) = req.request.extensions().get::<CallKey>()
         {
@@ -49,6 +88,12 @@ where
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
         loop {
             let msg = self.inner.receive().await?;
+            if self.late_probe_answer(&msg) {
+                tracing::debug!(
+                    "late answer to the era probe dropped (the server is slow to start)"
+                );
+                continue;
+            }
             let JsonRpcMessage::Notification(n) = msg else {
                 return Some(msg);
             };
