@@ -32,6 +32,23 @@ pub fn shown(s: &str) -> String {
     out
 }
 
+/// The longest tool name the common function-calling APIs accept.
+pub const PORTABLE_NAME_CHARS: usize = 64;
+
+/// Why a valid MCP tool name would be refused by the function-calling APIs many clients pass
+/// tool names to unchanged (OpenAI's and Anthropic's accept only `^[a-zA-Z0-9_-]{1,64}$`);
+/// `None` when it is accepted everywhere.
+pub fn unportable(name: &str) -> Option<String> {
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-')))
+    {
+        return Some(format!("contains `{c}`"));
+    }
+    let len = name.chars().count();
+    (len > PORTABLE_NAME_CHARS).then(|| format!("is {len} characters long"))
+}
+
 /// How an upstream's names are exposed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PrefixMode {

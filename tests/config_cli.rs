@@ -420,3 +420,51 @@ async fn the_shipped_config_starts_quietly() {
         .collect();
     assert!(loud.is_empty(), "{loud:#?}");
 }
+
+/// Valid names that some clients' model APIs refuse are warnings of `fedgate check` (it still
+/// succeeds), and `fedgate tools --json` marks them.
+#[test]
+fn names_some_clients_refuse_are_warnings() {
+    let upstream = stdio_upstream(
+        "demo",
+        &[],
+        &format!(
+            "rename = {{ echo = \"say.it\", add = \"{}\" }}",
+            "a".repeat(70)
+        ),
+    );
+    let (ok, err) = check(&format!("[gateway]\nseparator = \".\"\n{upstream}"));
+    assert!(ok, "{err}");
+    assert!(err.contains("warning: separator `.` contains `.`"), "{err}");
+    assert!(
+        err.contains("`demo.say.it`: its alias contains `.`"),
+        "{err}"
+    );
+    assert!(err.contains("its alias is 70 characters long"), "{err}");
+    let (ok, err) = check(&format!(
+        "[gateway]\nseparator = \"__\"\n{}",
+        stdio_upstream("demo", &[], "")
+    ));
+    assert!(ok && !err.contains("warning"), "{err}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("gateway.toml");
+    std::fs::write(&cfg, format!("[gateway]\nseparator = \"__\"\n{upstream}")).unwrap();
+    let out = fedgate(&["tools", "--json", "--config", cfg.to_str().unwrap()]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let portable = |name: &str| {
+        v["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .map(|t| t["portable"].clone())
+    };
+    assert_eq!(portable("demo__echo"), None, "renamed");
+    assert_eq!(portable("demo__say.it"), Some(serde_json::json!(false)));
+    assert_eq!(portable("demo__pid"), Some(serde_json::json!(true)));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("tool names (e.g. `"),
+        "{v}"
+    );
+}

@@ -10,6 +10,9 @@ pub fn check(file: &Path) -> Result<ExitCode, String> {
                 file.display(),
                 snapshot.upstreams.len()
             );
+            for w in portability_warnings(&snapshot) {
+                eprintln!("warning: {w}");
+            }
             Ok(ExitCode::SUCCESS)
         }
         Err(diags) => {
@@ -20,4 +23,41 @@ pub fn check(file: &Path) -> Result<ExitCode, String> {
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+/// Names that valid MCP clients accept but some model APIs do not (warnings, not errors: many
+/// clients rename tools themselves).
+fn portability_warnings(snapshot: &crate::config::Snapshot) -> Vec<String> {
+    use crate::names::unportable;
+    let sep = &snapshot.gateway.separator;
+    let mut out = Vec::new();
+    let prefixed = snapshot
+        .upstreams
+        .iter()
+        .any(|u| u.prefix == crate::names::PrefixMode::Always);
+    if prefixed && let Some(why) = unportable(&format!("a{sep}b")) {
+        out.push(format!(
+            "separator `{sep}` {why} in every namespaced tool name; the function-calling APIs of \
+             OpenAI and Anthropic accept only ^[a-zA-Z0-9_-]{{1,64}}$ — for clients that pass MCP \
+             tool names to them unchanged, set [gateway] separator = \"__\""
+        ));
+    }
+    // Beyond the separator: renamed tools whose own alias, or whole exposed name, is refused.
+    for u in &snapshot.upstreams {
+        for alias in u.rename.values() {
+            let exposed = crate::names::expose(&u.name, sep, u.prefix, alias);
+            let len = exposed.chars().count();
+            if let Some(why) = unportable(alias) {
+                out.push(format!(
+                    "exposed name `{exposed}`: its alias {why}; some clients' model APIs reject it"
+                ));
+            } else if len > crate::names::PORTABLE_NAME_CHARS {
+                out.push(format!(
+                    "exposed name `{exposed}` is {len} characters long; some clients' model APIs accept at most {}",
+                    crate::names::PORTABLE_NAME_CHARS
+                ));
+            }
+        }
+    }
+    out
 }

@@ -59,6 +59,8 @@ pub async fn tools(path: &Path, json: bool) -> Result<ExitCode, String> {
                 serde_json::json!({
                     "name": n, "upstream": u, "access": rw, "description": d,
                     "input_schema": schema,
+                    // Accepted by the function-calling APIs clients pass names to unchanged.
+                    "portable": crate::names::unportable(n).is_none(),
                 })
             })
             .collect();
@@ -87,6 +89,20 @@ pub async fn tools(path: &Path, json: bool) -> Result<ExitCode, String> {
                 .collect();
             println!("{n:<w$}  {u:<wu$}  {rw:<5}  {d}");
         }
+    }
+    let unportable: Vec<&str> = rows
+        .iter()
+        .map(|r| r.0.as_str())
+        .filter(|n| crate::names::unportable(n).is_some())
+        .collect();
+    if let Some(first) = unportable.first() {
+        eprintln!(
+            "warning: {} of {} tool names (e.g. `{first}`) are refused by function-calling APIs \
+             that accept only ^[a-zA-Z0-9_-]{{1,64}}$ (OpenAI, Anthropic); README, \"Names and \
+             clients\", says which setting to use",
+            unportable.len(),
+            rows.len()
+        );
     }
     for (name, s) in &not_ready {
         eprintln!(
