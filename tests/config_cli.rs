@@ -468,3 +468,35 @@ fn names_some_clients_refuse_are_warnings() {
         "{v}"
     );
 }
+
+/// Type errors read as sentences naming the field, on its line; a problem without a line (a
+/// missing file) has no `:0`; a bad value inside a table points at its own line.
+#[test]
+fn config_problems_read_as_plain_sentences_on_the_right_line() {
+    let (ok, err) = check("[gateway]\npage_size = \"100\"\n");
+    assert!(!ok);
+    assert!(
+        err.contains("FILE:2: page_size must be a whole number, got the string \"100\""),
+        "{err}"
+    );
+    let (_, err) =
+        check("[upstreams.a]\nkind = \"stdio\"\ncommand = \"x\"\nstartup_timeout_ms = \"100\"\n");
+    assert!(
+        err.contains("FILE:4: startup_timeout_ms must be a whole number of milliseconds, got the string \"100\""),
+        "{err}"
+    );
+    assert!(!err.contains("u64"), "no Rust type names: {err}");
+    let (_, err) = check(
+        "[upstreams.a]\nkind = \"stdio\"\ncommand = \"x\"\n\n[upstreams.b]\nkind = \"stdio\"\ncommand = \"x\"\ncall_timeout_ms = 0\n",
+    );
+    assert!(
+        err.contains("FILE:8: upstream `b`: call_timeout_ms must be greater than 0"),
+        "{err}"
+    );
+    let out = fedgate(&["check", "/nonexistent/dir/gateway.toml"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("/nonexistent/dir/gateway.toml: cannot read config") && !err.contains(":0:"),
+        "{err}"
+    );
+}

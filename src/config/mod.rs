@@ -418,10 +418,11 @@ pub fn load(path: &Path) -> Result<Snapshot, Vec<Diagnostic>> {
 pub fn load_str(file: &str, text: &str) -> Result<Snapshot, Vec<Diagnostic>> {
     let raw: RawConfig = toml::from_str(text).map_err(|e| {
         let line = e.span().map(|s| line_of(text, s.start)).unwrap_or(0);
+        let key = e.span().and_then(|s| key_at(text, s.start));
         vec![Diagnostic {
             file: file.to_owned(),
             line,
-            message: with_suggestion(e.message().trim()),
+            message: plain(&with_suggestion(e.message().trim()), key.as_deref()),
         }]
     })?;
     validate::validate(file, text, raw)
@@ -447,6 +448,49 @@ fn with_suggestion(message: &str) -> String {
             format!("{message}; did you mean `{c}`?")
         }
         _ => message.to_owned(),
+    }
+}
+
+/// The key of the `key = value` line holding byte `offset` (where a type error points).
+fn key_at(text: &str, offset: usize) -> Option<String> {
+    let start = text.get(..offset)?.rfind('\n').map_or(0, |i| i + 1);
+    let line = text.get(start..)?.lines().next()?;
+    let (key, _) = line.split_once('=')?;
+    let key = key.trim().trim_matches('"');
+    (!key.is_empty() && !key.contains('[')).then(|| key.to_owned())
+}
+
+/// serde's type errors in words a person reads: `invalid type: string "100", expected u64` on
+/// `startup_timeout_ms` becomes `startup_timeout_ms must be a whole number of milliseconds, got
+/// the string "100"`.
+fn plain(message: &str, key: Option<&str>) -> String {
+    let Some(rest) = message.strip_prefix("invalid type: ") else {
+        return message.to_owned();
+    };
+    let Some((got, expected)) = rest.split_once(", expected ") else {
+        return message.to_owned();
+    };
+    let millis = key.is_some_and(|k| k.ends_with("_ms"));
+    let wanted = match expected.trim() {
+        "usize" | "u64" | "u32" | "u16" | "u8" | "i64" | "i32" if millis => {
+            "a whole number of milliseconds"
+        }
+        "usize" | "u64" | "u32" | "u16" | "u8" | "i64" | "i32" => "a whole number",
+        "f64" | "f32" => "a number",
+        "a boolean" => "true or false",
+        "a string" => "a string in quotes",
+        "a sequence" => "a list like [\"a\", \"b\"]",
+        e if e.starts_with("struct") || e.starts_with("a map") => "a table",
+        other => other,
+    };
+    let got = got
+        .replacen("string ", "the string ", 1)
+        .replacen("integer ", "the number ", 1)
+        .replacen("floating point ", "the number ", 1)
+        .replacen("boolean ", "", 1);
+    match key {
+        Some(k) => format!("{k} must be {wanted}, got {got}"),
+        None => format!("expected {wanted}, got {got}"),
     }
 }
 

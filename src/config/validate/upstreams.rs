@@ -235,8 +235,10 @@ pub(super) fn validate_upstream(
     let restart = u.restart.unwrap_or_default();
     let positive = |cx: &mut Ctx<'_>, v: Option<u64>, what: &str, default: u64| match v {
         Some(0) => {
+            // The field's own line, not the table's.
+            let at = field_offset(cx.text, up.span(), what).unwrap_or(up.span().start);
             cx.err_at(
-                up.span().start,
+                at,
                 format!("upstream `{name_s}`: {what} must be greater than 0"),
             );
             default
@@ -438,4 +440,28 @@ fn process_from_launch(l: RawLaunch) -> ProcessSpec {
         env: l.env,
         cwd: None,
     }
+}
+
+/// Where `key = …` starts inside the table spanning `span` of `text` (serde hands plain fields
+/// over without their position).
+fn field_offset(text: &str, span: std::ops::Range<usize>, key: &str) -> Option<usize> {
+    // A table's span may cover only its `[header]`: search on to the next header.
+    let rest = text.get(span.start..)?;
+    let end = rest
+        .match_indices("\n[")
+        .map(|(i, _)| i)
+        .find(|&i| span.start + i >= span.end)
+        .unwrap_or(rest.len());
+    let body = rest.get(..end)?;
+    let mut offset = 0;
+    for line in body.split_inclusive('\n') {
+        let trimmed = line.trim_start();
+        if let Some(rest) = trimmed.strip_prefix(key)
+            && rest.trim_start().starts_with('=')
+        {
+            return Some(span.start + offset + (line.len() - trimmed.len()));
+        }
+        offset += line.len();
+    }
+    None
 }
