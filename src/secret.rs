@@ -68,6 +68,47 @@ pub fn resolve(reference: &str) -> Result<Secret, String> {
     Err("secrets are references: use `env:NAME` or `file:PATH`, never the value itself".into())
 }
 
+/// A URL without the secrets it may carry: userinfo (`user:password@`) and the values of
+/// secret-looking query parameters (`?token=…`).
+pub fn redact_url(url: &str) -> String {
+    let Ok(mut u) = reqwest::Url::parse(url) else {
+        return "<unparsable URL, not shown>".to_owned();
+    };
+    if !u.username().is_empty() || u.password().is_some() {
+        let _ = u.set_username("redacted");
+        let _ = u.set_password(None);
+    }
+    if u.query().is_some() {
+        let pairs: Vec<(String, String)> = u
+            .query_pairs()
+            .map(|(k, v)| {
+                let v = if crate::secret::looks_secret(&k) {
+                    "redacted".to_owned()
+                } else {
+                    v.into_owned()
+                };
+                (k.into_owned(), v)
+            })
+            .collect();
+        u.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    u.to_string()
+}
+
+/// `text` (an error message) with `url` in every form a client library prints it replaced by
+/// its redacted form.
+pub fn hide_url_secrets(text: &str, url: &str) -> String {
+    let redacted = redact_url(url);
+    let mut out = text.replace(url, &redacted);
+    if let Ok(mut u) = reqwest::Url::parse(url) {
+        out = out.replace(u.as_str(), &redacted);
+        let _ = u.set_username("");
+        let _ = u.set_password(None);
+        out = out.replace(u.as_str(), &redacted);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,6 +120,13 @@ mod tests {
         assert!(resolve("hunter2").is_err());
         assert!(resolve("env:FEDGATE_TEST_SURELY_UNSET").is_err());
         assert!(looks_secret("GITHUB_TOKEN") && looks_secret("OPENAI_API_KEY"));
+        let url = "http://ops:pw@127.0.0.1:9/mcp?token=t0k&region=eu";
+        assert_eq!(
+            redact_url(url),
+            "http://redacted@127.0.0.1:9/mcp?token=redacted&region=eu"
+        );
+        let msg = "error sending request for url (http://127.0.0.1:9/mcp?token=t0k&region=eu)";
+        assert!(!hide_url_secrets(msg, url).contains("t0k"));
         assert!(!looks_secret("LOG_LEVEL") && !looks_secret("KEYBOARD") && !looks_secret("author"));
     }
 }

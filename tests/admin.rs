@@ -32,7 +32,8 @@ async fn admin_api() {
     let config = format!(
         "[gateway]\ntiers_dir = {TIERS:?}\n\n[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"env:FEDGATE_ADMIN_TOKEN\"\n\n\
          [auth]\nanonymous = true\nanonymous_roles = [\"all\"]\n[auth.jwt]\nhs256_secret = \"env:JWT_SECRET\"\n\n\
-         [roles.all]\ntools = [\"*\"]\n\n[credentials.c]\nclass = \"internal\"\nsource = \"env:CRED\"\n\n{}",
+         [roles.all]\ntools = [\"*\"]\n\n[credentials.c]\nclass = \"internal\"\nsource = \"env:CRED\"\n\n\
+         [upstreams.remote]\nkind = \"http\"\nurl = \"http://ops:url-password-test-only@127.0.0.1:9/mcp?token=query-token-test-only&region=eu\"\n\n{}",
         stdio_upstream(
             "p",
             &[],
@@ -149,7 +150,17 @@ async fn admin_api() {
         cfg.contains("\"name\":\"p\"") && cfg.contains("\"class\":\"internal\""),
         "{cfg}"
     );
-    for secret in [ADMIN_TOKEN, JWT_SECRET, CRED] {
+    assert!(
+        cfg.contains("http://redacted@127.0.0.1:9/mcp?token=redacted&region=eu"),
+        "{cfg}"
+    );
+    for secret in [
+        ADMIN_TOKEN,
+        JWT_SECRET,
+        CRED,
+        "url-password-test-only",
+        "query-token-test-only",
+    ] {
         assert!(!cfg.contains(secret), "`{secret}` in the config dump");
         assert!(!gw.stderr().contains(secret), "`{secret}` in the log");
     }

@@ -170,3 +170,38 @@ async fn policy_layers_answer_in_order() {
     );
     client.cancel().await.unwrap();
 }
+
+/// Ending a session: a real one answers 204 once; a forged id, or one already ended, is 404.
+#[tokio::test(flavor = "multi_thread")]
+async fn deleting_a_session_that_is_not_one_is_not_found() {
+    let gw = Gateway::start(&stdio_upstream("demo", &[], ""));
+    let http = reqwest::Client::new();
+    let init = http
+        .post(&gw.url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .body(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#)
+        .send()
+        .await
+        .unwrap();
+    let session = init.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let delete = |id: String| {
+        let http = http.clone();
+        let url = gw.url.clone();
+        async move {
+            http.delete(url)
+                .header("mcp-session-id", id)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    assert_eq!(delete("forged-session-id".into()).await, 404);
+    assert_eq!(delete(session.clone()).await, 204);
+    assert_eq!(delete(session).await, 404, "already ended");
+}

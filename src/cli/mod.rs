@@ -139,10 +139,12 @@ fn default_worker_threads() -> std::num::NonZeroUsize {
 
 fn init_logging(format: &str, quiet: bool) {
     use tracing_subscriber::EnvFilter;
+    // rmcp's transport worker logs each failed connection at ERROR, with the URL; fedgate
+    // reports the same failure itself (`upstream down: …`, /readyz), without URL secrets.
     let default = if quiet {
-        "warn,rmcp=error,opentelemetry=warn"
+        "warn,rmcp=error,rmcp::transport::worker=off,opentelemetry=warn"
     } else {
-        "info,rmcp=error,opentelemetry=warn"
+        "info,rmcp=error,rmcp::transport::worker=off,opentelemetry=warn"
     };
     let filter = EnvFilter::try_from_env("FEDGATE_LOG").unwrap_or_else(|_| EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()

@@ -320,9 +320,9 @@ fn redacted(s: &Snapshot) -> Value {
             let transport = match &u.transport {
                 TransportSpec::Stdio(p) => json!({"kind": "stdio", "command": p.command, "args": p.args,
                     "env": p.env.keys().collect::<Vec<_>>()}),
-                TransportSpec::Http { url, headers, .. } => json!({"kind": "http", "url": url,
+                TransportSpec::Http { url, headers, .. } => json!({"kind": "http", "url": crate::secret::redact_url(url),
                     "headers": headers.keys().collect::<Vec<_>>()}),
-                TransportSpec::Sse { url, headers, .. } => json!({"kind": "sse", "url": url,
+                TransportSpec::Sse { url, headers, .. } => json!({"kind": "sse", "url": crate::secret::redact_url(url),
                     "headers": headers.keys().collect::<Vec<_>>()}),
             };
             json!({

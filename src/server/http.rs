@@ -1,6 +1,6 @@
 //! The HTTP listener: `/mcp` (Streamable HTTP, both eras), `/healthz`, `/readyz`.
 
-use std::{convert::Infallible, net::SocketAddr, sync::Arc};
+use std::{convert::Infallible, net::SocketAddr, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode, header};
@@ -25,7 +25,6 @@ use super::{
 use crate::{
     config::GatewaySettings,
     policy::identity::{AuthError, ResourceMetadata},
-    upstream::pool::Pool,
 };
 
 /// Path of the MCP endpoint.
@@ -33,7 +32,7 @@ pub const MCP_PATH: &str = "/mcp";
 /// The handshake era's session header.
 const SESSION_HEADER: &str = "mcp-session-id";
 
-type Body = BoxBody<Bytes, Infallible>;
+pub(super) type Body = BoxBody<Bytes, Infallible>;
 
 /// Accepts connections until `stop_accepting` is cancelled; connections and sessions already
 /// open keep being served until `close_all` is cancelled (so in-flight calls can drain).
@@ -61,13 +60,30 @@ pub async fn serve(
         sealed,
         max_body: settings.max_body_bytes,
     };
+    // Accept errors (e.g. too many open files) are transient: keep serving, but back off
+    // (a failing accept returns at once, so retrying at once spins a core) and log once per
+    // episode, not once per attempt.
+    let mut failing: u64 = 0;
     loop {
         let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
-                Ok(s) => s,
+                Ok(s) => {
+                    if failing > 0 {
+                        tracing::warn!("accepting connections again after {failing} failed attempts");
+                        failing = 0;
+                    }
+                    s
+                }
                 Err(e) => {
-                    // Accept errors (e.g. too many open files) are transient; keep serving.
-                    tracing::warn!("accept failed: {e}");
+                    if failing == 0 {
+                        tracing::warn!("accept failed: {e}; retrying with backoff");
+                    }
+                    failing += 1;
+                    let pause = Duration::from_millis(10u64 << failing.min(7)).min(Duration::from_secs(1));
+                    tokio::select! {
+                        _ = tokio::time::sleep(pause) => {}
+                        _ = stop_accepting.cancelled() => return Ok(()),
+                    }
                     continue;
                 }
             },
@@ -176,6 +192,14 @@ impl Edge {
                     }
                     let who = identity.name.clone();
                     let deleting = req.method() == http::Method::DELETE;
+                    // Ending a session that is not one (forged, someone else's, or already
+                    // ended) is not a success.
+                    if deleting && matches!(presented, Some(None)) {
+                        return json(
+                            StatusCode::NOT_FOUND,
+                            &serde_json::json!({"error": "no such session"}),
+                        );
+                    }
                     req.extensions_mut().insert(identity);
                     // A POST is in flight until its response body (JSON or SSE) has been
                     // sent: shutdown drains these. Standalone GET streams are not counted.
@@ -215,7 +239,7 @@ impl Edge {
                 }
             }
             "/healthz" => json(StatusCode::OK, &serde_json::json!({"status": "ok"})),
-            "/readyz" => readyz(&core.pool),
+            "/readyz" => super::health::readyz(&core.pool),
             "/metrics" => {
                 core.refresh_gauges();
                 let mut resp = Response::new(Full::new(Bytes::from(core.metrics.render())).boxed());
@@ -342,7 +366,7 @@ fn unauthorized(e: &AuthError) -> Response<Body> {
     resp
 }
 
-fn json(status: StatusCode, v: &serde_json::Value) -> Response<Body> {
+pub(super) fn json(status: StatusCode, v: &serde_json::Value) -> Response<Body> {
     let body = serde_json::to_vec(v).unwrap_or_default();
     let mut resp = Response::new(Full::new(Bytes::from(body)).boxed());
     *resp.status_mut() = status;
@@ -351,58 +375,6 @@ fn json(status: StatusCode, v: &serde_json::Value) -> Response<Body> {
         header::HeaderValue::from_static("application/json"),
     );
     resp
-}
-
-/// Readiness with per-upstream detail; 200 while at least one upstream serves.
-fn readyz(pool: &Pool) -> Response<Body> {
-    let upstreams: serde_json::Map<String, serde_json::Value> = pool
-        .upstreams()
-        .iter()
-        .map(|u| {
-            let mut status = serde_json::to_value(u.status()).unwrap_or_default();
-            let lists = u.lists();
-            if let (Some(obj), false) = (status.as_object_mut(), lists.broken_schemas.is_empty()) {
-                // Tools served without argument checks, and why.
-                obj.insert(
-                    "unchecked_tools".into(),
-                    lists
-                        .broken_schemas
-                        .iter()
-                        .map(|(tool, why)| serde_json::json!({ "tool": tool, "reason": why }))
-                        .collect(),
-                );
-            }
-            (u.name().to_owned(), status)
-        })
-        .collect();
-    let catalog = pool.catalog();
-    let ready = pool.ready();
-    // Serving, but some upstream fails fast behind its open breaker.
-    let open_breakers: Vec<&String> = upstreams
-        .iter()
-        .filter(|(_, s)| s["breaker"]["state"] == "open")
-        .map(|(name, _)| name)
-        .collect();
-    let status = match (ready, open_breakers.is_empty()) {
-        (false, _) => "not_ready",
-        (true, true) => "ready",
-        (true, false) => "degraded",
-    };
-    let body = serde_json::json!({
-        "status": status,
-        "open_breakers": open_breakers,
-        "upstreams": upstreams,
-        "tools": catalog.tools.len(),
-        "conflicts": catalog.conflicts,
-    });
-    json(
-        if ready {
-            StatusCode::OK
-        } else {
-            StatusCode::SERVICE_UNAVAILABLE
-        },
-        &body,
-    )
 }
 
 /// Decides whether a request's headers are authorized (built-in test servers only).

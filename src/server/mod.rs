@@ -2,6 +2,7 @@
 
 pub mod admin;
 pub mod core;
+mod health;
 pub mod http;
 pub mod mcp;
 pub mod reload;

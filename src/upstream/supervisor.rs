@@ -74,6 +74,13 @@ pub(super) async fn run(pool: Arc<Pool>, up: Arc<Upstream>) {
         if shutdown.is_cancelled() {
             break;
         }
+        // Client libraries print the URL in their errors: not its userinfo or secret query.
+        let outcome = match &spec.transport {
+            TransportSpec::Http { url, .. } | TransportSpec::Sse { url, .. } => {
+                crate::secret::hide_url_secrets(&outcome, url)
+            }
+            TransportSpec::Stdio(_) => outcome,
+        };
         consecutive += 1;
         // Past `max_restarts` in a row the upstream is failed, but parked, not abandoned: it
         // is tried again at the longest backoff, so it comes back once its cause is fixed.

@@ -138,7 +138,7 @@ impl Gateway {
             .args(["serve", "--config"])
             .arg(cfg)
             .args(["--listen", "127.0.0.1:0"])
-            .env("FEDGATE_LOG", "info,rmcp=warn")
+            .env("FEDGATE_LOG", "info,rmcp=warn,rmcp::transport::worker=off")
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(stderr)
