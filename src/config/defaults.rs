@@ -58,3 +58,11 @@ pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:8939";
 pub const DEFAULT_PLAN_TTL_MS: u64 = 900_000;
 /// Most plans waiting for approval at once.
 pub const DEFAULT_MAX_PENDING_PLANS: usize = 1_000;
+/// How long a client may take to send request headers (and an idle connection stays open).
+pub const DEFAULT_HEADER_READ_TIMEOUT_MS: u64 = 30_000;
+/// How long a client may take to send a request body.
+pub const DEFAULT_BODY_READ_TIMEOUT_MS: u64 = 30_000;
+/// How long a TLS handshake may take.
+pub const DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
+/// Most client connections at once.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;

@@ -264,6 +264,15 @@ pub struct RawGateway {
     pub plan_ttl_ms: Option<u64>,
     /// Most plans waiting for approval at once; more are refused.
     pub max_pending_plans: Option<usize>,
+    /// How long a client may take to send a request's headers, in milliseconds (also how long
+    /// an idle kept-alive connection stays open).
+    pub header_read_timeout_ms: Option<u64>,
+    /// How long a client may take to send a request body, in milliseconds.
+    pub body_read_timeout_ms: Option<u64>,
+    /// How long a TLS handshake may take, in milliseconds.
+    pub tls_handshake_timeout_ms: Option<u64>,
+    /// Most client connections at once; more are closed at once.
+    pub max_connections: Option<usize>,
 }
 
 /// `[gateway.tls]`: PEM files, relative to the config file.

@@ -95,6 +95,10 @@ pub struct GatewaySettings {
     pub envelope: Mode,
     pub plan_ttl: Duration,
     pub max_pending_plans: usize,
+    pub header_read_timeout: Duration,
+    pub body_read_timeout: Duration,
+    pub tls_handshake_timeout: Duration,
+    pub max_connections: usize,
 }
 
 /// Which lifecycle fedgate uses towards an upstream.

@@ -7,7 +7,7 @@ use http::{Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, combinators::BoxBody};
 use hyper::body::Incoming;
 use hyper_util::{
-    rt::{TokioExecutor, TokioIo},
+    rt::{TokioExecutor, TokioIo, TokioTimer},
     server::conn::auto,
 };
 use rmcp::transport::{
@@ -59,7 +59,13 @@ pub async fn serve(
         core,
         sealed,
         max_body: settings.max_body_bytes,
+        header_timeout: settings.header_read_timeout,
+        body_timeout: settings.body_read_timeout,
     };
+    let connections = Arc::new(tokio::sync::Semaphore::new(settings.max_connections));
+    let refused = edge.core.metrics.connections_refused.clone();
+    let tls_timeout = settings.tls_handshake_timeout;
+    let mut refusing = false;
     // Accept errors (e.g. too many open files) are transient: keep serving, but back off
     // (a failing accept returns at once, so retrying at once spins a core) and log once per
     // episode, not once per attempt.
@@ -89,6 +95,18 @@ pub async fn serve(
             },
             _ = stop_accepting.cancelled() => return Ok(()),
         };
+        // Past `max_connections` a new connection is closed at once (logged once per episode),
+        // so the open ones keep their share of memory and descriptors.
+        let Ok(permit) = connections.clone().try_acquire_owned() else {
+            if !refusing {
+                tracing::warn!(%peer, "too many connections ({}); closing new ones", settings.max_connections);
+                refusing = true;
+            }
+            refused.inc();
+            drop(stream);
+            continue;
+        };
+        refusing = false;
         // SSE responses go out in several small writes; without NODELAY, Nagle holds them for
         // the peer's delayed ACK (~40 ms per call on a kept-alive connection).
         let _ = stream.set_nodelay(true);
@@ -96,12 +114,19 @@ pub async fn serve(
         let conn_shutdown = close_all.clone();
         let tls = tls.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             match tls {
                 None => {
                     edge.serve_connection(stream, Arc::default(), conn_shutdown)
                         .await
                 }
-                Some(acceptor) => match acceptor.accept(stream).await {
+                Some(acceptor) => match tokio::time::timeout(tls_timeout, acceptor.accept(stream))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(std::io::Error::other(format!(
+                            "no handshake within {tls_timeout:?}"
+                        )))
+                    }) {
                     Ok(tls_stream) => {
                         let names = tls_stream
                             .get_ref()
@@ -127,6 +152,10 @@ struct Edge {
     core: Arc<Core>,
     sealed: Arc<SealedSessions>,
     max_body: usize,
+    /// How long a client may take to send headers (and a kept-alive connection may idle).
+    header_timeout: Duration,
+    /// How long a client may take to send a body.
+    body_timeout: Duration,
 }
 
 impl Edge {
@@ -138,12 +167,22 @@ impl Edge {
     ) where
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
+        let header_timeout = self.header_timeout;
         let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
             let edge = self.clone();
             let cert_names = cert_names.clone();
             async move { Ok::<_, Infallible>(edge.route(req, &cert_names).await) }
         });
-        let builder = auto::Builder::new(TokioExecutor::new());
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(header_timeout);
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .keep_alive_interval(Some(header_timeout))
+            .keep_alive_timeout(header_timeout);
         let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
         tokio::pin!(conn);
         tokio::select! {
@@ -162,6 +201,8 @@ impl Edge {
             core,
             sealed,
             max_body,
+            body_timeout,
+            ..
         } = self;
         // Read once per request: a reload swaps it for the next one. A client certificate is
         // mapped per request too, so a reload that drops or narrows it applies to connections
@@ -205,9 +246,15 @@ impl Edge {
                     // sent: shutdown drains these. Standalone GET streams are not counted.
                     let in_flight =
                         (req.method() == http::Method::POST).then(|| core.request_started());
-                    let answer = if needs_method_header(&req) {
-                        let req = with_method_header(req, max_body).await;
-                        tower::Service::<Request<Full<Bytes>>>::call(&mut mcp, req).await
+                    // A POST body is read here, bounded in size and time, so a slow or oversized
+                    // body gets a clear answer (408, 413) instead of holding the connection.
+                    let answer = if req.method() == http::Method::POST {
+                        match read_body(req, max_body, body_timeout).await {
+                            Ok(req) => {
+                                tower::Service::<Request<Full<Bytes>>>::call(&mut mcp, req).await
+                            }
+                            Err(refusal) => Ok(refusal),
+                        }
                     } else {
                         tower::Service::<Request<Incoming>>::call(&mut mcp, req).await
                     };
@@ -297,24 +344,60 @@ fn needs_method_header(req: &Request<Incoming>) -> bool {
             .is_some_and(|v| v >= "2026-07-28")
 }
 
-/// Reads the (bounded) body; a notification gets `Mcp-Method` from its own `method`, so rmcp
-/// accepts it. Requests stay as they are (rmcp answers them with its header error).
-async fn with_method_header(req: Request<Incoming>, max_body: usize) -> Request<Full<Bytes>> {
+/// Reads a POST body, at most `max_body` bytes within `timeout`; a refusal is a JSON-RPC error
+/// answer. A stateless-era notification without `Mcp-Method` gets it from its own `method`, so
+/// rmcp accepts it (requests stay as they are: rmcp answers them with its header error).
+async fn read_body(
+    req: Request<Incoming>,
+    max_body: usize,
+    timeout: Duration,
+) -> Result<Request<Full<Bytes>>, Response<Body>> {
+    let needs_method = needs_method_header(&req);
     let (mut parts, body) = req.into_parts();
-    let bytes = http_body_util::Limited::new(body, max_body)
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
-    let method = serde_json::from_slice::<serde_json::Value>(&bytes)
-        .ok()
-        .filter(|v| v.get("id").is_none())
-        .and_then(|v| v.get("method").and_then(|m| m.as_str()).map(str::to_owned))
-        .and_then(|m| http::HeaderValue::from_str(&m).ok());
-    if let Some(m) = method {
-        parts.headers.insert("mcp-method", m);
+    let refuse = |status: StatusCode, message: String| {
+        json(
+            status,
+            &serde_json::json!({"jsonrpc": "2.0", "id": null,
+                "error": {"code": -32600, "message": message}}),
+        )
+    };
+    let bytes = match tokio::time::timeout(
+        timeout,
+        http_body_util::Limited::new(body, max_body).collect(),
+    )
+    .await
+    {
+        Ok(Ok(b)) => b.to_bytes(),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            return Err(refuse(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("request body larger than {max_body} bytes"),
+            ));
+        }
+        Ok(Err(e)) => {
+            return Err(refuse(
+                StatusCode::BAD_REQUEST,
+                format!("the request body could not be read: {e}"),
+            ));
+        }
+        Err(_) => {
+            return Err(refuse(
+                StatusCode::REQUEST_TIMEOUT,
+                format!("the request body did not arrive within {timeout:?}"),
+            ));
+        }
+    };
+    if needs_method {
+        let method = serde_json::from_slice::<serde_json::Value>(&bytes)
+            .ok()
+            .filter(|v| v.get("id").is_none())
+            .and_then(|v| v.get("method").and_then(|m| m.as_str()).map(str::to_owned))
+            .and_then(|m| http::HeaderValue::from_str(&m).ok());
+        if let Some(m) = method {
+            parts.headers.insert("mcp-method", m);
+        }
     }
-    Request::from_parts(parts, Full::new(bytes))
+    Ok(Request::from_parts(parts, Full::new(bytes)))
 }
 
 /// A response that created a session carries its sealed id instead of rmcp's.

@@ -32,6 +32,7 @@ pub struct Metrics {
     pub envelopes: IntCounterVec,
     pub approvals: IntCounterVec,
     pub plans_pending: IntGauge,
+    pub connections_refused: IntCounter,
 }
 
 impl Metrics {
@@ -156,6 +157,11 @@ impl Metrics {
             approvals.with_label_values(&[outcome]);
         }
         let plans_pending = IntGauge::new("fedgate_plans_pending", "Plans waiting for approval")?;
+        let connections_refused = IntCounter::new(
+            "fedgate_connections_refused_total",
+            "Client connections closed at once because max_connections were open",
+        )?;
+        registry.register(Box::new(connections_refused.clone()))?;
         registry.register(Box::new(envelopes.clone()))?;
         registry.register(Box::new(approvals.clone()))?;
         registry.register(Box::new(plans_pending.clone()))?;
@@ -180,6 +186,7 @@ impl Metrics {
             envelopes,
             approvals,
             plans_pending,
+            connections_refused,
         })
     }
 

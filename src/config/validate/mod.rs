@@ -294,6 +294,22 @@ pub(super) fn validate(
                 .max_pending_plans
                 .unwrap_or(DEFAULT_MAX_PENDING_PLANS)
                 .max(1),
+            header_read_timeout: Duration::from_millis(
+                g.header_read_timeout_ms
+                    .unwrap_or(DEFAULT_HEADER_READ_TIMEOUT_MS)
+                    .max(1),
+            ),
+            body_read_timeout: Duration::from_millis(
+                g.body_read_timeout_ms
+                    .unwrap_or(DEFAULT_BODY_READ_TIMEOUT_MS)
+                    .max(1),
+            ),
+            tls_handshake_timeout: Duration::from_millis(
+                g.tls_handshake_timeout_ms
+                    .unwrap_or(DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS)
+                    .max(1),
+            ),
+            max_connections: g.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS).max(1),
             shutdown_grace: Duration::from_millis(
                 g.shutdown_grace_ms.unwrap_or(DEFAULT_SHUTDOWN_GRACE_MS),
             ),

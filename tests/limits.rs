@@ -1,0 +1,109 @@
+//! Connection and request limits at the HTTP edge: oversized and slow bodies get a clear
+//! JSON-RPC answer, silent clients are disconnected, and connections past `max_connections` are
+//! closed at once.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+};
+
+fn config() -> String {
+    format!(
+        "[gateway]\nmax_body_bytes = 1000\nbody_read_timeout_ms = 300\nheader_read_timeout_ms = 300\nmax_connections = 3\n\n{}",
+        stdio_upstream("demo", &[], "")
+    )
+}
+
+fn addr(gw: &Gateway) -> String {
+    gw.base.trim_start_matches("http://").to_owned()
+}
+
+/// Everything the server sends until it closes the connection (bounded wait).
+async fn read_all(stream: &mut TcpStream) -> String {
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut buf)).await;
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bodies_over_the_limit_or_too_slow_get_a_clear_answer() {
+    let gw = Gateway::start(&config());
+    // Over the limit, in either era (a stateless-era POST without Mcp-Method included).
+    for version in ["2025-11-25", "2026-07-28"] {
+        let r = reqwest::Client::new()
+            .post(&gw.url)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .header("mcp-protocol-version", version)
+            .body(format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"demo.echo","arguments":{{"text":"{}"}}}}}}"#,
+                "x".repeat(2000)
+            ))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 413, "{version}");
+        let body: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(body["error"]["code"], -32600, "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("larger than 1000 bytes")
+        );
+    }
+    // A body that never arrives in full: 408 once its time is up.
+    let mut s = TcpStream::connect(addr(&gw)).await.unwrap();
+    s.write_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 100\r\n\r\n{\"jsonrpc\"")
+        .await
+        .unwrap();
+    let answer = read_all(&mut s).await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("did not arrive within 300ms"), "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn silent_clients_are_disconnected_and_connections_are_capped() {
+    let gw = Gateway::start(&config());
+    // Headers that never end: the connection is closed.
+    let mut slow = TcpStream::connect(addr(&gw)).await.unwrap();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0")
+        .await
+        .unwrap();
+    let answer = read_all(&mut slow).await;
+    assert!(!answer.contains("200 OK"), "{answer}");
+    // Three idle connections fill the cap; a fourth is closed at once, unanswered.
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(TcpStream::connect(addr(&gw)).await.unwrap());
+    }
+    let mut extra = TcpStream::connect(addr(&gw)).await.unwrap();
+    let _ = extra
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await;
+    let answer = read_all(&mut extra).await;
+    assert!(answer.is_empty(), "refused without an answer: {answer}");
+    // Once the idle ones are gone (closed by the header timeout, or here), there is room again.
+    drop(held);
+    // The server frees their places as it sees them close: retry (bounded) until it has.
+    let mut metrics = None;
+    for _ in 0..250 {
+        if let Ok(r) = reqwest::get(format!("{}/metrics", gw.base)).await {
+            metrics = Some(r.text().await.unwrap());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let metrics = metrics.expect("room again once the idle connections are gone");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("fedgate_connections_refused_total ") && !l.ends_with(" 0")),
+        "{metrics}"
+    );
+}
