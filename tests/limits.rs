@@ -107,3 +107,50 @@ async fn silent_clients_are_disconnected_and_connections_are_capped() {
         "{metrics}"
     );
 }
+
+/// Bodies that are not JSON, or not JSON-RPC, get JSON-RPC error objects with `id: null` in
+/// both eras, never plain text.
+#[tokio::test(flavor = "multi_thread")]
+async fn malformed_bodies_get_json_rpc_errors() {
+    let gw = Gateway::start(&config());
+    let cases: [(&str, i64); 7] = [
+        ("{bad json", -32700),
+        ("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":", -32700),
+        ("\u{0}\u{1}", -32700),
+        ("[]", -32600),
+        ("\"just a string\"", -32600),
+        ("{\"jsonrpc\":\"1.0\",\"id\":1,\"method\":\"ping\"}", -32600),
+        ("{\"id\":1}", -32600),
+    ];
+    for version in ["2025-11-25", "2026-07-28"] {
+        for (body, code) in cases {
+            let r = reqwest::Client::new()
+                .post(&gw.url)
+                .header("accept", "application/json, text/event-stream")
+                .header("content-type", "application/json")
+                .header("mcp-protocol-version", version)
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status().as_u16(), 400, "{version} {body:?}");
+            assert!(
+                r.headers()["content-type"]
+                    .to_str()
+                    .unwrap()
+                    .starts_with("application/json"),
+                "{version} {body:?}"
+            );
+            let v: serde_json::Value = r.json().await.unwrap();
+            assert_eq!(
+                (&v["jsonrpc"], &v["id"], &v["error"]["code"]),
+                (
+                    &serde_json::json!("2.0"),
+                    &serde_json::Value::Null,
+                    &serde_json::json!(code)
+                ),
+                "{version} {body:?}: {v}"
+            );
+        }
+    }
+}

@@ -249,7 +249,7 @@ impl Edge {
                     // A POST body is read here, bounded in size and time, so a slow or oversized
                     // body gets a clear answer (408, 413) instead of holding the connection.
                     let answer = if req.method() == http::Method::POST {
-                        match read_body(req, max_body, body_timeout).await {
+                        match super::body::read_body(req, max_body, body_timeout).await {
                             Ok(req) => {
                                 tower::Service::<Request<Full<Bytes>>>::call(&mut mcp, req).await
                             }
@@ -257,6 +257,12 @@ impl Edge {
                         }
                     } else {
                         tower::Service::<Request<Incoming>>::call(&mut mcp, req).await
+                    };
+                    let answer = match answer {
+                        Ok(r) if r.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE => {
+                            Ok(super::body::as_jsonrpc_error(r).await)
+                        }
+                        other => other,
                     };
                     let answer = answer.map(|mut r| {
                         // rmcp answers a session DELETE with 202; SDKs expect 200 or 204 (the
@@ -329,75 +335,6 @@ fn mcp_config(
         .with_max_request_body_bytes(settings.max_body_bytes)
         .with_sse_retry(None)
         .with_cancellation_token(ct)
-}
-
-/// A stateless-era POST without `Mcp-Method`. The spec requires the header on requests and
-/// leaves notifications open; some SDKs send notifications without it (e.g. the TS SDK's
-/// `notifications/cancelled` after closing a listen stream), which rmcp refuses.
-fn needs_method_header(req: &Request<Incoming>) -> bool {
-    req.method() == http::Method::POST
-        && !req.headers().contains_key("mcp-method")
-        && req
-            .headers()
-            .get("mcp-protocol-version")
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v >= "2026-07-28")
-}
-
-/// Reads a POST body, at most `max_body` bytes within `timeout`; a refusal is a JSON-RPC error
-/// answer. A stateless-era notification without `Mcp-Method` gets it from its own `method`, so
-/// rmcp accepts it (requests stay as they are: rmcp answers them with its header error).
-async fn read_body(
-    req: Request<Incoming>,
-    max_body: usize,
-    timeout: Duration,
-) -> Result<Request<Full<Bytes>>, Response<Body>> {
-    let needs_method = needs_method_header(&req);
-    let (mut parts, body) = req.into_parts();
-    let refuse = |status: StatusCode, message: String| {
-        json(
-            status,
-            &serde_json::json!({"jsonrpc": "2.0", "id": null,
-                "error": {"code": -32600, "message": message}}),
-        )
-    };
-    let bytes = match tokio::time::timeout(
-        timeout,
-        http_body_util::Limited::new(body, max_body).collect(),
-    )
-    .await
-    {
-        Ok(Ok(b)) => b.to_bytes(),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
-            return Err(refuse(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("request body larger than {max_body} bytes"),
-            ));
-        }
-        Ok(Err(e)) => {
-            return Err(refuse(
-                StatusCode::BAD_REQUEST,
-                format!("the request body could not be read: {e}"),
-            ));
-        }
-        Err(_) => {
-            return Err(refuse(
-                StatusCode::REQUEST_TIMEOUT,
-                format!("the request body did not arrive within {timeout:?}"),
-            ));
-        }
-    };
-    if needs_method {
-        let method = serde_json::from_slice::<serde_json::Value>(&bytes)
-            .ok()
-            .filter(|v| v.get("id").is_none())
-            .and_then(|v| v.get("method").and_then(|m| m.as_str()).map(str::to_owned))
-            .and_then(|m| http::HeaderValue::from_str(&m).ok());
-        if let Some(m) = method {
-            parts.headers.insert("mcp-method", m);
-        }
-    }
-    Ok(Request::from_parts(parts, Full::new(bytes)))
 }
 
 /// A response that created a session carries its sealed id instead of rmcp's.
