@@ -154,3 +154,66 @@ async fn malformed_bodies_get_json_rpc_errors() {
         }
     }
 }
+
+/// A request of a known method with malformed params is invalid params (-32602), not an
+/// unknown method; an unknown method stays -32601.
+#[tokio::test(flavor = "multi_thread")]
+async fn malformed_params_are_invalid_params() {
+    let gw = Gateway::start(&config());
+    let http = reqwest::Client::new();
+    let post = |body: String, session: Option<String>| {
+        let mut rb = http
+            .post(&gw.url)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .header("mcp-protocol-version", "2025-11-25")
+            .body(body);
+        if let Some(s) = session {
+            rb = rb.header("mcp-session-id", s);
+        }
+        rb.send()
+    };
+    let init = post(
+        r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#.into(),
+        None,
+    )
+    .await
+    .unwrap();
+    let session = init.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let answer = |text: String| -> serde_json::Value {
+        let line = text
+            .lines()
+            .find_map(|l| l.strip_prefix("data: "))
+            .map(str::to_owned)
+            .unwrap_or(text);
+        serde_json::from_str(&line).unwrap()
+    };
+    for (params, code) in [
+        ("", -32602),
+        (r#","params":{"name":"demo.echo","arguments":"x"}"#, -32602),
+        (r#","params":{"name":5}"#, -32602),
+    ] {
+        let body = format!(r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call"{params}}}"#);
+        let text = post(body, Some(session.clone()))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let v = answer(text);
+        assert_eq!(v["error"]["code"], code, "{params}: {v}");
+    }
+    let text = post(
+        r#"{"jsonrpc":"2.0","id":8,"method":"tools/frobnicate","params":{}}"#.into(),
+        Some(session),
+    )
+    .await
+    .unwrap()
+    .text()
+    .await
+    .unwrap();
+    assert_eq!(answer(text)["error"]["code"], -32601);
+}

@@ -217,7 +217,47 @@ fn bad_cursor(e: BadCursor) -> McpError {
     to_wire(&e.into(), false)
 }
 
+/// Methods fedgate serves: a request for one of these that rmcp could not decode has bad params.
+const KNOWN_METHODS: [&str; 12] = [
+    "tools/call",
+    "tools/list",
+    "prompts/get",
+    "prompts/list",
+    "resources/read",
+    "resources/list",
+    "resources/templates/list",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "completion/complete",
+    "logging/setLevel",
+    "initialize",
+];
+
 impl ServerHandler for Gateway {
+    /// rmcp hands over a request of a known method whose params it could not decode (missing,
+    /// `arguments` not an object, `name` not a string …) as a custom request; that is invalid
+    /// params (-32602), not an unknown method.
+    async fn on_custom_request(
+        &self,
+        request: rmcp::model::CustomRequest,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CustomResult, McpError> {
+        if KNOWN_METHODS.contains(&request.method.as_str()) {
+            return Err(McpError::invalid_params(
+                format!(
+                    "params of `{}` are missing or malformed; see the MCP schema for this method",
+                    crate::names::shown(&request.method)
+                ),
+                None,
+            ));
+        }
+        Err(McpError::new(
+            rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+            format!("unknown method `{}`", crate::names::shown(&request.method)),
+            None,
+        ))
+    }
+
     fn get_info(&self) -> ServerConfig {
         let caps = ServerCapabilities::builder()
             .enable_tools()
