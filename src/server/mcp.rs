@@ -233,6 +233,14 @@ const KNOWN_METHODS: [&str; 12] = [
     "initialize",
 ];
 
+/// Methods of the handshake era only.
+const HANDSHAKE_ONLY: [&str; 4] = [
+    "initialize",
+    "logging/setLevel",
+    "resources/subscribe",
+    "resources/unsubscribe",
+];
+
 impl ServerHandler for Gateway {
     /// rmcp hands over a request of a known method whose params it could not decode (missing,
     /// `arguments` not an object, `name` not a string …) as a custom request; that is invalid
@@ -240,9 +248,13 @@ impl ServerHandler for Gateway {
     async fn on_custom_request(
         &self,
         request: rmcp::model::CustomRequest,
-        _ctx: RequestContext<RoleServer>,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CustomResult, McpError> {
-        if KNOWN_METHODS.contains(&request.method.as_str()) {
+        // The stateless era has no `initialize`, `logging/setLevel` or subscribe methods:
+        // asked in that era they are unknown methods, as the spec requires.
+        let known = KNOWN_METHODS.contains(&request.method.as_str())
+            && !(is_modern(&ctx) && HANDSHAKE_ONLY.contains(&request.method.as_str()));
+        if known {
             return Err(McpError::invalid_params(
                 format!(
                     "params of `{}` are missing or malformed; see the MCP schema for this method",
