@@ -217,3 +217,64 @@ async fn malformed_params_are_invalid_params() {
     .unwrap();
     assert_eq!(answer(text)["error"]["code"], -32601);
 }
+
+/// Routes besides `/mcp` answer only Hosts the gateway is (DNS rebinding), and with `[auth]`
+/// `/readyz` keeps error texts for callers who authenticate.
+#[tokio::test(flavor = "multi_thread")]
+async fn other_routes_check_the_host_and_readyz_keeps_internals_for_callers() {
+    use sha2::{Digest, Sha256};
+    let key = "fgk_readyz_test_only";
+    let gw = Gateway::start(&format!(
+        "[auth]\n[[auth.api_keys]]\nname = \"ops\"\nsha256 = \"{}\"\nroles = []\n\n{}{}",
+        hex::encode(Sha256::digest(key.as_bytes())),
+        stdio_upstream("demo", &[], ""),
+        stdio_upstream(
+            "broken",
+            &["--fail-start"],
+            "restart = { max_restarts = 0 }"
+        ),
+    ));
+    let http = reqwest::Client::new();
+    let get = |host: &'static str, bearer: Option<&'static str>| {
+        let mut rb = http.get(format!("{}/readyz", gw.base)).header("host", host);
+        if let Some(b) = bearer {
+            rb = rb.header("authorization", format!("Bearer {b}"));
+        }
+        rb.send()
+    };
+    assert_eq!(
+        get("evil.example", None).await.unwrap().status().as_u16(),
+        403
+    );
+    assert_eq!(
+        get("evil.example:8930", None)
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        403
+    );
+    for host in ["localhost", "127.0.0.1:1", "10.1.2.3:8930", "[::1]:8930"] {
+        let status = get(host, None).await.unwrap().status().as_u16();
+        assert!(status == 200 || status == 503, "{host}: {status}");
+    }
+    let anonymous: serde_json::Value = get("localhost", None).await.unwrap().json().await.unwrap();
+    let broken = &anonymous["upstreams"]["broken"];
+    assert!(broken["phase"].is_string(), "{anonymous}");
+    assert!(
+        broken.get("last_error").is_none(),
+        "no error texts for anyone: {anonymous}"
+    );
+    let ops: serde_json::Value = get("localhost", Some(key))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        ops["upstreams"]["broken"]["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("fail-start")),
+        "{ops}"
+    );
+}

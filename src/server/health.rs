@@ -6,7 +6,7 @@ use super::http::{Body, json};
 use crate::upstream::pool::Pool;
 
 /// Readiness with per-upstream detail; 200 while at least one upstream serves.
-pub(super) fn readyz(pool: &Pool) -> Response<Body> {
+pub(super) fn readyz(pool: &Pool, redacted: bool) -> Response<Body> {
     let upstreams: serde_json::Map<String, serde_json::Value> = pool
         .upstreams()
         .iter()
@@ -23,6 +23,11 @@ pub(super) fn readyz(pool: &Pool) -> Response<Body> {
                         .map(|(tool, why)| serde_json::json!({ "tool": tool, "reason": why }))
                         .collect(),
                 );
+            }
+            if redacted && let Some(obj) = status.as_object_mut() {
+                for internal in ["last_error", "server", "unchecked_tools"] {
+                    obj.remove(internal);
+                }
             }
             (u.name().to_owned(), status)
         })
@@ -55,4 +60,27 @@ pub(super) fn readyz(pool: &Pool) -> Response<Body> {
         },
         &body,
     )
+}
+
+/// Whether the request's `Host` is one this gateway answers to: absent, an IP literal (no DNS
+/// name an attacker controls), or a configured name; any port.
+pub(super) fn host_allowed<B>(req: &http::Request<B>, allowed: &[String]) -> bool {
+    let Some(host) = req
+        .headers()
+        .get(http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+    else {
+        return true;
+    };
+    if host.starts_with('[') {
+        return host
+            .split(']')
+            .next()
+            .is_some_and(|h| h[1..].parse::<std::net::Ipv6Addr>().is_ok());
+    }
+    let name = host.rsplit_once(':').map_or(host, |(h, _)| h);
+    name.parse::<std::net::Ipv4Addr>().is_ok()
+        || allowed
+            .iter()
+            .any(|a| a.eq_ignore_ascii_case(name) || a.eq_ignore_ascii_case(host))
 }

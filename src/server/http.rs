@@ -61,6 +61,12 @@ pub async fn serve(
         max_body: settings.max_body_bytes,
         header_timeout: settings.header_read_timeout,
         body_timeout: settings.body_read_timeout,
+        allowed_hosts: Arc::new(
+            ["localhost".to_owned()]
+                .into_iter()
+                .chain(settings.allowed_hosts.iter().cloned())
+                .collect(),
+        ),
     };
     let connections = Arc::new(tokio::sync::Semaphore::new(settings.max_connections));
     let refused = edge.core.metrics.connections_refused.clone();
@@ -156,6 +162,8 @@ struct Edge {
     header_timeout: Duration,
     /// How long a client may take to send a body.
     body_timeout: Duration,
+    /// Host names the other routes answer (IP literals are always accepted).
+    allowed_hosts: Arc<Vec<String>>,
 }
 
 impl Edge {
@@ -202,6 +210,7 @@ impl Edge {
             sealed,
             max_body,
             body_timeout,
+            allowed_hosts,
             ..
         } = self;
         // Read once per request: a reload swaps it for the next one. A client certificate is
@@ -209,6 +218,14 @@ impl Edge {
         // that stay open.
         let auth = core.auth.load_full();
         let cert_identity = auth.certificate_identity(cert_names);
+        // DNS rebinding: a page of an attacker's name must not read the other routes either
+        // (rmcp checks `/mcp` itself).
+        if req.uri().path() != MCP_PATH && !super::health::host_allowed(&req, &allowed_hosts) {
+            return json(
+                StatusCode::FORBIDDEN,
+                &serde_json::json!({"error": "Host not allowed; add it to [gateway] allowed_hosts"}),
+            );
+        }
         match req.uri().path() {
             // Authentication comes first: an unauthenticated request is answered 401 whatever
             // else is wrong with it, and never reaches a policy. A client certificate that maps
@@ -292,7 +309,12 @@ impl Edge {
                 }
             }
             "/healthz" => json(StatusCode::OK, &serde_json::json!({"status": "ok"})),
-            "/readyz" => super::health::readyz(&core.pool),
+            // With [auth], the details (error texts, server names) are for callers who
+            // authenticate; probes get the status and each upstream's phase.
+            "/readyz" => super::health::readyz(
+                &core.pool,
+                !auth.open && cert_identity.is_none() && auth.authenticate(req.headers()).is_err(),
+            ),
             "/metrics" => {
                 core.refresh_gauges();
                 let mut resp = Response::new(Full::new(Bytes::from(core.metrics.render())).boxed());
