@@ -278,3 +278,41 @@ async fn other_routes_check_the_host_and_readyz_keeps_internals_for_callers() {
         "{ops}"
     );
 }
+
+/// A session id stays small whatever `initialize` carried: display data is not sealed into it,
+/// and an oversized `initialize` is refused clearly.
+#[tokio::test(flavor = "multi_thread")]
+async fn session_ids_stay_small_whatever_initialize_carries() {
+    let gw = Gateway::start(&stdio_upstream("demo", &[], ""));
+    let init = |client_info: serde_json::Value| {
+        reqwest::Client::new()
+            .post(&gw.url)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .body(
+                serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": client_info}})
+                .to_string(),
+            )
+            .send()
+    };
+    let big = init(serde_json::json!({"name": "x".repeat(20_000), "version": "1"}))
+        .await
+        .unwrap();
+    assert_eq!(big.status().as_u16(), 413);
+    let v: serde_json::Value = big.json().await.unwrap();
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("initialize parameters larger than"),
+        "{v}"
+    );
+    let r = init(serde_json::json!({"name": "n".repeat(500), "version": "1",
+        "title": "t".repeat(10_000), "description": "d".repeat(4_000)}))
+    .await
+    .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let sid = r.headers()["mcp-session-id"].to_str().unwrap().len();
+    assert!(sid < 1_500, "session id of {sid} bytes");
+}

@@ -10,6 +10,9 @@ use hyper::body::Incoming;
 
 use super::http::{Body, json};
 
+/// The largest `initialize` request accepted (real clients send well under 4 KiB).
+const MAX_INITIALIZE_BYTES: usize = 16 * 1024;
+
 /// A stateless-era POST without `Mcp-Method`. The spec requires the header on requests and
 /// leaves notifications open; some SDKs send notifications without it (e.g. the TS SDK's
 /// `notifications/cancelled` after closing a listen stream), which rmcp refuses.
@@ -66,6 +69,20 @@ pub(super) async fn read_body(
             ));
         }
     };
+    // The session id seals what `initialize` carried: a client that sends more than any real
+    // client does is refused clearly, rather than handed an id no client can send back.
+    if bytes.len() > MAX_INITIALIZE_BYTES
+        && serde_json::from_slice::<serde_json::Value>(&bytes)
+            .ok()
+            .is_some_and(|v| v.get("method").and_then(|m| m.as_str()) == Some("initialize"))
+    {
+        return Err(refuse(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "initialize parameters larger than {MAX_INITIALIZE_BYTES} bytes; send a smaller clientInfo and capabilities"
+            ),
+        ));
+    }
     if needs_method {
         let method = serde_json::from_slice::<serde_json::Value>(&bytes)
             .ok()

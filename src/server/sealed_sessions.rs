@@ -42,6 +42,15 @@ const PRUNE_EVERY: usize = 1024;
 /// Most verified ids remembered; past it the memory starts over (ids are verified again).
 const VERIFIED_MAX: usize = 4096;
 
+/// The longest client name and version kept in a sealed session id.
+const SEALED_NAME_CHARS: usize = 64;
+
+fn cut(s: &mut String, max: usize) {
+    if let Some((i, _)) = s.char_indices().nth(max) {
+        s.truncate(i);
+    }
+}
+
 /// Associated data of sealed session ids, so no other sealed value passes for one.
 const SESSION_AD: &[u8] = b"fedgate-session";
 
@@ -169,9 +178,18 @@ impl SessionStore for SealedSessions {
     }
 
     async fn store(&self, session_id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
-        // Icons are display data that may be large (data URIs); the session id is a header.
+        // The session id is a header: only what a restored session needs is sealed. Display
+        // data (icons as data URIs, title, description, website) and `_meta` are dropped, name
+        // and version are cut (the edge already refused oversized `initialize` bodies).
         let mut params = state.initialize_params.clone();
-        params.client_info.icons = None;
+        params.meta = None;
+        let info = &mut params.client_info;
+        info.icons = None;
+        info.title = None;
+        info.description = None;
+        info.website_url = None;
+        cut(&mut info.name, SEALED_NAME_CHARS);
+        cut(&mut info.version, SEALED_NAME_CHARS);
         let init = serde_json::to_string(&params)?;
         self.remember(session_id.to_owned(), Arc::from(init));
         Ok(())
