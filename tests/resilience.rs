@@ -134,3 +134,24 @@ async fn a_repeated_idempotency_key_returns_the_recorded_result() {
     assert_eq!(calls(&client).await - after, 2);
     client.cancel().await.unwrap();
 }
+
+/// Duplicates with one idempotency key that arrive together run once: the second waits for the
+/// first's answer.
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_duplicates_of_a_key_run_once() {
+    let gw = Gateway::start(&format!("[gateway]\n{}", stdio_upstream("demo", &[], "")));
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    let before = calls(&client).await;
+    let slow = || {
+        client.peer().call_tool(with_key(
+            "demo.slow",
+            serde_json::json!({"ms": 400}),
+            "dup-1",
+        ))
+    };
+    let (a, b) = tokio::join!(slow(), slow());
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(first_text(&a), first_text(&b));
+    assert_eq!(calls(&client).await - before, 2, "stats, one slow, stats");
+    client.cancel().await.unwrap();
+}

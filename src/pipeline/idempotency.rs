@@ -1,5 +1,7 @@
 //! Idempotency: a call carrying `_meta.idempotencyKey` that was already answered (same caller,
-//! tool and arguments, within the TTL) gets the recorded answer without reaching the upstream.
+//! tool and arguments, within the TTL) gets the recorded answer without reaching the upstream;
+//! a duplicate that arrives while the first still runs waits for its answer, so concurrent
+//! duplicates run once.
 
 use std::sync::Arc;
 
@@ -11,7 +13,7 @@ use super::{
 };
 use crate::{
     pipeline::CallError,
-    policy::idempotency::{IdempotencyStore, Lookup, META_KEY},
+    policy::idempotency::{Claim, IdempotencyStore, META_KEY},
     telemetry::audit::hash_arguments,
 };
 
@@ -43,22 +45,35 @@ impl Step for Idempotency {
         let args = hash_arguments(&serde_json::Value::Object(
             p.arguments.clone().unwrap_or_default(),
         ));
-        let store = self.store.clone();
         // A retry carrying input answers continues an input-required round: it is not a repeat
         // (its final answer is recorded like a first call's).
         let continuing = p.request_state.is_some() || p.input_responses.is_some();
-        let seen = if continuing {
-            Lookup::New
-        } else {
-            store.lookup(&scoped, &args, Instant::now())
-        };
-        match seen {
-            Lookup::Recorded(result) => {
+        if continuing {
+            return inner.call(call);
+        }
+        match self.store.claim(&scoped, &args, Instant::now()) {
+            Claim::Recorded(result) => {
                 tracing::info!(identity = %call.identity.name, "idempotency key seen before: recorded result returned");
                 done(Ok(*result))
             }
-            Lookup::Conflict => done(Err(CallError::IdempotencyConflict)),
-            Lookup::New => {
+            Claim::Conflict => done(Err(CallError::IdempotencyConflict)),
+            Claim::Wait(mut answer) => {
+                // The same call runs already: its answer is this one's. Should it end without
+                // one (failed, cancelled), this call runs itself.
+                let mut inner = inner.clone();
+                Box::pin(async move {
+                    let waited = answer
+                        .wait_for(Option::is_some)
+                        .await
+                        .ok()
+                        .and_then(|r| r.clone());
+                    match waited {
+                        Some(result) => Ok(result),
+                        None => inner.call(call).await,
+                    }
+                })
+            }
+            Claim::Lead(leader) => {
                 let fut = inner.call(call);
                 Box::pin(async move {
                     let result = fut.await;
@@ -67,7 +82,7 @@ impl Step for Idempotency {
                     if let Ok(r) = &result
                         && !matches!(r, rmcp::model::ServerResult::InputRequiredResult(_))
                     {
-                        store.record(scoped, args, r.clone(), Instant::now());
+                        leader.finish(r.clone());
                     }
                     result
                 })

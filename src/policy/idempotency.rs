@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 use rmcp::model::ServerResult;
-use tokio::time::Instant;
+use tokio::{sync::watch, time::Instant};
 
 /// The `_meta` key clients put the idempotency key under.
 pub const META_KEY: &str = "idempotencyKey";
@@ -29,10 +29,52 @@ pub enum Lookup {
     Conflict,
 }
 
+/// What a call with a key does now.
+#[derive(Debug)]
+pub enum Claim {
+    /// Run it; the guard records its answer and releases callers waiting for it.
+    Lead(Leader),
+    /// The same call runs already: wait for its answer (`None` if it ended without one).
+    Wait(watch::Receiver<Option<ServerResult>>),
+    Recorded(Box<ServerResult>),
+    Conflict,
+}
+
+/// The running call of a key; dropping it without [`Leader::finish`] (a failure, a
+/// cancellation) lets waiting duplicates run themselves.
+#[derive(Debug)]
+pub struct Leader {
+    store: std::sync::Arc<IdempotencyStore>,
+    key: String,
+    arguments_sha256: String,
+    tx: watch::Sender<Option<ServerResult>>,
+}
+
+impl Leader {
+    /// Records the call's final answer and hands it to the duplicates waiting for it.
+    pub fn finish(self, result: ServerResult) {
+        self.store.record(
+            self.key.clone(),
+            self.arguments_sha256.clone(),
+            result.clone(),
+            Instant::now(),
+        );
+        let _ = self.tx.send(Some(result));
+    }
+}
+
+impl Drop for Leader {
+    fn drop(&mut self) {
+        self.store.running.remove(&self.key);
+    }
+}
+
 #[derive(Debug)]
 pub struct IdempotencyStore {
     ttl: Duration,
     entries: DashMap<String, Entry>,
+    /// Keys whose call runs now, with its arguments and the channel of its answer.
+    running: DashMap<String, (String, watch::Receiver<Option<ServerResult>>)>,
 }
 
 impl IdempotencyStore {
@@ -40,6 +82,41 @@ impl IdempotencyStore {
         Self {
             ttl,
             entries: DashMap::new(),
+            running: DashMap::new(),
+        }
+    }
+
+    /// The recorded answer, the running duplicate to wait for, or the lead of a new call:
+    /// concurrent duplicates run once.
+    pub fn claim(
+        self: &std::sync::Arc<Self>,
+        key: &str,
+        arguments_sha256: &str,
+        now: Instant,
+    ) -> Claim {
+        match self.lookup(key, arguments_sha256, now) {
+            Lookup::Recorded(r) => return Claim::Recorded(r),
+            Lookup::Conflict => return Claim::Conflict,
+            Lookup::New => {}
+        }
+        match self.running.entry(key.to_owned()) {
+            dashmap::Entry::Occupied(e) => {
+                if e.get().0 == arguments_sha256 {
+                    Claim::Wait(e.get().1.clone())
+                } else {
+                    Claim::Conflict
+                }
+            }
+            dashmap::Entry::Vacant(v) => {
+                let (tx, rx) = watch::channel(None);
+                v.insert((arguments_sha256.to_owned(), rx));
+                Claim::Lead(Leader {
+                    store: self.clone(),
+                    key: key.to_owned(),
+                    arguments_sha256: arguments_sha256.to_owned(),
+                    tx,
+                })
+            }
         }
     }
 
