@@ -49,7 +49,17 @@ impl Step for Idempotency {
         // (its final answer is recorded like a first call's).
         let continuing = p.request_state.is_some() || p.input_responses.is_some();
         if continuing {
-            return inner.call(call);
+            let store = self.store.clone();
+            let fut = inner.call(call);
+            return Box::pin(async move {
+                let result = fut.await;
+                if let Ok(r) = &result
+                    && !matches!(r, rmcp::model::ServerResult::InputRequiredResult(_))
+                {
+                    store.record(scoped, args, r.clone(), Instant::now());
+                }
+                result
+            });
         }
         match self.store.claim(&scoped, &args, Instant::now()) {
             Claim::Recorded(result) => {
