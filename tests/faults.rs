@@ -489,3 +489,29 @@ async fn a_launch_address_in_use_by_someone_else_is_refused() {
         "never connected to the impostor: {ready}"
     );
 }
+
+/// A stdio server that prints to stdout what is not JSON-RPC: fedgate says so — in the log
+/// when it still serves, and in the reason when its handshake fails.
+#[tokio::test(flavor = "multi_thread")]
+async fn non_json_on_stdout_is_reported() {
+    let gw = Gateway::start(&format!(
+        "[upstreams.noisy]\nkind = \"stdio\"\ncommand = \"sh\"\nargs = [\"-c\", \"echo 'Server starting on stdio...'; exec {FEDGATE} demo-upstream --name noisy\"]\n\n\
+         [upstreams.broken]\nkind = \"stdio\"\ncommand = \"sh\"\nargs = [\"-c\", \"echo 'Listening on http://localhost:3000'; sleep 5\"]\nstartup_timeout_ms = 2000\nrestart = {{ max_restarts = 0 }}\n"
+    ));
+    let (_, ready) = gw.readyz().await;
+    assert_eq!(ready["upstreams"]["noisy"]["phase"], "ready", "{ready}");
+    let why = ready["upstreams"]["broken"]["last_error"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        why.contains("not JSON-RPC on stdout")
+            && why.contains("Listening on http://localhost:3000"),
+        "{ready}"
+    );
+    assert!(
+        gw.stderr()
+            .contains("upstream wrote a line that is not JSON-RPC on stdout"),
+        "{}",
+        gw.stderr()
+    );
+}

@@ -62,6 +62,10 @@ pub async fn spawn_stdio(spec: &UpstreamSpec) -> Result<ProcessGuard, String> {
         .map_err(|e| format!("cannot start `{}`: {e}", p.command))
 }
 
+/// How much earlier than the startup timeout a stdio handshake gives up: room for the
+/// supervisor to collect the process's exit status and last words.
+const HANDSHAKE_MARGIN: std::time::Duration = std::time::Duration::from_millis(800);
+
 /// Handshakes over an already spawned stdio process.
 pub async fn connect_stdio(
     spec: &UpstreamSpec,
@@ -71,12 +75,26 @@ pub async fn connect_stdio(
     let stdout = proc.child.stdout.take().ok_or("child has no stdout")?;
     let stdin = proc.child.stdin.take().ok_or("child has no stdin")?;
     let table = client.inflight.clone();
+    let non_json = super::stdout_watch::NonJson::default();
+    let stdout = super::stdout_watch::WatchedStdout::new(stdout, &spec.name, non_json.clone());
     let mut rw = rmcp::transport::async_rw::AsyncRwTransport::new_client(stdout, stdin);
     if let Some(limit) = transport_limit(spec) {
         rw = rw.with_max_line_length(limit);
     }
     let transport = Tap::new(rw, table);
-    handshake(spec, client, transport).await
+    // Bounded inside the supervisor's startup timeout, leaving time to collect the exit status
+    // after a failure, so a server that never speaks MCP is reported with what it wrote.
+    let limit = spec
+        .startup_timeout
+        .saturating_sub(HANDSHAKE_MARGIN)
+        .max(spec.startup_timeout / 2);
+    match tokio::time::timeout(limit, handshake(spec, client, transport)).await {
+        Ok(r) => r.map_err(|e| format!("{e}{}", non_json.suffix())),
+        Err(_) => Err(format!(
+            "no MCP handshake within {limit:?}{}",
+            non_json.suffix()
+        )),
+    }
 }
 
 /// Connects to a Streamable HTTP upstream.

@@ -9,6 +9,7 @@ pub mod pool;
 pub mod reload;
 pub mod spawn;
 mod sse;
+mod stdout_watch;
 mod supervisor;
 pub mod tap;
 pub mod traced;
