@@ -515,3 +515,35 @@ async fn non_json_on_stdout_is_reported() {
         gw.stderr()
     );
 }
+
+/// A server that asks for roots at startup, before any client call, gets an empty list (fedgate
+/// has no roots of its own), not an error it would log as a failure.
+#[tokio::test(flavor = "multi_thread")]
+async fn roots_asked_before_any_call_get_an_empty_list() {
+    let gw = Gateway::start(&stdio_upstream(
+        "demo",
+        &["--roots-at-start"],
+        "era = \"legacy\"",
+    ));
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    let mut seen = serde_json::Value::Null;
+    for _ in 0..200 {
+        let r = call(&client, "demo.stats", serde_json::json!({}))
+            .await
+            .unwrap();
+        seen = r.structured_content.unwrap()["startup_roots"].clone();
+        if !seen.is_null() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(seen, "0 roots");
+    let loud: Vec<String> = gw
+        .stderr()
+        .lines()
+        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+        .map(str::to_owned)
+        .collect();
+    assert!(loud.is_empty(), "{loud:#?}");
+    client.cancel().await.unwrap();
+}

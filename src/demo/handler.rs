@@ -45,6 +45,17 @@ impl ServerHandler for Demo {
     }
 
     async fn on_initialized(&self, ctx: rmcp::service::NotificationContext<RoleServer>) {
+        if self.state.roots_at_start {
+            // Like servers that learn their workspace at startup, before any call.
+            let (peer, state) = (ctx.peer.clone(), self.state.clone());
+            tokio::spawn(async move {
+                let seen = match peer.list_roots().await {
+                    Ok(r) => format!("{} roots", r.roots.len()),
+                    Err(e) => format!("error: {e}"),
+                };
+                *state.startup_roots.lock() = Some(seen);
+            });
+        }
         self.state.peers.lock().push(ctx.peer);
     }
 
@@ -147,6 +158,7 @@ impl ServerHandler for Demo {
                 let v = json!({
                     "calls": self.state.calls.load(Ordering::SeqCst),
                     "cancelled": self.state.cancelled.load(Ordering::SeqCst),
+                    "startup_roots": self.state.startup_roots.lock().clone(),
                 });
                 let mut r = text(v.to_string());
                 r.structured_content = Some(v);

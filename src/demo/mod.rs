@@ -55,6 +55,9 @@ pub struct DemoArgs {
     /// Start with the changed ("v2") definition of `echo`.
     #[arg(long)]
     evolved: bool,
+    /// Ask the client for its roots as soon as a session is initialized (before any call).
+    #[arg(long)]
+    roots_at_start: bool,
     /// Also serve `broken_schema`, a tool whose input schema does not compile.
     #[arg(long)]
     broken_schema: bool,
@@ -72,6 +75,9 @@ struct State {
     cancelled: AtomicU64,
     crash_after: Option<u64>,
     broken_schema: bool,
+    roots_at_start: bool,
+    /// What asking for roots at startup gave (with `--roots-at-start`).
+    startup_roots: Mutex<Option<String>>,
     peers: Mutex<Vec<Peer<RoleServer>>>,
     /// Open subscriptions/listen streams (stateless era).
     sinks: Mutex<Vec<rmcp::service::SubscriptionSink>>,
@@ -105,6 +111,7 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, String> {
         state: Arc::new(State {
             crash_after: args.crash_after,
             broken_schema: args.broken_schema,
+            roots_at_start: args.roots_at_start,
             evolved: AtomicBool::new(args.evolved),
             ..Default::default()
         }),

@@ -204,6 +204,13 @@ impl ClientHandler for UpstreamClient {
         &self,
         ctx: RequestContext<RoleClient>,
     ) -> Result<ListRootsResult, McpError> {
+        // Asked outside any one client's call (servers that learn their workspace at startup):
+        // fedgate has no roots of its own to give, so the answer is the empty list, not an
+        // error the server logs as a failure.
+        if self.downstream(&ctx).is_err() {
+            tracing::debug!(upstream = %self.upstream, "roots/list outside a client call: answered with no roots");
+            return Ok(ListRootsResult::default());
+        }
         let req = ServerRequest::ListRootsRequest(Default::default());
         match self.relay(&ctx, req).await? {
             ClientResult::ListRootsResult(r) => Ok(r),
