@@ -321,12 +321,7 @@ async fn writes_wait_for_approval_and_run_once_with_the_frozen_arguments() {
         "plan_invalidated"
     );
 
-    let metrics = reqwest::get(format!("{}/metrics", gw.base))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = gw.metrics().await;
     assert_eq!(
         metric(&metrics, "fedgate_approvals_total{outcome=\"approved\"}"),
         3.0,
@@ -401,12 +396,7 @@ async fn an_expired_plan_does_not_run() {
     )
     .await;
     assert_eq!(code(&approve(&alice, &id, "approve").await), "plan_expired");
-    let metrics = reqwest::get(format!("{}/metrics", gw.base))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = gw.metrics().await;
     assert_eq!(
         metric(&metrics, "fedgate_approvals_total{outcome=\"expired\"}"),
         1.0,

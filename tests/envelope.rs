@@ -14,6 +14,14 @@ fn valid(plan: Value) -> Value {
     valid_plan(plan)
 }
 
+/// A plan's status and first error code.
+fn outcome(plan: &Value) -> (&str, &str) {
+    (
+        plan["status"].as_str().unwrap_or_default(),
+        plan["errors"][0]["code"].as_str().unwrap_or_default(),
+    )
+}
+
 /// The plan of a refusal that travelled as a tool result; checks it is there three times over
 /// (text block, `_meta`, and `structuredContent` unless the tool has an output schema).
 fn refusal(r: &CallToolResult, output_schema: bool) -> Value {
@@ -225,10 +233,7 @@ async fn refusals_and_failures_carry_a_plan_with_what_to_do() {
         "{}",
         err.message
     );
-    assert_eq!(
-        (&plan["status"], &plan["errors"][0]["code"]),
-        (&json!("error"), &json!("unknown_tool"))
-    );
+    assert_eq!(outcome(&plan), ("error", "unknown_tool"));
     assert_eq!(plan["recovery_actions"][0]["tool"], "demo.echo", "{plan}");
     // Prompts, resources and completions: JSON-RPC errors with the plan in `error.data`.
     let e = client
@@ -274,10 +279,7 @@ async fn refusals_and_failures_carry_a_plan_with_what_to_do() {
             .unwrap(),
         false,
     );
-    assert_eq!(
-        (&plan["status"], &plan["errors"][0]["code"]),
-        (&json!("blocked"), &json!("rate_limited"))
-    );
+    assert_eq!(outcome(&plan), ("blocked", "rate_limited"));
     assert!(
         plan["errors"][0]["hint"]
             .as_str()
@@ -293,10 +295,7 @@ async fn refusals_and_failures_carry_a_plan_with_what_to_do() {
             .unwrap(),
         false,
     );
-    assert_eq!(
-        (&plan["status"], &plan["errors"][0]["code"]),
-        (&json!("blocked"), &json!("write_not_declared"))
-    );
+    assert_eq!(outcome(&plan), ("blocked", "write_not_declared"));
     assert_eq!(plan["errors"][0]["recoverable"], false);
 
     // The upstream's own isError passes as it is in mode `errors`.
@@ -314,10 +313,7 @@ async fn refusals_and_failures_carry_a_plan_with_what_to_do() {
             .unwrap(),
         false,
     );
-    assert_eq!(
-        (&plan["status"], &plan["errors"][0]["code"]),
-        (&json!("error"), &json!("timeout"))
-    );
+    assert_eq!(outcome(&plan), ("error", "timeout"));
     assert_eq!(plan["errors"][0]["recoverable"], true, "{plan}");
     let plan = refusal(
         &call(&client, "flaky.echo", json!({"text": "x"}))
@@ -325,10 +321,7 @@ async fn refusals_and_failures_carry_a_plan_with_what_to_do() {
             .unwrap(),
         false,
     );
-    assert_eq!(
-        (&plan["status"], &plan["errors"][0]["code"]),
-        (&json!("blocked"), &json!("breaker_open"))
-    );
+    assert_eq!(outcome(&plan), ("blocked", "breaker_open"));
     assert!(
         plan["errors"][0]["hint"]
             .as_str()
@@ -344,10 +337,7 @@ async fn refusals_and_failures_carry_a_plan_with_what_to_do() {
             .unwrap(),
         false,
     );
-    assert_eq!(
-        (&plan["status"], &plan["errors"][0]["code"]),
-        (&json!("error"), &json!("outcome_uncertain"))
-    );
+    assert_eq!(outcome(&plan), ("error", "outcome_uncertain"));
     assert_eq!(plan["errors"][0]["recoverable"], false);
     assert!(
         plan["errors"][0]["hint"]
@@ -373,10 +363,7 @@ async fn refusals_and_failures_carry_a_plan_with_what_to_do() {
             .unwrap(),
         false,
     );
-    assert_eq!(
-        (&plan["status"], &plan["errors"][0]["code"]),
-        (&json!("blocked"), &json!("upstream_unavailable"))
-    );
+    assert_eq!(outcome(&plan), ("blocked", "upstream_unavailable"));
     assert!(
         plan["errors"][0]["hint"]
             .as_str()
@@ -460,10 +447,7 @@ async fn mode_off_is_a_direct_call_and_mode_always_keeps_the_upstream_content() 
         (Some(true), want_fail["content"][0].clone())
     );
     let plan = valid(r.meta.as_ref().unwrap().0[PLAN_KEY].clone());
-    assert_eq!(
-        (&plan["status"], &plan["errors"][0]["code"]),
-        (&json!("error"), &json!("tool_error"))
-    );
+    assert_eq!(outcome(&plan), ("error", "tool_error"));
     assert_eq!(plan["errors"][0]["message"], "this tool always fails");
     assert!(plan.get("follow_up").is_none());
 

@@ -176,18 +176,7 @@ async fn policy_layers_answer_in_order() {
 async fn deleting_a_session_that_is_not_one_is_not_found() {
     let gw = Gateway::start(&stdio_upstream("demo", &[], ""));
     let http = reqwest::Client::new();
-    let init = http
-        .post(&gw.url)
-        .header("accept", "application/json, text/event-stream")
-        .header("content-type", "application/json")
-        .body(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#)
-        .send()
-        .await
-        .unwrap();
-    let session = init.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_owned();
+    let session = gw.raw_session().await;
     let delete = |id: String| {
         let http = http.clone();
         let url = gw.url.clone();

@@ -173,16 +173,7 @@ async fn malformed_params_are_invalid_params() {
         }
         rb.send()
     };
-    let init = post(
-        r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#.into(),
-        None,
-    )
-    .await
-    .unwrap();
-    let session = init.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_owned();
+    let session = gw.raw_session().await;
     let answer = |text: String| -> serde_json::Value {
         let line = text
             .lines()

@@ -190,6 +190,32 @@ impl Gateway {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+
+    /// The Prometheus text of the main listener's `/metrics`.
+    pub async fn metrics(&self) -> String {
+        reqwest::get(format!("{}/metrics", self.base))
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("metrics text")
+    }
+
+    /// Opens a handshake-era session with a raw `initialize` POST; its (sealed) session id.
+    pub async fn raw_session(&self) -> String {
+        let init = reqwest::Client::new()
+            .post(&self.url)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .body(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#)
+            .send()
+            .await
+            .expect("initialize");
+        init.headers()["mcp-session-id"]
+            .to_str()
+            .expect("a session id")
+            .to_owned()
+    }
 }
 
 impl Drop for Gateway {
