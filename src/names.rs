@@ -100,6 +100,21 @@ pub fn namespace_owner<'a>(
         .map(String::as_str)
 }
 
+/// "; did you mean `c`?" when one candidate is a likely misspelling of `word` (at most a third
+/// of its letters differ), else nothing.
+pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
+    let closest = candidates
+        .into_iter()
+        .map(|c| (edit_distance(word, c), c))
+        .min();
+    match closest {
+        Some((d, c)) if d > 0 && d <= word.chars().count().div_ceil(3) => {
+            format!("; did you mean `{c}`?")
+        }
+        _ => String::new(),
+    }
+}
+
 /// Levenshtein distance, for "did you mean" hints.
 pub fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();

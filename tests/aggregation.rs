@@ -305,3 +305,51 @@ async fn duplicate_resource_uris_are_reported_not_shadowed_silently() {
     assert!(serde_json::to_string(&read).unwrap().contains("from first"));
     client.cancel().await.unwrap();
 }
+
+/// A URI that no upstream lists and no template matches goes to `[gateway] resource_default`,
+/// else to the only ready upstream with resources; with two and no default it is refused.
+#[allow(deprecated)] // resources/subscribe is handshake-era only
+#[tokio::test(flavor = "multi_thread")]
+async fn unlisted_resource_uris_go_to_the_default_upstream() {
+    let fixture = UrlProcess::start(&["conformance-fixture", "--http", "127.0.0.1:0"]);
+    let fx = format!(
+        "[upstreams.fx]\nkind = \"http\"\nurl = \"{}\"\nprefix = \"never\"\n",
+        fixture.url
+    );
+    let demo = stdio_upstream("demo", &[], "");
+    let read = |client: &Client, uri: &'static str| {
+        let peer = client.peer().clone();
+        async move { peer.read_resource(ReadResourceRequestParams::new(uri)).await }
+    };
+
+    // Two upstreams with resources, no default: fedgate's own refusal.
+    let gw = Gateway::start(&format!("{demo}{fx}"));
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    let refused = read(&client, "elsewhere://x").await.refused();
+    assert!(refused.contains("no upstream serves resource"), "{refused}");
+    client.cancel().await.unwrap();
+    drop(gw);
+
+    // The configured default answers (the fixture's own not-found wording), for reads and
+    // subscriptions alike; listed URIs still go where they are listed.
+    let gw = Gateway::start(&format!("[gateway]\nresource_default = \"fx\"\n{demo}{fx}"));
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    let refused = read(&client, "elsewhere://x").await.refused();
+    assert!(refused.contains("resource not found: elsewhere://x"), "{refused}");
+    client
+        .peer()
+        .subscribe(SubscribeRequestParams::new("elsewhere://x"))
+        .await
+        .expect("the default upstream takes the subscription");
+    let listed = read(&client, "demo://readme").await.unwrap();
+    assert!(serde_json::to_string(&listed).unwrap().contains("demo upstream"));
+    client.cancel().await.unwrap();
+    drop(gw);
+
+    // One upstream with resources: it serves as itself (the demo's own wording).
+    let gw = Gateway::start(&demo);
+    let client = connect_modern(&gw.url, TestClient::new()).await;
+    let refused = read(&client, "elsewhere://x").await.refused();
+    assert!(refused.contains("no resource elsewhere://x"), "{refused}");
+    client.cancel().await.unwrap();
+}

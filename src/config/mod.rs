@@ -273,6 +273,9 @@ pub struct RawGateway {
     pub tls_handshake_timeout_ms: Option<u64>,
     /// Most client connections at once; more are closed at once.
     pub max_connections: Option<usize>,
+    /// Upstream that serves `resources/read` and `resources/(un)subscribe` for URIs no upstream
+    /// lists and no template matches (unset: the only ready upstream with resources, if one).
+    pub resource_default: Option<Spanned<String>>,
 }
 
 /// `[gateway.tls]`: PEM files, relative to the config file.
@@ -446,18 +449,8 @@ fn with_suggestion(message: &str) -> String {
     let Some((field, expected)) = rest.split_once('`') else {
         return message.to_owned();
     };
-    let closest = expected
-        .split('`')
-        .skip(1)
-        .step_by(2)
-        .map(|c| (crate::names::edit_distance(field, c), c))
-        .min();
-    match closest {
-        Some((d, c)) if d > 0 && d <= field.chars().count().div_ceil(3) => {
-            format!("{message}; did you mean `{c}`?")
-        }
-        _ => message.to_owned(),
-    }
+    let hint = crate::names::did_you_mean(field, expected.split('`').skip(1).step_by(2));
+    format!("{message}{hint}")
 }
 
 /// The key of the `key = value` line holding byte `offset` (where a type error points).

@@ -99,6 +99,9 @@ pub struct GatewaySettings {
     pub body_read_timeout: Duration,
     pub tls_handshake_timeout: Duration,
     pub max_connections: usize,
+    /// Serves resource URIs that nothing lists or matches (`None`: the only ready upstream
+    /// declaring resources, if exactly one).
+    pub resource_default: Option<String>,
 }
 
 /// Which lifecycle fedgate uses towards an upstream.

@@ -126,6 +126,8 @@ pub struct Catalog<T> {
     pub templates: Vec<ResourceTemplate>,
     template_routes: Vec<(UriTemplate, usize)>,
     pub conflicts: Vec<Conflict>,
+    /// Serves resource URIs that nothing lists or matches (see `[gateway] resource_default`).
+    resource_fallback: Option<usize>,
     /// The handles of the members this catalog was built from; route indexes point into it,
     /// so a call resolved on one catalog reaches the right upstream even if a reload replaced
     /// the set.
@@ -144,6 +146,7 @@ impl<T> Default for Catalog<T> {
             templates: Vec::new(),
             template_routes: Vec::new(),
             conflicts: Vec::new(),
+            resource_fallback: None,
             members: Vec::new(),
         }
     }
@@ -335,6 +338,11 @@ impl<T> Catalog<T> {
 
     /// The upstream a resource URI routes to (see the module doc for the rule).
     pub fn resource(&self, uri: &str) -> Option<usize> {
+        self.routed_resource(uri).or(self.resource_fallback)
+    }
+
+    /// The upstream that lists `uri` or whose template matches it best.
+    fn routed_resource(&self, uri: &str) -> Option<usize> {
         if let Some(idx) = self.resource_routes.get(uri) {
             return Some(*idx);
         }
@@ -343,6 +351,12 @@ impl<T> Catalog<T> {
             .filter(|(t, _)| t.matches(uri))
             .max_by_key(|(t, idx)| (t.literal_prefix_len(), std::cmp::Reverse(*idx)))
             .map(|(_, idx)| *idx)
+    }
+
+    /// Sends the URIs nothing lists or matches to the member at `idx`.
+    pub fn with_resource_fallback(mut self, idx: Option<usize>) -> Self {
+        self.resource_fallback = idx.filter(|i| *i < self.members.len());
+        self
     }
 
     /// A bounded name for a resource URI (metric labels): the URI itself when an upstream
@@ -356,6 +370,7 @@ impl<T> Catalog<T> {
             .filter(|(t, _)| t.matches(uri))
             .max_by_key(|(t, idx)| (t.literal_prefix_len(), std::cmp::Reverse(*idx)))
             .map(|(t, _)| t.source.as_str())
+            .or(self.resource_fallback.map(|_| "_unlisted"))
     }
 
     /// The upstream serving a resource template, by its exact template string.
@@ -364,7 +379,7 @@ impl<T> Catalog<T> {
             .iter()
             .find(|(t, _)| t.source == uri_template)
             .map(|(_, idx)| *idx)
-            .or_else(|| self.resource(uri_template))
+            .or_else(|| self.routed_resource(uri_template))
     }
 
     /// Exposed tool names closest to `name`, for "did you mean" hints.

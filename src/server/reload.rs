@@ -244,5 +244,6 @@ fn same_gateway(a: &Snapshot, b: &Snapshot) -> bool {
         && a.session_ttl == b.session_ttl
         && a.input_wait == b.input_wait
         && a.max_parked_calls == b.max_parked_calls
+        && a.resource_default == b.resource_default
         && a.tls.is_some() == b.tls.is_some()
 }

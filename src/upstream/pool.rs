@@ -23,6 +23,8 @@ pub struct Pool {
     /// Replaced as a whole by a reload; each upstream keeps running unless it changed.
     pub(super) upstreams: ArcSwap<Vec<Arc<Upstream>>>,
     separator: String,
+    /// `[gateway] resource_default`.
+    resource_default: Option<String>,
     catalog: ArcSwap<Catalog>,
     /// Rebuilding reads the upstream set and stores a catalog: one at a time, so a rebuild
     /// from a supervisor cannot store a catalog of a set a reload has just replaced.
@@ -59,6 +61,7 @@ impl Pool {
                     .collect(),
             ),
             separator: snapshot.gateway.separator.clone(),
+            resource_default: snapshot.gateway.resource_default.clone(),
             catalog: ArcSwap::from_pointee(Catalog::default()),
             rebuilding: parking_lot::Mutex::new(()),
             pins: {
@@ -199,7 +202,9 @@ impl Pool {
                     handle: u.clone(),
                     spec: u.spec(),
                     lists: u.lists(),
-                });
+                })
+                .collect::<Vec<_>>();
+            let fallback = self.resource_fallback(&ready);
             // `fedgate.approve` is listed only while some upstream's calls need approval.
             let approvals = upstreams.iter().any(|u| {
                 let spec = u.spec();
@@ -211,15 +216,31 @@ impl Pool {
                 .filter(|t| approvals || t.name != namespace::APPROVE_TOOL)
                 .cloned()
                 .collect();
-            self.catalog.store(Arc::new(Catalog::build(
-                &own,
-                ready.collect(),
-                &configured,
-                &self.separator,
-                &self.pins,
-            )));
+            self.catalog.store(Arc::new(
+                Catalog::build(&own, ready, &configured, &self.separator, &self.pins)
+                    .with_resource_fallback(fallback),
+            ));
         }
         self.downstreams.lists_changed(changed);
+    }
+
+    /// Which ready member serves resource URIs that nothing lists or matches: the configured
+    /// `resource_default` (while it is ready), else the only member declaring resources.
+    fn resource_fallback(&self, ready: &[Member<Arc<Upstream>>]) -> Option<usize> {
+        if let Some(name) = &self.resource_default {
+            return ready.iter().position(|m| &m.spec.name == name);
+        }
+        let mut with_resources = ready.iter().enumerate().filter(|(_, m)| {
+            m.handle.connection().is_some_and(|c| {
+                c.peer
+                    .peer_info()
+                    .is_some_and(|i| i.capabilities.resources.is_some())
+            })
+        });
+        match (with_resources.next(), with_resources.next()) {
+            (Some((idx, _)), None) => Some(idx),
+            _ => None,
+        }
     }
 
     pub(super) fn status_changed(&self) {

@@ -254,6 +254,21 @@ pub(super) fn validate(
             }
         }
     }
+    let resource_default = g.resource_default.as_ref().and_then(|r| {
+        if names.iter().any(|n| n == r.get_ref()) {
+            Some(r.get_ref().clone())
+        } else {
+            let hint = crate::names::did_you_mean(r.get_ref(), names.iter().map(String::as_str));
+            cx.err_at(
+                r.span().start,
+                format!(
+                    "[gateway] resource_default `{}` is not a configured upstream{hint}",
+                    crate::names::shown(r.get_ref())
+                ),
+            );
+            None
+        }
+    });
     if !cx.errors.is_empty() {
         return Err(cx.errors);
     }
@@ -310,6 +325,7 @@ pub(super) fn validate(
                     .max(1),
             ),
             max_connections: g.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS).max(1),
+            resource_default,
             shutdown_grace: Duration::from_millis(
                 g.shutdown_grace_ms.unwrap_or(DEFAULT_SHUTDOWN_GRACE_MS),
             ),

@@ -46,6 +46,11 @@ fn gateway_rejections() {
         "is not one of `always`, `never`",
         2,
     );
+    reported(
+        &format!("[gateway]\nresource_default = \"b\"\n{STDIO}"),
+        "resource_default `b` is not a configured upstream; did you mean `a`?",
+        2,
+    );
     // An unset variable: no test sets it.
     reported(
         "[gateway]\nstate_key = \"env:FEDGATE_TEST_UNSET_STATE_KEY\"\n",
