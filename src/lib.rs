@@ -19,5 +19,6 @@ pub mod policy;
 pub mod router;
 pub mod secret;
 pub mod server;
+pub mod tasks;
 pub mod telemetry;
 pub mod upstream;

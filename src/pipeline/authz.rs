@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::{
-    Call, CallFuture, Exposed,
+    Call, CallFuture, Exposed, Op,
     resolve::CLOSEST_NAMES,
     step::{CallService, Step, done},
 };
@@ -31,7 +31,11 @@ impl Step for Authz {
 
 pub(super) fn check(pool: &Pool, call: &Call) -> Result<(), CallError> {
     hidden(pool, call).map_err(|as_unknown| CallError::NotAuthorized {
-        shown: Box::new(as_unknown),
+        // A task of a tool the caller may no longer use is, to it, no task at all.
+        shown: Box::new(match call.op {
+            Op::Task(_) => CallError::UnknownTask,
+            _ => as_unknown,
+        }),
     })
 }
 

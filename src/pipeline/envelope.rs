@@ -148,6 +148,7 @@ fn travels_as_result(e: &CallError) -> bool {
             | CallError::BadRequestState { .. }
             | CallError::NoClientInput { .. }
             | CallError::BadCursor
+            | CallError::UnknownTask
     )
 }
 
@@ -326,6 +327,10 @@ pub fn plan_for(e: &CallError, correlation_id: &str) -> Plan {
             .error(
                 PlanError::new(code, msg.clone(), true).hint("list what exists and pick from it"),
             ),
+        CallError::UnknownTask => base(Status::Error).error(
+            PlanError::new(code, msg.clone(), false)
+                .hint("use the taskId fedgate returned to you; a task's handle is yours alone"),
+        ),
         CallError::BadCursor
         | CallError::BadRequestState { .. }
         | CallError::NoClientInput { .. } => {

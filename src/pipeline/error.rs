@@ -24,6 +24,8 @@ pub enum CallError {
     UnknownPrompt { name: String },
     #[error("no upstream serves resource `{uri}`")]
     UnknownResource { uri: String },
+    #[error("unknown task")]
+    UnknownTask,
     #[error("invalid cursor")]
     BadCursor,
     #[error("requestState refused: {why}")]
@@ -148,6 +150,7 @@ impl Classify for CallError {
             CallError::UnknownTool { .. }
             | CallError::UnknownPrompt { .. }
             | CallError::UnknownResource { .. }
+            | CallError::UnknownTask
             | CallError::BadCursor
             | CallError::BadRequestState { .. }
             | CallError::NoClientInput { .. }
@@ -179,6 +182,7 @@ impl Classify for CallError {
             CallError::UnknownTool { .. } => "unknown_tool",
             CallError::UnknownPrompt { .. } => "unknown_prompt",
             CallError::UnknownResource { .. } => "unknown_resource",
+            CallError::UnknownTask => "unknown_task",
             CallError::BadCursor => "bad_cursor",
             CallError::BadRequestState { .. } => "bad_request_state",
             CallError::Busy { .. } => "busy",
@@ -245,6 +249,11 @@ impl CallError {
                 ErrorCode::RESOURCE_NOT_FOUND,
                 format!("{msg}; call resources/list or resources/templates/list"),
                 Some(json!({ "uri": uri })),
+            ),
+            // Forged, edited, expired and other callers' handles alike: nothing more is said.
+            CallError::UnknownTask => McpError::invalid_params(
+                "unknown task; use the taskId fedgate returned to you for a tools/call",
+                None,
             ),
             CallError::BadCursor => McpError::invalid_params(
                 "invalid cursor; restart the listing without a cursor",
@@ -387,6 +396,7 @@ impl CallError {
             CallError::UnknownTool { .. }
                 | CallError::UnknownPrompt { .. }
                 | CallError::UnknownResource { .. }
+                | CallError::UnknownTask
                 | CallError::BadCursor
                 | CallError::BadRequestState { .. }
                 | CallError::Busy { .. }

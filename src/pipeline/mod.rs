@@ -1,5 +1,6 @@
 //! The per-call stack: every routed request (tools/call, prompts/get, resources/read,
-//! resources/(un)subscribe, completion/complete) runs through these tower layers in order.
+//! resources/(un)subscribe, completion/complete, and tasks/get|update|cancel of a task an
+//! upstream runs) runs through these tower layers in order.
 //!
 //! Authentication happens before the stack, at the HTTP edge: an unauthenticated request never
 //! becomes a `Call` (so it gets 401 whatever else is wrong with it).
@@ -118,6 +119,23 @@ pub enum Op {
     Complete(CompleteRequestParams),
     Subscribe(SubscribeRequestParams),
     Unsubscribe(UnsubscribeRequestParams),
+    /// `tasks/*` of an upstream's task, its handle already opened (the caller's handle is
+    /// replaced by the upstream's own id); authorized against the tool the task came from.
+    Task(TaskCall),
+}
+
+/// A `tasks/*` request on its way to the upstream running the task.
+#[derive(Debug, Clone)]
+pub struct TaskCall {
+    pub route: crate::tasks::TaskRoute,
+    pub request: TaskRequest,
+}
+
+#[derive(Debug, Clone)]
+pub enum TaskRequest {
+    Get,
+    Update(rmcp::model::InputResponses),
+    Cancel,
 }
 
 impl Op {
@@ -129,6 +147,11 @@ impl Op {
             Op::Complete(_) => "completion/complete",
             Op::Subscribe(_) => "resources/subscribe",
             Op::Unsubscribe(_) => "resources/unsubscribe",
+            Op::Task(t) => match t.request {
+                TaskRequest::Get => "tasks/get",
+                TaskRequest::Update(_) => "tasks/update",
+                TaskRequest::Cancel => "tasks/cancel",
+            },
         }
     }
 }

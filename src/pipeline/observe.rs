@@ -57,7 +57,7 @@ impl Step for Observe {
         // resource by the URI an upstream lists or the template that routes it.
         let tool_label = match (&call.op, &upstream) {
             (_, None) => "_unknown".to_owned(),
-            (Op::CallTool(_) | Op::GetPrompt(_), Some(_)) => name.clone(),
+            (Op::CallTool(_) | Op::GetPrompt(_) | Op::Task(_), Some(_)) => name.clone(),
             (Op::Complete(p), Some(_)) if matches!(p.r#ref, Reference::Prompt(_)) => name.clone(),
             (_, Some(_)) => self
                 .pool
@@ -177,7 +177,7 @@ fn server_span(call: &Call, method: &'static str, name: &str, upstream: Option<&
         KeyValue::new("enduser.id", call.identity.name.clone()),
     ];
     match &call.op {
-        Op::CallTool(_) => {
+        Op::CallTool(_) | Op::Task(_) => {
             attrs.push(KeyValue::new("gen_ai.operation.name", "execute_tool"));
             attrs.push(KeyValue::new("gen_ai.tool.name", name.to_owned()));
         }
@@ -212,6 +212,7 @@ fn describe(op: &Op, with_args: bool) -> (String, Option<serde_json::Value>) {
         Op::ReadResource(p) => (p.uri.clone(), None),
         Op::Subscribe(p) => (p.uri.clone(), None),
         Op::Unsubscribe(p) => (p.uri.clone(), None),
+        Op::Task(t) => (t.route.tool.clone(), None),
         Op::Complete(p) => match &p.r#ref {
             Reference::Prompt(r) => (r.name.clone(), None),
             Reference::Resource(r) => (r.uri.clone(), None),

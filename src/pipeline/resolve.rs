@@ -63,6 +63,12 @@ pub(super) fn resolve(pool: &Pool, own: &OwnTools, call: &mut Call) -> Result<Ta
             resource(&catalog, &p.uri)?,
             Exposed::Resource(p.uri.clone()),
         ),
+        Op::Task(t) => {
+            let Some(idx) = catalog.member_index(|u| u.name() == t.route.upstream) else {
+                return Err(gone_upstream(pool, &t.route.upstream));
+            };
+            (idx, Exposed::Tool(t.route.tool.clone()))
+        }
         Op::Complete(p) => match &mut p.r#ref {
             Reference::Prompt(r) => {
                 let route = catalog
@@ -124,6 +130,22 @@ fn unknown_tool(
     CallError::UnknownTool {
         name: shown(name),
         closest: catalog.closest_tools(name, CLOSEST_NAMES, |n| pool.visible_tool(access, n)),
+    }
+}
+
+/// Why the upstream a task handle names has no route: it is down (with its state), or it is
+/// no longer configured.
+fn gone_upstream(pool: &Pool, name: &str) -> CallError {
+    match pool.upstream_named(name) {
+        Some(up) => {
+            let s = up.status();
+            CallError::UpstreamUnavailable {
+                upstream: up.name().to_owned(),
+                phase: s.phase,
+                detail: s.last_error,
+            }
+        }
+        None => CallError::UnknownTask,
     }
 }
 

@@ -158,6 +158,11 @@ impl<T> Catalog<T> {
         self.members.get(idx)
     }
 
+    /// The route index of the first member that `is` picks.
+    pub fn member_index(&self, is: impl Fn(&T) -> bool) -> Option<usize> {
+        self.members.iter().position(is)
+    }
+
     /// Builds the merged view from the gateway's own tools (`own`, named as exposed) and the
     /// ready upstreams' last lists, in config order. `configured` names every configured
     /// upstream (ready or not), whose namespaces bare names may not enter.

@@ -19,6 +19,7 @@ use crate::{
         rate_limit::RateLimits,
     },
     router::cursor::Cursors,
+    tasks::TaskHandles,
     telemetry::{audit::Audit, metrics::Metrics},
     upstream::{pool::Pool, reload::Applied},
 };
@@ -38,6 +39,8 @@ pub struct Core {
     /// Signs cursors, session ids and MRTR `requestState` (`[gateway] state_key`).
     pub seal: Arc<RequestStateCodec>,
     pub cursors: Cursors,
+    /// Task handles of upstreams' tasks (sealed with `seal`).
+    pub tasks: TaskHandles,
     /// The gateway's own tools.
     own: OwnTools,
     /// Plans waiting for approval (bound at start, like the rest of `[gateway]`).
@@ -88,6 +91,7 @@ impl Core {
             ))),
             idempotency: Arc::new(IdempotencyStore::new(snapshot.gateway.idempotency_ttl)),
             cursors: Cursors::new(seal.clone(), snapshot.gateway.cursor_ttl),
+            tasks: TaskHandles::new(seal.clone()),
             seal,
             input_wait: snapshot.gateway.input_wait,
             max_parked_calls: snapshot.gateway.max_parked_calls,

@@ -12,6 +12,7 @@ use rmcp::{
         PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
         ServerCapabilities, ServerConfig, ServerResult, SetLevelRequestParams,
         SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
+        CancelTaskParams, GetTaskParams, GetTaskResult, UpdateTaskParams,
     },
     service::{NotificationContext, RequestContext, SubscriptionContext},
 };
@@ -24,7 +25,8 @@ use crate::{
         identity::{Identity, IdentityKind},
     },
     router::cursor::BadCursor,
-    server::{core::Core, sessions::Hub},
+    pipeline::TaskRequest,
+    server::{core::Core, sessions::Hub, unrouted},
     telemetry::{audit::Audit, traces},
     upstream::{Catalog, inflight::Downstream},
 };
@@ -34,7 +36,7 @@ const LOCAL_SESSION: &str = "local";
 
 #[derive(Debug, Clone)]
 pub struct Gateway {
-    core: Arc<Core>,
+    pub(super) core: Arc<Core>,
     stack: CallStack,
     page_size: usize,
     local: Identity,
@@ -65,7 +67,7 @@ impl Gateway {
     }
 
     /// The caller: set by the HTTP edge; over stdio it is the local operator.
-    fn identity(&self, ctx: &RequestContext<RoleServer>) -> Identity {
+    pub(super) fn identity(&self, ctx: &RequestContext<RoleServer>) -> Identity {
         ctx.extensions
             .get::<http::request::Parts>()
             .and_then(|p| p.extensions.get::<Identity>())
@@ -89,7 +91,7 @@ impl Gateway {
         }
     }
 
-    async fn run(
+    pub(super) async fn run(
         &self,
         op: Op,
         ctx: &RequestContext<RoleServer>,
@@ -184,26 +186,6 @@ fn session_key(ext: &rmcp::model::Extensions) -> String {
         .to_owned()
 }
 
-fn unexpected(method: &str, r: &ServerResult) -> McpError {
-    McpError::internal_error(
-        format!(
-            "upstream answered {method} with an unexpected result type: {}",
-            variant(r)
-        ),
-        None,
-    )
-}
-
-fn variant(r: &ServerResult) -> String {
-    serde_json::to_value(r)
-        .ok()
-        .and_then(|v| {
-            v.as_object()
-                .map(|o| o.keys().cloned().collect::<Vec<_>>().join(","))
-        })
-        .unwrap_or_default()
-}
-
 /// The items an identity may see; the whole list, unfiltered, for unrestricted callers.
 fn visible<T: Clone>(items: &[T], all: bool, allow: impl Fn(&T) -> bool) -> Cow<'_, [T]> {
     if all {
@@ -217,30 +199,6 @@ fn bad_cursor(e: BadCursor) -> McpError {
     to_wire(&e.into(), false)
 }
 
-/// Methods fedgate serves: a request for one of these that rmcp could not decode has bad params.
-const KNOWN_METHODS: [&str; 12] = [
-    "tools/call",
-    "tools/list",
-    "prompts/get",
-    "prompts/list",
-    "resources/read",
-    "resources/list",
-    "resources/templates/list",
-    "resources/subscribe",
-    "resources/unsubscribe",
-    "completion/complete",
-    "logging/setLevel",
-    "initialize",
-];
-
-/// Methods of the handshake era only.
-const HANDSHAKE_ONLY: [&str; 4] = [
-    "initialize",
-    "logging/setLevel",
-    "resources/subscribe",
-    "resources/unsubscribe",
-];
-
 impl ServerHandler for Gateway {
     /// rmcp hands over a request of a known method whose params it could not decode (missing,
     /// `arguments` not an object, `name` not a string …) as a custom request; that is invalid
@@ -250,24 +208,7 @@ impl ServerHandler for Gateway {
         request: rmcp::model::CustomRequest,
         ctx: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CustomResult, McpError> {
-        // The stateless era has no `initialize`, `logging/setLevel` or subscribe methods:
-        // asked in that era they are unknown methods, as the spec requires.
-        let known = KNOWN_METHODS.contains(&request.method.as_str())
-            && !(is_modern(&ctx) && HANDSHAKE_ONLY.contains(&request.method.as_str()));
-        if known {
-            return Err(McpError::invalid_params(
-                format!(
-                    "params of `{}` are missing or malformed; see the MCP schema for this method",
-                    crate::names::shown(&request.method)
-                ),
-                None,
-            ));
-        }
-        Err(McpError::new(
-            rmcp::model::ErrorCode::METHOD_NOT_FOUND,
-            format!("unknown method `{}`", crate::names::shown(&request.method)),
-            None,
-        ))
+        Err(unrouted::custom_request(&request.method, is_modern(&ctx)))
     }
 
     fn get_info(&self) -> ServerConfig {
@@ -280,8 +221,12 @@ impl ServerHandler for Gateway {
             .enable_resources_list_changed()
             .enable_resources_subscribe()
             .enable_completions()
-            .enable_logging()
-            .build();
+            .enable_logging();
+        let caps = if self.offers_tasks() {
+            caps.enable_tasks().build()
+        } else {
+            caps.build()
+        };
         ServerConfig::new(caps)
             .with_server_info(Implementation::new("fedgate", env!("CARGO_PKG_VERSION")))
             .with_instructions(
@@ -503,11 +448,14 @@ impl ServerHandler for Gateway {
         request: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        let tool = request.name.to_string();
         match self.run(Op::CallTool(request), &ctx).await? {
             ServerResult::CallToolResult(r) => Ok(CallToolResponse::Complete(r)),
             ServerResult::InputRequiredResult(r) => Ok(CallToolResponse::InputRequired(r)),
-            ServerResult::CreateTaskResult(r) => Ok(CallToolResponse::Task(r)),
-            other => Err(unexpected("tools/call", &other)),
+            ServerResult::CreateTaskResult(r) => {
+                Ok(CallToolResponse::Task(self.expose_task(r, &tool, &ctx)?))
+            }
+            other => Err(unrouted::unexpected("tools/call", &other)),
         }
     }
 
@@ -519,7 +467,7 @@ impl ServerHandler for Gateway {
         match self.run(Op::GetPrompt(request), &ctx).await? {
             ServerResult::GetPromptResult(r) => Ok(GetPromptResponse::Complete(r)),
             ServerResult::InputRequiredResult(r) => Ok(GetPromptResponse::InputRequired(r)),
-            other => Err(unexpected("prompts/get", &other)),
+            other => Err(unrouted::unexpected("prompts/get", &other)),
         }
     }
 
@@ -538,7 +486,7 @@ impl ServerHandler for Gateway {
                 Ok(ReadResourceResponse::Complete(r))
             }
             ServerResult::InputRequiredResult(r) => Ok(ReadResourceResponse::InputRequired(r)),
-            other => Err(unexpected("resources/read", &other)),
+            other => Err(unrouted::unexpected("resources/read", &other)),
         }
     }
 
@@ -549,8 +497,34 @@ impl ServerHandler for Gateway {
     ) -> Result<CompleteResult, McpError> {
         match self.run(Op::Complete(request), &ctx).await? {
             ServerResult::CompleteResult(r) => Ok(r),
-            other => Err(unexpected("completion/complete", &other)),
+            other => Err(unrouted::unexpected("completion/complete", &other)),
         }
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        self.get_task_for(request.task_id, &ctx).await
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let answers = TaskRequest::Update(request.input_responses);
+        self.ack_task_for(request.task_id, answers, &ctx).await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.ack_task_for(request.task_id, TaskRequest::Cancel, &ctx)
+            .await
     }
 
     #[allow(deprecated)]

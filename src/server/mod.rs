@@ -10,3 +10,5 @@ pub mod reload;
 pub mod sealed_sessions;
 pub mod sessions;
 pub mod stdio;
+mod tasks;
+mod unrouted;

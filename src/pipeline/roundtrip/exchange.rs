@@ -6,7 +6,8 @@
 use std::{sync::Arc, time::Duration};
 
 use rmcp::model::{
-    CallToolRequest, ClientRequest, CompleteRequest, DEFAULT_MRTR_MAX_ROUNDS, GetPromptRequest,
+    CallToolRequest, CancelTaskParams, CancelTaskRequest, GetTaskParams, GetTaskRequest,
+    UpdateTaskParams, UpdateTaskRequest, ClientRequest, CompleteRequest, DEFAULT_MRTR_MAX_ROUNDS, GetPromptRequest,
     InputResponses, ReadResourceRequest, RequestMetaObject, RequestStateCodec, ServerResult,
     SubscribeRequest, UnsubscribeRequest,
 };
@@ -17,7 +18,7 @@ use super::{
     pending::{Outcome, Pending},
 };
 use crate::{
-    pipeline::{Call, CallError, Op},
+    pipeline::{Call, CallError, Op, TaskRequest},
     telemetry::metrics::Metrics,
     upstream::{Connection, DetectedEra, client::server_request, inflight::Downstream},
 };
@@ -304,7 +305,14 @@ fn hop_meta(
         && let Some(d) = downstream
     {
         if let Some(caps) = &d.capabilities {
-            meta.set_client_capabilities(caps.clone());
+            let mut caps = caps.clone();
+            // Handshake-era callers never see tasks: their calls run synchronously.
+            if !d.modern
+                && let Some(ext) = caps.extensions.as_mut()
+            {
+                ext.remove(rmcp::model::TASKS_EXTENSION_ID);
+            }
+            meta.set_client_capabilities(caps);
         }
         if let Some(level) = d.log_level {
             meta.set_log_level(level);
@@ -321,5 +329,19 @@ fn to_request(op: Op) -> ClientRequest {
         Op::Complete(p) => ClientRequest::CompleteRequest(CompleteRequest::new(p)),
         Op::Subscribe(p) => ClientRequest::SubscribeRequest(SubscribeRequest::new(p)),
         Op::Unsubscribe(p) => ClientRequest::UnsubscribeRequest(UnsubscribeRequest::new(p)),
+        Op::Task(t) => {
+            let id = t.route.task_id;
+            match t.request {
+                TaskRequest::Get => ClientRequest::GetTaskRequest(GetTaskRequest::new(
+                    GetTaskParams::new(id),
+                )),
+                TaskRequest::Update(answers) => ClientRequest::UpdateTaskRequest(
+                    UpdateTaskRequest::new(UpdateTaskParams::new(id, answers)),
+                ),
+                TaskRequest::Cancel => ClientRequest::CancelTaskRequest(CancelTaskRequest::new(
+                    CancelTaskParams::new(id),
+                )),
+            }
+        }
     }
 }

@@ -1,0 +1,111 @@
+//! The tasks extension on fedgate's server face: upstream task ids become caller-bound handles
+//! on the way out, and `tasks/*` with a handle go back to the upstream running the task.
+//!
+//! rmcp gates `tasks/*` before these run: `-32601` while no ready upstream offers the extension,
+//! `-32021` (with `requiredCapabilities`) for a caller that did not declare it in the request.
+
+use rmcp::{
+    ErrorData as McpError, RoleServer,
+    model::{CreateTaskResult, GetTaskResult, ServerResult},
+    service::RequestContext,
+};
+
+use super::{mcp::Gateway, unrouted::unexpected};
+use crate::{
+    pipeline::{CallError, Op, TaskCall, TaskRequest, to_wire},
+    router::catalog::Owner,
+    tasks::TaskRoute,
+};
+
+impl Gateway {
+    /// Whether some ready upstream offers the tasks extension.
+    pub(super) fn offers_tasks(&self) -> bool {
+        self.core.pool.upstreams().iter().any(|u| {
+            u.connection().is_some_and(|c| {
+                c.peer
+                    .peer_info()
+                    .is_some_and(|i| i.capabilities.supports_tasks())
+            })
+        })
+    }
+
+    /// An upstream's new task, as the caller sees it: its id replaced by a handle naming the
+    /// upstream behind the exposed `tool`, bound to the caller.
+    pub(super) fn expose_task(
+        &self,
+        mut r: CreateTaskResult,
+        tool: &str,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CreateTaskResult, McpError> {
+        let catalog = self.core.pool.catalog();
+        let upstream = catalog
+            .tool(tool)
+            .and_then(|route| match route.owner {
+                Owner::Member(i) => catalog.upstream(i),
+                Owner::Gateway => None,
+            })
+            .map(|u| u.name().to_owned())
+            .ok_or_else(|| {
+                McpError::internal_error(
+                    format!(
+                        "the upstream behind `{}` returned a task but left the catalog",
+                        crate::names::shown(tool)
+                    ),
+                    None,
+                )
+            })?;
+        let route = TaskRoute {
+            upstream,
+            tool: tool.to_owned(),
+            task_id: std::mem::take(&mut r.task.task_id),
+        };
+        r.task.task_id = self.core.tasks.seal(&self.identity(ctx).name, &route);
+        Ok(r)
+    }
+
+    /// `tasks/*` for `handle`: opened for this caller, then routed through the stack (which
+    /// authorizes the tool the task came from, counts, limits and forwards it).
+    async fn task_request(
+        &self,
+        handle: &str,
+        request: TaskRequest,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<ServerResult, McpError> {
+        let route = self
+            .core
+            .tasks
+            .open(&self.identity(ctx).name, handle)
+            .map_err(|_| to_wire(&CallError::UnknownTask, true))?;
+        self.run(Op::Task(TaskCall { route, request }), ctx).await
+    }
+
+    pub(super) async fn get_task_for(
+        &self,
+        handle: String,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        match self.task_request(&handle, TaskRequest::Get, ctx).await? {
+            ServerResult::GetTaskResult(mut r) => {
+                r.task.task.task_id = handle;
+                Ok(r)
+            }
+            other => Err(unexpected("tasks/get", &other)),
+        }
+    }
+
+    pub(super) async fn ack_task_for(
+        &self,
+        handle: String,
+        request: TaskRequest,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let method = match request {
+            TaskRequest::Update(_) => "tasks/update",
+            _ => "tasks/cancel",
+        };
+        match self.task_request(&handle, request, ctx).await? {
+            ServerResult::TaskAckResult(_) | ServerResult::EmptyResult(_) => Ok(()),
+            other => Err(unexpected(method, &other)),
+        }
+    }
+}
