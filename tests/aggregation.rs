@@ -319,7 +319,10 @@ async fn unlisted_resource_uris_go_to_the_default_upstream() {
     let demo = stdio_upstream("demo", &[], "");
     let read = |client: &Client, uri: &'static str| {
         let peer = client.peer().clone();
-        async move { peer.read_resource(ReadResourceRequestParams::new(uri)).await }
+        async move {
+            peer.read_resource(ReadResourceRequestParams::new(uri))
+                .await
+        }
     };
 
     // Two upstreams with resources, no default: fedgate's own refusal.
@@ -335,14 +338,21 @@ async fn unlisted_resource_uris_go_to_the_default_upstream() {
     let gw = Gateway::start(&format!("[gateway]\nresource_default = \"fx\"\n{demo}{fx}"));
     let client = connect_legacy(&gw.url, TestClient::new()).await;
     let refused = read(&client, "elsewhere://x").await.refused();
-    assert!(refused.contains("resource not found: elsewhere://x"), "{refused}");
+    assert!(
+        refused.contains("resource not found: elsewhere://x"),
+        "{refused}"
+    );
     client
         .peer()
         .subscribe(SubscribeRequestParams::new("elsewhere://x"))
         .await
         .expect("the default upstream takes the subscription");
     let listed = read(&client, "demo://readme").await.unwrap();
-    assert!(serde_json::to_string(&listed).unwrap().contains("demo upstream"));
+    assert!(
+        serde_json::to_string(&listed)
+            .unwrap()
+            .contains("demo upstream")
+    );
     client.cancel().await.unwrap();
     drop(gw);
 

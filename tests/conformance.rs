@@ -171,9 +171,11 @@ fn compare(requirements: &str, era: &str) {
         // A handshake-era upstream sees the capabilities of fedgate's one session with it,
         // never a caller's per-request tasks extension: it cannot hand out tasks.
         (requirements == "2026-07-28" && era == "legacy" && scenario.starts_with("tasks-"))
-            || EXPECTED_GATEWAY_FAILURES.iter().any(|(r, hop, s, c, _why)| {
-                *r == requirements && *hop == era && *s == scenario && *c == id
-            })
+            || EXPECTED_GATEWAY_FAILURES
+                .iter()
+                .any(|(r, hop, s, c, _why)| {
+                    *r == requirements && *hop == era && *s == scenario && *c == id
+                })
     });
     assert!(
         regressions.is_empty() && (gateway_ok || explained > 0),
@@ -233,7 +235,9 @@ fn regressions(
         // A check the fixture passes that fedgate never ran is lost too.
         for (id, (dpass, _)) in d {
             if *dpass > 0 && !g.contains_key(id) && !expected(scenario, id) {
-                regressions.push(format!("{scenario}: {id} (passes directly, missing through fedgate)"));
+                regressions.push(format!(
+                    "{scenario}: {id} (passes directly, missing through fedgate)"
+                ));
             }
         }
     }

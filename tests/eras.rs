@@ -20,7 +20,12 @@ fn code(err: rmcp::ServiceError) -> i32 {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn resource_not_found_uses_each_eras_code() {
-    let gw = Gateway::start(&stdio_upstream("a", &[], ""));
+    // Two upstreams with resources: an unmatched URI has no default upstream to go to.
+    let gw = Gateway::start(&format!(
+        "{}{}",
+        stdio_upstream("a", &[], ""),
+        stdio_upstream("b", &[], "")
+    ));
     let read = ReadResourceRequestParams::new("nothing://here");
     let legacy = connect_legacy(&gw.url, TestClient::new()).await;
     let err = legacy.peer().read_resource(read.clone()).await.unwrap_err();
@@ -183,10 +188,11 @@ async fn unclaimed_parked_calls_expire() {
 /// eras are checked in `rmcp_matrix.rs` and `sdk_clients.rs`.)
 #[tokio::test(flavor = "multi_thread")]
 async fn listen_acknowledges_only_resources_an_upstream_serves() {
-    let gw = Gateway::start(&stdio_upstream(
-        "old",
-        &["--scheme", "old"],
-        "era = \"legacy\"",
+    // Two upstreams with resources, so an unmatched URI has no default upstream.
+    let gw = Gateway::start(&format!(
+        "{}{}",
+        stdio_upstream("old", &["--scheme", "old"], "era = \"legacy\""),
+        stdio_upstream("other", &[], "")
     ));
     let modern = connect_modern(&gw.url, TestClient::new()).await;
     let filter = SubscriptionFilter::builder()

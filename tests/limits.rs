@@ -177,7 +177,8 @@ async fn malformed_params_are_invalid_params() {
     let answer = |text: String| -> serde_json::Value {
         let line = text
             .lines()
-            .find_map(|l| l.strip_prefix("data: "))
+            .filter_map(|l| l.strip_prefix("data:"))
+            .find(|d| !d.trim().is_empty())
             .map(str::to_owned)
             .unwrap_or(text);
         serde_json::from_str(&line).unwrap()

@@ -75,7 +75,7 @@ fn last_message(text: &str) -> Value {
             .filter_map(|l| l.strip_prefix("data:"))
             .filter(|d| !d.trim().is_empty())
             .filter_map(|d| serde_json::from_str(d.trim()).ok())
-            .last()
+            .next_back()
             .unwrap_or(Value::Null)
     })
 }
@@ -98,18 +98,25 @@ async fn call(url: &str, token: &str, tool: &str, args: Value) -> Value {
 }
 
 async fn get(url: &str, token: &str, handle: &str) -> Value {
-    rpc(url, Some(token), "tasks/get", Some(handle), json!({"taskId": handle}), true)
-        .await
-        .1
+    rpc(
+        url,
+        Some(token),
+        "tasks/get",
+        Some(handle),
+        json!({"taskId": handle}),
+        true,
+    )
+    .await
+    .1
 }
 
 /// Polls `tasks/get` (the protocol's own way to learn a task's state) until `until` holds,
 /// for at most ten seconds.
 async fn poll(url: &str, token: &str, handle: &str, until: impl Fn(&Value) -> bool) -> Value {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
         let v = get(url, token, handle).await;
-        if until(&v["result"]) || std::time::Instant::now() > deadline {
+        if until(&v["result"]) || tokio::time::Instant::now() > deadline {
             return v["result"].clone();
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
@@ -128,11 +135,20 @@ async fn an_upstream_task_reaches_the_caller_as_a_handle_only_it_can_use() {
         "fedgate advertises the extension its upstream offers: {discover}"
     );
 
-    let created = call(url, ANN, "fx.slow_compute", json!({"seconds": 60, "label": "t"})).await;
+    let created = call(
+        url,
+        ANN,
+        "fx.slow_compute",
+        json!({"seconds": 60, "label": "t"}),
+    )
+    .await;
     let task = &created["result"];
     assert_eq!(task["resultType"], "task", "{created}");
     assert_eq!(task["status"], "working", "{created}");
-    assert!(task.get("ttlMs").is_some(), "ttlMs passes through: {created}");
+    assert!(
+        task.get("ttlMs").is_some(),
+        "ttlMs passes through: {created}"
+    );
     let handle = task["taskId"].as_str().expect("a task id").to_owned();
     assert!(handle.starts_with("fgt1."), "a gateway handle: {handle}");
 
@@ -146,31 +162,94 @@ async fn an_upstream_task_reaches_the_caller_as_a_handle_only_it_can_use() {
     let at = edited.len() / 2;
     edited[at] = if edited[at] == b'x' { b'y' } else { b'x' };
     let edited = String::from_utf8(edited).unwrap();
-    for (who, h) in [(BOB, handle.as_str()), (ANN, edited.as_str()), (ANN, "7c2e-upstream-id")] {
+    for (who, h) in [
+        (BOB, handle.as_str()),
+        (ANN, edited.as_str()),
+        (ANN, "7c2e-upstream-id"),
+    ] {
         let v = get(url, who, h).await;
         assert_eq!(code(&v), -32602, "{v}");
         let text = v.to_string();
         assert!(text.contains("unknown task"), "{text}");
-        assert!(!text.contains("slow_compute"), "nothing of the task shows: {text}");
+        assert!(
+            !text.contains("slow_compute"),
+            "nothing of the task shows: {text}"
+        );
     }
-    let v = rpc(url, Some(BOB), "tasks/cancel", Some(&handle), json!({"taskId": handle}), true).await.1;
+    let v = rpc(
+        url,
+        Some(BOB),
+        "tasks/cancel",
+        Some(&handle),
+        json!({"taskId": handle}),
+        true,
+    )
+    .await
+    .1;
     assert_eq!(code(&v), -32602, "another caller cannot cancel it: {v}");
 
     // Every tasks request is authenticated, headers must match, the extension must be declared.
-    let (status, _) = rpc(url, None, "tasks/get", Some(&handle), json!({"taskId": handle}), true).await;
+    let (status, _) = rpc(
+        url,
+        None,
+        "tasks/get",
+        Some(&handle),
+        json!({"taskId": handle}),
+        true,
+    )
+    .await;
     assert_eq!(status, 401);
-    let v = rpc(url, Some(ANN), "tasks/get", Some("other"), json!({"taskId": handle}), true).await.1;
+    let v = rpc(
+        url,
+        Some(ANN),
+        "tasks/get",
+        Some("other"),
+        json!({"taskId": handle}),
+        true,
+    )
+    .await
+    .1;
     assert_eq!(code(&v), -32020, "Mcp-Name must equal the handle: {v}");
-    let v = rpc(url, Some(ANN), "tasks/get", Some(&handle), json!({"taskId": handle}), false).await.1;
+    let v = rpc(
+        url,
+        Some(ANN),
+        "tasks/get",
+        Some(&handle),
+        json!({"taskId": handle}),
+        false,
+    )
+    .await
+    .1;
     assert_eq!(code(&v), -32021, "{v}");
-    assert!(v["error"]["data"]["requiredCapabilities"]["extensions"][TASKS].is_object(), "{v}");
+    assert!(
+        v["error"]["data"]["requiredCapabilities"]["extensions"][TASKS].is_object(),
+        "{v}"
+    );
     for removed in ["tasks/result", "tasks/list"] {
-        let v = rpc(url, Some(ANN), removed, None, json!({"taskId": handle}), true).await.1;
+        let v = rpc(
+            url,
+            Some(ANN),
+            removed,
+            None,
+            json!({"taskId": handle}),
+            true,
+        )
+        .await
+        .1;
         assert_eq!(code(&v), -32601, "{removed}: {v}");
     }
 
     // Cancelling goes to the upstream: the task settles `cancelled`, not `completed`.
-    let v = rpc(url, Some(ANN), "tasks/cancel", Some(&handle), json!({"taskId": handle}), true).await.1;
+    let v = rpc(
+        url,
+        Some(ANN),
+        "tasks/cancel",
+        Some(&handle),
+        json!({"taskId": handle}),
+        true,
+    )
+    .await
+    .1;
     assert_eq!(v["result"], json!({"resultType": "complete"}), "{v}");
     let done = poll(url, ANN, &handle, |t| t["status"] != "working").await;
     assert_eq!(done["status"], "cancelled", "{done}");
@@ -188,7 +267,10 @@ async fn a_task_asks_for_input_and_takes_the_answers_through_update() {
     let gw = Gateway::start(&config(&fixture));
     let url = gw.url.as_str();
     let created = call(url, ANN, "fx.confirm_delete", json!({"filename": "a.txt"})).await;
-    let handle = created["result"]["taskId"].as_str().expect("a task").to_owned();
+    let handle = created["result"]["taskId"]
+        .as_str()
+        .expect("a task")
+        .to_owned();
     let asking = poll(url, ANN, &handle, |t| t["status"] == "input_required").await;
     assert_eq!(
         asking["inputRequests"]["confirm"]["method"], "elicitation/create",
@@ -199,22 +281,35 @@ async fn a_task_asks_for_input_and_takes_the_answers_through_update() {
     let update = |answers: Value| {
         let h = handle.clone();
         async move {
-            rpc(url, Some(ANN), "tasks/update", Some(&h), json!({"taskId": h, "inputResponses": answers}), true)
-                .await
-                .1
+            rpc(
+                url,
+                Some(ANN),
+                "tasks/update",
+                Some(&h),
+                json!({"taskId": h, "inputResponses": answers}),
+                true,
+            )
+            .await
+            .1
         }
     };
     // Unknown keys are ignored (acknowledged, nothing changes).
     let v = update(json!({"no-such-key": {"action": "accept", "content": {}}})).await;
     assert_eq!(v["result"], json!({"resultType": "complete"}), "{v}");
-    assert_eq!(get(url, ANN, &handle).await["result"]["status"], "input_required");
+    assert_eq!(
+        get(url, ANN, &handle).await["result"]["status"],
+        "input_required"
+    );
 
     let v = update(json!({"confirm": {"action": "accept", "content": {"confirm": true}}})).await;
     assert_eq!(v["result"]["resultType"], "complete", "{v}");
     let done = poll(url, ANN, &handle, |t| t["status"] == "completed").await;
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(done["taskId"], handle);
-    assert!(done["result"].to_string().contains("Deleted a.txt"), "{done}");
+    assert!(
+        done["result"].to_string().contains("Deleted a.txt"),
+        "{done}"
+    );
 }
 
 /// Handshake-era callers never see tasks, even if they claim the extension at `initialize`:
@@ -252,7 +347,11 @@ async fn handshake_era_callers_never_see_tasks() {
     )
     .await;
     let sid = sid.expect("a session");
-    post(Some(sid.clone()), json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+    post(
+        Some(sid.clone()),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await;
     let call = |id: u32, tool: &str, args: Value| {
         post(
             Some(sid.clone()),
@@ -262,7 +361,10 @@ async fn handshake_era_callers_never_see_tasks() {
     };
     let (_, v) = call(1, "fx.slow_compute", json!({"seconds": 0, "label": "sync"})).await;
     assert!(v["result"].get("taskId").is_none(), "no task: {v}");
-    assert!(first_text_of(&v).contains("completed after 0 seconds"), "{v}");
+    assert!(
+        first_text_of(&v).contains("completed after 0 seconds"),
+        "{v}"
+    );
     let (_, v) = call(2, "fx.failing_job", json!({})).await;
     assert!(
         v.to_string().contains("32021"),

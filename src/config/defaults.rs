@@ -66,3 +66,12 @@ pub const DEFAULT_BODY_READ_TIMEOUT_MS: u64 = 30_000;
 pub const DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
 /// Most client connections at once.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+
+/// `retry` of session SSE streams (rmcp's default).
+pub const DEFAULT_SSE_RETRY_MS: u64 = 3_000;
+/// Events a session stream keeps for a reconnecting client.
+pub const DEFAULT_REPLAY_EVENTS: usize = 64;
+/// Bytes a session stream keeps for a reconnecting client.
+pub const DEFAULT_REPLAY_BYTES: usize = 1 << 20;
+/// How long a session stream's events stay resumable.
+pub const DEFAULT_REPLAY_MS: u64 = 60_000;

@@ -276,6 +276,14 @@ pub struct RawGateway {
     /// Upstream that serves `resources/read` and `resources/(un)subscribe` for URIs no upstream
     /// lists and no template matches (unset: the only ready upstream with resources, if one).
     pub resource_default: Option<Spanned<String>>,
+    /// The `retry` a session's SSE streams announce, in milliseconds (0: no priming events).
+    pub sse_retry_ms: Option<u64>,
+    /// Most events a session stream keeps for a client that reconnects (`Last-Event-ID`).
+    pub replay_events: Option<usize>,
+    /// Most bytes a session stream keeps for a client that reconnects.
+    pub replay_bytes: Option<usize>,
+    /// How long a session stream's events stay resumable, in milliseconds.
+    pub replay_ms: Option<u64>,
 }
 
 /// `[gateway.tls]`: PEM files, relative to the config file.

@@ -102,6 +102,10 @@ pub struct GatewaySettings {
     /// Serves resource URIs that nothing lists or matches (`None`: the only ready upstream
     /// declaring resources, if exactly one).
     pub resource_default: Option<String>,
+    /// `None`: session streams carry no priming event and no `retry`.
+    pub sse_retry: Option<Duration>,
+    /// Bounds of each session stream's resumption buffer.
+    pub replay: crate::server::replay::Limits,
 }
 
 /// Which lifecycle fedgate uses towards an upstream.

@@ -8,7 +8,7 @@ use http::{Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 
-use super::http::{Body, json};
+use super::{http::Body, responses::json};
 
 /// The largest `initialize` request accepted (real clients send well under 4 KiB).
 const MAX_INITIALIZE_BYTES: usize = 16 * 1024;

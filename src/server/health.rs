@@ -2,7 +2,7 @@
 
 use http::{Response, StatusCode};
 
-use super::http::{Body, json};
+use super::{http::Body, responses::json};
 use crate::upstream::pool::Pool;
 
 /// Readiness with per-upstream detail; 200 while at least one upstream serves.

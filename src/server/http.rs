@@ -20,12 +20,12 @@ use tokio_util::sync::CancellationToken;
 use super::{
     core::{Core, InFlight},
     mcp::Gateway,
+    replay::{Replay, ResumeRefused},
+    responses::{challenge, json, unauthorized},
+    resumable::Resumable,
     sealed_sessions::SealedSessions,
 };
-use crate::{
-    config::GatewaySettings,
-    policy::identity::{AuthError, ResourceMetadata},
-};
+use crate::{config::GatewaySettings, policy::identity::AuthError};
 
 /// Path of the MCP endpoint.
 pub const MCP_PATH: &str = "/mcp";
@@ -45,10 +45,12 @@ pub async fn serve(
     close_all: CancellationToken,
 ) -> std::io::Result<()> {
     let local = listener.local_addr()?;
-    // No priming event per response stream: without an event store a broken stream cannot be
-    // resumed anyway, and every extra SSE frame is a write on the hot path.
+    // Session streams start with a priming event and are buffered for resumption (`replay`).
     let mut sessions = LocalSessionManager::default();
-    sessions.session_config.sse_retry = None;
+    sessions.session_config.sse_retry = settings.sse_retry;
+    sessions.session_config.completed_cache_ttl = settings.replay.ttl;
+    let replay = Replay::new(settings.replay, core.metrics.replay_dropped.clone());
+    let sessions = Resumable::new(sessions, replay.clone());
     let sealed = SealedSessions::new(core.seal.clone(), settings.session_ttl);
     let mut config = mcp_config(settings, local, close_all.child_token());
     config.session_store = Some(sealed.clone());
@@ -58,6 +60,7 @@ pub async fn serve(
         mcp,
         core,
         sealed,
+        replay,
         max_body: settings.max_body_bytes,
         header_timeout: settings.header_read_timeout,
         body_timeout: settings.body_read_timeout,
@@ -154,9 +157,10 @@ pub async fn serve(
 /// Everything a connection needs to answer requests.
 #[derive(Clone)]
 struct Edge {
-    mcp: StreamableHttpService<Gateway, LocalSessionManager>,
+    mcp: StreamableHttpService<Gateway, Resumable>,
     core: Arc<Core>,
     sealed: Arc<SealedSessions>,
+    replay: Arc<Replay>,
     max_body: usize,
     /// How long a client may take to send headers (and a kept-alive connection may idle).
     header_timeout: Duration,
@@ -208,6 +212,7 @@ impl Edge {
             mut mcp,
             core,
             sealed,
+            replay,
             max_body,
             body_timeout,
             allowed_hosts,
@@ -257,6 +262,11 @@ impl Edge {
                             StatusCode::NOT_FOUND,
                             &serde_json::json!({"error": "no such session"}),
                         );
+                    }
+                    if let Some(Some(sid)) = &presented
+                        && let Some(refused) = refused_resumption(&req, &replay, sid)
+                    {
+                        return refused;
                     }
                     req.extensions_mut().insert(identity);
                     // A POST is in flight until its response body (JSON or SSE) has been
@@ -355,8 +365,36 @@ fn mcp_config(
         .with_allowed_hosts(hosts)
         .with_allowed_origins(origins)
         .with_max_request_body_bytes(settings.max_body_bytes)
-        .with_sse_retry(None)
+        .with_sse_retry(settings.sse_retry)
         .with_cancellation_token(ct)
+}
+
+/// A `GET` resuming after an event this session cannot resume from gets a clear answer (rmcp
+/// would answer an empty stream): 404 for a stream that is not the session's, 410 when the
+/// events after it were dropped from the buffer.
+fn refused_resumption(
+    req: &Request<Incoming>,
+    replay: &Replay,
+    sid: &str,
+) -> Option<Response<Body>> {
+    if req.method() != http::Method::GET {
+        return None;
+    }
+    let last = req.headers().get("last-event-id")?;
+    let last = last.to_str().unwrap_or("(not text)");
+    if last == "0" {
+        // The priming event of a standalone stream: the stream starts over.
+        return None;
+    }
+    let refused = replay.check(sid, last).err()?;
+    let status = match refused {
+        ResumeRefused::NoSuchStream(_) => StatusCode::NOT_FOUND,
+        ResumeRefused::Dropped(_) => StatusCode::GONE,
+    };
+    Some(json(
+        status,
+        &serde_json::json!({"error": refused.to_string()}),
+    ))
 }
 
 /// A response that created a session carries its sealed id instead of rmcp's.
@@ -371,52 +409,6 @@ fn seal_new_session(mut r: Response<Body>, sealed: &SealedSessions, who: &str) -
         r.headers_mut().insert(SESSION_HEADER, v);
     }
     r
-}
-
-/// 401 whose challenge points at the RFC 9728 metadata when OAuth is configured.
-fn challenge(e: &AuthError, metadata: Option<&ResourceMetadata>) -> Response<Body> {
-    let mut resp = unauthorized(e);
-    if let Some(m) = metadata
-        && let Some(v) = resp
-            .headers()
-            .get(header::WWW_AUTHENTICATE)
-            .and_then(|v| v.to_str().ok())
-        && let Ok(v) =
-            header::HeaderValue::from_str(&format!("{v}, resource_metadata=\"{}\"", m.url()))
-    {
-        resp.headers_mut().insert(header::WWW_AUTHENTICATE, v);
-    }
-    resp
-}
-
-/// 401 with the RFC 6750 challenge; the description never contains the credential.
-fn unauthorized(e: &AuthError) -> Response<Body> {
-    let mut resp = json(
-        StatusCode::UNAUTHORIZED,
-        &serde_json::json!({"error": e.to_string()}),
-    );
-    let challenge = match e {
-        AuthError::Missing => r#"Bearer realm="fedgate""#.to_owned(),
-        other => format!(
-            r#"Bearer realm="fedgate", error="invalid_token", error_description="{}""#,
-            other.to_string().replace('"', "'")
-        ),
-    };
-    if let Ok(v) = header::HeaderValue::from_str(&challenge) {
-        resp.headers_mut().insert(header::WWW_AUTHENTICATE, v);
-    }
-    resp
-}
-
-pub(super) fn json(status: StatusCode, v: &serde_json::Value) -> Response<Body> {
-    let body = serde_json::to_vec(v).unwrap_or_default();
-    let mut resp = Response::new(Full::new(Bytes::from(body)).boxed());
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        header::HeaderValue::from_static("application/json"),
-    );
-    resp
 }
 
 /// Decides whether a request's headers are authorized (built-in test servers only).

@@ -6,26 +6,27 @@ use std::{borrow::Cow, sync::Arc};
 use rmcp::{
     ErrorData as McpError, RoleServer, ServerHandler,
     model::{
-        CacheScope, CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
-        GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
+        CacheScope, CallToolRequestParams, CallToolResponse, CancelTaskParams,
+        CompleteRequestParams, CompleteResult, GetPromptRequestParams, GetPromptResponse,
+        GetTaskParams, GetTaskResult, Implementation, ListPromptsResult,
         ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, LoggingLevel,
         PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
         ServerCapabilities, ServerConfig, ServerResult, SetLevelRequestParams,
         SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
-        CancelTaskParams, GetTaskParams, GetTaskResult, UpdateTaskParams,
+        UpdateTaskParams,
     },
     service::{NotificationContext, RequestContext, SubscriptionContext},
 };
 use tower::ServiceExt;
 
 use crate::{
+    pipeline::TaskRequest,
     pipeline::{self, Call, CallError, CallStack, Op, to_wire},
     policy::{
         authz::Access,
         identity::{Identity, IdentityKind},
     },
     router::cursor::BadCursor,
-    pipeline::TaskRequest,
     server::{core::Core, sessions::Hub, unrouted},
     telemetry::{audit::Audit, traces},
     upstream::{Catalog, inflight::Downstream},

@@ -245,5 +245,7 @@ fn same_gateway(a: &Snapshot, b: &Snapshot) -> bool {
         && a.input_wait == b.input_wait
         && a.max_parked_calls == b.max_parked_calls
         && a.resource_default == b.resource_default
+        && a.sse_retry == b.sse_retry
+        && a.replay == b.replay
         && a.tls.is_some() == b.tls.is_some()
 }

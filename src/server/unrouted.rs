@@ -33,8 +33,7 @@ const HANDSHAKE_ONLY: [&str; 4] = [
 pub(super) fn custom_request(method: &str, modern: bool) -> McpError {
     // The stateless era has no `initialize`, `logging/setLevel` or subscribe methods:
     // asked in that era they are unknown methods, as the spec requires.
-    let known = KNOWN_METHODS.contains(&method)
-        && !(modern && HANDSHAKE_ONLY.contains(&method));
+    let known = KNOWN_METHODS.contains(&method) && !(modern && HANDSHAKE_ONLY.contains(&method));
     if known {
         return McpError::invalid_params(
             format!(
@@ -70,4 +69,3 @@ fn variant(r: &ServerResult) -> String {
         })
         .unwrap_or_default()
 }
-

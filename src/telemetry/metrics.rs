@@ -33,6 +33,7 @@ pub struct Metrics {
     pub approvals: IntCounterVec,
     pub plans_pending: IntGauge,
     pub connections_refused: IntCounter,
+    pub replay_dropped: IntCounterVec,
 }
 
 impl Metrics {
@@ -162,6 +163,18 @@ impl Metrics {
             "Client connections closed at once because max_connections were open",
         )?;
         registry.register(Box::new(connections_refused.clone()))?;
+        let replay_dropped = IntCounterVec::new(
+            Opts::new(
+                "fedgate_replay_events_dropped_total",
+                "SSE events dropped from the resumption buffer before their stream ended: by \
+                 count, bytes or age of the stream's buffer, or the total bound",
+            ),
+            &["reason"],
+        )?;
+        for reason in ["count", "bytes", "age", "total"] {
+            replay_dropped.with_label_values(&[reason]);
+        }
+        registry.register(Box::new(replay_dropped.clone()))?;
         registry.register(Box::new(envelopes.clone()))?;
         registry.register(Box::new(approvals.clone()))?;
         registry.register(Box::new(plans_pending.clone()))?;
@@ -187,6 +200,7 @@ impl Metrics {
             approvals,
             plans_pending,
             connections_refused,
+            replay_dropped,
         })
     }
 

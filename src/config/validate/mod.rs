@@ -326,6 +326,15 @@ pub(super) fn validate(
             ),
             max_connections: g.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS).max(1),
             resource_default,
+            sse_retry: match g.sse_retry_ms.unwrap_or(DEFAULT_SSE_RETRY_MS) {
+                0 => None,
+                ms => Some(Duration::from_millis(ms)),
+            },
+            replay: crate::server::replay::Limits {
+                events: g.replay_events.unwrap_or(DEFAULT_REPLAY_EVENTS).max(1),
+                bytes: g.replay_bytes.unwrap_or(DEFAULT_REPLAY_BYTES).max(1),
+                ttl: Duration::from_millis(g.replay_ms.unwrap_or(DEFAULT_REPLAY_MS).max(1)),
+            },
             shutdown_grace: Duration::from_millis(
                 g.shutdown_grace_ms.unwrap_or(DEFAULT_SHUTDOWN_GRACE_MS),
             ),

@@ -6,10 +6,10 @@
 use std::{sync::Arc, time::Duration};
 
 use rmcp::model::{
-    CallToolRequest, CancelTaskParams, CancelTaskRequest, GetTaskParams, GetTaskRequest,
-    UpdateTaskParams, UpdateTaskRequest, ClientRequest, CompleteRequest, DEFAULT_MRTR_MAX_ROUNDS, GetPromptRequest,
-    InputResponses, ReadResourceRequest, RequestMetaObject, RequestStateCodec, ServerResult,
-    SubscribeRequest, UnsubscribeRequest,
+    CallToolRequest, CancelTaskParams, CancelTaskRequest, ClientRequest, CompleteRequest,
+    DEFAULT_MRTR_MAX_ROUNDS, GetPromptRequest, GetTaskParams, GetTaskRequest, InputResponses,
+    ReadResourceRequest, RequestMetaObject, RequestStateCodec, ServerResult, SubscribeRequest,
+    UnsubscribeRequest, UpdateTaskParams, UpdateTaskRequest,
 };
 use sha2::{Digest, Sha256};
 
@@ -332,9 +332,9 @@ fn to_request(op: Op) -> ClientRequest {
         Op::Task(t) => {
             let id = t.route.task_id;
             match t.request {
-                TaskRequest::Get => ClientRequest::GetTaskRequest(GetTaskRequest::new(
-                    GetTaskParams::new(id),
-                )),
+                TaskRequest::Get => {
+                    ClientRequest::GetTaskRequest(GetTaskRequest::new(GetTaskParams::new(id)))
+                }
                 TaskRequest::Update(answers) => ClientRequest::UpdateTaskRequest(
                     UpdateTaskRequest::new(UpdateTaskParams::new(id, answers)),
                 ),

@@ -1,0 +1,125 @@
+//! rmcp's local session manager with fedgate's resumption buffer (`replay`): sessions work as
+//! rmcp's do; their streams are stored, bound to the session and resumed from the buffer.
+
+use std::sync::Arc;
+
+use futures::Stream;
+use rmcp::{
+    model::{ClientJsonRpcMessage, ServerJsonRpcMessage},
+    transport::{
+        WorkerTransport,
+        common::server_side_http::{ServerSseMessage, SessionId},
+        streamable_http_server::session::{
+            EventStore, EventStream, RestoreOutcome, SessionManager,
+            local::{LocalSessionManager, LocalSessionManagerError, LocalSessionWorker},
+        },
+    },
+};
+
+use super::replay::{Replay, ResumeRefused};
+
+/// The id of the priming event rmcp puts first on a standalone GET stream when it has no
+/// store to ask (it is never stored).
+const STANDALONE_PRIMING_ID: &str = "0";
+
+#[derive(Debug)]
+pub struct Resumable {
+    inner: LocalSessionManager,
+    replay: Arc<Replay>,
+}
+
+impl Resumable {
+    pub fn new(inner: LocalSessionManager, replay: Arc<Replay>) -> Self {
+        let store: Arc<dyn EventStore> = replay.clone();
+        Self {
+            inner: inner.with_event_store(store),
+            replay,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ResumableError {
+    #[error(transparent)]
+    Session(#[from] LocalSessionManagerError),
+    #[error(transparent)]
+    Resume(#[from] ResumeRefused),
+}
+
+impl SessionManager for Resumable {
+    type Error = ResumableError;
+    type Transport = WorkerTransport<LocalSessionWorker>;
+
+    async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
+        Ok(self.inner.create_session().await?)
+    }
+
+    async fn initialize_session(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<ServerJsonRpcMessage, Self::Error> {
+        Ok(self.inner.initialize_session(id, message).await?)
+    }
+
+    async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
+        Ok(self.inner.has_session(id).await?)
+    }
+
+    async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
+        Ok(self.inner.close_session(id).await?)
+    }
+
+    async fn create_stream(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        let stream = self.inner.create_stream(id, message).await?;
+        Ok(self.replay.bound_stream(id.to_string(), Box::pin(stream)))
+    }
+
+    async fn accept_message(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<(), Self::Error> {
+        Ok(self.inner.accept_message(id, message).await?)
+    }
+
+    async fn create_standalone_stream(
+        &self,
+        id: &SessionId,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        Ok(self.inner.create_standalone_stream(id).await?)
+    }
+
+    async fn resume(
+        &self,
+        id: &SessionId,
+        last_event_id: String,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        if last_event_id == STANDALONE_PRIMING_ID
+            && let Some(stream) = self.replay.standalone_from_start(id)
+        {
+            return Ok(stream);
+        }
+        if last_event_id == STANDALONE_PRIMING_ID {
+            let fresh: EventStream = Box::pin(self.inner.create_standalone_stream(id).await?);
+            return Ok(fresh);
+        }
+        Ok(self.replay.resume_after(id, &last_event_id)?)
+    }
+
+    async fn restore_session(
+        &self,
+        id: SessionId,
+    ) -> Result<RestoreOutcome<Self::Transport>, Self::Error> {
+        Ok(self.inner.restore_session(id).await?)
+    }
+
+    /// None: rmcp would otherwise persist stateless-era responses too (see `replay`).
+    fn event_store(&self) -> Option<Arc<dyn EventStore>> {
+        None
+    }
+}
