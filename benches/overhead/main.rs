@@ -293,8 +293,10 @@ fn main() {
          [timeouts]\nread_ms = 30000\nwrite_ms = 60000\nlong_ms = 600000\n",
     )
     .unwrap_or_else(|e| panic!("{e}"));
+    // BENCH_GATEWAY_EXTRA adds `[gateway]` lines (e.g. `sse_retry_ms = 0`) to compare settings.
+    let extra = std::env::var("BENCH_GATEWAY_EXTRA").unwrap_or_default();
     let toml = format!(
-        "[gateway]\ntiers_dir = {tiers:?}\n\n\
+        "[gateway]\ntiers_dir = {tiers:?}\n{extra}\n\n\
          [[rate_limits]]\nname = \"bench\"\nby = [\"identity\", \"tool\"]\nper_second = 10000000\n\n\
          [upstreams.h]\nkind = \"http\"\nurl = \"http://{up_addr}/mcp\"\nera = \"legacy\"\ntier = \"bench\"\n\n\
          [upstreams.s]\nkind = \"stdio\"\ncommand = {:?}\nargs = [\"demo-upstream\", \"--name\", \"s\"]\nera = \"legacy\"\ntier = \"bench\"\n",

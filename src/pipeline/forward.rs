@@ -1,10 +1,7 @@
 //! Forward: the call leaves for its upstream; progress comes back in order, before the result.
 #![allow(deprecated)] // resources/(un)subscribe are legacy-only and still forwarded
 
-use std::{
-    io,
-    task::{Context, Poll},
-};
+use std::task::{Context, Poll};
 
 use opentelemetry::trace::TraceContextExt;
 use rmcp::model::{ResultType, ServerResult};
@@ -104,7 +101,7 @@ impl Forward {
         span.end();
         let result = result?;
         if let Some(max) = spec.tier.max_response_bytes {
-            let size = encoded_len(&result);
+            let size = crate::json_size::encoded_len(&result);
             if size > max {
                 return Err(CallError::ResponseTooLarge {
                     upstream: target.owner.to_string(),
@@ -218,24 +215,5 @@ fn normalise(result: ServerResult) -> ServerResult {
             ServerResult::CompleteResult(r)
         }
         other => other,
-    }
-}
-
-/// The size of a result as JSON, counted without building the text.
-fn encoded_len(result: &ServerResult) -> usize {
-    struct Count(usize);
-    impl io::Write for Count {
-        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
-            self.0 += b.len();
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut n = Count(0);
-    match serde_json::to_writer(&mut n, result) {
-        Ok(()) => n.0,
-        Err(_) => usize::MAX,
     }
 }

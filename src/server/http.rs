@@ -48,7 +48,8 @@ pub async fn serve(
     // Session streams start with a priming event and are buffered for resumption (`replay`).
     let mut sessions = LocalSessionManager::default();
     sessions.session_config.sse_retry = settings.sse_retry;
-    sessions.session_config.completed_cache_ttl = settings.replay.ttl;
+    // rmcp's own copy of a finished request's events is not needed: resumption reads `replay`.
+    sessions.session_config.completed_cache_ttl = Duration::ZERO;
     let replay = Replay::new(settings.replay, core.metrics.replay_dropped.clone());
     let sessions = Resumable::new(sessions, replay.clone());
     let sealed = SealedSessions::new(core.seal.clone(), settings.session_ttl);

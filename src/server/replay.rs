@@ -73,8 +73,10 @@ struct Buffer {
     last_at: Instant,
     /// A request's stream ends with its response; the session's standalone stream never does.
     finished: bool,
-    /// Bumped on every stored event, so followers wake up.
-    tick: watch::Sender<u64>,
+    /// Bumped on every stored event, so followers wake up (made by the first follower).
+    tick: Option<watch::Sender<u64>>,
+    /// rmcp's id of the stream.
+    key: String,
 }
 
 impl Buffer {
@@ -89,8 +91,8 @@ struct State {
     buffers: HashMap<u64, Buffer>,
     /// rmcp's stream id -> ours.
     ids: HashMap<String, u64>,
-    /// Ours -> rmcp's, oldest first (eviction order).
-    order: VecDeque<(u64, String)>,
+    /// Ours, oldest first (eviction order).
+    order: VecDeque<u64>,
     next_stream: u64,
     bytes: usize,
 }
@@ -127,8 +129,7 @@ fn size(event: &ServerSseMessage) -> usize {
     event
         .message
         .as_ref()
-        .and_then(|m| serde_json::to_vec(m.as_ref()).ok())
-        .map_or(16, |v| v.len())
+        .map_or(16, |m| crate::json_size::encoded_len(m.as_ref()))
 }
 
 fn ends_stream(event: &ServerSseMessage) -> bool {
@@ -178,12 +179,11 @@ impl Replay {
     /// The events of `stream` from `from` on: the buffered ones, then new ones as they are
     /// stored, until the stream ends or leaves the buffer.
     fn follow(self: &Arc<Self>, stream: u64, from: u64) -> EventStream {
-        let rx = self
-            .state
-            .lock()
-            .buffers
-            .get(&stream)
-            .map(|b| b.tick.subscribe());
+        let rx = self.state.lock().buffers.get_mut(&stream).map(|b| {
+            b.tick
+                .get_or_insert_with(|| watch::channel(0).0)
+                .subscribe()
+        });
         let this = self.clone();
         let state = (this, rx, from, false);
         Box::pin(futures::stream::unfold(
@@ -257,7 +257,7 @@ impl Replay {
                 let n = s.next_stream;
                 s.next_stream += 1;
                 s.ids.insert(rmcp_stream.to_owned(), n);
-                s.order.push_back((n, rmcp_stream.to_owned()));
+                s.order.push_back(n);
                 // The standalone stream's id names its session.
                 let owner = rmcp_stream.strip_suffix(":common").map(str::to_owned);
                 s.buffers.insert(
@@ -269,7 +269,8 @@ impl Replay {
                         bytes: 0,
                         last_at: now,
                         finished: false,
-                        tick: watch::channel(0).0,
+                        tick: None,
+                        key: rmcp_stream.to_owned(),
                     },
                 );
                 n
@@ -319,7 +320,9 @@ impl Replay {
                     dropped[usize::from(!over_count)] += 1;
                 }
             }
-            b.tick.send_modify(|t| *t += 1);
+            if let Some(t) = &b.tick {
+                t.send_modify(|t| *t += 1);
+            }
             index
         };
         s.bytes = s.bytes + bytes - freed;
@@ -338,7 +341,7 @@ impl Replay {
         let ttl = self.limits.ttl;
         // Streams are checked oldest first; one still in use stops the sweep (it is cheap
         // and runs on every store, so old streams go soon enough).
-        while let Some((n, _)) = s.order.front() {
+        while let Some(n) = s.order.front() {
             let Some(b) = s.buffers.get(n) else {
                 s.order.pop_front();
                 continue;
@@ -354,12 +357,12 @@ impl Replay {
 
     /// Removes the oldest stream; returns how many events it still held.
     fn evict_oldest(&self, s: &mut State) -> u64 {
-        let Some((n, key)) = s.order.pop_front() else {
+        let Some(n) = s.order.pop_front() else {
             return 0;
         };
-        s.ids.remove(&key);
         match s.buffers.remove(&n) {
             Some(b) => {
+                s.ids.remove(&b.key);
                 s.bytes -= b.bytes;
                 b.events.len() as u64
             }
