@@ -547,3 +547,26 @@ async fn roots_asked_before_any_call_get_an_empty_list() {
     assert!(loud.is_empty(), "{loud:#?}");
     client.cancel().await.unwrap();
 }
+
+/// A stderr line far over the logged limit is cut (and says so), and fedgate keeps reading:
+/// the upstream's next stderr writes succeed (a closed pipe would fail them, or kill a server
+/// of another language with SIGPIPE).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_huge_stderr_line_is_cut_and_stderr_is_still_read() {
+    let gw = Gateway::start(&stdio_upstream("demo", &[], ""));
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    for bytes in [200_000, 10, 50_000] {
+        let r = call(&client, "demo.shout", serde_json::json!({"bytes": bytes}))
+            .await
+            .unwrap();
+        assert_eq!(
+            first_text(&r),
+            format!("shouted {bytes} bytes"),
+            "stderr still open after a {bytes}-byte line\n{}",
+            gw.stderr()
+        );
+    }
+    let log = gw.stderr();
+    assert!(log.contains("more bytes of this line cut"), "{log}");
+    assert!(log.contains("demo upstream: shout done"), "{log}");
+}

@@ -16,8 +16,8 @@ use serde::Deserialize;
 use toml::Spanned;
 
 pub use snapshot::{
-    Diagnostic, Era, GatewaySettings, ProcessSpec, RestartPolicy, Snapshot, ToolSettings,
-    TransportSpec, UpstreamSpec,
+    Diagnostic, Era, GatewaySettings, ProcessSpec, ReplayLimits, RestartPolicy, Snapshot,
+    ToolSettings, TransportSpec, UpstreamSpec,
 };
 
 /// The whole file.

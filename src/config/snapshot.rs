@@ -105,7 +105,15 @@ pub struct GatewaySettings {
     /// `None`: session streams carry no priming event and no `retry`.
     pub sse_retry: Option<Duration>,
     /// Bounds of each session stream's resumption buffer.
-    pub replay: crate::server::replay::Limits,
+    pub replay: ReplayLimits,
+}
+
+/// Bounds of each session stream's resumption buffer (`[gateway] replay_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplayLimits {
+    pub events: usize,
+    pub bytes: usize,
+    pub ttl: Duration,
 }
 
 /// Which lifecycle fedgate uses towards an upstream.

@@ -165,6 +165,23 @@ impl ServerHandler for Demo {
                 r
             }
             "pid" => text(std::process::id().to_string()),
+            "shout" => {
+                use std::io::Write;
+                let n = arg_u64(args, "bytes").unwrap_or(0).min(64 << 20) as usize;
+                // Written without eprintln!, which would panic on a closed pipe: the error is
+                // the answer, so a test sees whether the gateway still reads stderr.
+                let mut err = std::io::stderr().lock();
+                let wrote = err
+                    .write_all(&vec![b'x'; n])
+                    .and_then(|()| err.write_all(b"\ndemo upstream: shout done\n"))
+                    .and_then(|()| err.flush());
+                match wrote {
+                    Ok(()) => text(format!("shouted {n} bytes")),
+                    Err(e) => {
+                        CallToolResult::error(vec![ContentBlock::text(format!("stderr: {e}"))])
+                    }
+                }
+            }
             "log" => {
                 // The level filter is the client's (or gateway's) business: all three go out.
                 for (level, data) in [

@@ -136,6 +136,12 @@ impl Demo {
             tool("stats", "Counters: calls, cancellations.", json!({}), true),
             tool("pid", "This server's process id.", json!({}), true),
             tool(
+                "shout",
+                "Writes one stderr line of `bytes` bytes, then a short one.",
+                json!({"bytes": {"type": "integer", "minimum": 0}}),
+                true,
+            ),
+            tool(
                 "headers",
                 "The MCP routing headers this request arrived with (Mcp-Method, Mcp-Name, \
                  Mcp-Param-Region), and the `region` argument.",

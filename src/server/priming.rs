@@ -15,7 +15,7 @@ use futures::Stream;
 use rmcp::transport::common::server_side_http::ServerSseMessage;
 use tokio::time::Sleep;
 
-use super::replay::Replay;
+use super::replay::{Replay, ends_stream};
 
 /// How long a priming event waits for the event after it.
 pub const PRIMING_HOLD: Duration = Duration::from_millis(50);
@@ -33,6 +33,22 @@ pub struct Held<S> {
     replay: Arc<Replay>,
     session: String,
     state: State,
+    /// The stream's first event id, once seen.
+    first_id: Option<String>,
+    /// The request's response has been handed on (the stream ends with it).
+    answered: bool,
+}
+
+/// A stream that handed on its response releases its buffer: the answer went out whole. One
+/// dropped before (the client went away) stays resumable.
+impl<S> Drop for Held<S> {
+    fn drop(&mut self) {
+        if self.answered
+            && let Some(id) = &self.first_id
+        {
+            self.replay.delivered(id);
+        }
+    }
 }
 
 impl<S> Held<S> {
@@ -42,6 +58,8 @@ impl<S> Held<S> {
             replay,
             session,
             state: State::Start,
+            first_id: None,
+            answered: false,
         }
     }
 }
@@ -60,11 +78,13 @@ where
                     Poll::Ready(Some(event)) => {
                         if let Some(id) = &event.event_id {
                             this.replay.bind(id, &this.session);
+                            this.first_id = Some(id.clone());
                         }
                         if event.message.is_none() {
                             this.state = State::Holding(event, None);
                             continue;
                         }
+                        this.answered |= ends_stream(&event);
                         return Poll::Ready(Some(event));
                     }
                     Poll::Ready(None) => {
@@ -95,8 +115,17 @@ where
                         return Poll::Pending;
                     }
                 },
-                State::Next(event) => return Poll::Ready(Some(event)),
-                State::Passing => return Pin::new(&mut this.inner).poll_next(cx),
+                State::Next(event) => {
+                    this.answered |= ends_stream(&event);
+                    return Poll::Ready(Some(event));
+                }
+                State::Passing => {
+                    let polled = Pin::new(&mut this.inner).poll_next(cx);
+                    if let Poll::Ready(Some(event)) = &polled {
+                        this.answered |= ends_stream(event);
+                    }
+                    return polled;
+                }
                 State::Done => {
                     this.state = State::Done;
                     return Poll::Ready(None);

@@ -17,9 +17,8 @@
 //! the replica that served the stream.
 
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::{BTreeMap, HashMap, VecDeque},
     sync::Arc,
-    time::Duration,
 };
 
 use futures::Stream;
@@ -48,13 +47,7 @@ pub enum ResumeRefused {
     Dropped(String),
 }
 
-/// Bounds of each stream's buffer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    pub events: usize,
-    pub bytes: usize,
-    pub ttl: Duration,
-}
+pub use crate::config::ReplayLimits as Limits;
 
 struct Stored {
     index: u64,
@@ -77,6 +70,8 @@ struct Buffer {
     tick: Option<watch::Sender<u64>>,
     /// rmcp's id of the stream.
     key: String,
+    /// Its place in `State::lru`.
+    seq: u64,
 }
 
 impl Buffer {
@@ -91,8 +86,9 @@ struct State {
     buffers: HashMap<u64, Buffer>,
     /// rmcp's stream id -> ours.
     ids: HashMap<String, u64>,
-    /// Ours, oldest first (eviction order).
-    order: VecDeque<u64>,
+    /// Activity order -> stream, least recently written first (expiry and eviction order).
+    lru: BTreeMap<u64, u64>,
+    next_seq: u64,
     next_stream: u64,
     bytes: usize,
 }
@@ -132,7 +128,8 @@ fn size(event: &ServerSseMessage) -> usize {
         .map_or(16, |m| crate::json_size::encoded_len(m.as_ref()))
 }
 
-fn ends_stream(event: &ServerSseMessage) -> bool {
+/// A request's stream ends with its response (or error).
+pub(super) fn ends_stream(event: &ServerSseMessage) -> bool {
     matches!(
         event.message.as_deref(),
         Some(ServerJsonRpcMessage::Response(_) | ServerJsonRpcMessage::Error(_))
@@ -251,13 +248,22 @@ impl Replay {
         let now = Instant::now();
         let mut s = self.state.lock();
         self.expire(&mut s, now);
-        let stream = match s.ids.get(rmcp_stream) {
-            Some(n) => *n,
+        let seq = s.next_seq;
+        s.next_seq += 1;
+        let stream = match s.ids.get(rmcp_stream).copied() {
+            Some(n) => {
+                if let Some(b) = s.buffers.get_mut(&n) {
+                    let old = std::mem::replace(&mut b.seq, seq);
+                    s.lru.remove(&old);
+                }
+                s.lru.insert(seq, n);
+                n
+            }
             None => {
                 let n = s.next_stream;
                 s.next_stream += 1;
                 s.ids.insert(rmcp_stream.to_owned(), n);
-                s.order.push_back(n);
+                s.lru.insert(seq, n);
                 // The standalone stream's id names its session.
                 let owner = rmcp_stream.strip_suffix(":common").map(str::to_owned);
                 s.buffers.insert(
@@ -271,6 +277,7 @@ impl Replay {
                         finished: false,
                         tick: None,
                         key: rmcp_stream.to_owned(),
+                        seq,
                     },
                 );
                 n
@@ -329,21 +336,19 @@ impl Replay {
         self.count("count", dropped[0]);
         self.count("bytes", dropped[1]);
         self.count("age", dropped[2]);
-        while s.bytes > TOTAL_BYTES && s.order.len() > 1 {
+        while s.bytes > TOTAL_BYTES && s.lru.len() > 1 {
             let lost = self.evict_oldest(&mut s);
             self.count("total", lost);
         }
         event_id(stream, index)
     }
 
-    /// Drops events older than the ttl, and streams with nothing left.
+    /// Drops the streams nothing was written to for the ttl, least recently written first.
     fn expire(&self, s: &mut State, now: Instant) {
         let ttl = self.limits.ttl;
-        // Streams are checked oldest first; one still in use stops the sweep (it is cheap
-        // and runs on every store, so old streams go soon enough).
-        while let Some(n) = s.order.front() {
-            let Some(b) = s.buffers.get(n) else {
-                s.order.pop_front();
+        while let Some((_, &n)) = s.lru.first_key_value() {
+            let Some(b) = s.buffers.get(&n) else {
+                s.lru.pop_first();
                 continue;
             };
             if now.duration_since(b.last_at) < ttl {
@@ -355,18 +360,33 @@ impl Replay {
         }
     }
 
-    /// Removes the oldest stream; returns how many events it still held.
+    /// Removes the least recently written stream; returns how many events it still held.
     fn evict_oldest(&self, s: &mut State) -> u64 {
-        let Some(n) = s.order.pop_front() else {
+        let Some((_, n)) = s.lru.pop_first() else {
             return 0;
         };
-        match s.buffers.remove(&n) {
-            Some(b) => {
-                s.ids.remove(&b.key);
-                s.bytes -= b.bytes;
-                b.events.len() as u64
+        Self::remove(s, n).map_or(0, |b| b.events.len() as u64)
+    }
+
+    fn remove(s: &mut State, n: u64) -> Option<Buffer> {
+        let b = s.buffers.remove(&n)?;
+        s.lru.remove(&b.seq);
+        s.ids.remove(&b.key);
+        s.bytes -= b.bytes;
+        Some(b)
+    }
+
+    /// A request's stream whose response went out whole: nothing is left to resume, so its
+    /// events are released now rather than after the ttl.
+    pub fn delivered(&self, event_id: &str) {
+        if let Some((stream, _)) = parse(event_id) {
+            let mut s = self.state.lock();
+            if s.buffers
+                .get(&stream)
+                .is_some_and(|b| b.finished && b.tick.is_none())
+            {
+                Self::remove(&mut s, stream);
             }
-            None => 0,
         }
     }
 

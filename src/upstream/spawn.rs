@@ -7,14 +7,12 @@
 
 use std::{collections::VecDeque, process::Stdio, sync::Arc};
 
-use futures::StreamExt;
 use nix::{
     sys::signal::{Signal, killpg},
     unistd::Pid,
 };
 use parking_lot::Mutex;
 use tokio::process::{Child, ChildStderr, Command};
-use tokio_util::codec::{FramedRead, LinesCodec};
 
 use crate::config::{ProcessSpec, defaults::SELF_COMMAND};
 
@@ -189,22 +187,46 @@ fn set_parent_death_signal(cmd: &mut Command) {
     }
 }
 
+/// Forwards the child's stderr line by line, whatever it writes: a line longer than
+/// [`MAX_STDERR_LINE_BYTES`] is cut (and says how much was cut), and reading goes on — a child
+/// whose stderr pipe closed would die of the next write (EPIPE, SIGPIPE).
 async fn forward_stderr(upstream: String, stderr: ChildStderr, tail: StderrTail) {
-    let mut lines = FramedRead::new(
-        stderr,
-        LinesCodec::new_with_max_length(MAX_STDERR_LINE_BYTES),
-    );
-    while let Some(line) = lines.next().await {
-        match line {
-            Ok(line) => {
-                tail.push(&line);
-                tracing::info!(target: "fedgate::upstream::stderr", upstream = %upstream, "{line}")
-            }
-            Err(tokio_util::codec::LinesCodecError::MaxLineLengthExceeded) => {
-                tracing::warn!(target: "fedgate::upstream::stderr", upstream = %upstream, "stderr line longer than {MAX_STDERR_LINE_BYTES} bytes dropped");
-            }
-            Err(_) => break,
+    use tokio::io::AsyncBufReadExt;
+    let mut reader = tokio::io::BufReader::new(stderr);
+    let mut line: Vec<u8> = Vec::new();
+    let mut cut = 0usize;
+    let emit = |line: &[u8], cut: usize| {
+        let text = String::from_utf8_lossy(line);
+        let text = text.trim_end_matches('\r');
+        tail.push(text);
+        if cut == 0 {
+            tracing::info!(target: "fedgate::upstream::stderr", upstream = %upstream, "{text}");
+        } else {
+            tracing::warn!(target: "fedgate::upstream::stderr", upstream = %upstream, "{text}… ({cut} more bytes of this line cut)");
         }
+    };
+    loop {
+        let (used, ended_line) = match reader.fill_buf().await {
+            Ok([]) | Err(_) => break,
+            Ok(buf) => {
+                let end = buf.iter().position(|b| *b == b'\n');
+                let chunk = &buf[..end.unwrap_or(buf.len())];
+                let room = MAX_STDERR_LINE_BYTES.saturating_sub(line.len());
+                let keep = chunk.len().min(room);
+                line.extend_from_slice(&chunk[..keep]);
+                cut += chunk.len() - keep;
+                (end.map_or(buf.len(), |i| i + 1), end.is_some())
+            }
+        };
+        reader.consume(used);
+        if ended_line {
+            emit(&line, cut);
+            line.clear();
+            cut = 0;
+        }
+    }
+    if !line.is_empty() || cut > 0 {
+        emit(&line, cut);
     }
     tail.ended.send_replace(true);
 }

@@ -330,7 +330,7 @@ pub(super) fn validate(
                 0 => None,
                 ms => Some(Duration::from_millis(ms)),
             },
-            replay: crate::server::replay::Limits {
+            replay: crate::config::ReplayLimits {
                 events: g.replay_events.unwrap_or(DEFAULT_REPLAY_EVENTS).max(1),
                 bytes: g.replay_bytes.unwrap_or(DEFAULT_REPLAY_BYTES).max(1),
                 ttl: Duration::from_millis(g.replay_ms.unwrap_or(DEFAULT_REPLAY_MS).max(1)),
