@@ -570,3 +570,43 @@ async fn a_huge_stderr_line_is_cut_and_stderr_is_still_read() {
     assert!(log.contains("more bytes of this line cut"), "{log}");
     assert!(log.contains("demo upstream: shout done"), "{log}");
 }
+
+/// An answer no parser here can read — longer than the upstream's line limit, or nested deeper
+/// than the JSON parser goes — ends its call at once with what happened (rmcp alone would drop
+/// the line and let the call run into its timeout); the upstream keeps serving.
+#[tokio::test(flavor = "multi_thread")]
+async fn unreadable_answers_end_their_call_at_once_with_the_reason() {
+    // A tier that bounds answers to 1 MiB, so the stdio line limit is 2 MiB.
+    let tiers = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tiers.path().join("bounded.toml"),
+        "rank = 3\nwrites = \"always\"\ntrust_annotations = true\nmax_response_bytes = 1048576\n\
+         [timeouts]\nread_ms = 30000\nwrite_ms = 30000\nlong_ms = 30000\n",
+    )
+    .unwrap();
+    let gw = Gateway::start(&format!(
+        "[gateway]\ntiers_dir = {:?}\n{}",
+        tiers.path(),
+        stdio_upstream("demo", &[], "tier = \"bounded\"")
+    ));
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    let huge = call(&client, "demo.huge", serde_json::json!({"bytes": 3 << 20}))
+        .await
+        .refused();
+    assert!(
+        huge.contains("longer than 2097152 bytes") && !huge.contains("did not answer"),
+        "{huge}"
+    );
+    let deep = call(&client, "demo.deep", serde_json::json!({"levels": 1000}))
+        .await
+        .refused();
+    assert!(deep.contains("deeper than 128 levels"), "{deep}");
+    let r = call(
+        &client,
+        "demo.echo",
+        serde_json::json!({"text": "still here"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(first_text(&r), "echo: still here");
+}

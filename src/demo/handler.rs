@@ -165,6 +165,21 @@ impl ServerHandler for Demo {
                 r
             }
             "pid" => text(std::process::id().to_string()),
+            "huge" => {
+                let n = arg_u64(args, "bytes").unwrap_or(0).min(256 << 20) as usize;
+                text("x".repeat(n))
+            }
+            "deep" => {
+                // Bounded so building and writing it stays far from the stack's limit.
+                let levels = arg_u64(args, "levels").unwrap_or(0).min(2000);
+                let mut v = serde_json::json!("bottom");
+                for _ in 0..levels {
+                    v = serde_json::json!([v]);
+                }
+                let mut r = text("deep");
+                r.structured_content = Some(v);
+                r
+            }
             "shout" => {
                 use std::io::Write;
                 let n = arg_u64(args, "bytes").unwrap_or(0).min(64 << 20) as usize;

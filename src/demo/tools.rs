@@ -136,6 +136,18 @@ impl Demo {
             tool("stats", "Counters: calls, cancellations.", json!({}), true),
             tool("pid", "This server's process id.", json!({}), true),
             tool(
+                "huge",
+                "Answers with a text of `bytes` bytes.",
+                json!({"bytes": {"type": "integer", "minimum": 0}}),
+                true,
+            ),
+            tool(
+                "deep",
+                "Answers with structured content nested `levels` deep.",
+                json!({"levels": {"type": "integer", "minimum": 0}}),
+                true,
+            ),
+            tool(
                 "shout",
                 "Writes one stderr line of `bytes` bytes, then a short one.",
                 json!({"bytes": {"type": "integer", "minimum": 0}}),

@@ -76,11 +76,11 @@ pub async fn connect_stdio(
     let stdin = proc.child.stdin.take().ok_or("child has no stdin")?;
     let table = client.inflight.clone();
     let non_json = super::stdout_watch::NonJson::default();
-    let stdout = super::stdout_watch::WatchedStdout::new(stdout, &spec.name, non_json.clone());
-    let mut rw = rmcp::transport::async_rw::AsyncRwTransport::new_client(stdout, stdin);
-    if let Some(limit) = transport_limit(spec) {
-        rw = rw.with_max_line_length(limit);
-    }
+    let limit = transport_limit(spec).unwrap_or(rmcp::transport::async_rw::DEFAULT_MAX_LINE_LENGTH);
+    let stdout =
+        super::stdout_watch::WatchedStdout::new(stdout, &spec.name, limit, non_json.clone());
+    let rw = rmcp::transport::async_rw::AsyncRwTransport::new_client(stdout, stdin)
+        .with_max_line_length(limit);
     let transport = Tap::new(rw, table);
     // Bounded inside the supervisor's startup timeout, leaving time to collect the exit status
     // after a failure, so a server that never speaks MCP is reported with what it wrote.

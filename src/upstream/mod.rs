@@ -5,6 +5,7 @@ mod connect;
 mod events;
 pub mod inflight;
 mod launch;
+mod line_scan;
 pub mod pool;
 pub mod reload;
 pub mod spawn;
