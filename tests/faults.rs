@@ -610,3 +610,63 @@ async fn unreadable_answers_end_their_call_at_once_with_the_reason() {
     .unwrap();
     assert_eq!(first_text(&r), "echo: still here");
 }
+
+/// An upstream that stops reading its stdin: the call in flight ends at its deadline (the
+/// cancellation that would follow cannot be written either, and is not waited for), the
+/// upstream is taken as failed and started again, and calls work once it is back.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upstream_that_stops_reading_is_restarted() {
+    let tiers = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tiers.path().join("quick.toml"),
+        "rank = 3\nwrites = \"always\"\ntrust_annotations = true\n\
+         [timeouts]\nread_ms = 1500\nwrite_ms = 1500\nlong_ms = 1500\n",
+    )
+    .unwrap();
+    // One runtime thread, so `freeze` stops the server's stdin reader too.
+    let config = format!(
+        "[gateway]\ntiers_dir = {:?}\n[upstreams.demo]\nkind = \"stdio\"\ncommand = {FEDGATE:?}\n\
+         args = [\"--worker-threads\", \"1\", \"demo-upstream\", \"--name\", \"demo\"]\n\
+         tier = \"quick\"\nrestart = {{ base_ms = 50, max_ms = 200 }}\n",
+        tiers.path()
+    );
+    let gw = Gateway::start(&config);
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    let frozen = client.peer().clone();
+    let freeze = tokio::spawn(async move {
+        frozen
+            .call_tool(
+                rmcp::model::CallToolRequestParams::new("demo.freeze")
+                    .with_arguments(args(serde_json::json!({"ms": 60_000}))),
+            )
+            .await
+    });
+    // Once the server is frozen, more than a pipe holds: the write blocks.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !gw.stderr().contains("demo upstream: frozen") {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never froze\n{}",
+            gw.stderr()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let big = "x".repeat(512 * 1024);
+    let r = call(&client, "demo.echo", serde_json::json!({"text": big})).await;
+    assert!(
+        r.refused().contains("did not answer within"),
+        "the call ends at its deadline"
+    );
+    let _ = freeze.await;
+    // The upstream is started again; calls succeed on the new process.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        match call(&client, "demo.echo", serde_json::json!({"text": "back"})).await {
+            Ok(r) if first_text(&r) == "echo: back" => break,
+            _ if tokio::time::Instant::now() > deadline => panic!("not back\n{}", gw.stderr()),
+            _ => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+        }
+    }
+    let log = gw.stderr();
+    assert!(log.contains("stopped reading"), "{log}");
+}

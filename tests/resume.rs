@@ -148,11 +148,11 @@ async fn resumptions_of_other_streams_or_dropped_events_are_refused() {
     ));
     let a = Session::open(&gw.url).await;
     let b = Session::open(&gw.url).await;
-    // Ten progress notifications and the answer, more than the two events a stream keeps;
-    // the client goes away after the first notification.
+    // Ten progress notifications 50 ms apart and the answer, more than the two events a stream
+    // keeps; the client goes away after the first notification, long before the answer.
     let mut resp = a
         .post(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-                     "params": {"name": "demo.progress", "arguments": {"steps": 10},
+                     "params": {"name": "demo.progress", "arguments": {"steps": 10, "delay_ms": 50},
                                 "_meta": {"progressToken": "p"}}}))
         .await;
     let seen = read_until(&mut resp, |e| !e.data.is_empty()).await;

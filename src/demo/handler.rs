@@ -121,8 +121,13 @@ impl ServerHandler for Demo {
             }
             "progress" => {
                 let steps = arg_u64(args, "steps").unwrap_or(3);
+                let pause =
+                    Duration::from_millis(arg_u64(args, "delay_ms").unwrap_or(0).min(10_000));
                 if let Some(token) = ctx.meta.get_progress_token() {
                     for i in 1..=steps {
+                        if i > 1 && !pause.is_zero() {
+                            tokio::time::sleep(pause).await;
+                        }
                         let p = ProgressNotificationParam::new(token.clone(), i as f64)
                             .with_total(steps as f64)
                             .with_message(format!("step {i}"));
@@ -179,6 +184,13 @@ impl ServerHandler for Demo {
                 let mut r = text("deep");
                 r.structured_content = Some(v);
                 r
+            }
+            "freeze" => {
+                let ms = arg_u64(args, "ms").unwrap_or(0).min(600_000);
+                // Deliberately blocking: the runtime thread, and with it the stdin reader, stops.
+                eprintln!("demo upstream: frozen for {ms} ms");
+                std::thread::sleep(Duration::from_millis(ms));
+                text(format!("thawed after {ms} ms"))
             }
             "shout" => {
                 use std::io::Write;

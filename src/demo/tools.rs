@@ -111,8 +111,8 @@ impl Demo {
             ),
             tool(
                 "progress",
-                "Send `steps` progress notifications, then finish.",
-                json!({"steps": {"type": "integer"}}),
+                "Send `steps` progress notifications (`delay_ms` apart), then finish.",
+                json!({"steps": {"type": "integer"}, "delay_ms": {"type": "integer", "minimum": 0}}),
                 true,
             ),
             tool(
@@ -145,6 +145,12 @@ impl Demo {
                 "deep",
                 "Answers with structured content nested `levels` deep.",
                 json!({"levels": {"type": "integer", "minimum": 0}}),
+                true,
+            ),
+            tool(
+                "freeze",
+                "Blocks this server's only thread for `ms` milliseconds: it stops reading stdin.",
+                json!({"ms": {"type": "integer", "minimum": 0}}),
                 true,
             ),
             tool(

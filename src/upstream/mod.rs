@@ -78,6 +78,29 @@ pub struct Connection {
     pub peer: Peer<RoleClient>,
     pub inflight: Arc<Inflight>,
     pub era: DetectedEra,
+    /// Set by a call that found the connection unusable (a request that could not even be
+    /// written in time): the supervisor drops the connection and starts the upstream again.
+    pub broken: Broken,
+}
+
+/// Why a connection was found unusable, once.
+#[derive(Debug, Default)]
+pub struct Broken {
+    token: tokio_util::sync::CancellationToken,
+    why: parking_lot::Mutex<Option<String>>,
+}
+
+impl Broken {
+    pub fn report(&self, why: String) {
+        self.why.lock().get_or_insert(why);
+        self.token.cancel();
+    }
+
+    /// Resolves with the first reason reported.
+    pub async fn reported(&self) -> String {
+        self.token.cancelled().await;
+        self.why.lock().clone().unwrap_or_default()
+    }
 }
 
 /// One configured upstream: its spec, state, connection and lists.

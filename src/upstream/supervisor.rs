@@ -260,11 +260,13 @@ async fn serve(
     let lists = index_lists(up, lists);
     let tools = lists.tools.len();
     up.lists.store(Arc::new(lists));
-    up.conn.store(Some(Arc::new(Connection {
+    let conn = Arc::new(Connection {
         peer: peer.clone(),
         inflight,
         era,
-    })));
+        broken: Default::default(),
+    });
+    up.conn.store(Some(conn.clone()));
     up.update(|s| {
         s.phase = Phase::Ready;
         s.era = Some(era);
@@ -329,6 +331,10 @@ async fn serve(
             }
             status = &mut child_exit => {
                 break format!("process exited ({status}){}", last_words().await);
+            }
+            why = conn.broken.reported() => {
+                ct.cancel();
+                break why;
             }
             _ = shutdown.cancelled() => {
                 ct.cancel();

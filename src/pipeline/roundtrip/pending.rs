@@ -39,10 +39,17 @@ pub struct Pending {
     events: mpsc::UnboundedReceiver<CallEvent>,
     guard: CallGuard,
     timeout: Duration,
+    /// When the first drive must end: counted from before the request was handed over.
+    first_deadline: Option<tokio::time::Instant>,
 }
 
 /// How far a request got.
 #[allow(clippy::large_enum_variant)] // returned once per attempt and consumed at once
+/// How long telling an upstream that a call is off may take.
+const CANCEL_WRITE_WAIT: Duration = Duration::from_secs(1);
+
+// `Done` is what nearly every call ends with; boxing it would add an allocation per call.
+#[allow(clippy::large_enum_variant)]
 pub enum Outcome {
     Done(Result<ServerResult, CallError>),
     /// The upstream is waiting for input from a stateless-era caller.
@@ -68,11 +75,30 @@ impl Pending {
     ) -> Result<Self, CallError> {
         let (guard, events) = conn.inflight.open(downstream);
         request.extensions_mut().insert(guard.key);
-        let handle = conn
-            .peer
-            .send_request_with_option(request, PeerRequestOptions::no_options().with_meta(meta))
-            .await
-            .map_err(|e| CallError::from_service(upstream, e))?;
+        let first_deadline = tokio::time::Instant::now() + timeout;
+        // The deadline covers handing the request over: an upstream that stopped reading (its
+        // stdin pipe full) would otherwise hold the call, and every call after it, for good.
+        let sent = tokio::time::timeout(
+            timeout,
+            conn.peer.send_request_with_option(
+                request,
+                PeerRequestOptions::no_options().with_meta(meta),
+            ),
+        )
+        .await;
+        let handle = match sent {
+            Ok(r) => r.map_err(|e| CallError::from_service(upstream, e))?,
+            Err(_) => {
+                conn.broken.report(format!(
+                    "a request could not be written to it within {timeout:?} (it stopped reading)"
+                ));
+                return Err(CallError::UpstreamTimeout {
+                    upstream: upstream.to_owned(),
+                    after: timeout,
+                    uncertain: false,
+                });
+            }
+        };
         Ok(Self {
             id: handle.id.clone(),
             response: Box::pin(handle.await_response()),
@@ -81,6 +107,7 @@ impl Pending {
             events,
             guard,
             timeout,
+            first_deadline: Some(first_deadline),
         })
     }
 
@@ -89,15 +116,21 @@ impl Pending {
         self.conn.inflight.rebind(self.guard.key, downstream);
     }
 
-    /// Waits for the response, relaying events to `downstream` meanwhile. The deadline counts
-    /// from now: time a parked call spent waiting for its caller is not the upstream's.
+    /// Waits for the response, relaying events to `downstream` meanwhile, until the call's
+    /// deadline.
     pub async fn drive(
         mut self,
         downstream: Option<&Downstream>,
         token: Option<&ProgressToken>,
         ct: &CancellationToken,
     ) -> Outcome {
-        let deadline = tokio::time::sleep(self.timeout);
+        // A resumed call's deadline starts now: time it spent parked waiting for its caller is
+        // not the upstream's.
+        let deadline = tokio::time::sleep_until(
+            self.first_deadline
+                .take()
+                .unwrap_or_else(|| tokio::time::Instant::now() + self.timeout),
+        );
         tokio::pin!(deadline);
         loop {
             let next = tokio::select! {
@@ -153,11 +186,18 @@ impl Pending {
 
     /// Tells the upstream to stop working on the request. (The returned future does not hold
     /// on to `self`, whose response future is not `Sync`.)
+    /// Tells the upstream the call is off. Bounded: an upstream that stopped reading would
+    /// hold the caller here for good; it is reported broken instead (and started again).
     pub fn cancel(&self, reason: &str) -> impl Future<Output = ()> + Send + 'static {
-        let peer = self.conn.peer.clone();
+        let conn = self.conn.clone();
         let p = CancelledNotificationParam::new(Some(self.id.clone()), Some(reason.to_owned()));
         async move {
-            let _ = peer.notify_cancelled(p).await;
+            let sent = tokio::time::timeout(CANCEL_WRITE_WAIT, conn.peer.notify_cancelled(p)).await;
+            if sent.is_err() {
+                conn.broken.report(format!(
+                    "a cancellation could not be written to it within {CANCEL_WRITE_WAIT:?} (it stopped reading)"
+                ));
+            }
         }
     }
 }
