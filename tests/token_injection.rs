@@ -192,6 +192,22 @@ credential = "cc"
         "refreshed once on 401"
     );
 
+    // A burst of calls that meet a revoked token refreshes it once, not once per call.
+    let before = endpoint.issued.load(Ordering::SeqCst);
+    std::fs::write(&accepted, format!("tok-{}", before + 1)).unwrap();
+    let burst = (0..8).map(|_| call(&client, "api.whoami", serde_json::json!({})));
+    for r in futures::future::join_all(burst).await {
+        assert_eq!(
+            first_text(&r.unwrap()),
+            format!("Bearer tok-{}", before + 1)
+        );
+    }
+    assert_eq!(
+        endpoint.issued.load(Ordering::SeqCst),
+        before + 1,
+        "one token fetched for the whole burst"
+    );
+
     // Token exchange for a stdio upstream: the token arrives in its environment.
     let who = first_text(
         &call(&client, "local.whoami", serde_json::json!({}))
@@ -216,7 +232,7 @@ credential = "cc"
 
     let log = gw.stderr();
     let audit_text = std::fs::read_to_string(&audit).unwrap_or_default();
-    for secret in [CLIENT_KEY, CC_SECRET, SUBJECT, "tok-1", "tok-2"] {
+    for secret in [CLIENT_KEY, CC_SECRET, SUBJECT, "tok-1", "tok-2", "tok-3"] {
         assert!(!log.contains(secret), "`{secret}` in the gateway log");
         assert!(!audit_text.contains(secret), "`{secret}` in the audit log");
     }
@@ -284,4 +300,49 @@ async fn stdio_env_values_may_be_secret_references() {
         ("env from-the-env".to_owned(), "env from-a-file".to_owned())
     );
     client.cancel().await.unwrap();
+}
+
+/// The response limits of an upstream's tier bind its transport with an injected credential
+/// too: an answer far over them is cut off at the transport, not read whole first.
+#[tokio::test(flavor = "multi_thread")]
+async fn response_limits_hold_with_an_injected_credential() {
+    let dir = tempfile::tempdir().unwrap();
+    let accepted = dir.path().join("accepted-token");
+    std::fs::write(&accepted, "static-token").unwrap();
+    std::fs::write(
+        dir.path().join("bounded.toml"),
+        "rank = 3\nwrites = \"always\"\ntrust_annotations = true\nmax_response_bytes = 65536\n\
+         credential_classes = [\"internal\"]\n\
+         [timeouts]\nread_ms = 30000\nwrite_ms = 30000\nlong_ms = 30000\n",
+    )
+    .unwrap();
+    let api = UrlProcess::start(&[
+        "demo-upstream",
+        "--name",
+        "api",
+        "--http",
+        "127.0.0.1:0",
+        "--require-bearer-file",
+        accepted.to_str().unwrap(),
+    ]);
+    let config = format!(
+        "[gateway]\ntiers_dir = {:?}\n[credentials.static]\nclass = \"internal\"\nsource = \"env:API_TOKEN\"\n\n\
+         [upstreams.api]\nkind = \"http\"\nurl = \"{}\"\ncredential = \"static\"\ntier = \"bounded\"\n",
+        dir.path(),
+        api.url
+    );
+    let gw = Gateway::start_env(&config, &[("API_TOKEN", "static-token")]);
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    let r = call(&client, "api.huge", serde_json::json!({"bytes": 1 << 20})).await;
+    // Cut at the transport (2 × 64 KiB): the stream ends there. Read whole, it would have been
+    // refused later by the size check after the read (`larger than 65536 bytes`).
+    let refused = r.refused();
+    assert!(
+        refused.contains("closed the connection") && !refused.contains("65536"),
+        "{refused}"
+    );
+    let ok = call(&client, "api.whoami", serde_json::json!({}))
+        .await
+        .unwrap();
+    assert_eq!(first_text(&ok), "Bearer static-token");
 }

@@ -12,6 +12,7 @@ use rmcp::{
     model::ClientJsonRpcMessage,
     transport::streamable_http_client::{
         SseError, StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
+        StreamableHttpResponseLimits,
     },
 };
 use tokio::time::Instant;
@@ -55,6 +56,8 @@ pub struct Credential {
     pub class: String,
     source: Source,
     cache: Mutex<Option<(Secret, Option<Instant>)>>,
+    /// One fetch at a time: concurrent calls that find the token stale wait for it.
+    fetching: tokio::sync::Mutex<()>,
     http: reqwest::Client,
 }
 
@@ -65,6 +68,7 @@ impl Credential {
             class,
             source,
             cache: Mutex::new(None),
+            fetching: tokio::sync::Mutex::new(()),
             http: reqwest::Client::new(),
         }
     }
@@ -74,12 +78,22 @@ impl Credential {
         self.name == other.name && self.class == other.class && self.source == other.source
     }
 
-    /// The current token, from the cache while it is fresh.
+    fn cached(&self) -> Option<Secret> {
+        match self.cache.lock().as_ref() {
+            Some((t, until)) if until.is_none_or(|u| Instant::now() < u) => Some(t.clone()),
+            _ => None,
+        }
+    }
+
+    /// The current token, from the cache while it is fresh; a stale one is fetched once
+    /// however many calls need it at that moment.
     pub async fn token(&self) -> Result<Secret, String> {
-        if let Some((t, until)) = self.cache.lock().as_ref()
-            && until.is_none_or(|u| Instant::now() < u)
-        {
-            return Ok(t.clone());
+        if let Some(t) = self.cached() {
+            return Ok(t);
+        }
+        let _one = self.fetching.lock().await;
+        if let Some(t) = self.cached() {
+            return Ok(t);
         }
         let (token, lifetime) = self.fetch().await?;
         let until = lifetime.map(|l| Instant::now() + l.saturating_sub(EXPIRY_MARGIN));
@@ -89,9 +103,16 @@ impl Credential {
         Ok(token)
     }
 
-    /// Forgets the cached token (the upstream said 401).
-    pub fn invalidate(&self) {
-        *self.cache.lock() = None;
+    /// Forgets the cached token if it is still `used`, the one the upstream answered 401 to
+    /// (a burst of 401s refreshes once, not once per call).
+    pub fn invalidate(&self, used: &Secret) {
+        let mut cache = self.cache.lock();
+        if cache
+            .as_ref()
+            .is_some_and(|(t, _)| t.expose() == used.expose())
+        {
+            *cache = None;
+        }
     }
 
     async fn fetch(&self) -> Result<(Secret, Option<Duration>), String> {
@@ -222,14 +243,14 @@ impl InjectingClient {
         &self,
         auth: Option<String>,
         mut custom: Headers,
-    ) -> Result<(Option<String>, Headers), StreamableHttpError<reqwest::Error>> {
+    ) -> Result<(Option<String>, Headers, Secret), StreamableHttpError<reqwest::Error>> {
         let token = self.credential.token().await.map_err(|e| {
             StreamableHttpError::UnexpectedServerResponse(
                 format!("upstream credential unavailable: {e}").into(),
             )
         })?;
         match &self.placement {
-            Placement::Bearer => Ok((Some(token.expose().to_owned()), custom)),
+            Placement::Bearer => Ok((Some(token.expose().to_owned()), custom, token)),
             Placement::Header(name) => {
                 let value = HeaderValue::from_str(token.expose()).map_err(|_| {
                     StreamableHttpError::UnexpectedServerResponse(
@@ -237,16 +258,41 @@ impl InjectingClient {
                     )
                 })?;
                 custom.insert(name.clone(), value);
-                Ok((auth, custom))
+                Ok((auth, custom, token))
             }
         }
+    }
+
+    /// Sends with the credential; on 401 refreshes it once and sends again.
+    async fn with_credential<T, F, Fut>(
+        &self,
+        auth_header: Option<String>,
+        custom_headers: Headers,
+        send: F,
+    ) -> Result<T, StreamableHttpError<reqwest::Error>>
+    where
+        F: Fn(Option<String>, Headers) -> Fut,
+        Fut: std::future::Future<Output = Result<T, StreamableHttpError<reqwest::Error>>>,
+    {
+        let (auth, headers, used) = self
+            .headers(auth_header.clone(), custom_headers.clone())
+            .await?;
+        let first = send(auth, headers).await;
+        if !unauthorized(&first) {
+            return first;
+        }
+        // One refresh per 401: the cached token may have been revoked or rotated.
+        self.credential.invalidate(&used);
+        let (auth, headers, _) = self.headers(auth_header, custom_headers).await?;
+        send(auth, headers).await
     }
 }
 
 fn unauthorized<T>(r: &Result<T, StreamableHttpError<reqwest::Error>>) -> bool {
     match r {
         Err(StreamableHttpError::AuthRequired(_)) => true,
-        Err(StreamableHttpError::UnexpectedServerResponse(m)) => m.contains("401"),
+        // rmcp's wording of a 401 without a challenge: `HTTP 401 Unauthorized: <body>`.
+        Err(StreamableHttpError::UnexpectedServerResponse(m)) => m.starts_with("HTTP 401"),
         _ => false,
     }
 }
@@ -262,28 +308,39 @@ impl StreamableHttpClient for InjectingClient {
         auth_header: Option<String>,
         custom_headers: Headers,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
-        let (auth, headers) = self
-            .headers(auth_header.clone(), custom_headers.clone())
-            .await?;
-        let first = self
-            .inner
-            .post_message(
+        self.post_message_with_response_limits(
+            uri,
+            message,
+            session_id,
+            auth_header,
+            custom_headers,
+            StreamableHttpResponseLimits::default(),
+        )
+        .await
+    }
+
+    /// The transport's response limits reach the inner client (the default method would
+    /// drop all but the SSE one).
+    async fn post_message_with_response_limits(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: Headers,
+        limits: StreamableHttpResponseLimits,
+    ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
+        self.with_credential(auth_header, custom_headers, |auth, headers| {
+            self.inner.post_message_with_response_limits(
                 uri.clone(),
                 message.clone(),
                 session_id.clone(),
                 auth,
                 headers,
+                limits,
             )
-            .await;
-        if !unauthorized(&first) {
-            return first;
-        }
-        // One refresh per 401: the cached token may have been revoked or rotated.
-        self.credential.invalidate();
-        let (auth, headers) = self.headers(auth_header, custom_headers).await?;
-        self.inner
-            .post_message(uri, message, session_id, auth, headers)
-            .await
+        })
+        .await
     }
 
     async fn delete_session(
@@ -293,7 +350,7 @@ impl StreamableHttpClient for InjectingClient {
         auth_header: Option<String>,
         custom_headers: Headers,
     ) -> Result<(), StreamableHttpError<Self::Error>> {
-        let (auth, headers) = self.headers(auth_header, custom_headers).await?;
+        let (auth, headers, _) = self.headers(auth_header, custom_headers).await?;
         self.inner
             .delete_session(uri, session_id, auth, headers)
             .await
@@ -310,9 +367,34 @@ impl StreamableHttpClient for InjectingClient {
         futures::stream::BoxStream<'static, Result<sse_stream::Sse, SseError>>,
         StreamableHttpError<Self::Error>,
     > {
-        let (auth, headers) = self.headers(auth_header, custom_headers).await?;
+        let (auth, headers, _) = self.headers(auth_header, custom_headers).await?;
         self.inner
             .get_stream(uri, session_id, last_event_id, auth, headers)
+            .await
+    }
+
+    async fn get_stream_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: Headers,
+        max_sse_event_size: usize,
+    ) -> Result<
+        futures::stream::BoxStream<'static, Result<sse_stream::Sse, SseError>>,
+        StreamableHttpError<Self::Error>,
+    > {
+        let (auth, headers, _) = self.headers(auth_header, custom_headers).await?;
+        self.inner
+            .get_stream_with_max_sse_event_size(
+                uri,
+                session_id,
+                last_event_id,
+                auth,
+                headers,
+                max_sse_event_size,
+            )
             .await
     }
 }
