@@ -326,3 +326,44 @@ async fn idempotency_keys_do_not_freeze_input_required_rounds() {
     };
     assert_eq!(first_text(&again), "hello lin");
 }
+
+/// A stateless-era client that closes its `subscriptions/listen` stream (how that era ends a
+/// subscription) is ordinary: nothing is logged at ERROR for it (rmcp reports the answer it can
+/// no longer send; fedgate drops that line).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_closed_listen_stream_leaves_no_error_in_the_log() {
+    let gw = Gateway::start(&stdio_upstream("a", &[], ""));
+    for _ in 0..3 {
+        let mut resp = reqwest::Client::new()
+            .post(&gw.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "subscriptions/listen")
+            .json(
+                &serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen",
+                "params": {"notifications": {"toolsListChanged": true}, "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+                    "io.modelcontextprotocol/clientCapabilities": {}}}}),
+            )
+            .send()
+            .await
+            .unwrap();
+        // The acknowledgement, then the client goes away.
+        let first = resp.chunk().await.unwrap().unwrap_or_default();
+        assert!(
+            String::from_utf8_lossy(&first).contains("acknowledged"),
+            "{first:?}"
+        );
+        drop(resp);
+    }
+    // A call after them is answered, so the closed streams have been dealt with.
+    let client = connect_modern(&gw.url, TestClient::new()).await;
+    let r = call(&client, "a.slow", serde_json::json!({"ms": 300}))
+        .await
+        .unwrap();
+    assert_eq!(first_text(&r), "slept 300");
+    let log = gw.stderr();
+    assert!(!log.contains("ERROR"), "{log}");
+}

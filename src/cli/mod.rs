@@ -146,14 +146,22 @@ fn init_logging(format: &str, quiet: bool) {
     } else {
         "info,rmcp=error,rmcp::transport::worker=off,opentelemetry=warn"
     };
+    use tracing_subscriber::{Layer, layer::SubscriberExt, util::SubscriberInitExt};
     let filter = EnvFilter::try_from_env("FEDGATE_LOG").unwrap_or_else(|_| EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let layer = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    let _ = if format == "json" {
-        builder.json().try_init()
+        .with_ansi(ansi);
+    let layer = if format == "json" {
+        layer.json().boxed()
     } else {
-        builder.try_init()
+        layer.boxed()
     };
+    let _ = tracing_subscriber::registry()
+        .with(
+            layer
+                .with_filter(filter)
+                .with_filter(crate::telemetry::benign::Benign),
+        )
+        .try_init();
 }

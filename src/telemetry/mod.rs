@@ -1,5 +1,6 @@
 //! Observability: the audit log, Prometheus metrics and OpenTelemetry traces.
 
 pub mod audit;
+pub mod benign;
 pub mod metrics;
 pub mod traces;
