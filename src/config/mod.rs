@@ -436,16 +436,75 @@ pub fn load(path: &Path) -> Result<Snapshot, Vec<Diagnostic>> {
 
 /// Parses and validates config text; `file` names it in diagnostics.
 pub fn load_str(file: &str, text: &str) -> Result<Snapshot, Vec<Diagnostic>> {
-    let raw: RawConfig = toml::from_str(text).map_err(|e| {
-        let line = e.span().map(|s| line_of(text, s.start)).unwrap_or(0);
-        let key = e.span().and_then(|s| key_at(text, s.start));
-        vec![Diagnostic {
-            file: file.to_owned(),
-            line,
-            message: plain(&with_suggestion(e.message().trim()), key.as_deref()),
-        }]
-    })?;
+    let raw: RawConfig = toml::from_str(text).map_err(|e| parse_problems(file, text, e))?;
     validate::validate(file, text, raw)
+}
+
+/// Most problems reported from one parse failure.
+const MAX_PARSE_PROBLEMS: usize = 50;
+
+/// Every problem of a file that is valid TOML but not a valid config, not only the first serde
+/// stops at: the `key = value` line of each one is blanked (line numbers stay) and the text
+/// parsed again, until it parses or a problem has no line of its own. A TOML syntax error is
+/// reported alone: what follows it cannot be read reliably.
+fn parse_problems(file: &str, text: &str, first: toml::de::Error) -> Vec<Diagnostic> {
+    let diagnostic = |text: &str, e: &toml::de::Error| {
+        let key = e.span().and_then(|s| key_at(text, s.start));
+        Diagnostic {
+            file: file.to_owned(),
+            line: e.span().map(|s| line_of(text, s.start)).unwrap_or(0),
+            message: plain(&with_suggestion(e.message().trim()), key.as_deref()),
+        }
+    };
+    let mut out = vec![diagnostic(text, &first)];
+    if text.parse::<toml::Table>().is_err() {
+        return out;
+    }
+    let mut text = text.to_owned();
+    let mut blanked: Vec<String> = Vec::new();
+    let mut err = first;
+    while out.len() < MAX_PARSE_PROBLEMS {
+        let Some(start) = err.span().map(|s| s.start) else {
+            break;
+        };
+        let Some(key) = key_at(&text, start) else {
+            break;
+        };
+        blank_line(&mut text, start);
+        blanked.push(key);
+        if text.parse::<toml::Table>().is_err() {
+            break;
+        }
+        err = match toml::from_str::<RawConfig>(&text) {
+            Ok(_) => break,
+            Err(e) => e,
+        };
+        // A field blanked above now reads as missing: the same problem again.
+        let message = err.message();
+        if message.starts_with("missing field")
+            && blanked.iter().any(|k| message.contains(&format!("`{k}`")))
+        {
+            break;
+        }
+        out.push(diagnostic(&text, &err));
+    }
+    out
+}
+
+/// Replaces the line holding byte `offset` with spaces (its newline stays).
+fn blank_line(text: &mut String, offset: usize) {
+    let start = text
+        .get(..offset)
+        .and_then(|t| t.rfind('\n'))
+        .map_or(0, |i| i + 1);
+    let end = text
+        .get(start..)
+        .and_then(|t| t.find('\n'))
+        .map_or(text.len(), |i| start + i);
+    if let Some(line) = text.get(start..end) {
+        let spaces = " ".repeat(line.len());
+        text.replace_range(start..end, &spaces);
+    }
 }
 
 /// serde's "unknown field `x`, expected one of `a`, `b`" gains "did you mean `a`?" when one of

@@ -207,3 +207,38 @@ fn tracing_rejections() {
         1,
     );
 }
+
+#[test]
+fn every_parse_problem_is_reported_at_its_own_line() {
+    let text = "[gateway]\npage_size = \"100\"\nseperator = \".\"\n\n\
+                [upstreams.a]\nkind = \"stdio\"\ncommand = \"x\"\nstartup_timeout_ms = \"5s\"\n\
+                call_timeout_ms = true\n";
+    let errs = errors(text);
+    let at = |line: usize, needle: &str| {
+        assert!(
+            errs.iter()
+                .any(|d| d.line == line && d.message.contains(needle)),
+            "no `{needle}` at line {line} in {errs:#?}"
+        );
+    };
+    at(
+        2,
+        "page_size must be a whole number, got the string \"100\"",
+    );
+    at(3, "did you mean `separator`?");
+    at(
+        8,
+        "startup_timeout_ms must be a whole number of milliseconds",
+    );
+    at(
+        9,
+        "call_timeout_ms must be a whole number of milliseconds, got `true`",
+    );
+    assert_eq!(errs.len(), 4, "each problem once: {errs:#?}");
+    // A missing required field is reported once, not again as the blanked key.
+    let errs = errors("[upstreams.a]\nkind = 5\ncommand = \"x\"\n");
+    assert_eq!(errs.len(), 1, "{errs:#?}");
+    // A TOML syntax error stands alone: what follows it cannot be read reliably.
+    let errs = errors("[gateway]\nlisten = \"127.0.0.1:1\nseperator = 5\n");
+    assert_eq!(errs.len(), 1, "{errs:#?}");
+}
