@@ -75,3 +75,5 @@ pub const DEFAULT_REPLAY_EVENTS: usize = 64;
 pub const DEFAULT_REPLAY_BYTES: usize = 1 << 20;
 /// How long a session stream's events stay resumable.
 pub const DEFAULT_REPLAY_MS: u64 = 60_000;
+/// Bytes of results recorded under idempotency keys.
+pub const DEFAULT_IDEMPOTENCY_MAX_BYTES: usize = 64 << 20;

@@ -240,6 +240,8 @@ pub struct RawGateway {
     pub tiers_dir: Option<String>,
     /// How long a result recorded under an idempotency key is replayed, in milliseconds.
     pub idempotency_ttl_ms: Option<u64>,
+    /// Most bytes of results recorded under idempotency keys; past it the oldest go first.
+    pub idempotency_max_bytes: Option<usize>,
     /// On SIGTERM/SIGINT, how long calls in flight may take before everything is closed.
     pub shutdown_grace_ms: Option<u64>,
     /// Key (secret reference, at least 32 bytes) that signs cursors and MRTR `requestState`;

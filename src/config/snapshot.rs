@@ -81,6 +81,7 @@ pub struct GatewaySettings {
     pub allowed_hosts: Vec<String>,
     pub max_body_bytes: usize,
     pub idempotency_ttl: Duration,
+    pub idempotency_max_bytes: usize,
     /// HTTPS (with client verification when a client CA is configured).
     pub tls: Option<Arc<rustls::ServerConfig>>,
     pub shutdown_grace: Duration,

@@ -77,7 +77,10 @@ fn core(extra: &str) -> Gateway {
         pool: pool.clone(),
         metrics: metrics.clone(),
         limits: Arc::new(ArcSwap::from_pointee(RateLimits::new(snapshot.rate_limits))),
-        idempotency: Arc::new(IdempotencyStore::new(snapshot.gateway.idempotency_ttl)),
+        idempotency: Arc::new(IdempotencyStore::new(
+            snapshot.gateway.idempotency_ttl,
+            snapshot.gateway.idempotency_max_bytes,
+        )),
         seal: Arc::new(
             rmcp::model::RequestStateCodec::try_new(vec![7; 32]).expect("a 32-byte key"),
         ),

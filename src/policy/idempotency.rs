@@ -10,8 +10,8 @@ use tokio::{sync::watch, time::Instant};
 
 /// The `_meta` key clients put the idempotency key under.
 pub const META_KEY: &str = "idempotencyKey";
-/// Recorded entries at which expired ones are swept on insert.
-const SWEEP_AT: usize = 1024;
+/// Most results recorded at once, whatever their size.
+const MAX_ENTRIES: usize = 100_000;
 
 #[derive(Debug)]
 struct Entry {
@@ -69,19 +69,29 @@ impl Drop for Leader {
     }
 }
 
+/// One recording: when, under which key, how many bytes.
+type Recorded = (Instant, String, usize);
+
+/// Recorded results are bounded by age, count and bytes; the oldest go first, so recording
+/// never sweeps the whole map.
 #[derive(Debug)]
 pub struct IdempotencyStore {
     ttl: Duration,
+    max_bytes: usize,
     entries: DashMap<String, Entry>,
+    /// Recording order, oldest first, and the bytes of all together.
+    order: parking_lot::Mutex<(std::collections::VecDeque<Recorded>, usize)>,
     /// Keys whose call runs now, with its arguments and the channel of its answer.
     running: DashMap<String, (String, watch::Receiver<Option<ServerResult>>)>,
 }
 
 impl IdempotencyStore {
-    pub fn new(ttl: Duration) -> Self {
+    pub fn new(ttl: Duration, max_bytes: usize) -> Self {
         Self {
             ttl,
+            max_bytes,
             entries: DashMap::new(),
+            order: parking_lot::Mutex::default(),
             running: DashMap::new(),
         }
     }
@@ -140,10 +150,10 @@ impl IdempotencyStore {
         result: ServerResult,
         now: Instant,
     ) {
-        if self.entries.len() >= SWEEP_AT {
-            let ttl = self.ttl;
-            self.entries.retain(|_, e| now.duration_since(e.at) < ttl);
-        }
+        let bytes = crate::json_size::encoded_len(&result).saturating_add(key.len());
+        let mut order = self.order.lock();
+        order.0.push_back((now, key.clone(), bytes));
+        order.1 = order.1.saturating_add(bytes);
         self.entries.insert(
             key,
             Entry {
@@ -152,5 +162,52 @@ impl IdempotencyStore {
                 result,
             },
         );
+        // The oldest go while there are too many, too much, or they expired.
+        while let Some((at, _, _)) = order.0.front() {
+            let over = order.0.len() > MAX_ENTRIES || order.1 > self.max_bytes;
+            if !over && now.duration_since(*at) < self.ttl {
+                break;
+            }
+            let Some((at, old, size)) = order.0.pop_front() else {
+                break;
+            };
+            order.1 = order.1.saturating_sub(size);
+            // A key recorded again later has a newer entry: only this recording goes.
+            self.entries.remove_if(&old, |_, e| e.at == at);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(text: &str) -> ServerResult {
+        ServerResult::CallToolResult(rmcp::model::CallToolResult::success(vec![
+            rmcp::model::ContentBlock::text(text.to_owned()),
+        ]))
+    }
+
+    #[test]
+    fn recorded_results_are_bounded_by_bytes_and_age_oldest_first() {
+        let one = crate::json_size::encoded_len(&result(&"x".repeat(100))) + 2;
+        let store = IdempotencyStore::new(Duration::from_secs(60), one * 2);
+        let t0 = Instant::now();
+        for (i, key) in ["k1", "k2", "k3"].into_iter().enumerate() {
+            let at = t0 + Duration::from_millis(i as u64);
+            store.record(key.into(), "a".into(), result(&"x".repeat(100)), at);
+        }
+        let now = t0 + Duration::from_millis(10);
+        // Two fit: the oldest went.
+        assert!(matches!(store.lookup("k1", "a", now), Lookup::New));
+        assert!(matches!(store.lookup("k2", "a", now), Lookup::Recorded(_)));
+        assert!(matches!(store.lookup("k3", "a", now), Lookup::Recorded(_)));
+        // Re-recording a key keeps only its newest entry, counted once.
+        store.record("k2".into(), "a".into(), result(&"x".repeat(100)), now);
+        assert!(matches!(store.lookup("k2", "a", now), Lookup::Recorded(_)));
+        // Expired entries leave when anything is recorded after them.
+        let later = t0 + Duration::from_secs(120);
+        store.record("k4".into(), "a".into(), result("y"), later);
+        assert_eq!(store.entries.len(), 1, "only k4 is left");
     }
 }

@@ -89,7 +89,10 @@ impl Core {
             limits: Arc::new(ArcSwap::from_pointee(RateLimits::new(
                 snapshot.rate_limits.clone(),
             ))),
-            idempotency: Arc::new(IdempotencyStore::new(snapshot.gateway.idempotency_ttl)),
+            idempotency: Arc::new(IdempotencyStore::new(
+                snapshot.gateway.idempotency_ttl,
+                snapshot.gateway.idempotency_max_bytes,
+            )),
             cursors: Cursors::new(seal.clone(), snapshot.gateway.cursor_ttl),
             tasks: TaskHandles::new(seal.clone()),
             seal,

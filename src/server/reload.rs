@@ -238,6 +238,7 @@ fn same_gateway(a: &Snapshot, b: &Snapshot) -> bool {
         && a.allowed_hosts == b.allowed_hosts
         && a.max_body_bytes == b.max_body_bytes
         && a.idempotency_ttl == b.idempotency_ttl
+        && a.idempotency_max_bytes == b.idempotency_max_bytes
         && a.shutdown_grace == b.shutdown_grace
         && a.state_key == b.state_key
         && a.cursor_ttl == b.cursor_ttl

@@ -296,6 +296,9 @@ pub(super) fn validate(
             idempotency_ttl: Duration::from_millis(
                 g.idempotency_ttl_ms.unwrap_or(DEFAULT_IDEMPOTENCY_TTL_MS),
             ),
+            idempotency_max_bytes: g
+                .idempotency_max_bytes
+                .unwrap_or(DEFAULT_IDEMPOTENCY_MAX_BYTES),
             tls,
             watch_config: g.watch_config.unwrap_or(true),
             state_key,
