@@ -22,6 +22,10 @@ use rmcp::{
 };
 use tokio::sync::{mpsc, oneshot};
 
+/// Events (progress, logs, input asks) queued for one call; past it an upstream's flood is
+/// dropped rather than held in memory.
+const CALL_EVENTS: usize = 256;
+
 /// Marker put in an outgoing request's (never serialized) extensions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CallKey(pub u64);
@@ -75,7 +79,7 @@ pub enum CallEvent {
 #[derive(Debug)]
 struct Slot {
     downstream: Option<Downstream>,
-    events: mpsc::UnboundedSender<CallEvent>,
+    events: mpsc::Sender<CallEvent>,
     /// Set by `bind`, so the guard can remove the index entries without scanning.
     id: Option<RequestId>,
     token: Option<ProgressToken>,
@@ -115,9 +119,9 @@ impl Inflight {
     pub fn open(
         self: &Arc<Self>,
         downstream: Option<Downstream>,
-    ) -> (CallGuard, mpsc::UnboundedReceiver<CallEvent>) {
+    ) -> (CallGuard, mpsc::Receiver<CallEvent>) {
         let key = self.next.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(CALL_EVENTS);
         self.slots.insert(
             key,
             Slot {
@@ -159,8 +163,9 @@ impl Inflight {
         };
         match self.slots.get(&key) {
             Some(slot) => {
-                // A closed receiver means the call already returned; dropping is right.
-                let _ = slot.events.send(CallEvent::Progress(p));
+                // A closed receiver means the call already returned; a full queue, an upstream
+                // sending progress faster than the caller takes it: dropping is right for both.
+                let _ = slot.events.try_send(CallEvent::Progress(p));
                 Ok(())
             }
             None => Err(p),
@@ -176,7 +181,7 @@ impl Inflight {
         match self.sole_call() {
             Some(key) => match self.slots.get(&key) {
                 Some(slot) => {
-                    let _ = slot.events.send(CallEvent::Log(p));
+                    let _ = slot.events.try_send(CallEvent::Log(p));
                     Ok(())
                 }
                 None => Err(p),
@@ -228,7 +233,8 @@ impl Inflight {
     /// which closes its reply channel: the asker sees that as the answer.
     pub fn ask(&self, key: CallKey, ask: InputAsk) {
         if let Some(slot) = self.slots.get(&key.0) {
-            let _ = slot.events.send(CallEvent::Input(ask));
+            // A full queue drops the ask, which answers it with an error (see above).
+            let _ = slot.events.try_send(CallEvent::Input(ask));
         }
     }
 

@@ -36,7 +36,7 @@ pub struct Pending {
     upstream: String,
     id: RequestId,
     response: Response,
-    events: mpsc::UnboundedReceiver<CallEvent>,
+    events: mpsc::Receiver<CallEvent>,
     guard: CallGuard,
     timeout: Duration,
     /// When the first drive must end: counted from before the request was handed over.
