@@ -305,7 +305,7 @@ impl Replay {
                 bytes,
                 at: now,
             });
-            b.bytes += bytes;
+            b.bytes = b.bytes.saturating_add(bytes);
             // A long-lived stream (the session's standalone one) sheds its old events.
             while b.events.len() > 1
                 && b.events
@@ -313,7 +313,7 @@ impl Replay {
                     .is_some_and(|e| now.duration_since(e.at) >= limits.ttl)
             {
                 if let Some(old) = b.events.pop_front() {
-                    b.bytes -= old.bytes;
+                    b.bytes = b.bytes.saturating_sub(old.bytes);
                     freed += old.bytes;
                     dropped[2] += 1;
                 }
@@ -322,7 +322,7 @@ impl Replay {
             while b.events.len() > 1 && (b.events.len() > limits.events || b.bytes > limits.bytes) {
                 let over_count = b.events.len() > limits.events;
                 if let Some(old) = b.events.pop_front() {
-                    b.bytes -= old.bytes;
+                    b.bytes = b.bytes.saturating_sub(old.bytes);
                     freed += old.bytes;
                     dropped[usize::from(!over_count)] += 1;
                 }
@@ -332,7 +332,7 @@ impl Replay {
             }
             index
         };
-        s.bytes = s.bytes + bytes - freed;
+        s.bytes = s.bytes.saturating_add(bytes).saturating_sub(freed);
         self.count("count", dropped[0]);
         self.count("bytes", dropped[1]);
         self.count("age", dropped[2]);
@@ -372,7 +372,7 @@ impl Replay {
         let b = s.buffers.remove(&n)?;
         s.lru.remove(&b.seq);
         s.ids.remove(&b.key);
-        s.bytes -= b.bytes;
+        s.bytes = s.bytes.saturating_sub(b.bytes);
         Some(b)
     }
 
