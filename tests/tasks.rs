@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 const ANN: &str = "ann-key-0123456789";
 const BOB: &str = "bob-key-0123456789";
-const TASKS: &str = "io.modelcontextprotocol/tasks";
+const TASKS: &str = rmcp::model::TASKS_EXTENSION_ID;
 
 fn sha(key: &str) -> String {
     use sha2::Digest;
@@ -97,17 +97,22 @@ async fn call(url: &str, token: &str, tool: &str, args: Value) -> Value {
     v
 }
 
+/// A `tasks/*` request for `handle` (`Mcp-Name` as given); the JSON-RPC answer.
+async fn on_task(
+    url: &str,
+    token: Option<&str>,
+    method: &str,
+    name: Option<&str>,
+    handle: &str,
+    tasks: bool,
+) -> Value {
+    rpc(url, token, method, name, json!({"taskId": handle}), tasks)
+        .await
+        .1
+}
+
 async fn get(url: &str, token: &str, handle: &str) -> Value {
-    rpc(
-        url,
-        Some(token),
-        "tasks/get",
-        Some(handle),
-        json!({"taskId": handle}),
-        true,
-    )
-    .await
-    .1
+    on_task(url, Some(token), "tasks/get", Some(handle), handle, true).await
 }
 
 /// Polls `tasks/get` (the protocol's own way to learn a task's state) until `until` holds,
@@ -176,16 +181,7 @@ async fn an_upstream_task_reaches_the_caller_as_a_handle_only_it_can_use() {
             "nothing of the task shows: {text}"
         );
     }
-    let v = rpc(
-        url,
-        Some(BOB),
-        "tasks/cancel",
-        Some(&handle),
-        json!({"taskId": handle}),
-        true,
-    )
-    .await
-    .1;
+    let v = on_task(url, Some(BOB), "tasks/cancel", Some(&handle), &handle, true).await;
     assert_eq!(code(&v), -32602, "another caller cannot cancel it: {v}");
 
     // Every tasks request is authenticated, headers must match, the extension must be declared.
@@ -199,57 +195,21 @@ async fn an_upstream_task_reaches_the_caller_as_a_handle_only_it_can_use() {
     )
     .await;
     assert_eq!(status, 401);
-    let v = rpc(
-        url,
-        Some(ANN),
-        "tasks/get",
-        Some("other"),
-        json!({"taskId": handle}),
-        true,
-    )
-    .await
-    .1;
+    let v = on_task(url, Some(ANN), "tasks/get", Some("other"), &handle, true).await;
     assert_eq!(code(&v), -32020, "Mcp-Name must equal the handle: {v}");
-    let v = rpc(
-        url,
-        Some(ANN),
-        "tasks/get",
-        Some(&handle),
-        json!({"taskId": handle}),
-        false,
-    )
-    .await
-    .1;
+    let v = on_task(url, Some(ANN), "tasks/get", Some(&handle), &handle, false).await;
     assert_eq!(code(&v), -32021, "{v}");
     assert!(
         v["error"]["data"]["requiredCapabilities"]["extensions"][TASKS].is_object(),
         "{v}"
     );
     for removed in ["tasks/result", "tasks/list"] {
-        let v = rpc(
-            url,
-            Some(ANN),
-            removed,
-            None,
-            json!({"taskId": handle}),
-            true,
-        )
-        .await
-        .1;
+        let v = on_task(url, Some(ANN), removed, None, &handle, true).await;
         assert_eq!(code(&v), -32601, "{removed}: {v}");
     }
 
     // Cancelling goes to the upstream: the task settles `cancelled`, not `completed`.
-    let v = rpc(
-        url,
-        Some(ANN),
-        "tasks/cancel",
-        Some(&handle),
-        json!({"taskId": handle}),
-        true,
-    )
-    .await
-    .1;
+    let v = on_task(url, Some(ANN), "tasks/cancel", Some(&handle), &handle, true).await;
     assert_eq!(v["result"], json!({"resultType": "complete"}), "{v}");
     let done = poll(url, ANN, &handle, |t| t["status"] != "working").await;
     assert_eq!(done["status"], "cancelled", "{done}");

@@ -367,10 +367,15 @@ impl StreamableHttpClient for InjectingClient {
         futures::stream::BoxStream<'static, Result<sse_stream::Sse, SseError>>,
         StreamableHttpError<Self::Error>,
     > {
-        let (auth, headers, _) = self.headers(auth_header, custom_headers).await?;
-        self.inner
-            .get_stream(uri, session_id, last_event_id, auth, headers)
-            .await
+        self.get_stream_with_max_sse_event_size(
+            uri,
+            session_id,
+            last_event_id,
+            auth_header,
+            custom_headers,
+            StreamableHttpResponseLimits::default().max_sse_event_size,
+        )
+        .await
     }
 
     async fn get_stream_with_max_sse_event_size(

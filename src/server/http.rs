@@ -383,7 +383,7 @@ fn refused_resumption(
     }
     let last = req.headers().get("last-event-id")?;
     let last = last.to_str().unwrap_or("(not text)");
-    if last == "0" {
+    if last == super::resumable::STANDALONE_PRIMING_ID {
         // The priming event of a standalone stream: the stream starts over.
         return None;
     }

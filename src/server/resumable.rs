@@ -20,7 +20,7 @@ use super::replay::{Replay, ResumeRefused};
 
 /// The id of the priming event rmcp puts first on a standalone GET stream when it has no
 /// store to ask (it is never stored).
-const STANDALONE_PRIMING_ID: &str = "0";
+pub(super) const STANDALONE_PRIMING_ID: &str = "0";
 
 #[derive(Debug)]
 pub struct Resumable {
@@ -99,16 +99,17 @@ impl SessionManager for Resumable {
         id: &SessionId,
         last_event_id: String,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
-        if last_event_id == STANDALONE_PRIMING_ID
-            && let Some(stream) = self.replay.standalone_from_start(id)
-        {
-            return Ok(stream);
+        if last_event_id != STANDALONE_PRIMING_ID {
+            return Ok(self.replay.resume_after(id, &last_event_id)?);
         }
-        if last_event_id == STANDALONE_PRIMING_ID {
-            let fresh: EventStream = Box::pin(self.inner.create_standalone_stream(id).await?);
-            return Ok(fresh);
+        // The standalone stream starts over: from what is still buffered, else afresh.
+        match self.replay.standalone_from_start(id) {
+            Some(stream) => Ok(stream),
+            None => {
+                let fresh: EventStream = Box::pin(self.inner.create_standalone_stream(id).await?);
+                Ok(fresh)
+            }
         }
-        Ok(self.replay.resume_after(id, &last_event_id)?)
     }
 
     async fn restore_session(
