@@ -13,6 +13,7 @@ pub mod demo;
 pub mod envelope;
 pub mod error;
 pub mod fixture;
+pub mod flows;
 pub mod json_size;
 pub mod names;
 pub mod pipeline;

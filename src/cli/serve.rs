@@ -97,6 +97,9 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, String
         }
     });
     pool.wait_settled(settle_bound(&snapshot)).await;
+    if let Some(flows) = &core.flows {
+        flows.resume_all().await;
+    }
     let ready = pool
         .upstreams()
         .iter()
@@ -144,6 +147,9 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, String
         );
     }
     close_all.cancel();
+    if let Some(flows) = &core.flows {
+        flows.close();
+    }
     stop(&pool).await;
     let _ = server.await;
     tracing::info!("stopped");
@@ -162,6 +168,9 @@ pub async fn stdio(path: &Path) -> Result<ExitCode, String> {
         None => None,
     };
     let gateway = Gateway::new(core.clone(), snapshot.gateway.page_size.get(), audit);
+    if let Some(flows) = &core.flows {
+        flows.resume_all().await;
+    }
     let watch = snapshot.gateway.watch_config;
     let reloader = Reloader::new(path, core.clone(), snapshot);
     let stop_watching = CancellationToken::new();
@@ -174,6 +183,9 @@ pub async fn stdio(path: &Path) -> Result<ExitCode, String> {
         _ = wait_for_signal() => Ok(()),
     };
     stop_watching.cancel();
+    if let Some(flows) = &core.flows {
+        flows.close();
+    }
     stop(&pool).await;
     result.map(|_| ExitCode::SUCCESS)
 }

@@ -4,6 +4,7 @@
 //! rule out bad values, reporting every problem at once with `file:line`.
 
 pub mod defaults;
+pub mod flows;
 pub mod import;
 pub mod snapshot;
 pub mod tier;
@@ -47,6 +48,8 @@ pub struct RawConfig {
     /// Upstream credentials, referenced by upstreams with `credential = "NAME"`.
     #[serde(default)]
     pub credentials: BTreeMap<String, Spanned<RawCredential>>,
+    /// Flows (F12): where their files and their run log are.
+    pub flows: Option<flows::RawFlows>,
 }
 
 /// `[tracing]`
@@ -371,6 +374,10 @@ pub struct RawUpstream {
     pub envelope: Option<crate::envelope::Mode>,
     /// Check arguments against each tool's input schema before forwarding (default true).
     pub validate_arguments: Option<bool>,
+    /// The upstream honours `_meta.idempotencyKey` (a repeated key does not repeat the effect):
+    /// a flow re-drives a write whose outcome a crash left unknown (default false).
+    #[serde(default)]
+    pub idempotency_keys: bool,
     /// Per-tool settings, by the upstream's own tool name.
     #[serde(default)]
     pub tools: BTreeMap<String, Spanned<ToolSettings>>,

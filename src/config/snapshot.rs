@@ -62,6 +62,19 @@ pub struct Snapshot {
     pub tracing: Option<crate::telemetry::traces::TracingConfig>,
     /// The trust tier folder (watched for changes, like the config file).
     pub tiers_dir: std::path::PathBuf,
+    pub flows: FlowSettings,
+}
+
+/// `[flows]`, resolved against the config file's folder, and the flows that loaded.
+#[derive(Debug, Clone)]
+pub struct FlowSettings {
+    /// The flow folder (watched for changes, like the config file); `None`: no flows.
+    pub dir: Option<std::path::PathBuf>,
+    /// The run log.
+    pub db: std::path::PathBuf,
+    pub parallelism: usize,
+    pub artifact_bytes: usize,
+    pub set: super::flows::FlowSet,
 }
 
 /// The admin API's listener and token.
@@ -197,6 +210,8 @@ pub struct UpstreamSpec {
     pub envelope: Mode,
     /// Check arguments against input schemas (tools may override).
     pub validate_arguments: bool,
+    /// The upstream honours `_meta.idempotencyKey`.
+    pub idempotency_keys: bool,
     /// Per-tool settings by the upstream's own tool name.
     pub tools: BTreeMap<String, ToolSettings>,
 }

@@ -80,6 +80,9 @@ impl ServerHandler for Demo {
         if let Some(r) = super::schemas::call(&req.name, args) {
             return Ok(CallToolResponse::Complete(r));
         }
+        if let Some(r) = super::flow_tools::call(&req.name, args, &ctx.meta).await {
+            return Ok(CallToolResponse::Complete(r));
+        }
         let result = match req.name.as_ref() {
             "echo" => text(format!(
                 "echo: {}",

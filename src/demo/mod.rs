@@ -6,6 +6,7 @@
 //! resources and a template. Flags make it start slowly, fail to start or crash on demand.
 #![allow(deprecated)] // resources/subscribe is legacy-only but still served
 
+mod flow_tools;
 mod handler;
 mod input;
 mod schemas;

@@ -192,6 +192,7 @@ impl Demo {
             ),
         ];
         tools.extend(super::schemas::tools(self.state.broken_schema));
+        tools.extend(super::flow_tools::tools());
         if self.state.extra.load(Ordering::SeqCst) {
             tools.push(tool(
                 "extra",

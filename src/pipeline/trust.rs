@@ -97,3 +97,15 @@ pub(super) fn decide(up: &Upstream, exposed: &Exposed, op: &Op) -> Result<Decisi
         approval: trust::approval_needed(&spec.tier, spec.tool_policy(&p.name).approval, class),
     })
 }
+
+/// Whether a call of the exposed tool `exposed` would be safe to repeat, and the upstream that
+/// serves it: what a flow needs to know of a node before (re-)driving it. `None` when no ready
+/// upstream serves the name or its tier refuses it.
+pub fn classify(pool: &crate::upstream::pool::Pool, exposed: &str) -> Option<(bool, std::sync::Arc<Upstream>)> {
+    let catalog = pool.catalog();
+    let route = catalog.tool(exposed)?;
+    let up = catalog.upstream(route.member()?)?.clone();
+    let op = Op::CallTool(rmcp::model::CallToolRequestParams::new(route.name.clone()));
+    let d = decide(&up, &Exposed::Tool(exposed.to_owned()), &op).ok()?;
+    Some((d.retry_safe, up))
+}

@@ -57,6 +57,11 @@ impl Access {
     }
     /// Whether the identity holds one of `roles` (an unrestricted identity holds no role: it
     /// may call anything, but approving for a role needs that role).
+    /// The roles this access was granted from.
+    pub fn roles(&self) -> &[String] {
+        &self.roles
+    }
+
     pub fn has_any_role(&self, roles: &[String]) -> bool {
         self.roles.iter().any(|r| roles.contains(r))
     }

@@ -43,6 +43,8 @@ pub struct Core {
     pub tasks: TaskHandles,
     /// The gateway's own tools.
     own: OwnTools,
+    /// Flows and their run log (when `[flows] dir` is set).
+    pub flows: Option<Arc<crate::flows::Engine>>,
     /// Plans waiting for approval (bound at start, like the rest of `[gateway]`).
     pub plans: Arc<Plans>,
     envelope: Mode,
@@ -79,13 +81,26 @@ impl Core {
         );
         let metrics = Arc::new(Metrics::new()?);
         let hub = Arc::new(Hub::default());
-        let own = own.with(vec![Arc::new(ApproveTool)]);
+        let auth = Arc::new(ArcSwap::new(snapshot.auth.clone()));
+        let flows = match snapshot.flows.dir {
+            Some(_) => Some(crate::flows::Engine::open(
+                &snapshot.flows,
+                auth.clone(),
+                metrics.flows.clone(),
+            )?),
+            None => None,
+        };
+        let mut own = own.with(vec![Arc::new(ApproveTool)]);
+        if let Some(engine) = &flows {
+            own = own.with(crate::flows::tool::tools(engine, &snapshot.gateway.separator));
+        }
         Ok(Arc::new(Self {
             pool: Pool::new(snapshot, metrics.clone(), hub.clone(), own.definitions()),
             own,
+            flows,
             metrics,
             hub,
-            auth: Arc::new(ArcSwap::new(snapshot.auth.clone())),
+            auth,
             limits: Arc::new(ArcSwap::from_pointee(RateLimits::new(
                 snapshot.rate_limits.clone(),
             ))),
@@ -129,7 +144,7 @@ impl Core {
 
     /// The call stack over this gateway's parts.
     pub fn stack(&self, audit: Option<Audit>) -> CallStack {
-        pipeline::build(pipeline::Parts {
+        let stack = pipeline::build(pipeline::Parts {
             pool: self.pool.clone(),
             metrics: self.metrics.clone(),
             limits: self.limits.clone(),
@@ -141,7 +156,11 @@ impl Core {
             own: self.own.clone(),
             plans: self.plans.clone(),
             envelope: self.envelope,
-        })
+        });
+        if let Some(flows) = &self.flows {
+            flows.bind(stack.clone(), self.pool.clone());
+        }
+        stack
     }
 
     /// Applies a validated snapshot: the upstream set, the callers' identities and roles and

@@ -34,6 +34,7 @@ pub struct Metrics {
     pub plans_pending: IntGauge,
     pub connections_refused: IntCounter,
     pub replay_dropped: IntCounterVec,
+    pub flows: super::flow_metrics::FlowMetrics,
 }
 
 impl Metrics {
@@ -175,6 +176,7 @@ impl Metrics {
             replay_dropped.with_label_values(&[reason]);
         }
         registry.register(Box::new(replay_dropped.clone()))?;
+        let flows = super::flow_metrics::FlowMetrics::register(&registry, DURATION_BUCKETS)?;
         registry.register(Box::new(envelopes.clone()))?;
         registry.register(Box::new(approvals.clone()))?;
         registry.register(Box::new(plans_pending.clone()))?;
@@ -201,6 +203,7 @@ impl Metrics {
             plans_pending,
             connections_refused,
             replay_dropped,
+            flows,
         })
     }
 

@@ -2,5 +2,6 @@
 
 pub mod audit;
 pub mod benign;
+pub mod flow_metrics;
 pub mod metrics;
 pub mod traces;

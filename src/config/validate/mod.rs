@@ -272,7 +272,9 @@ pub(super) fn validate(
     if !cx.errors.is_empty() {
         return Err(cx.errors);
     }
+    let flows = flow_settings(file, raw.flows.unwrap_or_default(), &names, &separator);
     Ok(Snapshot {
+        flows,
         tracing,
         tiers_dir,
         auth: Arc::new(auth),
@@ -375,4 +377,30 @@ fn build_globs(cx: &mut Ctx<'_>, globs: &[Spanned<String>]) -> GlobSet {
         }
     }
     b.build().unwrap_or_else(|_| GlobSet::empty())
+}
+
+/// `[flows]`: paths relative to the config file, and the flow files loaded (their problems
+/// are kept, not returned: a bad flow never fails the config).
+fn flow_settings(
+    file: &str,
+    raw: crate::config::flows::RawFlows,
+    upstreams: &[String],
+    separator: &str,
+) -> crate::config::snapshot::FlowSettings {
+    use crate::config::flows;
+    let base = std::path::Path::new(file)
+        .parent()
+        .unwrap_or(std::path::Path::new(""));
+    let dir = raw.dir.map(|d| base.join(d));
+    let set = match &dir {
+        Some(d) => flows::load_dir(d, upstreams, separator),
+        None => flows::FlowSet::default(),
+    };
+    crate::config::snapshot::FlowSettings {
+        db: base.join(raw.db.as_deref().unwrap_or("fedgate-flows.db")),
+        dir,
+        parallelism: raw.parallelism.unwrap_or(flows::DEFAULT_PARALLELISM).max(1),
+        artifact_bytes: raw.artifact_bytes.unwrap_or(flows::DEFAULT_ARTIFACT_BYTES),
+        set,
+    }
 }

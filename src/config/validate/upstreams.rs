@@ -58,6 +58,11 @@ pub(super) fn validate_upstream(
             at,
             format!("upstream name `{name_s}` is reserved for the gateway's own tools"),
         );
+    } else if name_s == crate::config::flows::FLOWS_NAMESPACE {
+        cx.err_at(
+            at,
+            format!("upstream name `{name_s}` is reserved for the gateway's flows"),
+        );
     } else if !separator.is_empty() && name_s.contains(separator) {
         cx.err_at(
             at,
@@ -335,6 +340,7 @@ pub(super) fn validate_upstream(
     Some(UpstreamSpec {
         envelope: u.envelope.unwrap_or(*envelope),
         validate_arguments: u.validate_arguments.unwrap_or(true),
+        idempotency_keys: u.idempotency_keys,
         tools: u
             .tools
             .iter()

@@ -1,0 +1,566 @@
+//! The scheduler of one run. It alone changes node states, and only by appending events to the
+//! run log (then applying them to its state): PENDING → READY (dependencies final, condition
+//! true) → RUNNING → SUCCEEDED | FAILED, with RETRYING between attempts, SKIPPED (condition
+//! false, or a dependency that did not succeed), CANCELLED, and BLOCKED for a write a crash
+//! interrupted at an upstream that cannot tell whether it happened. Node attempts run as tasks
+//! and report back over a channel; the ready queue is bounded by the flow's parallelism and
+//! the engine's global permits.
+
+use std::{collections::HashMap, sync::Arc, time::Duration};
+
+use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    Engine,
+    events::{Event, NodeStatus, Output, RunState, RunStatus, Stamped},
+    log::RunRecord,
+    node::{self, Attempt, NodeCall},
+};
+use crate::{
+    config::flows::{FlowDef, Idempotency, NodeDef, Retry},
+    policy::identity::Identity,
+};
+
+/// A node finished, for the progress the caller sees.
+#[derive(Debug, Clone)]
+pub struct NodeDone {
+    pub node: String,
+    pub status: NodeStatus,
+    pub done: usize,
+    pub total: usize,
+}
+
+/// What a run is driven with.
+pub struct Run {
+    pub engine: Arc<Engine>,
+    pub flow: Arc<FlowDef>,
+    pub record: RunRecord,
+    pub identity: Identity,
+    pub depth: u8,
+    pub ct: CancellationToken,
+    pub progress: Option<mpsc::UnboundedSender<NodeDone>>,
+    /// Idempotency keys are derived from this run id (a replay reuses the original's).
+    pub key_run: String,
+}
+
+enum Msg {
+    Done { node: String, attempt: Attempt },
+    RetryDue { node: String },
+}
+
+/// Drives the run from `events` to its end; returns the final state.
+pub async fn drive(run: Run, events: Vec<Stamped>) -> Result<RunState, String> {
+    let mut d = Driver {
+        state: RunState::fold(&events),
+        outputs: HashMap::new(),
+        running: 0,
+        tx: mpsc::unbounded_channel().0,
+        run,
+    };
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    d.tx = tx;
+    d.load_outputs().await?;
+    d.recover().await?;
+    loop {
+        let mut batch = Vec::new();
+        if d.run.ct.is_cancelled() && !d.state.cancel_requested {
+            batch.push(Event::CancelRequested);
+        }
+        d.decide(&mut batch);
+        d.commit(batch).await?;
+        let launched = d.launch().await?;
+        d.commit(launched).await?;
+        if let Some(end) = d.finish() {
+            d.commit(vec![end]).await?;
+            return Ok(d.state);
+        }
+        tokio::select! {
+            msg = rx.recv() => match msg {
+                Some(m) => d.handle(m).await?,
+                None => return Err("scheduler channel closed".into()),
+            },
+            _ = d.run.ct.cancelled(), if !d.state.cancel_requested => {}
+            _ = d.run.engine.stop.cancelled() => {
+                return Err("the gateway is stopping; the run resumes when it starts again".into());
+            }
+        }
+    }
+}
+
+struct Driver {
+    run: Run,
+    state: RunState,
+    /// Outputs of succeeded nodes (artifacts loaded), for templates and conditions.
+    outputs: HashMap<String, Value>,
+    running: usize,
+    tx: mpsc::UnboundedSender<Msg>,
+}
+
+impl Driver {
+    /// Appends events (one transaction) and applies them.
+    async fn commit(&mut self, batch: Vec<Event>) -> Result<(), String> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let log = self.run.engine.log.clone();
+        let run_id = self.run.record.run_id.clone();
+        let stamped = tokio::task::spawn_blocking(move || log.append(&run_id, &batch))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+        for s in &stamped {
+            self.state.apply(s.at_ms, &s.event);
+            self.state.seq = s.seq;
+            self.observe(&s.event);
+        }
+        Ok(())
+    }
+
+    /// Metrics and progress for what just happened.
+    fn observe(&self, event: &Event) {
+        let (node, status) = match event {
+            Event::NodeSucceeded { node, .. } => (node, NodeStatus::Succeeded),
+            Event::NodeFailed { node, .. } => (node, NodeStatus::Failed),
+            Event::NodeSkipped { node, .. } => (node, NodeStatus::Skipped),
+            Event::NodeCancelled { node } => (node, NodeStatus::Cancelled),
+            Event::NodeBlocked { node, .. } => (node, NodeStatus::Blocked),
+            Event::NodeAwaitingApproval { node, .. } => (node, NodeStatus::AwaitingApproval),
+            _ => return,
+        };
+        self.run
+            .engine
+            .metrics
+            .node_finished(&self.run.flow.id, status_label(status));
+        if let Some(p) = &self.run.progress {
+            let done = self
+                .state
+                .nodes
+                .values()
+                .filter(|n| n.status.is_final())
+                .count();
+            let _ = p.send(NodeDone {
+                node: node.clone(),
+                status,
+                done,
+                total: self.run.flow.nodes.len(),
+            });
+        }
+    }
+
+    /// Outputs of nodes that succeeded before (a resumed run), artifacts read back.
+    async fn load_outputs(&mut self) -> Result<(), String> {
+        for (id, n) in &self.state.nodes {
+            let value = match &n.output {
+                Some(Output::Inline(v)) if n.status == NodeStatus::Succeeded => v.clone(),
+                Some(Output::Artifact { id: art, .. }) if n.status == NodeStatus::Succeeded => {
+                    let log = self.run.engine.log.clone();
+                    let art = art.clone();
+                    let body = tokio::task::spawn_blocking(move || log.artifact(&art))
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .map_err(|e| e.to_string())?
+                        .unwrap_or_default();
+                    serde_json::from_slice(&body).unwrap_or(Value::Null)
+                }
+                _ => continue,
+            };
+            self.outputs.insert(id.clone(), value);
+        }
+        Ok(())
+    }
+
+    /// A resumed run: nodes that were RUNNING or RETRYING when the gateway stopped are
+    /// re-driven with the same idempotency key, unless they write and nothing can tell
+    /// whether the write happened (then they are BLOCKED for a decision); nodes that waited
+    /// for approval ask again (plans do not outlive the gateway).
+    async fn recover(&mut self) -> Result<(), String> {
+        let mut batch = Vec::new();
+        for n in &self.run.flow.nodes {
+            match self.state.node(&n.id) {
+                NodeStatus::Running | NodeStatus::Retrying => {
+                    if self.redrivable(n) {
+                        batch.push(Event::NodeReady { node: n.id.clone() });
+                    } else {
+                        batch.push(Event::NodeBlocked {
+                            node: n.id.clone(),
+                            reason: format!(
+                                "`{}` writes and was running when the gateway stopped; its upstream does not honour idempotency keys, so whether it happened is unknown: re-run or skip it",
+                                n.tool
+                            ),
+                        });
+                    }
+                }
+                NodeStatus::AwaitingApproval => {
+                    batch.push(Event::NodeReady { node: n.id.clone() })
+                }
+                _ => {}
+            }
+        }
+        self.commit(batch).await
+    }
+
+    fn redrivable(&self, n: &NodeDef) -> bool {
+        let keyed = self.run.flow.idempotency == Idempotency::Enforce;
+        match self.run.engine.classify(&n.tool) {
+            Some(c) => c.retry_safe || (keyed && c.honours_keys),
+            None => false,
+        }
+    }
+
+    fn scope(&self) -> Value {
+        let mut scope = Map::new();
+        scope.insert("inputs".into(), self.run.record.inputs.clone());
+        for (id, n) in &self.state.nodes {
+            let mut entry = Map::new();
+            entry.insert("status".into(), json!(n.status));
+            if let Some(v) = self.outputs.get(id) {
+                entry.insert("output".into(), v.clone());
+            }
+            scope.insert(id.clone(), Value::Object(entry));
+        }
+        Value::Object(scope)
+    }
+
+    /// Pending nodes whose dependencies are final become READY or SKIPPED.
+    fn decide(&mut self, batch: &mut Vec<Event>) {
+        if self.state.cancel_requested {
+            for n in &self.run.flow.nodes {
+                if matches!(
+                    self.state.node(&n.id),
+                    NodeStatus::Pending | NodeStatus::Ready | NodeStatus::Retrying
+                ) {
+                    batch.push(Event::NodeCancelled { node: n.id.clone() });
+                }
+            }
+            return;
+        }
+        let scope = self.scope();
+        // Decisions made in this pass count for later nodes in it (nodes are in order).
+        let mut decided: HashMap<&str, NodeStatus> = HashMap::new();
+        for n in &self.run.flow.nodes {
+            if self.state.node(&n.id) != NodeStatus::Pending {
+                continue;
+            }
+            let status_of = |d: &str| decided.get(d).copied().unwrap_or(self.state.node(d));
+            if !n.depends_on.iter().all(|d| status_of(d).is_final()) {
+                continue;
+            }
+            let event = if let Some(d) = n.depends_on.iter().find(|d| status_of(d) != NodeStatus::Succeeded) {
+                let why = match status_of(d) {
+                    NodeStatus::Skipped => "was skipped",
+                    NodeStatus::Cancelled => "was cancelled",
+                    _ => "failed",
+                };
+                Event::NodeSkipped {
+                    node: n.id.clone(),
+                    reason: format!("dependency `{d}` {why}"),
+                }
+            } else {
+                match n.when.as_ref().map(|c| c.holds(&scope)) {
+                    None | Some(Ok(true)) => Event::NodeReady { node: n.id.clone() },
+                    Some(Ok(false)) => Event::NodeSkipped {
+                        node: n.id.clone(),
+                        reason: format!("condition `{}` is false", n.when.as_ref().map_or("", |c| c.source.as_str())),
+                    },
+                    Some(Err(e)) => Event::NodeFailed {
+                        node: n.id.clone(),
+                        error: format!("condition of node `{}`: {e}", n.id),
+                        plan: None,
+                    },
+                }
+            };
+            decided.insert(
+                &n.id,
+                match &event {
+                    Event::NodeReady { .. } => NodeStatus::Ready,
+                    Event::NodeSkipped { .. } => NodeStatus::Skipped,
+                    _ => NodeStatus::Failed,
+                },
+            );
+            batch.push(event);
+        }
+    }
+
+    /// Starts READY nodes while the flow's parallelism allows.
+    async fn launch(&mut self) -> Result<Vec<Event>, String> {
+        let mut batch = Vec::new();
+        if self.state.cancel_requested {
+            return Ok(batch);
+        }
+        let scope = self.scope();
+        let flow = self.run.flow.clone();
+        for n in &flow.nodes {
+            if self.running >= flow.parallelism {
+                break;
+            }
+            if self.state.node(&n.id) != NodeStatus::Ready {
+                continue;
+            }
+            match n.params.render(&scope) {
+                Ok(arguments) => {
+                    let attempt = self.state.nodes.get(&n.id).map_or(0, |s| s.attempts) + 1;
+                    batch.push(Event::NodeRunning {
+                        node: n.id.clone(),
+                        attempt,
+                    });
+                    self.spawn(n, arguments);
+                }
+                Err(m) => batch.push(Event::NodeFailed {
+                    node: n.id.clone(),
+                    error: missing_message(&n.id, &m.reference),
+                    plan: None,
+                }),
+            }
+        }
+        Ok(batch)
+    }
+
+    fn spawn(&mut self, n: &NodeDef, arguments: Value) {
+        self.running += 1;
+        let engine = self.run.engine.clone();
+        let Some(stack) = engine.stack() else {
+            let _ = self.tx.send(Msg::Done {
+                node: n.id.clone(),
+                attempt: Attempt::Failed {
+                    error: "the flow engine has no call stack".into(),
+                    plan: None,
+                    transient: false,
+                },
+            });
+            return;
+        };
+        let call = NodeCall {
+            stack,
+            identity: self.run.identity.clone(),
+            tool: n.tool.clone(),
+            arguments,
+            key: (self.run.flow.idempotency == Idempotency::Enforce)
+                .then(|| format!("{}:{}", self.run.key_run, n.id)),
+            depth: self.run.depth,
+            timeout: n.timeout_ms.map(Duration::from_millis),
+            ct: self.run.ct.child_token(),
+        };
+        let (tx, node) = (self.tx.clone(), n.id.clone());
+        tokio::spawn(async move {
+            let started = tokio::time::Instant::now();
+            let attempt = match engine.permits.clone().acquire_owned().await {
+                Ok(_permit) => node::attempt(call).await,
+                Err(_) => Attempt::Failed {
+                    error: "the flow engine is shutting down".into(),
+                    plan: None,
+                    transient: false,
+                },
+            };
+            engine.metrics.node_seconds(started.elapsed());
+            let _ = tx.send(Msg::Done { node, attempt });
+        });
+    }
+
+    async fn handle(&mut self, msg: Msg) -> Result<(), String> {
+        match msg {
+            Msg::RetryDue { node } => {
+                if self.state.node(&node) == NodeStatus::Retrying {
+                    self.commit(vec![Event::NodeReady { node }]).await?;
+                }
+                Ok(())
+            }
+            Msg::Done { node, attempt } => {
+                self.running = self.running.saturating_sub(1);
+                let event = self.outcome(&node, attempt).await?;
+                self.commit(vec![event]).await
+            }
+        }
+    }
+
+    async fn outcome(&mut self, node: &str, attempt: Attempt) -> Result<Event, String> {
+        let Some(def) = self.run.flow.nodes.iter().find(|n| n.id == node) else {
+            return Err(format!("no node `{node}`"));
+        };
+        Ok(match attempt {
+            Attempt::Succeeded(value) => {
+                let output = self.store(node, &value).await?;
+                self.outputs.insert(node.to_owned(), value);
+                Event::NodeSucceeded {
+                    node: node.to_owned(),
+                    output,
+                }
+            }
+            Attempt::NeedsApproval(plan) => Event::NodeAwaitingApproval {
+                node: node.to_owned(),
+                plan,
+            },
+            Attempt::Failed { error, .. } if self.run.ct.is_cancelled() => {
+                let _ = error;
+                Event::NodeCancelled {
+                    node: node.to_owned(),
+                }
+            }
+            Attempt::Failed {
+                error,
+                plan,
+                transient,
+            } => {
+                let attempts = self.state.nodes.get(node).map_or(1, |n| n.attempts);
+                match def.retry.filter(|r| transient && attempts < r.max_attempts) {
+                    Some(r) if self.run.engine.classify(&def.tool).is_some_and(|c| c.retry_safe) => {
+                        let delay = backoff(r, attempts);
+                        let (tx, n) = (self.tx.clone(), node.to_owned());
+                        tokio::spawn(async move {
+                            tokio::time::sleep(delay).await;
+                            let _ = tx.send(Msg::RetryDue { node: n });
+                        });
+                        Event::NodeRetrying {
+                            node: node.to_owned(),
+                            error,
+                            delay_ms: delay.as_millis() as u64,
+                        }
+                    }
+                    _ => Event::NodeFailed {
+                        node: node.to_owned(),
+                        error,
+                        plan,
+                    },
+                }
+            }
+        })
+    }
+
+    /// Inline, or as an artifact when larger than `[flows] artifact_bytes`.
+    async fn store(&self, node: &str, value: &Value) -> Result<Output, String> {
+        let bytes = crate::json_size::encoded_len(value);
+        if bytes <= self.run.engine.artifact_bytes {
+            return Ok(Output::Inline(value.clone()));
+        }
+        let id = format!("{}/{node}/{}", self.run.record.run_id, self.state.seq + 1);
+        let body = serde_json::to_vec(value).map_err(|e| e.to_string())?;
+        let (log, run_id, art) = (
+            self.run.engine.log.clone(),
+            self.run.record.run_id.clone(),
+            id.clone(),
+        );
+        tokio::task::spawn_blocking(move || log.put_artifact(&run_id, &art, &body))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+        self.run.engine.metrics.artifact(bytes);
+        Ok(Output::Artifact { id, bytes })
+    }
+
+    /// The run's last event, once every node is final and nothing runs.
+    fn finish(&self) -> Option<Event> {
+        if self.running > 0
+            || !self
+                .run
+                .flow
+                .nodes
+                .iter()
+                .all(|n| self.state.node(&n.id).is_final() || self.state.cancel_requested && self.parked(&n.id))
+        {
+            return None;
+        }
+        if self.state.cancel_requested {
+            return Some(finished(RunStatus::Cancelled, None, None));
+        }
+        let count = |s: NodeStatus| {
+            self.run
+                .flow
+                .nodes
+                .iter()
+                .filter(|n| self.state.node(&n.id) == s)
+                .count()
+        };
+        let (failed, succeeded) = (count(NodeStatus::Failed), count(NodeStatus::Succeeded));
+        let scope = self.scope();
+        let mut outputs = Map::new();
+        for (name, t) in &self.run.flow.outputs {
+            match t.render(&scope) {
+                Ok(v) => {
+                    outputs.insert(name.clone(), v);
+                }
+                Err(m) => {
+                    let skipped = m
+                        .reference
+                        .split('.')
+                        .next()
+                        .is_some_and(|n| self.state.node(n) != NodeStatus::Succeeded);
+                    if skipped {
+                        outputs.insert(name.clone(), Value::Null);
+                    } else if failed == 0 {
+                        return Some(finished(
+                            RunStatus::Failed,
+                            None,
+                            Some(format!("output `{name}`: {}", missing_message("outputs", &m.reference))),
+                        ));
+                    }
+                }
+            }
+        }
+        let status = match (failed, succeeded) {
+            (0, _) => RunStatus::Succeeded,
+            (_, 0) => RunStatus::Failed,
+            _ => RunStatus::Partial,
+        };
+        let error = (failed > 0).then(|| format!("{failed} of {} nodes failed", self.run.flow.nodes.len()));
+        Some(finished(status, Some(Value::Object(outputs)), error))
+    }
+
+    /// Nodes that wait for someone (approval, a decision): final enough for a cancelled run.
+    fn parked(&self, id: &str) -> bool {
+        matches!(
+            self.state.node(id),
+            NodeStatus::AwaitingApproval | NodeStatus::Blocked
+        )
+    }
+}
+
+fn finished(status: RunStatus, outputs: Option<Value>, error: Option<String>) -> Event {
+    Event::RunFinished {
+        status,
+        outputs,
+        error,
+    }
+}
+
+fn missing_message(node: &str, reference: &str) -> String {
+    let source = reference.split('.').next().unwrap_or_default();
+    format!(
+        "node `{node}`: `{{{{{reference}}}}}` has no value (no such path in {})",
+        if source == "inputs" {
+            "the inputs".to_owned()
+        } else {
+            format!("the output of node `{source}`")
+        }
+    )
+}
+
+/// `min(max, base·2ⁿ) + random(0, jitter)` after the n-th failed attempt (n from 1).
+fn backoff(r: Retry, attempts: u32) -> Duration {
+    let exp = r
+        .base_ms
+        .saturating_mul(1u64 << attempts.saturating_sub(1).min(30))
+        .min(r.max_ms);
+    let jitter = if r.jitter_ms == 0 {
+        0
+    } else {
+        rand::random::<u64>() % (r.jitter_ms + 1)
+    };
+    Duration::from_millis(exp + jitter)
+}
+
+/// A node status as a metric label.
+pub fn status_label(s: NodeStatus) -> &'static str {
+    match s {
+        NodeStatus::Pending => "pending",
+        NodeStatus::Ready => "ready",
+        NodeStatus::Running => "running",
+        NodeStatus::Retrying => "retrying",
+        NodeStatus::Succeeded => "succeeded",
+        NodeStatus::Failed => "failed",
+        NodeStatus::Skipped => "skipped",
+        NodeStatus::Cancelled => "cancelled",
+        NodeStatus::AwaitingApproval => "awaiting_approval",
+        NodeStatus::Blocked => "blocked",
+    }
+}

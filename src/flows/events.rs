@@ -1,0 +1,271 @@
+//! A run's events, and the state derived from them: the run log holds only events, and the
+//! scheduler, `fedgate flows show` and the admin API all fold them the same way.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Node states. PENDING and READY nodes wait; RUNNING and RETRYING are in progress; the rest
+/// are final (a rerun makes a final node PENDING again).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum NodeStatus {
+    Pending,
+    Ready,
+    Running,
+    Retrying,
+    Succeeded,
+    Failed,
+    Skipped,
+    Cancelled,
+    AwaitingApproval,
+    /// A write whose outcome a crash left unknown, at an upstream that cannot tell: someone
+    /// decides to re-run or skip it.
+    Blocked,
+}
+
+impl NodeStatus {
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            Self::Succeeded | Self::Failed | Self::Skipped | Self::Cancelled
+        )
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Succeeded,
+    /// Some nodes failed, others succeeded.
+    Partial,
+    Failed,
+    Cancelled,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Succeeded => "succeeded",
+            Self::Partial => "partial",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// A node's output as recorded: inline, or a reference to an artifact.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Output {
+    Inline(Value),
+    Artifact { id: String, bytes: usize },
+}
+
+/// One state change.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    NodeReady {
+        node: String,
+    },
+    NodeRunning {
+        node: String,
+        attempt: u32,
+    },
+    NodeSucceeded {
+        node: String,
+        output: Output,
+    },
+    NodeFailed {
+        node: String,
+        error: String,
+        /// The refusal's plan envelope, when policy refused the call.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        plan: Option<Value>,
+    },
+    NodeRetrying {
+        node: String,
+        error: String,
+        delay_ms: u64,
+    },
+    NodeSkipped {
+        node: String,
+        reason: String,
+    },
+    NodeCancelled {
+        node: String,
+    },
+    NodeAwaitingApproval {
+        node: String,
+        plan: Value,
+    },
+    NodeBlocked {
+        node: String,
+        reason: String,
+    },
+    /// Makes the node PENDING again (a rerun, or a decision to re-run a blocked node).
+    NodeReset {
+        node: String,
+    },
+    CancelRequested,
+    RunFinished {
+        status: RunStatus,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        outputs: Option<Value>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// A finished run is running again (after a rerun).
+    RunReopened,
+}
+
+/// An event as stored: its place in the run and when it happened.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Stamped {
+    pub seq: u64,
+    pub at_ms: i64,
+    #[serde(flatten)]
+    pub event: Event,
+}
+
+/// One node's derived state.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeState {
+    pub status: NodeStatus,
+    pub attempts: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<Output>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_ms: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finished_ms: Option<i64>,
+}
+
+impl Default for NodeState {
+    fn default() -> Self {
+        Self {
+            status: NodeStatus::Pending,
+            attempts: 0,
+            output: None,
+            error: None,
+            plan: None,
+            started_ms: None,
+            finished_ms: None,
+        }
+    }
+}
+
+/// A run's derived state.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RunState {
+    pub nodes: BTreeMap<String, NodeState>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finished: Option<RunStatus>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outputs: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub cancel_requested: bool,
+    /// Events folded so far.
+    pub seq: u64,
+}
+
+impl RunState {
+    pub fn fold<'a>(events: impl IntoIterator<Item = &'a Stamped>) -> Self {
+        let mut state = Self::default();
+        for e in events {
+            state.apply(e.at_ms, &e.event);
+            state.seq = e.seq;
+        }
+        state
+    }
+
+    pub fn node(&self, id: &str) -> NodeStatus {
+        self.nodes
+            .get(id)
+            .map_or(NodeStatus::Pending, |n| n.status)
+    }
+
+    /// Applies one event (the scheduler applies what it appends, so it never re-reads).
+    pub fn apply(&mut self, at_ms: i64, event: &Event) {
+        match event {
+            Event::NodeReady { node } => self.entry(node).status = NodeStatus::Ready,
+            Event::NodeRunning { node, attempt } => {
+                let n = self.entry(node);
+                n.status = NodeStatus::Running;
+                n.attempts = *attempt;
+                n.started_ms.get_or_insert(at_ms);
+            }
+            Event::NodeSucceeded { node, output } => {
+                let n = self.entry(node);
+                n.status = NodeStatus::Succeeded;
+                n.output = Some(output.clone());
+                n.error = None;
+                n.finished_ms = Some(at_ms);
+            }
+            Event::NodeFailed { node, error, plan } => {
+                let n = self.entry(node);
+                n.status = NodeStatus::Failed;
+                n.error = Some(error.clone());
+                n.plan = plan.clone();
+                n.finished_ms = Some(at_ms);
+            }
+            Event::NodeRetrying { node, error, .. } => {
+                let n = self.entry(node);
+                n.status = NodeStatus::Retrying;
+                n.error = Some(error.clone());
+            }
+            Event::NodeSkipped { node, reason } => {
+                let n = self.entry(node);
+                n.status = NodeStatus::Skipped;
+                n.error = Some(reason.clone());
+                n.finished_ms = Some(at_ms);
+            }
+            Event::NodeCancelled { node } => {
+                let n = self.entry(node);
+                n.status = NodeStatus::Cancelled;
+                n.finished_ms = Some(at_ms);
+            }
+            Event::NodeAwaitingApproval { node, plan } => {
+                let n = self.entry(node);
+                n.status = NodeStatus::AwaitingApproval;
+                n.plan = Some(plan.clone());
+            }
+            Event::NodeBlocked { node, reason } => {
+                let n = self.entry(node);
+                n.status = NodeStatus::Blocked;
+                n.error = Some(reason.clone());
+            }
+            Event::NodeReset { node } => {
+                *self.entry(node) = NodeState::default();
+            }
+            Event::CancelRequested => self.cancel_requested = true,
+            Event::RunFinished {
+                status,
+                outputs,
+                error,
+            } => {
+                self.finished = Some(*status);
+                self.outputs = outputs.clone();
+                self.error = error.clone();
+            }
+            Event::RunReopened => {
+                self.finished = None;
+                self.outputs = None;
+                self.error = None;
+                self.cancel_requested = false;
+            }
+        }
+    }
+
+    fn entry(&mut self, id: &str) -> &mut NodeState {
+        self.nodes.entry(id.to_owned()).or_default()
+    }
+}

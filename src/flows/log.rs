@@ -1,0 +1,331 @@
+//! The run log: runs, their events and their artifacts, behind a small storage trait (SQLite
+//! here; a shared store for several replicas implements the same trait). Calls block: the
+//! engine makes them from `spawn_blocking`.
+
+use std::{path::Path, sync::Arc};
+
+use parking_lot::Mutex;
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::events::{Event, Stamped};
+
+/// Who started a run: enough to call as them again after a restart (their roles are looked
+/// up in the config of the moment, so a revoked role stops a resumed run's calls).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Caller {
+    pub kind: String,
+    pub name: String,
+    pub roles: Vec<String>,
+    pub unrestricted: bool,
+}
+
+/// A run as created.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub run_id: String,
+    pub flow: String,
+    /// The flow file's digest when the run was created.
+    pub digest: String,
+    pub inputs: Value,
+    pub caller: Caller,
+    pub created_ms: i64,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("run log: {0}")]
+pub struct LogError(pub String);
+
+impl From<rusqlite::Error> for LogError {
+    fn from(e: rusqlite::Error) -> Self {
+        LogError(e.to_string())
+    }
+}
+
+impl From<serde_json::Error> for LogError {
+    fn from(e: serde_json::Error) -> Self {
+        LogError(e.to_string())
+    }
+}
+
+/// What the engine needs of a run log.
+pub trait RunLog: Send + Sync + std::fmt::Debug {
+    /// Records a new run (durably, before its caller hears of it).
+    fn create(&self, run: &RunRecord) -> Result<(), LogError>;
+    /// Appends events in one transaction; returns them stamped.
+    fn append(&self, run_id: &str, events: &[Event]) -> Result<Vec<Stamped>, LogError>;
+    fn events(&self, run_id: &str) -> Result<Vec<Stamped>, LogError>;
+    fn run(&self, run_id: &str) -> Result<Option<RunRecord>, LogError>;
+    /// Newest first.
+    fn runs(&self, limit: usize) -> Result<Vec<RunRecord>, LogError>;
+    /// Runs without a final event, oldest first (resumed on start).
+    fn unfinished(&self) -> Result<Vec<String>, LogError>;
+    fn put_artifact(&self, run_id: &str, id: &str, body: &[u8]) -> Result<(), LogError>;
+    fn artifact(&self, id: &str) -> Result<Option<Vec<u8>>, LogError>;
+}
+
+/// The SQLite run log (WAL; one connection, writes serialized).
+#[derive(Debug)]
+pub struct SqliteLog {
+    db: Mutex<Connection>,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    flow TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    inputs TEXT NOT NULL,
+    caller TEXT NOT NULL,
+    created_ms INTEGER NOT NULL,
+    finished INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS events (
+    run_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    at_ms INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS artifacts (
+    id TEXT PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    body BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_unfinished ON runs (finished, created_ms);
+";
+
+impl SqliteLog {
+    pub fn open(path: &Path) -> Result<Arc<Self>, LogError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| LogError(format!("{}: {e}", dir.display())))?;
+        }
+        let db = Connection::open(path).map_err(|e| LogError(format!("{}: {e}", path.display())))?;
+        // WAL with synchronous=NORMAL: a committed event survives a crash of the process (the
+        // failure a run must survive); a power loss may take the last transactions.
+        db.pragma_update(None, "journal_mode", "WAL")?;
+        db.pragma_update(None, "synchronous", "NORMAL")?;
+        db.busy_timeout(std::time::Duration::from_secs(5))?;
+        db.execute_batch(SCHEMA)?;
+        Ok(Arc::new(Self { db: Mutex::new(db) }))
+    }
+}
+
+fn record(row: &rusqlite::Row<'_>) -> rusqlite::Result<(String, String, String, String, String, i64)> {
+    Ok((
+        row.get(0)?,
+        row.get(1)?,
+        row.get(2)?,
+        row.get(3)?,
+        row.get(4)?,
+        row.get(5)?,
+    ))
+}
+
+fn to_record(
+    (run_id, flow, digest, inputs, caller, created_ms): (String, String, String, String, String, i64),
+) -> Result<RunRecord, LogError> {
+    Ok(RunRecord {
+        run_id,
+        flow,
+        digest,
+        inputs: serde_json::from_str(&inputs)?,
+        caller: serde_json::from_str(&caller)?,
+        created_ms,
+    })
+}
+
+const RUN_COLUMNS: &str = "run_id, flow, digest, inputs, caller, created_ms";
+
+impl RunLog for SqliteLog {
+    fn create(&self, run: &RunRecord) -> Result<(), LogError> {
+        self.db.lock().execute(
+            "INSERT INTO runs (run_id, flow, digest, inputs, caller, created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                run.run_id,
+                run.flow,
+                run.digest,
+                serde_json::to_string(&run.inputs)?,
+                serde_json::to_string(&run.caller)?,
+                run.created_ms
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn append(&self, run_id: &str, events: &[Event]) -> Result<Vec<Stamped>, LogError> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut db = self.db.lock();
+        let tx = db.transaction()?;
+        let last: i64 = tx.query_row(
+            "SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?1",
+            [run_id],
+            |r| r.get(0),
+        )?;
+        let at_ms = chrono::Utc::now().timestamp_millis();
+        let mut out = Vec::with_capacity(events.len());
+        {
+            let mut insert = tx.prepare_cached(
+                "INSERT INTO events (run_id, seq, at_ms, body) VALUES (?1, ?2, ?3, ?4)",
+            )?;
+            for (i, event) in events.iter().enumerate() {
+                let seq = last + 1 + i as i64;
+                insert.execute(params![run_id, seq, at_ms, serde_json::to_string(event)?])?;
+                let seq = seq as u64;
+                out.push(Stamped {
+                    seq,
+                    at_ms,
+                    event: event.clone(),
+                });
+            }
+        }
+        // The `finished` column only indexes the run list; the state is the events'.
+        for e in events {
+            let finished = match e {
+                Event::RunFinished { .. } => Some(1),
+                Event::RunReopened => Some(0),
+                _ => None,
+            };
+            if let Some(f) = finished {
+                tx.execute(
+                    "UPDATE runs SET finished = ?1 WHERE run_id = ?2",
+                    params![f, run_id],
+                )?;
+            }
+        }
+        tx.commit()?;
+        Ok(out)
+    }
+
+    fn events(&self, run_id: &str) -> Result<Vec<Stamped>, LogError> {
+        let db = self.db.lock();
+        let mut q =
+            db.prepare_cached("SELECT seq, at_ms, body FROM events WHERE run_id = ?1 ORDER BY seq")?;
+        let rows = q.query_map([run_id], |r| {
+            Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)?, r.get::<_, String>(2)?))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (seq, at_ms, body) = row?;
+            out.push(Stamped {
+                seq,
+                at_ms,
+                event: serde_json::from_str(&body)?,
+            });
+        }
+        Ok(out)
+    }
+
+    fn run(&self, run_id: &str) -> Result<Option<RunRecord>, LogError> {
+        let db = self.db.lock();
+        let row = db
+            .query_row(
+                &format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?1"),
+                [run_id],
+                record,
+            )
+            .optional()?;
+        row.map(to_record).transpose()
+    }
+
+    fn runs(&self, limit: usize) -> Result<Vec<RunRecord>, LogError> {
+        let db = self.db.lock();
+        let mut q = db.prepare_cached(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs ORDER BY created_ms DESC, run_id DESC LIMIT ?1"
+        ))?;
+        let rows = q.query_map([limit as i64], record)?;
+        rows.map(|r| to_record(r?)).collect()
+    }
+
+    fn unfinished(&self) -> Result<Vec<String>, LogError> {
+        let db = self.db.lock();
+        let mut q = db.prepare_cached(
+            "SELECT run_id FROM runs WHERE finished = 0 ORDER BY created_ms, run_id",
+        )?;
+        let rows = q.query_map([], |r| r.get::<_, String>(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn put_artifact(&self, run_id: &str, id: &str, body: &[u8]) -> Result<(), LogError> {
+        self.db.lock().execute(
+            "INSERT OR REPLACE INTO artifacts (id, run_id, body) VALUES (?1, ?2, ?3)",
+            params![id, run_id, body],
+        )?;
+        Ok(())
+    }
+
+    fn artifact(&self, id: &str) -> Result<Option<Vec<u8>>, LogError> {
+        let db = self.db.lock();
+        Ok(db
+            .query_row("SELECT body FROM artifacts WHERE id = ?1", [id], |r| r.get(0))
+            .optional()?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flows::events::{NodeStatus, Output, RunState, RunStatus};
+
+    #[test]
+    fn events_append_in_order_and_fold_to_the_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = SqliteLog::open(&dir.path().join("runs.db")).unwrap();
+        let caller = Caller {
+            kind: "local".into(),
+            name: "op".into(),
+            roles: vec![],
+            unrestricted: true,
+        };
+        log.create(&RunRecord {
+            run_id: "r1".into(),
+            flow: "f".into(),
+            digest: "d".into(),
+            inputs: serde_json::json!({"x": 1}),
+            caller: caller.clone(),
+            created_ms: 1,
+        })
+        .unwrap();
+        assert_eq!(log.unfinished().unwrap(), vec!["r1".to_owned()]);
+        log.append(
+            "r1",
+            &[
+                Event::NodeReady { node: "a".into() },
+                Event::NodeRunning {
+                    node: "a".into(),
+                    attempt: 1,
+                },
+            ],
+        )
+        .unwrap();
+        let stamped = log
+            .append(
+                "r1",
+                &[
+                    Event::NodeSucceeded {
+                        node: "a".into(),
+                        output: Output::Inline(serde_json::json!(7)),
+                    },
+                    Event::RunFinished {
+                        status: RunStatus::Succeeded,
+                        outputs: None,
+                        error: None,
+                    },
+                ],
+            )
+            .unwrap();
+        assert_eq!(stamped.last().map(|s| s.seq), Some(4));
+        let state = RunState::fold(&log.events("r1").unwrap());
+        assert_eq!(state.node("a"), NodeStatus::Succeeded);
+        assert_eq!(state.nodes["a"].attempts, 1);
+        assert_eq!(state.finished, Some(RunStatus::Succeeded));
+        assert!(log.unfinished().unwrap().is_empty());
+        assert_eq!(log.run("r1").unwrap().unwrap().caller, caller);
+        log.put_artifact("r1", "r1/a", b"big").unwrap();
+        assert_eq!(log.artifact("r1/a").unwrap().as_deref(), Some(&b"big"[..]));
+    }
+}

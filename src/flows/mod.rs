@@ -1,0 +1,345 @@
+//! Flows (F12): deterministic DAG runs over namespaced tools. The engine owns the run log and
+//! the flows that loaded; each run is driven by its own scheduler (`driver`), whose node calls
+//! re-enter the whole call stack as the run's caller. Every state change is an event in the
+//! run log, so a run survives the gateway: on start, unfinished runs are resumed.
+
+pub mod driver;
+pub mod events;
+pub mod log;
+pub mod node;
+pub mod report;
+pub mod tool;
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, OnceLock},
+};
+
+use arc_swap::ArcSwap;
+use dashmap::DashMap;
+use serde_json::Value;
+use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use self::{
+    driver::{NodeDone, Run},
+    events::RunState,
+    log::{Caller, RunLog, RunRecord, SqliteLog},
+};
+use crate::{
+    config::{
+        flows::{FlowDef, FlowSet},
+        snapshot::FlowSettings,
+    },
+    pipeline::CallStack,
+    policy::identity::{Authenticator, Identity, IdentityKind},
+    telemetry::flow_metrics::FlowMetrics,
+    upstream::pool::Pool,
+};
+
+/// What the engine knows of a node's tool before calling it.
+#[derive(Debug, Clone, Copy)]
+pub struct ToolClass {
+    /// Safe to call again (a read, or idempotent by annotation at a tier that trusts them).
+    pub retry_safe: bool,
+    /// The upstream honours idempotency keys (`idempotency_keys = true`).
+    pub honours_keys: bool,
+}
+
+#[derive(Debug)]
+pub struct Engine {
+    pub(crate) log: Arc<dyn RunLog>,
+    defs: ArcSwap<BTreeMap<String, Arc<FlowDef>>>,
+    stack: OnceLock<CallStack>,
+    pool: OnceLock<Arc<Pool>>,
+    auth: Arc<ArcSwap<Authenticator>>,
+    permits: Arc<Semaphore>,
+    artifact_bytes: usize,
+    pub(crate) metrics: FlowMetrics,
+    /// Runs driven by this process: their cancellation.
+    live: DashMap<String, CancellationToken>,
+    /// Cancelled at shutdown: schedulers stop without recording anything more, so their runs
+    /// resume (nodes in flight re-driven) at the next start.
+    pub(crate) stop: CancellationToken,
+    /// Bumped whenever a run stops being driven here.
+    ended: tokio::sync::watch::Sender<u64>,
+}
+
+/// Why a run did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("unknown flow `{0}`")]
+    UnknownFlow(String),
+    #[error("inputs do not match the flow's input schema: {0}")]
+    BadInputs(String),
+    #[error("{0}")]
+    Log(String),
+}
+
+/// A run that started: its id, and its end.
+#[derive(Debug)]
+pub struct Started {
+    pub run_id: String,
+    pub done: oneshot::Receiver<Result<RunState, String>>,
+}
+
+impl Engine {
+    pub fn open(
+        settings: &FlowSettings,
+        auth: Arc<ArcSwap<Authenticator>>,
+        metrics: FlowMetrics,
+    ) -> Result<Arc<Self>, String> {
+        let log = SqliteLog::open(&settings.db).map_err(|e| e.to_string())?;
+        let engine = Arc::new(Self {
+            log,
+            defs: ArcSwap::default(),
+            stack: OnceLock::new(),
+            pool: OnceLock::new(),
+            auth,
+            permits: Arc::new(Semaphore::new(settings.parallelism)),
+            artifact_bytes: settings.artifact_bytes,
+            metrics,
+            live: DashMap::new(),
+            stop: CancellationToken::new(),
+            ended: tokio::sync::watch::channel(0).0,
+        });
+        engine.set_flows(&settings.set);
+        Ok(engine)
+    }
+
+    /// The flows that loaded (a reload replaces them; running runs keep their definition).
+    pub fn set_flows(&self, set: &FlowSet) {
+        self.defs.store(Arc::new(
+            set.flows.iter().map(|f| (f.id.clone(), f.clone())).collect(),
+        ));
+    }
+
+    pub fn flows(&self) -> Vec<Arc<FlowDef>> {
+        self.defs.load().values().cloned().collect()
+    }
+
+    pub fn flow(&self, id: &str) -> Option<Arc<FlowDef>> {
+        self.defs.load().get(id).cloned()
+    }
+
+    /// The stack node calls go through and the pool that classifies their tools (both hold
+    /// the engine's tools, so they are bound after they are built).
+    pub fn bind(&self, stack: CallStack, pool: Arc<Pool>) {
+        let _ = self.stack.set(stack);
+        let _ = self.pool.set(pool);
+    }
+
+    fn stack(&self) -> Option<CallStack> {
+        self.stack.get().cloned()
+    }
+
+    pub fn classify(&self, tool: &str) -> Option<ToolClass> {
+        let (retry_safe, up) = crate::pipeline::classify(self.pool.get()?, tool)?;
+        Some(ToolClass {
+            retry_safe,
+            honours_keys: up.spec().idempotency_keys,
+        })
+    }
+
+    /// Checks the inputs, records the run durably, and starts driving it.
+    pub async fn start(
+        self: &Arc<Self>,
+        flow_id: &str,
+        inputs: Value,
+        identity: Identity,
+        depth: u8,
+        progress: Option<mpsc::UnboundedSender<NodeDone>>,
+    ) -> Result<Started, StartError> {
+        let flow = self
+            .flow(flow_id)
+            .ok_or_else(|| StartError::UnknownFlow(crate::names::shown(flow_id)))?;
+        let problems = flow.input_check.check(&inputs);
+        if !problems.is_empty() {
+            return Err(StartError::BadInputs(
+                problems
+                    .iter()
+                    .map(|p| format!("{}: {}", p.pointer, p.message))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            ));
+        }
+        let record = RunRecord {
+            run_id: format!("run-{:024x}", rand::random::<u128>() >> 32),
+            flow: flow.id.clone(),
+            digest: flow.digest.clone(),
+            inputs,
+            caller: Caller {
+                kind: identity.kind.as_str().to_owned(),
+                name: identity.name.clone(),
+                roles: identity.access.roles().to_vec(),
+                unrestricted: identity.access.is_unrestricted(),
+            },
+            created_ms: chrono::Utc::now().timestamp_millis(),
+        };
+        let log = self.log.clone();
+        let rec = record.clone();
+        tokio::task::spawn_blocking(move || log.create(&rec))
+            .await
+            .map_err(|e| StartError::Log(e.to_string()))?
+            .map_err(|e| StartError::Log(e.to_string()))?;
+        let run_id = record.run_id.clone();
+        let key_run = run_id.clone();
+        let done = self.drive(flow, record, identity, depth, progress, Vec::new(), key_run);
+        Ok(Started { run_id, done })
+    }
+
+    /// Drives a run in its own task; the receiver gets its final state.
+    #[allow(clippy::too_many_arguments)]
+    fn drive(
+        self: &Arc<Self>,
+        flow: Arc<FlowDef>,
+        record: RunRecord,
+        identity: Identity,
+        depth: u8,
+        progress: Option<mpsc::UnboundedSender<NodeDone>>,
+        events: Vec<events::Stamped>,
+        key_run: String,
+    ) -> oneshot::Receiver<Result<RunState, String>> {
+        let (tx, rx) = oneshot::channel();
+        let ct = CancellationToken::new();
+        self.live.insert(record.run_id.clone(), ct.clone());
+        let engine = self.clone();
+        tokio::spawn(async move {
+            let run_id = record.run_id.clone();
+            let flow_id = flow.id.clone();
+            engine.metrics.in_flight.inc();
+            let result = driver::drive(
+                Run {
+                    engine: engine.clone(),
+                    flow,
+                    record,
+                    identity,
+                    depth,
+                    ct,
+                    progress,
+                    key_run,
+                },
+                events,
+            )
+            .await;
+            engine.metrics.in_flight.dec();
+            engine.live.remove(&run_id);
+            engine.ended.send_modify(|n| *n += 1);
+            match &result {
+                Ok(state) => {
+                    let status = state.finished.map_or("unknown", |s| s.as_str());
+                    engine.metrics.run_finished(&flow_id, status);
+                    tracing::info!(run = %run_id, flow = %flow_id, status, "flow run ended");
+                }
+                Err(e) => tracing::warn!(run = %run_id, flow = %flow_id, "flow run stopped: {e}"),
+            }
+            let _ = tx.send(result);
+        });
+        rx
+    }
+
+    /// Resumes every unfinished run in the log (at start). A run whose flow no longer loads
+    /// stays as it is, reported.
+    pub async fn resume_all(self: &Arc<Self>) {
+        let log = self.log.clone();
+        let ids = match tokio::task::spawn_blocking(move || log.unfinished()).await {
+            Ok(Ok(ids)) => ids,
+            Ok(Err(e)) => return tracing::warn!("cannot read unfinished flow runs: {e}"),
+            Err(e) => return tracing::warn!("cannot read unfinished flow runs: {e}"),
+        };
+        for id in ids {
+            if let Err(e) = self.resume(&id).await {
+                tracing::warn!(run = %id, "flow run not resumed: {e}");
+            }
+        }
+    }
+
+    /// Drives an unfinished (or reopened) run again from its events.
+    pub async fn resume(
+        self: &Arc<Self>,
+        run_id: &str,
+    ) -> Result<oneshot::Receiver<Result<RunState, String>>, String> {
+        if self.live.contains_key(run_id) {
+            return Err("the run is being driven already".into());
+        }
+        let (record, events) = self.load(run_id).await?;
+        let flow = self
+            .flow(&record.flow)
+            .ok_or_else(|| format!("flow `{}` is not loaded", record.flow))?;
+        if flow.digest != record.digest {
+            tracing::warn!(run = %run_id, flow = %flow.id, "the flow file changed since the run started; it resumes with the current definition");
+        }
+        let identity = self.caller_identity(&record.caller);
+        tracing::info!(run = %run_id, flow = %flow.id, "resuming flow run");
+        let key_run = record.run_id.clone();
+        Ok(self.drive(flow, record, identity, 0, None, events, key_run))
+    }
+
+    /// A run's record and events.
+    pub async fn load(&self, run_id: &str) -> Result<(RunRecord, Vec<events::Stamped>), String> {
+        let log = self.log.clone();
+        let id = run_id.to_owned();
+        tokio::task::spawn_blocking(move || -> Result<_, String> {
+            let record = log
+                .run(&id)
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| format!("no run `{}`", crate::names::shown(&id)))?;
+            let events = log.events(&id).map_err(|e| e.to_string())?;
+            Ok((record, events))
+        })
+        .await
+        .map_err(|e| e.to_string())?
+    }
+
+    /// Cancels a run this process drives; false when it drives no such run.
+    pub fn cancel(&self, run_id: &str) -> bool {
+        match self.live.get(run_id) {
+            Some(ct) => {
+                ct.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The identity a stored caller has under the config of the moment.
+    fn caller_identity(&self, c: &Caller) -> Identity {
+        let kind = IdentityKind::from_str_or_local(&c.kind);
+        if c.unrestricted {
+            return Identity::unrestricted(&c.name, kind);
+        }
+        Identity {
+            name: c.name.clone(),
+            kind,
+            access: Arc::new(self.auth.load().roles.access(&c.roles)),
+        }
+    }
+
+    /// Stops driving runs (at shutdown); they stay unfinished in the log, to resume.
+    pub fn close(&self) {
+        self.stop.cancel();
+        self.permits.close();
+    }
+
+    /// The run's state once it has finished, or as it is when `timeout` passes first.
+    pub async fn wait_finished(
+        &self,
+        run_id: &str,
+        timeout: std::time::Duration,
+    ) -> Result<(RunRecord, Vec<events::Stamped>, RunState), String> {
+        let mut ended = self.ended.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            ended.borrow_and_update();
+            let (record, events) = self.load(run_id).await?;
+            let state = RunState::fold(&events);
+            let driven = self.live.contains_key(run_id);
+            if state.finished.is_some() || !driven {
+                return Ok((record, events, state));
+            }
+            if tokio::time::timeout_at(deadline, ended.changed()).await.is_err() {
+                return Ok((record, events, state));
+            }
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! `flows.<id>`: each loaded flow as one of the gateway's own tools, with the flow's input
+//! schema and output contract. A call starts a run and waits for it, with a progress
+//! notification per finished node; cancelling the call cancels the run.
+
+use std::sync::Arc;
+
+use rmcp::model::{ProgressNotificationParam, ServerResult, Tool, ToolAnnotations};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::{Engine, StartError};
+use crate::{
+    config::flows::{FLOWS_NAMESPACE, FlowDef},
+    pipeline::{Call, CallError, CallFuture, Op, OwnTool},
+    policy::trust::CallClass,
+};
+
+/// The tool of one flow.
+#[derive(Debug)]
+pub struct FlowTool {
+    engine: Arc<Engine>,
+    flow: Arc<FlowDef>,
+    name: String,
+}
+
+/// The tools of every loaded flow.
+pub fn tools(engine: &Arc<Engine>, separator: &str) -> Vec<Arc<dyn OwnTool>> {
+    engine
+        .flows()
+        .into_iter()
+        .map(|flow| {
+            Arc::new(FlowTool {
+                name: tool_name(&flow.id, separator),
+                engine: engine.clone(),
+                flow,
+            }) as Arc<dyn OwnTool>
+        })
+        .collect()
+}
+
+/// `flows<sep><id>`.
+pub fn tool_name(id: &str, separator: &str) -> String {
+    format!("{FLOWS_NAMESPACE}{separator}{id}")
+}
+
+impl OwnTool for FlowTool {
+    fn definition(&self) -> Tool {
+        let schema = match &self.flow.inputs {
+            Value::Object(m) => m.clone(),
+            _ => Default::default(),
+        };
+        let mut tool = Tool::new(
+            self.name.clone(),
+            if self.flow.description.is_empty() {
+                format!("Run the flow `{}`.", self.flow.id)
+            } else {
+                self.flow.description.clone()
+            },
+            Arc::new(schema),
+        );
+        if let Some(Value::Object(out)) = &self.flow.output_schema {
+            tool.output_schema = Some(Arc::new(out.clone()));
+        }
+        tool.annotations = Some(ToolAnnotations::new().read_only(false));
+        tool
+    }
+
+    /// A flow may write (its nodes are classified one by one when they run).
+    fn class(&self) -> CallClass {
+        CallClass::Long
+    }
+
+    fn call(&self, call: Call) -> CallFuture {
+        let (engine, flow) = (self.engine.clone(), self.flow.clone());
+        let flow_id = flow.id.clone();
+        Box::pin(async move {
+            let Op::CallTool(p) = &call.op else {
+                return Err(CallError::Internal {
+                    detail: "a flow tool got a request that is not tools/call".into(),
+                });
+            };
+            let inputs = Value::Object(p.arguments.clone().unwrap_or_default());
+            let (progress, mut finished) = mpsc::unbounded_channel();
+            let started = engine
+                .start(&flow_id, inputs, call.identity.clone(), call.depth, Some(progress))
+                .await
+                .map_err(|e| match e {
+                    StartError::UnknownFlow(name) => CallError::UnknownTool {
+                        name,
+                        closest: Vec::new(),
+                    },
+                    other => CallError::Internal {
+                        detail: other.to_string(),
+                    },
+                })?;
+            let (run_id, mut done) = (started.run_id, started.done);
+            let cancelled = call.ct.clone();
+            let mut cancel_sent = false;
+            let state = loop {
+                tokio::select! {
+                    end = &mut done => break end,
+                    Some(n) = finished.recv() => {
+                        if let (Some(d), Some(token)) = (&call.downstream, &call.progress_token) {
+                            let p = ProgressNotificationParam::new(token.clone(), n.done as f64)
+                                .with_total(n.total as f64)
+                                .with_message(format!(
+                                    "node `{}` {}",
+                                    n.node,
+                                    super::driver::status_label(n.status)
+                                ));
+                            let _ = d.peer.notify_progress(p).await;
+                        }
+                    }
+                    _ = cancelled.cancelled(), if !cancel_sent => {
+                        cancel_sent = true;
+                        engine.cancel(&run_id);
+                    }
+                }
+            };
+            let state = state
+                .map_err(|e| CallError::Internal {
+                    detail: format!("flow run {run_id}: {e}"),
+                })?
+                .map_err(|e| CallError::Internal {
+                    detail: format!("flow run {run_id}: {e}"),
+                })?;
+            Ok(ServerResult::CallToolResult(super::report::result(
+                &flow,
+                &run_id,
+                &state,
+                &call.correlation_id,
+            )))
+        })
+    }
+}

@@ -1,0 +1,71 @@
+//! Flow metrics (F12/F14): runs by flow and status, node executions by status, node
+//! durations, runs in flight, artifact bytes. Flow ids come from config: the labels are bounded.
+
+use std::time::Duration;
+
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+
+#[derive(Debug, Clone)]
+pub struct FlowMetrics {
+    pub runs: IntCounterVec,
+    pub nodes: IntCounterVec,
+    pub node_duration: Histogram,
+    pub in_flight: IntGauge,
+    pub artifact_bytes: IntCounter,
+}
+
+impl FlowMetrics {
+    pub(super) fn register(registry: &Registry, buckets: &[f64]) -> Result<Self, prometheus::Error> {
+        let runs = IntCounterVec::new(
+            Opts::new("fedgate_flow_runs_total", "Flow runs ended, by flow and status"),
+            &["flow", "status"],
+        )?;
+        let nodes = IntCounterVec::new(
+            Opts::new(
+                "fedgate_flow_nodes_total",
+                "Flow node executions ended, by flow and node status",
+            ),
+            &["flow", "status"],
+        )?;
+        let node_duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "fedgate_flow_node_duration_seconds",
+                "Duration of one flow node attempt (waiting for a permit included)",
+            )
+            .buckets(buckets.to_vec()),
+        )?;
+        let in_flight = IntGauge::new("fedgate_flow_runs_in_flight", "Flow runs being driven")?;
+        let artifact_bytes = IntCounter::new(
+            "fedgate_flow_artifact_bytes_total",
+            "Bytes of node outputs stored as artifacts (over [flows] artifact_bytes)",
+        )?;
+        registry.register(Box::new(runs.clone()))?;
+        registry.register(Box::new(nodes.clone()))?;
+        registry.register(Box::new(node_duration.clone()))?;
+        registry.register(Box::new(in_flight.clone()))?;
+        registry.register(Box::new(artifact_bytes.clone()))?;
+        Ok(Self {
+            runs,
+            nodes,
+            node_duration,
+            in_flight,
+            artifact_bytes,
+        })
+    }
+
+    pub fn node_finished(&self, flow: &str, status: &str) {
+        self.nodes.with_label_values(&[flow, status]).inc();
+    }
+
+    pub fn node_seconds(&self, took: Duration) {
+        self.node_duration.observe(took.as_secs_f64());
+    }
+
+    pub fn artifact(&self, bytes: usize) {
+        self.artifact_bytes.inc_by(bytes as u64);
+    }
+
+    pub fn run_finished(&self, flow: &str, status: &str) {
+        self.runs.with_label_values(&[flow, status]).inc();
+    }
+}
