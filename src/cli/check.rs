@@ -5,14 +5,30 @@ use std::{path::Path, process::ExitCode};
 pub fn check(file: &Path) -> Result<ExitCode, String> {
     match crate::config::load(file) {
         Ok(snapshot) => {
-            println!(
-                "{}: ok ({} upstreams)",
-                file.display(),
-                snapshot.upstreams.len()
-            );
             for w in portability_warnings(&snapshot) {
                 eprintln!("warning: {w}");
             }
+            // A bad flow does not stop the gateway, but a check reports it as a failure.
+            let flow_problems = &snapshot.flows.set.problems;
+            for d in flow_problems {
+                eprintln!("{d}");
+            }
+            let flows = match snapshot.flows.dir {
+                Some(_) => format!(", {} flows", snapshot.flows.set.flows.len()),
+                None => String::new(),
+            };
+            if !flow_problems.is_empty() {
+                eprintln!(
+                    "{} problem(s) found in flows; the rest of the config is valid",
+                    flow_problems.len()
+                );
+                return Ok(ExitCode::FAILURE);
+            }
+            println!(
+                "{}: ok ({} upstreams{flows})",
+                file.display(),
+                snapshot.upstreams.len()
+            );
             Ok(ExitCode::SUCCESS)
         }
         Err(diags) => {

@@ -1,6 +1,8 @@
-//! The command line: `serve`, `stdio`, `check`, `tools`, `call`, `import`, and the demo upstream.
+//! The command line: `serve`, `stdio`, `check`, `tools`, `call`, `flows`, `import`, and the demo
+//! upstream.
 
 mod check;
+mod flows;
 mod import;
 mod inspect;
 mod serve;
@@ -70,6 +72,13 @@ enum Command {
         #[arg(long, env = "FEDGATE_BEARER", hide_env_values = true)]
         bearer: Option<String>,
     },
+    /// Flows: list, run, show, replay, rerun, cancel, decide.
+    Flows {
+        #[arg(long, short, default_value = DEFAULT_CONFIG)]
+        config: PathBuf,
+        #[command(subcommand)]
+        command: flows::FlowsCommand,
+    },
     /// Convert an `mcpServers` JSON file (Claude Desktop, Cursor, VS Code) to gateway.toml.
     Import { file: PathBuf },
     /// Run the built-in demo MCP server (the shipped config's upstream).
@@ -117,6 +126,7 @@ pub fn run() -> ExitCode {
                 bearer,
             } => inspect::call(&config, &tool, &args, bearer.as_deref()).await,
             Command::Import { file } => import::import(&file),
+            Command::Flows { config, command } => flows::run(&config, command).await,
             Command::DemoUpstream(args) => crate::demo::run(args).await,
             Command::ConformanceFixture(args) => crate::fixture::run(args).await,
         }

@@ -62,6 +62,7 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, String
         tracing::info!("callers without credentials are accepted as `anonymous` with its roles");
     }
     let core = Core::new(&snapshot)?;
+    crate::server::core::report_flow_problems(&snapshot);
     core.start();
     let pool = core.pool.clone();
     let audit = match &snapshot.audit {

@@ -43,24 +43,33 @@ pub struct Run {
     pub progress: Option<mpsc::UnboundedSender<NodeDone>>,
     /// Idempotency keys are derived from this run id (a replay reuses the original's).
     pub key_run: String,
+    /// A replay: nodes safe to repeat get keys of this run, so they really run again; writes
+    /// keep the original run's keys, so an upstream that honours them does not repeat them.
+    pub replay: bool,
 }
 
-enum Msg {
+pub enum Msg {
     Done { node: String, attempt: Attempt },
     RetryDue { node: String },
+    /// A decision from outside (re-run or skip a blocked node): events to append.
+    Decided(Vec<Event>),
 }
 
-/// Drives the run from `events` to its end; returns the final state.
-pub async fn drive(run: Run, events: Vec<Stamped>) -> Result<RunState, String> {
+/// Drives the run from `events` to its end; returns the final state. `tx` and `rx` are the
+/// scheduler's mailbox (the engine keeps a sender for decisions).
+pub async fn drive(
+    run: Run,
+    events: Vec<Stamped>,
+    tx: mpsc::UnboundedSender<Msg>,
+    mut rx: mpsc::UnboundedReceiver<Msg>,
+) -> Result<RunState, String> {
     let mut d = Driver {
         state: RunState::fold(&events),
         outputs: HashMap::new(),
         running: 0,
-        tx: mpsc::unbounded_channel().0,
+        tx,
         run,
     };
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    d.tx = tx;
     d.load_outputs().await?;
     d.recover().await?;
     loop {
@@ -336,8 +345,19 @@ impl Driver {
             identity: self.run.identity.clone(),
             tool: n.tool.clone(),
             arguments,
-            key: (self.run.flow.idempotency == Idempotency::Enforce)
-                .then(|| format!("{}:{}", self.run.key_run, n.id)),
+            key: (self.run.flow.idempotency == Idempotency::Enforce).then(|| {
+                let fresh = self.run.replay
+                    && engine.classify(&n.tool).is_some_and(|c| c.retry_safe);
+                let base = if fresh {
+                    &self.run.record.run_id
+                } else {
+                    &self.run.key_run
+                };
+                match self.state.nodes.get(&n.id).map_or(0, |s| s.generation) {
+                    0 => format!("{base}:{}", n.id),
+                    g => format!("{base}:{}#{g}", n.id),
+                }
+            }),
             depth: self.run.depth,
             timeout: n.timeout_ms.map(Duration::from_millis),
             ct: self.run.ct.child_token(),
@@ -360,6 +380,7 @@ impl Driver {
 
     async fn handle(&mut self, msg: Msg) -> Result<(), String> {
         match msg {
+            Msg::Decided(events) => self.commit(events).await,
             Msg::RetryDue { node } => {
                 if self.state.node(&node) == NodeStatus::Retrying {
                     self.commit(vec![Event::NodeReady { node }]).await?;

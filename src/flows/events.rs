@@ -146,6 +146,8 @@ pub struct NodeState {
     pub started_ms: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub finished_ms: Option<i64>,
+    /// How often the node was reset (rerun): a new generation gets new idempotency keys.
+    pub generation: u32,
 }
 
 impl Default for NodeState {
@@ -158,6 +160,7 @@ impl Default for NodeState {
             plan: None,
             started_ms: None,
             finished_ms: None,
+            generation: 0,
         }
     }
 }
@@ -244,7 +247,11 @@ impl RunState {
                 n.error = Some(reason.clone());
             }
             Event::NodeReset { node } => {
-                *self.entry(node) = NodeState::default();
+                let n = self.entry(node);
+                *n = NodeState {
+                    generation: n.generation + 1,
+                    ..NodeState::default()
+                };
             }
             Event::CancelRequested => self.cancel_requested = true,
             Event::RunFinished {

@@ -31,6 +31,9 @@ pub struct RunRecord {
     pub inputs: Value,
     pub caller: Caller,
     pub created_ms: i64,
+    /// The run this one replays (`fedgate flows replay`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay_of: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -71,6 +74,9 @@ pub struct SqliteLog {
     db: Mutex<Connection>,
 }
 
+/// `PRAGMA user_version` of the schema below.
+const SCHEMA_VERSION: i64 = 1;
+
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY,
@@ -79,6 +85,7 @@ CREATE TABLE IF NOT EXISTS runs (
     inputs TEXT NOT NULL,
     caller TEXT NOT NULL,
     created_ms INTEGER NOT NULL,
+    replay_of TEXT,
     finished INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS events (
@@ -108,12 +115,32 @@ impl SqliteLog {
         db.pragma_update(None, "journal_mode", "WAL")?;
         db.pragma_update(None, "synchronous", "NORMAL")?;
         db.busy_timeout(std::time::Duration::from_secs(5))?;
-        db.execute_batch(SCHEMA)?;
+        let version: i64 = db.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        let fresh: i64 = db.query_row(
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'",
+            [],
+            |r| r.get(0),
+        )?;
+        match (version, fresh) {
+            (SCHEMA_VERSION, _) => {}
+            (0, 0) => {
+                db.execute_batch(SCHEMA)?;
+                db.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+            }
+            (v, _) => {
+                return Err(LogError(format!(
+                    "{}: run log schema version {v}, this fedgate reads version {SCHEMA_VERSION}",
+                    path.display()
+                )));
+            }
+        }
         Ok(Arc::new(Self { db: Mutex::new(db) }))
     }
 }
 
-fn record(row: &rusqlite::Row<'_>) -> rusqlite::Result<(String, String, String, String, String, i64)> {
+type Row = (String, String, String, String, String, i64, Option<String>);
+
+fn record(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
     Ok((
         row.get(0)?,
         row.get(1)?,
@@ -121,11 +148,12 @@ fn record(row: &rusqlite::Row<'_>) -> rusqlite::Result<(String, String, String, 
         row.get(3)?,
         row.get(4)?,
         row.get(5)?,
+        row.get(6)?,
     ))
 }
 
 fn to_record(
-    (run_id, flow, digest, inputs, caller, created_ms): (String, String, String, String, String, i64),
+    (run_id, flow, digest, inputs, caller, created_ms, replay_of): Row,
 ) -> Result<RunRecord, LogError> {
     Ok(RunRecord {
         run_id,
@@ -134,22 +162,24 @@ fn to_record(
         inputs: serde_json::from_str(&inputs)?,
         caller: serde_json::from_str(&caller)?,
         created_ms,
+        replay_of,
     })
 }
 
-const RUN_COLUMNS: &str = "run_id, flow, digest, inputs, caller, created_ms";
+const RUN_COLUMNS: &str = "run_id, flow, digest, inputs, caller, created_ms, replay_of";
 
 impl RunLog for SqliteLog {
     fn create(&self, run: &RunRecord) -> Result<(), LogError> {
         self.db.lock().execute(
-            "INSERT INTO runs (run_id, flow, digest, inputs, caller, created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            "INSERT INTO runs (run_id, flow, digest, inputs, caller, created_ms, replay_of) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             params![
                 run.run_id,
                 run.flow,
                 run.digest,
                 serde_json::to_string(&run.inputs)?,
                 serde_json::to_string(&run.caller)?,
-                run.created_ms
+                run.created_ms,
+                run.replay_of
             ],
         )?;
         Ok(())
@@ -288,6 +318,7 @@ mod tests {
             inputs: serde_json::json!({"x": 1}),
             caller: caller.clone(),
             created_ms: 1,
+            replay_of: None,
         })
         .unwrap();
         assert_eq!(log.unfinished().unwrap(), vec!["r1".to_owned()]);

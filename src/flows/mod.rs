@@ -7,7 +7,9 @@ pub mod driver;
 pub mod events;
 pub mod log;
 pub mod node;
+mod replay;
 pub mod report;
+mod task;
 pub mod tool;
 
 use std::{
@@ -56,13 +58,16 @@ pub struct Engine {
     permits: Arc<Semaphore>,
     artifact_bytes: usize,
     pub(crate) metrics: FlowMetrics,
-    /// Runs driven by this process: their cancellation.
-    live: DashMap<String, CancellationToken>,
+    /// Runs driven by this process: their cancellation and their scheduler's mailbox.
+    live: DashMap<String, (CancellationToken, mpsc::UnboundedSender<driver::Msg>)>,
     /// Cancelled at shutdown: schedulers stop without recording anything more, so their runs
     /// resume (nodes in flight re-driven) at the next start.
     pub(crate) stop: CancellationToken,
     /// Bumped whenever a run stops being driven here.
     ended: tokio::sync::watch::Sender<u64>,
+    /// Seals runs' task handles.
+    tasks: crate::tasks::TaskHandles,
+    problems: parking_lot::Mutex<Vec<crate::config::Diagnostic>>,
 }
 
 /// Why a run did not start.
@@ -74,6 +79,29 @@ pub enum StartError {
     BadInputs(String),
     #[error("{0}")]
     Log(String),
+}
+
+/// How a run is driven.
+#[derive(Default)]
+pub(crate) struct Drive {
+    pub depth: u8,
+    pub progress: Option<mpsc::UnboundedSender<NodeDone>>,
+    /// The events so far (a resumed run).
+    pub events: Vec<events::Stamped>,
+    /// Idempotency keys derive from this run id (default: the run's own).
+    pub key_run: Option<String>,
+    /// A replay: reads get fresh keys, writes keep the original run's.
+    pub replay: bool,
+}
+
+/// Who a run runs as, to record.
+fn caller_of(identity: &Identity) -> Caller {
+    Caller {
+        kind: identity.kind.as_str().to_owned(),
+        name: identity.name.clone(),
+        roles: identity.access.roles().to_vec(),
+        unrestricted: identity.access.is_unrestricted(),
+    }
 }
 
 /// A run that started: its id, and its end.
@@ -88,6 +116,7 @@ impl Engine {
         settings: &FlowSettings,
         auth: Arc<ArcSwap<Authenticator>>,
         metrics: FlowMetrics,
+        tasks: crate::tasks::TaskHandles,
     ) -> Result<Arc<Self>, String> {
         let log = SqliteLog::open(&settings.db).map_err(|e| e.to_string())?;
         let engine = Arc::new(Self {
@@ -102,6 +131,8 @@ impl Engine {
             live: DashMap::new(),
             stop: CancellationToken::new(),
             ended: tokio::sync::watch::channel(0).0,
+            tasks,
+            problems: Default::default(),
         });
         engine.set_flows(&settings.set);
         Ok(engine)
@@ -112,6 +143,28 @@ impl Engine {
         self.defs.store(Arc::new(
             set.flows.iter().map(|f| (f.id.clone(), f.clone())).collect(),
         ));
+        *self.problems.lock() = set.problems.clone();
+    }
+
+    /// What kept flow files from loading, as of the last (re)load.
+    pub fn problems(&self) -> Vec<crate::config::Diagnostic> {
+        self.problems.lock().clone()
+    }
+
+    /// The newest runs with their states.
+    pub async fn runs(&self, limit: usize) -> Result<Vec<(RunRecord, RunState)>, String> {
+        let log = self.log.clone();
+        tokio::task::spawn_blocking(move || -> Result<_, String> {
+            let runs = log.runs(limit).map_err(|e| e.to_string())?;
+            runs.into_iter()
+                .map(|r| {
+                    let events = log.events(&r.run_id).map_err(|e| e.to_string())?;
+                    Ok((r, RunState::fold(&events)))
+                })
+                .collect()
+        })
+        .await
+        .map_err(|e| e.to_string())?
     }
 
     pub fn flows(&self) -> Vec<Arc<FlowDef>> {
@@ -163,63 +216,84 @@ impl Engine {
                     .join("; "),
             ));
         }
+        let record = self
+            .create(&flow, inputs, caller_of(&identity), None)
+            .await
+            .map_err(StartError::Log)?;
+        let run_id = record.run_id.clone();
+        let done = self.drive(
+            flow,
+            record,
+            identity,
+            Drive {
+                depth,
+                progress,
+                ..Drive::default()
+            },
+        );
+        Ok(Started { run_id, done })
+    }
+
+    /// Records a new run, durably.
+    pub(crate) async fn create(
+        &self,
+        flow: &FlowDef,
+        inputs: Value,
+        caller: Caller,
+        replay_of: Option<String>,
+    ) -> Result<RunRecord, String> {
         let record = RunRecord {
             run_id: format!("run-{:024x}", rand::random::<u128>() >> 32),
             flow: flow.id.clone(),
             digest: flow.digest.clone(),
             inputs,
-            caller: Caller {
-                kind: identity.kind.as_str().to_owned(),
-                name: identity.name.clone(),
-                roles: identity.access.roles().to_vec(),
-                unrestricted: identity.access.is_unrestricted(),
-            },
+            caller,
             created_ms: chrono::Utc::now().timestamp_millis(),
+            replay_of,
         };
         let log = self.log.clone();
         let rec = record.clone();
         tokio::task::spawn_blocking(move || log.create(&rec))
             .await
-            .map_err(|e| StartError::Log(e.to_string()))?
-            .map_err(|e| StartError::Log(e.to_string()))?;
-        let run_id = record.run_id.clone();
-        let key_run = run_id.clone();
-        let done = self.drive(flow, record, identity, depth, progress, Vec::new(), key_run);
-        Ok(Started { run_id, done })
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+        Ok(record)
     }
 
     /// Drives a run in its own task; the receiver gets its final state.
-    #[allow(clippy::too_many_arguments)]
-    fn drive(
+    pub(crate) fn drive(
         self: &Arc<Self>,
         flow: Arc<FlowDef>,
         record: RunRecord,
         identity: Identity,
-        depth: u8,
-        progress: Option<mpsc::UnboundedSender<NodeDone>>,
-        events: Vec<events::Stamped>,
-        key_run: String,
+        opts: Drive,
     ) -> oneshot::Receiver<Result<RunState, String>> {
         let (tx, rx) = oneshot::channel();
         let ct = CancellationToken::new();
-        self.live.insert(record.run_id.clone(), ct.clone());
+        let (mail, mailbox) = mpsc::unbounded_channel();
+        self.live
+            .insert(record.run_id.clone(), (ct.clone(), mail.clone()));
         let engine = self.clone();
         tokio::spawn(async move {
             let run_id = record.run_id.clone();
             let flow_id = flow.id.clone();
             engine.metrics.in_flight.inc();
+            let key_run = opts.key_run.unwrap_or_else(|| record.run_id.clone());
             let result = driver::drive(
                 Run {
                     engine: engine.clone(),
                     flow,
                     record,
                     identity,
-                    depth,
+                    depth: opts.depth,
                     ct,
-                    progress,
+                    progress: opts.progress,
                     key_run,
+                    replay: opts.replay,
                 },
-                events,
+                opts.events,
+                mail,
+                mailbox,
             )
             .await;
             engine.metrics.in_flight.dec();
@@ -271,8 +345,15 @@ impl Engine {
         }
         let identity = self.caller_identity(&record.caller);
         tracing::info!(run = %run_id, flow = %flow.id, "resuming flow run");
-        let key_run = record.run_id.clone();
-        Ok(self.drive(flow, record, identity, 0, None, events, key_run))
+        Ok(self.drive(
+            flow,
+            record,
+            identity,
+            Drive {
+                events,
+                ..Drive::default()
+            },
+        ))
     }
 
     /// A run's record and events.
@@ -294,16 +375,46 @@ impl Engine {
     /// Cancels a run this process drives; false when it drives no such run.
     pub fn cancel(&self, run_id: &str) -> bool {
         match self.live.get(run_id) {
-            Some(ct) => {
-                ct.cancel();
+            Some(live) => {
+                live.0.cancel();
                 true
             }
             None => false,
         }
     }
 
+    /// Cancels a run wherever it is: its scheduler stops it, or — a run nothing drives (its
+    /// flow no longer loads, say) — its cancellation is recorded here. A finished run stays.
+    pub async fn cancel_run(&self, run_id: &str) -> Result<(), String> {
+        if self.cancel(run_id) {
+            return Ok(());
+        }
+        let (_, events) = self.load(run_id).await?;
+        let state = RunState::fold(&events);
+        if state.finished.is_some() {
+            return Ok(());
+        }
+        let mut batch = vec![events::Event::CancelRequested];
+        for (node, n) in &state.nodes {
+            if !n.status.is_final() {
+                batch.push(events::Event::NodeCancelled { node: node.clone() });
+            }
+        }
+        batch.push(events::Event::RunFinished {
+            status: events::RunStatus::Cancelled,
+            outputs: None,
+            error: None,
+        });
+        let (log, id) = (self.log.clone(), run_id.to_owned());
+        tokio::task::spawn_blocking(move || log.append(&id, &batch))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
     /// The identity a stored caller has under the config of the moment.
-    fn caller_identity(&self, c: &Caller) -> Identity {
+    pub(crate) fn caller_identity(&self, c: &Caller) -> Identity {
         let kind = IdentityKind::from_str_or_local(&c.kind);
         if c.unrestricted {
             return Identity::unrestricted(&c.name, kind);
@@ -313,6 +424,34 @@ impl Engine {
             kind,
             access: Arc::new(self.auth.load().roles.access(&c.roles)),
         }
+    }
+
+    /// Decides a BLOCKED node of a run this process drives: run it again, or skip it.
+    pub async fn decide(&self, run_id: &str, node: &str, rerun: bool) -> Result<(), String> {
+        let (_, events) = self.load(run_id).await?;
+        if RunState::fold(&events).node(node) != events::NodeStatus::Blocked {
+            return Err(format!(
+                "node `{}` of run {run_id} is not waiting for a decision",
+                crate::names::shown(node)
+            ));
+        }
+        let decision = if rerun {
+            events::Event::NodeReady {
+                node: node.to_owned(),
+            }
+        } else {
+            events::Event::NodeSkipped {
+                node: node.to_owned(),
+                reason: "skipped by decision".into(),
+            }
+        };
+        let live = self
+            .live
+            .get(run_id)
+            .ok_or_else(|| format!("run {run_id} is not driven by this gateway"))?;
+        live.1
+            .send(driver::Msg::Decided(vec![decision]))
+            .map_err(|_| format!("run {run_id} ended"))
     }
 
     /// Stops driving runs (at shutdown); they stay unfinished in the log, to resume.

@@ -125,10 +125,11 @@ pub fn timeline(run_id: &str, flow: &str, events: &[Stamped], state: &RunState) 
         let body = serde_json::to_value(&e.event).unwrap_or(Value::Null);
         let kind = body["event"].as_str().unwrap_or("?").to_owned();
         let node = body["node"].as_str().map(|n| format!(" {n}")).unwrap_or_default();
-        let extra = match (&body["error"], &body["reason"], &body["attempt"]) {
-            (Value::String(e), _, _) => format!("  {e}"),
-            (_, Value::String(r), _) => format!("  {r}"),
-            (_, _, Value::Number(a)) => format!("  attempt {a}"),
+        let extra = match (&body["error"], &body["reason"], &body["attempt"], &body["status"]) {
+            (_, _, _, Value::String(s)) => format!("  {s}"),
+            (Value::String(e), ..) => format!("  {e}"),
+            (_, Value::String(r), ..) => format!("  {r}"),
+            (_, _, Value::Number(a), _) => format!("  attempt {a}"),
             _ => String::new(),
         };
         let _ = writeln!(out, "  +{:>6} ms  #{:<4} {kind}{node}{extra}", e.at_ms - start, e.seq);

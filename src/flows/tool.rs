@@ -4,14 +4,17 @@
 
 use std::sync::Arc;
 
-use rmcp::model::{ProgressNotificationParam, ServerResult, Tool, ToolAnnotations};
+use rmcp::model::{
+    CreateTaskResult, GetTaskResult, ProgressNotificationParam, ServerResult, TaskAckResult, Tool,
+    ToolAnnotations,
+};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::{Engine, StartError};
 use crate::{
     config::flows::{FLOWS_NAMESPACE, FlowDef},
-    pipeline::{Call, CallError, CallFuture, Op, OwnTool},
+    pipeline::{Call, CallError, CallFuture, Op, OwnTool, TaskCall, TaskRequest},
     policy::trust::CallClass,
 };
 
@@ -73,16 +76,27 @@ impl OwnTool for FlowTool {
     fn call(&self, call: Call) -> CallFuture {
         let (engine, flow) = (self.engine.clone(), self.flow.clone());
         let flow_id = flow.id.clone();
+        let name = self.name.clone();
         Box::pin(async move {
-            let Op::CallTool(p) = &call.op else {
-                return Err(CallError::Internal {
-                    detail: "a flow tool got a request that is not tools/call".into(),
-                });
+            let p = match &call.op {
+                Op::CallTool(p) => p,
+                Op::Task(t) => return task_request(&engine, t, &call.correlation_id).await,
+                _ => {
+                    return Err(CallError::Internal {
+                        detail: "a flow tool got a request that is not tools/call".into(),
+                    });
+                }
             };
             let inputs = Value::Object(p.arguments.clone().unwrap_or_default());
+            // A caller of the stateless era that declared the tasks extension gets the run as
+            // a task, once it is recorded; it polls the run log from then on.
+            let as_task = call.downstream.as_ref().is_some_and(|d| {
+                d.modern && d.capabilities.as_ref().is_some_and(|c| c.supports_tasks())
+            });
             let (progress, mut finished) = mpsc::unbounded_channel();
+            let progress = (!as_task).then_some(progress);
             let started = engine
-                .start(&flow_id, inputs, call.identity.clone(), call.depth, Some(progress))
+                .start(&flow_id, inputs, call.identity.clone(), call.depth, progress)
                 .await
                 .map_err(|e| match e {
                     StartError::UnknownFlow(name) => CallError::UnknownTool {
@@ -94,6 +108,16 @@ impl OwnTool for FlowTool {
                     },
                 })?;
             let (run_id, mut done) = (started.run_id, started.done);
+            if as_task {
+                let handle = engine.task_handle(&call.identity.name, &name, &run_id);
+                let task = engine
+                    .task(&run_id, &call.correlation_id)
+                    .await
+                    .map_err(|detail| CallError::Internal { detail })?;
+                let mut task = task.task;
+                task.task_id = handle;
+                return Ok(ServerResult::CreateTaskResult(CreateTaskResult::new(task)));
+            }
             let cancelled = call.ct.clone();
             let mut cancel_sent = false;
             let state = loop {
@@ -131,5 +155,35 @@ impl OwnTool for FlowTool {
                 &call.correlation_id,
             )))
         })
+    }
+}
+
+/// `tasks/get` and `tasks/cancel` of a run (the handle was opened for this caller, and authz
+/// checked the flow's tool); `tasks/update` has nothing to answer until a run asks for input.
+async fn task_request(
+    engine: &Engine,
+    t: &TaskCall,
+    correlation_id: &str,
+) -> Result<ServerResult, CallError> {
+    let run_id = &t.route.task_id;
+    match &t.request {
+        TaskRequest::Get => {
+            let mut task = engine
+                .task(run_id, correlation_id)
+                .await
+                .map_err(|_| CallError::UnknownTask)?;
+            task.task.task_id = String::new();
+            Ok(ServerResult::GetTaskResult(GetTaskResult::new(task)))
+        }
+        TaskRequest::Cancel => {
+            engine
+                .cancel_run(run_id)
+                .await
+                .map_err(|_| CallError::UnknownTask)?;
+            Ok(ServerResult::TaskAckResult(TaskAckResult::new()))
+        }
+        TaskRequest::Update(_) => Err(CallError::BadRequestState {
+            why: "this flow run asks for no input".into(),
+        }),
     }
 }

@@ -63,6 +63,15 @@ pub(super) fn resolve(pool: &Pool, own: &OwnTools, call: &mut Call) -> Result<Ta
             resource(&catalog, &p.uri)?,
             Exposed::Resource(p.uri.clone()),
         ),
+        // A flow run's task: the flow's own tool answers it.
+        Op::Task(t) if t.route.upstream == crate::config::flows::FLOWS_NAMESPACE => {
+            let tool = own.get(&t.route.tool).ok_or(CallError::UnknownTask)?;
+            return Ok(Target {
+                kind: TargetKind::Gateway(tool),
+                owner: OWN_NAMESPACE.into(),
+                exposed: Exposed::Tool(t.route.tool.clone()),
+            });
+        }
         Op::Task(t) => {
             let Some(idx) = catalog.member_index(|u| u.name() == t.route.upstream) else {
                 return Err(gone_upstream(pool, &t.route.upstream));

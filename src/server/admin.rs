@@ -128,6 +128,11 @@ impl Admin {
         let method = req.method().clone();
         let path = req.uri().path().to_owned();
         let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+        if parts.starts_with(&["admin", "flows"]) {
+            return super::admin_flows::route(&self.core, &method, &parts, req)
+                .await
+                .unwrap_or_else(|| json(StatusCode::NOT_FOUND, &json!({"error": "unknown"})));
+        }
         match (method, parts.as_slice()) {
             (Method::GET, ["admin", "upstreams"]) => {
                 let ups: serde_json::Map<String, Value> = self
@@ -212,7 +217,7 @@ impl Admin {
                     "GET /admin/upstreams", "POST /admin/upstreams/NAME/breaker/reset",
                     "GET /admin/pins", "POST /admin/pins/accept", "GET /admin/config",
                     "GET /admin/plans", "POST /admin/plans/ID/approve", "POST /admin/plans/ID/deny",
-                    "POST /admin/reload", "GET /metrics"]}),
+                    "POST /admin/reload", "GET /metrics", "GET /admin/flows (and below)"]}),
             ),
         }
     }

@@ -45,6 +45,8 @@ pub struct Core {
     own: OwnTools,
     /// Flows and their run log (when `[flows] dir` is set).
     pub flows: Option<Arc<crate::flows::Engine>>,
+    /// The own tools that are not flows (a reload replaces only the flows').
+    fixed_tools: Vec<Arc<dyn crate::pipeline::OwnTool>>,
     /// Plans waiting for approval (bound at start, like the rest of `[gateway]`).
     pub plans: Arc<Plans>,
     envelope: Mode,
@@ -87,10 +89,12 @@ impl Core {
                 &snapshot.flows,
                 auth.clone(),
                 metrics.flows.clone(),
+                TaskHandles::new(seal.clone()),
             )?),
             None => None,
         };
         let mut own = own.with(vec![Arc::new(ApproveTool)]);
+        let fixed_tools = own.tools();
         if let Some(engine) = &flows {
             own = own.with(crate::flows::tool::tools(engine, &snapshot.gateway.separator));
         }
@@ -98,6 +102,7 @@ impl Core {
             pool: Pool::new(snapshot, metrics.clone(), hub.clone(), own.definitions()),
             own,
             flows,
+            fixed_tools,
             metrics,
             hub,
             auth,
@@ -167,6 +172,14 @@ impl Core {
     /// the rate limits. Other `[gateway]`, `[admin]` and `[audit]` settings are bound at start.
     pub fn apply(&self, snapshot: &Snapshot) -> Applied {
         self.auth.store(snapshot.auth.clone());
+        if let Some(engine) = &self.flows {
+            report_flow_problems(snapshot);
+            engine.set_flows(&snapshot.flows.set);
+            let mut tools = self.fixed_tools.clone();
+            tools.extend(crate::flows::tool::tools(engine, &snapshot.gateway.separator));
+            self.own.replace(tools);
+            self.pool.set_own_tools(self.own.definitions());
+        }
         if !self.limits.load().configured_as(&snapshot.rate_limits) {
             self.limits
                 .store(Arc::new(RateLimits::new(snapshot.rate_limits.clone())));
@@ -196,5 +209,12 @@ impl Core {
             .plans_pending
             .set(self.plans.count_pending() as i64);
         self.metrics.sessions_active.set(self.hub.len() as i64);
+    }
+}
+
+/// Flow files that did not load: the rest of the config runs, each problem is logged.
+pub fn report_flow_problems(snapshot: &Snapshot) {
+    for d in &snapshot.flows.set.problems {
+        tracing::warn!("flow not loaded: {d}");
     }
 }

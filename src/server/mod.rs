@@ -1,6 +1,7 @@
 //! The downstream face: the MCP handler, the HTTP listener, stdio, and session bookkeeping.
 
 pub mod admin;
+mod admin_flows;
 mod body;
 pub mod core;
 mod health;

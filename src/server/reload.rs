@@ -101,6 +101,11 @@ impl Reloader {
         next.audit = cur.audit.clone();
         next.tracing = cur.tracing.clone();
         next.tiers_dir = cur.tiers_dir.clone();
+        // The flow folder, run log and permits are bound at start; the flows themselves reload.
+        next.flows = crate::config::snapshot::FlowSettings {
+            set: std::mem::take(&mut next.flows.set),
+            ..cur.flows.clone()
+        };
         let applied = self.core.apply(&next);
         self.current.store(Arc::new(next));
         self.core.metrics.reloaded(true);
@@ -154,8 +159,15 @@ impl Reloader {
         let (tx, mut rx) = mpsc::unbounded_channel::<()>();
         let config_file = self.path.clone();
         let tiers_dir = std::fs::canonicalize(&self.current().tiers_dir).ok();
+        let flows_dir = self
+            .current()
+            .flows
+            .dir
+            .as_ref()
+            .and_then(|d| std::fs::canonicalize(d).ok());
         let relevant = {
             let (config_file, tiers_dir) = (config_file.clone(), tiers_dir.clone());
+            let flows_dir = flows_dir.clone();
             let config_dir = dir_of(&config_file);
             move |p: &Path| {
                 // `..data` is the symlink Kubernetes swaps when a mounted ConfigMap changes.
@@ -163,6 +175,7 @@ impl Reloader {
                 (p.parent() == config_dir.as_deref()
                     && (name == config_file.file_name() || name == Some("..data".as_ref())))
                     || (tiers_dir.is_some() && p.parent() == tiers_dir.as_deref())
+                    || (flows_dir.is_some() && p.parent() == flows_dir.as_deref())
             }
         };
         let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
@@ -178,7 +191,7 @@ impl Reloader {
         });
         let watcher = watcher.map(|mut w| {
             // Directories, not files: an editor's rename-over would drop a watch on the file.
-            for dir in [dir_of(&config_file), tiers_dir].into_iter().flatten() {
+            for dir in [dir_of(&config_file), tiers_dir, flows_dir].into_iter().flatten() {
                 if dir.is_dir()
                     && let Err(e) = w.watch(&dir, RecursiveMode::NonRecursive)
                 {

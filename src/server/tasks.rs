@@ -20,7 +20,8 @@ use crate::{
 impl Gateway {
     /// Whether some ready upstream offers the tasks extension.
     pub(super) fn offers_tasks(&self) -> bool {
-        self.core.pool.upstreams().iter().any(|u| {
+        let flows = self.core.flows.as_ref().is_some_and(|f| !f.flows().is_empty());
+        flows || self.core.pool.upstreams().iter().any(|u| {
             u.connection().is_some_and(|c| {
                 c.peer
                     .peer_info()
@@ -38,6 +39,10 @@ impl Gateway {
         ctx: &RequestContext<RoleServer>,
     ) -> Result<CreateTaskResult, McpError> {
         let catalog = self.core.pool.catalog();
+        // The gateway's own tools (flows) hand out their own handles.
+        if catalog.tool(tool).is_some_and(|r| r.owner == Owner::Gateway) {
+            return Ok(r);
+        }
         let upstream = catalog
             .tool(tool)
             .and_then(|route| match route.owner {

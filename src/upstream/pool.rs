@@ -33,7 +33,7 @@ pub struct Pool {
     /// The server's session hub (or nothing, for the CLI's one-shot commands).
     downstreams: Arc<dyn Downstreams>,
     /// Definitions of the gateway's own tools, listed with the upstreams' tools.
-    own_tools: Vec<Tool>,
+    own_tools: ArcSwap<Vec<Tool>>,
     pub(super) pins: Pins,
     shutdown: CancellationToken,
     /// Bumped on every phase change, so waiters need not poll.
@@ -52,7 +52,7 @@ impl Pool {
         Arc::new(Self {
             metrics,
             downstreams,
-            own_tools,
+            own_tools: ArcSwap::from_pointee(own_tools),
             upstreams: ArcSwap::from_pointee(
                 snapshot
                     .upstreams
@@ -117,6 +117,20 @@ impl Pool {
     /// The configured upstreams, in config order.
     pub fn upstreams(&self) -> Arc<Vec<Arc<Upstream>>> {
         self.upstreams.load_full()
+    }
+
+    /// Replaces the gateway's own tools (flows reloaded) and tells sessions the list changed.
+    pub fn set_own_tools(&self, tools: Vec<Tool>) {
+        self.own_tools.store(Arc::new(tools));
+        self.rebuild(Changed {
+            tools: true,
+            ..Changed::default()
+        });
+    }
+
+    /// The namespace separator of exposed names.
+    pub fn separator(&self) -> &str {
+        &self.separator
     }
 
     /// The upstream whose namespace an exposed name falls in (`github.x` -> `github`).
@@ -212,6 +226,7 @@ impl Pool {
             });
             let own: Vec<Tool> = self
                 .own_tools
+                .load()
                 .iter()
                 .filter(|t| approvals || t.name != namespace::APPROVE_TOOL)
                 .cloned()

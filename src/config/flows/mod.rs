@@ -2,7 +2,7 @@
 //! typed definitions and checked once at load. A bad flow file never fails the config: the
 //! flow is left out and its problems are reported (by `fedgate check`, at start and on reload).
 
-mod check;
+pub mod check;
 pub mod template;
 
 use std::{collections::BTreeMap, path::Path, sync::Arc};

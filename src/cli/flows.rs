@@ -1,0 +1,341 @@
+//! `fedgate flows …`: list flows and runs, start, show, replay, re-run and cancel runs.
+//!
+//! `list` and `show` read the run log directly. Commands that change runs go to the serving
+//! gateway's admin API when `[admin]` is configured and the gateway answers (it drives its
+//! runs); otherwise they run in this process, with the upstreams started here, and wait.
+
+use std::{path::Path, process::ExitCode, sync::Arc, time::Duration};
+
+use clap::Subcommand;
+use serde_json::{Value, json};
+
+use super::serve::{load, settle_bound, stop};
+use crate::{
+    config::Snapshot,
+    flows::{Engine, events::RunState, log::RunLog, report},
+    policy::identity::{Identity, IdentityKind},
+    server::core::Core,
+};
+
+/// How long `--wait` and in-process commands wait for a run.
+const WAIT: Duration = Duration::from_secs(300);
+
+#[derive(Debug, Subcommand)]
+pub enum FlowsCommand {
+    /// The flows that load (and why others do not), and the newest runs.
+    List,
+    /// Start a run of flow ID with --input; --wait prints its result and timeline.
+    Run {
+        id: String,
+        /// The inputs, a JSON object.
+        #[arg(long, default_value = "{}")]
+        input: String,
+        #[arg(long)]
+        wait: bool,
+    },
+    /// A run's timeline: every event, then each node's status, attempts, time and error.
+    Show {
+        run_id: String,
+        /// Print the record, state and events as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a finished run again against the live tools and report every divergence.
+    Replay { run_id: String },
+    /// Re-run one node of a finished run, and everything downstream of it.
+    Rerun { run_id: String, node: String },
+    /// Cancel a run.
+    Cancel { run_id: String },
+    /// Decide a node blocked by an interrupted write: rerun or skip.
+    Decide {
+        run_id: String,
+        node: String,
+        #[arg(value_parser = ["rerun", "skip"])]
+        decision: String,
+    },
+}
+
+pub async fn run(config: &Path, command: FlowsCommand) -> Result<ExitCode, String> {
+    let snapshot = load(config)?;
+    if snapshot.flows.dir.is_none() {
+        return Err(format!("{}: no [flows] dir configured", config.display()));
+    }
+    match command {
+        FlowsCommand::List => list(&snapshot),
+        FlowsCommand::Show { run_id, json } => show(&snapshot, &run_id, json),
+        FlowsCommand::Run { id, input, wait } => {
+            let inputs: Value =
+                serde_json::from_str(&input).map_err(|e| format!("--input is not JSON: {e}"))?;
+            let body = json!({"inputs": inputs});
+            if let Some(v) = admin(&snapshot, &format!("{id}/runs"), Some(body)).await? {
+                let run_id = v["run_id"].as_str().unwrap_or_default().to_owned();
+                println!("run {run_id}");
+                if !wait {
+                    return Ok(ExitCode::SUCCESS);
+                }
+                let path = format!("runs/{run_id}?wait_ms={}", WAIT.as_millis());
+                let v = admin_get(&snapshot, &path).await?;
+                return Ok(print_run(&run_id, &v));
+            }
+            in_process(&snapshot, |engine| async move {
+                let started = engine
+                    .start(&id, inputs, operator(), 0, None)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                println!("run {}", started.run_id);
+                let state = started.done.await.map_err(|e| e.to_string())??;
+                Ok((started.run_id, state))
+            })
+            .await
+        }
+        FlowsCommand::Replay { run_id } => {
+            let report = match admin(&snapshot, &format!("runs/{run_id}/replay"), None).await? {
+                Some(v) => v,
+                None => {
+                    let snapshot = snapshot.clone();
+                    with_engine(&snapshot, |engine| async move {
+                        engine
+                            .replay(&run_id)
+                            .await
+                            .map(|r| serde_json::to_value(r).unwrap_or(Value::Null))
+                    })
+                    .await?
+                }
+            };
+            let divergences = report["divergences"].as_array().cloned().unwrap_or_default();
+            println!(
+                "replay {} of {}: {} nodes, {} divergence(s)",
+                report["replay_run_id"].as_str().unwrap_or("?"),
+                report["run_id"].as_str().unwrap_or("?"),
+                report["nodes"],
+                divergences.len()
+            );
+            for d in &divergences {
+                println!(
+                    "  {}: recorded {} {}, replayed {} {}",
+                    d["node"].as_str().unwrap_or("?"),
+                    d["recorded_status"].as_str().unwrap_or("?"),
+                    d["recorded"],
+                    d["replayed_status"].as_str().unwrap_or("?"),
+                    d["replayed"]
+                );
+            }
+            Ok(if divergences.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        FlowsCommand::Rerun { run_id, node } => {
+            let path = format!("runs/{run_id}/rerun/{node}");
+            if admin(&snapshot, &path, None).await?.is_some() {
+                let path = format!("runs/{run_id}?wait_ms={}", WAIT.as_millis());
+                let v = admin_get(&snapshot, &path).await?;
+                return Ok(print_run(&run_id, &v));
+            }
+            in_process(&snapshot, |engine| async move {
+                let done = engine.rerun(&run_id, &node).await?;
+                let state = done.await.map_err(|e| e.to_string())??;
+                Ok((run_id, state))
+            })
+            .await
+        }
+        FlowsCommand::Cancel { run_id } => {
+            let path = format!("runs/{run_id}/cancel");
+            if admin(&snapshot, &path, None).await?.is_none() {
+                let snapshot = snapshot.clone();
+                with_engine(&snapshot, |engine| async move {
+                    engine.cancel_run(&run_id).await.map(|_| Value::Null)
+                })
+                .await?;
+            }
+            println!("cancel requested");
+            Ok(ExitCode::SUCCESS)
+        }
+        FlowsCommand::Decide {
+            run_id,
+            node,
+            decision,
+        } => {
+            let path = format!("runs/{run_id}/nodes/{node}/{decision}");
+            match admin(&snapshot, &path, None).await? {
+                Some(_) => {
+                    println!("node {node}: {decision}");
+                    Ok(ExitCode::SUCCESS)
+                }
+                None => Err("deciding a node needs the serving gateway's admin API ([admin])".into()),
+            }
+        }
+    }
+}
+
+fn operator() -> Identity {
+    Identity::unrestricted("local", IdentityKind::Local)
+}
+
+fn open_log(snapshot: &Snapshot) -> Result<Arc<crate::flows::log::SqliteLog>, String> {
+    crate::flows::log::SqliteLog::open(&snapshot.flows.db).map_err(|e| e.to_string())
+}
+
+fn list(snapshot: &Snapshot) -> Result<ExitCode, String> {
+    let sep = &snapshot.gateway.separator;
+    for f in &snapshot.flows.set.flows {
+        println!(
+            "{:<24} {:<30} {:>3} nodes  {}",
+            f.id,
+            crate::flows::tool::tool_name(&f.id, sep),
+            f.nodes.len(),
+            f.file
+        );
+    }
+    for d in &snapshot.flows.set.problems {
+        eprintln!("{d}");
+    }
+    let log = open_log(snapshot)?;
+    let runs = log.runs(20).map_err(|e| e.to_string())?;
+    if !runs.is_empty() {
+        println!("\nnewest runs:");
+    }
+    for r in runs {
+        let state = RunState::fold(&log.events(&r.run_id).map_err(|e| e.to_string())?);
+        println!(
+            "  {}  {:<20} {}{}",
+            r.run_id,
+            r.flow,
+            state.finished.map_or("running", |s| s.as_str()),
+            r.replay_of
+                .map(|o| format!("  (replay of {o})"))
+                .unwrap_or_default()
+        );
+    }
+    Ok(if snapshot.flows.set.problems.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn show(snapshot: &Snapshot, run_id: &str, as_json: bool) -> Result<ExitCode, String> {
+    let log = open_log(snapshot)?;
+    let record = log
+        .run(run_id)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("no run `{}`", crate::names::shown(run_id)))?;
+    let events = log.events(run_id).map_err(|e| e.to_string())?;
+    let state = RunState::fold(&events);
+    if as_json {
+        println!(
+            "{}",
+            json!({"run": record, "state": state, "events": events})
+        );
+    } else {
+        print!("{}", report::timeline(run_id, &record.flow, &events, &state));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A run's end as the admin API reported it: timeline, then the outputs or errors.
+fn print_run(run_id: &str, v: &Value) -> ExitCode {
+    match serde_json::from_value::<Vec<crate::flows::events::Stamped>>(v["events"].clone()) {
+        Ok(events) => {
+            let state = RunState::fold(&events);
+            let flow = v["run"]["flow"].as_str().unwrap_or("?");
+            print!("{}", report::timeline(run_id, flow, &events, &state));
+            finish(run_id, &state)
+        }
+        Err(e) => {
+            eprintln!("fedgate: unreadable run from the admin API: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn finish(run_id: &str, state: &RunState) -> ExitCode {
+    if let Some(outputs) = &state.outputs {
+        println!("outputs: {outputs}");
+    }
+    if let Some(error) = &state.error {
+        eprintln!("fedgate: flow run {run_id}: {error}");
+    }
+    match state.finished {
+        Some(crate::flows::events::RunStatus::Succeeded) => ExitCode::SUCCESS,
+        _ => ExitCode::FAILURE,
+    }
+}
+
+/// Calls the admin API: `None` when no admin is configured or the gateway does not answer.
+async fn admin(snapshot: &Snapshot, path: &str, body: Option<Value>) -> Result<Option<Value>, String> {
+    let Some(a) = &snapshot.admin else {
+        return Ok(None);
+    };
+    let url = format!("http://{}/admin/flows/{path}", a.listen);
+    let resp = reqwest::Client::new()
+        .post(&url)
+        .bearer_auth(a.token.expose())
+        .json(&body.unwrap_or(json!({})))
+        .timeout(WAIT)
+        .send()
+        .await;
+    let resp = match resp {
+        Ok(r) => r,
+        Err(e) if e.is_connect() => return Ok(None),
+        Err(e) => return Err(format!("admin API: {e}")),
+    };
+    answer(resp).await.map(Some)
+}
+
+async fn admin_get(snapshot: &Snapshot, path: &str) -> Result<Value, String> {
+    let a = snapshot.admin.as_ref().ok_or("no [admin] configured")?;
+    let resp = reqwest::Client::new()
+        .get(format!("http://{}/admin/flows/{path}", a.listen))
+        .bearer_auth(a.token.expose())
+        .timeout(WAIT + Duration::from_secs(10))
+        .send()
+        .await
+        .map_err(|e| format!("admin API: {e}"))?;
+    answer(resp).await
+}
+
+async fn answer(resp: reqwest::Response) -> Result<Value, String> {
+    let status = resp.status();
+    let v: Value = resp.json().await.map_err(|e| format!("admin API: {e}"))?;
+    if status.is_success() {
+        Ok(v)
+    } else {
+        Err(v["error"].as_str().unwrap_or("admin API refused").to_owned())
+    }
+}
+
+/// Starts the upstreams here and gives `f` the engine; stops them after.
+async fn with_engine<F, Fut, T>(snapshot: &Snapshot, f: F) -> Result<T, String>
+where
+    F: FnOnce(Arc<Engine>) -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let core = Core::new(snapshot)?;
+    core.start();
+    core.pool.wait_settled(settle_bound(snapshot)).await;
+    let _stack = core.stack(None);
+    let engine = core.flows.clone().ok_or("no [flows] dir configured")?;
+    let result = f(engine).await;
+    stop(&core.pool).await;
+    result
+}
+
+/// Runs a command that drives a run here, then prints its timeline and outputs.
+async fn in_process<F, Fut>(snapshot: &Snapshot, f: F) -> Result<ExitCode, String>
+where
+    F: FnOnce(Arc<Engine>) -> Fut,
+    Fut: std::future::Future<Output = Result<(String, RunState), String>>,
+{
+    let (run_id, state) = with_engine(snapshot, f).await?;
+    let log = open_log(snapshot)?;
+    let events = log.events(&run_id).map_err(|e| e.to_string())?;
+    let flow = log
+        .run(&run_id)
+        .map_err(|e| e.to_string())?
+        .map(|r| r.flow)
+        .unwrap_or_default();
+    print!("{}", report::timeline(&run_id, &flow, &events, &state));
+    Ok(finish(&run_id, &state))
+}

@@ -1,0 +1,158 @@
+//! The admin API's flow endpoints: the flows that loaded (and the problems of those that did
+//! not), runs and their events, and starting, cancelling, replaying and re-running runs.
+//! Runs started here run as the operator (`admin`, full access).
+
+use std::{sync::Arc, time::Duration};
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use serde_json::{Value, json};
+
+use super::{http::Body, responses::json};
+use crate::{
+    flows::{Engine, events::RunState, tool::tool_name},
+    policy::identity::{Identity, IdentityKind},
+    server::core::Core,
+};
+
+/// Largest request body (a run's inputs).
+const MAX_BODY_BYTES: usize = 1 << 20;
+/// Longest a `?wait_ms=` may hold a request.
+const MAX_WAIT: Duration = Duration::from_secs(300);
+/// Runs listed unless `?limit=` says otherwise.
+const DEFAULT_LIMIT: usize = 50;
+
+/// The flow endpoints; `None` for any other path.
+pub(super) async fn route(
+    core: &Arc<Core>,
+    method: &Method,
+    parts: &[&str],
+    req: Request<Incoming>,
+) -> Option<Response<Body>> {
+    let ["admin", "flows", rest @ ..] = parts else {
+        return None;
+    };
+    let Some(engine) = core.flows.clone() else {
+        return Some(json(
+            StatusCode::NOT_FOUND,
+            &json!({"error": "no flows: set [flows] dir in the config"}),
+        ));
+    };
+    let query = req.uri().query().unwrap_or("").to_owned();
+    let number = |key: &str| {
+        query
+            .split('&')
+            .filter_map(|kv| kv.split_once('='))
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, v)| v.parse::<u64>().ok())
+    };
+    Some(match (method, rest) {
+        (&Method::GET, []) => list_flows(core, &engine),
+        (&Method::GET, ["runs"]) => {
+            let limit = number("limit").map_or(DEFAULT_LIMIT, |n| n as usize);
+            result(list_runs(&engine, limit).await)
+        }
+        (&Method::GET, ["runs", id]) => {
+            let wait = Duration::from_millis(number("wait_ms").unwrap_or(0)).min(MAX_WAIT);
+            result(
+                engine
+                    .wait_finished(id, wait)
+                    .await
+                    .map(|(record, events, state)| {
+                        json!({"run": record, "state": state, "events": events})
+                    }),
+            )
+        }
+        (&Method::POST, [flow, "runs"]) => {
+            let inputs = match body(req).await {
+                Ok(v) => v.get("inputs").cloned().unwrap_or_else(|| json!({})),
+                Err(r) => return Some(r),
+            };
+            match engine.start(flow, inputs, operator(), 0, None).await {
+                Ok(started) => json(StatusCode::ACCEPTED, &json!({"run_id": started.run_id})),
+                Err(e) => json(StatusCode::UNPROCESSABLE_ENTITY, &json!({"error": e.to_string()})),
+            }
+        }
+        (&Method::POST, ["runs", id, "cancel"]) => {
+            result(engine.cancel_run(id).await.map(|_| json!({"run_id": id, "cancel": "requested"})))
+        }
+        (&Method::POST, ["runs", id, "replay"]) => result(
+            engine
+                .replay(id)
+                .await
+                .map(|r| serde_json::to_value(r).unwrap_or(Value::Null)),
+        ),
+        (&Method::POST, ["runs", id, "rerun", node]) => {
+            result(engine.rerun(id, node).await.map(|_| json!({"run_id": id, "rerun": node})))
+        }
+        (&Method::POST, ["runs", id, "nodes", node, verb @ ("rerun" | "skip")]) => result(
+            engine
+                .decide(id, node, *verb == "rerun")
+                .await
+                .map(|_| json!({"run_id": id, "node": node, "decision": verb})),
+        ),
+        _ => json(
+            StatusCode::NOT_FOUND,
+            &json!({"error": "unknown flows endpoint", "endpoints": [
+                "GET /admin/flows", "GET /admin/flows/runs?limit=N",
+                "GET /admin/flows/runs/RUN?wait_ms=N", "POST /admin/flows/FLOW/runs {\"inputs\": {…}}",
+                "POST /admin/flows/runs/RUN/cancel", "POST /admin/flows/runs/RUN/replay",
+                "POST /admin/flows/runs/RUN/rerun/NODE",
+                "POST /admin/flows/runs/RUN/nodes/NODE/rerun", "POST /admin/flows/runs/RUN/nodes/NODE/skip"]}),
+        ),
+    })
+}
+
+fn operator() -> Identity {
+    Identity::unrestricted("admin", IdentityKind::Local)
+}
+
+fn result(r: Result<Value, String>) -> Response<Body> {
+    match r {
+        Ok(v) => json(StatusCode::OK, &v),
+        Err(e) if e.starts_with("no run") => json(StatusCode::NOT_FOUND, &json!({"error": e})),
+        Err(e) => json(StatusCode::CONFLICT, &json!({"error": e})),
+    }
+}
+
+async fn body(req: Request<Incoming>) -> Result<Value, Response<Body>> {
+    let bad = |why: &str| json(StatusCode::BAD_REQUEST, &json!({"error": why}));
+    let bytes: Bytes = http_body_util::Limited::new(req.into_body(), MAX_BODY_BYTES)
+        .collect()
+        .await
+        .map_err(|_| bad("unreadable or too large body"))?
+        .to_bytes();
+    if bytes.is_empty() {
+        return Ok(json!({}));
+    }
+    serde_json::from_slice(&bytes).map_err(|e| bad(&format!("body is not JSON: {e}")))
+}
+
+fn list_flows(core: &Core, engine: &Engine) -> Response<Body> {
+    let separator = &core.pool.separator();
+    let flows: Vec<Value> = engine
+        .flows()
+        .iter()
+        .map(|f| {
+            json!({"id": f.id, "tool": tool_name(&f.id, separator), "description": f.description,
+                   "nodes": f.nodes.len(), "file": f.file, "export": f.export, "digest": f.digest})
+        })
+        .collect();
+    let problems: Vec<String> = engine.problems().iter().map(|d| d.to_string()).collect();
+    json(StatusCode::OK, &json!({"flows": flows, "problems": problems}))
+}
+
+async fn list_runs(engine: &Engine, limit: usize) -> Result<Value, String> {
+    let runs = engine.runs(limit).await?;
+    Ok(Value::Array(
+        runs.into_iter()
+            .map(|(r, state): (_, RunState)| {
+                json!({"run_id": r.run_id, "flow": r.flow, "created_ms": r.created_ms,
+                       "status": state.finished.map_or("running", |s| s.as_str()),
+                       "replay_of": r.replay_of})
+            })
+            .collect(),
+    ))
+}
