@@ -4,17 +4,11 @@
 
 mod common;
 
-use common::*;
+use common::{raw::*, *};
 use serde_json::{Value, json};
 
 const ANN: &str = "ann-key-0123456789";
 const BOB: &str = "bob-key-0123456789";
-const TASKS: &str = rmcp::model::TASKS_EXTENSION_ID;
-
-fn sha(key: &str) -> String {
-    use sha2::Digest;
-    hex::encode(sha2::Sha256::digest(key.as_bytes()))
-}
 
 fn config(fixture: &UrlProcess) -> String {
     format!(
@@ -26,106 +20,6 @@ fn config(fixture: &UrlProcess) -> String {
         sha(BOB),
         fixture.url
     )
-}
-
-/// One stateless-era request as `token`; `tasks` declares the extension in its `_meta`.
-/// `name` is the `Mcp-Name` header (tools/call and tasks/* need one). Returns the HTTP status
-/// and the JSON-RPC message (the last event of an SSE answer).
-async fn rpc(
-    url: &str,
-    token: Option<&str>,
-    method: &str,
-    name: Option<&str>,
-    mut params: Value,
-    tasks: bool,
-) -> (u16, Value) {
-    let caps = if tasks {
-        json!({"extensions": {TASKS: {}}, "elicitation": {}})
-    } else {
-        json!({})
-    };
-    params["_meta"] = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
-        "io.modelcontextprotocol/clientCapabilities": caps,
-    });
-    let mut r = reqwest::Client::new()
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", method);
-    if let Some(n) = name {
-        r = r.header("mcp-name", n);
-    }
-    if let Some(t) = token {
-        r = r.header("authorization", format!("Bearer {t}"));
-    }
-    let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
-    let resp = r.json(&body).send().await.expect("request");
-    let status = resp.status().as_u16();
-    let text = resp.text().await.expect("body");
-    (status, last_message(&text))
-}
-
-/// The JSON body, or the last `data:` event of an SSE body.
-fn last_message(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or_else(|_| {
-        text.lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .filter(|d| !d.trim().is_empty())
-            .filter_map(|d| serde_json::from_str(d.trim()).ok())
-            .next_back()
-            .unwrap_or(Value::Null)
-    })
-}
-
-fn code(v: &Value) -> i64 {
-    v["error"]["code"].as_i64().unwrap_or_default()
-}
-
-async fn call(url: &str, token: &str, tool: &str, args: Value) -> Value {
-    let (_, v) = rpc(
-        url,
-        Some(token),
-        "tools/call",
-        Some(tool),
-        json!({"name": tool, "arguments": args}),
-        true,
-    )
-    .await;
-    v
-}
-
-/// A `tasks/*` request for `handle` (`Mcp-Name` as given); the JSON-RPC answer.
-async fn on_task(
-    url: &str,
-    token: Option<&str>,
-    method: &str,
-    name: Option<&str>,
-    handle: &str,
-    tasks: bool,
-) -> Value {
-    rpc(url, token, method, name, json!({"taskId": handle}), tasks)
-        .await
-        .1
-}
-
-async fn get(url: &str, token: &str, handle: &str) -> Value {
-    on_task(url, Some(token), "tasks/get", Some(handle), handle, true).await
-}
-
-/// Polls `tasks/get` (the protocol's own way to learn a task's state) until `until` holds,
-/// for at most ten seconds.
-async fn poll(url: &str, token: &str, handle: &str, until: impl Fn(&Value) -> bool) -> Value {
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let v = get(url, token, handle).await;
-        if until(&v["result"]) || tokio::time::Instant::now() > deadline {
-            return v["result"].clone();
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -140,7 +34,7 @@ async fn an_upstream_task_reaches_the_caller_as_a_handle_only_it_can_use() {
         "fedgate advertises the extension its upstream offers: {discover}"
     );
 
-    let created = call(
+    let created = raw_call(
         url,
         ANN,
         "fx.slow_compute",
@@ -158,7 +52,7 @@ async fn an_upstream_task_reaches_the_caller_as_a_handle_only_it_can_use() {
     assert!(handle.starts_with("fgt1."), "a gateway handle: {handle}");
 
     // The handle routes back to the upstream's task, and comes back as itself.
-    let got = get(url, ANN, &handle).await;
+    let got = task_get(url, ANN, &handle).await;
     assert_eq!(got["result"]["taskId"], handle, "{got}");
     assert_eq!(got["result"]["status"], "working", "{got}");
 
@@ -172,7 +66,7 @@ async fn an_upstream_task_reaches_the_caller_as_a_handle_only_it_can_use() {
         (ANN, edited.as_str()),
         (ANN, "7c2e-upstream-id"),
     ] {
-        let v = get(url, who, h).await;
+        let v = task_get(url, who, h).await;
         assert_eq!(code(&v), -32602, "{v}");
         let text = v.to_string();
         assert!(text.contains("unknown task"), "{text}");
@@ -211,7 +105,7 @@ async fn an_upstream_task_reaches_the_caller_as_a_handle_only_it_can_use() {
     // Cancelling goes to the upstream: the task settles `cancelled`, not `completed`.
     let v = on_task(url, Some(ANN), "tasks/cancel", Some(&handle), &handle, true).await;
     assert_eq!(v["result"], json!({"resultType": "complete"}), "{v}");
-    let done = poll(url, ANN, &handle, |t| t["status"] != "working").await;
+    let done = task_poll(url, ANN, &handle, |t| t["status"] != "working").await;
     assert_eq!(done["status"], "cancelled", "{done}");
     let metrics = gw.metrics().await;
     assert!(
@@ -226,12 +120,12 @@ async fn a_task_asks_for_input_and_takes_the_answers_through_update() {
     let fixture = UrlProcess::start(&["conformance-fixture", "--http", "127.0.0.1:0"]);
     let gw = Gateway::start(&config(&fixture));
     let url = gw.url.as_str();
-    let created = call(url, ANN, "fx.confirm_delete", json!({"filename": "a.txt"})).await;
+    let created = raw_call(url, ANN, "fx.confirm_delete", json!({"filename": "a.txt"})).await;
     let handle = created["result"]["taskId"]
         .as_str()
         .expect("a task")
         .to_owned();
-    let asking = poll(url, ANN, &handle, |t| t["status"] == "input_required").await;
+    let asking = task_poll(url, ANN, &handle, |t| t["status"] == "input_required").await;
     assert_eq!(
         asking["inputRequests"]["confirm"]["method"], "elicitation/create",
         "the upstream's input request reaches the caller: {asking}"
@@ -257,13 +151,13 @@ async fn a_task_asks_for_input_and_takes_the_answers_through_update() {
     let v = update(json!({"no-such-key": {"action": "accept", "content": {}}})).await;
     assert_eq!(v["result"], json!({"resultType": "complete"}), "{v}");
     assert_eq!(
-        get(url, ANN, &handle).await["result"]["status"],
+        task_get(url, ANN, &handle).await["result"]["status"],
         "input_required"
     );
 
     let v = update(json!({"confirm": {"action": "accept", "content": {"confirm": true}}})).await;
     assert_eq!(v["result"]["resultType"], "complete", "{v}");
-    let done = poll(url, ANN, &handle, |t| t["status"] == "completed").await;
+    let done = task_poll(url, ANN, &handle, |t| t["status"] == "completed").await;
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(done["taskId"], handle);
     assert!(

@@ -102,7 +102,10 @@ pub async fn run(config: &Path, command: FlowsCommand) -> Result<ExitCode, Strin
                     .await?
                 }
             };
-            let divergences = report["divergences"].as_array().cloned().unwrap_or_default();
+            let divergences = report["divergences"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
             println!(
                 "replay {} of {}: {} nodes, {} divergence(s)",
                 report["replay_run_id"].as_str().unwrap_or("?"),
@@ -163,7 +166,9 @@ pub async fn run(config: &Path, command: FlowsCommand) -> Result<ExitCode, Strin
                     println!("node {node}: {decision}");
                     Ok(ExitCode::SUCCESS)
                 }
-                None => Err("deciding a node needs the serving gateway's admin API ([admin])".into()),
+                None => {
+                    Err("deciding a node needs the serving gateway's admin API ([admin])".into())
+                }
             }
         }
     }
@@ -229,7 +234,10 @@ fn show(snapshot: &Snapshot, run_id: &str, as_json: bool) -> Result<ExitCode, St
             json!({"run": record, "state": state, "events": events})
         );
     } else {
-        print!("{}", report::timeline(run_id, &record.flow, &events, &state));
+        print!(
+            "{}",
+            report::timeline(run_id, &record.flow, &events, &state)
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -264,7 +272,11 @@ fn finish(run_id: &str, state: &RunState) -> ExitCode {
 }
 
 /// Calls the admin API: `None` when no admin is configured or the gateway does not answer.
-async fn admin(snapshot: &Snapshot, path: &str, body: Option<Value>) -> Result<Option<Value>, String> {
+async fn admin(
+    snapshot: &Snapshot,
+    path: &str,
+    body: Option<Value>,
+) -> Result<Option<Value>, String> {
     let Some(a) = &snapshot.admin else {
         return Ok(None);
     };
@@ -302,7 +314,10 @@ async fn answer(resp: reqwest::Response) -> Result<Value, String> {
     if status.is_success() {
         Ok(v)
     } else {
-        Err(v["error"].as_str().unwrap_or("admin API refused").to_owned())
+        Err(v["error"]
+            .as_str()
+            .unwrap_or("admin API refused")
+            .to_owned())
     }
 }
 

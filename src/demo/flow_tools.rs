@@ -4,10 +4,11 @@
 
 use std::{
     collections::HashMap,
-    sync::{LazyLock, Mutex},
+    sync::LazyLock,
     time::Duration,
 };
 
+use parking_lot::Mutex;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, RequestMetaObject as Meta, Tool};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
@@ -41,8 +42,9 @@ pub(super) fn tools() -> Vec<Tool> {
         tool(
             "record",
             "Record `value` (a write). A call with `_meta.idempotencyKey` seen before answers as \
-             the first did and does not record again; `ms` delays the answer after recording.",
-            json!({"value": {}, "ms": {"type": "integer", "minimum": 0}}),
+             the first did and does not record again. After recording, it meets one other call \
+             of `meet` group `signal` (when given), then waits `ms` before answering.",
+            json!({"value": {}, "ms": {"type": "integer", "minimum": 0}, "signal": {"type": "string"}}),
             false,
         ),
         tool(
@@ -55,18 +57,22 @@ pub(super) fn tools() -> Vec<Tool> {
 }
 
 /// Answers the tools above; `None` for any other name.
-pub(super) async fn call(name: &str, args: &Option<JsonObject>, meta: &Meta) -> Option<CallToolResult> {
+pub(super) async fn call(
+    name: &str,
+    args: &Option<JsonObject>,
+    meta: &Meta,
+) -> Option<CallToolResult> {
     Some(match name {
         "meet" => meet(args).await,
         "record" => record(args, meta).await,
         "executions" => {
-            let records = RECORDS.lock().map(|r| {
-                r.iter()
-                    .map(|(k, (n, _))| (k.clone(), json!(n)))
-                    .collect::<serde_json::Map<_, _>>()
-            });
-            let unkeyed = UNKEYED.lock().map(|n| *n).unwrap_or_default();
-            structured(json!({"keys": records.unwrap_or_default(), "unkeyed": unkeyed}))
+            let records: serde_json::Map<_, _> = RECORDS
+                .lock()
+                .iter()
+                .map(|(k, (n, _))| (k.clone(), json!(n)))
+                .collect();
+            let unkeyed = *UNKEYED.lock();
+            structured(json!({"keys": records, "unkeyed": unkeyed}))
         }
         _ => return None,
     })
@@ -76,18 +82,27 @@ async fn meet(args: &Option<JsonObject>) -> CallToolResult {
     let group = arg_str(args, "group").unwrap_or_default();
     let n = arg_u64(args, "n").unwrap_or(1);
     let wait = Duration::from_millis(arg_u64(args, "timeout_ms").unwrap_or(5_000));
-    let update = |f: &dyn Fn(&mut Group)| {
-        if let Ok(mut g) = GROUPS.lock() {
-            f(g.entry(group.clone()).or_default());
-        }
-    };
+    match meet_in(&group, n, wait).await {
+        Ok(peak) => structured(json!({"group": group, "peak": peak})),
+        Err(arrived) => CallToolResult::error(vec![ContentBlock::text(format!(
+            "only {arrived} of {n} calls of `{group}` arrived within {} ms",
+            wait.as_millis()
+        ))]),
+    }
+}
+
+/// Joins `group` and waits until `n` calls have arrived: the peak inside at once, or how many
+/// arrived when `wait` ran out.
+async fn meet_in(group: &str, n: u64, wait: Duration) -> Result<u64, u64> {
+    let group = group.to_owned();
+    let update = |f: &dyn Fn(&mut Group)| f(GROUPS.lock().entry(group.clone()).or_default());
     update(&|g| {
         g.arrived += 1;
         g.inside += 1;
         g.peak = g.peak.max(g.inside);
     });
     ARRIVALS.notify_waiters();
-    let arrived = || GROUPS.lock().ok().and_then(|g| g.get(&group).map(|g| g.arrived)).unwrap_or(0);
+    let arrived = || GROUPS.lock().get(&group).map_or(0, |g| g.arrived);
     let met = tokio::time::timeout(wait, async {
         loop {
             let notified = ARRIVALS.notified();
@@ -99,26 +114,24 @@ async fn meet(args: &Option<JsonObject>) -> CallToolResult {
     })
     .await
     .is_ok();
-    let peak = GROUPS.lock().ok().and_then(|g| g.get(&group).map(|g| g.peak)).unwrap_or(0);
+    let peak = GROUPS.lock().get(&group).map_or(0, |g| g.peak);
     update(&|g| g.inside = g.inside.saturating_sub(1));
-    if !met {
-        return CallToolResult::error(vec![ContentBlock::text(format!(
-            "only {} of {n} calls of `{group}` arrived within {} ms",
-            arrived(),
-            wait.as_millis()
-        ))]);
-    }
-    structured(json!({"group": group, "peak": peak}))
+    if met { Ok(peak) } else { Err(arrived()) }
 }
 
 async fn record(args: &Option<JsonObject>, meta: &Meta) -> CallToolResult {
-    let value = args.as_ref().and_then(|a| a.get("value")).cloned().unwrap_or(Value::Null);
-    let key = meta.get("idempotencyKey").and_then(Value::as_str).map(str::to_owned);
+    let value = args
+        .as_ref()
+        .and_then(|a| a.get("value"))
+        .cloned()
+        .unwrap_or(Value::Null);
+    let key = meta
+        .get("idempotencyKey")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
     let answer = match &key {
         Some(k) => {
-            let Ok(mut records) = RECORDS.lock() else {
-                return CallToolResult::error(vec![ContentBlock::text("state poisoned")]);
-            };
+            let mut records = RECORDS.lock();
             match records.get(k) {
                 Some((_, answer)) => return structured(answer.clone()),
                 None => {
@@ -129,12 +142,14 @@ async fn record(args: &Option<JsonObject>, meta: &Meta) -> CallToolResult {
             }
         }
         None => {
-            if let Ok(mut n) = UNKEYED.lock() {
-                *n += 1;
-            }
+            *UNKEYED.lock() += 1;
             json!({"recorded": value})
         }
     };
+    // A test's signal that the write happened: meet it before answering.
+    if let Some(group) = arg_str(args, "signal") {
+        let _ = meet_in(&group, 2, Duration::from_secs(60)).await;
+    }
     if let Some(ms) = arg_u64(args, "ms") {
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }

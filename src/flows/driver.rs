@@ -46,13 +46,34 @@ pub struct Run {
     /// A replay: nodes safe to repeat get keys of this run, so they really run again; writes
     /// keep the original run's keys, so an upstream that honours them does not repeat them.
     pub replay: bool,
+    /// Published whenever the scheduler waits.
+    pub quiet: tokio::sync::watch::Sender<Quiet>,
+}
+
+/// The run as the scheduler left it when it last waited.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Quiet {
+    /// Events recorded so far.
+    pub seq: u64,
+    /// Nothing runs, and some node waits for someone (approval, a decision).
+    pub parked: bool,
 }
 
 pub enum Msg {
-    Done { node: String, attempt: Attempt },
-    RetryDue { node: String },
+    Done {
+        node: String,
+        attempt: Attempt,
+    },
+    RetryDue {
+        node: String,
+    },
     /// A decision from outside (re-run or skip a blocked node): events to append.
     Decided(Vec<Event>),
+    /// What became of the plan a node waits on.
+    Approval {
+        node: String,
+        event: crate::policy::plan_events::PlanEvent,
+    },
 }
 
 /// Drives the run from `events` to its end; returns the final state. `tx` and `rx` are the
@@ -85,6 +106,11 @@ pub async fn drive(
             d.commit(vec![end]).await?;
             return Ok(d.state);
         }
+        let parked = d.running == 0 && d.run.flow.nodes.iter().any(|n| d.parked(&n.id));
+        d.run.quiet.send_replace(Quiet {
+            seq: d.state.seq,
+            parked,
+        });
         tokio::select! {
             msg = rx.recv() => match msg {
                 Some(m) => d.handle(m).await?,
@@ -201,9 +227,7 @@ impl Driver {
                         });
                     }
                 }
-                NodeStatus::AwaitingApproval => {
-                    batch.push(Event::NodeReady { node: n.id.clone() })
-                }
+                NodeStatus::AwaitingApproval => batch.push(Event::NodeReady { node: n.id.clone() }),
                 _ => {}
             }
         }
@@ -256,7 +280,11 @@ impl Driver {
             if !n.depends_on.iter().all(|d| status_of(d).is_final()) {
                 continue;
             }
-            let event = if let Some(d) = n.depends_on.iter().find(|d| status_of(d) != NodeStatus::Succeeded) {
+            let event = if let Some(d) = n
+                .depends_on
+                .iter()
+                .find(|d| status_of(d) != NodeStatus::Succeeded)
+            {
                 let why = match status_of(d) {
                     NodeStatus::Skipped => "was skipped",
                     NodeStatus::Cancelled => "was cancelled",
@@ -271,7 +299,10 @@ impl Driver {
                     None | Some(Ok(true)) => Event::NodeReady { node: n.id.clone() },
                     Some(Ok(false)) => Event::NodeSkipped {
                         node: n.id.clone(),
-                        reason: format!("condition `{}` is false", n.when.as_ref().map_or("", |c| c.source.as_str())),
+                        reason: format!(
+                            "condition `{}` is false",
+                            n.when.as_ref().map_or("", |c| c.source.as_str())
+                        ),
                     },
                     Some(Err(e)) => Event::NodeFailed {
                         node: n.id.clone(),
@@ -346,8 +377,8 @@ impl Driver {
             tool: n.tool.clone(),
             arguments,
             key: (self.run.flow.idempotency == Idempotency::Enforce).then(|| {
-                let fresh = self.run.replay
-                    && engine.classify(&n.tool).is_some_and(|c| c.retry_safe);
+                let fresh =
+                    self.run.replay && engine.classify(&n.tool).is_some_and(|c| c.retry_safe);
                 let base = if fresh {
                     &self.run.record.run_id
                 } else {
@@ -381,6 +412,41 @@ impl Driver {
     async fn handle(&mut self, msg: Msg) -> Result<(), String> {
         match msg {
             Msg::Decided(events) => self.commit(events).await,
+            Msg::Approval { node, event } => {
+                if self.state.node(&node) != NodeStatus::AwaitingApproval {
+                    return Ok(());
+                }
+                use crate::policy::plan_events::PlanEvent;
+                let attempt = match event {
+                    PlanEvent::Ran { result: Ok(v), .. } => {
+                        match serde_json::from_value::<rmcp::model::CallToolResult>(v) {
+                            Ok(r) => node::from_result(r),
+                            Err(e) => Attempt::Failed {
+                                error: format!("unreadable answer of the approved call: {e}"),
+                                plan: None,
+                                transient: false,
+                            },
+                        }
+                    }
+                    PlanEvent::Ran { result: Err(e), .. } => Attempt::Failed {
+                        error: e,
+                        plan: None,
+                        transient: false,
+                    },
+                    PlanEvent::Denied { by, .. } => Attempt::Failed {
+                        error: format!("the approval was denied by {by}"),
+                        plan: None,
+                        transient: false,
+                    },
+                    PlanEvent::Expired { .. } => Attempt::Failed {
+                        error: "the approval expired before anyone decided".into(),
+                        plan: None,
+                        transient: false,
+                    },
+                };
+                let event = self.outcome(&node, attempt).await?;
+                self.commit(vec![event]).await
+            }
             Msg::RetryDue { node } => {
                 if self.state.node(&node) == NodeStatus::Retrying {
                     self.commit(vec![Event::NodeReady { node }]).await?;
@@ -408,10 +474,15 @@ impl Driver {
                     output,
                 }
             }
-            Attempt::NeedsApproval(plan) => Event::NodeAwaitingApproval {
-                node: node.to_owned(),
-                plan,
-            },
+            Attempt::NeedsApproval(plan) => {
+                if let Some(id) = node::plan_id(&plan) {
+                    self.run.engine.park(id, &self.run.record.run_id, node);
+                }
+                Event::NodeAwaitingApproval {
+                    node: node.to_owned(),
+                    plan,
+                }
+            }
             Attempt::Failed { error, .. } if self.run.ct.is_cancelled() => {
                 let _ = error;
                 Event::NodeCancelled {
@@ -425,7 +496,13 @@ impl Driver {
             } => {
                 let attempts = self.state.nodes.get(node).map_or(1, |n| n.attempts);
                 match def.retry.filter(|r| transient && attempts < r.max_attempts) {
-                    Some(r) if self.run.engine.classify(&def.tool).is_some_and(|c| c.retry_safe) => {
+                    Some(r)
+                        if self
+                            .run
+                            .engine
+                            .classify(&def.tool)
+                            .is_some_and(|c| c.retry_safe) =>
+                    {
                         let delay = backoff(r, attempts);
                         let (tx, n) = (self.tx.clone(), node.to_owned());
                         tokio::spawn(async move {
@@ -472,12 +549,10 @@ impl Driver {
     /// The run's last event, once every node is final and nothing runs.
     fn finish(&self) -> Option<Event> {
         if self.running > 0
-            || !self
-                .run
-                .flow
-                .nodes
-                .iter()
-                .all(|n| self.state.node(&n.id).is_final() || self.state.cancel_requested && self.parked(&n.id))
+            || !self.run.flow.nodes.iter().all(|n| {
+                self.state.node(&n.id).is_final()
+                    || self.state.cancel_requested && self.parked(&n.id)
+            })
         {
             return None;
         }
@@ -512,7 +587,10 @@ impl Driver {
                         return Some(finished(
                             RunStatus::Failed,
                             None,
-                            Some(format!("output `{name}`: {}", missing_message("outputs", &m.reference))),
+                            Some(format!(
+                                "output `{name}`: {}",
+                                missing_message("outputs", &m.reference)
+                            )),
                         ));
                     }
                 }
@@ -523,7 +601,8 @@ impl Driver {
             (_, 0) => RunStatus::Failed,
             _ => RunStatus::Partial,
         };
-        let error = (failed > 0).then(|| format!("{failed} of {} nodes failed", self.run.flow.nodes.len()));
+        let error =
+            (failed > 0).then(|| format!("{failed} of {} nodes failed", self.run.flow.nodes.len()));
         Some(finished(status, Some(Value::Object(outputs)), error))
     }
 

@@ -191,9 +191,7 @@ impl RunState {
     }
 
     pub fn node(&self, id: &str) -> NodeStatus {
-        self.nodes
-            .get(id)
-            .map_or(NodeStatus::Pending, |n| n.status)
+        self.nodes.get(id).map_or(NodeStatus::Pending, |n| n.status)
     }
 
     /// Applies one event (the scheduler applies what it appends, so it never re-reads).

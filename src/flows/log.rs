@@ -109,7 +109,8 @@ impl SqliteLog {
             std::fs::create_dir_all(dir)
                 .map_err(|e| LogError(format!("{}: {e}", dir.display())))?;
         }
-        let db = Connection::open(path).map_err(|e| LogError(format!("{}: {e}", path.display())))?;
+        let db =
+            Connection::open(path).map_err(|e| LogError(format!("{}: {e}", path.display())))?;
         // WAL with synchronous=NORMAL: a committed event survives a crash of the process (the
         // failure a run must survive); a power loss may take the last transactions.
         db.pragma_update(None, "journal_mode", "WAL")?;
@@ -233,10 +234,14 @@ impl RunLog for SqliteLog {
 
     fn events(&self, run_id: &str) -> Result<Vec<Stamped>, LogError> {
         let db = self.db.lock();
-        let mut q =
-            db.prepare_cached("SELECT seq, at_ms, body FROM events WHERE run_id = ?1 ORDER BY seq")?;
+        let mut q = db
+            .prepare_cached("SELECT seq, at_ms, body FROM events WHERE run_id = ?1 ORDER BY seq")?;
         let rows = q.query_map([run_id], |r| {
-            Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)?, r.get::<_, String>(2)?))
+            Ok((
+                r.get::<_, i64>(0)? as u64,
+                r.get::<_, i64>(1)?,
+                r.get::<_, String>(2)?,
+            ))
         })?;
         let mut out = Vec::new();
         for row in rows {
@@ -291,7 +296,9 @@ impl RunLog for SqliteLog {
     fn artifact(&self, id: &str) -> Result<Option<Vec<u8>>, LogError> {
         let db = self.db.lock();
         Ok(db
-            .query_row("SELECT body FROM artifacts WHERE id = ?1", [id], |r| r.get(0))
+            .query_row("SELECT body FROM artifacts WHERE id = ?1", [id], |r| {
+                r.get(0)
+            })
             .optional()?)
     }
 }

@@ -3,6 +3,7 @@
 //! re-enter the whole call stack as the run's caller. Every state change is an event in the
 //! run log, so a run survives the gateway: on start, unfinished runs are resumed.
 
+mod approval;
 pub mod driver;
 pub mod events;
 pub mod log;
@@ -58,8 +59,12 @@ pub struct Engine {
     permits: Arc<Semaphore>,
     artifact_bytes: usize,
     pub(crate) metrics: FlowMetrics,
-    /// Runs driven by this process: their cancellation and their scheduler's mailbox.
-    live: DashMap<String, (CancellationToken, mpsc::UnboundedSender<driver::Msg>)>,
+    /// Runs driven by this process.
+    live: DashMap<String, Live>,
+    /// Plans of nodes parked for approval: plan id -> (run id, node).
+    parked: DashMap<String, (String, String)>,
+    /// Approval plans (the node calls' own; a parked run waits on one).
+    plans: Arc<crate::policy::approval::Plans>,
     /// Cancelled at shutdown: schedulers stop without recording anything more, so their runs
     /// resume (nodes in flight re-driven) at the next start.
     pub(crate) stop: CancellationToken,
@@ -79,6 +84,15 @@ pub enum StartError {
     BadInputs(String),
     #[error("{0}")]
     Log(String),
+}
+
+/// A run this process drives: its cancellation, its scheduler's mailbox, and when it last
+/// came to rest.
+#[derive(Debug, Clone)]
+struct Live {
+    ct: CancellationToken,
+    mail: mpsc::UnboundedSender<driver::Msg>,
+    quiet: tokio::sync::watch::Receiver<driver::Quiet>,
 }
 
 /// How a run is driven.
@@ -117,6 +131,7 @@ impl Engine {
         auth: Arc<ArcSwap<Authenticator>>,
         metrics: FlowMetrics,
         tasks: crate::tasks::TaskHandles,
+        plans: Arc<crate::policy::approval::Plans>,
     ) -> Result<Arc<Self>, String> {
         let log = SqliteLog::open(&settings.db).map_err(|e| e.to_string())?;
         let engine = Arc::new(Self {
@@ -129,6 +144,8 @@ impl Engine {
             artifact_bytes: settings.artifact_bytes,
             metrics,
             live: DashMap::new(),
+            parked: DashMap::new(),
+            plans,
             stop: CancellationToken::new(),
             ended: tokio::sync::watch::channel(0).0,
             tasks,
@@ -141,7 +158,10 @@ impl Engine {
     /// The flows that loaded (a reload replaces them; running runs keep their definition).
     pub fn set_flows(&self, set: &FlowSet) {
         self.defs.store(Arc::new(
-            set.flows.iter().map(|f| (f.id.clone(), f.clone())).collect(),
+            set.flows
+                .iter()
+                .map(|f| (f.id.clone(), f.clone()))
+                .collect(),
         ));
         *self.problems.lock() = set.problems.clone();
     }
@@ -177,13 +197,20 @@ impl Engine {
 
     /// The stack node calls go through and the pool that classifies their tools (both hold
     /// the engine's tools, so they are bound after they are built).
-    pub fn bind(&self, stack: CallStack, pool: Arc<Pool>) {
-        let _ = self.stack.set(stack);
+    pub fn bind(self: &Arc<Self>, stack: CallStack, pool: Arc<Pool>) {
+        if self.stack.set(stack).is_ok() {
+            self.watch_plans();
+        }
         let _ = self.pool.set(pool);
     }
 
     fn stack(&self) -> Option<CallStack> {
         self.stack.get().cloned()
+    }
+
+    /// The stack, for calls made on a run's behalf (a task's approval).
+    pub(crate) fn call_stack(&self) -> Option<CallStack> {
+        self.stack()
     }
 
     pub fn classify(&self, tool: &str) -> Option<ToolClass> {
@@ -271,8 +298,15 @@ impl Engine {
         let (tx, rx) = oneshot::channel();
         let ct = CancellationToken::new();
         let (mail, mailbox) = mpsc::unbounded_channel();
-        self.live
-            .insert(record.run_id.clone(), (ct.clone(), mail.clone()));
+        let (quiet_tx, quiet) = tokio::sync::watch::channel(driver::Quiet::default());
+        self.live.insert(
+            record.run_id.clone(),
+            Live {
+                ct: ct.clone(),
+                mail: mail.clone(),
+                quiet,
+            },
+        );
         let engine = self.clone();
         tokio::spawn(async move {
             let run_id = record.run_id.clone();
@@ -290,6 +324,7 @@ impl Engine {
                     progress: opts.progress,
                     key_run,
                     replay: opts.replay,
+                    quiet: quiet_tx,
                 },
                 opts.events,
                 mail,
@@ -376,7 +411,7 @@ impl Engine {
     pub fn cancel(&self, run_id: &str) -> bool {
         match self.live.get(run_id) {
             Some(live) => {
-                live.0.cancel();
+                live.ct.cancel();
                 true
             }
             None => false,
@@ -449,7 +484,7 @@ impl Engine {
             .live
             .get(run_id)
             .ok_or_else(|| format!("run {run_id} is not driven by this gateway"))?;
-        live.1
+        live.mail
             .send(driver::Msg::Decided(vec![decision]))
             .map_err(|_| format!("run {run_id} ended"))
     }
@@ -476,7 +511,10 @@ impl Engine {
             if state.finished.is_some() || !driven {
                 return Ok((record, events, state));
             }
-            if tokio::time::timeout_at(deadline, ended.changed()).await.is_err() {
+            if tokio::time::timeout_at(deadline, ended.changed())
+                .await
+                .is_err()
+            {
                 return Ok((record, events, state));
             }
         }

@@ -13,7 +13,7 @@ use crate::{
     envelope::META_KEY as PLAN_KEY,
     names::APPROVE_TOOL,
     pipeline::{Call, CallStack, Op, correlation_id},
-    policy::{identity::Identity, idempotency::META_KEY as IDEMPOTENCY_KEY},
+    policy::{idempotency::META_KEY as IDEMPOTENCY_KEY, identity::Identity},
 };
 
 /// What one attempt came to.
@@ -94,17 +94,23 @@ pub async fn attempt(n: NodeCall) -> Attempt {
     }
 }
 
-fn from_result(r: CallToolResult) -> Attempt {
+pub fn from_result(r: CallToolResult) -> Attempt {
     let plan = r.meta.as_ref().and_then(|m| m.0.get(PLAN_KEY)).cloned();
+    // A call held for approval is not run: its answer is the plan (an `ok` one, not an error).
+    if let Some(plan) = plan.as_ref().filter(|p| asks_approval(p)) {
+        return Attempt::NeedsApproval(plan.clone());
+    }
     if r.is_error == Some(true) {
-        if let Some(plan) = plan.as_ref().filter(|p| asks_approval(p)) {
-            return Attempt::NeedsApproval(plan.clone());
-        }
         let transient = plan.as_ref().is_some_and(|p| {
             p["errors"].as_array().into_iter().flatten().any(|e| {
                 matches!(
                     e["code"].as_str(),
-                    Some("upstream_timeout" | "upstream_unavailable" | "breaker_open" | "rate_limited")
+                    Some(
+                        "upstream_timeout"
+                            | "upstream_unavailable"
+                            | "breaker_open"
+                            | "rate_limited"
+                    )
                 )
             })
         });
@@ -119,6 +125,17 @@ fn from_result(r: CallToolResult) -> Attempt {
         };
     }
     Attempt::Succeeded(output_of(&r))
+}
+
+/// The id of the plan a held call's envelope asks to approve.
+pub fn plan_id(plan: &Value) -> Option<String> {
+    plan["next_actions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|a| a["tool"] == APPROVE_TOOL)
+        .and_then(|a| a["args"]["plan_id"].as_str())
+        .map(str::to_owned)
 }
 
 /// A refusal whose next action is `fedgate.approve`.

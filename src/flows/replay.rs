@@ -46,7 +46,9 @@ impl Engine {
         let (record, events) = self.load(run_id).await?;
         let recorded = RunState::fold(&events);
         if recorded.finished.is_none() {
-            return Err(format!("run {run_id} has not finished; replay it when it has"));
+            return Err(format!(
+                "run {run_id} has not finished; replay it when it has"
+            ));
         }
         let flow = self
             .flow(&record.flow)
@@ -123,7 +125,9 @@ impl Engine {
         let (record, events) = self.load(run_id).await?;
         let state = RunState::fold(&events);
         if state.finished.is_none() {
-            return Err(format!("run {run_id} has not finished; rerun a node once it has"));
+            return Err(format!(
+                "run {run_id} has not finished; rerun a node once it has"
+            ));
         }
         let flow = self
             .flow(&record.flow)

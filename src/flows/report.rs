@@ -17,7 +17,12 @@ use crate::{
 pub const RUN_META_KEY: &str = "io.fedgate/flow_run";
 
 /// The tool result of a finished run.
-pub fn result(flow: &FlowDef, run_id: &str, state: &RunState, correlation_id: &str) -> CallToolResult {
+pub fn result(
+    flow: &FlowDef,
+    run_id: &str,
+    state: &RunState,
+    correlation_id: &str,
+) -> CallToolResult {
     let mut meta = MetaObject::new();
     meta.0.insert(RUN_META_KEY.into(), json!(run_id));
     if state.finished == Some(RunStatus::Succeeded) {
@@ -53,13 +58,13 @@ pub fn plan(flow: &FlowDef, run_id: &str, state: &RunState, correlation_id: &str
     let mut plan = Plan::new(status, correlation_id).instruction(format!(
         "Flow `{}` {what} (run {run_id}). {} `fedgate flows show {run_id}` has the timeline.",
         flow.id,
-        state.error.as_deref().map(|e| format!("{e}.")).unwrap_or_default()
+        state
+            .error
+            .as_deref()
+            .map(|e| format!("{e}."))
+            .unwrap_or_default()
     ));
-    plan.partial_results = flow
-        .nodes
-        .iter()
-        .map(|n| step(&n.id, state))
-        .collect();
+    plan.partial_results = flow.nodes.iter().map(|n| step(&n.id, state)).collect();
     let code = match state.finished {
         Some(RunStatus::Cancelled) => "cancelled",
         Some(RunStatus::Partial) => "flow_partial",
@@ -67,7 +72,10 @@ pub fn plan(flow: &FlowDef, run_id: &str, state: &RunState, correlation_id: &str
     };
     plan.error(PlanError::new(
         code,
-        state.error.clone().unwrap_or_else(|| format!("flow {what}")),
+        state
+            .error
+            .clone()
+            .unwrap_or_else(|| format!("flow {what}")),
         state.finished != Some(RunStatus::Cancelled),
     ))
 }
@@ -124,15 +132,28 @@ pub fn timeline(run_id: &str, flow: &str, events: &[Stamped], state: &RunState) 
     for e in events {
         let body = serde_json::to_value(&e.event).unwrap_or(Value::Null);
         let kind = body["event"].as_str().unwrap_or("?").to_owned();
-        let node = body["node"].as_str().map(|n| format!(" {n}")).unwrap_or_default();
-        let extra = match (&body["error"], &body["reason"], &body["attempt"], &body["status"]) {
+        let node = body["node"]
+            .as_str()
+            .map(|n| format!(" {n}"))
+            .unwrap_or_default();
+        let extra = match (
+            &body["error"],
+            &body["reason"],
+            &body["attempt"],
+            &body["status"],
+        ) {
             (_, _, _, Value::String(s)) => format!("  {s}"),
             (Value::String(e), ..) => format!("  {e}"),
             (_, Value::String(r), ..) => format!("  {r}"),
             (_, _, Value::Number(a), _) => format!("  attempt {a}"),
             _ => String::new(),
         };
-        let _ = writeln!(out, "  +{:>6} ms  #{:<4} {kind}{node}{extra}", e.at_ms - start, e.seq);
+        let _ = writeln!(
+            out,
+            "  +{:>6} ms  #{:<4} {kind}{node}{extra}",
+            e.at_ms - start,
+            e.seq
+        );
     }
     let _ = writeln!(out, "nodes:");
     for (id, n) in &state.nodes {
@@ -145,7 +166,10 @@ pub fn timeline(run_id: &str, flow: &str, events: &[Stamped], state: &RunState) 
             "  {id:<20} {:<18} attempts {}  {took}{}",
             super::driver::status_label(n.status),
             n.attempts,
-            n.error.as_deref().map(|e| format!("  {e}")).unwrap_or_default()
+            n.error
+                .as_deref()
+                .map(|e| format!("  {e}"))
+                .unwrap_or_default()
         );
     }
     out

@@ -48,14 +48,20 @@ impl Engine {
                 };
                 TaskPayload::Completed { result }
             }
-            None => TaskPayload::Working,
+            None if waiting_approval(&state).is_empty() => TaskPayload::Working,
+            None => TaskPayload::InputRequired {
+                input_requests: waiting_approval(&state)
+                    .into_iter()
+                    .filter_map(|(id, question)| {
+                        serde_json::from_value(question).ok().map(|q| (id, q))
+                    })
+                    .collect(),
+            },
         };
         let waiting: Vec<&str> = state
             .nodes
             .iter()
-            .filter(|(_, n)| {
-                matches!(n.status, NodeStatus::AwaitingApproval | NodeStatus::Blocked)
-            })
+            .filter(|(_, n)| matches!(n.status, NodeStatus::AwaitingApproval | NodeStatus::Blocked))
             .map(|(id, _)| id.as_str())
             .collect();
         let mut task = task;
@@ -64,11 +70,42 @@ impl Engine {
             task = task.with_status_message(if waiting.is_empty() {
                 format!("{done} nodes done")
             } else {
-                format!("{done} nodes done; waiting for a decision on {}", waiting.join(", "))
+                format!(
+                    "{done} nodes done; waiting for a decision on {}",
+                    waiting.join(", ")
+                )
             });
         }
         Ok(DetailedTask::new(task, payload))
     }
+}
+
+/// The approval questions of the run's parked nodes, by plan id (the `inputRequests` keys a
+/// `tasks/update` answers).
+fn waiting_approval(state: &super::events::RunState) -> Vec<(String, serde_json::Value)> {
+    state
+        .nodes
+        .iter()
+        .filter(|(_, n)| n.status == NodeStatus::AwaitingApproval)
+        .filter_map(|(node, n)| {
+            let plan = n.plan.as_ref()?;
+            let id = super::node::plan_id(plan)?;
+            let what = plan["instruction"].as_str().unwrap_or("A call needs approval.");
+            let question = serde_json::json!({
+                "method": "elicitation/create",
+                "params": {
+                    "mode": "form",
+                    "message": format!("Flow node `{node}`: {what}"),
+                    "requestedSchema": {
+                        "type": "object",
+                        "properties": {"approve": {"type": "boolean", "title": "Run this call", "default": true}},
+                        "required": ["approve"]
+                    }
+                }
+            });
+            Some((id, question))
+        })
+        .collect()
 }
 
 fn iso(ms: i64) -> String {

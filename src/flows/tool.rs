@@ -14,7 +14,8 @@ use tokio::sync::mpsc;
 use super::{Engine, StartError};
 use crate::{
     config::flows::{FLOWS_NAMESPACE, FlowDef},
-    pipeline::{Call, CallError, CallFuture, Op, OwnTool, TaskCall, TaskRequest},
+    names::APPROVE_TOOL,
+    pipeline::{Call, CallError, CallFuture, CallStack, Op, OwnTool, TaskCall, TaskRequest},
     policy::trust::CallClass,
 };
 
@@ -80,7 +81,7 @@ impl OwnTool for FlowTool {
         Box::pin(async move {
             let p = match &call.op {
                 Op::CallTool(p) => p,
-                Op::Task(t) => return task_request(&engine, t, &call.correlation_id).await,
+                Op::Task(t) => return task_request(&engine, t, &call).await,
                 _ => {
                     return Err(CallError::Internal {
                         detail: "a flow tool got a request that is not tools/call".into(),
@@ -96,7 +97,13 @@ impl OwnTool for FlowTool {
             let (progress, mut finished) = mpsc::unbounded_channel();
             let progress = (!as_task).then_some(progress);
             let started = engine
-                .start(&flow_id, inputs, call.identity.clone(), call.depth, progress)
+                .start(
+                    &flow_id,
+                    inputs,
+                    call.identity.clone(),
+                    call.depth,
+                    progress,
+                )
                 .await
                 .map_err(|e| match e {
                     StartError::UnknownFlow(name) => CallError::UnknownTool {
@@ -120,9 +127,22 @@ impl OwnTool for FlowTool {
             }
             let cancelled = call.ct.clone();
             let mut cancel_sent = false;
+            // A run that parks on an approval answers at once with the plan to approve; it
+            // goes on when the plan is decided.
+            let parked = engine.settle(&run_id, 0);
+            tokio::pin!(parked);
+            let mut watching = true;
             let state = loop {
                 tokio::select! {
                     end = &mut done => break end,
+                    settled = &mut parked, if watching => {
+                        watching = false;
+                        if let Ok((state, true)) = settled {
+                            return Ok(ServerResult::CallToolResult(super::approval::answer(
+                                &flow, &run_id, &state, &call.correlation_id,
+                            )));
+                        }
+                    }
                     Some(n) = finished.recv() => {
                         if let (Some(d), Some(token)) = (&call.downstream, &call.progress_token) {
                             let p = ProgressNotificationParam::new(token.clone(), n.done as f64)
@@ -163,8 +183,9 @@ impl OwnTool for FlowTool {
 async fn task_request(
     engine: &Engine,
     t: &TaskCall,
-    correlation_id: &str,
+    call: &Call,
 ) -> Result<ServerResult, CallError> {
+    let correlation_id = call.correlation_id.as_str();
     let run_id = &t.route.task_id;
     match &t.request {
         TaskRequest::Get => {
@@ -182,8 +203,70 @@ async fn task_request(
                 .map_err(|_| CallError::UnknownTask)?;
             Ok(ServerResult::TaskAckResult(TaskAckResult::new()))
         }
-        TaskRequest::Update(_) => Err(CallError::BadRequestState {
-            why: "this flow run asks for no input".into(),
-        }),
+        TaskRequest::Update(responses) => {
+            let (_, events) = engine
+                .load(run_id)
+                .await
+                .map_err(|_| CallError::UnknownTask)?;
+            let state = super::events::RunState::fold(&events);
+            let stack = engine.call_stack().ok_or_else(|| CallError::Internal {
+                detail: "the flow engine has no call stack".into(),
+            })?;
+            let mut answered = 0;
+            for (key, answer) in responses {
+                let waits = state.nodes.values().any(|n| {
+                    n.status == super::events::NodeStatus::AwaitingApproval
+                        && n.plan.as_ref().and_then(super::node::plan_id).as_deref() == Some(key)
+                });
+                if !waits {
+                    continue;
+                }
+                decide(stack.clone(), call, key, crate::pipeline::approves(answer));
+                answered += 1;
+            }
+            if answered == 0 {
+                return Err(CallError::BadRequestState {
+                    why: "no input of this task waits for these responses".into(),
+                });
+            }
+            Ok(ServerResult::TaskAckResult(TaskAckResult::new()))
+        }
     }
+}
+
+/// Approves (or denies) plan `plan_id` as the task's caller: `fedgate.approve` through the
+/// stack, one level deeper, so the decision is authorized, audited and runs the frozen call.
+/// Runs on its own: the task's caller polls for the outcome.
+fn decide(stack: CallStack, call: &Call, plan_id: &str, approve: bool) {
+    use tower::ServiceExt;
+    let mut args = rmcp::model::JsonObject::new();
+    args.insert("plan_id".into(), Value::String(plan_id.to_owned()));
+    args.insert(
+        "decision".into(),
+        Value::String(if approve { "approve" } else { "deny" }.into()),
+    );
+    let approve = Call {
+        op: Op::CallTool(
+            rmcp::model::CallToolRequestParams::new(APPROVE_TOOL).with_arguments(args),
+        ),
+        meta: Default::default(),
+        downstream: None,
+        progress_token: None,
+        ct: Default::default(),
+        identity: call.identity.clone(),
+        correlation_id: crate::pipeline::correlation_id(),
+        trace: opentelemetry::Context::new(),
+        depth: call.depth.saturating_add(1),
+        target: None,
+        class: None,
+        timeout: None,
+        retry_safe: false,
+        approval: None,
+        approved: None,
+    };
+    tokio::spawn(async move {
+        if let Err(e) = stack.oneshot(approve).await {
+            tracing::warn!("flow approval by tasks/update: {}", e.message);
+        }
+    });
 }

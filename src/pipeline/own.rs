@@ -52,7 +52,11 @@ impl OwnTools {
 
     /// What the catalog lists.
     pub fn definitions(&self) -> Vec<Tool> {
-        self.0.load().values().map(|e| e.tool.definition()).collect()
+        self.0
+            .load()
+            .values()
+            .map(|e| e.tool.definition())
+            .collect()
     }
 
     pub fn get(&self, name: &str) -> Option<Arc<dyn OwnTool>> {

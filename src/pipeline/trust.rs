@@ -101,7 +101,10 @@ pub(super) fn decide(up: &Upstream, exposed: &Exposed, op: &Op) -> Result<Decisi
 /// Whether a call of the exposed tool `exposed` would be safe to repeat, and the upstream that
 /// serves it: what a flow needs to know of a node before (re-)driving it. `None` when no ready
 /// upstream serves the name or its tier refuses it.
-pub fn classify(pool: &crate::upstream::pool::Pool, exposed: &str) -> Option<(bool, std::sync::Arc<Upstream>)> {
+pub fn classify(
+    pool: &crate::upstream::pool::Pool,
+    exposed: &str,
+) -> Option<(bool, std::sync::Arc<Upstream>)> {
     let catalog = pool.catalog();
     let route = catalog.tool(exposed)?;
     let up = catalog.upstream(route.member()?)?.clone();

@@ -155,6 +155,8 @@ pub struct Plans {
     plans: Mutex<HashMap<String, PendingPlan>>,
     /// Plans that expired since [`Plans::take_expired`] last asked (for metrics and audit).
     expired: Mutex<Vec<PendingPlan>>,
+    /// What became of plans, for those waiting on one.
+    pub events: super::plan_events::PlanEvents,
 }
 
 impl Plans {
@@ -164,6 +166,7 @@ impl Plans {
             max_pending,
             plans: Mutex::new(HashMap::new()),
             expired: Mutex::new(Vec::new()),
+            events: Default::default(),
         }
     }
 
@@ -179,6 +182,10 @@ impl Plans {
     }
 
     fn note_expired(&self, plans: Vec<PendingPlan>) {
+        for p in &plans {
+            self.events
+                .send(super::plan_events::PlanEvent::Expired { id: p.id.clone() });
+        }
         if !plans.is_empty() {
             self.expired.lock().extend(plans);
         }
@@ -292,6 +299,10 @@ impl Plans {
         plan.state = PlanState::Done(Finished::Denied {
             by: caller.to_owned(),
         });
+        self.events.send(super::plan_events::PlanEvent::Denied {
+            id: id.to_owned(),
+            by: caller.to_owned(),
+        });
         Ok(plan.clone())
     }
 
@@ -326,6 +337,12 @@ impl Plans {
             Decision::Approve => PlanState::Approved(by.to_owned()),
             Decision::Deny => PlanState::Done(Finished::Denied { by: by.to_owned() }),
         };
+        if decision == Decision::Deny {
+            self.events.send(super::plan_events::PlanEvent::Denied {
+                id: id.to_owned(),
+                by: by.to_owned(),
+            });
+        }
         Ok(plan.clone())
     }
 

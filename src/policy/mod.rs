@@ -8,6 +8,7 @@ pub mod breaker;
 pub mod idempotency;
 pub mod identity;
 pub mod pinning;
+pub mod plan_events;
 pub mod rate_limit;
 pub mod retry;
 pub mod token;

@@ -56,14 +56,9 @@ pub(super) async fn route(
         }
         (&Method::GET, ["runs", id]) => {
             let wait = Duration::from_millis(number("wait_ms").unwrap_or(0)).min(MAX_WAIT);
-            result(
-                engine
-                    .wait_finished(id, wait)
-                    .await
-                    .map(|(record, events, state)| {
-                        json!({"run": record, "state": state, "events": events})
-                    }),
-            )
+            result(engine.wait_finished(id, wait).await.map(
+                |(record, events, state)| json!({"run": record, "state": state, "events": events}),
+            ))
         }
         (&Method::POST, [flow, "runs"]) => {
             let inputs = match body(req).await {
@@ -72,21 +67,30 @@ pub(super) async fn route(
             };
             match engine.start(flow, inputs, operator(), 0, None).await {
                 Ok(started) => json(StatusCode::ACCEPTED, &json!({"run_id": started.run_id})),
-                Err(e) => json(StatusCode::UNPROCESSABLE_ENTITY, &json!({"error": e.to_string()})),
+                Err(e) => json(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    &json!({"error": e.to_string()}),
+                ),
             }
         }
-        (&Method::POST, ["runs", id, "cancel"]) => {
-            result(engine.cancel_run(id).await.map(|_| json!({"run_id": id, "cancel": "requested"})))
-        }
+        (&Method::POST, ["runs", id, "cancel"]) => result(
+            engine
+                .cancel_run(id)
+                .await
+                .map(|_| json!({"run_id": id, "cancel": "requested"})),
+        ),
         (&Method::POST, ["runs", id, "replay"]) => result(
             engine
                 .replay(id)
                 .await
                 .map(|r| serde_json::to_value(r).unwrap_or(Value::Null)),
         ),
-        (&Method::POST, ["runs", id, "rerun", node]) => {
-            result(engine.rerun(id, node).await.map(|_| json!({"run_id": id, "rerun": node})))
-        }
+        (&Method::POST, ["runs", id, "rerun", node]) => result(
+            engine
+                .rerun(id, node)
+                .await
+                .map(|_| json!({"run_id": id, "rerun": node})),
+        ),
         (&Method::POST, ["runs", id, "nodes", node, verb @ ("rerun" | "skip")]) => result(
             engine
                 .decide(id, node, *verb == "rerun")
@@ -141,7 +145,10 @@ fn list_flows(core: &Core, engine: &Engine) -> Response<Body> {
         })
         .collect();
     let problems: Vec<String> = engine.problems().iter().map(|d| d.to_string()).collect();
-    json(StatusCode::OK, &json!({"flows": flows, "problems": problems}))
+    json(
+        StatusCode::OK,
+        &json!({"flows": flows, "problems": problems}),
+    )
 }
 
 async fn list_runs(engine: &Engine, limit: usize) -> Result<Value, String> {

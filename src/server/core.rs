@@ -84,19 +84,27 @@ impl Core {
         let metrics = Arc::new(Metrics::new()?);
         let hub = Arc::new(Hub::default());
         let auth = Arc::new(ArcSwap::new(snapshot.auth.clone()));
+        let plans = Arc::new(Plans::new(
+            snapshot.gateway.plan_ttl.as_millis() as u64,
+            snapshot.gateway.max_pending_plans,
+        ));
         let flows = match snapshot.flows.dir {
             Some(_) => Some(crate::flows::Engine::open(
                 &snapshot.flows,
                 auth.clone(),
                 metrics.flows.clone(),
                 TaskHandles::new(seal.clone()),
+                plans.clone(),
             )?),
             None => None,
         };
         let mut own = own.with(vec![Arc::new(ApproveTool)]);
         let fixed_tools = own.tools();
         if let Some(engine) = &flows {
-            own = own.with(crate::flows::tool::tools(engine, &snapshot.gateway.separator));
+            own = own.with(crate::flows::tool::tools(
+                engine,
+                &snapshot.gateway.separator,
+            ));
         }
         Ok(Arc::new(Self {
             pool: Pool::new(snapshot, metrics.clone(), hub.clone(), own.definitions()),
@@ -118,10 +126,7 @@ impl Core {
             seal,
             input_wait: snapshot.gateway.input_wait,
             max_parked_calls: snapshot.gateway.max_parked_calls,
-            plans: Arc::new(Plans::new(
-                snapshot.gateway.plan_ttl.as_millis() as u64,
-                snapshot.gateway.max_pending_plans,
-            )),
+            plans,
             envelope: snapshot.gateway.envelope,
             in_flight: watch::channel(0).0,
         }))
@@ -176,7 +181,10 @@ impl Core {
             report_flow_problems(snapshot);
             engine.set_flows(&snapshot.flows.set);
             let mut tools = self.fixed_tools.clone();
-            tools.extend(crate::flows::tool::tools(engine, &snapshot.gateway.separator));
+            tools.extend(crate::flows::tool::tools(
+                engine,
+                &snapshot.gateway.separator,
+            ));
             self.own.replace(tools);
             self.pool.set_own_tools(self.own.definitions());
         }

@@ -191,7 +191,10 @@ impl Reloader {
         });
         let watcher = watcher.map(|mut w| {
             // Directories, not files: an editor's rename-over would drop a watch on the file.
-            for dir in [dir_of(&config_file), tiers_dir, flows_dir].into_iter().flatten() {
+            for dir in [dir_of(&config_file), tiers_dir, flows_dir]
+                .into_iter()
+                .flatten()
+            {
                 if dir.is_dir()
                     && let Err(e) = w.watch(&dir, RecursiveMode::NonRecursive)
                 {

@@ -20,14 +20,19 @@ use crate::{
 impl Gateway {
     /// Whether some ready upstream offers the tasks extension.
     pub(super) fn offers_tasks(&self) -> bool {
-        let flows = self.core.flows.as_ref().is_some_and(|f| !f.flows().is_empty());
-        flows || self.core.pool.upstreams().iter().any(|u| {
-            u.connection().is_some_and(|c| {
-                c.peer
-                    .peer_info()
-                    .is_some_and(|i| i.capabilities.supports_tasks())
+        let flows = self
+            .core
+            .flows
+            .as_ref()
+            .is_some_and(|f| !f.flows().is_empty());
+        flows
+            || self.core.pool.upstreams().iter().any(|u| {
+                u.connection().is_some_and(|c| {
+                    c.peer
+                        .peer_info()
+                        .is_some_and(|i| i.capabilities.supports_tasks())
+                })
             })
-        })
     }
 
     /// An upstream's new task, as the caller sees it: its id replaced by a handle naming the
@@ -40,7 +45,10 @@ impl Gateway {
     ) -> Result<CreateTaskResult, McpError> {
         let catalog = self.core.pool.catalog();
         // The gateway's own tools (flows) hand out their own handles.
-        if catalog.tool(tool).is_some_and(|r| r.owner == Owner::Gateway) {
+        if catalog
+            .tool(tool)
+            .is_some_and(|r| r.owner == Owner::Gateway)
+        {
             return Ok(r);
         }
         let upstream = catalog

@@ -15,9 +15,15 @@ pub struct FlowMetrics {
 }
 
 impl FlowMetrics {
-    pub(super) fn register(registry: &Registry, buckets: &[f64]) -> Result<Self, prometheus::Error> {
+    pub(super) fn register(
+        registry: &Registry,
+        buckets: &[f64],
+    ) -> Result<Self, prometheus::Error> {
         let runs = IntCounterVec::new(
-            Opts::new("fedgate_flow_runs_total", "Flow runs ended, by flow and status"),
+            Opts::new(
+                "fedgate_flow_runs_total",
+                "Flow runs ended, by flow and status",
+            ),
             &["flow", "status"],
         )?;
         let nodes = IntCounterVec::new(

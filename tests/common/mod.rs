@@ -21,6 +21,8 @@ use rmcp::{
 };
 use tokio::sync::Notify;
 
+pub mod raw;
+
 pub const FEDGATE: &str = env!("CARGO_BIN_EXE_fedgate");
 
 /// A free loopback port (bound then released; the OS does not hand it out again at once).

@@ -59,7 +59,10 @@ pub(super) fn graph(
             if !nodes.iter().any(|m| &m.def.id == dep) {
                 problems.push(at(
                     *line,
-                    format!("node `{id}` depends on unknown node `{}`", crate::names::shown(dep)),
+                    format!(
+                        "node `{id}` depends on unknown node `{}`",
+                        crate::names::shown(dep)
+                    ),
                 ));
             }
         }
@@ -68,7 +71,10 @@ pub(super) fn graph(
         Ok(order) => order,
         Err(cycle) => {
             let line = nodes[index[cycle[0].as_str()]].def.line;
-            problems.push(at(line, format!("cycle: {} (each depends on the next)", cycle.join(" -> "))));
+            problems.push(at(
+                line,
+                format!("cycle: {} (each depends on the next)", cycle.join(" -> ")),
+            ));
             return Vec::new();
         }
     };
@@ -79,7 +85,10 @@ pub(super) fn graph(
             if let Root::Node(target) = &r.root
                 && !mine.contains(target)
             {
-                problems.push(at(n.def.line, not_ancestor(&n.def.id, target, &r.text, &index)));
+                problems.push(at(
+                    n.def.line,
+                    not_ancestor(&n.def.id, target, &r.text, &index),
+                ));
             }
         }
     }
@@ -90,7 +99,10 @@ pub(super) fn graph(
             {
                 problems.push(at(
                     flow_line,
-                    format!("output `{name}` references unknown node `{target}` (`{{{{{}}}}}`)", r.text),
+                    format!(
+                        "output `{name}` references unknown node `{target}` (`{{{{{}}}}}`)",
+                        r.text
+                    ),
                 ));
             }
         }

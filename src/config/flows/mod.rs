@@ -135,7 +135,7 @@ impl Condition {
                 source: source.to_owned(),
                 expr,
             })
-            .map_err(|e| e.to_string().replace('\n', " "))
+            .map_err(|e| one_line(&e.to_string()))
     }
 
     /// Whether the condition holds in `scope`; an evaluation error says why.
@@ -143,8 +143,16 @@ impl Condition {
         self.expr
             .search(scope)
             .map(|v| v.is_truthy())
-            .map_err(|e| e.to_string().replace('\n', " "))
+            .map_err(|e| one_line(&e.to_string()))
     }
+}
+
+/// JMESPath's multi-line messages (with a caret under the spot) on one line.
+fn one_line(s: &str) -> String {
+    s.split_whitespace()
+        .filter(|w| *w != "^")
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// The flows of a config: those that loaded, and the problems of those that did not.
@@ -244,7 +252,10 @@ pub fn parse(
     if !is_identifier(&id) {
         problems.push(at(
             id_line,
-            format!("flow id `{}`: use letters, digits, `_` and `-`", crate::names::shown(&id)),
+            format!(
+                "flow id `{}`: use letters, digits, `_` and `-`",
+                crate::names::shown(&id)
+            ),
         ));
     }
     let inputs = match raw.inputs.map(to_json) {
@@ -274,7 +285,9 @@ pub fn parse(
         });
         let when = node.when.as_deref().and_then(|w| {
             Condition::compile(w)
-                .map_err(|e| problems.push(at(line, format!("node `{}`: bad `when`: {e}", node.id))))
+                .map_err(|e| {
+                    problems.push(at(line, format!("node `{}`: bad `when`: {e}", node.id)))
+                })
                 .ok()
         });
         let mut depends_on = Vec::new();
@@ -302,7 +315,15 @@ pub fn parse(
             Err(e) => problems.push(at(id_line, format!("output `{name}`: {e}"))),
         }
     }
-    let nodes = check::graph(&at, id_line, nodes, &outputs, upstreams, separator, &mut problems);
+    let nodes = check::graph(
+        &at,
+        id_line,
+        nodes,
+        &outputs,
+        upstreams,
+        separator,
+        &mut problems,
+    );
     if raw.idempotency == Idempotency::Off {
         tracing::warn!(flow = %id, "flow runs with idempotency = \"off\": nodes get no idempotency key, and a node interrupted by a crash is re-run without one");
     }

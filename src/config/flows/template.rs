@@ -150,7 +150,10 @@ fn parse_string(s: &str) -> Result<Template, String> {
     let mut rest = s;
     while let Some(open) = rest.find("{{") {
         let Some(close) = rest[open..].find("}}") else {
-            return Err(format!("`{{{{` without `}}}}` in \"{}\"", crate::names::shown(s)));
+            return Err(format!(
+                "`{{{{` without `}}}}` in \"{}\"",
+                crate::names::shown(s)
+            ));
         };
         if open > 0 {
             pieces.push(Piece::Text(rest[..open].to_owned()));
@@ -201,7 +204,8 @@ mod tests {
 
     #[test]
     fn whole_values_keep_their_type_and_text_interpolates() {
-        let scope = json!({"inputs": {"n": 3, "s": "x"}, "a": {"output": {"items": [1, {"k": true}]}}});
+        let scope =
+            json!({"inputs": {"n": 3, "s": "x"}, "a": {"output": {"items": [1, {"k": true}]}}});
         let t = Template::parse(&json!({
             "n": "{{inputs.n}}", "deep": "{{ a.output.items.1.k }}",
             "text": "n={{inputs.n}} s={{inputs.s}}", "list": ["{{a.output.items}}"], "lit": 5

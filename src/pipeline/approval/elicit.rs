@@ -68,7 +68,7 @@ fn params(held: &Held) -> Value {
 }
 
 /// Whether an elicitation answer approves: accepted, and `approve` not unchecked.
-fn approves(answer: &Value) -> bool {
+pub fn approves(answer: &Value) -> bool {
     answer.get("action").and_then(Value::as_str) == Some("accept")
         && answer
             .get("content")

@@ -33,11 +33,13 @@ use crate::{
         approval::{Approval, Decision, NewPlan, PendingPlan, PlanRefusal, Plans},
         idempotency::META_KEY as IDEMPOTENCY_KEY,
         pinning::fingerprint,
+        plan_events::PlanEvent,
     },
     telemetry::{audit::Audit, metrics::Metrics},
     upstream::{Upstream, pool::Pool},
 };
 
+pub use elicit::approves;
 pub use record::{plan_record, sync_metrics};
 pub use tool::ApproveTool;
 
@@ -344,6 +346,22 @@ impl Approvals {
                     }
                 }
                 _ => {}
+            }
+            if !run.continuing && !matches!(&result, Err(e) if not_started(e)) {
+                // Whoever waits on the plan (a parked flow run) may answer instead.
+                let follow_up = this.plans.events.follow_up(&run.plan.id);
+                this.plans.events.send(PlanEvent::Ran {
+                    id: run.plan.id.clone(),
+                    result: match &result {
+                        Ok(r) => Ok(serde_json::to_value(r).unwrap_or(Value::Null)),
+                        Err(e) => Err(e.to_string()),
+                    },
+                });
+                if let Some(f) = follow_up
+                    && let Some(answer) = f.await
+                {
+                    return Ok(ServerResult::CallToolResult(answer));
+                }
             }
             match result {
                 Ok(r) => envelope::wrap(Ok(r), &wrapping, &this.metrics),

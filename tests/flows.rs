@@ -1,0 +1,805 @@
+//! Flows (F12) through a real fedgate: real demo upstreams see the node calls, a real MCP
+//! client calls `flows.<id>`, the run log is read back with `fedgate flows show --json`, and a
+//! SIGKILLed gateway resumes its run.
+
+mod common;
+
+use std::{path::Path, process::Command};
+
+use common::*;
+use serde_json::{Value, json};
+
+const ADMIN_TOKEN: &str = "admin-token-0123456789";
+const TIERS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/trust-tiers");
+
+/// A gateway with `flows` (file name, text) in its flows folder and an admin listener.
+fn gateway(upstreams: &str, flows: &[(&str, &str)]) -> Gateway {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = write(dir.path(), upstreams, flows);
+    Gateway::start_file(&cfg, dir)
+}
+
+fn write(dir: &Path, upstreams: &str, flows: &[(&str, &str)]) -> std::path::PathBuf {
+    std::fs::create_dir_all(dir.join("flows")).expect("flows dir");
+    for (name, text) in flows {
+        std::fs::write(dir.join("flows").join(name), text).expect("flow file");
+    }
+    let cfg = dir.join("gateway.toml");
+    let token = dir.join("admin.token");
+    std::fs::write(&token, ADMIN_TOKEN).expect("token file");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[gateway]\nseparator = \".\"\ntiers_dir = {TIERS:?}\n\n[flows]\ndir = \"flows\"\ndb = \"runs.db\"\n\n\
+             [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"file:{}\"\n\n{upstreams}",
+            token.display()
+        ),
+    )
+    .expect("config");
+    cfg
+}
+
+/// `fedgate flows show RUN --json`: the run as its log records it.
+fn show(gw: &Gateway, run: &str) -> Value {
+    let out = Command::new(FEDGATE)
+        .args(["flows", "-c"])
+        .arg(gw.dir.path().join("gateway.toml"))
+        .args(["show", run, "--json"])
+        .output()
+        .expect("flows show");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("show --json prints JSON")
+}
+
+fn run_id(r: &rmcp::model::CallToolResult) -> String {
+    r.meta
+        .as_ref()
+        .and_then(|m| m.0.get("io.fedgate/flow_run"))
+        .and_then(Value::as_str)
+        .expect("the result names its run")
+        .to_owned()
+}
+
+/// The sequence number of the first event `kind` of `node`.
+fn seq_of(run: &Value, kind: &str, node: &str) -> u64 {
+    run["events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["event"] == kind && e["node"] == node)
+        .and_then(|e| e["seq"].as_u64())
+        .unwrap_or_else(|| panic!("no {kind} of {node} in {run}"))
+}
+
+async fn admin(gw: &Gateway, method: &str, path: &str, body: Value) -> (u16, Value) {
+    let url = format!("{}/admin/flows/{path}", gw.admin.as_deref().expect("admin"));
+    let r = reqwest::Client::new()
+        .request(method.parse().expect("method"), url)
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&body)
+        .send()
+        .await
+        .expect("admin request");
+    (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+}
+
+const FAN: &str = r#"
+id = "fan"
+parallelism = 2
+[[nodes]]
+id = "a"
+tool = "demo.meet"
+params = { group = "fan", n = 2 }
+[[nodes]]
+id = "b"
+tool = "demo.meet"
+params = { group = "fan", n = 2 }
+[[nodes]]
+id = "c"
+tool = "demo.meet"
+params = { group = "fan", n = 4 }
+[[nodes]]
+id = "d"
+tool = "demo.meet"
+params = { group = "fan", n = 4 }
+[[nodes]]
+id = "join"
+tool = "demo.add"
+depends_on = ["a", "b", "c", "d"]
+params = { a = "{{a.output.peak}}", b = "{{d.output.peak}}" }
+[outputs]
+peaks = ["{{a.output.peak}}", "{{b.output.peak}}", "{{c.output.peak}}", "{{d.output.peak}}"]
+sum = "{{join.output.sum}}"
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn parallel_branches_meet_at_the_upstream_within_the_bound_and_the_join_waits() {
+    let gw = gateway(&stdio_upstream("demo", &[], ""), &[("fan.toml", FAN)]);
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    let r = call(&client, "flows.fan", json!({}))
+        .await
+        .expect("flow call");
+    assert_eq!(r.is_error, Some(false), "{r:?}");
+    let out = r.structured_content.clone().expect("outputs");
+    // `a` and `b` could only return once both were inside the upstream at once: they ran
+    // concurrently. No call saw more than two inside: the flow's parallelism held.
+    assert_eq!(out["peaks"], json!([2, 2, 2, 2]), "{out}");
+    assert_eq!(
+        out["sum"],
+        json!(4.0),
+        "templates keep numbers numbers: {out}"
+    );
+    let run = show(&gw, &run_id(&r));
+    let join = seq_of(&run, "node_running", "join");
+    for n in ["a", "b", "c", "d"] {
+        assert!(
+            seq_of(&run, "node_succeeded", n) < join,
+            "join ran before {n} ended: {run}"
+        );
+    }
+    assert_eq!(run["state"]["finished"], "succeeded");
+}
+
+const BRANCH: &str = r#"
+id = "branch"
+[inputs]
+type = "object"
+required = ["text"]
+properties = { text = { type = "string" }, loud = { type = "boolean" } }
+[[nodes]]
+id = "say"
+tool = "demo.echo"
+params = { text = "{{inputs.text}}" }
+[[nodes]]
+id = "shout"
+tool = "demo.echo"
+depends_on = ["say"]
+when = "inputs.loud == `true`"
+params = { text = "LOUD {{say.output}}" }
+[[nodes]]
+id = "after"
+tool = "demo.echo"
+depends_on = ["shout"]
+params = { text = "after {{shout.output}}" }
+[outputs]
+said = "{{say.output}}"
+after = "{{after.output}}"
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_false_condition_skips_its_node_and_everything_after_it() {
+    let gw = gateway(&stdio_upstream("demo", &[], ""), &[("branch.toml", BRANCH)]);
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+
+    let quiet = call(&client, "flows.branch", json!({"text": "hi"}))
+        .await
+        .expect("call");
+    assert_eq!(quiet.is_error, Some(false), "{quiet:?}");
+    assert_eq!(
+        quiet.structured_content,
+        Some(json!({"said": "echo: hi", "after": null}))
+    );
+    let run = show(&gw, &run_id(&quiet));
+    let nodes = &run["state"]["nodes"];
+    assert_eq!(nodes["shout"]["status"], "SKIPPED", "{run}");
+    assert!(
+        nodes["shout"]["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("is false")
+    );
+    assert_eq!(nodes["after"]["status"], "SKIPPED");
+    assert_eq!(nodes["after"]["error"], "dependency `shout` was skipped");
+
+    let loud = call(&client, "flows.branch", json!({"text": "hi", "loud": true}))
+        .await
+        .expect("call");
+    assert_eq!(
+        loud.structured_content,
+        Some(json!({"said": "echo: hi", "after": "echo: after echo: LOUD echo: hi"}))
+    );
+}
+
+const TYPES: &str = r#"
+id = "types"
+[inputs]
+type = "object"
+properties = { n = { type = "number" } }
+[[nodes]]
+id = "sum"
+tool = "demo.add"
+params = { a = "{{inputs.n}}", b = 1 }
+[[nodes]]
+id = "lost"
+tool = "demo.echo"
+depends_on = ["sum"]
+params = { text = "{{sum.output.total}}" }
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn templates_keep_json_types_and_a_missing_path_names_node_and_path() {
+    let gw = gateway(&stdio_upstream("demo", &[], ""), &[("types.toml", TYPES)]);
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    let r = call(&client, "flows.types", json!({"n": 41}))
+        .await
+        .expect("call");
+    // `sum` ran (so `{{inputs.n}}` reached add as a number), `lost` could not start.
+    assert_eq!(r.is_error, Some(true), "{r:?}");
+    let plan = valid_plan(r.structured_content.clone().expect("a plan"));
+    assert_eq!(plan["status"], "partial", "{plan}");
+    let steps = plan["partial_results"].as_array().expect("partial_results");
+    let sum = steps.iter().find(|s| s["step"] == "sum").expect("sum");
+    assert_eq!(sum["status"], "ok");
+    assert_eq!(sum["output"], json!({"sum": 42.0}));
+    let lost = steps.iter().find(|s| s["step"] == "lost").expect("lost");
+    assert_eq!(lost["status"], "error");
+    let msg = lost["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("node `lost`")
+            && msg.contains("sum.output.total")
+            && msg.contains("node `sum`"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn every_static_check_names_file_and_line_and_good_flows_still_load() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = [
+        (
+            "cycle.toml",
+            "id = \"cycle\"\n[[nodes]]\nid = \"a\"\ntool = \"demo.echo\"\ndepends_on = [\"b\"]\n[[nodes]]\nid = \"b\"\ntool = \"demo.echo\"\ndepends_on = [\"a\"]\n",
+        ),
+        (
+            "unknown_dep.toml",
+            "id = \"unknown_dep\"\n[[nodes]]\nid = \"a\"\ntool = \"demo.echo\"\ndepends_on = [\n  \"ghost\",\n]\n",
+        ),
+        (
+            "ancestor.toml",
+            "id = \"ancestor\"\n[[nodes]]\nid = \"a\"\ntool = \"demo.echo\"\n[[nodes]]\nid = \"b\"\ntool = \"demo.echo\"\nparams = { text = \"{{a.output}}\" }\n",
+        ),
+        (
+            "tool.toml",
+            "id = \"tool\"\n[[nodes]]\nid = \"a\"\ntool = \"nowhere.echo\"\n",
+        ),
+        (
+            "when.toml",
+            "id = \"when\"\n[[nodes]]\nid = \"a\"\ntool = \"demo.echo\"\nwhen = \"inputs.[\"\n",
+        ),
+        (
+            "dup.toml",
+            "id = \"dup\"\n[[nodes]]\nid = \"a\"\ntool = \"demo.echo\"\n[[nodes]]\nid = \"a\"\ntool = \"demo.echo\"\n",
+        ),
+        ("syntax.toml", "id = \"syntax\"\nnodes = [\n"),
+        (
+            "field.toml",
+            "id = \"field\"\n[[nodes]]\nid = \"a\"\ntool = \"demo.echo\"\nretries = 3\n",
+        ),
+    ];
+    let mut all: Vec<(&str, &str)> = bad.to_vec();
+    all.push((
+        "good.toml",
+        "id = \"good\"\n[[nodes]]\nid = \"a\"\ntool = \"demo.echo\"\n",
+    ));
+    let cfg = write(dir.path(), &stdio_upstream("demo", &[], ""), &all);
+    let out = Command::new(FEDGATE)
+        .arg("check")
+        .arg(&cfg)
+        .output()
+        .expect("check");
+    assert!(!out.status.success(), "a bad flow fails the check");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let flows = dir.path().join("flows");
+    let at = |file: &str, line: usize| format!("{}:{line}: ", flows.join(file).display());
+    for (file, line, what) in [
+        ("cycle.toml", 2, "cycle: a -> b -> a"),
+        ("unknown_dep.toml", 6, "depends on unknown node `ghost`"),
+        (
+            "ancestor.toml",
+            5,
+            "`b` uses `{{a.output}}`, but `a` is not among its dependencies",
+        ),
+        (
+            "tool.toml",
+            2,
+            "tool `nowhere.echo` is in no configured upstream's namespace",
+        ),
+        ("when.toml", 2, "bad `when`"),
+        ("dup.toml", 5, "node id `a` is used twice"),
+        ("syntax.toml", 2, "unclosed array"),
+        ("field.toml", 5, "unknown field `retries`"),
+    ] {
+        let prefix = at(file, line);
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with(&prefix) && l.contains(what)),
+            "want `{prefix}…{what}` in:\n{err}"
+        );
+    }
+    // The rest of the config loads: the good flow is listed.
+    let list = Command::new(FEDGATE)
+        .args(["flows", "-c"])
+        .arg(&cfg)
+        .arg("list")
+        .output()
+        .expect("list");
+    let listed = String::from_utf8_lossy(&list.stdout);
+    assert!(
+        listed.contains("good") && listed.contains("flows.good"),
+        "{listed}"
+    );
+    assert!(!listed.contains("cycle"), "{listed}");
+}
+
+const WRITES: &str = r#"
+id = "writes"
+[inputs]
+type = "object"
+required = ["signal"]
+properties = { signal = { type = "string" } }
+[[nodes]]
+id = "first"
+tool = "ledger.record"
+params = { value = 1 }
+[[nodes]]
+id = "second"
+tool = "ledger.record"
+depends_on = ["first"]
+params = { value = 2, signal = "{{inputs.signal}}", ms = 30000 }
+[[nodes]]
+id = "done"
+tool = "ledger.echo"
+depends_on = ["second"]
+params = { text = "wrote {{first.output.recorded}} and {{second.output.recorded}}" }
+[outputs]
+said = "{{done.output}}"
+"#;
+
+/// The upstream's own count of effects, per idempotency key.
+async fn executions(ledger: &str) -> Value {
+    let c = connect_legacy(ledger, TestClient::new()).await;
+    let r = call(&c, "executions", json!({})).await.expect("executions");
+    r.structured_content.expect("counts")
+}
+
+/// Starts `writes`, waits until its second write has happened at the upstream (the upstream
+/// meets the test's own `meet` call before it answers), and SIGKILLs the gateway.
+async fn kill_during_second_write(gw: &mut Gateway, ledger: &str, signal: &str) -> String {
+    let (status, started) = admin(
+        gw,
+        "POST",
+        "writes/runs",
+        json!({"inputs": {"signal": signal}}),
+    )
+    .await;
+    assert_eq!(status, 202, "{started}");
+    let run = started["run_id"].as_str().expect("run id").to_owned();
+    let c = connect_legacy(ledger, TestClient::new()).await;
+    let met = call(
+        &c,
+        "meet",
+        json!({"group": signal, "n": 2, "timeout_ms": 20000}),
+    )
+    .await
+    .expect("meet");
+    assert_eq!(
+        met.is_error,
+        Some(false),
+        "the second write never arrived: {met:?}"
+    );
+    gw.child.kill().expect("SIGKILL");
+    gw.child.wait().expect("reaped");
+    run
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_gateway_resumes_its_run_and_each_write_happens_once() {
+    let ledger = HttpDemo::start("ledger", "--http");
+    let upstream = format!(
+        "[upstreams.ledger]\nkind = \"http\"\nurl = \"{}\"\ntier = \"high\"\nidempotency_keys = true\n",
+        ledger.url
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = write(dir.path(), &upstream, &[("writes.toml", WRITES)]);
+    let mut gw = Gateway::start_file(&cfg, dir);
+    let run = kill_during_second_write(&mut gw, &ledger.url, "crash-once").await;
+    let before = show(&gw, &run);
+    assert_eq!(
+        before["state"]["nodes"]["second"]["status"], "RUNNING",
+        "{before}"
+    );
+
+    // The same config and run log: the run resumes, `second` is driven again with its key.
+    let gw = Gateway::start_file(
+        &cfg,
+        std::mem::replace(&mut gw.dir, tempfile::tempdir().unwrap()),
+    );
+    let (_, after) = admin(&gw, "GET", &format!("runs/{run}?wait_ms=20000"), json!({})).await;
+    assert_eq!(after["state"]["finished"], "succeeded", "{after}");
+    assert_eq!(
+        after["state"]["outputs"]["said"], "echo: wrote 1 and 2",
+        "{after}"
+    );
+    assert_eq!(
+        after["state"]["nodes"]["second"]["attempts"], 2,
+        "re-driven once: {after}"
+    );
+    let counts = executions(&ledger.url).await;
+    assert_eq!(
+        counts,
+        json!({"keys": {format!("{run}:first"): 1, format!("{run}:second"): 1}, "unkeyed": 0}),
+        "each write ran once at the upstream"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_interrupted_write_without_idempotency_keys_waits_for_a_decision() {
+    let ledger = HttpDemo::start("ledger", "--http");
+    let upstream = format!(
+        "[upstreams.ledger]\nkind = \"http\"\nurl = \"{}\"\ntier = \"high\"\n",
+        ledger.url
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = write(dir.path(), &upstream, &[("writes.toml", WRITES)]);
+    let mut gw = Gateway::start_file(&cfg, dir);
+    let run = kill_during_second_write(&mut gw, &ledger.url, "crash-blocked").await;
+    let gw = Gateway::start_file(
+        &cfg,
+        std::mem::replace(&mut gw.dir, tempfile::tempdir().unwrap()),
+    );
+    let blocked = show(&gw, &run);
+    let second = &blocked["state"]["nodes"]["second"];
+    assert_eq!(second["status"], "BLOCKED", "{blocked}");
+    assert!(
+        second["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("re-run or skip"),
+        "{second}"
+    );
+
+    let (status, v) = admin(
+        &gw,
+        "POST",
+        &format!("runs/{run}/nodes/second/skip"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    let (_, after) = admin(&gw, "GET", &format!("runs/{run}?wait_ms=20000"), json!({})).await;
+    assert_eq!(after["state"]["finished"], "succeeded", "{after}");
+    assert_eq!(
+        after["state"]["nodes"]["done"]["status"], "SKIPPED",
+        "{after}"
+    );
+    // Not re-run blindly: the interrupted write happened once.
+    let counts = executions(&ledger.url).await;
+    assert_eq!(counts["keys"][format!("{run}:second")], 1, "{counts}");
+}
+
+const COUNTED: &str = r#"
+id = "counted"
+[[nodes]]
+id = "sum"
+tool = "demo.add"
+params = { a = 1, b = 2 }
+[[nodes]]
+id = "calls"
+tool = "demo.stats"
+depends_on = ["sum"]
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_reports_what_changed_and_rerun_appends_events() {
+    let gw = gateway(
+        &stdio_upstream("demo", &[], ""),
+        &[("counted.toml", COUNTED)],
+    );
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    let r = call(&client, "flows.counted", json!({}))
+        .await
+        .expect("call");
+    assert_eq!(r.is_error, Some(false), "{r:?}");
+    let run = run_id(&r);
+    let recorded = show(&gw, &run);
+
+    // `sum` answers the same; `stats` counts calls, so its answer differs on every run.
+    let (status, report) = admin(&gw, "POST", &format!("runs/{run}/replay"), json!({})).await;
+    assert_eq!(status, 200, "{report}");
+    let diverged: Vec<&str> = report["divergences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|d| d["node"].as_str())
+        .collect();
+    assert_eq!(diverged, ["calls"], "{report}");
+    let replay = report["replay_run_id"].as_str().expect("replay run");
+    assert_eq!(show(&gw, replay)["run"]["replay_of"], run.as_str());
+
+    let (status, v) = admin(&gw, "POST", &format!("runs/{run}/rerun/calls"), json!({})).await;
+    assert_eq!(status, 200, "{v}");
+    let (_, after) = admin(&gw, "GET", &format!("runs/{run}?wait_ms=20000"), json!({})).await;
+    assert_eq!(after["state"]["finished"], "succeeded", "{after}");
+    let events = after["events"].as_array().expect("events");
+    let recorded_events = recorded["events"].as_array().expect("events");
+    assert_eq!(
+        &events[..recorded_events.len()],
+        &recorded_events[..],
+        "a rerun only appends"
+    );
+    let kinds: Vec<&str> = events[recorded_events.len()..]
+        .iter()
+        .filter_map(|e| e["event"].as_str())
+        .collect();
+    assert_eq!(kinds.first(), Some(&"run_reopened"), "{kinds:?}");
+    assert!(
+        kinds.contains(&"node_reset") && kinds.last() == Some(&"run_finished"),
+        "{kinds:?}"
+    );
+    assert_eq!(
+        after["state"]["nodes"]["sum"], recorded["state"]["nodes"]["sum"],
+        "upstream of the rerun node: untouched"
+    );
+    assert_ne!(
+        after["state"]["nodes"]["calls"]["output"], recorded["state"]["nodes"]["calls"]["output"],
+        "the rerun node ran again"
+    );
+}
+
+const GUARDED: &str = r#"
+id = "guarded"
+[[nodes]]
+id = "sum"
+tool = "demo.add"
+params = { a = 1, b = 2 }
+[[nodes]]
+id = "secret"
+tool = "demo.whoami"
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_refused_by_policy_shows_its_refusal_in_partial_results() {
+    let key = "flow-user-key-0123456789";
+    let auth = format!(
+        "[auth]\n[[auth.api_keys]]\nname = \"user\"\nsha256 = \"{}\"\nroles = [\"runner\"]\n\n\
+         [roles.runner]\ntools = [\"flows.*\", \"demo.add\"]\n\n",
+        raw::sha(key)
+    );
+    let gw = gateway(
+        &format!("{auth}{}", stdio_upstream("demo", &[], "")),
+        &[("guarded.toml", GUARDED)],
+    );
+    let client = connect_with_token(&gw.url, key, TestClient::new())
+        .await
+        .expect("connect");
+    let r = call(&client, "flows.guarded", json!({}))
+        .await
+        .expect("call");
+    let plan = valid_plan(r.structured_content.clone().expect("plan"));
+    assert_eq!(plan["status"], "partial", "{plan}");
+    let steps = plan["partial_results"].as_array().expect("steps");
+    let secret = steps
+        .iter()
+        .find(|s| s["step"] == "secret")
+        .expect("secret");
+    assert_eq!(secret["status"], "error");
+    // The caller's roles do not reach demo.whoami: the node meets the same refusal as a
+    // direct call (an unknown tool, to this caller).
+    assert!(
+        secret["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("demo.whoami"),
+        "{secret}"
+    );
+    let sum = steps.iter().find(|s| s["step"] == "sum").expect("sum");
+    assert_eq!(sum["status"], "ok", "{sum}");
+}
+
+const PUBLISH: &str = r#"
+id = "publish"
+[[nodes]]
+id = "entry"
+tool = "ledger.record"
+params = { value = "v1" }
+[[nodes]]
+id = "confirm"
+tool = "ledger.echo"
+depends_on = ["entry"]
+params = { text = "published {{entry.output.recorded}}" }
+[outputs]
+said = "{{confirm.output}}"
+"#;
+
+fn ledger_with_approval() -> String {
+    stdio_upstream(
+        "ledger",
+        &[],
+        "tier = \"high\"\n[upstreams.ledger.tools.record]\napproval = \"plan\"\n",
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_write_that_needs_approval_parks_the_run_until_it_is_approved() {
+    let gw = gateway(&ledger_with_approval(), &[("publish.toml", PUBLISH)]);
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    let parked = call(&client, "flows.publish", json!({}))
+        .await
+        .expect("call");
+    let plan = valid_plan(parked.structured_content.clone().expect("plan"));
+    assert_eq!(plan["status"], "blocked", "{plan}");
+    let run = run_id(&parked);
+    assert_eq!(
+        show(&gw, &run)["state"]["nodes"]["entry"]["status"],
+        "AWAITING_APPROVAL"
+    );
+    let action = &plan["next_actions"][0];
+    assert_eq!(action["tool"], "fedgate.approve", "{plan}");
+    let plan_id = action["args"]["plan_id"].as_str().expect("plan id");
+
+    // Approving runs the write, and the flow goes on: the answer is the flow's result.
+    let done = call(&client, "fedgate.approve", json!({"plan_id": plan_id}))
+        .await
+        .expect("approve");
+    assert_eq!(done.is_error, Some(false), "{done:?}");
+    assert_eq!(
+        done.structured_content,
+        Some(json!({"said": "echo: published v1"}))
+    );
+    assert_eq!(show(&gw, &run)["state"]["finished"], "succeeded");
+
+    // Denied: the write never runs, and the node says who denied it.
+    let parked = call(&client, "flows.publish", json!({}))
+        .await
+        .expect("call");
+    let plan = valid_plan(parked.structured_content.clone().expect("plan"));
+    let plan_id = plan["next_actions"][0]["args"]["plan_id"]
+        .as_str()
+        .expect("plan id");
+    let denied = call(
+        &client,
+        "fedgate.approve",
+        json!({"plan_id": plan_id, "decision": "deny"}),
+    )
+    .await
+    .expect("deny");
+    assert!(first_text(&denied).contains("denied"), "{denied:?}");
+    let (_, after) = admin(
+        &gw,
+        "GET",
+        &format!("runs/{}?wait_ms=20000", run_id(&parked)),
+        json!({}),
+    )
+    .await;
+    assert_eq!(after["state"]["finished"], "failed", "{after}");
+    assert!(
+        after["state"]["nodes"]["entry"]["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("denied"),
+        "{after}"
+    );
+}
+
+const SLOW: &str = r#"
+id = "slow"
+[inputs]
+type = "object"
+properties = { ms = { type = "integer" } }
+[[nodes]]
+id = "wait"
+tool = "demo.slow"
+params = { ms = "{{inputs.ms}}" }
+[[nodes]]
+id = "after"
+tool = "demo.echo"
+depends_on = ["wait"]
+params = { text = "waited" }
+"#;
+
+fn task_config() -> String {
+    format!(
+        "[auth]\n[[auth.api_keys]]\nname = \"ann\"\nsha256 = \"{}\"\nroles = [\"all\"]\n\
+         [[auth.api_keys]]\nname = \"bob\"\nsha256 = \"{}\"\nroles = [\"all\"]\n\n\
+         [roles.all]\ntools = [\"*\"]\n\n{}{}",
+        raw::sha(ANN),
+        raw::sha(BOB),
+        stdio_upstream("demo", &[], ""),
+        ledger_with_approval()
+    )
+}
+
+const ANN: &str = "ann-key-0123456789";
+const BOB: &str = "bob-key-0123456789";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flow_run_is_a_task_that_survives_a_restart_and_is_its_callers_alone() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = write(
+        dir.path(),
+        &task_config(),
+        &[("slow.toml", SLOW), ("publish.toml", PUBLISH)],
+    );
+    let key_file = dir.path().join("state.key");
+    std::fs::write(&key_file, "flow-task-key-0123456789abcdef0123456789").expect("key");
+    let key = format!("[gateway]\nstate_key = \"file:{}\"\n", key_file.display());
+    let text = std::fs::read_to_string(&cfg)
+        .expect("config")
+        .replacen("[gateway]\n", &key, 1);
+    std::fs::write(&cfg, text).expect("config");
+    let mut gw = Gateway::start_file(&cfg, dir);
+
+    let created = raw::raw_call(&gw.url, ANN, "flows.slow", json!({"ms": 0})).await;
+    let task = &created["result"];
+    assert_eq!(task["resultType"], "task", "{created}");
+    let handle = task["taskId"].as_str().expect("task id").to_owned();
+    assert!(handle.starts_with("fgt1."), "{handle}");
+
+    // Another identity's request for the same handle: an unknown task.
+    let theirs = raw::task_get(&gw.url, BOB, &handle).await;
+    assert_eq!(raw::code(&theirs), -32602, "{theirs}");
+
+    // The run is in the log: a restarted gateway (same state key) answers for it.
+    gw.child.kill().expect("kill");
+    gw.child.wait().expect("reaped");
+    let gw = Gateway::start_file(
+        &cfg,
+        std::mem::replace(&mut gw.dir, tempfile::tempdir().unwrap()),
+    );
+    let done = raw::task_poll(&gw.url, ANN, &handle, |t| t["status"] == "completed").await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["isError"], false, "{done}");
+    assert_eq!(done["result"]["structuredContent"], json!({}), "{done}");
+
+    // Cancel: a long run stops, its task says so.
+    let created = raw::raw_call(&gw.url, ANN, "flows.slow", json!({"ms": 60000})).await;
+    let handle = created["result"]["taskId"]
+        .as_str()
+        .expect("task id")
+        .to_owned();
+    let ack = raw::on_task(
+        &gw.url,
+        Some(ANN),
+        "tasks/cancel",
+        Some(&handle),
+        &handle,
+        true,
+    )
+    .await;
+    assert!(ack.get("error").is_none(), "{ack}");
+    let cancelled = raw::task_poll(&gw.url, ANN, &handle, |t| t["status"] != "working").await;
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
+
+    // A parked run asks for input; tasks/update with the approval runs the write.
+    let created = raw::raw_call(&gw.url, ANN, "flows.publish", json!({})).await;
+    let handle = created["result"]["taskId"]
+        .as_str()
+        .expect("task id")
+        .to_owned();
+    let asking = raw::task_poll(&gw.url, ANN, &handle, |t| t["status"] == "input_required").await;
+    let requests = asking["inputRequests"].as_object().expect("input requests");
+    let (plan_id, question) = requests.iter().next().expect("one question");
+    assert_eq!(question["method"], "elicitation/create", "{asking}");
+    let mut params = json!({"taskId": handle, "inputResponses": {}});
+    params["inputResponses"][plan_id] = json!({"action": "accept", "content": {"approve": true}});
+    let (_, ack) = raw::rpc(
+        &gw.url,
+        Some(ANN),
+        "tasks/update",
+        Some(&handle),
+        params,
+        true,
+    )
+    .await;
+    assert!(ack.get("error").is_none(), "{ack}");
+    let done = raw::task_poll(&gw.url, ANN, &handle, |t| t["status"] == "completed").await;
+    assert_eq!(
+        done["result"]["structuredContent"],
+        json!({"said": "echo: published v1"}),
+        "{done}"
+    );
+}
