@@ -2,11 +2,7 @@
 //! each other, so concurrency is observed, not timed) and `record` (a write that honours
 //! idempotency keys and counts how often each key really ran).
 
-use std::{
-    collections::HashMap,
-    sync::LazyLock,
-    time::Duration,
-};
+use std::{collections::HashMap, sync::LazyLock, time::Duration};
 
 use parking_lot::Mutex;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, RequestMetaObject as Meta, Tool};
