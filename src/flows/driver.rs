@@ -90,21 +90,28 @@ pub async fn drive(
         running: 0,
         tx,
         run,
+        staged: Vec::new(),
+        scope: Value::Null,
     };
     d.load_outputs().await?;
-    d.recover().await?;
+    d.rebuild_scope();
+    d.recover();
     loop {
-        let mut batch = Vec::new();
         if d.run.ct.is_cancelled() && !d.state.cancel_requested {
-            batch.push(Event::CancelRequested);
+            d.stage(Event::CancelRequested);
         }
-        d.decide(&mut batch);
-        d.commit(batch).await?;
-        let launched = d.launch().await?;
-        d.commit(launched).await?;
+        d.decide();
+        let starts = d.launch();
         if let Some(end) = d.finish() {
-            d.commit(vec![end]).await?;
+            d.stage(end);
+            d.flush().await?;
             return Ok(d.state);
+        }
+        // Durable before anything it records happens: a node is RUNNING in the log before
+        // its call leaves.
+        d.flush().await?;
+        for (node, arguments) in starts {
+            d.spawn(node, arguments);
         }
         let parked = d.running == 0 && d.run.flow.nodes.iter().any(|n| d.parked(&n.id));
         d.run.quiet.send_replace(Quiet {
@@ -131,26 +138,71 @@ struct Driver {
     outputs: HashMap<String, Value>,
     running: usize,
     tx: mpsc::UnboundedSender<Msg>,
+    /// Events applied but not yet in the log.
+    staged: Vec<Event>,
+    scope: Value,
 }
 
 impl Driver {
-    /// Appends events (one transaction) and applies them.
-    async fn commit(&mut self, batch: Vec<Event>) -> Result<(), String> {
-        if batch.is_empty() {
+    /// Applies an event to the state at once (later decisions in this step see it); it is
+    /// recorded with the others of the step by [`Driver::flush`].
+    fn stage(&mut self, event: Event) {
+        let now = chrono::Utc::now().timestamp_millis();
+        self.state.apply(now, &event);
+        if let Some(node) = node_of(&event) {
+            let node = node.to_owned();
+            if matches!(event, Event::NodeReset { .. }) {
+                self.outputs.remove(&node);
+            }
+            self.scope_node(&node);
+        }
+        self.staged.push(event);
+    }
+
+    /// Appends the staged events in one transaction.
+    async fn flush(&mut self) -> Result<(), String> {
+        if self.staged.is_empty() {
             return Ok(());
         }
+        let batch = std::mem::take(&mut self.staged);
         let log = self.run.engine.log.clone();
         let run_id = self.run.record.run_id.clone();
-        let stamped = tokio::task::spawn_blocking(move || log.append(&run_id, &batch))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())?;
+        let took = self.run.engine.metrics.log_append.clone();
+        let at_ms = chrono::Utc::now().timestamp_millis();
+        let stamped = tokio::task::spawn_blocking(move || {
+            let _timer = took.start_timer();
+            log.append(&run_id, at_ms, &batch)
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
         for s in &stamped {
-            self.state.apply(s.at_ms, &s.event);
             self.state.seq = s.seq;
             self.observe(&s.event);
         }
         Ok(())
+    }
+
+    /// The scope templates and conditions read: `inputs`, and per node its status and output.
+    fn rebuild_scope(&mut self) {
+        let mut scope = Map::new();
+        scope.insert("inputs".into(), self.run.record.inputs.clone());
+        self.scope = Value::Object(scope);
+        let ids: Vec<String> = self.state.nodes.keys().cloned().collect();
+        for id in ids {
+            self.scope_node(&id);
+        }
+    }
+
+    fn scope_node(&mut self, id: &str) {
+        let mut entry = Map::new();
+        entry.insert("status".into(), json!(self.state.node(id)));
+        if let Some(v) = self.outputs.get(id) {
+            entry.insert("output".into(), v.clone());
+        }
+        if let Some(scope) = self.scope.as_object_mut() {
+            scope.insert(id.to_owned(), Value::Object(entry));
+        }
     }
 
     /// Metrics and progress for what just happened.
@@ -210,15 +262,15 @@ impl Driver {
     /// re-driven with the same idempotency key, unless they write and nothing can tell
     /// whether the write happened (then they are BLOCKED for a decision); nodes that waited
     /// for approval ask again (plans do not outlive the gateway).
-    async fn recover(&mut self) -> Result<(), String> {
-        let mut batch = Vec::new();
-        for n in &self.run.flow.nodes {
+    fn recover(&mut self) {
+        let flow = self.run.flow.clone();
+        for n in &flow.nodes {
             match self.state.node(&n.id) {
                 NodeStatus::Running | NodeStatus::Retrying => {
                     if self.redrivable(n) {
-                        batch.push(Event::NodeReady { node: n.id.clone() });
+                        self.stage(Event::NodeReady { node: n.id.clone() });
                     } else {
-                        batch.push(Event::NodeBlocked {
+                        self.stage(Event::NodeBlocked {
                             node: n.id.clone(),
                             reason: format!(
                                 "`{}` writes and was running when the gateway stopped; its upstream does not honour idempotency keys, so whether it happened is unknown: re-run or skip it",
@@ -227,11 +279,10 @@ impl Driver {
                         });
                     }
                 }
-                NodeStatus::AwaitingApproval => batch.push(Event::NodeReady { node: n.id.clone() }),
+                NodeStatus::AwaitingApproval => self.stage(Event::NodeReady { node: n.id.clone() }),
                 _ => {}
             }
         }
-        self.commit(batch).await
     }
 
     fn redrivable(&self, n: &NodeDef) -> bool {
@@ -242,50 +293,34 @@ impl Driver {
         }
     }
 
-    fn scope(&self) -> Value {
-        let mut scope = Map::new();
-        scope.insert("inputs".into(), self.run.record.inputs.clone());
-        for (id, n) in &self.state.nodes {
-            let mut entry = Map::new();
-            entry.insert("status".into(), json!(n.status));
-            if let Some(v) = self.outputs.get(id) {
-                entry.insert("output".into(), v.clone());
-            }
-            scope.insert(id.clone(), Value::Object(entry));
-        }
-        Value::Object(scope)
-    }
-
-    /// Pending nodes whose dependencies are final become READY or SKIPPED.
-    fn decide(&mut self, batch: &mut Vec<Event>) {
+    /// Pending nodes whose dependencies are final become READY or SKIPPED; after a cancel,
+    /// every node that has not started is CANCELLED.
+    fn decide(&mut self) {
+        let flow = self.run.flow.clone();
         if self.state.cancel_requested {
-            for n in &self.run.flow.nodes {
+            for n in &flow.nodes {
                 if matches!(
                     self.state.node(&n.id),
                     NodeStatus::Pending | NodeStatus::Ready | NodeStatus::Retrying
                 ) {
-                    batch.push(Event::NodeCancelled { node: n.id.clone() });
+                    self.stage(Event::NodeCancelled { node: n.id.clone() });
                 }
             }
             return;
         }
-        let scope = self.scope();
-        // Decisions made in this pass count for later nodes in it (nodes are in order).
-        let mut decided: HashMap<&str, NodeStatus> = HashMap::new();
-        for n in &self.run.flow.nodes {
-            if self.state.node(&n.id) != NodeStatus::Pending {
+        // Nodes are in order: a decision made here counts for the nodes after it.
+        for n in &flow.nodes {
+            if self.state.node(&n.id) != NodeStatus::Pending
+                || !n.depends_on.iter().all(|d| self.state.node(d).is_final())
+            {
                 continue;
             }
-            let status_of = |d: &str| decided.get(d).copied().unwrap_or(self.state.node(d));
-            if !n.depends_on.iter().all(|d| status_of(d).is_final()) {
-                continue;
-            }
-            let event = if let Some(d) = n
+            let unmet = n
                 .depends_on
                 .iter()
-                .find(|d| status_of(d) != NodeStatus::Succeeded)
-            {
-                let why = match status_of(d) {
+                .find(|d| self.state.node(d) != NodeStatus::Succeeded);
+            let event = if let Some(d) = unmet {
+                let why = match self.state.node(d) {
                     NodeStatus::Skipped => "was skipped",
                     NodeStatus::Cancelled => "was cancelled",
                     _ => "failed",
@@ -295,70 +330,62 @@ impl Driver {
                     reason: format!("dependency `{d}` {why}"),
                 }
             } else {
-                match n.when.as_ref().map(|c| c.holds(&scope)) {
-                    None | Some(Ok(true)) => Event::NodeReady { node: n.id.clone() },
-                    Some(Ok(false)) => Event::NodeSkipped {
+                match n.when.as_ref().map(|c| (c, c.holds(&self.scope))) {
+                    None | Some((_, Ok(true))) => Event::NodeReady { node: n.id.clone() },
+                    Some((c, Ok(false))) => Event::NodeSkipped {
                         node: n.id.clone(),
-                        reason: format!(
-                            "condition `{}` is false",
-                            n.when.as_ref().map_or("", |c| c.source.as_str())
-                        ),
+                        reason: format!("condition `{}` is false", c.source),
                     },
-                    Some(Err(e)) => Event::NodeFailed {
+                    Some((_, Err(e))) => Event::NodeFailed {
                         node: n.id.clone(),
                         error: format!("condition of node `{}`: {e}", n.id),
                         plan: None,
                     },
                 }
             };
-            decided.insert(
-                &n.id,
-                match &event {
-                    Event::NodeReady { .. } => NodeStatus::Ready,
-                    Event::NodeSkipped { .. } => NodeStatus::Skipped,
-                    _ => NodeStatus::Failed,
-                },
-            );
-            batch.push(event);
+            self.stage(event);
         }
     }
 
-    /// Starts READY nodes while the flow's parallelism allows.
-    async fn launch(&mut self) -> Result<Vec<Event>, String> {
-        let mut batch = Vec::new();
+    /// READY nodes become RUNNING while the flow's parallelism allows; returns the calls to
+    /// start once that is recorded.
+    fn launch(&mut self) -> Vec<(usize, Value)> {
+        let mut starts = Vec::new();
         if self.state.cancel_requested {
-            return Ok(batch);
+            return starts;
         }
-        let scope = self.scope();
         let flow = self.run.flow.clone();
-        for n in &flow.nodes {
+        for (i, n) in flow.nodes.iter().enumerate() {
             if self.running >= flow.parallelism {
                 break;
             }
             if self.state.node(&n.id) != NodeStatus::Ready {
                 continue;
             }
-            match n.params.render(&scope) {
+            match n.params.render(&self.scope) {
                 Ok(arguments) => {
                     let attempt = self.state.nodes.get(&n.id).map_or(0, |s| s.attempts) + 1;
-                    batch.push(Event::NodeRunning {
+                    self.stage(Event::NodeRunning {
                         node: n.id.clone(),
                         attempt,
                     });
-                    self.spawn(n, arguments);
+                    self.running += 1;
+                    starts.push((i, arguments));
                 }
-                Err(m) => batch.push(Event::NodeFailed {
+                Err(m) => self.stage(Event::NodeFailed {
                     node: n.id.clone(),
                     error: missing_message(&n.id, &m.reference),
                     plan: None,
                 }),
             }
         }
-        Ok(batch)
+        starts
     }
 
-    fn spawn(&mut self, n: &NodeDef, arguments: Value) {
-        self.running += 1;
+    /// Starts the call of node `i` (already counted as running).
+    fn spawn(&mut self, i: usize, arguments: Value) {
+        let flow = self.run.flow.clone();
+        let Some(n) = flow.nodes.get(i) else { return };
         let engine = self.run.engine.clone();
         let Some(stack) = engine.stack() else {
             let _ = self.tx.send(Msg::Done {
@@ -409,56 +436,34 @@ impl Driver {
         });
     }
 
+    /// Stages what a message means; the next step records it.
     async fn handle(&mut self, msg: Msg) -> Result<(), String> {
         match msg {
-            Msg::Decided(events) => self.commit(events).await,
+            Msg::Decided(events) => {
+                for e in events {
+                    self.stage(e);
+                }
+            }
             Msg::Approval { node, event } => {
                 if self.state.node(&node) != NodeStatus::AwaitingApproval {
                     return Ok(());
                 }
-                use crate::policy::plan_events::PlanEvent;
-                let attempt = match event {
-                    PlanEvent::Ran { result: Ok(v), .. } => {
-                        match serde_json::from_value::<rmcp::model::CallToolResult>(v) {
-                            Ok(r) => node::from_result(r),
-                            Err(e) => Attempt::Failed {
-                                error: format!("unreadable answer of the approved call: {e}"),
-                                plan: None,
-                                transient: false,
-                            },
-                        }
-                    }
-                    PlanEvent::Ran { result: Err(e), .. } => Attempt::Failed {
-                        error: e,
-                        plan: None,
-                        transient: false,
-                    },
-                    PlanEvent::Denied { by, .. } => Attempt::Failed {
-                        error: format!("the approval was denied by {by}"),
-                        plan: None,
-                        transient: false,
-                    },
-                    PlanEvent::Expired { .. } => Attempt::Failed {
-                        error: "the approval expired before anyone decided".into(),
-                        plan: None,
-                        transient: false,
-                    },
-                };
+                let attempt = approval_outcome(event);
                 let event = self.outcome(&node, attempt).await?;
-                self.commit(vec![event]).await
+                self.stage(event);
             }
             Msg::RetryDue { node } => {
                 if self.state.node(&node) == NodeStatus::Retrying {
-                    self.commit(vec![Event::NodeReady { node }]).await?;
+                    self.stage(Event::NodeReady { node });
                 }
-                Ok(())
             }
             Msg::Done { node, attempt } => {
                 self.running = self.running.saturating_sub(1);
                 let event = self.outcome(&node, attempt).await?;
-                self.commit(vec![event]).await
+                self.stage(event);
             }
         }
+        Ok(())
     }
 
     async fn outcome(&mut self, node: &str, attempt: Attempt) -> Result<Event, String> {
@@ -483,19 +488,17 @@ impl Driver {
                     plan,
                 }
             }
-            Attempt::Failed { error, .. } if self.run.ct.is_cancelled() => {
-                let _ = error;
-                Event::NodeCancelled {
-                    node: node.to_owned(),
-                }
-            }
+            Attempt::Failed { .. } if self.run.ct.is_cancelled() => Event::NodeCancelled {
+                node: node.to_owned(),
+            },
             Attempt::Failed {
                 error,
                 plan,
                 transient,
             } => {
                 let attempts = self.state.nodes.get(node).map_or(1, |n| n.attempts);
-                match def.retry.filter(|r| transient && attempts < r.max_attempts) {
+                let retry = def.retry.filter(|r| transient && attempts < r.max_attempts);
+                match retry {
                     Some(r)
                         if self
                             .run
@@ -568,10 +571,9 @@ impl Driver {
                 .count()
         };
         let (failed, succeeded) = (count(NodeStatus::Failed), count(NodeStatus::Succeeded));
-        let scope = self.scope();
         let mut outputs = Map::new();
         for (name, t) in &self.run.flow.outputs {
-            match t.render(&scope) {
+            match t.render(&self.scope) {
                 Ok(v) => {
                     outputs.insert(name.clone(), v);
                 }
@@ -662,5 +664,43 @@ pub fn status_label(s: NodeStatus) -> &'static str {
         NodeStatus::Cancelled => "cancelled",
         NodeStatus::AwaitingApproval => "awaiting_approval",
         NodeStatus::Blocked => "blocked",
+    }
+}
+
+/// The node an event is about.
+fn node_of(e: &Event) -> Option<&str> {
+    match e {
+        Event::NodeReady { node }
+        | Event::NodeRunning { node, .. }
+        | Event::NodeSucceeded { node, .. }
+        | Event::NodeFailed { node, .. }
+        | Event::NodeRetrying { node, .. }
+        | Event::NodeSkipped { node, .. }
+        | Event::NodeCancelled { node }
+        | Event::NodeAwaitingApproval { node, .. }
+        | Event::NodeBlocked { node, .. }
+        | Event::NodeReset { node } => Some(node),
+        Event::CancelRequested | Event::RunFinished { .. } | Event::RunReopened => None,
+    }
+}
+
+/// What became of an approval plan, as the node's attempt.
+fn approval_outcome(event: crate::policy::plan_events::PlanEvent) -> Attempt {
+    use crate::policy::plan_events::PlanEvent;
+    let failed = |error: String| Attempt::Failed {
+        error,
+        plan: None,
+        transient: false,
+    };
+    match event {
+        PlanEvent::Ran { result: Ok(v), .. } => {
+            match serde_json::from_value::<rmcp::model::CallToolResult>(v) {
+                Ok(r) => node::from_result(r),
+                Err(e) => failed(format!("unreadable answer of the approved call: {e}")),
+            }
+        }
+        PlanEvent::Ran { result: Err(e), .. } => failed(e),
+        PlanEvent::Denied { by, .. } => failed(format!("the approval was denied by {by}")),
+        PlanEvent::Expired { .. } => failed("the approval expired before anyone decided".into()),
     }
 }

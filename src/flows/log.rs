@@ -57,7 +57,7 @@ pub trait RunLog: Send + Sync + std::fmt::Debug {
     /// Records a new run (durably, before its caller hears of it).
     fn create(&self, run: &RunRecord) -> Result<(), LogError>;
     /// Appends events in one transaction; returns them stamped.
-    fn append(&self, run_id: &str, events: &[Event]) -> Result<Vec<Stamped>, LogError>;
+    fn append(&self, run_id: &str, at_ms: i64, events: &[Event]) -> Result<Vec<Stamped>, LogError>;
     fn events(&self, run_id: &str) -> Result<Vec<Stamped>, LogError>;
     fn run(&self, run_id: &str) -> Result<Option<RunRecord>, LogError>;
     /// Newest first.
@@ -186,7 +186,7 @@ impl RunLog for SqliteLog {
         Ok(())
     }
 
-    fn append(&self, run_id: &str, events: &[Event]) -> Result<Vec<Stamped>, LogError> {
+    fn append(&self, run_id: &str, at_ms: i64, events: &[Event]) -> Result<Vec<Stamped>, LogError> {
         if events.is_empty() {
             return Ok(Vec::new());
         }
@@ -197,7 +197,6 @@ impl RunLog for SqliteLog {
             [run_id],
             |r| r.get(0),
         )?;
-        let at_ms = chrono::Utc::now().timestamp_millis();
         let mut out = Vec::with_capacity(events.len());
         {
             let mut insert = tx.prepare_cached(
@@ -331,6 +330,7 @@ mod tests {
         assert_eq!(log.unfinished().unwrap(), vec!["r1".to_owned()]);
         log.append(
             "r1",
+            10,
             &[
                 Event::NodeReady { node: "a".into() },
                 Event::NodeRunning {
@@ -343,6 +343,7 @@ mod tests {
         let stamped = log
             .append(
                 "r1",
+                20,
                 &[
                     Event::NodeSucceeded {
                         node: "a".into(),

@@ -441,10 +441,12 @@ impl Engine {
             error: None,
         });
         let (log, id) = (self.log.clone(), run_id.to_owned());
-        tokio::task::spawn_blocking(move || log.append(&id, &batch))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())?;
+        tokio::task::spawn_blocking(move || {
+            log.append(&id, chrono::Utc::now().timestamp_millis(), &batch)
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
         Ok(())
     }
 

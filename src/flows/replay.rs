@@ -148,10 +148,12 @@ impl Engine {
                 .map(|n| Event::NodeReset { node: n.id.clone() }),
         );
         let (log, id) = (self.log.clone(), run_id.to_owned());
-        tokio::task::spawn_blocking(move || log.append(&id, &batch))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())?;
+        tokio::task::spawn_blocking(move || {
+            log.append(&id, chrono::Utc::now().timestamp_millis(), &batch)
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
         self.resume(run_id).await
     }
 }

@@ -12,6 +12,7 @@ pub struct FlowMetrics {
     pub node_duration: Histogram,
     pub in_flight: IntGauge,
     pub artifact_bytes: IntCounter,
+    pub log_append: Histogram,
 }
 
 impl FlowMetrics {
@@ -45,6 +46,14 @@ impl FlowMetrics {
             "fedgate_flow_artifact_bytes_total",
             "Bytes of node outputs stored as artifacts (over [flows] artifact_bytes)",
         )?;
+        let log_append = Histogram::with_opts(
+            HistogramOpts::new(
+                "fedgate_flow_log_append_seconds",
+                "Time to append one batch of events to the run log (one transaction)",
+            )
+            .buckets(buckets.to_vec()),
+        )?;
+        registry.register(Box::new(log_append.clone()))?;
         registry.register(Box::new(runs.clone()))?;
         registry.register(Box::new(nodes.clone()))?;
         registry.register(Box::new(node_duration.clone()))?;
@@ -56,6 +65,7 @@ impl FlowMetrics {
             node_duration,
             in_flight,
             artifact_bytes,
+            log_append,
         })
     }
 
