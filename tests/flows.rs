@@ -20,6 +20,16 @@ fn gateway(upstreams: &str, flows: &[(&str, &str)]) -> Gateway {
 }
 
 fn write(dir: &Path, upstreams: &str, flows: &[(&str, &str)]) -> std::path::PathBuf {
+    write_with(dir, "", upstreams, flows)
+}
+
+/// Like `write`, with more `[flows]` settings.
+fn write_with(
+    dir: &Path,
+    settings: &str,
+    upstreams: &str,
+    flows: &[(&str, &str)],
+) -> std::path::PathBuf {
     std::fs::create_dir_all(dir.join("flows")).expect("flows dir");
     for (name, text) in flows {
         std::fs::write(dir.join("flows").join(name), text).expect("flow file");
@@ -30,7 +40,7 @@ fn write(dir: &Path, upstreams: &str, flows: &[(&str, &str)]) -> std::path::Path
     std::fs::write(
         &cfg,
         format!(
-            "[gateway]\nseparator = \".\"\ntiers_dir = {TIERS:?}\n\n[flows]\ndir = \"flows\"\ndb = \"runs.db\"\n\n\
+            "[gateway]\nseparator = \".\"\ntiers_dir = {TIERS:?}\n\n[flows]\ndir = \"flows\"\ndb = \"runs.db\"\n{settings}\n\
              [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"file:{}\"\n\n{upstreams}",
             token.display()
         ),
@@ -142,6 +152,27 @@ async fn parallel_branches_meet_at_the_upstream_within_the_bound_and_the_join_wa
         );
     }
     assert_eq!(run["state"]["finished"], "succeeded");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_upstream_gets_no_more_than_its_share_of_parallel_nodes() {
+    // The flow would run four at once; the upstream's bound is two.
+    let fan = FAN.replace("parallelism = 2", "parallelism = 4");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = write_with(
+        dir.path(),
+        "upstream_parallelism = 2\n",
+        &stdio_upstream("demo", &[], ""),
+        &[("fan.toml", &fan)],
+    );
+    let gw = Gateway::start_file(&cfg, dir);
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    let r = call(&client, "flows.fan", json!({}))
+        .await
+        .expect("flow call");
+    assert_eq!(r.is_error, Some(false), "{r:?}");
+    let out = r.structured_content.clone().expect("outputs");
+    assert_eq!(out["peaks"], json!([2, 2, 2, 2]), "{out}");
 }
 
 const BRANCH: &str = r#"

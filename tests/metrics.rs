@@ -268,11 +268,24 @@ fn exprs(v: &serde_json::Value, out: &mut Vec<String>) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn dashboards_use_only_exported_metrics() {
-    // Scrape a fedgate that has seen enough traffic to have every family.
-    let gw = Gateway::start(&scripted_config());
+    // Scrape a fedgate that has seen enough traffic to have every family, flows included.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("flows")).unwrap();
+    std::fs::write(
+        dir.path().join("flows/one.toml"),
+        "id = \"one\"\n[[nodes]]\nid = \"a\"\ntool = \"lim.echo\"\nparams = { text = \"x\" }\n",
+    )
+    .unwrap();
+    let cfg = dir.path().join("gateway.toml");
+    let config = scripted_config() + "\n[flows]\ndir = \"flows\"\n";
+    std::fs::write(&cfg, config).unwrap();
+    let gw = Gateway::start_file(&cfg, dir);
     let client = TestClient::new();
     let seen = client.seen.clone();
     let client = connect_legacy(&gw.url, client).await;
+    call(&client, "flows.one", serde_json::json!({}))
+        .await
+        .unwrap();
     call(&client, "lim.add", serde_json::json!({"a": 1, "b": 1}))
         .await
         .unwrap();

@@ -73,6 +73,7 @@ pub struct FlowSettings {
     /// The run log.
     pub db: std::path::PathBuf,
     pub parallelism: usize,
+    pub upstream_parallelism: usize,
     pub artifact_bytes: usize,
     pub set: super::flows::FlowSet,
 }

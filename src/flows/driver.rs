@@ -421,11 +421,21 @@ impl Driver {
             ct: self.run.ct.child_token(),
         };
         let (tx, node) = (self.tx.clone(), n.id.clone());
+        let upstream = engine.upstream_permits(&n.tool);
         tokio::spawn(async move {
             let started = tokio::time::Instant::now();
-            let attempt = match engine.permits.clone().acquire_owned().await {
-                Ok(_permit) => node::attempt(call).await,
-                Err(_) => Attempt::Failed {
+            // The global bound, then the upstream's: no upstream gets more than its share.
+            let global = engine.permits.clone().acquire_owned().await;
+            let local = match &upstream {
+                Some(s) => Some(s.clone().acquire_owned().await),
+                None => None,
+            };
+            let attempt = match (global, local) {
+                (Ok(g), l @ (None | Some(Ok(_)))) => {
+                    let _held = (g, l);
+                    node::attempt(call).await
+                }
+                _ => Attempt::Failed {
                     error: "the flow engine is shutting down".into(),
                     plan: None,
                     transient: false,

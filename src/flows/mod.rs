@@ -57,6 +57,9 @@ pub struct Engine {
     pool: OnceLock<Arc<Pool>>,
     auth: Arc<ArcSwap<Authenticator>>,
     permits: Arc<Semaphore>,
+    /// Per upstream (by name), created on first use.
+    upstream_permits: DashMap<String, Arc<Semaphore>>,
+    upstream_parallelism: usize,
     artifact_bytes: usize,
     pub(crate) metrics: FlowMetrics,
     /// Runs driven by this process.
@@ -141,6 +144,8 @@ impl Engine {
             pool: OnceLock::new(),
             auth,
             permits: Arc::new(Semaphore::new(settings.parallelism)),
+            upstream_permits: DashMap::new(),
+            upstream_parallelism: settings.upstream_parallelism,
             artifact_bytes: settings.artifact_bytes,
             metrics,
             live: DashMap::new(),
@@ -164,6 +169,9 @@ impl Engine {
                 .collect(),
         ));
         *self.problems.lock() = set.problems.clone();
+        for f in &set.flows {
+            self.metrics.know_flow(&f.id);
+        }
     }
 
     /// What kept flow files from loading, as of the last (re)load.
@@ -211,6 +219,18 @@ impl Engine {
     /// The stack, for calls made on a run's behalf (a task's approval).
     pub(crate) fn call_stack(&self) -> Option<CallStack> {
         self.stack()
+    }
+
+    /// The permits of the upstream serving `tool` (none for a name no upstream serves: its
+    /// call is refused anyway).
+    pub(crate) fn upstream_permits(&self, tool: &str) -> Option<Arc<Semaphore>> {
+        let up = self.pool.get()?.namespace_owner(tool)?;
+        Some(
+            self.upstream_permits
+                .entry(up.name().to_owned())
+                .or_insert_with(|| Arc::new(Semaphore::new(self.upstream_parallelism)))
+                .clone(),
+        )
     }
 
     pub fn classify(&self, tool: &str) -> Option<ToolClass> {

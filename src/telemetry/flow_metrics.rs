@@ -69,6 +69,14 @@ impl FlowMetrics {
         })
     }
 
+    /// Creates a flow's series at zero, so `rate()` and alerts see a zero before its first run.
+    pub fn know_flow(&self, flow: &str) {
+        for status in ["succeeded", "partial", "failed", "cancelled"] {
+            self.runs.with_label_values(&[flow, status]);
+            self.nodes.with_label_values(&[flow, status]);
+        }
+    }
+
     pub fn node_finished(&self, flow: &str, status: &str) {
         self.nodes.with_label_values(&[flow, status]).inc();
     }

@@ -172,12 +172,16 @@ pub struct RawFlows {
     pub db: Option<String>,
     /// Nodes running at once across all runs.
     pub parallelism: Option<usize>,
+    /// Nodes running at once against one upstream, across all runs.
+    pub upstream_parallelism: Option<usize>,
     /// Node outputs larger than this are stored as artifacts, by reference.
     pub artifact_bytes: Option<usize>,
 }
 
 /// Flow nodes running at once across all runs, unless `[flows] parallelism` says otherwise.
 pub const DEFAULT_PARALLELISM: usize = 16;
+/// Nodes running at once against one upstream unless `[flows] upstream_parallelism` says otherwise.
+pub const DEFAULT_UPSTREAM_PARALLELISM: usize = 8;
 /// Per-flow parallelism unless the flow sets its own.
 pub const DEFAULT_FLOW_PARALLELISM: usize = 4;
 /// Node outputs over this size are artifacts.

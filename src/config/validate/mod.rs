@@ -400,6 +400,10 @@ fn flow_settings(
         db: base.join(raw.db.as_deref().unwrap_or("fedgate-flows.db")),
         dir,
         parallelism: raw.parallelism.unwrap_or(flows::DEFAULT_PARALLELISM).max(1),
+        upstream_parallelism: raw
+            .upstream_parallelism
+            .unwrap_or(flows::DEFAULT_UPSTREAM_PARALLELISM)
+            .max(1),
         artifact_bytes: raw.artifact_bytes.unwrap_or(flows::DEFAULT_ARTIFACT_BYTES),
         set,
     }
