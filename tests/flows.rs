@@ -834,3 +834,288 @@ async fn a_flow_run_is_a_task_that_survives_a_restart_and_is_its_callers_alone()
         "{done}"
     );
 }
+
+#[test]
+fn flows_check_judges_nodes_against_the_live_tools() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = "id = \"bad\"\n\
+        [[nodes]]\nid = \"ghost\"\ntool = \"demo.ehco\"\n\
+        [[nodes]]\nid = \"typed\"\ntool = \"demo.add\"\nparams = { a = \"one\", b = 2 }\n\
+        [[nodes]]\nid = \"ticket\"\ntool = \"demo.file_ticket\"\nparams = { title = \"t\" }\n\
+        [[nodes]]\nid = \"write\"\ntool = \"ext.write_note\"\nparams = { key = \"k\", value = \"v\" }\n";
+    let good = "id = \"good\"\n[[nodes]]\nid = \"a\"\ntool = \"demo.add\"\nparams = { a = \"{{inputs.a}}\", b = 2 }\n";
+    let upstreams = format!(
+        "{}{}",
+        stdio_upstream("demo", &[], "tier = \"high\""),
+        stdio_upstream("ext", &[], "tier = \"low\"")
+    );
+    let cfg = write(
+        dir.path(),
+        &upstreams,
+        &[("bad.toml", bad), ("good.toml", good)],
+    );
+    let out = Command::new(FEDGATE)
+        .args(["flows", "-c"])
+        .arg(&cfg)
+        .arg("check")
+        .env("FEDGATE_LOG", "error")
+        .output()
+        .expect("flows check");
+    assert!(!out.status.success(), "problems fail the check");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let file = dir.path().join("flows/bad.toml");
+    for (line, what) in [
+        (
+            2,
+            "node `ghost`: no tool `demo.ehco`; did you mean `demo.echo`?",
+        ),
+        (5, "node `typed`: parameter `a`:"),
+        (9, "node `ticket`: missing required parameter `priority`"),
+        (
+            13,
+            "node `write`: `ext.write_note` writes, and trust tier `low` refuses it (write_not_declared)",
+        ),
+    ] {
+        let prefix = format!("{}:{line}: ", file.display());
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with(&prefix) && l.contains(what)),
+            "want `{prefix}…{what}` in:\n{err}"
+        );
+    }
+    assert!(
+        !err.contains("good.toml"),
+        "a template may supply any value: {err}"
+    );
+}
+
+const FLAKY: &str = r#"
+id = "flaky"
+[[nodes]]
+id = "read"
+tool = "demo.slow"
+params = { ms = 2000 }
+timeout_ms = 100
+retry = { max_attempts = 3, base_ms = 10, max_ms = 20 }
+[[nodes]]
+id = "write"
+tool = "demo.record"
+params = { value = "x", ms = 2000 }
+timeout_ms = 100
+retry = { max_attempts = 3, base_ms = 10, max_ms = 20 }
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn timeouts_are_retried_for_reads_and_never_for_writes() {
+    let gw = gateway(
+        &stdio_upstream("demo", &[], "tier = \"high\""),
+        &[("flaky.toml", FLAKY)],
+    );
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    let r = call(&client, "flows.flaky", json!({})).await.expect("call");
+    assert_eq!(r.is_error, Some(true), "{r:?}");
+    let run = show(&gw, &run_id(&r));
+    let nodes = &run["state"]["nodes"];
+    assert_eq!(nodes["read"]["status"], "FAILED", "{run}");
+    assert_eq!(
+        nodes["read"]["attempts"], 3,
+        "a read is retried up to max_attempts: {run}"
+    );
+    let retrying = run["events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["event"] == "node_retrying" && e["node"] == "read")
+        .count();
+    assert_eq!(retrying, 2, "{run}");
+    assert_eq!(
+        nodes["write"]["attempts"], 1,
+        "a write is never retried: {run}"
+    );
+    assert!(
+        nodes["write"]["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("timed out"),
+        "{run}"
+    );
+}
+
+const BIG: &str = r#"
+id = "big"
+[[nodes]]
+id = "blob"
+tool = "demo.huge"
+params = { bytes = 5000 }
+[[nodes]]
+id = "size"
+tool = "demo.echo"
+depends_on = ["blob"]
+params = { text = "{{blob.output}}" }
+[outputs]
+same = "{{size.output}}"
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn large_outputs_are_artifacts_by_reference_and_still_feed_templates() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = write_with(
+        dir.path(),
+        "artifact_bytes = 1000\n",
+        &stdio_upstream("demo", &[], ""),
+        &[("big.toml", BIG)],
+    );
+    let gw = Gateway::start_file(&cfg, dir);
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    let r = call(&client, "flows.big", json!({})).await.expect("call");
+    assert_eq!(r.is_error, Some(false), "{r:?}");
+    let same = r
+        .structured_content
+        .as_ref()
+        .and_then(|v| v["same"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    assert_eq!(
+        same.len(),
+        "echo: ".len() + 5000,
+        "the artifact's value reached the next node"
+    );
+    let run = show(&gw, &run_id(&r));
+    let blob = &run["state"]["nodes"]["blob"]["output"]["artifact"];
+    assert!(
+        blob["id"].as_str().is_some() && blob["bytes"].as_u64() > Some(5000),
+        "{blob}"
+    );
+    let stored = run["events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["event"] == "node_succeeded" && e["node"] == "blob")
+        .map(|e| e.to_string())
+        .expect("blob's event");
+    assert!(
+        stored.len() < 500 && stored.contains("artifact"),
+        "the event holds a reference, not the output: {stored}"
+    );
+    let metrics = gw.metrics().await;
+    let counted: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("fedgate_flow_artifact_bytes_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("the artifact counter");
+    assert!(
+        counted > 10_000,
+        "both outputs (5,000 bytes and more each) are counted: {counted}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_flow_file_is_a_new_tool_after_a_reload() {
+    let gw = gateway(&stdio_upstream("demo", &[], ""), &[("branch.toml", BRANCH)]);
+    let client = TestClient::new();
+    let seen = client.seen.clone();
+    let client = connect_legacy(&gw.url, client).await;
+    let names = |tools: Vec<rmcp::model::Tool>| {
+        tools
+            .into_iter()
+            .map(|t| t.name.to_string())
+            .collect::<Vec<_>>()
+    };
+    let before = names(client.peer().list_all_tools().await.expect("list"));
+    assert!(
+        before.contains(&"flows.branch".to_owned()) && !before.contains(&"flows.types".to_owned())
+    );
+    let changes = *seen.tool_changes.lock();
+    std::fs::write(gw.dir.path().join("flows/types.toml"), TYPES).expect("new flow");
+    let (status, v) = admin(&gw, "POST", "../reload", json!({})).await;
+    assert_eq!(status, 200, "{v}");
+    wait_for(&seen.tools_changed, "tools/list_changed", || {
+        *seen.tool_changes.lock() > changes
+    })
+    .await;
+    let after = names(client.peer().list_all_tools().await.expect("list"));
+    assert!(after.contains(&"flows.types".to_owned()), "{after:?}");
+    let r = call(&client, "flows.types", json!({"n": 1}))
+        .await
+        .expect("call");
+    assert_eq!(run_id(&r).len(), "run-".len() + 24);
+}
+
+const HOLD: &str = r#"
+id = "hold"
+[[nodes]]
+id = "arrive"
+tool = "demo.meet"
+params = { group = "hold", n = 2, timeout_ms = 20000 }
+[[nodes]]
+id = "wait"
+tool = "demo.slow"
+depends_on = ["arrive"]
+params = { ms = 60000 }
+[[nodes]]
+id = "never"
+tool = "demo.echo"
+depends_on = ["wait"]
+params = { text = "x" }
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn progress_per_node_and_a_cancelled_call_cancels_its_run() {
+    use rmcp::{model::*, service::PeerRequestOptions};
+    let gw = gateway(
+        &stdio_upstream("demo", &[], ""),
+        &[("fan.toml", FAN), ("hold.toml", HOLD)],
+    );
+    let client = TestClient::new();
+    let seen = client.seen.clone();
+    let client = connect_legacy(&gw.url, client).await;
+    let r = call(&client, "flows.fan", json!({})).await.expect("call");
+    assert_eq!(r.is_error, Some(false));
+    tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while seen.progress.lock().len() < 5 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("a progress notification per node");
+    let messages: Vec<String> = seen
+        .progress
+        .lock()
+        .iter()
+        .filter_map(|p| p.message.clone())
+        .collect();
+    assert!(
+        messages.contains(&"node `join` succeeded".to_owned()),
+        "{messages:?}"
+    );
+    assert!(seen.progress.lock().iter().all(|p| p.total == Some(5.0)));
+
+    let req = ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new(
+        "flows.hold",
+    )));
+    let handle = client
+        .peer()
+        .send_request_with_option(req, PeerRequestOptions::no_options())
+        .await
+        .expect("send");
+    // The run's first node is inside the upstream once this returns.
+    let met = call(&client, "demo.meet", json!({"group": "hold", "n": 2}))
+        .await
+        .expect("meet");
+    assert_eq!(met.is_error, Some(false));
+    handle.cancel(Some("test".into())).await.expect("cancel");
+    let (_, runs) = admin(&gw, "GET", "runs", json!({})).await;
+    let run = runs
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["flow"] == "hold"))
+        .expect("the run")["run_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let (_, after) = admin(&gw, "GET", &format!("runs/{run}?wait_ms=20000"), json!({})).await;
+    assert_eq!(after["state"]["finished"], "cancelled", "{after}");
+    assert_eq!(
+        after["state"]["nodes"]["never"]["status"], "CANCELLED",
+        "{after}"
+    );
+}

@@ -24,6 +24,9 @@ const WAIT: Duration = Duration::from_secs(300);
 pub enum FlowsCommand {
     /// The flows that load (and why others do not), and the newest runs.
     List,
+    /// Start the upstreams and check every flow against their tools: unknown tools, tiers
+    /// that refuse a node, literal params the tool's schema refuses. Exit 1 on a problem.
+    Check,
     /// Start a run of flow ID with --input; --wait prints its result and timeline.
     Run {
         id: String,
@@ -62,6 +65,31 @@ pub async fn run(config: &Path, command: FlowsCommand) -> Result<ExitCode, Strin
     }
     match command {
         FlowsCommand::List => list(&snapshot),
+        FlowsCommand::Check => {
+            let problems = with_engine(
+                &snapshot,
+                |engine| async move { Ok(engine.catalog_problems()) },
+            )
+            .await?;
+            let all: Vec<String> = snapshot
+                .flows
+                .set
+                .problems
+                .iter()
+                .chain(&problems)
+                .map(|d| d.to_string())
+                .collect();
+            for p in &all {
+                eprintln!("{p}");
+            }
+            if all.is_empty() {
+                println!("{} flows: ok", snapshot.flows.set.flows.len());
+                Ok(ExitCode::SUCCESS)
+            } else {
+                eprintln!("{} problem(s) found", all.len());
+                Ok(ExitCode::FAILURE)
+            }
+        }
         FlowsCommand::Show { run_id, json } => show(&snapshot, &run_id, json),
         FlowsCommand::Run { id, input, wait } => {
             let inputs: Value =

@@ -99,6 +99,7 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, String
     });
     pool.wait_settled(settle_bound(&snapshot)).await;
     if let Some(flows) = &core.flows {
+        flows.report_catalog_problems();
         flows.resume_all().await;
     }
     let ready = pool

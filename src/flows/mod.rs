@@ -6,6 +6,7 @@
 mod approval;
 pub mod driver;
 pub mod events;
+pub mod lint;
 pub mod log;
 pub mod node;
 mod replay;
@@ -171,6 +172,25 @@ impl Engine {
         *self.problems.lock() = set.problems.clone();
         for f in &set.flows {
             self.metrics.know_flow(&f.id);
+        }
+    }
+
+    /// What the upstreams' tool lists say against the loaded flows (unknown tools, tiers that
+    /// refuse a node, literal params the tool's schema refuses).
+    pub fn catalog_problems(&self) -> Vec<crate::config::Diagnostic> {
+        let Some(pool) = self.pool.get() else {
+            return Vec::new();
+        };
+        self.flows()
+            .iter()
+            .flat_map(|f| lint::against_catalog(f, pool))
+            .collect()
+    }
+
+    /// Logs [`Engine::catalog_problems`].
+    pub fn report_catalog_problems(&self) {
+        for d in self.catalog_problems() {
+            tracing::warn!("flow problem: {d}");
         }
     }
 

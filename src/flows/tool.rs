@@ -127,6 +127,12 @@ impl OwnTool for FlowTool {
             }
             let cancelled = call.ct.clone();
             let mut cancel_sent = false;
+            // The call may also end by being dropped (its caller cancelled it): so does the run.
+            let mut guard = CancelOnDrop {
+                engine: engine.clone(),
+                run_id: run_id.clone(),
+                armed: true,
+            };
             // A run that parks on an approval answers at once with the plan to approve; it
             // goes on when the plan is decided.
             let parked = engine.settle(&run_id, 0);
@@ -138,29 +144,24 @@ impl OwnTool for FlowTool {
                     settled = &mut parked, if watching => {
                         watching = false;
                         if let Ok((state, true)) = settled {
+                            guard.armed = false;
                             return Ok(ServerResult::CallToolResult(super::approval::answer(
                                 &flow, &run_id, &state, &call.correlation_id,
                             )));
                         }
                     }
-                    Some(n) = finished.recv() => {
-                        if let (Some(d), Some(token)) = (&call.downstream, &call.progress_token) {
-                            let p = ProgressNotificationParam::new(token.clone(), n.done as f64)
-                                .with_total(n.total as f64)
-                                .with_message(format!(
-                                    "node `{}` {}",
-                                    n.node,
-                                    super::driver::status_label(n.status)
-                                ));
-                            let _ = d.peer.notify_progress(p).await;
-                        }
-                    }
+                    Some(n) = finished.recv() => notify_progress(&call, n).await,
                     _ = cancelled.cancelled(), if !cancel_sent => {
                         cancel_sent = true;
                         engine.cancel(&run_id);
                     }
                 }
             };
+            guard.armed = false;
+            // What finished just before the end goes out before the answer.
+            while let Ok(n) = finished.try_recv() {
+                notify_progress(&call, n).await;
+            }
             let state = state
                 .map_err(|e| CallError::Internal {
                     detail: format!("flow run {run_id}: {e}"),
@@ -269,4 +270,33 @@ fn decide(stack: CallStack, call: &Call, plan_id: &str, approve: bool) {
             tracing::warn!("flow approval by tasks/update: {}", e.message);
         }
     });
+}
+
+/// Cancels a synchronous call's run when the call is dropped before the run ended.
+struct CancelOnDrop {
+    engine: Arc<Engine>,
+    run_id: String,
+    armed: bool,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if self.armed {
+            self.engine.cancel(&self.run_id);
+        }
+    }
+}
+
+/// One finished node, as a progress notification to a caller that asked for progress.
+async fn notify_progress(call: &Call, n: super::driver::NodeDone) {
+    if let (Some(d), Some(token)) = (&call.downstream, &call.progress_token) {
+        let p = ProgressNotificationParam::new(token.clone(), n.done as f64)
+            .with_total(n.total as f64)
+            .with_message(format!(
+                "node `{}` {}",
+                n.node,
+                super::driver::status_label(n.status)
+            ));
+        let _ = d.peer.notify_progress(p).await;
+    }
 }

@@ -187,6 +187,7 @@ impl Core {
             ));
             self.own.replace(tools);
             self.pool.set_own_tools(self.own.definitions());
+            engine.report_catalog_problems();
         }
         if !self.limits.load().configured_as(&snapshot.rate_limits) {
             self.limits
