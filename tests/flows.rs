@@ -351,6 +351,24 @@ fn every_static_check_names_file_and_line_and_good_flows_still_load() {
             "want `{prefix}…{what}` in:\n{err}"
         );
     }
+    // A served gateway starts anyway, with the good flow as its only flow tool.
+    let gw = Gateway::start_file(&cfg, tempfile::tempdir().expect("tempdir"));
+    assert!(
+        gw.stderr().contains("flow not loaded"),
+        "bad flows are reported: {}",
+        gw.stderr()
+    );
+    let stack = tokio::runtime::Runtime::new().expect("runtime");
+    let tools: Vec<String> = stack.block_on(async {
+        let client = connect_legacy(&gw.url, TestClient::new()).await;
+        let tools = client.peer().list_all_tools().await.expect("list");
+        tools
+            .into_iter()
+            .map(|t| t.name.to_string())
+            .filter(|n| n.starts_with("flows."))
+            .collect()
+    });
+    assert_eq!(tools, ["flows.good"]);
     // The rest of the config loads: the good flow is listed.
     let list = Command::new(FEDGATE)
         .args(["flows", "-c"])
