@@ -160,6 +160,7 @@ fn median(mut v: Vec<Duration>) -> Duration {
 
 #[tokio::main]
 async fn main() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
     // `cargo bench` passes `--bench`; `cargo test --benches` runs it once quickly.
     let quick = !std::env::args().any(|a| a == "--bench");
     let runs: usize = if quick {

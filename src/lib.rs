@@ -14,6 +14,7 @@ pub mod envelope;
 pub mod error;
 pub mod fixture;
 pub mod flows;
+pub mod hops;
 pub mod json_size;
 pub mod names;
 pub mod pipeline;
@@ -24,3 +25,10 @@ pub mod server;
 pub mod tasks;
 pub mod telemetry;
 pub mod upstream;
+
+/// Unit tests build HTTPS clients too: the same provider as the binary (`cli::run`).
+#[cfg(test)]
+#[ctor::ctor(unsafe)]
+fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

@@ -261,6 +261,7 @@ fn print_load_row(label: &str, conc: usize, cell: &load::Cell, cpu_us: f64) {
 }
 
 fn main() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let argv: Vec<String> = std::env::args().collect();
     if argv.get(1).map(String::as_str) == Some("__floor") {
         floor::main_from_args(&argv[1..]);

@@ -107,7 +107,7 @@ pub async fn run(config: &Path, command: FlowsCommand) -> Result<ExitCode, Strin
             }
             in_process(&snapshot, |engine| async move {
                 let started = engine
-                    .start(&id, inputs, operator(), 0, None)
+                    .start(&id, inputs, operator(), 0, None, Default::default())
                     .await
                     .map_err(|e| e.to_string())?;
                 println!("run {}", started.run_id);

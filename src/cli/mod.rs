@@ -90,6 +90,8 @@ enum Command {
 }
 
 pub fn run() -> ExitCode {
+    // Every HTTPS client (reqwest's, rmcp's) uses rustls with ring, chosen once per process.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
     init_logging(
         &cli.log_format,

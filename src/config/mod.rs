@@ -164,6 +164,10 @@ pub struct RawClientCert {
     pub subject: String,
     #[serde(default)]
     pub roles: Vec<Spanned<String>>,
+    /// A peer gateway: it sees only flows marked `export` (and what its roles grant), and
+    /// what it calls is audited on behalf of the caller it names.
+    #[serde(default)]
+    pub peer: bool,
 }
 
 /// `[auth.oauth]`
@@ -241,6 +245,10 @@ pub struct RawGateway {
     pub max_body_bytes: Option<usize>,
     /// Folder of trust tier files, relative to the config file (default `trust-tiers`).
     pub tiers_dir: Option<String>,
+    /// This gateway's id in the paths of federated requests (default: random per process).
+    pub id: Option<Spanned<String>>,
+    /// Most gateways a federated request may pass (this one included).
+    pub max_hops: Option<usize>,
     /// How long a result recorded under an idempotency key is replayed, in milliseconds.
     pub idempotency_ttl_ms: Option<u64>,
     /// Most bytes of results recorded under idempotency keys; past it the oldest go first.
@@ -299,6 +307,15 @@ pub struct RawTls {
     pub key: String,
     /// CA whose client certificates are accepted; set = every client must present one.
     pub client_ca: Option<String>,
+}
+
+/// `[upstreams.NAME] tls`
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct RawUpstreamTls {
+    pub ca: String,
+    pub cert: Option<String>,
+    pub key: Option<String>,
 }
 
 /// `[upstreams.NAME]`. Which fields apply depends on `kind`; `validate` reports misplaced ones.
@@ -374,6 +391,9 @@ pub struct RawUpstream {
     pub envelope: Option<crate::envelope::Mode>,
     /// Check arguments against each tool's input schema before forwarding (default true).
     pub validate_arguments: Option<bool>,
+    /// http/sse/peer: TLS to the server — the CA that signs its certificate, and the client
+    /// certificate and key fedgate presents (mTLS); paths relative to the config file.
+    pub tls: Option<RawUpstreamTls>,
     /// The upstream honours `_meta.idempotencyKey` (a repeated key does not repeat the effect):
     /// a flow re-drives a write whose outcome a crash left unknown (default false).
     #[serde(default)]

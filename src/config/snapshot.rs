@@ -99,6 +99,10 @@ pub struct GatewaySettings {
     /// HTTPS (with client verification when a client CA is configured).
     pub tls: Option<Arc<rustls::ServerConfig>>,
     pub shutdown_grace: Duration,
+    /// This gateway's id in federated request paths.
+    pub id: String,
+    /// Most gateways a federated request may pass.
+    pub max_hops: usize,
     pub watch_config: bool,
     /// Signs cursors and `requestState`; `None` = a random key per process.
     pub state_key: Option<secret::Secret>,
@@ -185,6 +189,15 @@ impl TransportSpec {
     }
 }
 
+/// TLS to an upstream: the CA that signs its certificate, and the client certificate fedgate
+/// presents. Files are read at each connect (a rotated certificate is picked up on restart).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamTls {
+    pub ca: std::path::PathBuf,
+    pub cert: Option<std::path::PathBuf>,
+    pub key: Option<std::path::PathBuf>,
+}
+
 /// One upstream after validation.
 #[derive(Debug, Clone)]
 pub struct UpstreamSpec {
@@ -213,6 +226,10 @@ pub struct UpstreamSpec {
     pub validate_arguments: bool,
     /// The upstream honours `_meta.idempotencyKey`.
     pub idempotency_keys: bool,
+    /// Kind `peer`: another fedgate (requests carry the hop path and the caller claim).
+    pub peer: bool,
+    /// TLS to the server (CA, client certificate), paths resolved.
+    pub tls: Option<UpstreamTls>,
     /// Per-tool settings by the upstream's own tool name.
     pub tools: BTreeMap<String, ToolSettings>,
 }

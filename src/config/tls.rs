@@ -1,4 +1,5 @@
-//! HTTPS for the downstream listener, and mTLS when a client CA is configured.
+//! HTTPS for the downstream listener, and mTLS when a client CA is configured; and TLS to
+//! upstreams (a peer gateway: mTLS with fedgate's client certificate).
 
 use std::{path::Path, sync::Arc};
 
@@ -43,5 +44,42 @@ pub fn server_config(base: &Path, raw: &RawTls) -> Result<ServerConfig, String> 
         .with_single_cert(certs, key)
         .map_err(|e| format!("cert/key: {e}"))?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// The rustls client config of an upstream: its CA as the only root, and the client
+/// certificate when one is configured.
+pub fn client_config(
+    tls: &crate::config::snapshot::UpstreamTls,
+) -> Result<rustls::ClientConfig, String> {
+    let shown = |p: &Path| p.display().to_string();
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(&tls.ca)
+        .map_err(|e| format!("tls.ca `{}`: {e}", shown(&tls.ca)))?
+    {
+        let cert = cert.map_err(|e| format!("tls.ca `{}`: {e}", shown(&tls.ca)))?;
+        roots
+            .add(cert)
+            .map_err(|e| format!("tls.ca `{}`: {e}", shown(&tls.ca)))?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots);
+    let mut config = match (&tls.cert, &tls.key) {
+        (Some(cert), Some(key)) => {
+            let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+                .and_then(|i| i.collect::<Result<_, _>>())
+                .map_err(|e| format!("tls.cert `{}`: {e}", shown(cert)))?;
+            let key = PrivateKeyDer::from_pem_file(key)
+                .map_err(|e| format!("tls.key `{}`: {e}", shown(key)))?;
+            builder
+                .with_client_auth_cert(certs, key)
+                .map_err(|e| format!("tls.cert/key: {e}"))?
+        }
+        _ => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
 }

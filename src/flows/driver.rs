@@ -48,6 +48,8 @@ pub struct Run {
     pub replay: bool,
     /// Published whenever the scheduler waits.
     pub quiet: tokio::sync::watch::Sender<Quiet>,
+    /// Federation `_meta` its node calls carry (see `crate::hops`).
+    pub hop: Map<String, Value>,
 }
 
 /// The run as the scheduler left it when it last waited.
@@ -419,6 +421,7 @@ impl Driver {
             depth: self.run.depth,
             timeout: n.timeout_ms.map(Duration::from_millis),
             ct: self.run.ct.child_token(),
+            hop: self.run.hop.clone(),
         };
         let (tx, node) = (self.tx.clone(), n.id.clone());
         let upstream = engine.upstream_permits(&n.tool);

@@ -110,6 +110,9 @@ pub(crate) struct Drive {
     pub key_run: Option<String>,
     /// A replay: reads get fresh keys, writes keep the original run's.
     pub replay: bool,
+    /// The federation `_meta` of the call that started the run (hop path, caller claim): its
+    /// node calls carry it on.
+    pub hop: serde_json::Map<String, Value>,
 }
 
 /// Who a run runs as, to record.
@@ -269,6 +272,7 @@ impl Engine {
         identity: Identity,
         depth: u8,
         progress: Option<mpsc::UnboundedSender<NodeDone>>,
+        hop: serde_json::Map<String, Value>,
     ) -> Result<Started, StartError> {
         let flow = self
             .flow(flow_id)
@@ -295,6 +299,7 @@ impl Engine {
             Drive {
                 depth,
                 progress,
+                hop,
                 ..Drive::default()
             },
         );
@@ -365,6 +370,7 @@ impl Engine {
                     key_run,
                     replay: opts.replay,
                     quiet: quiet_tx,
+                    hop: opts.hop,
                 },
                 opts.events,
                 mail,

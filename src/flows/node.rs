@@ -40,6 +40,8 @@ pub struct NodeCall {
     pub depth: u8,
     pub timeout: Option<Duration>,
     pub ct: CancellationToken,
+    /// Federation `_meta` of the run's call (hop path, caller claim).
+    pub hop: serde_json::Map<String, Value>,
 }
 
 pub async fn attempt(n: NodeCall) -> Attempt {
@@ -48,9 +50,13 @@ pub async fn attempt(n: NodeCall) -> Attempt {
         params = params.with_arguments(args);
     }
     let mut meta = RequestMetaObject::default();
+    for (k, v) in n.hop {
+        meta.insert(k, v);
+    }
     if let Some(key) = n.key {
         meta.0.insert(IDEMPOTENCY_KEY.into(), Value::String(key));
     }
+    let correlation = crate::hops::correlation(&meta).unwrap_or_else(correlation_id);
     let call = Call {
         op: Op::CallTool(params),
         meta,
@@ -58,7 +64,7 @@ pub async fn attempt(n: NodeCall) -> Attempt {
         progress_token: None,
         ct: n.ct.clone(),
         identity: n.identity,
-        correlation_id: correlation_id(),
+        correlation_id: correlation,
         trace: opentelemetry::Context::new(),
         depth: n.depth.saturating_add(1),
         target: None,

@@ -66,6 +66,12 @@ impl OwnTool for FlowTool {
             tool.output_schema = Some(Arc::new(out.clone()));
         }
         tool.annotations = Some(ToolAnnotations::new().read_only(false));
+        if self.flow.export {
+            let mut meta = rmcp::model::MetaObject::new();
+            meta.0
+                .insert(crate::hops::EXPORT_META_KEY.into(), Value::Bool(true));
+            tool.meta = Some(meta);
+        }
         tool
     }
 
@@ -96,6 +102,17 @@ impl OwnTool for FlowTool {
             });
             let (progress, mut finished) = mpsc::unbounded_channel();
             let progress = (!as_task).then_some(progress);
+            let mut hop: serde_json::Map<String, Value> = call
+                .meta
+                .iter()
+                .filter(|(k, _)| k.starts_with(crate::hops::META_PREFIX))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            // Node calls are recorded under the flow call's correlation id.
+            hop.insert(
+                crate::hops::CORRELATION_KEY.into(),
+                Value::String(call.correlation_id.clone()),
+            );
             let started = engine
                 .start(
                     &flow_id,
@@ -103,6 +120,7 @@ impl OwnTool for FlowTool {
                     call.identity.clone(),
                     call.depth,
                     progress,
+                    hop,
                 )
                 .await
                 .map_err(|e| match e {

@@ -342,6 +342,15 @@ pub fn plan_for(e: &CallError, correlation_id: &str) -> Plan {
         CallError::Cancelled | CallError::TooDeep { .. } | CallError::Internal { .. } => {
             base(Status::Error).error(PlanError::new(code, msg.clone(), false))
         }
+        // Nothing ran: the path says which gateways the request passed.
+        CallError::Hop(h) => {
+            let mut plan = base(Status::Blocked).error(
+                PlanError::new(code, msg.clone(), false)
+                    .hint("a federation of gateways routes this name in a circle or too far: change the peers' imports or `[gateway] max_hops`"),
+            );
+            plan.affected_paths = h.path().to_vec();
+            plan
+        }
     }
 }
 

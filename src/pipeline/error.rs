@@ -59,6 +59,9 @@ pub enum CallError {
     Cancelled,
     #[error("calls nested {depth} deep, more than the {max} fedgate allows")]
     TooDeep { depth: u8, max: u8 },
+    /// A federated request that already passed this gateway, or went too far.
+    #[error("{0}")]
+    Hop(crate::hops::HopRefusal),
     #[error("idempotency key reused with different arguments; use a new key for a new call")]
     IdempotencyConflict,
     #[error(
@@ -159,6 +162,7 @@ impl Classify for CallError {
             | CallError::NotAuthorized { .. }
             | CallError::IdempotencyConflict
             | CallError::TooDeep { .. }
+            | CallError::Hop(_)
             | CallError::InvalidArguments { .. }
             | CallError::ApprovalRequired { .. }
             | CallError::Plan(_)
@@ -195,6 +199,8 @@ impl Classify for CallError {
             CallError::UpstreamFailed { .. } => "upstream_failed",
             CallError::Cancelled => "cancelled",
             CallError::TooDeep { .. } => "too_deep",
+            CallError::Hop(crate::hops::HopRefusal::Loop { .. }) => "hop_loop",
+            CallError::Hop(crate::hops::HopRefusal::TooFar { .. }) => "hop_limit",
             CallError::NotAuthorized { .. } => "not_authorized",
             CallError::IdempotencyConflict => "idempotency_conflict",
             CallError::ResponseTooLarge { .. } => "response_too_large",
@@ -312,6 +318,10 @@ impl CallError {
             CallError::TooDeep { .. } => {
                 McpError::invalid_request(msg, Some(json!({ "reason": "too_deep" })))
             }
+            CallError::Hop(h) => McpError::invalid_request(
+                msg,
+                Some(json!({ "reason": self.code(), "path": h.path() })),
+            ),
             CallError::NotAuthorized { shown } => shown.to_mcp(),
             CallError::IdempotencyConflict => {
                 McpError::invalid_params(msg, Some(json!({ "reason": "idempotency_conflict" })))
@@ -403,6 +413,7 @@ impl CallError {
                 | CallError::NotAuthorized { .. }
                 | CallError::IdempotencyConflict
                 | CallError::TooDeep { .. }
+                | CallError::Hop(_)
                 | CallError::BreakerOpen { .. }
                 | CallError::RateLimited { .. }
                 | CallError::TierRefused { .. }

@@ -253,6 +253,9 @@ pub struct Parts {
     pub plans: Arc<Plans>,
     /// The envelope mode of calls that resolve to no upstream (and of the gateway's own tools).
     pub envelope: Mode,
+    /// This gateway's id in federated request paths, and how many gateways a request may pass.
+    pub gateway_id: Arc<str>,
+    pub max_hops: usize,
 }
 
 /// Builds the stack; see the module doc for the order.
@@ -277,7 +280,10 @@ pub fn build(parts: Parts) -> CallStack {
     };
     approvals.start_sweeper();
     let inner = ServiceBuilder::new()
-        .layer(StepLayer::new(HopGuard))
+        .layer(StepLayer::new(HopGuard {
+            id: parts.gateway_id.clone(),
+            max_hops: parts.max_hops,
+        }))
         .layer(StepLayer::new(Authz {
             pool: parts.pool.clone(),
         }))

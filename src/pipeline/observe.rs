@@ -50,6 +50,11 @@ impl Step for Observe {
         let cx = server_span(&call, method, &shown(&name), upstream.as_deref());
         if let Some(id) = traces::trace_id(&cx) {
             call.correlation_id = id;
+        } else if call.identity.access.is_peer()
+            && let Some(id) = crate::hops::correlation(&call.meta)
+        {
+            // A peer's call is one call across gateways: one id in every audit log.
+            call.correlation_id = id;
         }
         call.trace = cx.clone();
         let log_span = tracing::info_span!("call", correlation_id = %call.correlation_id);
@@ -82,6 +87,12 @@ impl Step for Observe {
             arguments: args.filter(|_| audit.full_arguments),
             plan_id: None,
             approver: None,
+            on_behalf_of: call
+                .identity
+                .access
+                .is_peer()
+                .then(|| crate::hops::caller_claim(&call.meta))
+                .flatten(),
         });
         let audit = self.audit.clone();
         let metrics = self.metrics.clone();

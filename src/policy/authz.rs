@@ -17,6 +17,8 @@ pub struct Access {
     resources: GlobSet,
     /// The roles this access was granted from (approvers are named by role).
     roles: Vec<String>,
+    /// A peer gateway: it sees only exported flows (and what its roles grant).
+    peer: bool,
 }
 
 impl Default for Access {
@@ -28,6 +30,7 @@ impl Default for Access {
             prompts: GlobSet::empty(),
             resources: GlobSet::empty(),
             roles: Vec::new(),
+            peer: false,
         }
     }
 }
@@ -41,6 +44,16 @@ impl Access {
     }
     pub fn is_unrestricted(&self) -> bool {
         self.unrestricted
+    }
+
+    pub fn is_peer(&self) -> bool {
+        self.peer
+    }
+
+    /// The same access, as a peer gateway's.
+    pub fn as_peer(mut self) -> Self {
+        self.peer = true;
+        self
     }
     /// Whether upstreams of a tier with this rank are within reach.
     pub fn tier(&self, rank: u32) -> bool {
@@ -104,6 +117,7 @@ impl Roles {
             tools: t.build().unwrap_or_else(|_| GlobSet::empty()),
             prompts: p.build().unwrap_or_else(|_| GlobSet::empty()),
             resources: r.build().unwrap_or_else(|_| GlobSet::empty()),
+            peer: false,
             roles: names
                 .iter()
                 .filter(|n| self.0.contains_key(*n))

@@ -225,7 +225,15 @@ impl<T> Catalog<T> {
                     .unwrap_or(&tool.name);
                 let exposed = namespace::expose(&spec.name, separator, spec.prefix, alias);
                 if let Err(why) = namespace::check_tool_name(&exposed) {
-                    c.conflict(up, &exposed, format!("exposed name {why}"));
+                    let hint = if spec.peer {
+                        format!(
+                            "; a peer's names are `{}{separator}<its name>`: give the peer a shorter name, or `rename` the tool",
+                            spec.name
+                        )
+                    } else {
+                        String::new()
+                    };
+                    c.conflict(up, &exposed, format!("exposed name {why}{hint}"));
                     continue;
                 }
                 if let Some(reason) =
@@ -237,6 +245,13 @@ impl<T> Catalog<T> {
                 owners.insert(exposed.clone(), spec.name.clone());
                 let mut t = tool.clone();
                 t.name = exposed.clone().into();
+                if spec.peer {
+                    let meta = t.meta.get_or_insert_with(Default::default);
+                    meta.0.insert(
+                        crate::hops::IMPORTED_META_KEY.into(),
+                        serde_json::Value::String(spec.name.clone()),
+                    );
+                }
                 if let Some(d) = spec.descriptions.get(tool.name.as_ref()) {
                     t.description = Some(d.clone().into());
                 }

@@ -65,7 +65,10 @@ pub(super) async fn route(
                 Ok(v) => v.get("inputs").cloned().unwrap_or_else(|| json!({})),
                 Err(r) => return Some(r),
             };
-            match engine.start(flow, inputs, operator(), 0, None).await {
+            match engine
+                .start(flow, inputs, operator(), 0, None, Default::default())
+                .await
+            {
                 Ok(started) => json(StatusCode::ACCEPTED, &json!({"run_id": started.run_id})),
                 Err(e) => json(
                     StatusCode::UNPROCESSABLE_ENTITY,

@@ -50,6 +50,9 @@ pub struct Core {
     /// Plans waiting for approval (bound at start, like the rest of `[gateway]`).
     pub plans: Arc<Plans>,
     envelope: Mode,
+    /// `[gateway] id` and `max_hops`.
+    gateway_id: Arc<str>,
+    max_hops: usize,
     /// Bound at start, like the rest of `[gateway]`.
     input_wait: Duration,
     max_parked_calls: usize,
@@ -128,6 +131,8 @@ impl Core {
             max_parked_calls: snapshot.gateway.max_parked_calls,
             plans,
             envelope: snapshot.gateway.envelope,
+            gateway_id: snapshot.gateway.id.as_str().into(),
+            max_hops: snapshot.gateway.max_hops,
             in_flight: watch::channel(0).0,
         }))
     }
@@ -166,6 +171,8 @@ impl Core {
             own: self.own.clone(),
             plans: self.plans.clone(),
             envelope: self.envelope,
+            gateway_id: self.gateway_id.clone(),
+            max_hops: self.max_hops,
         });
         if let Some(flows) = &self.flows {
             flows.bind(stack.clone(), self.pool.clone());

@@ -271,9 +271,15 @@ impl Edge {
                     }
                     req.extensions_mut().insert(identity);
                     // A POST is in flight until its response body (JSON or SSE) has been
-                    // sent: shutdown drains these. Standalone GET streams are not counted.
-                    let in_flight =
-                        (req.method() == http::Method::POST).then(|| core.request_started());
+                    // sent: shutdown drains these. Standalone GET streams and stateless-era
+                    // `subscriptions/listen` streams (which never end by themselves: a peer
+                    // gateway holds one open) are not counted.
+                    let listening = req
+                        .headers()
+                        .get("mcp-method")
+                        .is_some_and(|m| m.as_bytes() == b"subscriptions/listen");
+                    let in_flight = (req.method() == http::Method::POST && !listening)
+                        .then(|| core.request_started());
                     // A POST body is read here, bounded in size and time, so a slow or oversized
                     // body gets a clear answer (408, 413) instead of holding the connection.
                     let answer = if req.method() == http::Method::POST {

@@ -43,6 +43,10 @@ pub struct Record {
     /// Who decided the plan (`kind:name`, or `admin`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub approver: Option<String>,
+    /// For a peer gateway's call: the caller it says it calls for (a claim, recorded, never
+    /// used to authorize).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub on_behalf_of: Option<String>,
 }
 
 /// Audit settings.

@@ -121,7 +121,7 @@ pub async fn connect_http(
     match &spec.credential {
         Some(inj) => {
             let injecting = InjectingClient {
-                inner: http_client()?,
+                inner: http_client(spec)?,
                 credential: inj.credential.clone(),
                 placement: inj.placement.clone(),
             };
@@ -133,7 +133,7 @@ pub async fn connect_http(
         }
         None => {
             let transport = Tap::new(
-                StreamableHttpClientTransport::with_client(Traced(http_client()?), config),
+                StreamableHttpClientTransport::with_client(Traced(http_client(spec)?), config),
                 table,
             );
             handshake(spec, client, transport).await
@@ -154,9 +154,13 @@ pub(super) fn transport_limit(spec: &UpstreamSpec) -> Option<usize> {
 /// rmcp's default client disables connection pooling (a new TCP connection per request); a
 /// gateway forwarding many calls keeps connections alive, and never follows redirects with the
 /// credentials it injects.
-fn http_client() -> Result<reqwest::Client, String> {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
+fn http_client(spec: &UpstreamSpec) -> Result<reqwest::Client, String> {
+    let builder = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none());
+    let builder = match &spec.tls {
+        Some(tls) => builder.tls_backend_preconfigured(crate::config::tls::client_config(tls)?),
+        None => builder,
+    };
+    builder
         .build()
         .map_err(|e| format!("cannot build the HTTP client: {e}"))
 }

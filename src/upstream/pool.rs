@@ -95,6 +95,14 @@ impl Pool {
             match catalog.tool(name).map(|r| r.owner) {
                 // The gateway's own tools have no tier: role globs alone decide — and
                 // `fedgate.approve` is there only for callers who have plans to approve.
+                // A peer gateway sees the flows exported to it, nothing else of the gateway's.
+                Some(Owner::Gateway) if access.is_peer() => {
+                    catalog
+                        .tool_def(name)
+                        .and_then(|t| t.meta.as_ref())
+                        .and_then(|m| m.0.get(crate::hops::EXPORT_META_KEY))
+                        == Some(&serde_json::Value::Bool(true))
+                }
                 Some(Owner::Gateway) => name != namespace::APPROVE_TOOL || self.approves(access),
                 Some(Owner::Member(i)) => catalog
                     .upstream(i)

@@ -23,6 +23,13 @@ use tokio::sync::Notify;
 
 pub mod raw;
 
+/// Every reqwest client of a test process (rmcp's included) uses rustls with ring, as fedgate
+/// does; the provider is chosen once per process, before any test runs.
+#[ctor::ctor(unsafe)]
+fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 pub const FEDGATE: &str = env!("CARGO_BIN_EXE_fedgate");
 
 /// A free loopback port (bound then released; the OS does not hand it out again at once).
@@ -133,13 +140,22 @@ impl Gateway {
         Self::spawn(cfg, dir, env)
     }
 
+    /// Like `start_file`, listening on `listen` (a restarted gateway keeps its address).
+    pub fn start_file_at(cfg: &Path, dir: tempfile::TempDir, listen: &str) -> Gateway {
+        Self::spawn_at(cfg, dir, &[], listen)
+    }
+
     fn spawn(cfg: &Path, dir: tempfile::TempDir, env: &[(&str, &str)]) -> Gateway {
+        Self::spawn_at(cfg, dir, env, "127.0.0.1:0")
+    }
+
+    fn spawn_at(cfg: &Path, dir: tempfile::TempDir, env: &[(&str, &str)], listen: &str) -> Gateway {
         let stderr_path = dir.path().join("fedgate.stderr");
         let stderr = std::fs::File::create(&stderr_path).expect("stderr file");
         let mut child = Command::new(FEDGATE)
             .args(["serve", "--config"])
             .arg(cfg)
-            .args(["--listen", "127.0.0.1:0"])
+            .args(["--listen", listen])
             .env("FEDGATE_LOG", "info,rmcp=warn,rmcp::transport::worker=off")
             .envs(env.iter().copied())
             .stdout(Stdio::piped())

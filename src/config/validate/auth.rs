@@ -126,10 +126,10 @@ pub(super) fn validate_auth(
             roles_claim: j.roles_claim.unwrap_or_else(|| "roles".into()),
         }
     });
-    let cert_roles: Vec<(String, Vec<String>)> = raw
+    let cert_roles: Vec<(String, Vec<String>, bool)> = raw
         .client_certs
         .iter()
-        .map(|c| (c.subject.clone(), known(cx, &c.roles)))
+        .map(|c| (c.subject.clone(), known(cx, &c.roles), c.peer))
         .collect();
     let roles = Arc::new(roles);
     Authenticator {
@@ -140,7 +140,11 @@ pub(super) fn validate_auth(
         jwt,
         client_certs: cert_roles
             .into_iter()
-            .map(|(subject, r)| (subject, Arc::new(roles.access(&r))))
+            .map(|(subject, r, peer)| {
+                let access = roles.access(&r);
+                let access = if peer { access.as_peer() } else { access };
+                (subject, Arc::new(access))
+            })
             .collect(),
         roles,
         open: false,

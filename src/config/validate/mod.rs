@@ -269,10 +269,25 @@ pub(super) fn validate(
             None
         }
     });
+    if let Some(id) = &g.id
+        && !crate::config::flows::is_identifier(id.get_ref())
+    {
+        cx.err_at(
+            id.span().start,
+            format!(
+                "[gateway] id `{}`: use letters, digits, `_` and `-` (it travels in federated request paths)",
+                crate::names::shown(id.get_ref())
+            ),
+        );
+    }
     if !cx.errors.is_empty() {
         return Err(cx.errors);
     }
     let flows = flow_settings(file, raw.flows.unwrap_or_default(), &names, &separator);
+    let gateway_id = match &g.id {
+        Some(id) => id.get_ref().clone(),
+        None => format!("fedgate-{:08x}", rand::random::<u32>()),
+    };
     Ok(Snapshot {
         flows,
         tracing,
@@ -343,6 +358,8 @@ pub(super) fn validate(
             shutdown_grace: Duration::from_millis(
                 g.shutdown_grace_ms.unwrap_or(DEFAULT_SHUTDOWN_GRACE_MS),
             ),
+            id: gateway_id,
+            max_hops: g.max_hops.unwrap_or(crate::hops::DEFAULT_MAX_HOPS).max(1),
         },
         upstreams,
     })

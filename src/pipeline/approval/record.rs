@@ -88,5 +88,6 @@ pub fn plan_record(
         arguments: None,
         plan_id: Some(plan.id.clone()),
         approver,
+        on_behalf_of: None,
     }
 }

@@ -89,6 +89,12 @@ impl RoundTrip {
         call: Call,
         timeout: Duration,
     ) -> Result<ServerResult, CallError> {
+        let peer = call
+            .target
+            .as_ref()
+            .and_then(|t| t.upstream())
+            .is_some_and(|u| u.spec().peer)
+            .then(|| call.correlation_id.clone());
         let Call {
             op,
             meta,
@@ -100,7 +106,11 @@ impl RoundTrip {
         } = call;
         // Only calls that park or resume need it (a digest of the arguments).
         let bind = || binding(&identity.name, upstream, &op);
-        let meta = hop_meta(meta, conn.era, downstream.as_ref());
+        let meta = federated(
+            hop_meta(meta, conn.era, downstream.as_ref()),
+            peer,
+            &identity,
+        );
         let mut pending = match (conn.era, retry_of(&op)) {
             (DetectedEra::Handshake, Some((state, answers))) => {
                 let resumed = self.lot.resume(state, &bind(), answers)?.call;
@@ -290,6 +300,29 @@ async fn ask_caller(
         answers.insert(key.clone(), value);
     }
     Ok(answers)
+}
+
+/// A peer gets the hop path, the call's correlation id and a claim naming the original caller
+/// (a peer's own claim passes on; anyone else is named by this gateway); other upstreams get
+/// none of them.
+fn federated(
+    mut meta: RequestMetaObject,
+    peer: Option<String>,
+    identity: &crate::policy::identity::Identity,
+) -> RequestMetaObject {
+    use crate::hops::{CALLER_KEY, CORRELATION_KEY, META_PREFIX};
+    let Some(correlation_id) = peer else {
+        meta.retain(|k, _| !k.starts_with(META_PREFIX));
+        return meta;
+    };
+    meta.insert(
+        CORRELATION_KEY.into(),
+        serde_json::Value::String(correlation_id),
+    );
+    if !identity.access.is_peer() || !meta.contains_key(CALLER_KEY) {
+        meta.insert(CALLER_KEY.into(), serde_json::Value::String(identity.key()));
+    }
+    meta
 }
 
 /// The downstream `_meta` minus what belongs to the downstream hop only. A stateless-era

@@ -1,0 +1,468 @@
+//! Federation (F13) with three real fedgate processes on loopback and certificates made by
+//! `examples/federation/certs.sh`: A imports B's exported flows over mTLS, and B's flow calls a
+//! tool B imports from C. The configs are the example's, with the test's ports.
+
+mod common;
+
+use std::{path::Path, process::Command};
+
+use common::*;
+use serde_json::{Value, json};
+
+const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/federation");
+const ADMIN_TOKEN: &str = "admin-b-token-0123456789";
+
+struct Federation {
+    /// Certificates, configs, audit logs and B's run log.
+    dir: tempfile::TempDir,
+    c: Gateway,
+    b: Gateway,
+    a: Gateway,
+    c_listen: String,
+    b_listen: String,
+}
+
+fn read(name: &str) -> String {
+    std::fs::read_to_string(Path::new(EXAMPLE).join(name)).expect("example file")
+}
+
+/// The example's three gateways; `b_extra` is appended to B's config.
+fn start(b_extra: &str) -> Federation {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let out = Command::new(Path::new(EXAMPLE).join("certs.sh"))
+        .arg(d)
+        .output()
+        .expect("certs.sh");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::create_dir_all(d.join("flows-b")).expect("flows dir");
+    for f in ["report.toml", "wait.toml", "internal.toml"] {
+        std::fs::write(d.join("flows-b").join(f), read(&format!("flows-b/{f}"))).expect("flow");
+    }
+    std::fs::write(
+        d.join("state-b.key"),
+        "state-key-of-b-0123456789abcdef0123456789",
+    )
+    .expect("key");
+    std::fs::write(d.join("admin-b.token"), ADMIN_TOKEN).expect("token");
+    let (c_port, b_port) = (free_port(), free_port());
+    let (c_listen, b_listen) = (format!("127.0.0.1:{c_port}"), format!("127.0.0.1:{b_port}"));
+    let admin_port = free_port();
+    std::fs::write(d.join("c.toml"), read("c.toml")).expect("c");
+    std::fs::write(
+        d.join("b.toml"),
+        read("b.toml")
+            .replace("127.0.0.1:8963", &c_listen)
+            .replace("127.0.0.1:8962", &b_listen)
+            .replace("127.0.0.1:8972", &format!("127.0.0.1:{admin_port}"))
+            // `file:` references are read from the working directory, which run.sh sets.
+            .replace("file:", &format!("file:{}/", d.display()))
+            + b_extra,
+    )
+    .expect("b");
+    std::fs::write(
+        d.join("a.toml"),
+        read("a.toml").replace("127.0.0.1:8962", &b_listen),
+    )
+    .expect("a");
+    let keep = || tempfile::tempdir().expect("tempdir");
+    let c = Gateway::start_file_at(&d.join("c.toml"), keep(), &c_listen);
+    let b = Gateway::start_file_at(&d.join("b.toml"), keep(), &b_listen);
+    let a = Gateway::start_file(&d.join("a.toml"), keep());
+    Federation {
+        dir,
+        c,
+        b,
+        a,
+        c_listen,
+        b_listen,
+    }
+}
+
+impl Federation {
+    fn audit(&self, gw: &str) -> Vec<Value> {
+        std::fs::read_to_string(self.dir.path().join(format!("audit-{gw}.jsonl")))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    async fn admin_b(&self, method: &str, path: &str) -> (u16, Value) {
+        let url = format!(
+            "{}/admin/{path}",
+            self.b.admin.as_deref().expect("B's admin")
+        );
+        let r = reqwest::Client::new()
+            .request(method.parse().expect("method"), url)
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .expect("admin");
+        (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// A stateless-era `tools/list` to B with curl, presenting `cert` (a file stem in `dir`).
+    fn list_at_b(&self, cert: &str) -> (bool, String) {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "curl", "version": "0"},
+            "io.modelcontextprotocol/clientCapabilities": {}}}});
+        let out = Command::new("curl")
+            .current_dir(self.dir.path())
+            .args([
+                "-sS",
+                "--cacert",
+                "federation-ca.pem",
+                "--cert",
+                &format!("{cert}.pem"),
+            ])
+            .args(["--key", &format!("{cert}.key"), "-X", "POST"])
+            .arg(format!("https://{}/mcp", self.b_listen))
+            .args([
+                "-H",
+                "content-type: application/json",
+                "-H",
+                "accept: application/json, text/event-stream",
+            ])
+            .args([
+                "-H",
+                "mcp-protocol-version: 2026-07-28",
+                "-H",
+                "mcp-method: tools/list",
+            ])
+            .args(["--data", &body.to_string()])
+            .output()
+            .expect("curl");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    }
+}
+
+fn names(tools: &[rmcp::model::Tool]) -> Vec<String> {
+    tools.iter().map(|t| t.name.to_string()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_of_a_runs_bs_flow_through_c_under_one_correlation_id() {
+    let f = start("[[auth.client_certs]]\nsubject = \"gateway-b\"\nroles = []\npeer = true\n");
+    let client = connect_legacy(&f.a.url, TestClient::new()).await;
+    let tools = client.peer().list_all_tools().await.expect("A's tools");
+    let listed = names(&tools);
+    for name in [
+        "b.flows.report",
+        "b.flows.wait",
+        "b.c.demo.echo",
+        "b.demo.add",
+    ] {
+        assert!(listed.contains(&name.to_owned()), "{name} in {listed:?}");
+    }
+    // What B does not export does not exist for A: not listed, not callable by exact name.
+    for hidden in ["b.flows.internal", "b.demo.echo", "b.fedgate.approve"] {
+        assert!(
+            !listed.contains(&hidden.to_owned()),
+            "{hidden} in {listed:?}"
+        );
+    }
+    let refused = call(&client, "b.flows.internal", json!({})).await;
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("unknown tool `b.flows.internal`")),
+        "{refused:?}"
+    );
+    let report = tools
+        .iter()
+        .find(|t| t.name == "b.flows.report")
+        .expect("report");
+    assert_eq!(
+        report
+            .meta
+            .as_ref()
+            .and_then(|m| m.0.get("io.fedgate/imported_from")),
+        Some(&json!("b")),
+        "imported tools say where they came from"
+    );
+    assert!(
+        report.input_schema.get("required").is_some(),
+        "the flow keeps its input schema"
+    );
+
+    let r = call(&client, "b.flows.report", json!({"a": 2, "b": 3}))
+        .await
+        .expect("call");
+    assert_eq!(r.is_error, Some(false), "{r:?}");
+    assert_eq!(
+        r.structured_content,
+        Some(json!({"sum": 5.0, "echoed": "echo: sum 5.0"}))
+    );
+
+    // One call across three gateways: one correlation id in every audit log.
+    let at_a = f
+        .audit("a")
+        .into_iter()
+        .find(|r| r["name"] == "b.flows.report")
+        .expect("A's record");
+    let id = at_a["correlation_id"].as_str().expect("id").to_owned();
+    let at_b: Vec<Value> = f
+        .audit("b")
+        .into_iter()
+        .filter(|r| r["correlation_id"] == id.as_str())
+        .collect();
+    let flow = at_b
+        .iter()
+        .find(|r| r["name"] == "flows.report")
+        .expect("B's flow record");
+    assert_eq!(flow["identity"], "gateway-a", "{flow}");
+    assert_eq!(flow["on_behalf_of"], "anonymous:anonymous", "{flow}");
+    assert!(
+        at_b.iter().any(|r| r["name"] == "c.demo.echo"),
+        "B's node call: {at_b:?}"
+    );
+    let at_c = f
+        .audit("c")
+        .into_iter()
+        .find(|r| r["correlation_id"] == id.as_str())
+        .expect("C's record");
+    assert_eq!(at_c["name"], "demo.echo");
+    assert_eq!(at_c["identity"], "gateway-b");
+
+    // A known peer without an export grant sees nothing; a stranger's CA is refused.
+    let (ok, listed) = f.list_at_b("gateway-b");
+    assert!(ok && listed.contains("\"tools\":[]"), "{listed}");
+    let (ok, refused) = f.list_at_b("stranger");
+    assert!(
+        !ok,
+        "a certificate from an unknown CA gets no TLS session: {refused}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_loop_and_a_chain_longer_than_the_limit_are_refused_with_the_path() {
+    // B imports itself (its own certificate may list its demo tools): A -> B -> B is a loop.
+    let mut f = start(
+        "[[auth.client_certs]]\nsubject = \"gateway-b\"\nroles = [\"itself\"]\npeer = true\n\
+         [roles.itself]\ntools = [\"demo.*\"]\n",
+    );
+    let me = format!(
+        "\n[upstreams.self]\nkind = \"peer\"\nurl = \"https://{}/mcp\"\ntier = \"high\"\n\
+         tls = {{ ca = \"federation-ca.pem\", cert = \"gateway-b.pem\", key = \"gateway-b.key\" }}\n",
+        f.b_listen
+    );
+    let cfg = f.dir.path().join("b.toml");
+    let text = std::fs::read_to_string(&cfg)
+        .expect("b.toml")
+        .replace("tools = [\"flows.*\",", "tools = [\"self.*\", \"flows.*\",")
+        + &me;
+    std::fs::write(&cfg, text).expect("b.toml");
+    let (status, v) = f.admin_b("POST", "reload").await;
+    assert_eq!(status, 200, "{v}");
+    let client = connect_legacy(&f.a.url, TestClient::new()).await;
+    // B's list grows once it has connected to itself, then A's does: ask until A routes it.
+    let r = until_answered(&client, "b.self.demo.add", json!({"a": 1, "b": 1}), |t| {
+        t.contains("passed this gateway")
+    })
+    .await;
+    assert_eq!(r.is_error, Some(true), "{r:?}");
+    let text = first_text(&r);
+    assert!(
+        text.contains(
+            "the request already passed this gateway (`gw-b`): path gw-a -> gw-b -> gw-b"
+        ),
+        "{text}"
+    );
+    let plan = r
+        .meta
+        .as_ref()
+        .and_then(|m| m.0.get("io.fedgate/orchestrated_plan"))
+        .cloned();
+    assert_eq!(valid_plan(plan.expect("a plan"))["status"], "blocked");
+
+    // C allows two gateways on a path: A -> B -> C is one too many.
+    f.c.child.kill().expect("kill C");
+    f.c.child.wait().expect("reaped");
+    let c_cfg = f.dir.path().join("c.toml");
+    let text = std::fs::read_to_string(&c_cfg)
+        .expect("c.toml")
+        .replace("id = \"gw-c\"", "id = \"gw-c\"\nmax_hops = 2");
+    std::fs::write(&c_cfg, text).expect("c.toml");
+    f.c = Gateway::start_file_at(&c_cfg, tempfile::tempdir().expect("tempdir"), &f.c_listen);
+    let r = until_answered(&client, "b.flows.report", json!({"a": 1, "b": 1}), |t| {
+        t.contains("at most 2 gateways")
+    })
+    .await;
+    assert!(
+        serde_json::to_string(&r).unwrap_or_default().contains(
+            "a request may pass at most 2 gateways (the limit of `gw-c`): path gw-a -> gw-b -> gw-c"
+        ),
+        "{}",
+        first_text(&r)
+    );
+}
+
+/// Calls `tool` until its answer's text satisfies `done` (an upstream coming back), at most
+/// about twenty seconds.
+async fn until_answered(
+    client: &Client,
+    tool: &str,
+    args: Value,
+    done: impl Fn(&str) -> bool,
+) -> rmcp::model::CallToolResult {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        // A name not routed yet is a JSON-RPC error: ask again.
+        if let Ok(r) = call(client, tool, args.clone()).await
+            && (done(&serde_json::to_string(&r).unwrap_or_default())
+                || tokio::time::Instant::now() > deadline)
+        {
+            return r;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "`{tool}` never answered as expected"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn c_down_is_a_partial_result_and_c_back_recovers_without_restarting_a_or_b() {
+    let mut f = start("");
+    let client = connect_legacy(&f.a.url, TestClient::new()).await;
+    let ok = call(&client, "b.flows.report", json!({"a": 1, "b": 2}))
+        .await
+        .expect("call");
+    assert_eq!(ok.is_error, Some(false), "{ok:?}");
+    f.c.child.kill().expect("kill C");
+    f.c.child.wait().expect("reaped");
+    let r = until_answered(&client, "b.flows.report", json!({"a": 1, "b": 2}), |t| {
+        t.contains("partial")
+    })
+    .await;
+    let plan = valid_plan(r.structured_content.clone().expect("plan"));
+    assert_eq!(plan["status"], "partial", "{plan}");
+    let steps = plan["partial_results"].as_array().expect("steps");
+    assert_eq!(
+        steps
+            .iter()
+            .find(|s| s["step"] == "sum")
+            .map(|s| &s["status"]),
+        Some(&json!("ok"))
+    );
+    assert_eq!(
+        steps
+            .iter()
+            .find(|s| s["step"] == "echo")
+            .map(|s| &s["status"]),
+        Some(&json!("error"))
+    );
+    let (a_pid, b_pid) = (f.a.pid(), f.b.pid());
+    f.c = Gateway::start_file_at(
+        &f.dir.path().join("c.toml"),
+        tempfile::tempdir().expect("tempdir"),
+        &f.c_listen,
+    );
+    let r = until_answered(&client, "b.flows.report", json!({"a": 1, "b": 2}), |t| {
+        t.contains("\"isError\":false")
+    })
+    .await;
+    assert_eq!(
+        r.structured_content,
+        Some(json!({"sum": 3.0, "echoed": "echo: sum 3.0"})),
+        "{r:?}"
+    );
+    assert!(alive(a_pid) && alive(b_pid), "A and B kept running");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flow_exported_by_a_reload_of_b_appears_on_a_and_an_overlong_name_is_refused() {
+    let f = start("");
+    let client = TestClient::new();
+    let seen = client.seen.clone();
+    let client = connect_legacy(&f.a.url, client).await;
+    let before = *seen.tool_changes.lock();
+    let long_id = "x".repeat(64);
+    std::fs::write(
+        f.dir.path().join("flows-b/more.toml"),
+        "id = \"more\"\nexport = true\n[[nodes]]\nid = \"a\"\ntool = \"demo.add\"\nparams = { a = 1, b = 1 }\n",
+    )
+    .expect("flow");
+    std::fs::write(
+        f.dir.path().join("flows-b/long.toml"),
+        format!("id = \"{long_id}\"\nexport = true\n[[nodes]]\nid = \"a\"\ntool = \"demo.add\"\nparams = {{ a = 1, b = 1 }}\n"),
+    )
+    .expect("flow");
+    let (status, v) = f.admin_b("POST", "reload").await;
+    assert_eq!(status, 200, "{v}");
+    wait_for(&seen.tools_changed, "A's list changes", || {
+        *seen.tool_changes.lock() > before
+    })
+    .await;
+    let listed = names(&client.peer().list_all_tools().await.expect("list"));
+    assert!(listed.contains(&"b.flows.more".to_owned()), "{listed:?}");
+    let r = call(&client, "b.flows.more", json!({}))
+        .await
+        .expect("call");
+    assert_eq!(r.is_error, Some(false), "{r:?}");
+
+    // Under a longer peer name the long flow's name passes 128 characters: held back, said why.
+    let a_cfg = f.dir.path().join("a.toml");
+    let peer = "team_b_gateway_with_a_name_long_enough_to_break_the_limit_xx";
+    let text = std::fs::read_to_string(&a_cfg)
+        .expect("a.toml")
+        .replace("[upstreams.b]", &format!("[upstreams.{peer}]"));
+    std::fs::write(&a_cfg, text).expect("a.toml");
+    let a2 = Gateway::start_file(&a_cfg, tempfile::tempdir().expect("tempdir"));
+    let (_, ready) = a2.readyz().await;
+    let held = ready.to_string();
+    let name = format!("{peer}.flows.{long_id}");
+    assert!(
+        held.contains(&name)
+            && held.contains("characters long; MCP tool names are 1-128")
+            && held.contains("give the peer a shorter name"),
+        "{held}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_federated_flow_called_as_a_task_survives_a_restart_of_b() {
+    let mut f = start("");
+    let created = raw::raw_call(&f.a.url, "unused", "b.flows.wait", json!({"ms": 1500})).await;
+    assert_eq!(created["result"]["resultType"], "task", "{created}");
+    let handle = created["result"]["taskId"]
+        .as_str()
+        .expect("task id")
+        .to_owned();
+    // B restarts with the run in the middle of its wait (same port, state key and run log).
+    f.b.child.kill().expect("kill B");
+    f.b.child.wait().expect("reaped");
+    f.b = Gateway::start_file_at(
+        &f.dir.path().join("b.toml"),
+        tempfile::tempdir().expect("tempdir"),
+        &f.b_listen,
+    );
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    let done = loop {
+        let v = raw::task_get(&f.a.url, "unused", &handle).await;
+        let status = v["result"]["status"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if status == "completed" || tokio::time::Instant::now() > deadline {
+            break v;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(done["result"]["status"], "completed", "{done}");
+    assert_eq!(
+        done["result"]["result"]["structuredContent"],
+        json!({"done": "slept 1500"}),
+        "{done}"
+    );
+}
