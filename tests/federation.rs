@@ -466,3 +466,43 @@ async fn a_federated_flow_called_as_a_task_survives_a_restart_of_b() {
         "{done}"
     );
 }
+
+/// `examples/federation/run.sh` as a reader runs it: certificates, three gateways on the
+/// example's ports, and team B's flow called through A.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_example_script_starts_a_federation_that_answers() {
+    use std::{io::BufRead, os::unix::process::CommandExt};
+    let mut script = Command::new("bash")
+        .arg(Path::new(EXAMPLE).join("run.sh"))
+        .env("FEDGATE", FEDGATE)
+        .env("FEDGATE_LOG", "warn")
+        .process_group(0)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run.sh");
+    let stdout = script.stdout.take().expect("stdout");
+    let line = std::io::BufReader::new(stdout)
+        .lines()
+        .next()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    // The script and the three gateways it started share its process group.
+    let group = nix::unistd::Pid::from_raw(script.id() as i32);
+    let stop = || {
+        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGTERM);
+    };
+    if !line.starts_with("federation in ") {
+        stop();
+        panic!("run.sh did not start the federation: {line}");
+    }
+    let client = connect_legacy("http://127.0.0.1:8961/mcp", TestClient::new()).await;
+    let r = call(&client, "b.flows.report", json!({"a": 20, "b": 22})).await;
+    stop();
+    let _ = script.wait();
+    let r = r.expect("call");
+    assert_eq!(
+        r.structured_content,
+        Some(json!({"sum": 42.0, "echoed": "echo: sum 42.0"})),
+        "{r:?}"
+    );
+}

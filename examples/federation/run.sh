@@ -11,8 +11,16 @@ head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$dir/state-b.key"
 head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$dir/admin-b.token"
 cd "$dir"
 trap 'kill 0' EXIT
-"$fedgate" serve -c c.toml &
-"$fedgate" serve -c b.toml &
-"$fedgate" serve -c a.toml &
+# Each gateway prints one line once its upstreams are ready (or have failed): C, then B, then A.
+start() {
+  "$fedgate" serve -c "$1.toml" > "$1.out" 2> "$1.log" &
+  until grep -q "fedgate ready" "$1.out"; do
+    kill -0 $! 2>/dev/null || { echo "gateway $1 failed:" >&2; cat "$1.log" >&2; exit 1; }
+    sleep 0.2
+  done
+}
+start c
+start b
+start a
 echo "federation in $dir: A at http://127.0.0.1:8961/mcp (tools b.flows.report, b.flows.wait)"
 wait
