@@ -9,6 +9,7 @@ pub mod import;
 pub mod snapshot;
 pub mod tier;
 pub mod tls;
+pub use tls::{RawTls, RawUpstreamTls};
 mod validate;
 
 use std::{collections::BTreeMap, path::Path};
@@ -297,25 +298,6 @@ pub struct RawGateway {
     pub replay_bytes: Option<usize>,
     /// How long a session stream's events stay resumable, in milliseconds.
     pub replay_ms: Option<u64>,
-}
-
-/// `[gateway.tls]`: PEM files, relative to the config file.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawTls {
-    pub cert: String,
-    pub key: String,
-    /// CA whose client certificates are accepted; set = every client must present one.
-    pub client_ca: Option<String>,
-}
-
-/// `[upstreams.NAME] tls`
-#[derive(Debug, Deserialize, Clone)]
-#[serde(deny_unknown_fields)]
-pub struct RawUpstreamTls {
-    pub ca: String,
-    pub cert: Option<String>,
-    pub key: Option<String>,
 }
 
 /// `[upstreams.NAME]`. Which fields apply depends on `kind`; `validate` reports misplaced ones.

@@ -9,7 +9,26 @@ use rustls::{
     server::WebPkiClientVerifier,
 };
 
-use crate::config::RawTls;
+use serde::Deserialize;
+
+/// `[gateway.tls]`: PEM files, relative to the config file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTls {
+    pub cert: String,
+    pub key: String,
+    /// CA whose client certificates are accepted; set = every client must present one.
+    pub client_ca: Option<String>,
+}
+
+/// `[upstreams.NAME] tls`
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct RawUpstreamTls {
+    pub ca: String,
+    pub cert: Option<String>,
+    pub key: Option<String>,
+}
 
 /// Builds the rustls server config; paths are relative to `base` (the config file's folder).
 pub fn server_config(base: &Path, raw: &RawTls) -> Result<ServerConfig, String> {

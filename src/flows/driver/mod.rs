@@ -12,14 +12,21 @@ use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+mod ending;
+mod helpers;
+
+use ending::missing_message;
+pub use helpers::status_label;
+use helpers::{approval_outcome, backoff, node_of};
+
 use super::{
     Engine,
-    events::{Event, NodeStatus, Output, RunState, RunStatus, Stamped},
+    events::{Event, NodeStatus, Output, RunState, Stamped},
     log::RunRecord,
     node::{self, Attempt, NodeCall},
 };
 use crate::{
-    config::flows::{FlowDef, Idempotency, NodeDef, Retry},
+    config::flows::{FlowDef, Idempotency, NodeDef},
     policy::identity::Identity,
 };
 
@@ -560,160 +567,5 @@ impl Driver {
             .map_err(|e| e.to_string())?;
         self.run.engine.metrics.artifact(bytes);
         Ok(Output::Artifact { id, bytes })
-    }
-
-    /// The run's last event, once every node is final and nothing runs.
-    fn finish(&self) -> Option<Event> {
-        if self.running > 0
-            || !self.run.flow.nodes.iter().all(|n| {
-                self.state.node(&n.id).is_final()
-                    || self.state.cancel_requested && self.parked(&n.id)
-            })
-        {
-            return None;
-        }
-        if self.state.cancel_requested {
-            return Some(finished(RunStatus::Cancelled, None, None));
-        }
-        let count = |s: NodeStatus| {
-            self.run
-                .flow
-                .nodes
-                .iter()
-                .filter(|n| self.state.node(&n.id) == s)
-                .count()
-        };
-        let (failed, succeeded) = (count(NodeStatus::Failed), count(NodeStatus::Succeeded));
-        let mut outputs = Map::new();
-        for (name, t) in &self.run.flow.outputs {
-            match t.render(&self.scope) {
-                Ok(v) => {
-                    outputs.insert(name.clone(), v);
-                }
-                Err(m) => {
-                    let skipped = m
-                        .reference
-                        .split('.')
-                        .next()
-                        .is_some_and(|n| self.state.node(n) != NodeStatus::Succeeded);
-                    if skipped {
-                        outputs.insert(name.clone(), Value::Null);
-                    } else if failed == 0 {
-                        return Some(finished(
-                            RunStatus::Failed,
-                            None,
-                            Some(format!(
-                                "output `{name}`: {}",
-                                missing_message("outputs", &m.reference)
-                            )),
-                        ));
-                    }
-                }
-            }
-        }
-        let status = match (failed, succeeded) {
-            (0, _) => RunStatus::Succeeded,
-            (_, 0) => RunStatus::Failed,
-            _ => RunStatus::Partial,
-        };
-        let error =
-            (failed > 0).then(|| format!("{failed} of {} nodes failed", self.run.flow.nodes.len()));
-        Some(finished(status, Some(Value::Object(outputs)), error))
-    }
-
-    /// Nodes that wait for someone (approval, a decision): final enough for a cancelled run.
-    fn parked(&self, id: &str) -> bool {
-        matches!(
-            self.state.node(id),
-            NodeStatus::AwaitingApproval | NodeStatus::Blocked
-        )
-    }
-}
-
-fn finished(status: RunStatus, outputs: Option<Value>, error: Option<String>) -> Event {
-    Event::RunFinished {
-        status,
-        outputs,
-        error,
-    }
-}
-
-fn missing_message(node: &str, reference: &str) -> String {
-    let source = reference.split('.').next().unwrap_or_default();
-    format!(
-        "node `{node}`: `{{{{{reference}}}}}` has no value (no such path in {})",
-        if source == "inputs" {
-            "the inputs".to_owned()
-        } else {
-            format!("the output of node `{source}`")
-        }
-    )
-}
-
-/// `min(max, base·2ⁿ) + random(0, jitter)` after the n-th failed attempt (n from 1).
-fn backoff(r: Retry, attempts: u32) -> Duration {
-    let exp = r
-        .base_ms
-        .saturating_mul(1u64 << attempts.saturating_sub(1).min(30))
-        .min(r.max_ms);
-    let jitter = if r.jitter_ms == 0 {
-        0
-    } else {
-        rand::random::<u64>() % (r.jitter_ms + 1)
-    };
-    Duration::from_millis(exp + jitter)
-}
-
-/// A node status as a metric label.
-pub fn status_label(s: NodeStatus) -> &'static str {
-    match s {
-        NodeStatus::Pending => "pending",
-        NodeStatus::Ready => "ready",
-        NodeStatus::Running => "running",
-        NodeStatus::Retrying => "retrying",
-        NodeStatus::Succeeded => "succeeded",
-        NodeStatus::Failed => "failed",
-        NodeStatus::Skipped => "skipped",
-        NodeStatus::Cancelled => "cancelled",
-        NodeStatus::AwaitingApproval => "awaiting_approval",
-        NodeStatus::Blocked => "blocked",
-    }
-}
-
-/// The node an event is about.
-fn node_of(e: &Event) -> Option<&str> {
-    match e {
-        Event::NodeReady { node }
-        | Event::NodeRunning { node, .. }
-        | Event::NodeSucceeded { node, .. }
-        | Event::NodeFailed { node, .. }
-        | Event::NodeRetrying { node, .. }
-        | Event::NodeSkipped { node, .. }
-        | Event::NodeCancelled { node }
-        | Event::NodeAwaitingApproval { node, .. }
-        | Event::NodeBlocked { node, .. }
-        | Event::NodeReset { node } => Some(node),
-        Event::CancelRequested | Event::RunFinished { .. } | Event::RunReopened => None,
-    }
-}
-
-/// What became of an approval plan, as the node's attempt.
-fn approval_outcome(event: crate::policy::plan_events::PlanEvent) -> Attempt {
-    use crate::policy::plan_events::PlanEvent;
-    let failed = |error: String| Attempt::Failed {
-        error,
-        plan: None,
-        transient: false,
-    };
-    match event {
-        PlanEvent::Ran { result: Ok(v), .. } => {
-            match serde_json::from_value::<rmcp::model::CallToolResult>(v) {
-                Ok(r) => node::from_result(r),
-                Err(e) => failed(format!("unreadable answer of the approved call: {e}")),
-            }
-        }
-        PlanEvent::Ran { result: Err(e), .. } => failed(e),
-        PlanEvent::Denied { by, .. } => failed(format!("the approval was denied by {by}")),
-        PlanEvent::Expired { .. } => failed("the approval expired before anyone decided".into()),
     }
 }
