@@ -52,6 +52,18 @@ impl From<serde_json::Error> for LogError {
     }
 }
 
+/// Runs a run-log operation on a blocking thread (the log's calls block).
+pub async fn blocking<T, F>(f: F) -> Result<T, String>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T, LogError> + Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())
+}
+
 /// What the engine needs of a run log.
 pub trait RunLog: Send + Sync + std::fmt::Debug {
     /// Records a new run (durably, before its caller hears of it).

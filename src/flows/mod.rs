@@ -323,12 +323,8 @@ impl Engine {
             created_ms: chrono::Utc::now().timestamp_millis(),
             replay_of,
         };
-        let log = self.log.clone();
-        let rec = record.clone();
-        tokio::task::spawn_blocking(move || log.create(&rec))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())?;
+        let (log, rec) = (self.log.clone(), record.clone());
+        log::blocking(move || log.create(&rec)).await?;
         Ok(record)
     }
 
@@ -397,9 +393,8 @@ impl Engine {
     /// stays as it is, reported.
     pub async fn resume_all(self: &Arc<Self>) {
         let log = self.log.clone();
-        let ids = match tokio::task::spawn_blocking(move || log.unfinished()).await {
-            Ok(Ok(ids)) => ids,
-            Ok(Err(e)) => return tracing::warn!("cannot read unfinished flow runs: {e}"),
+        let ids = match log::blocking(move || log.unfinished()).await {
+            Ok(ids) => ids,
             Err(e) => return tracing::warn!("cannot read unfinished flow runs: {e}"),
         };
         for id in ids {
@@ -486,14 +481,31 @@ impl Engine {
             outputs: None,
             error: None,
         });
+        self.append(run_id, batch).await
+    }
+
+    /// Appends events to a run nothing drives (a cancellation, a rerun), stamped now.
+    pub(crate) async fn append(
+        &self,
+        run_id: &str,
+        batch: Vec<events::Event>,
+    ) -> Result<(), String> {
         let (log, id) = (self.log.clone(), run_id.to_owned());
-        tokio::task::spawn_blocking(move || {
-            log.append(&id, chrono::Utc::now().timestamp_millis(), &batch)
-        })
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
-        Ok(())
+        log::blocking(move || log.append(&id, chrono::Utc::now().timestamp_millis(), &batch))
+            .await
+            .map(|_| ())
+    }
+
+    /// A recorded output's value, an artifact read back (`None`: no output, or unreadable).
+    pub(crate) async fn output_value(&self, o: Option<&events::Output>) -> Option<Value> {
+        match o? {
+            events::Output::Inline(v) => Some(v.clone()),
+            events::Output::Artifact { id, .. } => {
+                let (log, id) = (self.log.clone(), id.clone());
+                let body = log::blocking(move || log.artifact(&id)).await.ok()??;
+                serde_json::from_slice(&body).ok()
+            }
+        }
     }
 
     /// The identity a stored caller has under the config of the moment.

@@ -17,7 +17,7 @@ use tokio::sync::oneshot;
 
 use super::{
     Drive, Engine,
-    events::{Event, NodeStatus, Output, RunState},
+    events::{Event, NodeStatus, RunState},
 };
 use crate::config::flows::check::downstream_of;
 
@@ -78,9 +78,9 @@ impl Engine {
         for n in &flow.nodes {
             let (a, b) = (recorded.node(&n.id), replayed.node(&n.id));
             let (ra, rb) = (
-                self.output(recorded.nodes.get(&n.id).and_then(|s| s.output.as_ref()))
+                self.output_value(recorded.nodes.get(&n.id).and_then(|s| s.output.as_ref()))
                     .await,
-                self.output(replayed.nodes.get(&n.id).and_then(|s| s.output.as_ref()))
+                self.output_value(replayed.nodes.get(&n.id).and_then(|s| s.output.as_ref()))
                     .await,
             );
             if a != b || ra != rb {
@@ -99,21 +99,6 @@ impl Engine {
             nodes: flow.nodes.len(),
             divergences,
         })
-    }
-
-    /// A recorded output's value (an artifact read back).
-    async fn output(&self, o: Option<&Output>) -> Option<Value> {
-        match o? {
-            Output::Inline(v) => Some(v.clone()),
-            Output::Artifact { id, .. } => {
-                let (log, id) = (self.log.clone(), id.clone());
-                let body = tokio::task::spawn_blocking(move || log.artifact(&id))
-                    .await
-                    .ok()?
-                    .ok()??;
-                serde_json::from_slice(&body).ok()
-            }
-        }
     }
 
     /// Re-runs `node` of a finished run and everything downstream of it.
@@ -147,13 +132,7 @@ impl Engine {
                 .filter(|n| again.contains(&n.id))
                 .map(|n| Event::NodeReset { node: n.id.clone() }),
         );
-        let (log, id) = (self.log.clone(), run_id.to_owned());
-        tokio::task::spawn_blocking(move || {
-            log.append(&id, chrono::Utc::now().timestamp_millis(), &batch)
-        })
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
+        self.append(run_id, batch).await?;
         self.resume(run_id).await
     }
 }

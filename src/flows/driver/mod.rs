@@ -102,7 +102,7 @@ pub async fn drive(
         staged: Vec::new(),
         scope: Value::Null,
     };
-    d.load_outputs().await?;
+    d.load_outputs().await;
     d.rebuild_scope();
     d.recover();
     loop {
@@ -178,13 +178,11 @@ impl Driver {
         let run_id = self.run.record.run_id.clone();
         let took = self.run.engine.metrics.log_append.clone();
         let at_ms = chrono::Utc::now().timestamp_millis();
-        let stamped = tokio::task::spawn_blocking(move || {
+        let stamped = super::log::blocking(move || {
             let _timer = took.start_timer();
             log.append(&run_id, at_ms, &batch)
         })
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
+        .await?;
         for s in &stamped {
             self.state.seq = s.seq;
             self.observe(&s.event);
@@ -246,25 +244,14 @@ impl Driver {
     }
 
     /// Outputs of nodes that succeeded before (a resumed run), artifacts read back.
-    async fn load_outputs(&mut self) -> Result<(), String> {
+    async fn load_outputs(&mut self) {
         for (id, n) in &self.state.nodes {
-            let value = match &n.output {
-                Some(Output::Inline(v)) if n.status == NodeStatus::Succeeded => v.clone(),
-                Some(Output::Artifact { id: art, .. }) if n.status == NodeStatus::Succeeded => {
-                    let log = self.run.engine.log.clone();
-                    let art = art.clone();
-                    let body = tokio::task::spawn_blocking(move || log.artifact(&art))
-                        .await
-                        .map_err(|e| e.to_string())?
-                        .map_err(|e| e.to_string())?
-                        .unwrap_or_default();
-                    serde_json::from_slice(&body).unwrap_or(Value::Null)
-                }
-                _ => continue,
-            };
-            self.outputs.insert(id.clone(), value);
+            if n.status == NodeStatus::Succeeded {
+                let value = self.run.engine.output_value(n.output.as_ref()).await;
+                self.outputs
+                    .insert(id.clone(), value.unwrap_or(Value::Null));
+            }
         }
-        Ok(())
     }
 
     /// A resumed run: nodes that were RUNNING or RETRYING when the gateway stopped are
@@ -561,10 +548,7 @@ impl Driver {
             self.run.record.run_id.clone(),
             id.clone(),
         );
-        tokio::task::spawn_blocking(move || log.put_artifact(&run_id, &art, &body))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())?;
+        super::log::blocking(move || log.put_artifact(&run_id, &art, &body)).await?;
         self.run.engine.metrics.artifact(bytes);
         Ok(Output::Artifact { id, bytes })
     }
