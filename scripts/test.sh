@@ -4,11 +4,19 @@
 # - tests/node (pinned by its package-lock.json): the official conformance suite,
 #   server-everything, the TypeScript SDK (handshake-era `@modelcontextprotocol/sdk`,
 #   stateless-era `@modelcontextprotocol/client`) and Node 22 to run them;
-# - tests/clients/python/.venv: the official Python SDK (`mcp`, pinned in requirements.txt).
+# - tests/clients/python/.venv: the official Python SDK (`mcp`, pinned in requirements.txt);
+# - Debian's chromium and chromium-driver, which the console test drives headless.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v npm >/dev/null || { echo "scripts/test.sh: npm is required (Node.js 20+)" >&2; exit 1; }
 command -v python3 >/dev/null || { echo "scripts/test.sh: python3 (3.10+) is required" >&2; exit 1; }
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+    sudo=""
+    [ "$(id -u)" = 0 ] || sudo="sudo"
+    command -v apt-get >/dev/null || { echo "scripts/test.sh: install chromium and chromedriver (the console test drives them)" >&2; exit 1; }
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
 npm ci --prefix tests/node --no-audit --no-fund --loglevel=error
 venv=tests/clients/python/.venv
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"

@@ -76,6 +76,8 @@ pub struct RawAdmin {
     pub listen: Option<String>,
     /// Bearer token reference (`env:NAME` or `file:PATH`) required on every admin request.
     pub token: String,
+    /// Serve the operator console at `/console` (default true).
+    pub console: Option<bool>,
 }
 
 /// `[credentials.NAME]`: exactly one of `source` and `oauth`.

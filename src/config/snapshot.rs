@@ -83,6 +83,8 @@ pub struct FlowSettings {
 pub struct AdminSettings {
     pub listen: SocketAddr,
     pub token: secret::Secret,
+    /// `/console` and the call feed behind it.
+    pub console: bool,
 }
 
 /// `[gateway]` after validation.

@@ -62,6 +62,22 @@ pub(super) fn wrapping(call: &Call, target: Option<&Target>, default: Mode) -> W
     w
 }
 
+/// The status of the envelope an answer carries, if any (for the console's call feed).
+pub(super) fn status_of(result: &Result<ServerResult, CallError>) -> Option<String> {
+    match result {
+        Ok(ServerResult::CallToolResult(r)) => r
+            .meta
+            .as_ref()?
+            .0
+            .get(META_KEY)?
+            .get("status")?
+            .as_str()
+            .map(str::to_owned),
+        Err(CallError::Planned { plan, .. }) => Some(plan.status.as_str().to_owned()),
+        _ => None,
+    }
+}
+
 /// Adds the envelope to one answer.
 pub(super) fn wrap(
     result: Result<ServerResult, CallError>,

@@ -247,6 +247,8 @@ pub struct Parts {
     pub input_wait: Duration,
     pub max_parked_calls: usize,
     pub audit: Option<Audit>,
+    /// The operator console's call feed.
+    pub feed: Option<crate::telemetry::call_feed::CallFeed>,
     /// The gateway's own tools (their definitions are in the pool's catalog).
     pub own: OwnTools,
     /// Plans waiting for approval.
@@ -306,6 +308,7 @@ pub fn build(parts: Parts) -> CallStack {
             pool: parts.pool,
             own: parts.own,
             audit: parts.audit,
+            feed: parts.feed,
             metrics: parts.metrics,
             envelope: parts.envelope,
         }))

@@ -20,6 +20,7 @@ use crate::{
     names::shown,
     telemetry::{
         audit::{Audit, Record, hash_arguments},
+        call_feed::{CallFeed, Finished},
         metrics::Metrics,
         traces::{self, KeyValue, SpanKind, Status},
     },
@@ -33,6 +34,8 @@ pub struct Observe {
     pub pool: Arc<Pool>,
     pub own: OwnTools,
     pub audit: Option<Audit>,
+    /// The operator console's call feed (when the console is on).
+    pub feed: Option<CallFeed>,
     pub metrics: Arc<Metrics>,
     /// The envelope mode of calls without an upstream.
     pub envelope: Mode,
@@ -71,7 +74,9 @@ impl Step for Observe {
                 .unwrap_or("_unknown")
                 .to_owned(),
         };
-        let base = self.audit.as_ref().map(|audit| Record {
+        let recorded = self.audit.is_some() || self.feed.is_some();
+        let full_arguments = self.audit.as_ref().is_some_and(|a| a.full_arguments);
+        let base = recorded.then(|| Record {
             time: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             identity: call.identity.name.clone(),
             identity_kind: call.identity.kind.as_str(),
@@ -84,7 +89,7 @@ impl Step for Observe {
             latency_ms: 0.0,
             correlation_id: call.correlation_id.clone(),
             arguments_sha256: args.as_ref().map(hash_arguments),
-            arguments: args.filter(|_| audit.full_arguments),
+            arguments: args.filter(|_| full_arguments),
             plan_id: None,
             approver: None,
             on_behalf_of: call
@@ -95,6 +100,7 @@ impl Step for Observe {
                 .flatten(),
         });
         let audit = self.audit.clone();
+        let feed = self.feed.clone();
         let metrics = self.metrics.clone();
         let wrapping = envelope::wrapping(&call, routed.as_ref().ok(), self.envelope);
         let fut = match routed {
@@ -147,7 +153,7 @@ impl Step for Observe {
                     span.set_status(Status::error(outcome));
                 }
                 span.end();
-                if let (Some(audit), Some(mut r)) = (audit, base) {
+                let record = base.map(|mut r| {
                     r.latency_ms = elapsed.as_secs_f64() * 1000.0;
                     r.outcome = outcome;
                     if let Err(e) = &result {
@@ -162,9 +168,34 @@ impl Step for Observe {
                             r.plan_id = Some(plan.id.clone());
                         }
                     }
-                    audit.record(r);
+                    r
+                });
+                let wrapped = envelope::wrap(result, &wrapping, &metrics);
+                // The audit log gets its own copy only when the feed also wants the record.
+                let record = match (&audit, record) {
+                    (Some(a), Some(r)) if feed.is_some() => {
+                        a.record(r.clone());
+                        Some(r)
+                    }
+                    (Some(a), Some(r)) => {
+                        a.record(r);
+                        None
+                    }
+                    (_, r) => r,
+                };
+                if let (Some(feed), Some(r)) = (feed, record) {
+                    feed.push(
+                        r,
+                        Finished {
+                            upstream_label,
+                            tool_label: &tool_label,
+                            latency_s: elapsed.as_secs_f64(),
+                            envelope: envelope::status_of(&wrapped),
+                            traced: cx.span().span_context().is_valid(),
+                        },
+                    );
                 }
-                envelope::wrap(result, &wrapping, &metrics)
+                wrapped
             }
             .instrument(log_span),
         )

@@ -87,6 +87,7 @@ fn core(extra: &str) -> Gateway {
         input_wait: snapshot.gateway.input_wait,
         max_parked_calls: 1,
         audit: None,
+        feed: None,
         own,
         gateway_id: snapshot.gateway.id.as_str().into(),
         max_hops: snapshot.gateway.max_hops,

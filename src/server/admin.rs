@@ -43,6 +43,8 @@ struct Admin {
     token: Arc<str>,
     /// Plan decisions are audited like the calls they decide.
     audit: Option<Audit>,
+    /// Ends the console's live streams.
+    shutdown: CancellationToken,
 }
 
 /// Serves the admin API until `shutdown` is cancelled.
@@ -67,6 +69,7 @@ pub async fn serve(
         reloader,
         token,
         audit,
+        shutdown: shutdown.clone(),
     };
     loop {
         let (stream, _) = tokio::select! {
@@ -83,7 +86,11 @@ pub async fn serve(
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
                 let admin = admin.clone();
-                async move { Ok::<_, Infallible>(admin.route(req).await) }
+                async move {
+                    let mut resp = admin.route(req).await;
+                    super::console::harden(resp.headers_mut());
+                    Ok::<_, Infallible>(resp)
+                }
             });
             let _ = auto::Builder::new(TokioExecutor::new())
                 .serve_connection(TokioIo::new(stream), svc)
@@ -114,6 +121,11 @@ impl Admin {
     }
 
     async fn route(self, req: Request<Incoming>) -> Response<Body> {
+        if self.core.feed.is_some()
+            && let Some(page) = super::console::asset(req.method(), req.uri().path())
+        {
+            return page;
+        }
         if !self.authorized(&req) {
             let mut r = json(
                 StatusCode::UNAUTHORIZED,
@@ -128,6 +140,16 @@ impl Admin {
         let method = req.method().clone();
         let path = req.uri().path().to_owned();
         let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let query = req.uri().query().unwrap_or("");
+        if let Some(r) = super::console::route(
+            self.core.feed.as_ref(),
+            &method,
+            &parts,
+            query,
+            &self.shutdown,
+        ) {
+            return r;
+        }
         if parts.starts_with(&["admin", "flows"]) {
             return super::admin_flows::route(&self.core, &method, &parts, req)
                 .await
@@ -217,7 +239,8 @@ impl Admin {
                     "GET /admin/upstreams", "POST /admin/upstreams/NAME/breaker/reset",
                     "GET /admin/pins", "POST /admin/pins/accept", "GET /admin/config",
                     "GET /admin/plans", "POST /admin/plans/ID/approve", "POST /admin/plans/ID/deny",
-                    "POST /admin/reload", "GET /metrics", "GET /admin/flows (and below)"]}),
+                    "POST /admin/reload", "GET /metrics", "GET /admin/flows (and below)",
+                    "GET /admin/calls (and below)", "GET /admin/latency", "GET /console"]}),
             ),
         }
     }

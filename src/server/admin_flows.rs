@@ -56,9 +56,15 @@ pub(super) async fn route(
         }
         (&Method::GET, ["runs", id]) => {
             let wait = Duration::from_millis(number("wait_ms").unwrap_or(0)).min(MAX_WAIT);
-            result(engine.wait_finished(id, wait).await.map(
-                |(record, events, state)| json!({"run": record, "state": state, "events": events}),
-            ))
+            result(
+                engine
+                    .wait_finished(id, wait)
+                    .await
+                    .map(|(record, events, state)| {
+                        let graph = graph(&engine, &record.flow);
+                        json!({"run": record, "state": state, "events": events, "graph": graph})
+                    }),
+            )
         }
         (&Method::POST, [flow, "runs"]) => {
             let inputs = match body(req).await {
@@ -165,4 +171,18 @@ async fn list_runs(engine: &Engine, limit: usize) -> Result<Value, String> {
             })
             .collect(),
     ))
+}
+
+/// The nodes of flow `id` and the edges between them, as the console draws a run (the current
+/// definition; `null` when the flow no longer loads).
+fn graph(engine: &Engine, id: &str) -> Value {
+    let Some(flow) = engine.flow(id) else {
+        return Value::Null;
+    };
+    let nodes: Vec<Value> = flow
+        .nodes
+        .iter()
+        .map(|n| json!({"id": n.id, "tool": n.tool, "depends_on": n.depends_on}))
+        .collect();
+    json!({"nodes": nodes})
 }

@@ -20,7 +20,7 @@ use crate::{
     },
     router::cursor::Cursors,
     tasks::TaskHandles,
-    telemetry::{audit::Audit, metrics::Metrics},
+    telemetry::{audit::Audit, call_feed::CallFeed, metrics::Metrics},
     upstream::{pool::Pool, reload::Applied},
 };
 
@@ -49,6 +49,8 @@ pub struct Core {
     fixed_tools: Vec<Arc<dyn crate::pipeline::OwnTool>>,
     /// Plans waiting for approval (bound at start, like the rest of `[gateway]`).
     pub plans: Arc<Plans>,
+    /// Finished calls for the operator console (when `[admin]` serves it; bound at start).
+    pub feed: Option<CallFeed>,
     envelope: Mode,
     /// `[gateway] id` and `max_hops`.
     gateway_id: Arc<str>,
@@ -130,6 +132,11 @@ impl Core {
             input_wait: snapshot.gateway.input_wait,
             max_parked_calls: snapshot.gateway.max_parked_calls,
             plans,
+            feed: snapshot
+                .admin
+                .as_ref()
+                .is_some_and(|a| a.console)
+                .then(CallFeed::default),
             envelope: snapshot.gateway.envelope,
             gateway_id: snapshot.gateway.id.as_str().into(),
             max_hops: snapshot.gateway.max_hops,
@@ -168,6 +175,7 @@ impl Core {
             input_wait: self.input_wait,
             max_parked_calls: self.max_parked_calls,
             audit,
+            feed: self.feed.clone(),
             own: self.own.clone(),
             plans: self.plans.clone(),
             envelope: self.envelope,

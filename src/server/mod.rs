@@ -3,6 +3,7 @@
 pub mod admin;
 mod admin_flows;
 mod body;
+mod console;
 pub mod core;
 mod health;
 pub mod http;

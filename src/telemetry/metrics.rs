@@ -8,7 +8,7 @@ use prometheus::{
 };
 
 /// Latency buckets (seconds): sub-millisecond to a minute.
-const DURATION_BUCKETS: &[f64] = &[
+pub(crate) const DURATION_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
     60.0,
 ];

@@ -2,6 +2,7 @@
 
 pub mod audit;
 pub mod benign;
+pub mod call_feed;
 pub mod flow_metrics;
 pub mod metrics;
 pub mod traces;

@@ -21,6 +21,7 @@ use rmcp::{
 };
 use tokio::sync::Notify;
 
+pub mod browser;
 pub mod raw;
 
 /// Every reqwest client of a test process (rmcp's included) uses rustls with ring, as fedgate

@@ -179,7 +179,11 @@ pub(super) fn validate(
             }
         };
         match secret::resolve(&a.token) {
-            Ok(token) if !token.expose().is_empty() => Some(AdminSettings { listen, token }),
+            Ok(token) if !token.expose().is_empty() => Some(AdminSettings {
+                listen,
+                token,
+                console: a.console.unwrap_or(true),
+            }),
             Ok(_) => {
                 cx.err_at(at, "[admin] token is empty".into());
                 None
