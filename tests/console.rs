@@ -37,7 +37,8 @@ params = { text = "relayed {{say.output}}" }
 relayed = "{{relay.output}}"
 "#;
 
-fn gateway() -> Gateway {
+/// The console's gateway; `extra` goes at the top of its config.
+fn gateway(extra: &str) -> Gateway {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::create_dir_all(dir.path().join("flows")).expect("flows dir");
     std::fs::write(dir.path().join("flows/relay.toml"), FLOW).expect("flow file");
@@ -48,7 +49,7 @@ fn gateway() -> Gateway {
     std::fs::write(
         &cfg,
         format!(
-            "[gateway]\nseparator = \".\"\ntiers_dir = {TIERS:?}\n\n[flows]\ndir = \"flows\"\ndb = \"runs.db\"\n\n\
+            "{extra}\n[gateway]\nseparator = \".\"\ntiers_dir = {TIERS:?}\n\n[flows]\ndir = \"flows\"\ndb = \"runs.db\"\n\n\
              [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"file:{}\"\n\n\
              [auth]\nanonymous = true\nanonymous_roles = [\"all\"]\n\n[roles.all]\ntools = [\"*\"]\n\
              [roles.reviewer]\ntools = [\"fedgate.approve\"]\n\n{}{}\
@@ -77,7 +78,7 @@ async fn admin_get(gw: &Gateway, path: &str, token: &str) -> reqwest::Response {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_console_in_a_real_browser() {
-    let gw = gateway();
+    let gw = gateway("");
     let admin = gw.admin.clone().expect("admin listener");
     let browser = Browser::start().await;
     browser.goto(&format!("{admin}/console")).await;
@@ -315,7 +316,7 @@ async fn the_console_in_a_real_browser() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn without_the_token_nothing_answers_and_the_page_is_locked_down() {
-    let gw = gateway();
+    let gw = gateway("");
     let client = connect_legacy(&gw.url, TestClient::new()).await;
     call(&client, "demo.echo", json!({"text": "secret-ish"}))
         .await
@@ -429,6 +430,10 @@ async fn without_the_token_nothing_answers_and_the_page_is_locked_down() {
         .filter_map(|c| c["name"].as_str())
         .collect();
     assert_eq!(names, ["notes.echo"]);
+    assert!(
+        calls["calls"][0].get("trace_id").is_none(),
+        "no trace id without tracing"
+    );
     let latency: Value = admin_get(&gw, "/admin/latency", ADMIN_TOKEN)
         .await
         .json()
@@ -442,4 +447,27 @@ async fn without_the_token_nothing_answers_and_the_page_is_locked_down() {
         .unwrap_or_else(|| panic!("demo.echo in {latency}"));
     assert_eq!(demo["total"]["calls"], 1);
     assert!(demo["total"]["p50_ms"].as_f64().is_some_and(|p| p > 0.0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_tracing_on_a_call_shows_its_trace_id() {
+    // Nothing listens on port 9: spans are made (and their export fails quietly).
+    let gw = gateway("[tracing]\notlp_endpoint = \"http://127.0.0.1:9\"\n");
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    call(&client, "demo.echo", json!({"text": "traced"}))
+        .await
+        .expect("echo");
+    let calls: Value = admin_get(&gw, "/admin/calls", ADMIN_TOKEN)
+        .await
+        .json()
+        .await
+        .expect("calls");
+    let c = &calls["calls"][0];
+    let trace = c["trace_id"].as_str().unwrap_or_else(|| panic!("{c}"));
+    assert_eq!(trace.len(), 32, "{trace}");
+    assert!(trace.bytes().all(|b| b.is_ascii_hexdigit()) && trace != "0".repeat(32));
+    assert_eq!(
+        c["correlation_id"], c["trace_id"],
+        "the trace id is the correlation id"
+    );
 }
