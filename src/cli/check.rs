@@ -29,6 +29,10 @@ pub fn check(file: &Path) -> Result<ExitCode, String> {
                 file.display(),
                 snapshot.upstreams.len()
             );
+            // Which state holds across replicas, and which stays in this process.
+            for line in snapshot.cluster.describe() {
+                println!("  {line}");
+            }
             Ok(ExitCode::SUCCESS)
         }
         Err(diags) => {

@@ -3,6 +3,7 @@
 //! Raw types reject unknown fields; `validate` turns them into a [`Snapshot`] whose runtime types
 //! rule out bad values, reporting every problem at once with `file:line`.
 
+pub mod cluster;
 pub mod defaults;
 pub mod flows;
 pub mod import;
@@ -51,6 +52,8 @@ pub struct RawConfig {
     pub credentials: BTreeMap<String, Spanned<RawCredential>>,
     /// Flows (F12): where their files and their run log are.
     pub flows: Option<flows::RawFlows>,
+    /// Shared stores for several replicas (F16).
+    pub cluster: Option<Spanned<cluster::RawCluster>>,
 }
 
 /// `[tracing]`

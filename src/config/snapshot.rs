@@ -63,6 +63,8 @@ pub struct Snapshot {
     /// The trust tier folder (watched for changes, like the config file).
     pub tiers_dir: std::path::PathBuf,
     pub flows: FlowSettings,
+    /// `[cluster]`: the shared stores (none: everything per process).
+    pub cluster: super::cluster::ClusterSettings,
 }
 
 /// `[flows]`, resolved against the config file's folder, and the flows that loaded.

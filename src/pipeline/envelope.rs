@@ -288,7 +288,7 @@ pub fn plan_for(e: &CallError, correlation_id: &str) -> Plan {
             "upstream `{upstream}` is {}: its tools are back once it is ready; retry later",
             format!("{phase:?}").to_lowercase()
         ))),
-        CallError::Busy { .. } => base(Status::Blocked)
+        CallError::Busy { .. } | CallError::StoreUnavailable { .. } => base(Status::Blocked)
             .error(PlanError::new(code, msg.clone(), true).hint("retry in a moment")),
         CallError::Plan(r) => {
             let (status, recoverable, hint) = match r {

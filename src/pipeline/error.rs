@@ -83,6 +83,9 @@ pub enum CallError {
     },
     #[error("rate limited by {rule}; retry in {} ms", retry_after.as_millis())]
     RateLimited { rule: String, retry_after: Duration },
+    /// `[cluster] fail = "closed"` and the shared store did not answer.
+    #[error("the shared store for {feature} does not answer; retry in a moment")]
+    StoreUnavailable { feature: &'static str },
     #[error("tool `{tool}` writes, and trust tier `{tier}` refuses it: {}", refusal_text(*refusal))]
     TierRefused {
         tool: String,
@@ -168,9 +171,10 @@ impl Classify for CallError {
             | CallError::Plan(_)
             | CallError::Cancelled => Side::Downstream,
             CallError::Planned { cause, .. } => cause.side(),
-            CallError::BreakerOpen { .. } | CallError::Busy { .. } | CallError::Internal { .. } => {
-                Side::Internal
-            }
+            CallError::BreakerOpen { .. }
+            | CallError::Busy { .. }
+            | CallError::StoreUnavailable { .. }
+            | CallError::Internal { .. } => Side::Internal,
             CallError::ResponseTooLarge { .. } => Side::Upstream,
             CallError::UpstreamUnavailable { .. }
             | CallError::UpstreamTimeout { .. }
@@ -206,6 +210,7 @@ impl Classify for CallError {
             CallError::ResponseTooLarge { .. } => "response_too_large",
             CallError::BreakerOpen { .. } => "breaker_open",
             CallError::RateLimited { .. } => "rate_limited",
+            CallError::StoreUnavailable { .. } => "store_unavailable",
             CallError::TierRefused { refusal, .. } => refusal.code(),
             CallError::InvalidArguments { .. } => "invalid_arguments",
             CallError::ApprovalRequired { .. } => "approval_required",
@@ -347,6 +352,10 @@ impl CallError {
                     "retry_after_ms": retry_in.as_millis() as u64,
                 })),
             ),
+            CallError::StoreUnavailable { .. } => McpError::internal_error(
+                msg,
+                Some(json!({"reason": "store_unavailable", "retry_after_ms": 1000})),
+            ),
             CallError::RateLimited { rule, retry_after } => McpError::invalid_request(
                 msg,
                 Some(json!({
@@ -416,6 +425,7 @@ impl CallError {
                 | CallError::Hop(_)
                 | CallError::BreakerOpen { .. }
                 | CallError::RateLimited { .. }
+                | CallError::StoreUnavailable { .. }
                 | CallError::TierRefused { .. }
                 | CallError::InvalidArguments { .. }
                 | CallError::ApprovalRequired { .. }

@@ -247,6 +247,8 @@ pub struct Parts {
     pub input_wait: Duration,
     pub max_parked_calls: usize,
     pub audit: Option<Audit>,
+    /// The shared stores (`[cluster]`).
+    pub cluster: crate::cluster::Cluster,
     /// The operator console's call feed.
     pub feed: Option<crate::telemetry::call_feed::CallFeed>,
     /// The gateway's own tools (their definitions are in the pool's catalog).
@@ -297,6 +299,7 @@ pub fn build(parts: Parts) -> CallStack {
         .layer(StepLayer::new(RateLimit {
             limits: parts.limits.clone(),
             metrics: parts.metrics.clone(),
+            redis: parts.cluster.redis.clone(),
         }))
         .layer(StepLayer::new(Idempotency {
             store: parts.idempotency.clone(),

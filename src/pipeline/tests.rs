@@ -88,6 +88,7 @@ fn core(extra: &str) -> Gateway {
         max_parked_calls: 1,
         audit: None,
         feed: None,
+        cluster: Default::default(),
         own,
         gateway_id: snapshot.gateway.id.as_str().into(),
         max_hops: snapshot.gateway.max_hops,

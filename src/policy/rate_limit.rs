@@ -96,24 +96,26 @@ impl<C: Clock + Clone> RateLimits<C> {
         self.rules.is_empty()
     }
 
+    /// The rules that apply to a call, each with the call's key under it.
+    pub fn applicable<'a>(
+        &'a self,
+        identity: &'a str,
+        upstream: &'a str,
+        tool: &'a str,
+    ) -> impl Iterator<Item = (&'a RuleSpec, String)> + 'a {
+        self.rules
+            .iter()
+            .filter(move |r| r.spec.upstream.as_deref().is_none_or(|u| u == upstream))
+            .map(move |r| (&r.spec, key_of(r.spec.by, identity, upstream, tool)))
+    }
+
     /// Takes one cell from every applicable rule, or says which rule refuses and for how long.
     pub fn check(&self, identity: &str, upstream: &str, tool: &str) -> Result<(), Limited> {
         for rule in &self.rules {
             if rule.spec.upstream.as_deref().is_some_and(|u| u != upstream) {
                 continue;
             }
-            let by = rule.spec.by;
-            let mut key = String::new();
-            for (on, part) in [
-                (by.identity, identity),
-                (by.upstream, upstream),
-                (by.tool, tool),
-            ] {
-                if on {
-                    key.push_str(part);
-                    key.push('\u{1f}');
-                }
-            }
+            let key = key_of(rule.spec.by, identity, upstream, tool);
             if let Err(not_until) = rule.limiter.check_key(&key) {
                 return Err(Limited {
                     rule: rule.spec.name.clone(),
@@ -135,6 +137,22 @@ impl<C: Clock + Clone> RateLimits<C> {
     pub fn keys(&self) -> usize {
         self.rules.iter().map(|r| r.limiter.len()).sum()
     }
+}
+
+/// The parts of a call a rule keys on, joined by a separator no name contains.
+fn key_of(by: KeyBy, identity: &str, upstream: &str, tool: &str) -> String {
+    let mut key = String::new();
+    for (on, part) in [
+        (by.identity, identity),
+        (by.upstream, upstream),
+        (by.tool, tool),
+    ] {
+        if on {
+            key.push_str(part);
+            key.push('\u{1f}');
+        }
+    }
+    key
 }
 
 #[cfg(test)]

@@ -51,6 +51,8 @@ pub struct Core {
     pub plans: Arc<Plans>,
     /// Finished calls for the operator console (when `[admin]` serves it; bound at start).
     pub feed: Option<CallFeed>,
+    /// The shared stores of `[cluster]` (bound at start).
+    pub cluster: crate::cluster::Cluster,
     envelope: Mode,
     /// `[gateway] id` and `max_hops`.
     gateway_id: Arc<str>,
@@ -87,6 +89,7 @@ impl Core {
             .map_err(|e| format!("[gateway] state_key: {e}"))?,
         );
         let metrics = Arc::new(Metrics::new()?);
+        let cluster = crate::cluster::Cluster::open(&snapshot.cluster, &metrics.cluster)?;
         let hub = Arc::new(Hub::default());
         let auth = Arc::new(ArcSwap::new(snapshot.auth.clone()));
         let plans = Arc::new(Plans::new(
@@ -132,6 +135,7 @@ impl Core {
             input_wait: snapshot.gateway.input_wait,
             max_parked_calls: snapshot.gateway.max_parked_calls,
             plans,
+            cluster,
             feed: snapshot
                 .admin
                 .as_ref()
@@ -176,6 +180,7 @@ impl Core {
             max_parked_calls: self.max_parked_calls,
             audit,
             feed: self.feed.clone(),
+            cluster: self.cluster.clone(),
             own: self.own.clone(),
             plans: self.plans.clone(),
             envelope: self.envelope,

@@ -35,6 +35,7 @@ pub struct Metrics {
     pub connections_refused: IntCounter,
     pub replay_dropped: IntCounterVec,
     pub flows: super::flow_metrics::FlowMetrics,
+    pub cluster: super::cluster_metrics::ClusterMetrics,
 }
 
 impl Metrics {
@@ -177,6 +178,8 @@ impl Metrics {
         }
         registry.register(Box::new(replay_dropped.clone()))?;
         let flows = super::flow_metrics::FlowMetrics::register(&registry, DURATION_BUCKETS)?;
+        let cluster =
+            super::cluster_metrics::ClusterMetrics::register(&registry, DURATION_BUCKETS)?;
         registry.register(Box::new(envelopes.clone()))?;
         registry.register(Box::new(approvals.clone()))?;
         registry.register(Box::new(plans_pending.clone()))?;
@@ -204,6 +207,7 @@ impl Metrics {
             connections_refused,
             replay_dropped,
             flows,
+            cluster,
         })
     }
 

@@ -23,6 +23,8 @@ use tokio::sync::Notify;
 
 pub mod browser;
 pub mod raw;
+pub mod round_robin;
+pub mod stores;
 
 /// Every reqwest client of a test process (rmcp's included) uses rustls with ring, as fedgate
 /// does; the provider is chosen once per process, before any test runs.

@@ -284,6 +284,18 @@ pub(super) fn validate(
             ),
         );
     }
+    let cluster = match raw.cluster {
+        None => Default::default(),
+        Some(c) => {
+            let at = c.span().start;
+            crate::config::cluster::validate(c.into_inner()).unwrap_or_else(|errors| {
+                for e in errors {
+                    cx.err_at(at, e);
+                }
+                Default::default()
+            })
+        }
+    };
     if !cx.errors.is_empty() {
         return Err(cx.errors);
     }
@@ -294,6 +306,7 @@ pub(super) fn validate(
     };
     Ok(Snapshot {
         flows,
+        cluster,
         tracing,
         tiers_dir,
         auth: Arc::new(auth),

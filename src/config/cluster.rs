@@ -1,0 +1,152 @@
+//! `[cluster]`: the shared stores several replicas use (F16). Without the section every store
+//! is embedded and per process, as on a single gateway.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::secret::{self, Secret};
+
+/// `[cluster]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCluster {
+    /// Redis for rate limits, idempotency records and approval plans: `redis://host:port/db`,
+    /// or a secret reference (`env:NAME`, `file:PATH`) when the URL holds a password.
+    pub redis: Option<String>,
+    /// PostgreSQL for flow runs: a secret reference to a `postgres://…` URL (or a URL without
+    /// a password).
+    pub postgres: Option<String>,
+    /// When Redis does not answer: `local` (per-replica limits and records, counted and logged)
+    /// or `closed` (refuse what needs it). Default `local`.
+    pub fail: Option<String>,
+    /// Longest one store operation may take before it counts as a failure (default 250 ms).
+    pub timeout_ms: Option<u64>,
+    /// Prefix of every Redis key (default `fedgate:`), so gateways can share one Redis.
+    pub key_prefix: Option<String>,
+    /// How long a replica's claim on a flow run lasts without renewal (default 15 s).
+    pub lease_ms: Option<u64>,
+}
+
+/// What a replica does when the shared store does not answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailMode {
+    Local,
+    Closed,
+}
+
+/// `[cluster]` after validation.
+#[derive(Debug, Clone)]
+pub struct ClusterSettings {
+    pub redis: Option<Secret>,
+    pub postgres: Option<Secret>,
+    pub fail: FailMode,
+    pub timeout: Duration,
+    pub key_prefix: String,
+    pub lease: Duration,
+}
+
+impl Default for ClusterSettings {
+    fn default() -> Self {
+        Self {
+            redis: None,
+            postgres: None,
+            fail: FailMode::Local,
+            timeout: Duration::from_millis(250),
+            key_prefix: "fedgate:".into(),
+            lease: Duration::from_secs(15),
+        }
+    }
+}
+
+impl ClusterSettings {
+    /// What is shared, and where, for `fedgate check`.
+    pub fn describe(&self) -> Vec<String> {
+        let redis = if self.redis.is_some() {
+            "shared (Redis)"
+        } else {
+            "per replica"
+        };
+        let postgres = if self.postgres.is_some() {
+            "shared (PostgreSQL, leases)"
+        } else {
+            "per replica (SQLite)"
+        };
+        vec![
+            format!("rate limits: {redis}"),
+            format!("idempotency records: {redis}"),
+            format!("approval plans: {redis}"),
+            format!("flow runs: {postgres}"),
+        ]
+    }
+}
+
+/// A store URL: literal when it carries no password, else only as a secret reference.
+fn url(value: &str, schemes: &[&str], what: &str) -> Result<Secret, String> {
+    let resolved = if value.starts_with("env:") || value.starts_with("file:") {
+        secret::resolve(value).map_err(|e| format!("[cluster] {what}: {e}"))?
+    } else {
+        let parsed = reqwest::Url::parse(value)
+            .map_err(|_| format!("[cluster] {what} is not a URL or a secret reference"))?;
+        if parsed.password().is_some() {
+            return Err(format!(
+                "[cluster] {what}: the URL holds a password; put it in a secret reference (`env:NAME` or `file:PATH`)"
+            ));
+        }
+        Secret::new(value.to_owned())
+    };
+    let scheme_ok = reqwest::Url::parse(resolved.expose())
+        .is_ok_and(|u| schemes.contains(&u.scheme()));
+    if !scheme_ok {
+        return Err(format!(
+            "[cluster] {what}: expected a {} URL",
+            schemes.join(" or ")
+        ));
+    }
+    Ok(resolved)
+}
+
+/// Validates `[cluster]`; every problem is one message.
+pub fn validate(raw: RawCluster) -> Result<ClusterSettings, Vec<String>> {
+    let mut errors = Vec::new();
+    let d = ClusterSettings::default();
+    let mut take = |r: Result<Secret, String>| r.map_err(|e| errors.push(e)).ok();
+    let redis = raw
+        .redis
+        .as_deref()
+        .and_then(|v| take(url(v, &["redis", "rediss"], "redis")));
+    let postgres = raw
+        .postgres
+        .as_deref()
+        .and_then(|v| take(url(v, &["postgres", "postgresql"], "postgres")));
+    let fail = match raw.fail.as_deref() {
+        None | Some("local") => FailMode::Local,
+        Some("closed") => FailMode::Closed,
+        Some(other) => {
+            errors.push(format!(
+                "[cluster] fail `{}`: use `local` or `closed`",
+                crate::names::shown(other)
+            ));
+            FailMode::Local
+        }
+    };
+    let timeout = raw.timeout_ms.map_or(d.timeout, Duration::from_millis);
+    if timeout.is_zero() {
+        errors.push("[cluster] timeout_ms must be above 0".into());
+    }
+    let lease = raw.lease_ms.map_or(d.lease, Duration::from_millis);
+    if lease < Duration::from_secs(1) {
+        errors.push("[cluster] lease_ms must be at least 1000".into());
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    Ok(ClusterSettings {
+        redis,
+        postgres,
+        fail,
+        timeout,
+        key_prefix: raw.key_prefix.unwrap_or(d.key_prefix),
+        lease,
+    })
+}

@@ -1,0 +1,142 @@
+//! Scale-out on real shared stores (F16): three fedgate replicas behind the round-robin proxy
+//! share one Debian `redis-server`. Rate limits hold across replicas (the sum of admitted calls
+//! stays within the configured rate) and fall back per replica or refuse when Redis is stopped.
+
+mod common;
+
+use common::{round_robin::RoundRobin, stores::RedisServer, *};
+use serde_json::json;
+use tokio::time::Instant;
+
+const KEY: &str = "cluster-state-key-test-only-0123456789";
+const PER_SECOND: u32 = 2;
+const BURST: u32 = 4;
+
+fn replica(redis: &RedisServer, fail: &str, extra: &str) -> Gateway {
+    Gateway::start_env(
+        &format!(
+            "[gateway]\nstate_key = \"env:FG_STATE_KEY\"\n\n\
+             [cluster]\nredis = \"{}\"\nfail = \"{fail}\"\ntimeout_ms = 200\n\n\
+             [[rate_limits]]\nname = \"shared\"\nper_second = {PER_SECOND}\nburst = {BURST}\n\n{extra}{}",
+            redis.url(),
+            stdio_upstream("demo", &[], "")
+        ),
+        &[("FG_STATE_KEY", KEY)],
+    )
+}
+
+/// Sends `n` calls one after another; answers (admitted, refused-by-the-limit, other refusals).
+async fn burst_of(client: &Client, n: usize) -> (u32, u32, Vec<String>) {
+    let (mut admitted, mut limited, mut other) = (0, 0, Vec::new());
+    for i in 0..n {
+        match call(client, "demo.echo", json!({"text": i.to_string()})).await {
+            Ok(r) if r.is_error != Some(true) => admitted += 1,
+            Ok(r) => {
+                let text = format!("{r:?}");
+                if text.contains("rate_limited") {
+                    limited += 1;
+                } else {
+                    other.push(text);
+                }
+            }
+            Err(e) => other.push(e.to_string()),
+        }
+    }
+    (admitted, limited, other)
+}
+
+fn count(haystack: &str, needle: &str) -> usize {
+    haystack.matches(needle).count()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rate_limit_holds_across_three_replicas_and_falls_back_per_replica_without_redis() {
+    let mut redis = RedisServer::start();
+    let replicas: Vec<Gateway> = (0..3).map(|_| replica(&redis, "local", "")).collect();
+    let (rr, url) = RoundRobin::start(replicas.iter().map(|g| g.base.clone()).collect()).await;
+    let client = connect_modern(&url, TestClient::new()).await;
+
+    let started = Instant::now();
+    let (admitted, limited, other) = burst_of(&client, 30).await;
+    let elapsed = started.elapsed().as_secs_f64();
+    assert!(other.is_empty(), "{other:?}");
+    // GCRA allows the burst plus the rate over the time the calls took; one more for a cell
+    // that came due between the last two calls.
+    let allowed = f64::from(BURST) + f64::from(PER_SECOND) * elapsed;
+    let tolerance = 1.0;
+    println!(
+        "shared limit: {admitted} admitted, {limited} limited in {elapsed:.2}s; allowed {allowed:.1} + {tolerance} tolerance"
+    );
+    assert!(
+        f64::from(admitted) <= allowed + tolerance,
+        "{admitted} admitted across replicas, more than {allowed:.1} + {tolerance}"
+    );
+    assert!(admitted >= BURST, "the burst passes: {admitted}");
+    let hits = rr.hits.lock().clone();
+    for i in 0..3 {
+        assert!(hits.contains(&i), "replica {i} served calls: {hits:?}");
+    }
+    // Per replica, each would have admitted its own burst: 3 × 4 > what passed.
+    assert!(admitted < 3 * BURST, "{admitted}");
+
+    // Redis gone: each replica decides alone, every call is answered, the outage is logged
+    // once per replica however many calls it decides, and the fallbacks are counted.
+    redis.stop();
+    let (admitted, limited, other) = burst_of(&client, 30).await;
+    assert!(other.is_empty(), "fail = local serves on: {other:?}");
+    assert!(admitted >= BURST, "per-replica buckets admit: {admitted} ({limited} limited)");
+    for g in &replicas {
+        let log = g.stderr();
+        assert_eq!(count(&log, "redis unreachable"), 1, "{log}");
+        let metrics = g.metrics().await;
+        assert!(
+            metrics.contains("fedgate_store_fallbacks_total{feature=\"rate_limits\",mode=\"local\"}"),
+            "{metrics}"
+        );
+        assert!(metrics.contains("fedgate_store_errors_total{op=\"rate_limit\",store=\"redis\"}"));
+    }
+
+    // Redis back: the replicas say so once and share the limit again.
+    redis.resume();
+    for g in &replicas {
+        let mut calls = 0;
+        while count(&g.stderr(), "redis answers again") == 0 {
+            let direct = connect_modern(&g.url, TestClient::new()).await;
+            let _ = call(&direct, "demo.echo", json!({"text": "probe"})).await;
+            calls += 1;
+            assert!(calls < 50, "a replica never used redis again: {}", g.stderr());
+        }
+    }
+    let keys = redis.query(&["KEYS", "fedgate:rl:*"]).await;
+    assert!(
+        matches!(&keys, redis::Value::Array(k) if !k.is_empty()),
+        "limit state lives in redis: {keys:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_fail_closed_a_replica_without_redis_refuses_clearly() {
+    let mut redis = RedisServer::start();
+    let gw = replica(&redis, "closed", "");
+    let client = connect_modern(&gw.url, TestClient::new()).await;
+    let ok = call(&client, "demo.echo", json!({"text": "up"}))
+        .await
+        .expect("call");
+    assert_eq!(first_text(&ok), "echo: up");
+    redis.stop();
+    let refused = call(&client, "demo.echo", json!({"text": "down"})).await;
+    let text = match refused {
+        Ok(r) => {
+            assert_eq!(r.is_error, Some(true), "{r:?}");
+            format!("{r:?}")
+        }
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        text.contains("store_unavailable") && text.contains("does not answer"),
+        "{text}"
+    );
+    assert!(!text.contains("127.0.0.1"), "no store address in the refusal: {text}");
+    let metrics = gw.metrics().await;
+    assert!(metrics.contains("fedgate_store_fallbacks_total{feature=\"rate_limits\",mode=\"closed\"} 1"));
+}
