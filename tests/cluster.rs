@@ -140,3 +140,83 @@ async fn with_fail_closed_a_replica_without_redis_refuses_clearly() {
     let metrics = gw.metrics().await;
     assert!(metrics.contains("fedgate_store_fallbacks_total{feature=\"rate_limits\",mode=\"closed\"} 1"));
 }
+
+fn with_key(tool: &str, a: serde_json::Value, key: &str) -> rmcp::model::CallToolRequestParams {
+    let mut p = rmcp::model::CallToolRequestParams::new(tool.to_owned()).with_arguments(args(a));
+    let mut meta = serde_json::Map::new();
+    meta.insert("idempotencyKey".into(), key.into());
+    p.meta = Some(rmcp::model::RequestMetaObject(rmcp::model::MetaObject(
+        meta,
+    )));
+    p
+}
+
+/// The shared upstream's own count of the tool calls it served.
+async fn served(client: &Client) -> u64 {
+    let r = call(client, "demo.stats", json!({})).await.expect("stats");
+    r.structured_content.expect("stats")["calls"]
+        .as_u64()
+        .expect("calls")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_idempotency_key_runs_once_across_replicas_even_concurrently() {
+    let redis = RedisServer::start();
+    // One upstream process behind both replicas: its counter sees every run.
+    let demo = HttpDemo::start("demo", "--http");
+    let upstream = format!("[upstreams.demo]\nkind = \"http\"\nurl = \"{}\"\n", demo.url);
+    let replica_of = |redis: &RedisServer| {
+        Gateway::start_env(
+            &format!(
+                "[gateway]\nstate_key = \"env:FG_STATE_KEY\"\n\n\
+                 [cluster]\nredis = \"{}\"\n\n{upstream}",
+                redis.url()
+            ),
+            &[("FG_STATE_KEY", KEY)],
+        )
+    };
+    let (a, b) = (replica_of(&redis), replica_of(&redis));
+    let (ca, cb) = (
+        connect_modern(&a.url, TestClient::new()).await,
+        connect_modern(&b.url, TestClient::new()).await,
+    );
+
+    // The same key at the same time on both replicas: one run, one answer for both.
+    let before = served(&ca).await;
+    let slow = || with_key("demo.slow", json!({"ms": 400}), "key-concurrent");
+    let (ra, rb) = tokio::join!(ca.peer().call_tool(slow()), cb.peer().call_tool(slow()));
+    let (ra, rb) = (ra.expect("a"), rb.expect("b"));
+    assert_eq!(first_text(&ra), "slept 400");
+    assert_eq!(first_text(&rb), "slept 400");
+    assert_eq!(
+        served(&ca).await - before,
+        2,
+        "the slow call ran once (plus this stats call)"
+    );
+
+    // A retry on the other replica later gets the recorded result without a run.
+    let before = served(&cb).await;
+    let first = ca
+        .peer()
+        .call_tool(with_key("demo.echo", json!({"text": "once"}), "key-retry"))
+        .await
+        .expect("first");
+    let retry = cb
+        .peer()
+        .call_tool(with_key("demo.echo", json!({"text": "once"}), "key-retry"))
+        .await
+        .expect("retry");
+    assert_eq!(first_text(&first), first_text(&retry));
+    assert_eq!(served(&cb).await - before, 2, "echo ran once (plus stats)");
+
+    // The same key with other arguments, on the other replica: a conflict, not a run.
+    let conflict = cb
+        .peer()
+        .call_tool(with_key("demo.echo", json!({"text": "other"}), "key-retry"))
+        .await;
+    let text = match conflict {
+        Ok(r) => format!("{r:?}"),
+        Err(e) => e.to_string(),
+    };
+    assert!(text.contains("idempotency_conflict"), "{text}");
+}

@@ -2,6 +2,7 @@
 //! idempotency records and approval plans; PostgreSQL for flow runs. Without `[cluster]` none
 //! of this exists and every store is the embedded, per-process one.
 
+pub mod idempotency;
 pub mod rate_limit;
 pub mod redis;
 

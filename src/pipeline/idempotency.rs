@@ -1,9 +1,10 @@
 //! Idempotency: a call carrying `_meta.idempotencyKey` that was already answered (same caller,
 //! tool and arguments, within the TTL) gets the recorded answer without reaching the upstream;
 //! a duplicate that arrives while the first still runs waits for its answer, so concurrent
-//! duplicates run once.
+//! duplicates run once. With `[cluster] redis` the same holds across replicas: the key is
+//! claimed in Redis too (see `cluster::idempotency`).
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use tokio::time::Instant;
 
@@ -12,7 +13,12 @@ use super::{
     step::{CallService, Step, done},
 };
 use crate::{
-    pipeline::CallError,
+    cluster::{
+        idempotency::{self as shared, SharedClaim},
+        redis::Redis,
+    },
+    config::cluster::FailMode,
+    pipeline::{CallError, TargetKind},
     policy::idempotency::{Claim, IdempotencyStore, META_KEY},
     telemetry::audit::hash_arguments,
 };
@@ -21,7 +27,14 @@ use crate::{
 #[derive(Debug, Clone)]
 pub struct Idempotency {
     pub store: Arc<IdempotencyStore>,
+    /// Records shared by every replica, when `[cluster] redis` is set.
+    pub redis: Option<Redis>,
 }
+
+/// How long a shared in-flight mark outlives the call's own deadline (then a duplicate runs).
+const MARK_MARGIN: Duration = Duration::from_secs(5);
+/// The deadline of calls without an upstream timeout (the gateway's own tools).
+const OWN_TOOL_DEADLINE: Duration = Duration::from_secs(60);
 
 impl Step for Idempotency {
     fn run<S: CallService>(&self, inner: &mut S, call: Call) -> CallFuture {
@@ -84,14 +97,53 @@ impl Step for Idempotency {
                 })
             }
             Claim::Lead(leader) => {
-                let fut = inner.call(call);
+                let Some(redis) = self.redis.clone() else {
+                    let fut = inner.call(call);
+                    return Box::pin(async move {
+                        let result = fut.await;
+                        // Only final answers are recorded: an input-required round is not the
+                        // call's result, and replaying it would never let the call finish.
+                        if let Ok(r) = &result
+                            && !matches!(r, rmcp::model::ServerResult::InputRequiredResult(_))
+                        {
+                            leader.finish(r.clone());
+                        }
+                        result
+                    });
+                };
+                let running_for = match call.target.as_ref().map(|t| &t.kind) {
+                    Some(TargetKind::Upstream(up)) => up.spec().call_timeout,
+                    _ => OWN_TOOL_DEADLINE,
+                } + MARK_MARGIN;
+                let ttl = self.store.ttl();
+                let mut inner = inner.clone();
                 Box::pin(async move {
-                    let result = fut.await;
-                    // Only final answers are recorded: an input-required round is not the
-                    // call's result, and replaying it would never let the call finish.
+                    let shared_lead =
+                        match shared::claim(&redis, &scoped, &args, running_for, ttl).await {
+                            Ok(SharedClaim::Lead(lead)) => Some(lead),
+                            Ok(SharedClaim::Recorded(result)) => {
+                                tracing::info!(identity = %call.identity.name, "idempotency key seen on another replica: recorded result returned");
+                                leader.finish((*result).clone());
+                                return Ok(*result);
+                            }
+                            Ok(SharedClaim::Conflict) => return Err(CallError::IdempotencyConflict),
+                            Err(_) => {
+                                redis.fell_back("idempotency");
+                                if redis.fail == FailMode::Closed {
+                                    return Err(CallError::StoreUnavailable {
+                                        feature: "idempotency records",
+                                    });
+                                }
+                                None
+                            }
+                        };
+                    let result = inner.call(call).await;
                     if let Ok(r) = &result
                         && !matches!(r, rmcp::model::ServerResult::InputRequiredResult(_))
                     {
+                        if let Some(lead) = shared_lead {
+                            lead.finish(r).await;
+                        }
                         leader.finish(r.clone());
                     }
                     result

@@ -302,6 +302,7 @@ pub fn build(parts: Parts) -> CallStack {
             redis: parts.cluster.redis.clone(),
         }))
         .layer(StepLayer::new(Idempotency {
+            redis: parts.cluster.redis.clone(),
             store: parts.idempotency.clone(),
         }))
         .service(dispatch::Dispatch::new(upstream));

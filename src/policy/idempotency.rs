@@ -130,6 +130,11 @@ impl IdempotencyStore {
         }
     }
 
+    /// How long results are recorded.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
     pub fn lookup(&self, key: &str, arguments_sha256: &str, now: Instant) -> Lookup {
         match self.entries.get(key) {
             Some(e) if now.duration_since(e.at) < self.ttl => {

@@ -1,0 +1,190 @@
+//! Idempotency records across replicas. The first call with a key marks it in flight in Redis
+//! (`SET NX` with an expiry past the call's deadline); a duplicate on any replica waits for the
+//! recorded result, or for the mark to go (the first call failed, or its replica died), and
+//! then leads itself. Concurrent duplicates never both run. Only tool-call results up to
+//! [`MAX_RESULT_BYTES`] are recorded; for a larger one the mark is removed and a later
+//! duplicate runs again.
+
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use rmcp::model::{CallToolResult, ServerResult};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::redis::{Redis, StoreDown};
+
+/// Largest result recorded in Redis (its JSON).
+pub const MAX_RESULT_BYTES: usize = 1 << 20;
+/// How often a waiting duplicate looks again, at most.
+const MAX_POLL: Duration = Duration::from_millis(200);
+
+/// What Redis holds under a key.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+enum Mark {
+    Running { args: String, token: String },
+    Done { args: String, result: CallToolResult },
+}
+
+/// What a call with a key does, decided across replicas.
+#[derive(Debug)]
+pub enum SharedClaim {
+    /// Run it, then [`SharedLead::finish`].
+    Lead(SharedLead),
+    Recorded(Box<ServerResult>),
+    Conflict,
+}
+
+/// This call leads its key across replicas; dropped without `finish`, it removes its mark so a
+/// duplicate may run.
+#[derive(Debug)]
+pub struct SharedLead {
+    redis: Redis,
+    key: String,
+    args: String,
+    mark: Option<String>,
+    ttl: Duration,
+}
+
+/// The Redis key of a scoped idempotency key (hashed: scoped keys hold names of any length).
+fn key_of(redis: &Redis, scoped: &str) -> String {
+    redis.key(&["idem", &hex::encode(Sha256::digest(scoped.as_bytes()))])
+}
+
+/// Claims `scoped` for a call with arguments digest `args` whose run may take `running_for`;
+/// a recorded result lives `ttl`. Waits while another replica runs the same call.
+pub async fn claim(
+    redis: &Redis,
+    scoped: &str,
+    args: &str,
+    running_for: Duration,
+    ttl: Duration,
+) -> Result<SharedClaim, StoreDown> {
+    let key = key_of(redis, scoped);
+    let token = format!("{:032x}", rand::random::<u128>());
+    let mark = serde_json::to_string(&Mark::Running {
+        args: args.to_owned(),
+        token,
+    })
+    .unwrap_or_default();
+    let px = u64::try_from(running_for.as_millis()).unwrap_or(u64::MAX).max(1);
+    let mut poll = Duration::from_millis(10);
+    loop {
+        let (k, m) = (key.clone(), mark.clone());
+        let set: Option<String> = redis
+            .run("idempotency_claim", |mut c| async move {
+                redis::cmd("SET")
+                    .arg(&k)
+                    .arg(&m)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(px)
+                    .query_async(&mut c)
+                    .await
+            })
+            .await?;
+        if set.is_some() {
+            return Ok(SharedClaim::Lead(SharedLead {
+                redis: redis.clone(),
+                key,
+                args: args.to_owned(),
+                mark: Some(mark),
+                ttl,
+            }));
+        }
+        let k = key.clone();
+        let held: Option<String> = redis
+            .run("idempotency_get", |mut c| async move { c.get(&k).await })
+            .await?;
+        match held.and_then(|h| serde_json::from_str::<Mark>(&h).ok()) {
+            // Gone since (expired, or its call failed): try to lead again.
+            None => continue,
+            Some(Mark::Done { args: a, result }) => {
+                return Ok(if a == args {
+                    SharedClaim::Recorded(Box::new(ServerResult::CallToolResult(result)))
+                } else {
+                    SharedClaim::Conflict
+                });
+            }
+            Some(Mark::Running { args: a, .. }) if a != args => return Ok(SharedClaim::Conflict),
+            Some(Mark::Running { .. }) => {
+                tokio::time::sleep(poll).await;
+                poll = (poll * 2).min(MAX_POLL);
+            }
+        }
+    }
+}
+
+/// Removes `key` only while it still holds `mark` (this call's own).
+static RELEASE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+    )
+});
+
+impl SharedLead {
+    /// Records the call's final answer for every replica (a tool result within the size
+    /// limit), or releases the key.
+    pub async fn finish(mut self, result: &ServerResult) {
+        let Some(mark) = self.mark.take() else {
+            return;
+        };
+        let done = match result {
+            ServerResult::CallToolResult(r) => serde_json::to_string(&Mark::Done {
+                args: self.args.clone(),
+                result: r.clone(),
+            })
+            .ok()
+            .filter(|s| s.len() <= MAX_RESULT_BYTES),
+            _ => None,
+        };
+        let key = self.key.clone();
+        let px = u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        let outcome = match done {
+            Some(done) => {
+                self.redis
+                    .run("idempotency_record", |mut c| async move {
+                        redis::cmd("SET")
+                            .arg(&key)
+                            .arg(done)
+                            .arg("PX")
+                            .arg(px)
+                            .query_async::<()>(&mut c)
+                            .await
+                    })
+                    .await
+            }
+            None => release(&self.redis, key, mark).await,
+        };
+        // Unrecorded, the mark expires by itself; duplicates then run again.
+        let _ = outcome;
+    }
+}
+
+async fn release(redis: &Redis, key: String, mark: String) -> Result<(), StoreDown> {
+    redis
+        .run("idempotency_release", |mut c| async move {
+            RELEASE
+                .key(&key)
+                .arg(&mark)
+                .invoke_async::<i64>(&mut c)
+                .await
+                .map(|_| ())
+        })
+        .await
+}
+
+impl Drop for SharedLead {
+    fn drop(&mut self) {
+        // Failed or cancelled before an answer: duplicates may run now, not when the mark expires.
+        if let Some(mark) = self.mark.take()
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            let (redis, key) = (self.redis.clone(), self.key.clone());
+            rt.spawn(async move {
+                let _ = release(&redis, key, mark).await;
+            });
+        }
+    }
+}
