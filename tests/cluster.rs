@@ -84,13 +84,17 @@ async fn a_rate_limit_holds_across_three_replicas_and_falls_back_per_replica_wit
     redis.stop();
     let (admitted, limited, other) = burst_of(&client, 30).await;
     assert!(other.is_empty(), "fail = local serves on: {other:?}");
-    assert!(admitted >= BURST, "per-replica buckets admit: {admitted} ({limited} limited)");
+    assert!(
+        admitted >= BURST,
+        "per-replica buckets admit: {admitted} ({limited} limited)"
+    );
     for g in &replicas {
         let log = g.stderr();
         assert_eq!(count(&log, "redis unreachable"), 1, "{log}");
         let metrics = g.metrics().await;
         assert!(
-            metrics.contains("fedgate_store_fallbacks_total{feature=\"rate_limits\",mode=\"local\"}"),
+            metrics
+                .contains("fedgate_store_fallbacks_total{feature=\"rate_limits\",mode=\"local\"}"),
             "{metrics}"
         );
         assert!(metrics.contains("fedgate_store_errors_total{op=\"rate_limit\",store=\"redis\"}"));
@@ -104,7 +108,11 @@ async fn a_rate_limit_holds_across_three_replicas_and_falls_back_per_replica_wit
             let direct = connect_modern(&g.url, TestClient::new()).await;
             let _ = call(&direct, "demo.echo", json!({"text": "probe"})).await;
             calls += 1;
-            assert!(calls < 50, "a replica never used redis again: {}", g.stderr());
+            assert!(
+                calls < 50,
+                "a replica never used redis again: {}",
+                g.stderr()
+            );
         }
     }
     let keys = redis.query(&["KEYS", "fedgate:rl:*"]).await;
@@ -136,9 +144,15 @@ async fn with_fail_closed_a_replica_without_redis_refuses_clearly() {
         text.contains("store_unavailable") && text.contains("does not answer"),
         "{text}"
     );
-    assert!(!text.contains("127.0.0.1"), "no store address in the refusal: {text}");
+    assert!(
+        !text.contains("127.0.0.1"),
+        "no store address in the refusal: {text}"
+    );
     let metrics = gw.metrics().await;
-    assert!(metrics.contains("fedgate_store_fallbacks_total{feature=\"rate_limits\",mode=\"closed\"} 1"));
+    assert!(
+        metrics
+            .contains("fedgate_store_fallbacks_total{feature=\"rate_limits\",mode=\"closed\"} 1")
+    );
 }
 
 fn with_key(tool: &str, a: serde_json::Value, key: &str) -> rmcp::model::CallToolRequestParams {
@@ -152,8 +166,10 @@ fn with_key(tool: &str, a: serde_json::Value, key: &str) -> rmcp::model::CallToo
 }
 
 /// The shared upstream's own count of the tool calls it served.
-async fn served(client: &Client) -> u64 {
-    let r = call(client, "demo.stats", json!({})).await.expect("stats");
+async fn served(client: &Client, upstream: &str) -> u64 {
+    let r = call(client, &format!("{upstream}.stats"), json!({}))
+        .await
+        .expect("stats");
     r.structured_content.expect("stats")["calls"]
         .as_u64()
         .expect("calls")
@@ -164,7 +180,10 @@ async fn one_idempotency_key_runs_once_across_replicas_even_concurrently() {
     let redis = RedisServer::start();
     // One upstream process behind both replicas: its counter sees every run.
     let demo = HttpDemo::start("demo", "--http");
-    let upstream = format!("[upstreams.demo]\nkind = \"http\"\nurl = \"{}\"\n", demo.url);
+    let upstream = format!(
+        "[upstreams.demo]\nkind = \"http\"\nurl = \"{}\"\n",
+        demo.url
+    );
     let replica_of = |redis: &RedisServer| {
         Gateway::start_env(
             &format!(
@@ -182,20 +201,20 @@ async fn one_idempotency_key_runs_once_across_replicas_even_concurrently() {
     );
 
     // The same key at the same time on both replicas: one run, one answer for both.
-    let before = served(&ca).await;
+    let before = served(&ca, "demo").await;
     let slow = || with_key("demo.slow", json!({"ms": 400}), "key-concurrent");
     let (ra, rb) = tokio::join!(ca.peer().call_tool(slow()), cb.peer().call_tool(slow()));
     let (ra, rb) = (ra.expect("a"), rb.expect("b"));
     assert_eq!(first_text(&ra), "slept 400");
     assert_eq!(first_text(&rb), "slept 400");
     assert_eq!(
-        served(&ca).await - before,
+        served(&ca, "demo").await - before,
         2,
         "the slow call ran once (plus this stats call)"
     );
 
     // A retry on the other replica later gets the recorded result without a run.
-    let before = served(&cb).await;
+    let before = served(&cb, "demo").await;
     let first = ca
         .peer()
         .call_tool(with_key("demo.echo", json!({"text": "once"}), "key-retry"))
@@ -207,7 +226,11 @@ async fn one_idempotency_key_runs_once_across_replicas_even_concurrently() {
         .await
         .expect("retry");
     assert_eq!(first_text(&first), first_text(&retry));
-    assert_eq!(served(&cb).await - before, 2, "echo ran once (plus stats)");
+    assert_eq!(
+        served(&cb, "demo").await - before,
+        2,
+        "echo ran once (plus stats)"
+    );
 
     // The same key with other arguments, on the other replica: a conflict, not a run.
     let conflict = cb
@@ -219,4 +242,113 @@ async fn one_idempotency_key_runs_once_across_replicas_even_concurrently() {
         Err(e) => e.to_string(),
     };
     assert!(text.contains("idempotency_conflict"), "{text}");
+}
+
+const ADMIN_TOKEN: &str = "cluster-admin-token-test-only";
+const TIERS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/trust-tiers");
+
+async fn admin(gw: &Gateway, method: &str, path: &str) -> (u16, serde_json::Value) {
+    let r = reqwest::Client::new()
+        .request(
+            method.parse().expect("method"),
+            format!("{}{path}", gw.admin.as_deref().expect("admin")),
+        )
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .expect("admin request");
+    (r.status().as_u16(), r.json().await.unwrap_or_default())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_plan_held_on_one_replica_is_approved_and_run_on_another_once() {
+    let redis = RedisServer::start();
+    let demo = HttpDemo::start("notes", "--http");
+    let replica_of = |redis: &RedisServer| {
+        Gateway::start_env(
+            &format!(
+                "[gateway]\nstate_key = \"env:FG_STATE_KEY\"\ntiers_dir = {TIERS:?}\n\n\
+                 [cluster]\nredis = \"{}\"\n\n\
+                 [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"env:FG_ADMIN\"\n\n\
+                 [auth]\nanonymous = true\nanonymous_roles = [\"all\"]\n\n\
+                 [roles.all]\ntools = [\"*\"]\n[roles.reviewer]\ntools = [\"fedgate.approve\"]\n\n\
+                 [upstreams.notes]\nkind = \"http\"\nurl = \"{}\"\ntier = \"high\"\n\
+                 [upstreams.notes.tools.file_ticket]\napproval = \"plan\"\napprovers = [\"reviewer\"]\n",
+                redis.url(),
+                demo.url
+            ),
+            &[("FG_STATE_KEY", KEY), ("FG_ADMIN", ADMIN_TOKEN)],
+        )
+    };
+    let (a, b) = (replica_of(&redis), replica_of(&redis));
+    let (ca, cb) = (
+        connect_modern(&a.url, TestClient::new()).await,
+        connect_modern(&b.url, TestClient::new()).await,
+    );
+
+    // Held on A.
+    let held = call(
+        &ca,
+        "notes.file_ticket",
+        json!({"title": "T", "priority": "high"}),
+    )
+    .await
+    .expect("held");
+    let plan_id = held
+        .meta
+        .as_ref()
+        .and_then(|m| m.0.get("io.fedgate/orchestrated_plan"))
+        .and_then(|p| p["next_actions"][0]["args"]["plan_id"].as_str())
+        .unwrap_or_else(|| panic!("a plan: {held:?}"))
+        .to_owned();
+
+    // Listed and approved on B.
+    let (status, pending) = admin(&b, "GET", "/admin/plans").await;
+    assert_eq!(status, 200);
+    assert!(
+        pending
+            .as_array()
+            .is_some_and(|ps| ps.iter().any(|p| p["id"] == plan_id.as_str())),
+        "B lists A's plan: {pending}"
+    );
+    let (status, decided) = admin(&b, "POST", &format!("/admin/plans/{plan_id}/approve")).await;
+    assert_eq!(status, 200, "{decided}");
+
+    // The caller runs it on both replicas at once: it runs once.
+    let before = served(&ca, "notes").await;
+    let approve = json!({"plan_id": plan_id, "decision": "approve"});
+    let (ra, rb) = tokio::join!(
+        call(&ca, "fedgate.approve", approve.clone()),
+        call(&cb, "fedgate.approve", approve.clone())
+    );
+    let outcomes: Vec<String> = [ra, rb]
+        .into_iter()
+        .map(|r| match r {
+            Ok(r) if r.is_error != Some(true) => "ran".to_owned(),
+            Ok(r) => format!("{r:?}"),
+            Err(e) => e.to_string(),
+        })
+        .collect();
+    assert_eq!(
+        outcomes.iter().filter(|o| *o == "ran").count(),
+        1,
+        "exactly one run: {outcomes:?}"
+    );
+    assert!(
+        outcomes
+            .iter()
+            .any(|o| o.contains("plan_used") || o.contains("plan_changed")),
+        "the other is refused as used: {outcomes:?}"
+    );
+    assert_eq!(
+        served(&ca, "notes").await - before,
+        2,
+        "file_ticket ran once (plus stats)"
+    );
+
+    // Used everywhere afterwards.
+    let again = call(&cb, "fedgate.approve", approve).await.expect("again");
+    assert!(format!("{again:?}").contains("plan_used"), "{again:?}");
+    let (_, pending) = admin(&a, "GET", "/admin/plans").await;
+    assert_eq!(pending, json!([]), "nothing waits any more");
 }

@@ -23,8 +23,14 @@ const MAX_POLL: Duration = Duration::from_millis(200);
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
 enum Mark {
-    Running { args: String, token: String },
-    Done { args: String, result: CallToolResult },
+    Running {
+        args: String,
+        token: String,
+    },
+    Done {
+        args: String,
+        result: CallToolResult,
+    },
 }
 
 /// What a call with a key does, decided across replicas.
@@ -68,7 +74,9 @@ pub async fn claim(
         token,
     })
     .unwrap_or_default();
-    let px = u64::try_from(running_for.as_millis()).unwrap_or(u64::MAX).max(1);
+    let px = u64::try_from(running_for.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1);
     let mut poll = Duration::from_millis(10);
     loop {
         let (k, m) = (key.clone(), mark.clone());
@@ -140,7 +148,9 @@ impl SharedLead {
             _ => None,
         };
         let key = self.key.clone();
-        let px = u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        let px = u64::try_from(self.ttl.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
         let outcome = match done {
             Some(done) => {
                 self.redis

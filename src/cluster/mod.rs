@@ -3,6 +3,7 @@
 //! of this exists and every store is the embedded, per-process one.
 
 pub mod idempotency;
+pub mod plans;
 pub mod rate_limit;
 pub mod redis;
 
@@ -12,6 +13,8 @@ use crate::{config::cluster::ClusterSettings, telemetry::cluster_metrics::Cluste
 #[derive(Debug, Clone, Default)]
 pub struct Cluster {
     pub redis: Option<redis::Redis>,
+    /// Approval plans in Redis.
+    pub plans: Option<plans::SharedPlans>,
 }
 
 impl Cluster {
@@ -20,6 +23,7 @@ impl Cluster {
             Some(url) => Some(redis::Redis::open(url.expose(), settings, metrics.clone())?),
             None => None,
         };
-        Ok(Self { redis })
+        let plans = redis.clone().map(plans::SharedPlans::new);
+        Ok(Self { redis, plans })
     }
 }

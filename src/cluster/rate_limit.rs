@@ -47,7 +47,10 @@ pub struct Applied<'a> {
 
 /// Takes a cell from every rule in `applied`, in Redis: `Ok(Err(limited))` names the first
 /// rule without one.
-pub async fn check(redis: &Redis, applied: &[Applied<'_>]) -> Result<Result<(), Limited>, StoreDown> {
+pub async fn check(
+    redis: &Redis,
+    applied: &[Applied<'_>],
+) -> Result<Result<(), Limited>, StoreDown> {
     if applied.is_empty() {
         return Ok(Ok(()));
     }

@@ -49,8 +49,12 @@ impl Redis {
         settings: &ClusterSettings,
         metrics: ClusterMetrics,
     ) -> Result<Self, String> {
-        let client = redis::Client::open(url)
-            .map_err(|e| format!("[cluster] redis: {}", crate::secret::redact_url(&e.to_string())))?;
+        let client = redis::Client::open(url).map_err(|e| {
+            format!(
+                "[cluster] redis: {}",
+                crate::secret::redact_url(&e.to_string())
+            )
+        })?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(settings.timeout))
             .set_response_timeout(Some(settings.timeout))
@@ -109,7 +113,9 @@ impl Redis {
             .inc();
         if !self.down.swap(true, Ordering::Relaxed) {
             let then = match self.fail {
-                FailMode::Local => "deciding per replica until it answers ([cluster] fail = \"local\")",
+                FailMode::Local => {
+                    "deciding per replica until it answers ([cluster] fail = \"local\")"
+                }
                 FailMode::Closed => {
                     "refusing what needs it until it answers ([cluster] fail = \"closed\")"
                 }

@@ -95,8 +95,8 @@ fn url(value: &str, schemes: &[&str], what: &str) -> Result<Secret, String> {
         }
         Secret::new(value.to_owned())
     };
-    let scheme_ok = reqwest::Url::parse(resolved.expose())
-        .is_ok_and(|u| schemes.contains(&u.scheme()));
+    let scheme_ok =
+        reqwest::Url::parse(resolved.expose()).is_ok_and(|u| schemes.contains(&u.scheme()));
     if !scheme_ok {
         return Err(format!(
             "[cluster] {what}: expected a {} URL",

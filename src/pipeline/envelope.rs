@@ -300,6 +300,11 @@ pub fn plan_for(e: &CallError, correlation_id: &str) -> Plan {
                 PlanRefusal::Full | PlanRefusal::TooManyOfYours(_) => {
                     (Status::Blocked, true, "retry later")
                 }
+                PlanRefusal::Changed => (
+                    Status::Blocked,
+                    true,
+                    "call fedgate.approve again: it answers with the plan's new state",
+                ),
                 PlanRefusal::Expired | PlanRefusal::Invalidated => {
                     (Status::Error, true, "call the tool again for a new plan")
                 }

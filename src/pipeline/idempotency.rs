@@ -118,25 +118,26 @@ impl Step for Idempotency {
                 let ttl = self.store.ttl();
                 let mut inner = inner.clone();
                 Box::pin(async move {
-                    let shared_lead =
-                        match shared::claim(&redis, &scoped, &args, running_for, ttl).await {
-                            Ok(SharedClaim::Lead(lead)) => Some(lead),
-                            Ok(SharedClaim::Recorded(result)) => {
-                                tracing::info!(identity = %call.identity.name, "idempotency key seen on another replica: recorded result returned");
-                                leader.finish((*result).clone());
-                                return Ok(*result);
+                    let shared_lead = match shared::claim(&redis, &scoped, &args, running_for, ttl)
+                        .await
+                    {
+                        Ok(SharedClaim::Lead(lead)) => Some(lead),
+                        Ok(SharedClaim::Recorded(result)) => {
+                            tracing::info!(identity = %call.identity.name, "idempotency key seen on another replica: recorded result returned");
+                            leader.finish((*result).clone());
+                            return Ok(*result);
+                        }
+                        Ok(SharedClaim::Conflict) => return Err(CallError::IdempotencyConflict),
+                        Err(_) => {
+                            redis.fell_back("idempotency");
+                            if redis.fail == FailMode::Closed {
+                                return Err(CallError::StoreUnavailable {
+                                    feature: "idempotency records",
+                                });
                             }
-                            Ok(SharedClaim::Conflict) => return Err(CallError::IdempotencyConflict),
-                            Err(_) => {
-                                redis.fell_back("idempotency");
-                                if redis.fail == FailMode::Closed {
-                                    return Err(CallError::StoreUnavailable {
-                                        feature: "idempotency records",
-                                    });
-                                }
-                                None
-                            }
-                        };
+                            None
+                        }
+                    };
                     let result = inner.call(call).await;
                     if let Ok(r) = &result
                         && !matches!(r, rmcp::model::ServerResult::InputRequiredResult(_))

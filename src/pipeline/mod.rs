@@ -281,6 +281,7 @@ pub fn build(parts: Parts) -> CallStack {
         audit: parts.audit.clone(),
         seal: parts.seal.clone(),
         input_wait: parts.input_wait,
+        shared: parts.cluster.plans.clone(),
     };
     approvals.start_sweeper();
     let inner = ServiceBuilder::new()

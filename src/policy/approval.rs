@@ -65,7 +65,7 @@ pub struct PendingPlan {
     pub approved_by: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "state", content = "by")]
 pub enum PlanState {
     /// Waiting for a decision (the caller's own, or an approver's).
@@ -76,7 +76,7 @@ pub enum PlanState {
     Done(Finished),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Finished {
     Executed,
@@ -104,6 +104,8 @@ pub enum PlanRefusal {
     NotApprover { roles: Vec<String> },
     #[error("too many plans waiting for approval; decide or let some expire first")]
     Full,
+    #[error("the plan was changed on another replica at the same time; call fedgate.approve again")]
+    Changed,
     #[error("you have {0} plans waiting for approval; decide or withdraw some first")]
     TooManyOfYours(usize),
 }
@@ -119,6 +121,7 @@ impl PlanRefusal {
             PlanRefusal::Waiting { .. } => "awaiting_approval",
             PlanRefusal::NotApprover { .. } => "not_approver",
             PlanRefusal::Full | PlanRefusal::TooManyOfYours(_) => "too_many_plans",
+            PlanRefusal::Changed => "plan_changed",
         }
     }
 }
@@ -353,6 +356,30 @@ impl Plans {
             .lock()
             .get(id)
             .is_some_and(|p| p.caller != caller && !p.approvers.is_empty())
+    }
+
+    /// A copy of plan `id` as this replica holds it.
+    pub fn get(&self, id: &str) -> Option<PendingPlan> {
+        self.plans.lock().get(id).cloned()
+    }
+
+    /// Holds `plan` as the shared store has it (a newer state than this replica's).
+    pub fn put(&self, plan: PendingPlan) {
+        self.plans.lock().insert(plan.id.clone(), plan);
+    }
+
+    /// Why plan `id`, as held now, cannot be acted on (after another replica acted first).
+    pub fn refusal(&self, id: &str) -> PlanRefusal {
+        match self.plans.lock().get(id).map(|p| &p.state) {
+            None => PlanRefusal::Unknown,
+            Some(PlanState::Done(Finished::Executed)) => PlanRefusal::Used,
+            Some(PlanState::Done(Finished::Expired)) => PlanRefusal::Expired,
+            Some(PlanState::Done(Finished::Invalidated)) => PlanRefusal::Invalidated,
+            Some(PlanState::Done(Finished::Denied { by })) => {
+                PlanRefusal::Denied { by: by.clone() }
+            }
+            Some(PlanState::Pending | PlanState::Approved(_)) => PlanRefusal::Changed,
+        }
     }
 
     /// Every plan not yet finished (for the admin API), oldest first.

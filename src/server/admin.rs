@@ -220,14 +220,19 @@ impl Admin {
                 ),
             },
             (Method::GET, ["admin", "plans"]) => {
-                let plans = self.core.plans.pending();
+                // Every replica's, when they share Redis (this replica's while it is down).
+                let shared = match &self.core.cluster.plans {
+                    Some(sh) => sh.pending().await.ok(),
+                    None => None,
+                };
+                let plans = shared.unwrap_or_else(|| self.core.plans.pending());
                 json(
                     StatusCode::OK,
                     &serde_json::to_value(plans).unwrap_or_default(),
                 )
             }
             (Method::POST, ["admin", "plans", id, verb @ ("approve" | "deny")]) => {
-                self.decide_plan(id, verb)
+                self.decide_plan(id, verb).await
             }
             (Method::GET, ["metrics"]) => {
                 self.core.refresh_gauges();
@@ -247,13 +252,25 @@ impl Admin {
 
     /// An operator approves or denies a plan that names approvers (plans the caller approves
     /// itself are not the admin's to decide).
-    fn decide_plan(&self, id: &str, verb: &str) -> Response<Body> {
+    async fn decide_plan(&self, id: &str, verb: &str) -> Response<Body> {
         let decision = if verb == "approve" {
             Decision::Approve
         } else {
             Decision::Deny
         };
-        match self.core.plans.decide(id, ADMIN, None, decision) {
+        // A plan made on another replica is decided here on the shared copy, atomically.
+        let shared = &self.core.cluster.plans;
+        let imported = match shared {
+            Some(sh) => sh.import(&self.core.plans, id).await.ok(),
+            None => None,
+        };
+        let mut decided = self.core.plans.decide(id, ADMIN, None, decision);
+        if let (Some(sh), Some(imported), Ok(_)) = (shared, imported, &decided)
+            && let Ok(false) = sh.write_back(&self.core.plans, id, imported).await
+        {
+            decided = Err(self.core.plans.refusal(id));
+        }
+        match decided {
             Ok(plan) => {
                 let outcome = if decision == Decision::Approve {
                     "approved"

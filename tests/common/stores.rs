@@ -18,7 +18,8 @@ pub fn command(program: &str) -> Command {
     use std::os::unix::process::CommandExt;
     let mut c = Command::new(program);
     // /proc/self belongs to the process' effective user.
-    let root = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").expect("/proc")) == 0;
+    let root =
+        std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").expect("/proc")) == 0;
     if root {
         c.uid(NOBODY).gid(NOBODY);
     }
@@ -65,7 +66,10 @@ impl RedisServer {
 
     /// Starts the server again on its port (after `stop`), and waits until it accepts.
     pub fn resume(&mut self) {
-        let bin = find("redis-server", &["/usr/bin/redis-server", "/usr/local/bin/redis-server"]);
+        let bin = find(
+            "redis-server",
+            &["/usr/bin/redis-server", "/usr/local/bin/redis-server"],
+        );
         let mut child = command(&bin)
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--dir"])

@@ -9,6 +9,7 @@
 
 mod elicit;
 mod record;
+mod shared;
 mod tool;
 
 use std::{sync::Arc, time::Duration};
@@ -26,6 +27,7 @@ use super::{
     trust,
 };
 use crate::{
+    cluster::plans::SharedPlans,
     envelope::{META_KEY, Plan, Safety, Status},
     error::Classify,
     names::APPROVE_TOOL,
@@ -54,6 +56,8 @@ pub struct Approvals {
     pub seal: Arc<RequestStateCodec>,
     /// How long a handshake-era caller's human may take to answer an approval question.
     pub input_wait: Duration,
+    /// The plans of every replica, when `[cluster] redis` is set.
+    pub shared: Option<SharedPlans>,
 }
 
 /// An approved call on its way in, with what its answer needs.
@@ -67,6 +71,9 @@ struct Run {
 
 impl Step for Approvals {
     fn run<S: CallService>(&self, inner: &mut S, call: Call) -> CallFuture {
+        if let Some(shared) = self.shared.clone() {
+            return self.run_shared(inner, call, shared);
+        }
         // A stateless-era caller's retry that answers an approval question.
         if let Some((id, approved)) = elicit::answer(&self.seal, &call) {
             return match self.answered(call, &id, approved) {
@@ -83,44 +90,112 @@ impl Step for Approvals {
             Some(TargetKind::Upstream(up))
                 if call.approval.is_some() && call.approved.is_none() =>
             {
-                let up = up.clone();
-                let held = match self.hold(&up, &call) {
+                match self.hold(up, &call) {
+                    Ok(held) => self.after_hold(inner, call, held),
+                    Err(e) => done(Err(e)),
+                }
+            }
+            _ => inner.call(call),
+        }
+    }
+}
+
+impl Approvals {
+    /// The same decisions, on the plans every replica shares.
+    fn run_shared<S: CallService>(
+        &self,
+        inner: &mut S,
+        call: Call,
+        shared: SharedPlans,
+    ) -> CallFuture {
+        let (this, mut inner) = (self.clone(), inner.clone());
+        if let Some((id, approved)) = elicit::answer(&self.seal, &call) {
+            return Box::pin(async move {
+                let run = shared::around(&shared, &this.plans, &id, || {
+                    this.answered(call, &id, approved)
+                })
+                .await?;
+                this.execute(&mut inner, run).await
+            });
+        }
+        match call.target.as_ref().map(|t| &t.kind) {
+            Some(TargetKind::Gateway(_)) if is_approve(&call) => Box::pin(async move {
+                let id = plan_id_arg(&call);
+                match shared::around(&shared, &this.plans, &id, || this.approve(call)).await? {
+                    Next::Answer(r) => Ok(ServerResult::CallToolResult(r)),
+                    Next::Run(run) => this.execute(&mut inner, *run).await,
+                }
+            }),
+            Some(TargetKind::Upstream(up))
+                if call.approval.is_some() && call.approved.is_none() =>
+            {
+                let held = match self.hold(up, &call) {
                     Ok(h) => h,
                     Err(e) => return done(Err(e)),
                 };
-                let caps = call
-                    .downstream
-                    .as_ref()
-                    .and_then(|d| d.capabilities.as_ref());
-                // Plans with approvers are decided by someone else: the caller gets the plan.
-                if call.approval != Some(Approval::Elicit)
-                    || !held.approvers.is_empty()
-                    || !elicit::can_elicit(caps)
-                {
-                    return done(Err(CallError::ApprovalRequired {
-                        plan: Box::new(held),
-                    }));
-                }
-                if call.downstream.as_ref().is_some_and(|d| d.modern) {
-                    return done(
-                        elicit::input_required(&self.seal, &call, &held)
-                            .map(ServerResult::InputRequiredResult),
-                    );
-                }
-                let (this, mut inner, wait) = (self.clone(), inner.clone(), self.input_wait);
                 Box::pin(async move {
-                    // No answer (timeout, a client error): the plan stays, to approve later.
-                    let Ok(approved) = elicit::ask(&call, &held, wait).await else {
-                        return Err(CallError::ApprovalRequired {
-                            plan: Box::new(held),
-                        });
-                    };
-                    let run = this.answered(call, &held.id, approved)?;
-                    this.execute(&mut inner, run).await
+                    shared::publish(&shared, &this.plans, &held.id).await?;
+                    this.after_hold(&mut inner, call, held).await
                 })
             }
             _ => inner.call(call),
         }
+    }
+
+    /// A held call: the caller gets the plan, or its human is asked.
+    fn after_hold<S: CallService>(&self, inner: &mut S, call: Call, held: Held) -> CallFuture {
+        let caps = call
+            .downstream
+            .as_ref()
+            .and_then(|d| d.capabilities.as_ref());
+        // Plans with approvers are decided by someone else: the caller gets the plan.
+        if call.approval != Some(Approval::Elicit)
+            || !held.approvers.is_empty()
+            || !elicit::can_elicit(caps)
+        {
+            return done(Err(CallError::ApprovalRequired {
+                plan: Box::new(held),
+            }));
+        }
+        if call.downstream.as_ref().is_some_and(|d| d.modern) {
+            return done(
+                elicit::input_required(&self.seal, &call, &held)
+                    .map(ServerResult::InputRequiredResult),
+            );
+        }
+        let (this, mut inner, wait) = (self.clone(), inner.clone(), self.input_wait);
+        Box::pin(async move {
+            // No answer (timeout, a client error): the plan stays, to approve later.
+            let Ok(approved) = elicit::ask(&call, &held, wait).await else {
+                return Err(CallError::ApprovalRequired {
+                    plan: Box::new(held),
+                });
+            };
+            let run = match &this.shared {
+                Some(sh) => {
+                    shared::around(sh, &this.plans, &held.id, || {
+                        this.answered(call, &held.id, approved)
+                    })
+                    .await?
+                }
+                None => this.answered(call, &held.id, approved)?,
+            };
+            this.execute(&mut inner, run).await
+        })
+    }
+}
+
+/// The `plan_id` argument of a `fedgate.approve` call ("" when missing: an unknown plan).
+fn plan_id_arg(call: &Call) -> String {
+    match &call.op {
+        Op::CallTool(p) => p
+            .arguments
+            .as_ref()
+            .and_then(|a| a.get("plan_id"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+        _ => String::new(),
     }
 }
 
@@ -232,13 +307,13 @@ impl Approvals {
                 detail: "fedgate.approve is a tool".into(),
             });
         };
-        let args = p.arguments.clone().unwrap_or_default();
-        let id = args
-            .get("plan_id")
+        let id = plan_id_arg(&call);
+        let decision = match p
+            .arguments
+            .as_ref()
+            .and_then(|a| a.get("decision"))
             .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        let decision = match args.get("decision").and_then(Value::as_str) {
+        {
             Some("deny") => Decision::Deny,
             _ => Decision::Approve,
         };
@@ -321,7 +396,12 @@ impl Approvals {
         Box::pin(async move {
             let result = fut.await;
             match &result {
-                Err(e) if !run.continuing && not_started(e) => this.plans.restore(&run.plan.id),
+                Err(e) if !run.continuing && not_started(e) => {
+                    this.plans.restore(&run.plan.id);
+                    if let Some(sh) = &this.shared {
+                        shared::restored(sh, &this.plans, &run.plan.id).await;
+                    }
+                }
                 _ if !run.continuing => {
                     // The executed call's own record: its outcome and latency.
                     if let Some(audit) = &this.audit {
