@@ -352,3 +352,145 @@ async fn a_plan_held_on_one_replica_is_approved_and_run_on_another_once() {
     let (_, pending) = admin(&a, "GET", "/admin/plans").await;
     assert_eq!(pending, json!([]), "nothing waits any more");
 }
+
+const WRITES: &str = r#"
+id = "writes"
+[inputs]
+type = "object"
+required = ["signal"]
+properties = { signal = { type = "string" } }
+[[nodes]]
+id = "first"
+tool = "ledger.record"
+params = { value = 1 }
+[[nodes]]
+id = "second"
+tool = "ledger.record"
+depends_on = ["first"]
+params = { value = 2, signal = "{{inputs.signal}}", ms = 30000 }
+[[nodes]]
+id = "done"
+tool = "ledger.echo"
+depends_on = ["second"]
+params = { text = "wrote {{first.output.recorded}} and {{second.output.recorded}}" }
+[outputs]
+said = "{{done.output}}"
+"#;
+
+/// A replica whose flow runs live in `postgres`, with a short lease.
+fn flow_replica(postgres: &common::stores::PostgresServer, ledger: &str) -> Gateway {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(dir.path().join("flows")).expect("flows dir");
+    std::fs::write(dir.path().join("flows/writes.toml"), WRITES).expect("flow");
+    let cfg = dir.path().join("gateway.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[gateway]\nseparator = \".\"\nstate_key = \"env:FG_STATE_KEY\"\ntiers_dir = {TIERS:?}\n\n\
+             [cluster]\npostgres = \"{}\"\nlease_ms = 1500\n\n\
+             [flows]\ndir = \"flows\"\n\n\
+             [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"env:FG_ADMIN\"\n\n\
+             [upstreams.ledger]\nkind = \"http\"\nurl = \"{ledger}\"\ntier = \"high\"\nidempotency_keys = true\n",
+            postgres.url()
+        ),
+    )
+    .expect("config");
+    Gateway::start_file_env(
+        &cfg,
+        dir,
+        &[("FG_STATE_KEY", KEY), ("FG_ADMIN", ADMIN_TOKEN)],
+    )
+}
+
+async fn admin_json(
+    gw: &Gateway,
+    method: &str,
+    path: &str,
+    body: serde_json::Value,
+) -> (u16, serde_json::Value) {
+    let r = reqwest::Client::new()
+        .request(
+            method.parse().expect("method"),
+            format!("{}{path}", gw.admin.as_deref().expect("admin")),
+        )
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&body)
+        .send()
+        .await
+        .expect("admin request");
+    (r.status().as_u16(), r.json().await.unwrap_or_default())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_of_a_killed_replica_is_taken_over_after_its_lease_and_each_write_runs_once() {
+    let postgres = common::stores::PostgresServer::start();
+    let ledger = HttpDemo::start("ledger", "--http");
+    let mut a = flow_replica(&postgres, &ledger.url);
+    let b = flow_replica(&postgres, &ledger.url);
+
+    // A drives the run; its second write reaches the upstream (which meets this test's own
+    // `meet` call before answering), and A is SIGKILLed while that write is in flight.
+    let (status, started) = admin_json(
+        &a,
+        "POST",
+        "/admin/flows/writes/runs",
+        json!({"inputs": {"signal": "takeover"}}),
+    )
+    .await;
+    assert_eq!(status, 202, "{started}");
+    let run = started["run_id"].as_str().expect("run id").to_owned();
+    let signal = connect_legacy(&ledger.url, TestClient::new()).await;
+    let met = call(
+        &signal,
+        "meet",
+        json!({"group": "takeover", "n": 2, "timeout_ms": 20000}),
+    )
+    .await
+    .expect("meet");
+    assert_eq!(
+        met.is_error,
+        Some(false),
+        "the second write never came: {met:?}"
+    );
+    a.child.kill().expect("SIGKILL A");
+    a.child.wait().expect("reaped");
+
+    // B sees the run in the shared log, takes it over once A's lease ran out, and ends it.
+    let (_, after) = admin_json(
+        &b,
+        "GET",
+        &format!("/admin/flows/runs/{run}?wait_ms=20000"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(after["state"]["finished"], "succeeded", "{after}");
+    assert_eq!(
+        after["state"]["outputs"]["said"], "echo: wrote 1 and 2",
+        "{after}"
+    );
+    assert_eq!(
+        after["state"]["nodes"]["second"]["attempts"], 2,
+        "re-driven once, by B: {after}"
+    );
+    let c = connect_legacy(&ledger.url, TestClient::new()).await;
+    let counts = call(&c, "executions", json!({}))
+        .await
+        .expect("executions")
+        .structured_content
+        .expect("counts");
+    assert_eq!(
+        counts,
+        json!({"keys": {format!("{run}:first"): 1, format!("{run}:second"): 1}, "unkeyed": 0}),
+        "each write ran once at the upstream"
+    );
+    assert!(
+        b.stderr().contains("taking over flow run"),
+        "{}",
+        b.stderr()
+    );
+    let metrics = b.metrics().await;
+    assert!(
+        metrics.contains("fedgate_flow_lease_takeovers_total 1"),
+        "{metrics}"
+    );
+}

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::serve::{load, settle_bound, stop};
 use crate::{
     config::Snapshot,
-    flows::{Engine, events::RunState, log::RunLog, report},
+    flows::{Engine, events::RunState, report},
     policy::identity::{Identity, IdentityKind},
     server::core::Core,
 };
@@ -206,8 +206,10 @@ fn operator() -> Identity {
     Identity::unrestricted("local", IdentityKind::Local)
 }
 
-fn open_log(snapshot: &Snapshot) -> Result<Arc<crate::flows::log::SqliteLog>, String> {
-    crate::flows::log::SqliteLog::open(&snapshot.flows.db).map_err(|e| e.to_string())
+/// The run log the gateway of this config uses (it claims nothing: this process only reads).
+fn open_log(snapshot: &Snapshot) -> Result<Arc<dyn crate::flows::log::RunLog>, String> {
+    let metrics = crate::telemetry::metrics::Metrics::new()?;
+    crate::cluster::run_log(snapshot, "cli", &metrics.cluster)
 }
 
 fn list(snapshot: &Snapshot) -> Result<ExitCode, String> {

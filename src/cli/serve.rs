@@ -101,6 +101,7 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, String
     if let Some(flows) = &core.flows {
         flows.report_catalog_problems();
         flows.resume_all().await;
+        flows.start_leases();
     }
     let ready = pool
         .upstreams()
@@ -172,6 +173,7 @@ pub async fn stdio(path: &Path) -> Result<ExitCode, String> {
     let gateway = Gateway::new(core.clone(), snapshot.gateway.page_size.get(), audit);
     if let Some(flows) = &core.flows {
         flows.resume_all().await;
+        flows.start_leases();
     }
     let watch = snapshot.gateway.watch_config;
     let reloader = Reloader::new(path, core.clone(), snapshot);

@@ -78,6 +78,40 @@ pub trait RunLog: Send + Sync + std::fmt::Debug {
     fn unfinished(&self) -> Result<Vec<String>, LogError>;
     fn put_artifact(&self, run_id: &str, id: &str, body: &[u8]) -> Result<(), LogError>;
     fn artifact(&self, id: &str) -> Result<Option<Vec<u8>>, LogError>;
+
+    // A log several replicas share also says who drives which run: a replica claims a run
+    // for a lease, renews it while it drives the run, and another replica may claim the run
+    // once the lease expired. A log of one process needs none of it (the defaults).
+
+    /// How long a claim lasts without renewal; `None`: this process alone uses the log.
+    fn lease(&self) -> Option<std::time::Duration> {
+        None
+    }
+    /// Claims an unfinished run for this replica.
+    fn claim(&self, _run_id: &str) -> Result<Claimed, LogError> {
+        Ok(Claimed::Yes { from: None })
+    }
+    /// Renews this replica's claims on `run_ids`; answers the runs it no longer holds.
+    fn renew(&self, _run_ids: &[String]) -> Result<Vec<String>, LogError> {
+        Ok(Vec::new())
+    }
+    /// Gives a run up (this replica stops driving it; another may claim it at once).
+    fn release(&self, _run_id: &str) -> Result<(), LogError> {
+        Ok(())
+    }
+    /// Unfinished runs nobody holds a live claim on, oldest first.
+    fn claimable(&self) -> Result<Vec<String>, LogError> {
+        self.unfinished()
+    }
+}
+
+/// The answer to a claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claimed {
+    /// This replica drives the run now; `from` names the replica whose lease expired.
+    Yes { from: Option<String> },
+    /// Another replica holds it.
+    No,
 }
 
 /// The SQLite run log (WAL; one connection, writes serialized).

@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 use self::{
     driver::{NodeDone, Run},
     events::RunState,
-    log::{Caller, RunLog, RunRecord, SqliteLog},
+    log::{Caller, RunLog, RunRecord},
 };
 use crate::{
     config::{
@@ -95,6 +95,7 @@ pub enum StartError {
 #[derive(Debug, Clone)]
 struct Live {
     ct: CancellationToken,
+    stop: CancellationToken,
     mail: mpsc::UnboundedSender<driver::Msg>,
     quiet: tokio::sync::watch::Receiver<driver::Quiet>,
 }
@@ -135,12 +136,12 @@ pub struct Started {
 impl Engine {
     pub fn open(
         settings: &FlowSettings,
+        log: Arc<dyn RunLog>,
         auth: Arc<ArcSwap<Authenticator>>,
         metrics: FlowMetrics,
         tasks: crate::tasks::TaskHandles,
         plans: Arc<crate::policy::approval::Plans>,
     ) -> Result<Arc<Self>, String> {
-        let log = SqliteLog::open(&settings.db).map_err(|e| e.to_string())?;
         let engine = Arc::new(Self {
             log,
             defs: ArcSwap::default(),
@@ -338,12 +339,14 @@ impl Engine {
     ) -> oneshot::Receiver<Result<RunState, String>> {
         let (tx, rx) = oneshot::channel();
         let ct = CancellationToken::new();
+        let stop = self.stop.child_token();
         let (mail, mailbox) = mpsc::unbounded_channel();
         let (quiet_tx, quiet) = tokio::sync::watch::channel(driver::Quiet::default());
         self.live.insert(
             record.run_id.clone(),
             Live {
                 ct: ct.clone(),
+                stop: stop.clone(),
                 mail: mail.clone(),
                 quiet,
             },
@@ -362,6 +365,7 @@ impl Engine {
                     identity,
                     depth: opts.depth,
                     ct,
+                    stop,
                     progress: opts.progress,
                     key_run,
                     replay: opts.replay,
@@ -389,18 +393,75 @@ impl Engine {
         rx
     }
 
-    /// Resumes every unfinished run in the log (at start). A run whose flow no longer loads
-    /// stays as it is, reported.
+    /// Resumes every unfinished run in the log that no other replica drives (at start, and
+    /// with a shared log on every lease tick). A run whose flow no longer loads stays as it is,
+    /// reported.
     pub async fn resume_all(self: &Arc<Self>) {
         let log = self.log.clone();
-        let ids = match log::blocking(move || log.unfinished()).await {
+        let ids = match log::blocking(move || log.claimable()).await {
             Ok(ids) => ids,
             Err(e) => return tracing::warn!("cannot read unfinished flow runs: {e}"),
         };
         for id in ids {
-            if let Err(e) = self.resume(&id).await {
-                tracing::warn!(run = %id, "flow run not resumed: {e}");
+            if self.live.contains_key(&id) {
+                continue;
             }
+            let (log, run) = (self.log.clone(), id.clone());
+            match log::blocking(move || log.claim(&run)).await {
+                Ok(log::Claimed::Yes { from }) => {
+                    if let Some(from) = from {
+                        self.metrics.lease_takeovers.inc();
+                        tracing::warn!(run = %id, from = %from, "taking over flow run: the lease of the replica that drove it ran out");
+                    }
+                    if let Err(e) = self.resume(&id).await {
+                        tracing::warn!(run = %id, "flow run not resumed: {e}");
+                        let (log, run) = (self.log.clone(), id.clone());
+                        let _ = log::blocking(move || log.release(&run)).await;
+                    }
+                }
+                Ok(log::Claimed::No) => {}
+                Err(e) => tracing::warn!(run = %id, "cannot claim flow run: {e}"),
+            }
+        }
+    }
+
+    /// With a log several replicas share: renews this replica's leases a few times per lease,
+    /// stops driving runs whose lease it lost, and takes over runs whose lease ran out.
+    pub fn start_leases(self: &Arc<Self>) {
+        let Some(lease) = self.log.lease() else {
+            return;
+        };
+        let (weak, stop) = (Arc::downgrade(self), self.stop.clone());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(lease / 3);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = stop.cancelled() => return,
+                }
+                let Some(engine) = weak.upgrade() else {
+                    return;
+                };
+                engine.renew_leases().await;
+                engine.resume_all().await;
+            }
+        });
+    }
+
+    async fn renew_leases(&self) {
+        let held: Vec<String> = self.live.iter().map(|e| e.key().clone()).collect();
+        let log = self.log.clone();
+        match log::blocking(move || log.renew(&held)).await {
+            Ok(lost) => {
+                for id in lost {
+                    tracing::warn!(run = %id, "lost the lease on a flow run (another replica drives it now): stopping here");
+                    if let Some(live) = self.live.get(&id) {
+                        live.stop.cancel();
+                    }
+                }
+            }
+            Err(e) => tracing::warn!("cannot renew flow run leases: {e}"),
         }
     }
 
@@ -553,6 +614,12 @@ impl Engine {
     pub fn close(&self) {
         self.stop.cancel();
         self.permits.close();
+        // With a shared log, another replica takes the runs over now, not when leases run out.
+        if self.log.lease().is_some() {
+            for live in self.live.iter() {
+                let _ = self.log.release(live.key());
+            }
+        }
     }
 
     /// The run's state once it has finished, or as it is when `timeout` passes first.
@@ -568,15 +635,21 @@ impl Engine {
             let (record, events) = self.load(run_id).await?;
             let state = RunState::fold(&events);
             let driven = self.live.contains_key(run_id);
-            if state.finished.is_some() || !driven {
+            // With a shared log another replica may drive it (or take it over): look again
+            // a few times per lease.
+            let shared = self.log.lease();
+            if state.finished.is_some() || (!driven && shared.is_none()) {
                 return Ok((record, events, state));
             }
-            if tokio::time::timeout_at(deadline, ended.changed())
-                .await
-                .is_err()
-            {
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
                 return Ok((record, events, state));
             }
+            let look_again = match shared {
+                Some(lease) if !driven => deadline.min(now + lease / 3),
+                _ => deadline,
+            };
+            let _ = tokio::time::timeout_at(look_again, ended.changed()).await;
         }
     }
 }

@@ -1,14 +1,14 @@
 //! Shared-store metrics (F16): latency and failures of each store operation, fallbacks to
-//! per-replica state while a store is down, and flow-run lease takeovers. Labels are fixed sets.
+//! per-replica state while a store is down. Labels are fixed sets (flow-run lease takeovers
+//! are a flow metric).
 
-use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry};
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 
 #[derive(Debug, Clone)]
 pub struct ClusterMetrics {
     pub op_duration: HistogramVec,
     pub op_errors: IntCounterVec,
     pub fallbacks: IntCounterVec,
-    pub lease_takeovers: IntCounter,
 }
 
 impl ClusterMetrics {
@@ -38,19 +38,13 @@ impl ClusterMetrics {
             ),
             &["feature", "mode"],
         )?;
-        let lease_takeovers = IntCounter::new(
-            "fedgate_flow_lease_takeovers_total",
-            "Flow runs this replica claimed after another replica's lease expired",
-        )?;
         registry.register(Box::new(op_duration.clone()))?;
         registry.register(Box::new(op_errors.clone()))?;
         registry.register(Box::new(fallbacks.clone()))?;
-        registry.register(Box::new(lease_takeovers.clone()))?;
         Ok(Self {
             op_duration,
             op_errors,
             fallbacks,
-            lease_takeovers,
         })
     }
 }

@@ -13,6 +13,7 @@ pub struct FlowMetrics {
     pub in_flight: IntGauge,
     pub artifact_bytes: IntCounter,
     pub log_append: Histogram,
+    pub lease_takeovers: IntCounter,
 }
 
 impl FlowMetrics {
@@ -53,6 +54,11 @@ impl FlowMetrics {
             )
             .buckets(buckets.to_vec()),
         )?;
+        let lease_takeovers = IntCounter::new(
+            "fedgate_flow_lease_takeovers_total",
+            "Flow runs this replica claimed after another replica's lease ran out",
+        )?;
+        registry.register(Box::new(lease_takeovers.clone()))?;
         registry.register(Box::new(log_append.clone()))?;
         registry.register(Box::new(runs.clone()))?;
         registry.register(Box::new(nodes.clone()))?;
@@ -66,6 +72,7 @@ impl FlowMetrics {
             in_flight,
             artifact_bytes,
             log_append,
+            lease_takeovers,
         })
     }
 

@@ -125,3 +125,89 @@ impl Drop for RedisServer {
         }
     }
 }
+
+/// Debian's PostgreSQL binaries (`/usr/lib/postgresql/<version>/bin`).
+fn pg_bin(name: &str) -> String {
+    let mut found: Vec<_> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("bin").join(name))
+        .filter(|p| p.exists())
+        .collect();
+    found.sort();
+    found
+        .pop()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| panic!("PostgreSQL's {name} is missing: scripts/test.sh installs it"))
+}
+
+/// A PostgreSQL server of its own: a fresh cluster (`initdb`, trust auth for `fedgate` on
+/// loopback) and the server process itself, stopped on drop.
+pub struct PostgresServer {
+    child: Child,
+    pub port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl PostgresServer {
+    pub fn start() -> PostgresServer {
+        let dir = tempfile::tempdir().expect("postgres dir");
+        open_dir(dir.path());
+        let data = dir.path().join("data");
+        let out = command(&pg_bin("initdb"))
+            .arg("-D")
+            .arg(&data)
+            .args(["-U", "fedgate", "--auth=trust", "-E", "UTF8", "--no-sync"])
+            .output()
+            .expect("initdb");
+        assert!(
+            out.status.success(),
+            "initdb: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let port = super::free_port();
+        let mut child = command(&pg_bin("postgres"))
+            .arg("-D")
+            .arg(&data)
+            .args(["-p", &port.to_string(), "-k"])
+            .arg(dir.path())
+            .args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start postgres");
+        let stderr = child.stderr.take().expect("postgres stderr");
+        let mut lines = BufReader::new(stderr).lines();
+        loop {
+            let line = lines
+                .next()
+                .expect("postgres exited before it was ready")
+                .expect("postgres stderr");
+            if line.contains("ready to accept connections") {
+                break;
+            }
+        }
+        std::thread::spawn(move || for _ in lines {});
+        PostgresServer {
+            child,
+            port,
+            _dir: dir,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("postgres://fedgate@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+impl Drop for PostgresServer {
+    fn drop(&mut self) {
+        // Immediate shutdown: the backends go with the postmaster.
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGQUIT,
+        );
+        let _ = self.child.wait();
+    }
+}

@@ -47,6 +47,9 @@ pub struct Run {
     pub identity: Identity,
     pub depth: u8,
     pub ct: CancellationToken,
+    /// Stops the scheduler without recording anything (shutdown, or a lease lost to another
+    /// replica): the run stays unfinished, to resume.
+    pub stop: CancellationToken,
     pub progress: Option<mpsc::UnboundedSender<NodeDone>>,
     /// Idempotency keys are derived from this run id (a replay reuses the original's).
     pub key_run: String,
@@ -133,8 +136,8 @@ pub async fn drive(
                 None => return Err("scheduler channel closed".into()),
             },
             _ = d.run.ct.cancelled(), if !d.state.cancel_requested => {}
-            _ = d.run.engine.stop.cancelled() => {
-                return Err("the gateway is stopping; the run resumes when it starts again".into());
+            _ = d.run.stop.cancelled() => {
+                return Err("stopped driving the run here; it resumes from its events".into());
             }
         }
     }

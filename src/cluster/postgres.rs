@@ -1,0 +1,504 @@
+//! Flow runs on PostgreSQL: the run log's trait with the SQLite log's schema (runs, events,
+//! artifacts; event bodies are the same JSON), plus a lease per run. A replica claims a run
+//! for `lease`, renews the claim while it drives the run, and every append checks the claim in
+//! the same transaction (a replica that lost its run can record nothing more). When a replica
+//! dies its claims run out, and another replica claims the run and resumes it from its events,
+//! under the crash-recovery rules of the flows. Times come from the database's clock, so the
+//! replicas' clocks do not matter.
+
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use postgres::{Client, NoTls};
+use tokio::time::Instant;
+
+use crate::{
+    flows::{
+        events::{Event, Stamped},
+        log::{Claimed, LogError, RunLog, RunRecord},
+    },
+    telemetry::cluster_metrics::ClusterMetrics,
+};
+
+/// Bumped when the tables below change.
+const SCHEMA_VERSION: i32 = 1;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS fedgate_schema (version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS fedgate_runs (
+    run_id TEXT PRIMARY KEY,
+    flow TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    inputs TEXT NOT NULL,
+    caller TEXT NOT NULL,
+    created_ms BIGINT NOT NULL,
+    replay_of TEXT,
+    finished BOOLEAN NOT NULL DEFAULT FALSE,
+    owner TEXT,
+    lease_until_ms BIGINT NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS fedgate_events (
+    run_id TEXT NOT NULL,
+    seq BIGINT NOT NULL,
+    at_ms BIGINT NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
+CREATE TABLE IF NOT EXISTS fedgate_artifacts (
+    id TEXT PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    body BYTEA NOT NULL
+);
+CREATE INDEX IF NOT EXISTS fedgate_runs_unfinished ON fedgate_runs (finished, created_ms);
+";
+
+/// The database's clock, in milliseconds.
+const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
+
+/// How long connecting may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One piece of work for the connection's thread.
+type Job = Box<dyn FnOnce(&mut Connection) + Send>;
+
+/// The connection, owned by its own thread: the `postgres` client runs its own small runtime,
+/// which may not be started on a thread that drives async tasks. Callers block until their job
+/// is done (the engine calls the log from `spawn_blocking`).
+struct Connection {
+    config: postgres::Config,
+    client: Option<Client>,
+}
+
+pub struct PgLog {
+    jobs: Mutex<std::sync::mpsc::Sender<Job>>,
+    /// This replica, as it signs its claims.
+    owner: String,
+    lease: Duration,
+    metrics: ClusterMetrics,
+}
+
+impl std::fmt::Debug for PgLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the URL: it may hold a password.
+        f.debug_struct("PgLog")
+            .field("owner", &self.owner)
+            .finish_non_exhaustive()
+    }
+}
+
+fn err(e: postgres::Error) -> LogError {
+    // The server's own message, never the connection parameters.
+    LogError(match e.as_db_error() {
+        Some(db) => db.message().to_owned(),
+        None => e.to_string(),
+    })
+}
+
+impl PgLog {
+    /// Connects, and creates the tables once (replicas starting together take turns).
+    pub fn open(
+        url: &str,
+        owner: String,
+        lease: Duration,
+        metrics: ClusterMetrics,
+    ) -> Result<Self, LogError> {
+        let mut config: postgres::Config = url
+            .parse()
+            .map_err(|_| LogError("[cluster] postgres is not a valid URL".into()))?;
+        config.connect_timeout(CONNECT_TIMEOUT);
+        config.application_name("fedgate");
+        let (jobs, queue) = std::sync::mpsc::channel::<Job>();
+        let mut conn = Connection {
+            config,
+            client: None,
+        };
+        std::thread::Builder::new()
+            .name("fedgate-postgres".into())
+            .spawn(move || {
+                for job in queue {
+                    job(&mut conn);
+                }
+            })
+            .map_err(|e| LogError(format!("cannot start the postgres thread: {e}")))?;
+        let log = Self {
+            jobs: Mutex::new(jobs),
+            owner,
+            lease,
+            metrics,
+        };
+        log.with("schema", |c| {
+            let mut tx = c.transaction()?;
+            tx.execute("SELECT pg_advisory_xact_lock(7268290061)", &[])?;
+            tx.batch_execute(SCHEMA)?;
+            let version: Option<i32> = tx
+                .query_opt("SELECT version FROM fedgate_schema", &[])?
+                .map(|r| r.get(0));
+            if version.is_none() {
+                tx.execute(
+                    "INSERT INTO fedgate_schema (version) VALUES ($1)",
+                    &[&SCHEMA_VERSION],
+                )?;
+            }
+            tx.commit()?;
+            Ok(version.unwrap_or(SCHEMA_VERSION))
+        })
+        .and_then(|v| {
+            if v == SCHEMA_VERSION {
+                Ok(())
+            } else {
+                Err(LogError(format!(
+                    "postgres run log schema version {v}, this fedgate reads version {SCHEMA_VERSION}"
+                )))
+            }
+        })?;
+        Ok(log)
+    }
+
+    /// Runs `f` on the connection's thread, reconnecting first when the connection was lost.
+    fn with<T: Send + 'static>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&mut Client) -> Result<T, postgres::Error> + Send + 'static,
+    ) -> Result<T, LogError> {
+        let started = Instant::now();
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let job: Job = Box::new(move |conn: &mut Connection| {
+            if conn.client.as_ref().is_none_or(Client::is_closed) {
+                conn.client = None;
+                match conn.config.connect(NoTls) {
+                    Ok(c) => conn.client = Some(c),
+                    Err(e) => {
+                        let _ = tx.send(Err(err(e)));
+                        return;
+                    }
+                }
+            }
+            let Some(client) = conn.client.as_mut() else {
+                let _ = tx.send(Err(LogError("postgres: no connection".into())));
+                return;
+            };
+            let out = f(client);
+            if matches!(&out, Err(e) if e.is_closed()) {
+                conn.client = None;
+            }
+            let _ = tx.send(out.map_err(err));
+        });
+        let sent = self.jobs.lock().send(job);
+        let out = match sent {
+            Ok(()) => rx
+                .recv()
+                .unwrap_or_else(|_| Err(LogError("postgres: the connection thread ended".into()))),
+            Err(_) => Err(LogError("postgres: the connection thread ended".into())),
+        };
+        self.metrics
+            .op_duration
+            .with_label_values(&["postgres", op])
+            .observe(started.elapsed().as_secs_f64());
+        if out.is_err() {
+            self.failed(op);
+        }
+        out
+    }
+
+    fn failed(&self, op: &'static str) {
+        self.metrics
+            .op_errors
+            .with_label_values(&["postgres", op])
+            .inc();
+    }
+
+    fn lease_ms(&self) -> i64 {
+        i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX)
+    }
+}
+
+type Row = (String, String, String, String, String, i64, Option<String>);
+
+fn to_record(
+    (run_id, flow, digest, inputs, caller, created_ms, replay_of): Row,
+) -> Result<RunRecord, LogError> {
+    Ok(RunRecord {
+        run_id,
+        flow,
+        digest,
+        inputs: serde_json::from_str(&inputs)?,
+        caller: serde_json::from_str(&caller)?,
+        created_ms,
+        replay_of,
+    })
+}
+
+fn row(r: &postgres::Row) -> Row {
+    (
+        r.get(0),
+        r.get(1),
+        r.get(2),
+        r.get(3),
+        r.get(4),
+        r.get(5),
+        r.get(6),
+    )
+}
+
+const RUN_COLUMNS: &str = "run_id, flow, digest, inputs, caller, created_ms, replay_of";
+
+impl RunLog for PgLog {
+    fn create(&self, run: &RunRecord) -> Result<(), LogError> {
+        let (inputs, caller) = (
+            serde_json::to_string(&run.inputs)?,
+            serde_json::to_string(&run.caller)?,
+        );
+        let (run, owner, lease) = (run.clone(), self.owner.clone(), self.lease_ms());
+        self.with("create", move |c| {
+            c.execute(
+                &format!(
+                    "INSERT INTO fedgate_runs ({RUN_COLUMNS}, owner, lease_until_ms) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, {NOW_MS} + $9)"
+                ),
+                &[
+                    &run.run_id,
+                    &run.flow,
+                    &run.digest,
+                    &inputs,
+                    &caller,
+                    &run.created_ms,
+                    &run.replay_of,
+                    &owner,
+                    &lease,
+                ],
+            )
+            .map(|_| ())
+        })
+    }
+
+    fn append(&self, run_id: &str, at_ms: i64, events: &[Event]) -> Result<Vec<Stamped>, LogError> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        let bodies = events
+            .iter()
+            .map(serde_json::to_string)
+            .collect::<Result<Vec<_>, _>>()?;
+        let finished = events.iter().rev().find_map(|e| match e {
+            Event::RunFinished { .. } => Some(true),
+            Event::RunReopened => Some(false),
+            _ => None,
+        });
+        let (run, owner) = (run_id.to_owned(), self.owner.clone());
+        let outcome = self.with("append", move |c| {
+            let mut tx = c.transaction()?;
+            // The claim is checked where the events are written: a replica that lost the
+            // run records nothing more.
+            let holder: Option<Option<String>> = tx
+                .query_opt(
+                    "SELECT owner FROM fedgate_runs WHERE run_id = $1 FOR UPDATE",
+                    &[&run],
+                )?
+                .map(|r| r.get(0));
+            if let Some(Some(o)) = holder
+                && o != owner
+            {
+                return Ok(Err(o));
+            }
+            let last: i64 = tx
+                .query_one(
+                    "SELECT COALESCE(MAX(seq), 0) FROM fedgate_events WHERE run_id = $1",
+                    &[&run],
+                )?
+                .get(0);
+            let insert = tx.prepare(
+                "INSERT INTO fedgate_events (run_id, seq, at_ms, body) VALUES ($1, $2, $3, $4)",
+            )?;
+            for (i, body) in bodies.iter().enumerate() {
+                let seq = last + 1 + i as i64;
+                tx.execute(&insert, &[&run, &seq, &at_ms, body])?;
+            }
+            match finished {
+                // A finished run is nobody's any more.
+                Some(true) => tx.execute(
+                    "UPDATE fedgate_runs SET finished = TRUE, owner = NULL, lease_until_ms = 0 WHERE run_id = $1",
+                    &[&run],
+                )?,
+                Some(false) => tx.execute(
+                    "UPDATE fedgate_runs SET finished = FALSE WHERE run_id = $1",
+                    &[&run],
+                )?,
+                None => 0,
+            };
+            tx.commit()?;
+            Ok(Ok(last))
+        })?;
+        let last = outcome.map_err(|holder| {
+            LogError(format!(
+                "run {run_id} is driven by replica {holder} now (this replica's lease ran out)"
+            ))
+        })?;
+        Ok(events
+            .iter()
+            .enumerate()
+            .map(|(i, event)| Stamped {
+                seq: (last + 1 + i as i64) as u64,
+                at_ms,
+                event: event.clone(),
+            })
+            .collect())
+    }
+
+    fn events(&self, run_id: &str) -> Result<Vec<Stamped>, LogError> {
+        let run = run_id.to_owned();
+        let rows = self.with("events", move |c| {
+            c.query(
+                "SELECT seq, at_ms, body FROM fedgate_events WHERE run_id = $1 ORDER BY seq",
+                &[&run],
+            )
+        })?;
+        rows.iter()
+            .map(|r| {
+                Ok(Stamped {
+                    seq: r.get::<_, i64>(0) as u64,
+                    at_ms: r.get(1),
+                    event: serde_json::from_str(r.get::<_, &str>(2))?,
+                })
+            })
+            .collect()
+    }
+
+    fn run(&self, run_id: &str) -> Result<Option<RunRecord>, LogError> {
+        let run = run_id.to_owned();
+        let found = self.with("run", move |c| {
+            c.query_opt(
+                &format!("SELECT {RUN_COLUMNS} FROM fedgate_runs WHERE run_id = $1"),
+                &[&run],
+            )
+        })?;
+        found.map(|r| to_record(row(&r))).transpose()
+    }
+
+    fn runs(&self, limit: usize) -> Result<Vec<RunRecord>, LogError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self.with("runs", move |c| {
+            c.query(
+                &format!(
+                    "SELECT {RUN_COLUMNS} FROM fedgate_runs ORDER BY created_ms DESC, run_id DESC LIMIT $1"
+                ),
+                &[&limit],
+            )
+        })?;
+        rows.iter().map(|r| to_record(row(r))).collect()
+    }
+
+    fn unfinished(&self) -> Result<Vec<String>, LogError> {
+        let rows = self.with("unfinished", |c| {
+            c.query(
+                "SELECT run_id FROM fedgate_runs WHERE NOT finished ORDER BY created_ms, run_id",
+                &[],
+            )
+        })?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    fn put_artifact(&self, run_id: &str, id: &str, body: &[u8]) -> Result<(), LogError> {
+        let (run, id, body) = (run_id.to_owned(), id.to_owned(), body.to_vec());
+        self.with("put_artifact", move |c| {
+            c.execute(
+                "INSERT INTO fedgate_artifacts (id, run_id, body) VALUES ($1, $2, $3) \
+                 ON CONFLICT (id) DO UPDATE SET body = EXCLUDED.body",
+                &[&id, &run, &body],
+            )
+            .map(|_| ())
+        })
+    }
+
+    fn artifact(&self, id: &str) -> Result<Option<Vec<u8>>, LogError> {
+        let id = id.to_owned();
+        let found = self.with("artifact", move |c| {
+            c.query_opt("SELECT body FROM fedgate_artifacts WHERE id = $1", &[&id])
+        })?;
+        Ok(found.map(|r| r.get(0)))
+    }
+
+    fn lease(&self) -> Option<Duration> {
+        Some(self.lease)
+    }
+
+    fn claim(&self, run_id: &str) -> Result<Claimed, LogError> {
+        let (run, owner, lease) = (run_id.to_owned(), self.owner.clone(), self.lease_ms());
+        self.with("claim", move |c| {
+            let mut tx = c.transaction()?;
+            let current = tx.query_opt(
+                &format!(
+                    "SELECT owner, lease_until_ms < {NOW_MS} FROM fedgate_runs \
+                     WHERE run_id = $1 AND NOT finished FOR UPDATE"
+                ),
+                &[&run],
+            )?;
+            let Some(current) = current else {
+                return Ok(Claimed::No);
+            };
+            let (holder, expired): (Option<String>, bool) = (current.get(0), current.get(1));
+            let free = match &holder {
+                None => true,
+                Some(h) => h == &owner || expired,
+            };
+            if !free {
+                return Ok(Claimed::No);
+            }
+            tx.execute(
+                &format!(
+                    "UPDATE fedgate_runs SET owner = $2, lease_until_ms = {NOW_MS} + $3 WHERE run_id = $1"
+                ),
+                &[&run, &owner, &lease],
+            )?;
+            tx.commit()?;
+            Ok(Claimed::Yes {
+                from: holder.filter(|h| h != &owner),
+            })
+        })
+    }
+
+    fn renew(&self, run_ids: &[String]) -> Result<Vec<String>, LogError> {
+        if run_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (ids, owner, lease) = (run_ids.to_vec(), self.owner.clone(), self.lease_ms());
+        let kept = self.with("renew", move |c| {
+            c.query(
+                &format!(
+                    "UPDATE fedgate_runs SET lease_until_ms = {NOW_MS} + $2 \
+                     WHERE owner = $1 AND run_id = ANY($3) RETURNING run_id"
+                ),
+                &[&owner, &lease, &ids],
+            )
+        })?;
+        let kept: Vec<String> = kept.iter().map(|r| r.get(0)).collect();
+        Ok(run_ids
+            .iter()
+            .filter(|id| !kept.contains(id))
+            .cloned()
+            .collect())
+    }
+
+    fn release(&self, run_id: &str) -> Result<(), LogError> {
+        let (run, owner) = (run_id.to_owned(), self.owner.clone());
+        self.with("release", move |c| {
+            c.execute(
+                "UPDATE fedgate_runs SET owner = NULL, lease_until_ms = 0 WHERE run_id = $1 AND owner = $2",
+                &[&run, &owner],
+            )
+            .map(|_| ())
+        })
+    }
+
+    fn claimable(&self) -> Result<Vec<String>, LogError> {
+        let rows = self.with("claimable", |c| {
+            c.query(
+                &format!(
+                    "SELECT run_id FROM fedgate_runs WHERE NOT finished \
+                     AND (owner IS NULL OR lease_until_ms < {NOW_MS}) ORDER BY created_ms, run_id"
+                ),
+                &[],
+            )
+        })?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+}
