@@ -262,22 +262,26 @@ async fn admin(gw: &Gateway, method: &str, path: &str) -> (u16, serde_json::Valu
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_plan_held_on_one_replica_is_approved_and_run_on_another_once() {
-    let redis = RedisServer::start();
+    // Credentials as secret references: the password never shows.
+    let redis = RedisServer::start_with(Some("redis-password-test-only"));
     let demo = HttpDemo::start("notes", "--http");
     let replica_of = |redis: &RedisServer| {
         Gateway::start_env(
             &format!(
                 "[gateway]\nstate_key = \"env:FG_STATE_KEY\"\ntiers_dir = {TIERS:?}\n\n\
-                 [cluster]\nredis = \"{}\"\n\n\
+                 [cluster]\nredis = \"env:FG_REDIS\"\n\n\
                  [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"env:FG_ADMIN\"\n\n\
                  [auth]\nanonymous = true\nanonymous_roles = [\"all\"]\n\n\
                  [roles.all]\ntools = [\"*\"]\n[roles.reviewer]\ntools = [\"fedgate.approve\"]\n\n\
                  [upstreams.notes]\nkind = \"http\"\nurl = \"{}\"\ntier = \"high\"\n\
                  [upstreams.notes.tools.file_ticket]\napproval = \"plan\"\napprovers = [\"reviewer\"]\n",
-                redis.url(),
                 demo.url
             ),
-            &[("FG_STATE_KEY", KEY), ("FG_ADMIN", ADMIN_TOKEN)],
+            &[
+                ("FG_STATE_KEY", KEY),
+                ("FG_ADMIN", ADMIN_TOKEN),
+                ("FG_REDIS", &redis.url()),
+            ],
         )
     };
     let (a, b) = (replica_of(&redis), replica_of(&redis));
@@ -351,6 +355,15 @@ async fn a_plan_held_on_one_replica_is_approved_and_run_on_another_once() {
     assert!(format!("{again:?}").contains("plan_used"), "{again:?}");
     let (_, pending) = admin(&a, "GET", "/admin/plans").await;
     assert_eq!(pending, json!([]), "nothing waits any more");
+    let (_, config) = admin(&a, "GET", "/admin/config").await;
+    let shown = config["cluster"]["redis"].as_str().unwrap_or_default();
+    assert!(
+        shown.starts_with("redis://") && shown.contains("redacted"),
+        "{config}"
+    );
+    for text in [config.to_string(), a.stderr(), b.stderr()] {
+        assert!(!text.contains("redis-password-test-only"), "{text}");
+    }
 }
 
 const WRITES: &str = r#"
@@ -377,11 +390,22 @@ params = { text = "wrote {{first.output.recorded}} and {{second.output.recorded}
 said = "{{done.output}}"
 "#;
 
+const QUICK: &str = r#"
+id = "quick"
+[[nodes]]
+id = "say"
+tool = "ledger.echo"
+params = { text = "quick" }
+[outputs]
+said = "{{say.output}}"
+"#;
+
 /// A replica whose flow runs live in `postgres`, with a short lease.
 fn flow_replica(postgres: &common::stores::PostgresServer, ledger: &str) -> Gateway {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::create_dir_all(dir.path().join("flows")).expect("flows dir");
     std::fs::write(dir.path().join("flows/writes.toml"), WRITES).expect("flow");
+    std::fs::write(dir.path().join("flows/quick.toml"), QUICK).expect("flow");
     let cfg = dir.path().join("gateway.toml");
     std::fs::write(
         &cfg,
@@ -492,5 +516,20 @@ async fn a_run_of_a_killed_replica_is_taken_over_after_its_lease_and_each_write_
     assert!(
         metrics.contains("fedgate_flow_lease_takeovers_total 1"),
         "{metrics}"
+    );
+
+    // A flow run called as a task on B answers its handle on a replica started afterwards.
+    let created = common::raw::raw_call(&b.url, "any", "flows.quick", json!({})).await;
+    let handle = created["result"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a task: {created}"))
+        .to_owned();
+    let c = flow_replica(&postgres, &ledger.url);
+    let done = common::raw::task_poll(&c.url, "any", &handle, |t| t["status"] == "completed").await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(
+        done["result"]["structuredContent"],
+        json!({"said": "echo: quick"}),
+        "{done}"
     );
 }

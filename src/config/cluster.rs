@@ -150,3 +150,51 @@ pub fn validate(raw: RawCluster) -> Result<ClusterSettings, Vec<String>> {
         lease,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(redis: Option<&str>, postgres: Option<&str>, fail: Option<&str>) -> RawCluster {
+        RawCluster {
+            redis: redis.map(str::to_owned),
+            postgres: postgres.map(str::to_owned),
+            fail: fail.map(str::to_owned),
+            ..RawCluster::default()
+        }
+    }
+
+    #[test]
+    fn urls_with_passwords_must_be_secret_references() {
+        let errors = validate(raw(Some("redis://:hunter2@10.0.0.1:6379"), None, None)).unwrap_err();
+        assert!(errors[0].contains("secret reference"), "{errors:?}");
+        assert!(
+            !errors[0].contains("hunter2"),
+            "the password is never repeated"
+        );
+        let errors = validate(raw(None, Some("postgres://fg:pw@db/fedgate"), None)).unwrap_err();
+        assert!(errors[0].contains("secret reference"), "{errors:?}");
+        let ok = validate(raw(Some("redis://127.0.0.1:6379/2"), None, Some("closed"))).unwrap();
+        assert_eq!(ok.fail, FailMode::Closed);
+        assert!(ok.describe()[0].contains("shared (Redis)"));
+        assert!(ok.describe()[3].contains("per replica (SQLite)"));
+    }
+
+    #[test]
+    fn wrong_schemes_modes_and_missing_references_are_refused() {
+        let e = validate(raw(Some("http://127.0.0.1:6379"), None, None)).unwrap_err();
+        assert!(e[0].contains("redis or rediss"), "{e:?}");
+        let e = validate(raw(None, None, Some("open"))).unwrap_err();
+        assert!(e[0].contains("use `local` or `closed`"), "{e:?}");
+        let e = validate(raw(
+            Some("env:FEDGATE_TEST_SURELY_UNSET_REDIS_URL"),
+            None,
+            None,
+        ))
+        .unwrap_err();
+        assert!(e[0].contains("is not set"), "{e:?}");
+        let d = validate(RawCluster::default()).unwrap();
+        assert!(d.redis.is_none() && d.postgres.is_none());
+        assert!(d.describe().iter().all(|l| l.contains("per replica")));
+    }
+}

@@ -406,6 +406,14 @@ fn redacted(s: &Snapshot) -> Value {
         },
         "rate_limits": s.rate_limits.iter().map(|r| json!({"name": r.name, "per_second": r.per_second.get(), "burst": r.burst.get()})).collect::<Vec<_>>(),
         "audit": s.audit.as_ref().map(|a| a.path.display().to_string()),
+        "cluster": {
+            "redis": s.cluster.redis.as_ref().map(|u| crate::secret::redact_url(u.expose())),
+            "postgres": s.cluster.postgres.as_ref().map(|u| crate::secret::redact_url(u.expose())),
+            "fail": format!("{:?}", s.cluster.fail).to_lowercase(),
+            "timeout_ms": s.cluster.timeout.as_millis() as u64,
+            "lease_ms": s.cluster.lease.as_millis() as u64,
+            "shared": s.cluster.describe(),
+        },
         "upstreams": upstreams,
     })
 }

@@ -45,23 +45,33 @@ pub struct RedisServer {
     child: Option<Child>,
     pub port: u16,
     dir: tempfile::TempDir,
+    password: Option<String>,
 }
 
 impl RedisServer {
     pub fn start() -> RedisServer {
+        Self::start_with(None)
+    }
+
+    /// A server that requires `password` (`requirepass`).
+    pub fn start_with(password: Option<&str>) -> RedisServer {
         let dir = tempfile::tempdir().expect("redis dir");
         open_dir(dir.path());
         let mut r = RedisServer {
             child: None,
             port: super::free_port(),
             dir,
+            password: password.map(str::to_owned),
         };
         r.resume();
         r
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        match &self.password {
+            Some(p) => format!("redis://:{p}@127.0.0.1:{}", self.port),
+            None => format!("redis://127.0.0.1:{}", self.port),
+        }
     }
 
     /// Starts the server again on its port (after `stop`), and waits until it accepts.
@@ -75,6 +85,11 @@ impl RedisServer {
             .args(["--save", "", "--appendonly", "no", "--dir"])
             .arg(self.dir.path())
             .args(["--logfile", ""])
+            .args(
+                self.password
+                    .iter()
+                    .flat_map(|p| ["--requirepass".to_owned(), p.clone()]),
+            )
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
