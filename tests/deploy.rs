@@ -100,7 +100,11 @@ fn kubernetes_manifests_parse_and_match_the_binary() {
         );
     }
 
-    let svc = kind(&all, "Service");
+    let svc = &all
+        .iter()
+        .find(|(_, v)| v["kind"] == "Service" && v["metadata"]["name"] == "fedgate")
+        .expect("the fedgate Service")
+        .1;
     assert_eq!(svc["spec"]["ports"][0]["port"].as_u64(), Some(8930));
     for monitor in ["ServiceMonitor", "PodMonitor"] {
         let m = kind(&all, monitor);
@@ -187,6 +191,7 @@ fn kubernetes_manifests_validate_against_the_schemas() {
         "pdb.yaml",
         "secret.yaml",
         "service.yaml",
+        "stores.yaml",
     ];
     let out = Command::new(&validator)
         .arg("--strict")
@@ -221,4 +226,66 @@ fn kubernetes_manifests_validate_against_the_schemas() {
         !out.status.success(),
         "a misspelt field must fail validation"
     );
+}
+
+/// The docker-compose trial: the file parses, names what exists, and its gateway.toml passes
+/// `fedgate check` with every store shared (the container paths mapped to the repository's).
+#[test]
+fn the_compose_trial_refers_to_real_files_and_shares_every_store() {
+    let dir = Path::new(ROOT).join("deploy/compose");
+    let text = std::fs::read_to_string(dir.join("docker-compose.yml")).unwrap();
+    let compose: serde_norway::Value = serde_norway::from_str(&text).unwrap();
+    let services = compose["services"].as_mapping().expect("services");
+    for s in ["redis", "postgres", "fedgate-a", "fedgate-b", "lb"] {
+        assert!(services.contains_key(s), "service {s}");
+    }
+    for file in [
+        "gateway.toml",
+        "nginx.conf",
+        "../Dockerfile",
+        "../../examples/flows/flows",
+    ] {
+        assert!(dir.join(file).exists(), "{file}");
+    }
+    let nginx = std::fs::read_to_string(dir.join("nginx.conf")).unwrap();
+    assert!(nginx.contains("fedgate-a:8930") && nginx.contains("fedgate-b:8930"));
+    let config = std::fs::read_to_string(dir.join("gateway.toml"))
+        .unwrap()
+        .replace("/etc/fedgate/trust-tiers", &format!("{ROOT}/trust-tiers"))
+        .replace(
+            "/etc/fedgate/flows",
+            &format!("{ROOT}/examples/flows/flows"),
+        );
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("gateway.toml"), config).unwrap();
+    let out = Command::new(FEDGATE)
+        .arg("check")
+        .arg(tmp.path().join("gateway.toml"))
+        .env(
+            "FEDGATE_STATE_KEY",
+            "test-only-state-key-of-at-least-32-bytes",
+        )
+        .env("FEDGATE_ADMIN_TOKEN", "test-only")
+        .env("FEDGATE_REDIS_URL", "redis://:pw@redis:6379/0")
+        .env(
+            "FEDGATE_POSTGRES_URL",
+            "postgres://fedgate:pw@postgres:5432/fedgate",
+        )
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for line in [
+        "rate limits: shared (Redis)",
+        "idempotency records: shared (Redis)",
+        "approval plans: shared (Redis)",
+        "flow runs: shared (PostgreSQL, leases)",
+    ] {
+        assert!(stdout.contains(line), "{line} in {stdout}");
+    }
+    assert!(!stdout.contains("pw@"), "no URL in the output");
 }
