@@ -253,6 +253,12 @@ async fn the_console_in_a_real_browser() {
             &format!("document.querySelector(\"#plan-rows tr[data-plan='{plan_id}'][data-state=pending] button.approve\")"),
         )
         .await;
+    let safety = browser
+        .js(&format!(
+            "return [...document.querySelectorAll(\"#plan-rows tr[data-plan='{plan_id}'] [data-safety]\")].map(e => e.dataset.safety)"
+        ))
+        .await;
+    assert_eq!(safety, json!(["writes_code"]), "the plan's safety fields");
     browser
         .click(&format!(
             "#plan-rows tr[data-plan='{plan_id}'] button.approve"

@@ -101,7 +101,7 @@ pub struct AskField {
     pub label: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Safety {
     pub writes_code: bool,
     pub touches_files: Vec<String>,

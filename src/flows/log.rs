@@ -52,6 +52,29 @@ impl From<serde_json::Error> for LogError {
     }
 }
 
+/// The run log of a config: PostgreSQL (shared, with leases) when `[cluster] postgres` is set,
+/// else the SQLite file of `[flows] db`. `replica` signs this process' claims on runs.
+pub fn open(
+    snapshot: &crate::config::Snapshot,
+    replica: &str,
+    metrics: &crate::telemetry::cluster_metrics::ClusterMetrics,
+) -> Result<Arc<dyn RunLog>, String> {
+    match &snapshot.cluster.postgres {
+        Some(url) => {
+            let owner = format!("{replica}/{:08x}", rand::random::<u32>());
+            let log = super::pg_log::PgLog::open(
+                url.expose(),
+                owner,
+                snapshot.cluster.lease,
+                metrics.clone(),
+            )
+            .map_err(|e| format!("[cluster] postgres: {e}"))?;
+            Ok(Arc::new(log))
+        }
+        None => Ok(SqliteLog::open(&snapshot.flows.db).map_err(|e| e.to_string())?),
+    }
+}
+
 /// Runs a run-log operation on a blocking thread (the log's calls block).
 pub async fn blocking<T, F>(f: F) -> Result<T, String>
 where
@@ -185,7 +208,8 @@ impl SqliteLog {
     }
 }
 
-type Row = (String, String, String, String, String, i64, Option<String>);
+/// A run's columns, as both logs store them.
+pub(super) type Row = (String, String, String, String, String, i64, Option<String>);
 
 fn record(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
     Ok((
@@ -199,7 +223,7 @@ fn record(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
     ))
 }
 
-fn to_record(
+pub(super) fn to_record(
     (run_id, flow, digest, inputs, caller, created_ms, replay_of): Row,
 ) -> Result<RunRecord, LogError> {
     Ok(RunRecord {
@@ -213,7 +237,7 @@ fn to_record(
     })
 }
 
-const RUN_COLUMNS: &str = "run_id, flow, digest, inputs, caller, created_ms, replay_of";
+pub(super) const RUN_COLUMNS: &str = "run_id, flow, digest, inputs, caller, created_ms, replay_of";
 
 impl RunLog for SqliteLog {
     fn create(&self, run: &RunRecord) -> Result<(), LogError> {

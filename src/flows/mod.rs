@@ -9,6 +9,7 @@ pub mod events;
 pub mod lint;
 pub mod log;
 pub mod node;
+pub mod pg_log;
 mod replay;
 pub mod report;
 mod task;

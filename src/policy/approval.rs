@@ -57,6 +57,8 @@ pub struct PendingPlan {
     pub policy_version: String,
     /// Roles whose holders decide; empty = the caller decides.
     pub approvers: Vec<String>,
+    /// What the held call may do, as the plan envelope told the agent.
+    pub safety: crate::envelope::Safety,
     pub created_ms: u64,
     pub expires_ms: u64,
     pub state: PlanState,
@@ -148,6 +150,7 @@ pub struct NewPlan {
     pub idempotency_key: Option<Value>,
     pub policy_version: String,
     pub approvers: Vec<String>,
+    pub safety: crate::envelope::Safety,
 }
 
 /// Pending plans, in memory (one replica; shared stores are a later issue).
@@ -232,6 +235,7 @@ impl Plans {
             idempotency_key: new.idempotency_key,
             policy_version: new.policy_version,
             approvers: new.approvers,
+            safety: new.safety,
             created_ms: now,
             expires_ms: now.saturating_add(self.ttl_ms),
             state: PlanState::Pending,
@@ -504,6 +508,7 @@ mod tests {
             summary: "key=\"k\", value=\"v\"".into(),
             idempotency_key: None,
             policy_version: "v1".into(),
+            safety: Default::default(),
             approvers: approvers.iter().map(|s| s.to_string()).collect(),
         }
     }

@@ -99,7 +99,7 @@ impl Core {
         let flows = match snapshot.flows.dir {
             Some(_) => Some(crate::flows::Engine::open(
                 &snapshot.flows,
-                crate::cluster::run_log(snapshot, &snapshot.gateway.id, &metrics.cluster)?,
+                crate::flows::log::open(snapshot, &snapshot.gateway.id, &metrics.cluster)?,
                 auth.clone(),
                 metrics.flows.clone(),
                 TaskHandles::new(seal.clone()),

@@ -267,6 +267,9 @@ async fn serve(
         broken: Default::default(),
     });
     up.conn.store(Some(conn.clone()));
+    // Into the catalog before the phase says ready: whoever waits for the upstreams to settle
+    // (`fedgate call`, the ready line) then finds its tools.
+    pool.rebuild(Changed::ALL);
     up.update(|s| {
         s.phase = Phase::Ready;
         s.era = Some(era);
@@ -281,7 +284,6 @@ async fn serve(
         .list_cache_refresh
         .with_label_values(&[up.name()])
         .inc();
-    pool.rebuild(Changed::ALL);
     pool.status_changed();
 
     let listener = (era == DetectedEra::Stateless).then(|| {

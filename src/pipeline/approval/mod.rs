@@ -246,6 +246,16 @@ impl Approvals {
         let arguments = p.arguments.clone().unwrap_or_default();
         let schema = def.map(|t| Value::Object((*t.input_schema).clone()));
         let summary = summarize(&arguments, schema.as_ref());
+        let settings = policy.settings;
+        let safety = Safety {
+            writes_code: settings.is_some_and(|s| s.writes_code),
+            touches_files: settings
+                .map(|s| s.touches_files.clone())
+                .unwrap_or_default(),
+            destructive: def
+                .and_then(|t| t.annotations.as_ref())
+                .and_then(|a| a.destructive_hint),
+        };
         let plan = self
             .plans
             .create(NewPlan {
@@ -258,25 +268,17 @@ impl Approvals {
                 idempotency_key: call.meta.get(IDEMPOTENCY_KEY).cloned(),
                 policy_version: version(up, &p.name),
                 approvers: policy.approvers.to_vec(),
+                safety,
             })
             .map_err(CallError::Plan)?;
         self.refresh_metrics();
-        let settings = policy.settings;
         self.audit(call, &plan, "plan_held", None);
         Ok(Held {
             id: plan.id,
             tool,
             upstream: up.name().to_owned(),
             summary,
-            safety: Safety {
-                writes_code: settings.is_some_and(|s| s.writes_code),
-                touches_files: settings
-                    .map(|s| s.touches_files.clone())
-                    .unwrap_or_default(),
-                destructive: def
-                    .and_then(|t| t.annotations.as_ref())
-                    .and_then(|a| a.destructive_hint),
-            },
+            safety: plan.safety,
             approvers: plan.approvers,
             expires_ms: plan.expires_ms,
         })

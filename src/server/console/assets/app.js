@@ -178,13 +178,23 @@ async function refreshPlans() {
     return h("tr", { "data-plan": p.id, "data-state": p.state.state },
       h("td", { class: "mono" }, p.id.slice(0, 12)), h("td", {}, p.caller),
       h("td", {}, p.tool, h("div", { class: "sub" }, p.upstream)),
-      h("td", { class: "mono" }, p.summary), h("td", {}, p.approvers.join(", ") || "the caller"),
+      h("td", { class: "mono" }, p.summary, safety(p.safety)), h("td", {}, p.approvers.join(", ") || "the caller"),
       h("td", {}, time(p.expires_ms)),
       h("td", {}, pill(p.state.state), p.state.by ? h("div", { class: "sub" }, `by ${p.state.by}`) : null),
       h("td", {}, decidable ? [
         h("button", { type: "button", class: "primary approve", onclick: decide("approve") }, "Approve"), " ",
         h("button", { type: "button", class: "danger deny", onclick: decide("deny") }, "Deny")] : null));
   }));
+}
+
+// What the held call may do, as the agent was told.
+function safety(sf) {
+  if (!sf) return null;
+  const marks = [];
+  if (sf.writes_code) marks.push(h("span", { class: "pill error", "data-safety": "writes_code" }, "writes code"));
+  if (sf.destructive) marks.push(h("span", { class: "pill error", "data-safety": "destructive" }, "destructive"));
+  for (const f of sf.touches_files || []) marks.push(h("span", { class: "pill pending", "data-safety": "touches_files" }, f));
+  return marks.length ? h("div", { class: "safety" }, marks) : null;
 }
 
 // ---- latency -----------------------------------------------------------------------------

@@ -12,13 +12,11 @@ use parking_lot::Mutex;
 use postgres::{Client, NoTls};
 use tokio::time::Instant;
 
-use crate::{
-    flows::{
-        events::{Event, Stamped},
-        log::{Claimed, LogError, RunLog, RunRecord},
-    },
-    telemetry::cluster_metrics::ClusterMetrics,
+use super::{
+    events::{Event, Stamped},
+    log::{Claimed, LogError, RUN_COLUMNS, Row, RunLog, RunRecord, to_record},
 };
+use crate::telemetry::cluster_metrics::ClusterMetrics;
 
 /// Bumped when the tables below change.
 const SCHEMA_VERSION: i32 = 1;
@@ -212,22 +210,6 @@ impl PgLog {
     }
 }
 
-type Row = (String, String, String, String, String, i64, Option<String>);
-
-fn to_record(
-    (run_id, flow, digest, inputs, caller, created_ms, replay_of): Row,
-) -> Result<RunRecord, LogError> {
-    Ok(RunRecord {
-        run_id,
-        flow,
-        digest,
-        inputs: serde_json::from_str(&inputs)?,
-        caller: serde_json::from_str(&caller)?,
-        created_ms,
-        replay_of,
-    })
-}
-
 fn row(r: &postgres::Row) -> Row {
     (
         r.get(0),
@@ -239,8 +221,6 @@ fn row(r: &postgres::Row) -> Row {
         r.get(6),
     )
 }
-
-const RUN_COLUMNS: &str = "run_id, flow, digest, inputs, caller, created_ms, replay_of";
 
 impl RunLog for PgLog {
     fn create(&self, run: &RunRecord) -> Result<(), LogError> {
