@@ -321,7 +321,7 @@ async fn writes_wait_for_approval_and_run_once_with_the_frozen_arguments() {
         "plan_invalidated"
     );
 
-    let metrics = gw.metrics().await;
+    let metrics = gw.metrics_as(KEYS[0].1).await;
     assert_eq!(
         metric(&metrics, "fedgate_approvals_total{outcome=\"approved\"}"),
         3.0,
@@ -396,7 +396,7 @@ async fn an_expired_plan_does_not_run() {
     )
     .await;
     assert_eq!(code(&approve(&alice, &id, "approve").await), "plan_expired");
-    let metrics = gw.metrics().await;
+    let metrics = gw.metrics_as(KEYS[0].1).await;
     assert_eq!(
         metric(&metrics, "fedgate_approvals_total{outcome=\"expired\"}"),
         1.0,

@@ -338,3 +338,43 @@ async fn dashboards_use_only_exported_metrics() {
     assert!(checked > 10, "only {checked} metric references checked");
     client.cancel().await.unwrap();
 }
+
+/// With `[auth]`, `/metrics` (upstream and tool names, outcomes) answers only callers who
+/// authenticate, unless `[gateway] public_metrics` opens it to scrapers.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_auth_metrics_need_credentials_unless_public() {
+    const KEY: &str = "metrics-key-test-only-0123456789";
+    let config = |public: bool| {
+        format!(
+            "[gateway]\npublic_metrics = {public}\n\n[auth]\n[[auth.api_keys]]\nname = \"scraper\"\nsha256 = \"{}\"\nroles = [\"none\"]\n\n\
+             [roles.none]\ntools = []\n\n{}",
+            common::raw::sha(KEY),
+            stdio_upstream("demo", &[], "")
+        )
+    };
+    let closed = Gateway::start(&config(false));
+    let anonymous = reqwest::get(format!("{}/metrics", closed.base))
+        .await
+        .expect("metrics");
+    assert_eq!(anonymous.status().as_u16(), 401);
+    let body = anonymous.text().await.expect("body");
+    assert!(
+        !body.contains("fedgate_"),
+        "no metric without credentials: {body}"
+    );
+    let scraped = closed.metrics_as(KEY).await;
+    assert!(
+        scraped.contains("fedgate_upstream_up{upstream=\"demo\"} 1"),
+        "{scraped}"
+    );
+    let wrong = reqwest::Client::new()
+        .get(format!("{}/metrics", closed.base))
+        .bearer_auth("not-a-key")
+        .send()
+        .await
+        .expect("metrics");
+    assert_eq!(wrong.status().as_u16(), 401);
+
+    let public = Gateway::start(&config(true));
+    assert!(public.metrics().await.contains("fedgate_upstream_up"));
+}

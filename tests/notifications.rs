@@ -331,3 +331,45 @@ async fn roots_request_reaches_the_calling_client() {
     assert_eq!(first_text(&r), "file:///work/project");
     client.cancel().await.unwrap();
 }
+
+/// A session that ends without unsubscribing leaves nothing behind: its subscription is
+/// released at the upstream (the demo counts what it holds) once the next session starts.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_closed_sessions_subscriptions_are_released_upstream() {
+    let gw = Gateway::start(&format!(
+        "[gateway]\n{}",
+        stdio_upstream("demo", &[], "era = \"legacy\"")
+    ));
+    let held = |c: &Client| {
+        let peer = c.peer().clone();
+        async move {
+            let r = peer
+                .call_tool(CallToolRequestParams::new("demo.stats"))
+                .await
+                .expect("stats");
+            r.structured_content.expect("stats")["subscriptions"]
+                .as_i64()
+                .expect("subscriptions")
+        }
+    };
+    let a = connect_legacy(&gw.url, TestClient::new()).await;
+    #[allow(deprecated)]
+    a.peer()
+        .subscribe(SubscribeRequestParams::new("demo://notes/a"))
+        .await
+        .expect("subscribe");
+    assert_eq!(held(&a).await, 1);
+    // Ends the session (DELETE) without unsubscribing.
+    a.cancel().await.expect("close");
+    // Each new session sweeps what closed ones left; the upstream hears the unsubscribe.
+    let mut sessions = 0;
+    loop {
+        let b = connect_legacy(&gw.url, TestClient::new()).await;
+        sessions += 1;
+        if held(&b).await == 0 {
+            break;
+        }
+        assert!(sessions < 50, "the subscription was never released");
+        b.cancel().await.expect("close");
+    }
+}

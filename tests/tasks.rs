@@ -107,7 +107,7 @@ async fn an_upstream_task_reaches_the_caller_as_a_handle_only_it_can_use() {
     assert_eq!(v["result"], json!({"resultType": "complete"}), "{v}");
     let done = task_poll(url, ANN, &handle, |t| t["status"] != "working").await;
     assert_eq!(done["status"], "cancelled", "{done}");
-    let metrics = gw.metrics().await;
+    let metrics = gw.metrics_as(ANN).await;
     assert!(
         metrics.contains(r#"method="tasks/get",outcome="ok""#)
             && metrics.contains(r#"method="tasks/cancel",outcome="ok""#),

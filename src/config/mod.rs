@@ -292,6 +292,9 @@ pub struct RawGateway {
     pub tls_handshake_timeout_ms: Option<u64>,
     /// Most client connections at once; more are closed at once.
     pub max_connections: Option<usize>,
+    /// With `[auth]`: serve `/metrics` on this listener without credentials (default false:
+    /// scrapers authenticate, or use the admin listener's `/metrics`).
+    pub public_metrics: Option<bool>,
     /// Upstream that serves `resources/read` and `resources/(un)subscribe` for URIs no upstream
     /// lists and no template matches (unset: the only ready upstream with resources, if one).
     pub resource_default: Option<Spanned<String>>,

@@ -122,6 +122,8 @@ pub struct GatewaySettings {
     pub body_read_timeout: Duration,
     pub tls_handshake_timeout: Duration,
     pub max_connections: usize,
+    /// `/metrics` on the main listener needs no credentials even with `[auth]`.
+    pub public_metrics: bool,
     /// Serves resource URIs that nothing lists or matches (`None`: the only ready upstream
     /// declaring resources, if exactly one).
     pub resource_default: Option<String>,

@@ -166,6 +166,7 @@ impl ServerHandler for Demo {
                 let v = json!({
                     "calls": self.state.calls.load(Ordering::SeqCst),
                     "cancelled": self.state.cancelled.load(Ordering::SeqCst),
+                    "subscriptions": self.state.subscriptions.load(Ordering::SeqCst),
                     "startup_roots": self.state.startup_roots.lock().clone(),
                 });
                 let mut r = text(v.to_string());
@@ -417,6 +418,7 @@ impl ServerHandler for Demo {
         _r: SubscribeRequestParams,
         _c: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
+        self.state.subscriptions.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
 
@@ -425,6 +427,7 @@ impl ServerHandler for Demo {
         _r: UnsubscribeRequestParams,
         _c: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
+        self.state.subscriptions.fetch_sub(1, Ordering::SeqCst);
         Ok(())
     }
 

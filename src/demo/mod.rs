@@ -80,6 +80,8 @@ struct State {
     /// What asking for roots at startup gave (with `--roots-at-start`).
     startup_roots: Mutex<Option<String>>,
     peers: Mutex<Vec<Peer<RoleServer>>>,
+    /// Resource subscriptions held now (`resources/subscribe` minus `unsubscribe`).
+    subscriptions: std::sync::atomic::AtomicI64,
     /// Open subscriptions/listen streams (stateless era).
     sinks: Mutex<Vec<rmcp::service::SubscriptionSink>>,
 }

@@ -64,6 +64,9 @@ pub struct Core {
     in_flight: watch::Sender<usize>,
 }
 
+/// How often closed sessions' leftovers are swept.
+const SESSION_SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Counts a request as in flight until dropped.
 #[derive(Debug)]
 pub struct InFlight(watch::Sender<usize>);
@@ -164,6 +167,25 @@ impl Core {
                 match limits.upgrade() {
                     Some(l) => l.load().evict_idle(),
                     None => return,
+                }
+            }
+        });
+        // Sessions that closed without unsubscribing: their state goes, and so do upstream
+        // subscriptions nobody holds any more.
+        let (hub, pool) = (Arc::downgrade(&self.hub), Arc::downgrade(&self.pool));
+        let stop = self.pool.shutdown_token();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(SESSION_SWEEP_EVERY);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = stop.cancelled() => return,
+                }
+                let (Some(hub), Some(pool)) = (hub.upgrade(), pool.upgrade()) else {
+                    return;
+                };
+                for uri in hub.take_released() {
+                    pool.release_subscription(&uri);
                 }
             }
         });

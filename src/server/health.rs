@@ -5,6 +5,19 @@ use http::{Response, StatusCode};
 use super::{http::Body, responses::json};
 use crate::upstream::pool::Pool;
 
+/// `/metrics`: the registry in Prometheus' text format.
+pub(super) fn metrics(core: &super::core::Core) -> Response<Body> {
+    use http_body_util::BodyExt;
+    core.refresh_gauges();
+    let mut resp =
+        Response::new(http_body_util::Full::new(bytes::Bytes::from(core.metrics.render())).boxed());
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    resp
+}
+
 /// Readiness with per-upstream detail; 200 while at least one upstream serves.
 pub(super) fn readyz(pool: &Pool, redacted: bool) -> Response<Body> {
     let upstreams: serde_json::Map<String, serde_json::Value> = pool

@@ -71,6 +71,7 @@ pub async fn serve(
                 .chain(settings.allowed_hosts.iter().cloned())
                 .collect(),
         ),
+        public_metrics: settings.public_metrics,
     };
     let connections = Arc::new(tokio::sync::Semaphore::new(settings.max_connections));
     let refused = edge.core.metrics.connections_refused.clone();
@@ -169,6 +170,8 @@ struct Edge {
     body_timeout: Duration,
     /// Host names the other routes answer (IP literals are always accepted).
     allowed_hosts: Arc<Vec<String>>,
+    /// `[gateway] public_metrics`.
+    public_metrics: bool,
 }
 
 impl Edge {
@@ -217,6 +220,7 @@ impl Edge {
             max_body,
             body_timeout,
             allowed_hosts,
+            public_metrics,
             ..
         } = self;
         // Read once per request: a reload swaps it for the next one. A client certificate is
@@ -332,14 +336,18 @@ impl Edge {
                 &core.pool,
                 !auth.open && cert_identity.is_none() && auth.authenticate(req.headers()).is_err(),
             ),
+            // With [auth], its labels (upstream and tool names, outcomes) are for callers who
+            // authenticate, unless `public_metrics` opens it to scrapers.
             "/metrics" => {
-                core.refresh_gauges();
-                let mut resp = Response::new(Full::new(Bytes::from(core.metrics.render())).boxed());
-                resp.headers_mut().insert(
-                    header::CONTENT_TYPE,
-                    header::HeaderValue::from_static("text/plain; version=0.0.4"),
-                );
-                resp
+                let open = public_metrics || auth.open || cert_identity.is_some();
+                match if open {
+                    Ok(())
+                } else {
+                    auth.authenticate(req.headers()).map(|_| ())
+                } {
+                    Ok(()) => super::health::metrics(&core),
+                    Err(e) => challenge(&e, auth.resource_metadata.as_ref()),
+                }
             }
             _ => json(
                 StatusCode::NOT_FOUND,

@@ -312,6 +312,10 @@ impl ServerHandler for Gateway {
     async fn on_initialized(&self, ctx: NotificationContext<RoleServer>) {
         let key = session_key(&ctx.extensions);
         self.core.hub.register(&key, ctx.peer.clone());
+        // A new session is a moment to let go of what closed ones left behind.
+        for uri in self.core.hub.take_released() {
+            self.core.pool.release_subscription(&uri);
+        }
     }
 
     async fn list_tools(

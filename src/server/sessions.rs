@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::upstream::{Changed, Downstreams};
 use dashmap::DashMap;
+use futures::StreamExt;
 use rmcp::{
     RoleServer,
     model::{LoggingLevel, ResourceUpdatedNotificationParam},
@@ -26,7 +27,12 @@ pub struct Hub {
     next_listener: AtomicU64,
     /// Handshake-era `logging/setLevel`, per session.
     log_levels: DashMap<String, LoggingLevel>,
+    /// URIs whose subscribers all went away without unsubscribing.
+    released: parking_lot::Mutex<Vec<String>>,
 }
+
+/// List-change notifications sent at once (each waits on its session's channel).
+const NOTIFY_CONCURRENCY: usize = 32;
 
 impl Hub {
     /// Registers a session's peer under its key.
@@ -62,45 +68,91 @@ impl Hub {
         self.len() == 0
     }
 
+    /// Forgets sessions whose transport closed, with their log levels and subscriptions; the
+    /// URIs nobody subscribes to any more are kept for [`Self::take_released`].
     fn prune(&self) {
-        self.sessions.retain(|_, p| !p.is_transport_closed());
+        let mut gone = Vec::new();
+        self.sessions.retain(|k, p| {
+            let open = !p.is_transport_closed();
+            if !open {
+                gone.push(k.clone());
+            }
+            open
+        });
+        if gone.is_empty() {
+            return;
+        }
+        for k in &gone {
+            self.log_levels.remove(k);
+        }
+        let mut released = Vec::new();
+        self.subscriptions.retain(|uri, subscribers| {
+            subscribers.retain(|s| !gone.contains(s));
+            if subscribers.is_empty() {
+                released.push(uri.clone());
+            }
+            !subscribers.is_empty()
+        });
+        if !released.is_empty() {
+            self.released.lock().extend(released);
+        }
     }
 
-    /// Tells every session which lists changed. Sends run in the background.
+    /// Prunes, and answers the resource URIs whose last subscriber went without unsubscribing
+    /// (their upstream subscriptions are then released).
+    pub fn take_released(&self) -> Vec<String> {
+        self.prune();
+        std::mem::take(&mut *self.released.lock())
+    }
+
+    /// How many log levels and subscription lists are held (bounded by the open sessions).
+    pub fn held(&self) -> (usize, usize) {
+        (self.log_levels.len(), self.subscriptions.len())
+    }
+
+    /// Tells every session which lists changed: one background task sends to all of them, a
+    /// few at a time, whatever the number of sessions.
     pub fn notify_changed(&self, changed: Changed) {
         if !changed.any() {
             return;
         }
         self.prune();
-        for entry in self.sessions.iter() {
-            let peer = entry.value().clone();
-            tokio::spawn(async move {
-                if changed.tools {
-                    let _ = peer.notify_tool_list_changed().await;
-                }
-                if changed.prompts {
-                    let _ = peer.notify_prompt_list_changed().await;
-                }
-                if changed.resources {
-                    let _ = peer.notify_resource_list_changed().await;
-                }
-            });
-        }
+        let peers: Vec<Peer<RoleServer>> =
+            self.sessions.iter().map(|e| e.value().clone()).collect();
         // A listener's sink drops what its accepted filter does not cover.
-        for entry in self.listeners.iter() {
-            let sink = entry.value().clone();
-            tokio::spawn(async move {
-                if changed.tools {
-                    let _ = sink.notify_tool_list_changed().await;
-                }
-                if changed.prompts {
-                    let _ = sink.notify_prompt_list_changed().await;
-                }
-                if changed.resources {
-                    let _ = sink.notify_resource_list_changed().await;
-                }
-            });
+        let sinks: Vec<SubscriptionSink> =
+            self.listeners.iter().map(|e| e.value().clone()).collect();
+        if peers.is_empty() && sinks.is_empty() {
+            return;
         }
+        tokio::spawn(async move {
+            futures::stream::iter(peers)
+                .for_each_concurrent(NOTIFY_CONCURRENCY, |peer| async move {
+                    if changed.tools {
+                        let _ = peer.notify_tool_list_changed().await;
+                    }
+                    if changed.prompts {
+                        let _ = peer.notify_prompt_list_changed().await;
+                    }
+                    if changed.resources {
+                        let _ = peer.notify_resource_list_changed().await;
+                    }
+                })
+                .await;
+            futures::stream::iter(sinks)
+                .for_each_concurrent(NOTIFY_CONCURRENCY, |sink| async move {
+                    if changed.tools {
+                        let _ = sink.notify_tool_list_changed().await;
+                    }
+                    if changed.prompts {
+                        let _ = sink.notify_prompt_list_changed().await;
+                    }
+                    if changed.resources {
+                        let _ = sink.notify_resource_list_changed().await;
+                    }
+                })
+                .await;
+        });
     }
 
     /// Records a subscription; true when it is the first for that URI (subscribe upstream).

@@ -294,6 +294,36 @@ impl Pool {
         tokio::time::timeout(timeout, wait).await.is_ok()
     }
 
+    /// Ends fedgate's own subscription to `uri` at its upstream: the last downstream
+    /// subscriber went without unsubscribing (its session closed).
+    #[allow(deprecated)] // handshake-era upstreams still take resources/unsubscribe
+    pub fn release_subscription(&self, uri: &str) {
+        let catalog = self.catalog();
+        let Some(up) = catalog
+            .resource(uri)
+            .and_then(|i| catalog.upstream(i))
+            .cloned()
+        else {
+            return;
+        };
+        let Some(conn) = up.connection() else {
+            return;
+        };
+        tracing::debug!(upstream = %up.name(), "releasing a subscription nobody holds any more");
+        match conn.era {
+            // A stateless-era upstream watches the URIs in its listen filter.
+            super::DetectedEra::Stateless => up.watched.send_modify(|set| {
+                set.remove(uri);
+            }),
+            _ => {
+                let params = rmcp::model::UnsubscribeRequestParams::new(uri.to_owned());
+                tokio::spawn(async move {
+                    let _ = conn.peer.unsubscribe(params).await;
+                });
+            }
+        }
+    }
+
     /// Ready when at least one upstream is ready, or none is configured.
     pub fn ready(&self) -> bool {
         let ups = self.upstreams.load();

@@ -222,6 +222,19 @@ impl Gateway {
             .expect("metrics text")
     }
 
+    /// `/metrics` as a caller with bearer `token` (with `[auth]` it needs credentials).
+    pub async fn metrics_as(&self, token: &str) -> String {
+        reqwest::Client::new()
+            .get(format!("{}/metrics", self.base))
+            .bearer_auth(token)
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("metrics text")
+    }
+
     /// Opens a handshake-era session with a raw `initialize` POST; its (sealed) session id.
     pub async fn raw_session(&self) -> String {
         let init = reqwest::Client::new()

@@ -362,6 +362,7 @@ pub(super) fn validate(
                     .max(1),
             ),
             max_connections: g.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS).max(1),
+            public_metrics: g.public_metrics.unwrap_or(false),
             resource_default,
             sse_retry: match g.sse_retry_ms.unwrap_or(DEFAULT_SSE_RETRY_MS) {
                 0 => None,
