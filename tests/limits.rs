@@ -308,3 +308,65 @@ async fn session_ids_stay_small_whatever_initialize_carries() {
     let sid = r.headers()["mcp-session-id"].to_str().unwrap().len();
     assert!(sid < 1_500, "session id of {sid} bytes");
 }
+
+/// Sessions are capped (`max_sessions`), counted whether or not they sent
+/// `notifications/initialized`, and a DELETE frees a place; stateless-era calls open no session
+/// and are served while the cap is reached.
+#[tokio::test(flavor = "multi_thread")]
+async fn sessions_are_capped_counted_and_freed() {
+    let gw = Gateway::start(&format!(
+        "[gateway]\nmax_sessions = 3\n\n{}",
+        stdio_upstream("demo", &[], "")
+    ));
+    let mut open = Vec::new();
+    for _ in 0..3 {
+        open.push(gw.raw_session().await);
+    }
+    let metrics = gw.metrics().await;
+    assert!(
+        metrics.contains("fedgate_sessions_active 3"),
+        "sessions that never sent initialized count: {metrics}"
+    );
+    let http = reqwest::Client::new();
+    let initialize = || {
+        http.post(&gw.url)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .body(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#)
+            .send()
+    };
+    let refused = initialize().await.expect("initialize");
+    assert_eq!(refused.status().as_u16(), 503);
+    assert_eq!(
+        refused
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok()),
+        Some("5")
+    );
+    let body: serde_json::Value = refused.json().await.expect("JSON-RPC error");
+    assert_eq!(body["error"]["code"], -32000, "{body}");
+    assert_eq!(
+        body["error"]["data"]["reason"], "too_many_sessions",
+        "{body}"
+    );
+    assert!(body["id"].is_null());
+
+    // The stateless era opens no session: served while the cap holds.
+    let modern = connect_modern(&gw.url, TestClient::new()).await;
+    let r = call(&modern, "demo.echo", serde_json::json!({"text": "still"}))
+        .await
+        .expect("stateless call");
+    assert_eq!(first_text(&r), "echo: still");
+
+    // A DELETE frees a place.
+    let deleted = http
+        .delete(&gw.url)
+        .header("mcp-session-id", &open[0])
+        .send()
+        .await
+        .expect("delete");
+    assert!(deleted.status().is_success(), "{}", deleted.status());
+    let again = initialize().await.expect("initialize");
+    assert_eq!(again.status().as_u16(), 200, "a place was freed");
+}

@@ -292,9 +292,10 @@ pub struct RawGateway {
     pub tls_handshake_timeout_ms: Option<u64>,
     /// Most client connections at once; more are closed at once.
     pub max_connections: Option<usize>,
-    /// With `[auth]`: serve `/metrics` on this listener without credentials (default false:
-    /// scrapers authenticate, or use the admin listener's `/metrics`).
+    /// With `[auth]`: serve `/metrics` without credentials (default false).
     pub public_metrics: Option<bool>,
+    /// Most handshake-era sessions open at once; more `initialize` requests get 503.
+    pub max_sessions: Option<usize>,
     /// Upstream that serves `resources/read` and `resources/(un)subscribe` for URIs no upstream
     /// lists and no template matches (unset: the only ready upstream with resources, if one).
     pub resource_default: Option<Spanned<String>>,

@@ -124,6 +124,7 @@ pub struct GatewaySettings {
     pub max_connections: usize,
     /// `/metrics` on the main listener needs no credentials even with `[auth]`.
     pub public_metrics: bool,
+    pub max_sessions: usize,
     /// Serves resource URIs that nothing lists or matches (`None`: the only ready upstream
     /// declaring resources, if exactly one).
     pub resource_default: Option<String>,

@@ -53,6 +53,8 @@ pub struct Core {
     pub feed: Option<CallFeed>,
     /// The shared stores of `[cluster]` (bound at start).
     pub cluster: crate::cluster::Cluster,
+    /// The HTTP listener's sessions, counted for the gauge (initialized or not).
+    sessions: std::sync::OnceLock<Arc<super::resumable::Resumable>>,
     envelope: Mode,
     /// `[gateway] id` and `max_hops`.
     gateway_id: Arc<str>,
@@ -140,6 +142,7 @@ impl Core {
             max_parked_calls: snapshot.gateway.max_parked_calls,
             plans,
             cluster,
+            sessions: Default::default(),
             feed: snapshot
                 .admin
                 .as_ref()
@@ -260,7 +263,16 @@ impl Core {
         self.metrics
             .plans_pending
             .set(self.plans.count_pending() as i64);
-        self.metrics.sessions_active.set(self.hub.len() as i64);
+        let open = self.sessions.get().and_then(|s| s.open_sessions());
+        self.metrics
+            .sessions_active
+            .set(open.unwrap_or_else(|| self.hub.len()) as i64);
+    }
+
+    /// Counts the HTTP listener's sessions in `fedgate_sessions_active`, the ones that never
+    /// sent `notifications/initialized` too.
+    pub(super) fn count_sessions(&self, sessions: Arc<super::resumable::Resumable>) {
+        let _ = self.sessions.set(sessions);
     }
 }
 

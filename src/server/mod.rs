@@ -17,4 +17,5 @@ pub mod sealed_sessions;
 pub mod sessions;
 pub mod stdio;
 mod tasks;
+mod tracked;
 mod unrouted;

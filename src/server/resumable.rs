@@ -26,15 +26,54 @@ pub(super) const STANDALONE_PRIMING_ID: &str = "0";
 pub struct Resumable {
     inner: LocalSessionManager,
     replay: Arc<Replay>,
+    /// `[gateway] max_sessions`.
+    max_sessions: usize,
 }
 
 impl Resumable {
-    pub fn new(inner: LocalSessionManager, replay: Arc<Replay>) -> Self {
+    pub fn new(inner: LocalSessionManager, replay: Arc<Replay>, max_sessions: usize) -> Self {
         let store: Arc<dyn EventStore> = replay.clone();
         Self {
             inner: inner.with_event_store(store),
             replay,
+            max_sessions,
         }
+    }
+
+    /// Sessions open now, initialized or not (`None` while the map is being written).
+    pub fn open_sessions(&self) -> Option<usize> {
+        self.inner.sessions.try_read().ok().map(|m| m.len())
+    }
+
+    fn full(&self) -> bool {
+        self.open_sessions().is_some_and(|n| n >= self.max_sessions)
+    }
+
+    /// A 503 with a JSON-RPC error for a request that would open a session while
+    /// `max_sessions` are open: a handshake-era POST without a session id (a stateless-era
+    /// request names its method in `Mcp-Method` and opens none).
+    pub fn refuse_new<B>(
+        &self,
+        req: &http::Request<B>,
+    ) -> Option<http::Response<super::http::Body>> {
+        let opens = req.method() == http::Method::POST
+            && !req.headers().contains_key("mcp-session-id")
+            && !req.headers().contains_key("mcp-method");
+        if !opens || !self.full() {
+            return None;
+        }
+        let mut resp = super::responses::json(
+            http::StatusCode::SERVICE_UNAVAILABLE,
+            &serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {
+                "code": -32000,
+                "message": format!("too many sessions open (max_sessions = {}); retry later, or end sessions you no longer use", self.max_sessions),
+                "data": {"reason": "too_many_sessions", "max_sessions": self.max_sessions}}}),
+        );
+        resp.headers_mut().insert(
+            http::header::RETRY_AFTER,
+            http::HeaderValue::from_static("5"),
+        );
+        Some(resp)
     }
 }
 
@@ -44,6 +83,8 @@ pub enum ResumableError {
     Session(#[from] LocalSessionManagerError),
     #[error(transparent)]
     Resume(#[from] ResumeRefused),
+    #[error("too many sessions open ({0})")]
+    Full(usize),
 }
 
 impl SessionManager for Resumable {
@@ -51,6 +92,10 @@ impl SessionManager for Resumable {
     type Transport = WorkerTransport<LocalSessionWorker>;
 
     async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
+        // The edge refuses first with a clear answer; this holds when requests race past it.
+        if self.full() {
+            return Err(ResumableError::Full(self.max_sessions));
+        }
         Ok(self.inner.create_session().await?)
     }
 

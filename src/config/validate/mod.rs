@@ -363,6 +363,7 @@ pub(super) fn validate(
             ),
             max_connections: g.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS).max(1),
             public_metrics: g.public_metrics.unwrap_or(false),
+            max_sessions: g.max_sessions.unwrap_or(DEFAULT_MAX_SESSIONS).max(1),
             resource_default,
             sse_retry: match g.sse_retry_ms.unwrap_or(DEFAULT_SSE_RETRY_MS) {
                 0 => None,
