@@ -51,10 +51,13 @@ impl Downstream {
         request
             .extensions_mut()
             .insert(OriginatingRequestId(self.request_id.clone()));
-        // Sent from a fresh task so rmcp's task-local does not stamp the upstream's request id.
+        // Sent from a fresh task so rmcp's task-local does not stamp the upstream's request id;
+        // the task ends with the call (cancelled, timed out), not when the caller answers.
         let peer = self.peer.clone();
-        tokio::spawn(async move { peer.send_request(request).await })
-            .await
+        tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
+            peer.send_request(request).await
+        }))
+        .await
             .map_err(|e| format!("relay task failed: {e}"))?
             .map_err(|e| e.to_string())
     }
