@@ -1,7 +1,7 @@
 //! Idempotency records across replicas. The first call with a key marks it in flight in Redis
-//! (`SET NX` with an expiry past the call's deadline); a duplicate on any replica waits for the
-//! recorded result, or for the mark to go (the first call failed, or its replica died), and
-//! then leads itself. Concurrent duplicates never both run. Only tool-call results up to
+//! (`SET NX` with a short expiry that the running call keeps renewing); a duplicate on any
+//! replica waits for the recorded result, or for the mark to go (the first call failed, or its
+//! replica died and stopped renewing), and then leads itself. Concurrent duplicates never both run. Only tool-call results up to
 //! [`MAX_RESULT_BYTES`] are recorded; for a larger one the mark is removed and a later
 //! duplicate runs again.
 
@@ -18,6 +18,10 @@ use super::redis::{Redis, StoreDown};
 pub const MAX_RESULT_BYTES: usize = 1 << 20;
 /// How often a waiting duplicate looks again, at most.
 const MAX_POLL: Duration = Duration::from_millis(200);
+/// How long an in-flight mark lives without renewal (a dead leader's duplicates wait this long).
+const MARK_TTL: Duration = Duration::from_secs(10);
+/// How often the leader renews its mark.
+const MARK_RENEW: Duration = Duration::from_secs(3);
 
 /// What Redis holds under a key.
 #[derive(Debug, Serialize, Deserialize)]
@@ -51,6 +55,8 @@ pub struct SharedLead {
     args: String,
     mark: Option<String>,
     ttl: Duration,
+    /// Keeps the mark alive while the call runs; ends with the lead.
+    _renew: tokio_util::task::AbortOnDropHandle<()>,
 }
 
 /// The Redis key of a scoped idempotency key (hashed: scoped keys hold names of any length).
@@ -58,13 +64,12 @@ fn key_of(redis: &Redis, scoped: &str) -> String {
     redis.key(&["idem", &hex::encode(Sha256::digest(scoped.as_bytes()))])
 }
 
-/// Claims `scoped` for a call with arguments digest `args` whose run may take `running_for`;
-/// a recorded result lives `ttl`. Waits while another replica runs the same call.
+/// Claims `scoped` for a call with arguments digest `args`; a recorded result lives `ttl`.
+/// Waits while another replica runs the same call.
 pub async fn claim(
     redis: &Redis,
     scoped: &str,
     args: &str,
-    running_for: Duration,
     ttl: Duration,
 ) -> Result<SharedClaim, StoreDown> {
     let key = key_of(redis, scoped);
@@ -74,9 +79,7 @@ pub async fn claim(
         token,
     })
     .unwrap_or_default();
-    let px = u64::try_from(running_for.as_millis())
-        .unwrap_or(u64::MAX)
-        .max(1);
+    let px = MARK_TTL.as_millis() as u64;
     let mut poll = Duration::from_millis(10);
     loop {
         let (k, m) = (key.clone(), mark.clone());
@@ -93,12 +96,14 @@ pub async fn claim(
             })
             .await?;
         if set.is_some() {
+            let renew = renew(redis.clone(), key.clone(), mark.clone());
             return Ok(SharedClaim::Lead(SharedLead {
                 redis: redis.clone(),
                 key,
                 args: args.to_owned(),
                 mark: Some(mark),
                 ttl,
+                _renew: tokio_util::task::AbortOnDropHandle::new(tokio::spawn(renew)),
             }));
         }
         let k = key.clone();
@@ -121,6 +126,31 @@ pub async fn claim(
                 poll = (poll * 2).min(MAX_POLL);
             }
         }
+    }
+}
+
+/// Extends `key`'s expiry only while it still holds `mark`.
+static EXTEND: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0",
+    )
+});
+
+/// Renews the mark every few seconds while the call runs (aborted when it ends).
+async fn renew(redis: Redis, key: String, mark: String) {
+    loop {
+        tokio::time::sleep(MARK_RENEW).await;
+        let (k, m) = (key.clone(), mark.clone());
+        let _ = redis
+            .run("idempotency_renew", |mut c| async move {
+                EXTEND
+                    .key(&k)
+                    .arg(&m)
+                    .arg(MARK_TTL.as_millis() as u64)
+                    .invoke_async::<i64>(&mut c)
+                    .await
+            })
+            .await;
     }
 }
 

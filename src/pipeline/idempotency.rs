@@ -4,7 +4,7 @@
 //! duplicates run once. With `[cluster] redis` the same holds across replicas: the key is
 //! claimed in Redis too (see `cluster::idempotency`).
 
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 
 use tokio::time::Instant;
 
@@ -18,7 +18,7 @@ use crate::{
         redis::Redis,
     },
     config::cluster::FailMode,
-    pipeline::{CallError, TargetKind},
+    pipeline::CallError,
     policy::idempotency::{Claim, IdempotencyStore, META_KEY},
     telemetry::audit::hash_arguments,
 };
@@ -30,11 +30,6 @@ pub struct Idempotency {
     /// Records shared by every replica, when `[cluster] redis` is set.
     pub redis: Option<Redis>,
 }
-
-/// How long a shared in-flight mark outlives the call's own deadline (then a duplicate runs).
-const MARK_MARGIN: Duration = Duration::from_secs(5);
-/// The deadline of calls without an upstream timeout (the gateway's own tools).
-const OWN_TOOL_DEADLINE: Duration = Duration::from_secs(60);
 
 impl Step for Idempotency {
     fn run<S: CallService>(&self, inner: &mut S, call: Call) -> CallFuture {
@@ -111,16 +106,10 @@ impl Step for Idempotency {
                         result
                     });
                 };
-                let running_for = match call.target.as_ref().map(|t| &t.kind) {
-                    Some(TargetKind::Upstream(up)) => up.spec().call_timeout,
-                    _ => OWN_TOOL_DEADLINE,
-                } + MARK_MARGIN;
                 let ttl = self.store.ttl();
                 let mut inner = inner.clone();
                 Box::pin(async move {
-                    let shared_lead = match shared::claim(&redis, &scoped, &args, running_for, ttl)
-                        .await
-                    {
+                    let shared_lead = match shared::claim(&redis, &scoped, &args, ttl).await {
                         Ok(SharedClaim::Lead(lead)) => Some(lead),
                         Ok(SharedClaim::Recorded(result)) => {
                             tracing::info!(identity = %call.identity.name, "idempotency key seen on another replica: recorded result returned");

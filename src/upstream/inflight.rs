@@ -58,8 +58,8 @@ impl Downstream {
             peer.send_request(request).await
         }))
         .await
-            .map_err(|e| format!("relay task failed: {e}"))?
-            .map_err(|e| e.to_string())
+        .map_err(|e| format!("relay task failed: {e}"))?
+        .map_err(|e| e.to_string())
     }
 }
 
