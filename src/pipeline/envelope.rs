@@ -203,7 +203,7 @@ fn first_text(r: &CallToolResult) -> String {
 
 /// The plan of one gateway outcome (README's table lists them).
 pub fn plan_for(e: &CallError, correlation_id: &str) -> Plan {
-    let msg = e.to_string();
+    let msg = e.wire_message();
     let code = e.code();
     let base = |status| Plan::new(status, correlation_id).instruction(msg.clone());
     match e {

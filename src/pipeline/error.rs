@@ -234,9 +234,27 @@ impl Classify for CallError {
 }
 
 impl CallError {
+    /// What a client is told: the error's own text, except for failures whose text carries
+    /// internals (transport and library errors, fedgate's own state). Those say what happened
+    /// in plain words; their details go to the log (`observe` logs the full text with the
+    /// call's correlation id).
+    pub fn wire_message(&self) -> String {
+        match self {
+            CallError::Internal { .. } => {
+                "fedgate could not handle the call; its log has the details (look up the call's correlation id)".to_owned()
+            }
+            CallError::UpstreamFailed { upstream, .. } => format!(
+                "upstream `{upstream}` failed to answer the call; the gateway's log has the details"
+            ),
+            CallError::Planned { cause, .. } => cause.wire_message(),
+            CallError::NotAuthorized { shown } => shown.wire_message(),
+            other => other.to_string(),
+        }
+    }
+
     /// The JSON-RPC error a client sees. Messages say what happened and what to do next.
     pub(super) fn to_mcp(&self) -> McpError {
-        let msg = self.to_string();
+        let msg = self.wire_message();
         match self {
             CallError::UnknownTool { name, closest } => McpError::invalid_params(
                 match closest.as_slice() {
@@ -280,7 +298,9 @@ impl CallError {
             CallError::NoClientInput { .. } => {
                 McpError::invalid_request(msg, Some(json!({ "reason": "no_client_input" })))
             }
-            CallError::Internal { .. } => McpError::internal_error(msg, None),
+            CallError::Internal { .. } => {
+                McpError::internal_error(msg, Some(json!({ "reason": "internal" })))
+            }
             CallError::UpstreamUnavailable {
                 upstream, phase, ..
             } => McpError::internal_error(
@@ -316,9 +336,10 @@ impl CallError {
             ),
             // The upstream's own JSON-RPC error is the answer; keep its code and data.
             CallError::UpstreamRefused { error, .. } => error.clone(),
-            CallError::UpstreamFailed { upstream, .. } => {
-                McpError::internal_error(msg, Some(json!({ "upstream": upstream })))
-            }
+            CallError::UpstreamFailed { upstream, .. } => McpError::internal_error(
+                msg,
+                Some(json!({ "upstream": upstream, "reason": "upstream_failed" })),
+            ),
             CallError::Cancelled => McpError::internal_error(msg, None),
             CallError::TooDeep { .. } => {
                 McpError::invalid_request(msg, Some(json!({ "reason": "too_deep" })))
@@ -458,6 +479,120 @@ impl CallError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every kind of failure, as a client is told it and as its plan envelope says it: plain
+    /// words, no Rust type or module paths, no Debug output, no source locations; the details
+    /// of internal and transport failures stay in the log (`Display`).
+    #[test]
+    fn clients_get_plain_messages_for_every_error_kind() {
+        let internals = "serde_json::Error { line: 1 } at src/pipeline/x.rs:10";
+        let up = || "demo".to_owned();
+        let kinds = vec![
+            CallError::UnknownTool {
+                name: "x".into(),
+                closest: vec![],
+            },
+            CallError::UnknownPrompt { name: "p".into() },
+            CallError::UnknownResource {
+                uri: "demo://x".into(),
+            },
+            CallError::UnknownTask,
+            CallError::BadCursor,
+            CallError::BadRequestState {
+                why: "expired".into(),
+            },
+            CallError::Busy {
+                what: "parked calls".into(),
+            },
+            CallError::NoClientInput {
+                detail: "no answer in time".into(),
+            },
+            CallError::Internal {
+                detail: internals.into(),
+            },
+            CallError::UpstreamUnavailable {
+                upstream: up(),
+                phase: Phase::Restarting,
+                detail: None,
+            },
+            CallError::UpstreamTimeout {
+                upstream: up(),
+                after: Duration::from_secs(5),
+                uncertain: true,
+            },
+            CallError::UpstreamClosed {
+                upstream: up(),
+                uncertain: false,
+            },
+            CallError::UpstreamRefused {
+                upstream: up(),
+                error: McpError::invalid_params("bad value", None),
+            },
+            CallError::UpstreamFailed {
+                upstream: up(),
+                detail: internals.into(),
+            },
+            CallError::Cancelled,
+            CallError::TooDeep { depth: 9, max: 8 },
+            CallError::Hop(crate::hops::HopRefusal::Loop {
+                id: "a".into(),
+                path: vec!["a".into()],
+            }),
+            CallError::IdempotencyConflict,
+            CallError::ResponseTooLarge {
+                upstream: up(),
+                size: 10,
+                max: 5,
+            },
+            CallError::NotAuthorized {
+                shown: Box::new(CallError::UnknownTool {
+                    name: "x".into(),
+                    closest: vec![],
+                }),
+            },
+            CallError::BreakerOpen {
+                upstream: up(),
+                retry_in: Duration::from_secs(3),
+            },
+            CallError::RateLimited {
+                rule: "r".into(),
+                retry_after: Duration::from_millis(500),
+            },
+            CallError::StoreUnavailable {
+                feature: "rate limits",
+            },
+            CallError::TierRefused {
+                tool: "demo.write".into(),
+                tier: "low".into(),
+                refusal: TierRefusal::WritesNever,
+            },
+            CallError::Plan(PlanRefusal::Used),
+            CallError::Planned {
+                cause: Box::new(CallError::UpstreamFailed {
+                    upstream: up(),
+                    detail: internals.into(),
+                }),
+                plan: Box::new(Plan::new(crate::envelope::Status::Error, "c")),
+            },
+        ];
+        for e in &kinds {
+            let wire = e.to_mcp().message.into_owned();
+            let plan = crate::pipeline::envelope::plan_for(e, "c");
+            let told = format!("{wire} {}", plan.instruction.clone().unwrap_or_default());
+            for internal in ["::", "Error {", "src/", ".rs:", "panicked"] {
+                assert!(
+                    !told.contains(internal),
+                    "{}: `{internal}` reaches the client: {told}",
+                    e.code()
+                );
+            }
+            assert!(!wire.is_empty(), "{}", e.code());
+        }
+        // The details stay where operators read them.
+        let failed = &kinds[13];
+        assert!(failed.to_string().contains("serde_json::Error"));
+        assert!(failed.to_mcp().message.contains("upstream `demo` failed"));
+    }
 
     #[test]
     fn unknown_tools_suggest_the_closest_names_in_the_message() {
