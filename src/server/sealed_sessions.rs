@@ -42,6 +42,11 @@ const PRUNE_EVERY: usize = 1024;
 /// Most verified ids remembered; past it the memory starts over (ids are verified again).
 const VERIFIED_MAX: usize = 4096;
 
+/// Most ended sessions remembered (about 100 bytes each); past it the oldest half is forgotten,
+/// so churn cannot grow memory for the ticket lifetime (a forgotten id's owner could restore a
+/// session it ended itself, nothing more).
+const ENDED_MAX: usize = 100_000;
+
 /// The longest client name and version kept in a sealed session id.
 const SEALED_NAME_CHARS: usize = 64;
 
@@ -204,6 +209,13 @@ impl SessionStore for SealedSessions {
         if self.ended.len() % PRUNE_EVERY == PRUNE_EVERY - 1 {
             let horizon = now.saturating_sub(self.ttl.as_millis() as u64);
             self.ended.retain(|_, at| *at >= horizon);
+            if self.ended.len() > ENDED_MAX {
+                let mut times: Vec<u64> = self.ended.iter().map(|e| *e.value()).collect();
+                let half = times.len() / 2;
+                let (_, cutoff, _) = times.select_nth_unstable(half);
+                let cutoff = *cutoff;
+                self.ended.retain(|_, at| *at > cutoff);
+            }
         }
         self.ended.insert(session_id.to_owned(), now);
         Ok(())
@@ -228,6 +240,18 @@ mod tests {
             "clientInfo": {"name": "t", "version": "1"}
         }}))
         .unwrap()
+    }
+
+    #[tokio::test]
+    async fn ended_sessions_are_bounded_under_churn() {
+        let s = sessions(3);
+        for i in 0..(ENDED_MAX + 4 * PRUNE_EVERY) {
+            s.delete(&format!("session-{i}")).await.unwrap();
+        }
+        assert!(s.ended.len() <= ENDED_MAX, "{}", s.ended.len());
+        // The newest stay refused.
+        let last = format!("session-{}", ENDED_MAX + 4 * PRUNE_EVERY - 1);
+        assert!(s.ended.contains_key(&last));
     }
 
     #[tokio::test]
