@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{round_robin::RoundRobin, stores::RedisServer, *};
+use common::{flows::WRITES, round_robin::RoundRobin, stores::RedisServer, *};
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -365,30 +365,6 @@ async fn a_plan_held_on_one_replica_is_approved_and_run_on_another_once() {
         assert!(!text.contains("redis-password-test-only"), "{text}");
     }
 }
-
-const WRITES: &str = r#"
-id = "writes"
-[inputs]
-type = "object"
-required = ["signal"]
-properties = { signal = { type = "string" } }
-[[nodes]]
-id = "first"
-tool = "ledger.record"
-params = { value = 1 }
-[[nodes]]
-id = "second"
-tool = "ledger.record"
-depends_on = ["first"]
-params = { value = 2, signal = "{{inputs.signal}}", ms = 30000 }
-[[nodes]]
-id = "done"
-tool = "ledger.echo"
-depends_on = ["second"]
-params = { text = "wrote {{first.output.recorded}} and {{second.output.recorded}}" }
-[outputs]
-said = "{{done.output}}"
-"#;
 
 const QUICK: &str = r#"
 id = "quick"

@@ -6,7 +6,7 @@ mod common;
 
 use std::{path::Path, process::Command};
 
-use common::*;
+use common::{flows::WRITES, *};
 use serde_json::{Value, json};
 
 const ADMIN_TOKEN: &str = "admin-token-0123456789";
@@ -383,30 +383,6 @@ fn every_static_check_names_file_and_line_and_good_flows_still_load() {
     );
     assert!(!listed.contains("cycle"), "{listed}");
 }
-
-const WRITES: &str = r#"
-id = "writes"
-[inputs]
-type = "object"
-required = ["signal"]
-properties = { signal = { type = "string" } }
-[[nodes]]
-id = "first"
-tool = "ledger.record"
-params = { value = 1 }
-[[nodes]]
-id = "second"
-tool = "ledger.record"
-depends_on = ["first"]
-params = { value = 2, signal = "{{inputs.signal}}", ms = 30000 }
-[[nodes]]
-id = "done"
-tool = "ledger.echo"
-depends_on = ["second"]
-params = { text = "wrote {{first.output.recorded}} and {{second.output.recorded}}" }
-[outputs]
-said = "{{done.output}}"
-"#;
 
 /// The upstream's own count of effects, per idempotency key.
 async fn executions(ledger: &str) -> Value {

@@ -31,7 +31,8 @@ pub struct RateLimit {
 
 impl Step for RateLimit {
     fn run<S: CallService>(&self, inner: &mut S, call: Call) -> CallFuture {
-        let limits = self.limits.load_full();
+        // A guard, not a clone: the per-replica path needs no owned copy.
+        let limits = self.limits.load();
         let Some(target) = &call.target else {
             return inner.call(call);
         };
@@ -48,6 +49,7 @@ impl Step for RateLimit {
             };
         };
         let (owner, item) = (target.owner.clone(), item.to_owned());
+        let limits = arc_swap::Guard::into_inner(limits);
         let mut inner = inner.clone();
         let this = self.clone();
         Box::pin(async move {

@@ -23,6 +23,16 @@ fn program(env: &str, default: &str) -> String {
     p
 }
 
+/// Sends one WebDriver request; its JSON answer.
+async fn send(rb: reqwest::RequestBuilder) -> Value {
+    rb.send()
+        .await
+        .expect("webdriver request")
+        .json()
+        .await
+        .expect("webdriver JSON")
+}
+
 /// chromedriver and one browser session; both end on drop.
 pub struct Browser {
     driver: Child,
@@ -102,13 +112,7 @@ impl Browser {
             "DELETE" => self.http.delete(url),
             _ => self.http.post(url).json(&body),
         };
-        let r: Value = rb
-            .send()
-            .await
-            .expect("webdriver request")
-            .json()
-            .await
-            .expect("webdriver JSON");
+        let r = send(rb).await;
         if let Some(err) = r["value"]["error"].as_str() {
             panic!(
                 "webdriver {method} {path}: {err}: {}",
@@ -140,16 +144,12 @@ impl Browser {
                obs.observe(document, {{subtree: true, childList: true, attributes: true, characterData: true}}); }}"
         );
         let url = format!("{}/execute/async", self.base);
-        let r: Value = self
-            .http
-            .post(url)
-            .json(&json!({"script": script, "args": []}))
-            .send()
-            .await
-            .expect("webdriver request")
-            .json()
-            .await
-            .expect("webdriver JSON");
+        let r = send(
+            self.http
+                .post(url)
+                .json(&json!({"script": script, "args": []})),
+        )
+        .await;
         if r["value"]["error"].is_string() {
             let page = self
                 .js("return document.body ? document.body.innerText.slice(0, 4000) : ''")

@@ -22,6 +22,7 @@ use rmcp::{
 use tokio::sync::Notify;
 
 pub mod browser;
+pub mod flows;
 pub mod raw;
 pub mod round_robin;
 pub mod stores;
