@@ -6,16 +6,17 @@
 //!    sessions (each `initialize` + `notifications/initialized`), divided by their number;
 //!    then every one of them DELETEd.
 //! 3. Churn for `SOAK_SECONDS` (default 60; the issue's soak is 1800): 8 workers, each in a
-//!    loop of `initialize`, `notifications/initialized`, five `tools/call`, one `tools/list`
-//!    and a DELETE, with stateless-era calls mixed in. RSS is sampled every `SOAK_SAMPLE_SECONDS`
+//!    loop of `initialize`, `notifications/initialized`, five `tools/call`, one `tools/list`,
+//!    a `resources/subscribe` and a DELETE, with stateless-era calls mixed in. Beside them a
+//!    disturber changes an upstream's tool list every 3 s (list-changed notifications to every
+//!    session) and crashes one upstream every 15 s (u1–u9 in turn; the supervisor restarts it,
+//!    and calls to it fail meanwhile). RSS is sampled every `SOAK_SAMPLE_SECONDS`
 //!    (default 5). The last third's growth is reported beside the first third's: a plateau
 //!    means memory is released as sessions end.
 //!
 //! Run: `cargo bench --bench soak` (release build), e.g. `SOAK_SECONDS=1800 cargo bench --bench soak`.
 
 use std::{
-    io::{BufRead, BufReader},
-    process::{Child, Command, Stdio},
     sync::{
         Arc,
         atomic::{AtomicBool, AtomicU64, Ordering},
@@ -25,64 +26,13 @@ use std::{
 
 use tokio::time::Instant;
 
-const FEDGATE: &str = env!("CARGO_BIN_EXE_fedgate");
+#[path = "common/gateway.rs"]
+mod gateway;
+use gateway::{demo_upstreams, env_num, rss_kib, start};
+
 const INIT: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"soak","version":"0"}}}"#;
 const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
 const LIST: &str = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{}}"#;
-
-fn env_num(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
-}
-
-struct Gateway(Child);
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start(config: &str) -> (Gateway, String) {
-    let dir = std::env::temp_dir().join(format!("fedgate-soak-{}", std::process::id()));
-    let _ = std::fs::create_dir_all(&dir);
-    let cfg = dir.join("gateway.toml");
-    std::fs::write(&cfg, config).unwrap_or_else(|e| panic!("{e}"));
-    let mut child = Command::new(FEDGATE)
-        .args(["serve", "--config"])
-        .arg(&cfg)
-        .args(["--listen", "127.0.0.1:0"])
-        .env("FEDGATE_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn fedgate: {e}"));
-    let out = child.stdout.take().unwrap_or_else(|| panic!("no stdout"));
-    let mut lines = BufReader::new(out).lines();
-    let ready = lines
-        .next()
-        .and_then(Result::ok)
-        .unwrap_or_else(|| panic!("fedgate exited before its ready line"));
-    std::thread::spawn(move || for _ in lines {});
-    let url = ready
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no URL in {ready}"))
-        .to_owned();
-    (Gateway(child), url)
-}
 
 fn post(http: &reqwest::Client, url: &str, session: Option<&str>) -> reqwest::RequestBuilder {
     let mut r = http
@@ -156,20 +106,46 @@ async fn stateless(http: &reqwest::Client, url: &str, i: u64) -> bool {
     }
 }
 
+/// Opens `n` idle handshake-era sessions on `url`; their ids and the RSS growth per session.
+async fn idle_sessions(http: &reqwest::Client, url: &str, pid: u32, n: u64) -> (Vec<String>, f64) {
+    // One session first: what the first one allocates once (pools, caches) is not per session.
+    let mut ids: Vec<String> = open(http, url).await.into_iter().collect();
+    let before = rss_kib(pid);
+    for _ in 0..n {
+        if let Some(s) = open(http, url).await {
+            ids.push(s);
+        }
+    }
+    let after = rss_kib(pid);
+    println!(
+        "{n} idle sessions on {url}: RSS {:.1} -> {:.1} MiB",
+        before as f64 / 1024.0,
+        after as f64 / 1024.0
+    );
+    let per = after.saturating_sub(before) as f64 / ids.len().saturating_sub(1).max(1) as f64;
+    (ids, per)
+}
+
 fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let seconds = env_num("SOAK_SECONDS", 60);
     let sample = env_num("SOAK_SAMPLE_SECONDS", 5).max(1);
     let sessions = env_num("SOAK_SESSIONS", 2000);
-    let upstreams: String = (0..10)
-        .map(|i| {
-            format!(
-                "[upstreams.u{i}]\nkind = \"stdio\"\ncommand = {FEDGATE:?}\nargs = [\"demo-upstream\", \"--name\", \"u{i}\"]\nera = \"legacy\"\n\n"
-            )
-        })
-        .collect();
-    let (gw, url) = start(&format!("[gateway]\nmax_sessions = 100000\n\n{upstreams}"));
-    let pid = gw.0.id();
+    // `high`: the disturber's writes (toggle_extra, crash) run without approval; its rate
+    // limit is lifted, so the churn's calls reach the upstreams instead of being refused.
+    let high = include_str!("../trust-tiers/high.toml")
+        .replace("per_second = 200", "per_second = 1000000")
+        .replace("burst = 400", "burst = 1000000");
+    std::fs::write(gateway::dir("soak").join("trust-tiers/high.toml"), high)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let upstreams = demo_upstreams(10, "u", |_| String::new())
+        .replace("era = \"legacy\"\n", "era = \"legacy\"\ntier = \"high\"\n");
+    let gw = start(
+        "soak",
+        &format!("[gateway]\nmax_sessions = 100000\n\n{upstreams}"),
+    );
+    let (pid, url) = (gw.child.id(), gw.url.clone());
+    println!("{}", gw.ready);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -181,21 +157,8 @@ fn main() {
         let idle = rss_kib(pid);
         println!("idle RSS with 10 stdio upstreams: {:.1} MiB", idle as f64 / 1024.0);
 
-        let before = rss_kib(pid);
-        let mut ids = Vec::new();
-        for _ in 0..sessions {
-            if let Some(s) = open(&http, &url).await {
-                ids.push(s);
-            }
-        }
-        let after = rss_kib(pid);
-        println!(
-            "{} idle sessions: RSS {:.1} -> {:.1} MiB, {:.1} KiB per session",
-            ids.len(),
-            before as f64 / 1024.0,
-            after as f64 / 1024.0,
-            (after.saturating_sub(before)) as f64 / ids.len().max(1) as f64
-        );
+        let (ids, per_session) = idle_sessions(&http, &url, pid, sessions).await;
+        println!("  fedgate: {per_session:.1} KiB per idle session");
         for s in &ids {
             close(&http, &url, s).await;
         }
@@ -205,6 +168,16 @@ fn main() {
             ids.len(),
             rss_kib(pid) as f64 / 1024.0
         );
+        // The same sessions on a bare rmcp Streamable HTTP server (the demo upstream): what rmcp's
+        // session alone costs, so fedgate's own share is the difference.
+        let bare = gateway::start_demo_http();
+        let (bare_ids, bare_per_session) =
+            idle_sessions(&http, &bare.url, bare.child.id(), sessions).await;
+        println!(
+            "  bare rmcp server: {bare_per_session:.1} KiB per idle session; fedgate's own share: {:.1} KiB",
+            per_session - bare_per_session
+        );
+        drop((bare_ids, bare));
 
         let stop = Arc::new(AtomicBool::new(false));
         let (cycles, failures) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
@@ -230,6 +203,10 @@ fn main() {
                         ok &= call(&http, &url, &sid, &body).await;
                     }
                     ok &= call(&http, &url, &sid, LIST).await;
+                    let subscribe = format!(
+                        r#"{{"jsonrpc":"2.0","id":3,"method":"resources/subscribe","params":{{"uri":"u0://notes/{w}-{i}"}}}}"#
+                    );
+                    ok &= call(&http, &url, &sid, &subscribe).await;
                     close(&http, &url, &sid).await;
                     ok &= stateless(&http, &url, i).await;
                     if !ok {
@@ -239,6 +216,37 @@ fn main() {
                 }
             }));
         }
+        let (changes, crashes) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        workers.push(tokio::spawn({
+            let (http, url, stop) = (http.clone(), url.clone(), stop.clone());
+            let (changes, crashes) = (changes.clone(), crashes.clone());
+            async move {
+                let Some(sid) = open(&http, &url).await else {
+                    return;
+                };
+                let mut tick = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    tokio::time::sleep(Duration::from_secs(3)).await;
+                    tick += 1;
+                    let toggle = format!(
+                        r#"{{"jsonrpc":"2.0","id":{tick},"method":"tools/call","params":{{"name":"u{}.toggle_extra","arguments":{{}}}}}}"#,
+                        tick % 10
+                    );
+                    if call(&http, &url, &sid, &toggle).await {
+                        changes.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if tick.is_multiple_of(5) {
+                        let crash = format!(
+                            r#"{{"jsonrpc":"2.0","id":{tick},"method":"tools/call","params":{{"name":"u{}.crash","arguments":{{}}}}}}"#,
+                            1 + (tick / 5) % 9
+                        );
+                        call(&http, &url, &sid, &crash).await;
+                        crashes.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                close(&http, &url, &sid).await;
+            }
+        }));
         let started = Instant::now();
         let mut samples = Vec::new();
         println!("\nchurn: 8 workers, {seconds} s");
@@ -265,11 +273,20 @@ fn main() {
             let first = samples[third.max(1) - 1].saturating_sub(samples[0]);
             let last = samples[n - 1].saturating_sub(samples[n - 1 - third.max(1)]);
             println!(
-                "\ngrowth in the first third: {:.1} MiB, in the last third: {:.1} MiB ({} sessions ended, {} failed cycles)",
+                "\ngrowth in the first third: {:.1} MiB, in the last third: {:.1} MiB ({} sessions ended, {} cycles with a failed request, {} tool-list changes, {} upstream crashes)",
                 first as f64 / 1024.0,
                 last as f64 / 1024.0,
                 cycles.load(Ordering::Relaxed),
-                failures.load(Ordering::Relaxed)
+                failures.load(Ordering::Relaxed),
+                changes.load(Ordering::Relaxed),
+                crashes.load(Ordering::Relaxed)
+            );
+            let peak = samples.iter().max().copied().unwrap_or(0);
+            println!(
+                "RSS: first sample {:.1} MiB, peak {:.1} MiB, last {:.1} MiB",
+                samples[0] as f64 / 1024.0,
+                peak as f64 / 1024.0,
+                samples[n - 1] as f64 / 1024.0
             );
         }
         drop(gw);

@@ -670,3 +670,54 @@ async fn an_upstream_that_stops_reading_is_restarted() {
     let log = gw.stderr();
     assert!(log.contains("stopped reading"), "{log}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn notifications_about_unknown_requests_are_dropped() {
+    let gw = Gateway::start(&format!(
+        "[gateway]\n{}{}",
+        stdio_upstream("demo", &[], "era = \"legacy\""),
+        stdio_upstream("other", &[], "era = \"legacy\"")
+    ));
+    let client = TestClient::new();
+    let seen = client.seen.clone();
+    let client = connect_legacy(&gw.url, client).await;
+    let pid = |r: rmcp::model::CallToolResult| first_text(&r);
+    let before = pid(call(&client, "demo.pid", serde_json::json!({}))
+        .await
+        .unwrap());
+    let r = call(&client, "demo.stray", serde_json::json!({}))
+        .await
+        .unwrap();
+    assert_eq!(first_text(&r), "strayed");
+    // The list change is written after the stray notifications on the same pipe: once it has
+    // arrived, anything fedgate forwarded of theirs has arrived too.
+    let changes = *seen.tool_changes.lock();
+    call(&client, "demo.toggle_extra", serde_json::json!({}))
+        .await
+        .unwrap();
+    wait_for(&seen.tools_changed, "tools/list_changed", || {
+        *seen.tool_changes.lock() > changes
+    })
+    .await;
+    assert!(
+        seen.progress.lock().is_empty(),
+        "{:?}",
+        seen.progress.lock()
+    );
+    assert!(
+        seen.resource_updates.lock().is_empty(),
+        "{:?}",
+        seen.resource_updates.lock()
+    );
+    // The upstream was not restarted, and both keep serving.
+    let after = pid(call(&client, "demo.pid", serde_json::json!({}))
+        .await
+        .unwrap());
+    assert_eq!(before, after);
+    let r = call(&client, "other.echo", serde_json::json!({"text": "hi"}))
+        .await
+        .unwrap();
+    assert_eq!(first_text(&r), "echo: hi");
+    assert!(!gw.stderr().contains("panicked"), "{}", gw.stderr());
+    client.cancel().await.unwrap();
+}

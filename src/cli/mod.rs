@@ -161,13 +161,12 @@ fn init_logging(format: &str, quiet: bool) {
     use tracing_subscriber::{Layer, layer::SubscriberExt, util::SubscriberInitExt};
     let filter = EnvFilter::try_from_env("FEDGATE_LOG").unwrap_or_else(|_| EnvFilter::new(default));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let layer = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi);
+    let layer = tracing_subscriber::fmt::layer().with_ansi(ansi);
     let layer = if format == "json" {
-        layer.json().boxed()
+        layer.json().with_writer(std::io::stderr).boxed()
     } else {
-        layer.boxed()
+        let one_line = crate::telemetry::one_line::OneLine::new(std::io::stderr, ansi);
+        layer.with_writer(one_line).boxed()
     };
     let _ = tracing_subscriber::registry()
         .with(

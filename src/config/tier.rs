@@ -78,13 +78,18 @@ pub fn load(dir: &Path, name: &str) -> Result<Tier, Vec<Diagnostic>> {
             }]);
         }
     };
+    parse(&file, name, &text)
+}
+
+/// Parses and validates one tier's text (`file` names it in diagnostics).
+pub fn parse(file: &str, name: &str, text: &str) -> Result<Tier, Vec<Diagnostic>> {
     let diag = |line: usize, message: String| Diagnostic {
-        file: file.clone(),
+        file: file.to_owned(),
         line,
         message,
     };
-    let raw: RawTier = toml::from_str(&text).map_err(|e| {
-        let line = e.span().map(|s| line_of(&text, s.start)).unwrap_or(0);
+    let raw: RawTier = toml::from_str(text).map_err(|e| {
+        let line = e.span().map(|s| line_of(text, s.start)).unwrap_or(0);
         vec![diag(line, e.message().trim().to_owned())]
     })?;
     let writes = match raw.writes.get_ref().as_str() {
@@ -93,7 +98,7 @@ pub fn load(dir: &Path, name: &str) -> Result<Tier, Vec<Diagnostic>> {
         "never" => Writes::Never,
         other => {
             return Err(vec![diag(
-                line_of(&text, raw.writes.span().start),
+                line_of(text, raw.writes.span().start),
                 format!("writes: `{other}` is not one of always, declared, never"),
             )]);
         }

@@ -77,6 +77,9 @@ impl ServerHandler for Demo {
             std::process::exit(3);
         }
         let args = &req.arguments;
+        if self.state.filler_tools > 0 && req.name.starts_with("tool_") {
+            return Ok(CallToolResponse::Complete(text(req.name.to_string())));
+        }
         if let Some(r) = super::schemas::call(&req.name, args) {
             return Ok(CallToolResponse::Complete(r));
         }
@@ -308,6 +311,31 @@ impl ServerHandler for Demo {
                 ))
             }
             "crash" => std::process::exit(3),
+            "stray" => {
+                // Notifications about requests that do not exist: a progress token no call
+                // holds, a cancellation of a request id nobody sent, an update of a resource
+                // nobody subscribed to.
+                let token = ProgressToken(NumberOrString::String("no-such-call".into()));
+                let _ = ctx
+                    .peer
+                    .notify_progress(ProgressNotificationParam::new(token, 1.0))
+                    .await;
+                let _ = ctx
+                    .peer
+                    .notify_cancelled(CancelledNotificationParam::new(
+                        Some(NumberOrString::Number(987_654)),
+                        Some("stray".into()),
+                    ))
+                    .await;
+                let _ = ctx
+                    .peer
+                    .notify_resource_updated(ResourceUpdatedNotificationParam::new(format!(
+                        "{}://nobody/subscribed",
+                        self.scheme
+                    )))
+                    .await;
+                text("strayed")
+            }
             other => {
                 return Err(McpError::invalid_params(
                     format!("unknown tool {other}"),

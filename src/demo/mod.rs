@@ -65,6 +65,10 @@ pub struct DemoArgs {
     /// Exit after this many tool calls (crash on demand).
     #[arg(long)]
     crash_after: Option<u64>,
+    /// Serve this many generated tools (`tool_000`, …) instead of the demo's own: a large
+    /// catalogue for scale measurements.
+    #[arg(long, default_value_t = 0)]
+    filler_tools: usize,
 }
 
 #[derive(Debug, Default)]
@@ -77,6 +81,7 @@ struct State {
     crash_after: Option<u64>,
     broken_schema: bool,
     roots_at_start: bool,
+    filler_tools: usize,
     /// What asking for roots at startup gave (with `--roots-at-start`).
     startup_roots: Mutex<Option<String>>,
     peers: Mutex<Vec<Peer<RoleServer>>>,
@@ -115,6 +120,7 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, String> {
             crash_after: args.crash_after,
             broken_schema: args.broken_schema,
             roots_at_start: args.roots_at_start,
+            filler_tools: args.filler_tools,
             evolved: AtomicBool::new(args.evolved),
             ..Default::default()
         }),

@@ -50,6 +50,20 @@ impl Demo {
     }
 
     pub(super) fn tools(&self) -> Vec<Tool> {
+        if self.state.filler_tools > 0 {
+            return (0..self.state.filler_tools)
+                .map(|i| {
+                    let mut t = tool(
+                        "filler",
+                        "A generated tool of a large catalogue: answers with its own name.",
+                        json!({"n": {"type": "integer"}, "note": {"type": "string"}}),
+                        true,
+                    );
+                    t.name = format!("tool_{i:03}").into();
+                    t
+                })
+                .collect();
+        }
         let mut tools = vec![
             tool(
                 "echo",
@@ -181,6 +195,12 @@ impl Demo {
             tool(
                 "roots",
                 "Ask the client for its roots and list them.",
+                json!({}),
+                true,
+            ),
+            tool(
+                "stray",
+                "Send notifications about requests that do not exist, then answer.",
                 json!({}),
                 true,
             ),

@@ -6,4 +6,5 @@ pub mod call_feed;
 pub mod cluster_metrics;
 pub mod flow_metrics;
 pub mod metrics;
+pub mod one_line;
 pub mod traces;

@@ -1,0 +1,128 @@
+//! What the soak and scale benchmarks share: a fedgate process on a config of their own, its
+//! RSS, and their knobs from the environment.
+// Each bench binary uses part of this module.
+#![allow(dead_code)]
+
+use std::{
+    io::{BufRead, BufReader},
+    process::{Child, Command, Stdio},
+};
+
+pub const FEDGATE: &str = env!("CARGO_BIN_EXE_fedgate");
+
+pub fn env_num(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+pub fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A running fedgate; killed when dropped.
+pub struct Gateway {
+    pub child: Child,
+    pub url: String,
+    /// Its ready line (`fedgate ready: listening on … (N/M upstreams ready)`).
+    pub ready: String,
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The folder of a bench's config (and of the tier files beside it).
+pub fn dir(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("fedgate-{tag}-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(dir.join("trust-tiers"));
+    dir
+}
+
+/// Starts fedgate on `config` (written to a file of the bench's own) and waits for its ready
+/// line, which it prints once every upstream has settled.
+pub fn start(tag: &str, config: &str) -> Gateway {
+    let dir = dir(tag);
+    let cfg = dir.join("gateway.toml");
+    std::fs::write(&cfg, config).unwrap_or_else(|e| panic!("{e}"));
+    let mut child = Command::new(FEDGATE)
+        .args(["serve", "--config"])
+        .arg(&cfg)
+        .args(["--listen", "127.0.0.1:0"])
+        .env("FEDGATE_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn fedgate: {e}"));
+    let out = child.stdout.take().unwrap_or_else(|| panic!("no stdout"));
+    let mut lines = BufReader::new(out).lines();
+    let ready = lines
+        .next()
+        .and_then(Result::ok)
+        .unwrap_or_else(|| panic!("fedgate exited before its ready line"));
+    std::thread::spawn(move || for _ in lines {});
+    let url = ready
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {ready}"))
+        .to_owned();
+    Gateway { child, url, ready }
+}
+
+/// `[upstreams.<prefix>N]` tables of stdio demo upstreams, `args` added to each.
+pub fn demo_upstreams(n: usize, prefix: &str, args: impl Fn(usize) -> String) -> String {
+    (0..n)
+        .map(|i| {
+            format!(
+                "[upstreams.{prefix}{i}]\nkind = \"stdio\"\ncommand = {FEDGATE:?}\nargs = [\"demo-upstream\", \"--name\", \"{prefix}{i}\"{}]\nera = \"legacy\"\n\n",
+                args(i)
+            )
+        })
+        .collect()
+}
+
+/// A bare rmcp Streamable HTTP server (the demo upstream, `--http`): the baseline for what a
+/// session costs in rmcp alone.
+pub struct DemoHttp {
+    pub child: Child,
+    pub url: String,
+}
+
+impl Drop for DemoHttp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn start_demo_http() -> DemoHttp {
+    let mut child = Command::new(FEDGATE)
+        .args(["demo-upstream", "--http", "127.0.0.1:0"])
+        .env("FEDGATE_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn the demo upstream: {e}"));
+    let out = child.stdout.take().unwrap_or_else(|| panic!("no stdout"));
+    let mut lines = BufReader::new(out).lines();
+    let line = lines
+        .next()
+        .and_then(Result::ok)
+        .unwrap_or_else(|| panic!("the demo upstream exited before its listening line"));
+    std::thread::spawn(move || for _ in lines {});
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {line}"))
+        .to_owned();
+    DemoHttp { child, url }
+}

@@ -1,0 +1,181 @@
+//! Scale: the figures issue 17 asks for (a benchmark, not a test: it reports, it does not
+//! assert).
+//!
+//! 1. Aggregated `tools/list` over 50 stdio upstreams × 100 tools, served from fedgate's
+//!    catalogue: a stateless-era request over keep-alive HTTP, at the default page size (100)
+//!    and at a page size that holds all 5,000 tools. A `ping` on the same gateway is the
+//!    baseline: the same HTTP hops, no catalogue work. Reported: median and p99 of each, the
+//!    difference to `ping`, and the answer's size.
+//! 2. Ready time with 20 stdio upstreams that take 25…500 ms to start, against a gateway with
+//!    only the slowest of them: spawn to ready line (printed once every upstream settled),
+//!    median of `SCALE_RUNS` (default 5) each; the ratio is what matters.
+//!
+//! Run: `cargo bench --bench scale` (release build).
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+#[path = "common/gateway.rs"]
+mod gateway;
+use gateway::{demo_upstreams, env_num, rss_kib, start};
+
+fn meta() -> serde_json::Value {
+    serde_json::json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "scale", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {}
+    })
+}
+
+/// One stateless-era request; its answer's bytes.
+async fn rpc(
+    http: &reqwest::Client,
+    url: &str,
+    method: &str,
+    mut params: serde_json::Value,
+) -> bytes::Bytes {
+    params["_meta"] = meta();
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let r = http
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method)
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{method}: {e}"));
+    assert!(r.status().is_success(), "{method}: {}", r.status());
+    r.bytes().await.unwrap_or_else(|e| panic!("{method}: {e}"))
+}
+
+/// Median and p99 of `n` timed requests, in µs, and the last answer.
+async fn timed(
+    http: &reqwest::Client,
+    url: &str,
+    method: &str,
+    params: &serde_json::Value,
+    n: usize,
+) -> (f64, f64, bytes::Bytes) {
+    for _ in 0..n / 10 {
+        rpc(http, url, method, params.clone()).await;
+    }
+    let mut us = Vec::with_capacity(n);
+    let mut last = bytes::Bytes::new();
+    for _ in 0..n {
+        let t = Instant::now();
+        last = rpc(http, url, method, params.clone()).await;
+        us.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    us.sort_by(f64::total_cmp);
+    (us[n / 2], us[n * 99 / 100], last)
+}
+
+fn tools_in(answer: &[u8]) -> usize {
+    let v: serde_json::Value = serde_json::from_slice(answer).unwrap_or_default();
+    v["result"]["tools"].as_array().map_or(0, Vec::len)
+}
+
+async fn catalogue(n: usize) {
+    let upstreams = demo_upstreams(50, "u", |_| ", \"--filler-tools\", \"100\"".into());
+    let http = reqwest::Client::new();
+    println!("aggregated tools/list, 50 upstreams x 100 tools, {n} requests each (µs)");
+    println!("  page size  tools  answer KiB   median      p99   median - ping");
+    for page in [100usize, 5000] {
+        let gw = start(
+            "scale-list",
+            &format!("[gateway]\npage_size = {page}\n\n{upstreams}"),
+        );
+        assert!(gw.ready.contains("50/50 upstreams ready"), "{}", gw.ready);
+        let (ping, ping99, _) = timed(&http, &gw.url, "ping", &serde_json::json!({}), n).await;
+        let (med, p99, answer) =
+            timed(&http, &gw.url, "tools/list", &serde_json::json!({}), n).await;
+        if page == 100 {
+            println!(
+                "  (ping: median {ping:.0}, p99 {ping99:.0}; fedgate RSS {:.1} MiB)",
+                rss_kib(gw.child.id()) as f64 / 1024.0
+            );
+        }
+        println!(
+            "  {page:9} {:6} {:11.1} {med:8.0} {p99:8.0} {:15.0}",
+            tools_in(&answer),
+            answer.len() as f64 / 1024.0,
+            med - ping
+        );
+        // Every page of the default size, followed by cursor: the whole catalogue.
+        if page == 100 {
+            let t = Instant::now();
+            let (mut cursor, mut pages, mut tools) = (None::<String>, 0, 0);
+            loop {
+                let params = match &cursor {
+                    Some(c) => serde_json::json!({"cursor": c}),
+                    None => serde_json::json!({}),
+                };
+                let answer = rpc(&http, &gw.url, "tools/list", params).await;
+                let v: serde_json::Value = serde_json::from_slice(&answer).unwrap_or_default();
+                tools += tools_in(&answer);
+                pages += 1;
+                match v["result"]["nextCursor"].as_str() {
+                    Some(c) => cursor = Some(c.to_owned()),
+                    None => break,
+                }
+            }
+            println!(
+                "  whole catalogue by cursor: {tools} tools in {pages} pages, {:.1} ms",
+                t.elapsed().as_secs_f64() * 1e3
+            );
+        }
+    }
+}
+
+/// Spawn to ready line, in ms.
+fn ready_ms(config: &str, expect: &str) -> f64 {
+    let t = Instant::now();
+    let gw = start("scale-ready", config);
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    assert!(gw.ready.contains(expect), "{}", gw.ready);
+    ms
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn readiness(runs: usize) {
+    let delay = |i: usize| 25 * (i + 1);
+    let many = demo_upstreams(20, "u", |i| {
+        format!(", \"--start-delay-ms\", \"{}\"", delay(i))
+    });
+    let slowest = delay(19);
+    let one = demo_upstreams(1, "slowest", |_| {
+        format!(", \"--start-delay-ms\", \"{slowest}\"")
+    });
+    let none = ready_ms("", "0/0 upstreams ready");
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        b.push(ready_ms(&one, "1/1 upstreams ready"));
+        a.push(ready_ms(&many, "20/20 upstreams ready"));
+    }
+    let (a, b) = (median(a), median(b));
+    println!("\nready time, spawn to ready line, median of {runs} (ms)");
+    println!("  no upstreams:                               {none:7.1}");
+    println!("  the slowest alone ({slowest} ms start delay):     {b:7.1}");
+    println!("  20 upstreams (25…{slowest} ms start delays):    {a:7.1}");
+    println!("  ratio 20 / slowest alone: {:.2}", a / b);
+}
+
+fn main() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("{e}"));
+    rt.block_on(catalogue(env_num("SCALE_REQUESTS", 1000) as usize));
+    // Let the catalogue gateway's 50 upstreams finish exiting before timing startups.
+    std::thread::sleep(Duration::from_millis(500));
+    readiness(env_num("SCALE_RUNS", 5).max(1) as usize);
+}
