@@ -370,3 +370,43 @@ async fn sessions_are_capped_counted_and_freed() {
     let again = initialize().await.expect("initialize");
     assert_eq!(again.status().as_u16(), 200, "a place was freed");
 }
+
+/// Out of file descriptors, the accept loop backs off (10 ms doubling to 1 s) and logs once per
+/// episode instead of spinning; once descriptors are free it accepts again.
+#[tokio::test(flavor = "multi_thread")]
+async fn out_of_descriptors_accept_backs_off_and_logs_once() {
+    let gw = Gateway::start_fd_limited("[gateway]\n", 64);
+    let addr = addr(&gw);
+    // Silent connections hold one descriptor each in fedgate (the header timeout is 30 s);
+    // past the limit the kernel still completes them, and fedgate's accept fails.
+    let mut held = Vec::new();
+    for _ in 0..120 {
+        held.push(TcpStream::connect(&addr).await.unwrap());
+    }
+    gw.wait_stderr("accept failed", 10).await;
+    // The episode lasts a second: with backoff, a handful of attempts, not a spin.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let during = gw.stderr();
+    assert_eq!(during.matches("accept failed").count(), 1, "{during}");
+    // Freed descriptors end the episode (a later one may start while the backlog drains).
+    drop(held);
+    let log = gw
+        .wait_stderr("accepting connections again after", 10)
+        .await;
+    let attempts: u64 = log
+        .split("accepting connections again after ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(
+        (1..=40).contains(&attempts),
+        "{attempts} failed attempts in about a second: {log}"
+    );
+    // And it serves again.
+    let mut s = TcpStream::connect(&addr).await.unwrap();
+    s.write_all(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(read_all(&mut s).await.starts_with("HTTP/1.1 200"));
+}

@@ -153,10 +153,33 @@ impl Gateway {
         Self::spawn_at(cfg, dir, env, "127.0.0.1:0")
     }
 
+    /// Like `start`, with at most `nofile` open file descriptors for the fedgate process.
+    pub fn start_fd_limited(config: &str, nofile: u64) -> Gateway {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cfg = dir.path().join("gateway.toml");
+        std::fs::write(&cfg, config).expect("write config");
+        // `exec` keeps the pid: the gateway's Drop signals fedgate itself.
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "ulimit -n \"$0\" && exec \"$@\""])
+            .arg(nofile.to_string())
+            .arg(FEDGATE);
+        Self::spawn_cmd(cmd, &cfg, dir, &[], "127.0.0.1:0")
+    }
+
     fn spawn_at(cfg: &Path, dir: tempfile::TempDir, env: &[(&str, &str)], listen: &str) -> Gateway {
+        Self::spawn_cmd(Command::new(FEDGATE), cfg, dir, env, listen)
+    }
+
+    fn spawn_cmd(
+        mut cmd: Command,
+        cfg: &Path,
+        dir: tempfile::TempDir,
+        env: &[(&str, &str)],
+        listen: &str,
+    ) -> Gateway {
         let stderr_path = dir.path().join("fedgate.stderr");
         let stderr = std::fs::File::create(&stderr_path).expect("stderr file");
-        let mut child = Command::new(FEDGATE)
+        let mut child = cmd
             .args(["serve", "--config"])
             .arg(cfg)
             .args(["--listen", listen])
@@ -194,6 +217,22 @@ impl Gateway {
             admin,
             dir,
             stderr_path,
+        }
+    }
+
+    /// Waits (at most `secs`) until fedgate's log holds `needle`; the log.
+    pub async fn wait_stderr(&self, needle: &str, secs: u64) -> String {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(secs);
+        loop {
+            let log = self.stderr();
+            if log.contains(needle) {
+                return log;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no `{needle}` in the log within {secs} s:\n{log}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     }
 
