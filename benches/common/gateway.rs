@@ -54,27 +54,11 @@ pub fn start(tag: &str, config: &str) -> Gateway {
     let dir = dir(tag);
     let cfg = dir.join("gateway.toml");
     std::fs::write(&cfg, config).unwrap_or_else(|e| panic!("{e}"));
-    let mut child = Command::new(FEDGATE)
-        .args(["serve", "--config"])
+    let mut cmd = Command::new(FEDGATE);
+    cmd.args(["serve", "--config"])
         .arg(&cfg)
-        .args(["--listen", "127.0.0.1:0"])
-        .env("FEDGATE_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn fedgate: {e}"));
-    let out = child.stdout.take().unwrap_or_else(|| panic!("no stdout"));
-    let mut lines = BufReader::new(out).lines();
-    let ready = lines
-        .next()
-        .and_then(Result::ok)
-        .unwrap_or_else(|| panic!("fedgate exited before its ready line"));
-    std::thread::spawn(move || for _ in lines {});
-    let url = ready
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no URL in {ready}"))
-        .to_owned();
+        .args(["--listen", "127.0.0.1:0"]);
+    let (child, ready, url) = spawn_until_url(cmd, "its ready line");
     Gateway { child, url, ready }
 }
 
@@ -105,24 +89,32 @@ impl Drop for DemoHttp {
 }
 
 pub fn start_demo_http() -> DemoHttp {
-    let mut child = Command::new(FEDGATE)
-        .args(["demo-upstream", "--http", "127.0.0.1:0"])
+    let mut cmd = Command::new(FEDGATE);
+    cmd.args(["demo-upstream", "--http", "127.0.0.1:0"]);
+    let (child, _, url) = spawn_until_url(cmd, "its listening line");
+    DemoHttp { child, url }
+}
+
+/// Spawns `cmd` and reads its first stdout line (`what`), which names its URL; its stdout is
+/// drained from then on. The child, the line, the URL.
+fn spawn_until_url(mut cmd: Command, what: &str) -> (Child, String, String) {
+    let mut child = cmd
         .env("FEDGATE_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
-        .unwrap_or_else(|e| panic!("spawn the demo upstream: {e}"));
+        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
     let out = child.stdout.take().unwrap_or_else(|| panic!("no stdout"));
     let mut lines = BufReader::new(out).lines();
     let line = lines
         .next()
         .and_then(Result::ok)
-        .unwrap_or_else(|| panic!("the demo upstream exited before its listening line"));
+        .unwrap_or_else(|| panic!("exited before {what}"));
     std::thread::spawn(move || for _ in lines {});
     let url = line
         .split_whitespace()
         .find(|w| w.starts_with("http://"))
         .unwrap_or_else(|| panic!("no URL in {line}"))
         .to_owned();
-    DemoHttp { child, url }
+    (child, line, url)
 }
