@@ -656,7 +656,22 @@ async fn a_write_that_needs_approval_parks_the_run_until_it_is_approved() {
         .await
         .expect("call");
     let plan = valid_plan(parked.structured_content.clone().expect("plan"));
-    assert_eq!(plan["status"], "blocked", "{plan}");
+    // The same plan a held direct call gets: not run yet, the human confirms, with safety.
+    assert_eq!(plan["status"], "ok", "{plan}");
+    assert_eq!(parked.is_error, Some(false), "{parked:?}");
+    assert_eq!(plan["next_actions"][0]["confirm"], true, "{plan}");
+    assert!(plan["safety"].is_object(), "{plan}");
+    assert!(
+        plan["instruction"]
+            .as_str()
+            .is_some_and(|i| i.contains("value=\"v1\"")),
+        "the held arguments are shown: {plan}"
+    );
+    assert_eq!(
+        plan["partial_results"],
+        json!([{"step": "entry", "status": "pending"}, {"step": "confirm", "status": "pending"}]),
+        "nodes that have not run are pending: {plan}"
+    );
     let run = run_id(&parked);
     assert_eq!(
         show(&gw, &run)["state"]["nodes"]["entry"]["status"],
@@ -932,6 +947,13 @@ async fn timeouts_are_retried_for_reads_and_never_for_writes() {
             .unwrap_or("")
             .contains("timed out"),
         "{run}"
+    );
+    // A node that hits its own timeout cancels its call: the upstream hears of every one.
+    let stats = call(&client, "demo.stats", json!({})).await.expect("stats");
+    assert_eq!(
+        stats.structured_content.as_ref().expect("stats")["cancelled"],
+        3,
+        "{stats:?}"
     );
 }
 

@@ -81,6 +81,9 @@ pub struct RawAdmin {
     pub token: String,
     /// Serve the operator console at `/console` (default true).
     pub console: Option<bool>,
+    /// The admin API may approve any plan, its callers' own included (default true); with
+    /// `false` it may only deny those (plans that name approver roles it decides either way).
+    pub approve_plans: Option<bool>,
 }
 
 /// `[credentials.NAME]`: exactly one of `source` and `oauth`.

@@ -87,6 +87,8 @@ pub struct AdminSettings {
     pub token: secret::Secret,
     /// `/console` and the call feed behind it.
     pub console: bool,
+    /// The operator may approve plans their callers would approve themselves.
+    pub approve_plans: bool,
 }
 
 /// `[gateway]` after validation.

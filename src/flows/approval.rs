@@ -1,9 +1,11 @@
 //! Approval inside flows. A node whose call needs approval gets the usual plan from the
-//! approval step; the run parks (AWAITING_APPROVAL) and its caller hears of the plan — as a
-//! `blocked` envelope (synchronous callers) or an `input_required` task. The plan is decided
-//! as any other: `fedgate.approve` (or the task's `tasks/update`) runs the frozen call through
-//! the stack, and its answer becomes the node's outcome. What `fedgate.approve` answers is the
-//! flow's next result: its end, or the next plan it parks on.
+//! approval step; the run parks (AWAITING_APPROVAL) and its caller hears of the plan — as the
+//! same `ok` plan a held direct call gets (synchronous callers) or an `input_required` task.
+//! The plan is decided as any other: the caller's `fedgate.approve` (or the task's
+//! `tasks/update`) runs the frozen call through the stack; when someone else approves it (a
+//! reviewer, the operator) the run itself runs it as its caller. Either way its answer
+//! becomes the node's outcome, and what `fedgate.approve` answers is the flow's next result:
+//! its end, or the next plan it parks on.
 
 use std::sync::{Arc, Weak};
 
@@ -14,8 +16,15 @@ use super::{Engine, driver::Msg, events::RunState, report};
 use crate::{
     envelope::{Action, META_KEY, Plan, PlanError, Status},
     names::APPROVE_TOOL,
-    policy::plan_events::FollowUp,
+    pipeline::{Call, CallError, Op, TypedStack},
+    policy::{
+        identity::Identity,
+        plan_events::{AnswerFuture, FollowUp, PlanEvent, RanError},
+    },
 };
+
+/// Decided plans remembered for late `fedgate.approve` calls; past it they are forgotten.
+const MAX_RESOLVED: usize = 10_000;
 
 impl Engine {
     /// A node of `run_id` waits on plan `plan_id`.
@@ -50,12 +59,69 @@ impl Engine {
                 let Some(engine) = engine.upgrade() else {
                     return;
                 };
-                let Some((_, (run, node))) = engine.parked.remove(event.id()) else {
+                // Approved by someone else: the run runs it (and stays parked until it ran).
+                if let PlanEvent::Approved { id, .. } = &event {
+                    if let Some(entry) = engine.parked.get(id) {
+                        let (run, node) = entry.value().clone();
+                        drop(entry);
+                        if let Some(live) = engine.live.get(&run) {
+                            let _ = live.mail.send(Msg::Approved {
+                                node,
+                                plan_id: id.clone(),
+                            });
+                        }
+                    }
+                    continue;
+                }
+                let Some((plan_id, (run, node))) = engine.parked.remove(event.id()) else {
                     continue;
                 };
+                if engine.resolved.len() >= MAX_RESOLVED {
+                    engine.resolved.clear();
+                }
+                engine.resolved.insert(plan_id, run.clone());
                 if let Some(live) = engine.live.get(&run) {
                     let _ = live.mail.send(Msg::Approval { node, event });
                 }
+            }
+        });
+    }
+
+    /// Runs plan `plan_id` of a parked node, approved by someone else, as the run's caller:
+    /// `fedgate.approve` through the stack, so authorization, limits and the audit log apply
+    /// as to the caller's own approval. Should it not get to run, the plan is withdrawn and
+    /// the node fails with the reason (the write never runs outside its run).
+    pub(super) fn run_approved(
+        self: &Arc<Self>,
+        run_id: &str,
+        node: String,
+        plan_id: String,
+        identity: Identity,
+        depth: u8,
+    ) {
+        let Some(stack) = self.stack() else {
+            return;
+        };
+        let (engine, run_id) = (self.clone(), run_id.to_owned());
+        tokio::spawn(async move {
+            let caller = identity.key();
+            let outcome = decide(stack, identity, depth, &plan_id, true).await;
+            let Err(error) = outcome else { return };
+            if engine.parked.remove(&plan_id).is_none() {
+                return;
+            }
+            tracing::warn!(run = %run_id, node = %node, plan = %plan_id, "approved plan did not run: {error}");
+            let _ = engine.plans.cancel(&plan_id, &caller);
+            if let Some(live) = engine.live.get(&run_id) {
+                let _ = live.mail.send(Msg::Approval {
+                    node,
+                    event: PlanEvent::Ran {
+                        id: plan_id,
+                        result: Err(RanError::plain(format!(
+                            "the approved call did not run: {error}"
+                        ))),
+                    },
+                });
             }
         });
     }
@@ -90,16 +156,91 @@ impl Engine {
     }
 }
 
+/// Approves (or denies) plan `plan_id` as `identity`: `fedgate.approve` through the stack, one
+/// level deeper than the call it is made for, so the decision is authorized, audited and runs
+/// the frozen call. Its error when the decision was refused or the call never reached the
+/// upstream (what the approved call itself came to reaches its waiter as a plan event).
+pub(crate) async fn decide(
+    stack: TypedStack,
+    identity: Identity,
+    depth: u8,
+    plan_id: &str,
+    approve: bool,
+) -> Result<(), String> {
+    use tower::ServiceExt;
+    let mut args = rmcp::model::JsonObject::new();
+    args.insert("plan_id".into(), Value::String(plan_id.to_owned()));
+    args.insert(
+        "decision".into(),
+        Value::String(if approve { "approve" } else { "deny" }.into()),
+    );
+    let call = Call {
+        op: Op::CallTool(
+            rmcp::model::CallToolRequestParams::new(APPROVE_TOOL).with_arguments(args),
+        ),
+        meta: Default::default(),
+        downstream: None,
+        progress_token: None,
+        ct: Default::default(),
+        identity,
+        correlation_id: crate::pipeline::correlation_id(),
+        trace: opentelemetry::Context::new(),
+        depth: depth.saturating_add(1),
+        target: None,
+        class: None,
+        timeout: None,
+        retry_safe: false,
+        approval: None,
+        approved: None,
+    };
+    match stack.oneshot(call).await {
+        Err(e @ CallError::Plan(_)) => Err(e.wire_message()),
+        Err(e) if e.never_reached_upstream() => Err(e.wire_message()),
+        _ => Ok(()),
+    }
+}
+
 /// `fedgate.approve` of a parked node's plan answers with the flow's next result.
 #[derive(Debug)]
 struct FollowUps(Weak<Engine>);
 
 impl FollowUp for FollowUps {
-    fn after(
-        &self,
-        plan_id: &str,
-    ) -> Option<std::pin::Pin<Box<dyn std::future::Future<Output = Option<CallToolResult>> + Send>>>
-    {
+    fn settled(&self, plan_id: &str) -> Option<AnswerFuture> {
+        let engine = self.0.upgrade()?;
+        let run_id = match engine.resolved.get(plan_id) {
+            Some(r) => r.value().clone(),
+            None => engine.parked.get(plan_id)?.value().0.clone(),
+        };
+        let plan_id = plan_id.to_owned();
+        Some(Box::pin(async move {
+            // Until no node waits on this plan any more: the run has its next result.
+            let mut after = 0;
+            loop {
+                let (state, _) = engine.settle(&run_id, after).await.ok()?;
+                let waits = state.nodes.values().any(|n| {
+                    n.status == super::events::NodeStatus::AwaitingApproval
+                        && n.plan.as_ref().and_then(super::node::plan_id).as_deref()
+                            == Some(plan_id.as_str())
+                });
+                if !waits || state.finished.is_some() {
+                    let (record, _) = engine.load(&run_id).await.ok()?;
+                    let flow = engine.flow(&record.flow)?;
+                    return Some(answer(
+                        &flow,
+                        &run_id,
+                        &state,
+                        &crate::pipeline::correlation_id(),
+                    ));
+                }
+                if !engine.live.contains_key(&run_id) {
+                    return None;
+                }
+                after = state.seq;
+            }
+        }))
+    }
+
+    fn after(&self, plan_id: &str) -> Option<AnswerFuture> {
         let engine = self.0.upgrade()?;
         let (run_id, _) = engine.parked.get(plan_id)?.clone();
         let after = engine.quiet_seq(&run_id);
@@ -117,7 +258,9 @@ impl FollowUp for FollowUps {
     }
 }
 
-/// A run's answer where it stands: its result when it has finished, else a `blocked` plan.
+/// A run's answer where it stands: its result when it has finished; while a node waits for
+/// approval, the same `ok` plan a held direct call gets (not run yet, `confirm: true`, the
+/// held call's safety and arguments); else a `blocked` plan for the operator's decision.
 pub fn answer(
     flow: &crate::config::flows::FlowDef,
     run_id: &str,
@@ -127,9 +270,17 @@ pub fn answer(
     if state.finished.is_some() {
         return report::result(flow, run_id, state, correlation_id);
     }
-    let plan = blocked(flow, run_id, state, correlation_id);
+    let plan = parked(flow, run_id, state, correlation_id);
     let value = plan.to_value();
-    let mut r = CallToolResult::error(vec![rmcp::model::ContentBlock::text(value.to_string())]);
+    let text = rmcp::model::ContentBlock::text(value.to_string());
+    // Not a failure when it waits for approval; a tool with an output schema has no output to
+    // give yet, and clients accept that only from an error result (its plan still says `ok`).
+    let waits_for_approval = plan.status == Status::Ok;
+    let mut r = if waits_for_approval && flow.output_schema.is_none() {
+        CallToolResult::success(vec![text])
+    } else {
+        CallToolResult::error(vec![text])
+    };
     if flow.output_schema.is_none() {
         r.structured_content = Some(value.clone());
     }
@@ -140,8 +291,9 @@ pub fn answer(
     r
 }
 
-/// The plan of a parked run: approve each waiting node's plan (or decide a blocked node).
-fn blocked(
+/// The plan of a parked run: approve each waiting node's plan (or an operator decides a
+/// blocked node).
+fn parked(
     flow: &crate::config::flows::FlowDef,
     run_id: &str,
     state: &RunState,
@@ -151,17 +303,41 @@ fn blocked(
     plan.status = Status::Blocked;
     plan.errors.clear();
     let mut waiting = Vec::new();
+    let mut safety = crate::envelope::Safety::default();
     for (node, n) in &state.nodes {
-        if let Some(id) = n.plan.as_ref().and_then(super::node::plan_id)
-            && n.status == super::events::NodeStatus::AwaitingApproval
+        if n.status == super::events::NodeStatus::AwaitingApproval
+            && let Some(held) = n.plan.as_ref()
+            && let Some(id) = super::node::plan_id(held)
         {
             let mut args = Map::new();
             args.insert("plan_id".into(), Value::String(id.clone()));
-            plan.next_actions.push(
-                Action::call(APPROVE_TOOL, args)
-                    .label(format!("Approve node `{node}` of flow `{}`", flow.id)),
-            );
-            waiting.push(format!("`{node}` (plan {id})"));
+            let what = held["next_actions"][0]["label"]
+                .as_str()
+                .unwrap_or("the held call");
+            let mut action = Action::call(APPROVE_TOOL, args).label(format!(
+                "Approve node `{node}` of flow `{}`: {what}",
+                flow.id
+            ));
+            action.confirm = Some(true);
+            plan.next_actions.push(action);
+            if let Ok(s) = serde_json::from_value::<crate::envelope::Safety>(held["safety"].clone())
+            {
+                safety.writes_code |= s.writes_code;
+                for f in s.touches_files {
+                    if !safety.touches_files.contains(&f) {
+                        safety.touches_files.push(f);
+                    }
+                }
+                safety.destructive = match (safety.destructive, s.destructive) {
+                    (Some(a), Some(b)) => Some(a || b),
+                    (a, b) => a.or(b),
+                };
+            }
+            let held_text = held["instruction"]
+                .as_str()
+                .unwrap_or_default()
+                .trim_end_matches('.');
+            waiting.push(format!("node `{node}` (plan {id}): {held_text}"));
         }
         if n.status == super::events::NodeStatus::Blocked {
             plan = plan.error(
@@ -173,17 +349,21 @@ fn blocked(
             );
         }
     }
-    plan.instruction = Some(if waiting.is_empty() {
-        format!(
+    if waiting.is_empty() {
+        plan.instruction = Some(format!(
             "Flow `{}` (run {run_id}) waits for an operator's decision.",
             flow.id
-        )
-    } else {
-        format!(
-            "Flow `{}` (run {run_id}) waits for approval of {}. Call fedgate.approve with the plan_id to run it (or decision \"deny\"); its answer is the flow's next result.",
-            flow.id,
-            waiting.join(", ")
-        )
-    });
+        ));
+        return plan;
+    }
+    plan.status = Status::Ok;
+    plan.errors.clear();
+    plan.affected_paths = safety.touches_files.clone();
+    plan.safety = Some(safety);
+    plan.instruction = Some(format!(
+        "Flow `{}` (run {run_id}) is waiting, not finished: {}. Ask your user; on yes call fedgate.approve with the plan_id (on no, with decision \"deny\"). Its answer is the flow's next result.",
+        flow.id,
+        waiting.join("; ")
+    ));
     plan
 }

@@ -37,7 +37,7 @@ use crate::{
         flows::{FlowDef, FlowSet},
         snapshot::FlowSettings,
     },
-    pipeline::CallStack,
+    pipeline::{Stacks, TypedStack},
     policy::identity::{Authenticator, Identity, IdentityKind},
     telemetry::flow_metrics::FlowMetrics,
     upstream::pool::Pool,
@@ -56,7 +56,7 @@ pub struct ToolClass {
 pub struct Engine {
     pub(crate) log: Arc<dyn RunLog>,
     defs: ArcSwap<BTreeMap<String, Arc<FlowDef>>>,
-    stack: OnceLock<CallStack>,
+    stack: OnceLock<Stacks>,
     pool: OnceLock<Arc<Pool>>,
     auth: Arc<ArcSwap<Authenticator>>,
     permits: Arc<Semaphore>,
@@ -69,6 +69,9 @@ pub struct Engine {
     live: DashMap<String, Live>,
     /// Plans of nodes parked for approval: plan id -> (run id, node).
     parked: DashMap<String, (String, String)>,
+    /// Plans that runs waited on and that are decided now: plan id -> run id (bounded), so a
+    /// late `fedgate.approve` of one gets the run's answer.
+    resolved: DashMap<String, String>,
     /// Approval plans (the node calls' own; a parked run waits on one).
     plans: Arc<crate::policy::approval::Plans>,
     /// Cancelled at shutdown: schedulers stop without recording anything more, so their runs
@@ -157,6 +160,7 @@ impl Engine {
             metrics,
             live: DashMap::new(),
             parked: DashMap::new(),
+            resolved: DashMap::new(),
             plans,
             stop: CancellationToken::new(),
             ended: tokio::sync::watch::channel(0).0,
@@ -231,20 +235,16 @@ impl Engine {
 
     /// The stack node calls go through and the pool that classifies their tools (both hold
     /// the engine's tools, so they are bound after they are built).
-    pub fn bind(self: &Arc<Self>, stack: CallStack, pool: Arc<Pool>) {
-        if self.stack.set(stack).is_ok() {
+    pub fn bind(self: &Arc<Self>, stacks: Stacks, pool: Arc<Pool>) {
+        if self.stack.set(stacks).is_ok() {
             self.watch_plans();
         }
         let _ = self.pool.set(pool);
     }
 
-    fn stack(&self) -> Option<CallStack> {
-        self.stack.get().cloned()
-    }
-
-    /// The stack, for calls made on a run's behalf (a task's approval).
-    pub(crate) fn call_stack(&self) -> Option<CallStack> {
-        self.stack()
+    /// The typed stack node calls and a run's approvals go through.
+    pub(crate) fn stack(&self) -> Option<TypedStack> {
+        self.stack.get().map(|s| s.typed.clone())
     }
 
     /// The permits of the upstream serving `tool` (none for a name no upstream serves: its

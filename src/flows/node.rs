@@ -12,9 +12,13 @@ use tower::ServiceExt;
 use crate::{
     envelope::META_KEY as PLAN_KEY,
     names::APPROVE_TOOL,
-    pipeline::{Call, CallStack, Op, correlation_id},
+    pipeline::{Call, CallError, Op, TypedStack, correlation_id, plan_for},
     policy::{idempotency::META_KEY as IDEMPOTENCY_KEY, identity::Identity},
 };
+
+/// How long a node that hit its own timeout waits for its cancelled call to wind down (the
+/// upstream is sent `notifications/cancelled` on the way).
+const CANCEL_GRACE: Duration = Duration::from_secs(2);
 
 /// What one attempt came to.
 #[derive(Debug)]
@@ -27,12 +31,28 @@ pub enum Attempt {
         plan: Option<Value>,
         transient: bool,
     },
-    /// Held for approval: the plan says who approves it.
+    /// Held for approval: the plan says who approves it (the same `ok` plan a held direct
+    /// call gets).
     NeedsApproval(Value),
 }
 
+impl Attempt {
+    /// A refusal or failure of the call, typed: its plan, and whether a retry may pass.
+    fn from_error(e: &CallError, correlation_id: &str) -> Self {
+        let plan = plan_for(e, correlation_id).to_value();
+        if matches!(e, CallError::ApprovalRequired { .. }) {
+            return Attempt::NeedsApproval(plan);
+        }
+        Attempt::Failed {
+            error: e.wire_message(),
+            plan: Some(plan),
+            transient: e.transient(),
+        }
+    }
+}
+
 pub struct NodeCall {
-    pub stack: CallStack,
+    pub stack: TypedStack,
     pub identity: Identity,
     pub tool: String,
     pub arguments: Value,
@@ -57,6 +77,7 @@ pub async fn attempt(n: NodeCall) -> Attempt {
         meta.0.insert(IDEMPOTENCY_KEY.into(), Value::String(key));
     }
     let correlation = crate::hops::correlation(&meta).unwrap_or_else(correlation_id);
+    let plan_correlation = correlation.clone();
     let call = Call {
         op: Op::CallTool(params),
         meta,
@@ -75,11 +96,14 @@ pub async fn attempt(n: NodeCall) -> Attempt {
         approved: None,
     };
     let answer = n.stack.oneshot(call);
+    tokio::pin!(answer);
     let answer = match n.timeout {
-        Some(t) => match tokio::time::timeout(t, answer).await {
+        Some(t) => match tokio::time::timeout(t, &mut answer).await {
             Ok(a) => a,
             Err(_) => {
+                // Cancelled, not dropped: the call in flight tells its upstream to stop.
                 n.ct.cancel();
+                let _ = tokio::time::timeout(CANCEL_GRACE, &mut answer).await;
                 return Attempt::Failed {
                     error: format!("node timed out after {} ms", t.as_millis()),
                     plan: None,
@@ -92,34 +116,18 @@ pub async fn attempt(n: NodeCall) -> Attempt {
     match answer {
         Ok(ServerResult::CallToolResult(r)) => from_result(r),
         Ok(other) => Attempt::Succeeded(serde_json::to_value(other).unwrap_or(Value::Null)),
-        Err(e) => Attempt::Failed {
-            error: e.message.into_owned(),
-            plan: None,
-            transient: false,
-        },
+        Err(e) => Attempt::from_error(&e, &plan_correlation),
     }
 }
 
+/// A tool result as the node's outcome: the tool's own error, or its output — or, from a tool
+/// that is itself a gateway's (a nested flow, a peer's), a plan that waits for approval.
 pub fn from_result(r: CallToolResult) -> Attempt {
     let plan = r.meta.as_ref().and_then(|m| m.0.get(PLAN_KEY)).cloned();
-    // A call held for approval is not run: its answer is the plan (an `ok` one, not an error).
     if let Some(plan) = plan.as_ref().filter(|p| asks_approval(p)) {
         return Attempt::NeedsApproval(plan.clone());
     }
     if r.is_error == Some(true) {
-        let transient = plan.as_ref().is_some_and(|p| {
-            p["errors"].as_array().into_iter().flatten().any(|e| {
-                matches!(
-                    e["code"].as_str(),
-                    Some(
-                        "upstream_timeout"
-                            | "upstream_unavailable"
-                            | "breaker_open"
-                            | "rate_limited"
-                    )
-                )
-            })
-        });
         let error = plan
             .as_ref()
             .and_then(|p| p["instruction"].as_str().map(str::to_owned))
@@ -127,7 +135,7 @@ pub fn from_result(r: CallToolResult) -> Attempt {
         return Attempt::Failed {
             error,
             plan,
-            transient,
+            transient: false,
         };
     }
     Attempt::Succeeded(output_of(&r))
@@ -144,7 +152,7 @@ pub fn plan_id(plan: &Value) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// A refusal whose next action is `fedgate.approve`.
+/// A plan whose next action is an approval.
 fn asks_approval(plan: &Value) -> bool {
     plan["next_actions"]
         .as_array()

@@ -86,8 +86,14 @@ fn step(id: &str, state: &RunState) -> StepResult {
     let label = match status {
         NodeStatus::Succeeded => "ok",
         NodeStatus::Skipped => "skipped",
-        NodeStatus::AwaitingApproval | NodeStatus::Blocked => "blocked",
-        _ => "error",
+        NodeStatus::Blocked => "blocked",
+        // Not run (yet): waiting for approval, for nodes before it, or for its turn.
+        NodeStatus::AwaitingApproval
+        | NodeStatus::Pending
+        | NodeStatus::Ready
+        | NodeStatus::Running
+        | NodeStatus::Retrying => "pending",
+        NodeStatus::Failed | NodeStatus::Cancelled => "error",
     };
     let output = n.and_then(|n| n.output.as_ref()).map(|o| match o {
         Output::Inline(v) => v.clone(),
@@ -97,14 +103,25 @@ fn step(id: &str, state: &RunState) -> StepResult {
         .filter(|_| label != "ok")
         .and_then(|n| n.error.clone())
         .map(|e| {
+            // A refusal keeps what the refusal said of itself (a loop is not worth retrying).
+            let refusal = n
+                .and_then(|n| n.plan.as_ref())
+                .and_then(|p| p["errors"][0].as_object());
             let code = match status {
                 NodeStatus::Skipped => "skipped",
                 NodeStatus::Blocked => "needs_decision",
                 NodeStatus::AwaitingApproval => "approval_required",
                 NodeStatus::Cancelled => "cancelled",
-                _ => "node_failed",
+                _ => refusal
+                    .and_then(|r| r.get("code"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("node_failed"),
             };
-            let mut pe = PlanError::new(code, e, status != NodeStatus::Skipped);
+            let recoverable = refusal
+                .and_then(|r| r.get("recoverable"))
+                .and_then(Value::as_bool)
+                .unwrap_or(status != NodeStatus::Skipped);
+            let mut pe = PlanError::new(code, e, recoverable);
             if let Some(plan) = n.and_then(|n| n.plan.as_ref())
                 && let Some(hint) = plan["errors"][0]["hint"].as_str()
             {

@@ -14,8 +14,7 @@ use tokio::sync::mpsc;
 use super::{Engine, StartError};
 use crate::{
     config::flows::{FLOWS_NAMESPACE, FlowDef},
-    names::APPROVE_TOOL,
-    pipeline::{Call, CallError, CallFuture, CallStack, Op, OwnTool, TaskCall, TaskRequest},
+    pipeline::{Call, CallError, CallFuture, Op, OwnTool, TaskCall, TaskRequest, TypedStack},
     policy::trust::CallClass,
 };
 
@@ -228,7 +227,7 @@ async fn task_request(
                 .await
                 .map_err(|_| CallError::UnknownTask)?;
             let state = super::events::RunState::fold(&events);
-            let stack = engine.call_stack().ok_or_else(|| CallError::Internal {
+            let stack = engine.stack().ok_or_else(|| CallError::Internal {
                 detail: "the flow engine has no call stack".into(),
             })?;
             let mut answered = 0;
@@ -253,39 +252,13 @@ async fn task_request(
     }
 }
 
-/// Approves (or denies) plan `plan_id` as the task's caller: `fedgate.approve` through the
-/// stack, one level deeper, so the decision is authorized, audited and runs the frozen call.
-/// Runs on its own: the task's caller polls for the outcome.
-fn decide(stack: CallStack, call: &Call, plan_id: &str, approve: bool) {
-    use tower::ServiceExt;
-    let mut args = rmcp::model::JsonObject::new();
-    args.insert("plan_id".into(), Value::String(plan_id.to_owned()));
-    args.insert(
-        "decision".into(),
-        Value::String(if approve { "approve" } else { "deny" }.into()),
-    );
-    let approve = Call {
-        op: Op::CallTool(
-            rmcp::model::CallToolRequestParams::new(APPROVE_TOOL).with_arguments(args),
-        ),
-        meta: Default::default(),
-        downstream: None,
-        progress_token: None,
-        ct: Default::default(),
-        identity: call.identity.clone(),
-        correlation_id: crate::pipeline::correlation_id(),
-        trace: opentelemetry::Context::new(),
-        depth: call.depth.saturating_add(1),
-        target: None,
-        class: None,
-        timeout: None,
-        retry_safe: false,
-        approval: None,
-        approved: None,
-    };
+/// Approves (or denies) plan `plan_id` as the task's caller, on its own: the task's caller
+/// polls for the outcome.
+fn decide(stack: TypedStack, call: &Call, plan_id: &str, approve: bool) {
+    let (identity, depth, plan_id) = (call.identity.clone(), call.depth, plan_id.to_owned());
     tokio::spawn(async move {
-        if let Err(e) = stack.oneshot(approve).await {
-            tracing::warn!("flow approval by tasks/update: {}", e.message);
+        if let Err(e) = super::approval::decide(stack, identity, depth, &plan_id, approve).await {
+            tracing::warn!("flow approval by tasks/update: {e}");
         }
     });
 }

@@ -316,6 +316,16 @@ pub fn plan_for(e: &CallError, correlation_id: &str) -> Plan {
                 PlanRefusal::NotApprover { .. } => {
                     (Status::Error, false, "ask an identity with that role")
                 }
+                PlanRefusal::OperatorMayOnlyDeny => (
+                    Status::Error,
+                    false,
+                    "the plan's caller approves it with fedgate.approve",
+                ),
+                PlanRefusal::Decided { .. } => (
+                    Status::Error,
+                    false,
+                    "the decision is recorded already; do not repeat it",
+                ),
             };
             base(status).error(PlanError::new(code, msg.clone(), recoverable).hint(hint))
         }

@@ -234,6 +234,24 @@ pub type CallFuture = Pin<Box<dyn Future<Output = Result<ServerResult, CallError
 /// The assembled stack, answering in wire errors.
 pub type CallStack = BoxCloneSyncService<Call, ServerResult, McpError>;
 
+/// The same stack without the envelope and wire steps: calls made on a caller's behalf inside
+/// the gateway (flow nodes, approvals a run makes) get the typed outcome — the refusal, its
+/// class, a held call's plan — instead of JSON meant for a client.
+pub type TypedStack = BoxCloneSyncService<Call, ServerResult, CallError>;
+
+/// Both faces of one stack (one set of policy state behind them).
+#[derive(Clone)]
+pub struct Stacks {
+    pub client: CallStack,
+    pub typed: TypedStack,
+}
+
+impl std::fmt::Debug for Stacks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Stacks")
+    }
+}
+
 /// The state the steps own, shared with whoever swaps it on reload.
 #[derive(Debug, Clone)]
 pub struct Parts {
@@ -263,7 +281,7 @@ pub struct Parts {
 }
 
 /// Builds the stack; see the module doc for the order.
-pub fn build(parts: Parts) -> CallStack {
+pub fn build(parts: Parts) -> Stacks {
     // The terminal of upstream targets; own tools answer in `Dispatch` itself.
     let upstream = ServiceBuilder::new()
         .layer(StepLayer::new(Retry))
@@ -307,18 +325,30 @@ pub fn build(parts: Parts) -> CallStack {
             store: parts.idempotency.clone(),
         }))
         .service(dispatch::Dispatch::new(upstream));
-    let svc = ServiceBuilder::new()
-        .layer(wire::WireLayer)
+    let inner = BoxCloneSyncService::new(inner);
+    let observe = Observe {
+        pool: parts.pool,
+        own: parts.own,
+        audit: parts.audit,
+        feed: parts.feed,
+        metrics: parts.metrics,
+        envelope: parts.envelope,
+        wrap: true,
+    };
+    let typed = ServiceBuilder::new()
         .layer(StepLayer::new(Observe {
-            pool: parts.pool,
-            own: parts.own,
-            audit: parts.audit,
-            feed: parts.feed,
-            metrics: parts.metrics,
-            envelope: parts.envelope,
+            wrap: false,
+            ..observe.clone()
         }))
+        .service(inner.clone());
+    let client = ServiceBuilder::new()
+        .layer(wire::WireLayer)
+        .layer(StepLayer::new(observe))
         .service(inner);
-    BoxCloneSyncService::new(svc)
+    Stacks {
+        client: BoxCloneSyncService::new(client),
+        typed: BoxCloneSyncService::new(typed),
+    }
 }
 
 /// A fresh correlation id (128 random bits, hex: the shape of a trace id).

@@ -39,6 +39,8 @@ pub struct Observe {
     pub metrics: Arc<Metrics>,
     /// The envelope mode of calls without an upstream.
     pub envelope: Mode,
+    /// Add the plan envelope (the client stack); the typed stack leaves outcomes as they are.
+    pub wrap: bool,
 }
 
 impl Step for Observe {
@@ -102,6 +104,7 @@ impl Step for Observe {
         let audit = self.audit.clone();
         let feed = self.feed.clone();
         let metrics = self.metrics.clone();
+        let wrap = self.wrap;
         let wrapping = envelope::wrapping(&call, routed.as_ref().ok(), self.envelope);
         let fut = match routed {
             Ok(target) => {
@@ -170,7 +173,11 @@ impl Step for Observe {
                     }
                     r
                 });
-                let wrapped = envelope::wrap(result, &wrapping, &metrics);
+                let wrapped = if wrap {
+                    envelope::wrap(result, &wrapping, &metrics)
+                } else {
+                    result
+                };
                 // The audit log gets its own copy only when the feed also wants the record.
                 let record = match (&audit, record) {
                     (Some(a), Some(r)) if feed.is_some() => {

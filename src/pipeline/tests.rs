@@ -56,7 +56,7 @@ struct Gateway {
 
 impl Gateway {
     fn stack(&self) -> CallStack {
-        super::build(self.parts.clone())
+        super::build(self.parts.clone()).client
     }
 }
 

@@ -1,6 +1,6 @@
 //! What happens to plans, for whoever waits on one (a flow run parked on a node's approval):
-//! the approved call ran (with its answer), the plan was denied, or it expired. Plans live in
-//! one process, and so do these events.
+//! someone other than its caller approved it, the approved call ran (with its answer), the
+//! plan was denied, or it expired. Events stay in the process that decided.
 
 use std::{
     future::Future,
@@ -20,7 +20,13 @@ pub enum PlanEvent {
     /// The approved call ran: its tool result, or the error that ended it.
     Ran {
         id: String,
-        result: Result<Value, String>,
+        result: Result<Value, RanError>,
+    },
+    /// Someone other than the caller approved it (a reviewer, the operator): whoever waits
+    /// on it may run it now, as its caller.
+    Approved {
+        id: String,
+        by: String,
     },
     Denied {
         id: String,
@@ -31,10 +37,33 @@ pub enum PlanEvent {
     },
 }
 
+/// How an approved call failed, as a waiter needs it.
+#[derive(Debug, Clone)]
+pub struct RanError {
+    /// What the caller is told.
+    pub message: String,
+    /// The failure may pass if tried again soon (see `CallError::transient`).
+    pub transient: bool,
+    /// The plan envelope of the failure.
+    pub plan: Option<Value>,
+}
+
+impl RanError {
+    /// A failure without a plan of its own.
+    pub fn plain(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            transient: false,
+            plan: None,
+        }
+    }
+}
+
 impl PlanEvent {
     pub fn id(&self) -> &str {
         match self {
             PlanEvent::Ran { id, .. }
+            | PlanEvent::Approved { id, .. }
             | PlanEvent::Denied { id, .. }
             | PlanEvent::Expired { id } => id,
         }
@@ -44,11 +73,15 @@ impl PlanEvent {
 /// What `fedgate.approve` answers after the approved call of a plan someone waits on: the
 /// waiter's own answer (a flow's next result) instead of the call's.
 pub trait FollowUp: Send + Sync + std::fmt::Debug {
-    fn after(
-        &self,
-        plan_id: &str,
-    ) -> Option<Pin<Box<dyn Future<Output = Option<CallToolResult>> + Send>>>;
+    fn after(&self, plan_id: &str) -> Option<AnswerFuture>;
+
+    /// For a plan a waiter already ran (someone else approved it): the waiter's answer once
+    /// it has moved past the plan.
+    fn settled(&self, plan_id: &str) -> Option<AnswerFuture>;
 }
+
+/// A waiter's answer, when it has one.
+pub type AnswerFuture = Pin<Box<dyn Future<Output = Option<CallToolResult>> + Send>>;
 
 #[derive(Debug)]
 pub struct PlanEvents {
@@ -80,10 +113,11 @@ impl PlanEvents {
         let _ = self.follow_up.set(f);
     }
 
-    pub fn follow_up(
-        &self,
-        plan_id: &str,
-    ) -> Option<Pin<Box<dyn Future<Output = Option<CallToolResult>> + Send>>> {
+    pub fn follow_up(&self, plan_id: &str) -> Option<AnswerFuture> {
         self.follow_up.get()?.after(plan_id)
+    }
+
+    pub fn settled(&self, plan_id: &str) -> Option<AnswerFuture> {
+        self.follow_up.get()?.settled(plan_id)
     }
 }

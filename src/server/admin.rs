@@ -21,7 +21,7 @@ use crate::{
     config::{Snapshot, TransportSpec},
     pipeline,
     policy::{
-        approval::{Decision, PlanRefusal},
+        approval::{Decider, Decision},
         identity::IdentityKind,
     },
     server::{core::Core, reload::Reloader},
@@ -264,7 +264,18 @@ impl Admin {
             Some(sh) => sh.import(&self.core.plans, id).await.ok(),
             None => None,
         };
-        let mut decided = self.core.plans.decide(id, ADMIN, None, decision);
+        let approve_any = self
+            .reloader
+            .current()
+            .admin
+            .as_ref()
+            .is_none_or(|a| a.approve_plans);
+        let own = crate::server::admin_flows::operator().key();
+        let decider = Decider::Operator {
+            approve_any,
+            own: &own,
+        };
+        let mut decided = self.core.plans.decide(id, ADMIN, decider, decision);
         if let (Some(sh), Some(imported), Ok(_)) = (shared, imported, &decided)
             && let Ok(false) = sh.write_back(&self.core.plans, id, imported).await
         {
@@ -299,17 +310,21 @@ impl Admin {
                 }
                 json(
                     StatusCode::OK,
-                    &json!({"plan": plan.id, "decision": outcome, "tool": plan.tool}),
+                    &json!({"plan": plan.id, "decision": outcome, "tool": plan.tool,
+                            "state": plan.state_label()}),
                 )
             }
-            Err(e) => json(
-                if e == PlanRefusal::Unknown {
-                    StatusCode::NOT_FOUND
-                } else {
-                    StatusCode::CONFLICT
-                },
-                &json!({"error": e.to_string(), "code": e.code()}),
-            ),
+            Err(e) => {
+                let state = self.core.plans.get(id).map(|p| p.state_label());
+                json(
+                    if e.is_conflict() {
+                        StatusCode::CONFLICT
+                    } else {
+                        StatusCode::NOT_FOUND
+                    },
+                    &json!({"error": e.to_string(), "code": e.code(), "state": state}),
+                )
+            }
         }
     }
 

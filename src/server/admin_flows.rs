@@ -54,6 +54,23 @@ pub(super) async fn route(
             let limit = number("limit").map_or(DEFAULT_LIMIT, |n| n as usize);
             result(list_runs(&engine, limit).await)
         }
+        (&Method::GET, ["runs", id]) if query.split('&').any(|kv| kv == "until=parked") => {
+            // Until the run has finished or waits for someone (with more than `after` events).
+            let wait = Duration::from_millis(number("wait_ms").unwrap_or(0)).min(MAX_WAIT);
+            let after = number("after").unwrap_or(0);
+            let parked = tokio::time::timeout(wait, engine.settle(id, after))
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .is_some_and(|(_, parked)| parked);
+            result(engine.load(id).await.map(|(record, events)| {
+                let state = RunState::fold(&events);
+                let waiting = waiting_plans(&state);
+                let graph = graph(&engine, &record.flow);
+                json!({"run": record, "state": state, "events": events, "graph": graph,
+                       "parked": parked, "waiting": waiting})
+            }))
+        }
         (&Method::GET, ["runs", id]) => {
             let wait = Duration::from_millis(number("wait_ms").unwrap_or(0)).min(MAX_WAIT);
             result(
@@ -118,7 +135,26 @@ pub(super) async fn route(
     })
 }
 
-fn operator() -> Identity {
+/// The nodes of a run that wait for approval, with their plans' ids and what they hold.
+fn waiting_plans(state: &RunState) -> Vec<Value> {
+    state
+        .nodes
+        .iter()
+        .filter(|(_, n)| n.status == crate::flows::events::NodeStatus::AwaitingApproval)
+        .filter_map(|(node, n)| {
+            let plan = n.plan.as_ref()?;
+            Some(json!({
+                "node": node,
+                "plan_id": crate::flows::node::plan_id(plan)?,
+                "instruction": plan["instruction"],
+                "safety": plan["safety"],
+            }))
+        })
+        .collect()
+}
+
+/// Who the admin API acts as: runs it starts are this identity's.
+pub(crate) fn operator() -> Identity {
     Identity::unrestricted("admin", IdentityKind::Local)
 }
 

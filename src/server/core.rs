@@ -216,7 +216,7 @@ impl Core {
         if let Some(flows) = &self.flows {
             flows.bind(stack.clone(), self.pool.clone());
         }
-        stack
+        stack.client
     }
 
     /// Applies a validated snapshot: the upstream set, the callers' identities and roles and

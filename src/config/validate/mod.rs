@@ -183,6 +183,7 @@ pub(super) fn validate(
                 listen,
                 token,
                 console: a.console.unwrap_or(true),
+                approve_plans: a.approve_plans.unwrap_or(true),
             }),
             Ok(_) => {
                 cx.err_at(at, "[admin] token is empty".into());

@@ -71,7 +71,13 @@ pub(super) fn approval_outcome(event: crate::policy::plan_events::PlanEvent) -> 
                 Err(e) => failed(format!("unreadable answer of the approved call: {e}")),
             }
         }
-        PlanEvent::Ran { result: Err(e), .. } => failed(e),
+        PlanEvent::Ran { result: Err(e), .. } => Attempt::Failed {
+            error: e.message,
+            plan: e.plan,
+            transient: e.transient,
+        },
+        // Not an outcome: the run runs the approved plan, and hears `Ran` after.
+        PlanEvent::Approved { .. } => failed("approved, not yet run".into()),
         PlanEvent::Denied { by, .. } => failed(format!("the approval was denied by {by}")),
         PlanEvent::Expired { .. } => failed("the approval expired before anyone decided".into()),
     }

@@ -81,6 +81,12 @@ pub enum Msg {
     },
     /// A decision from outside (re-run or skip a blocked node): events to append.
     Decided(Vec<Event>),
+    /// Someone other than the run's caller approved the plan node `node` waits on: the run
+    /// runs it as its caller.
+    Approved {
+        node: String,
+        plan_id: String,
+    },
     /// What became of the plan a node waits on.
     Approval {
         node: String,
@@ -452,6 +458,17 @@ impl Driver {
             Msg::Decided(events) => {
                 for e in events {
                     self.stage(e);
+                }
+            }
+            Msg::Approved { node, plan_id } => {
+                if self.state.node(&node) == NodeStatus::AwaitingApproval {
+                    self.run.engine.run_approved(
+                        &self.run.record.run_id,
+                        node,
+                        plan_id,
+                        self.run.identity.clone(),
+                        self.run.depth,
+                    );
                 }
             }
             Msg::Approval { node, event } => {

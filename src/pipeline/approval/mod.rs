@@ -32,10 +32,10 @@ use crate::{
     error::Classify,
     names::APPROVE_TOOL,
     policy::{
-        approval::{Approval, Decision, NewPlan, PendingPlan, PlanRefusal, Plans},
+        approval::{Approval, Decider, Decision, NewPlan, PendingPlan, PlanRefusal, Plans},
         idempotency::META_KEY as IDEMPOTENCY_KEY,
         pinning::fingerprint,
-        plan_events::PlanEvent,
+        plan_events::{PlanEvent, RanError},
     },
     telemetry::{audit::Audit, metrics::Metrics},
     upstream::{Upstream, pool::Pool},
@@ -82,11 +82,15 @@ impl Step for Approvals {
             };
         }
         match call.target.as_ref().map(|t| &t.kind) {
-            Some(TargetKind::Gateway(_)) if is_approve(&call) => match self.approve(call) {
-                Ok(Next::Answer(r)) => done(Ok(ServerResult::CallToolResult(r))),
-                Ok(Next::Run(run)) => self.execute(inner, *run),
-                Err(e) => done(Err(e)),
-            },
+            Some(TargetKind::Gateway(_)) if is_approve(&call) => {
+                let id = plan_id_arg(&call);
+                match self.approve(call) {
+                    Ok(Next::Answer(r)) => done(Ok(ServerResult::CallToolResult(r))),
+                    Ok(Next::Run(run)) => self.execute(inner, *run),
+                    Ok(Next::Settle(f)) => Box::pin(settled(f, id)),
+                    Err(e) => done(Err(e)),
+                }
+            }
             Some(TargetKind::Upstream(up))
                 if call.approval.is_some() && call.approved.is_none() =>
             {
@@ -124,6 +128,7 @@ impl Approvals {
                 match shared::around(&shared, &this.plans, &id, || this.approve(call)).await? {
                     Next::Answer(r) => Ok(ServerResult::CallToolResult(r)),
                     Next::Run(run) => this.execute(&mut inner, *run).await,
+                    Next::Settle(f) => settled(f, id).await,
                 }
             }),
             Some(TargetKind::Upstream(up))
@@ -205,25 +210,40 @@ enum Next {
     Answer(CallToolResult),
     /// The approved call, ready to re-enter the stack.
     Run(Box<Run>),
+    /// The plan already ran for a flow run that waited on it (someone else approved it): the
+    /// run's next result, once it has one.
+    Settle(FollowUpFuture),
+}
+
+use crate::policy::plan_events::AnswerFuture as FollowUpFuture;
+
+/// The answer to a `fedgate.approve` whose plan a flow run already ran: the run's next result.
+async fn settled(fut: FollowUpFuture, id: String) -> Result<ServerResult, CallError> {
+    match fut.await {
+        Some(r) => Ok(ServerResult::CallToolResult(r)),
+        None => Err(CallError::Plan(PlanRefusal::Decided {
+            state: "run",
+            by: format!("the flow run that waited on plan {id}"),
+        })),
+    }
 }
 
 fn is_approve(call: &Call) -> bool {
     matches!(&call.op, Op::CallTool(p) if p.name == APPROVE_TOOL)
 }
 
+/// An approved call's failure, for whoever waits on its plan.
+fn ran_error(e: &CallError, correlation_id: &str) -> RanError {
+    RanError {
+        message: e.wire_message(),
+        transient: e.transient(),
+        plan: Some(envelope::plan_for(e, correlation_id).to_value()),
+    }
+}
+
 /// Outcomes that mean the approved call never reached the upstream: its plan is given back.
 fn not_started(e: &CallError) -> bool {
-    matches!(
-        e,
-        CallError::RateLimited { .. }
-            | CallError::BreakerOpen { .. }
-            | CallError::UpstreamUnavailable { .. }
-            | CallError::Busy { .. }
-            | CallError::TooDeep { .. }
-            | CallError::NotAuthorized { .. }
-            | CallError::TierRefused { .. }
-            | CallError::IdempotencyConflict
-    )
+    e.never_reached_upstream()
 }
 
 impl Approvals {
@@ -336,7 +356,7 @@ impl Approvals {
             let holds = move |roles: &[String]| access.has_any_role(roles);
             let plan = self
                 .plans
-                .decide(&id, &me, Some(&holds), decision)
+                .decide(&id, &me, Decider::Reviewer(&holds), decision)
                 .map_err(CallError::Plan)?;
             return Ok(Next::Answer(self.decided(&call, &plan, decision, &me)));
         }
@@ -344,8 +364,20 @@ impl Approvals {
             let plan = self.plans.cancel(&id, &me).map_err(CallError::Plan)?;
             return Ok(Next::Answer(self.decided(&call, &plan, decision, &me)));
         }
-        let plan = self.take(&id, &me)?;
-        if plan.approvers.is_empty() {
+        let plan = match self.take(&id, &me) {
+            Ok(p) => p,
+            // Someone else approved it and the flow run waiting on it ran it: the caller gets
+            // what the run came to, not a refusal that would make it ask again.
+            Err(CallError::Plan(PlanRefusal::Used)) => {
+                return match self.plans.events.settled(&id) {
+                    Some(f) => Ok(Next::Settle(f)),
+                    None => Err(CallError::Plan(PlanRefusal::Used)),
+                };
+            }
+            Err(e) => return Err(e),
+        };
+        // Counted once: an operator's approval of a plan without approvers counted already.
+        if plan.approvers.is_empty() && plan.approved_by.as_deref() == Some(me.as_str()) {
             self.count("approved");
         }
         let approver = plan.approved_by.clone().unwrap_or(me);
@@ -436,7 +468,7 @@ impl Approvals {
                     id: run.plan.id.clone(),
                     result: match &result {
                         Ok(r) => Ok(serde_json::to_value(r).unwrap_or(Value::Null)),
-                        Err(e) => Err(e.to_string()),
+                        Err(e) => Err(ran_error(e, &audit_call.correlation_id)),
                     },
                 });
                 if let Some(f) = follow_up
@@ -476,7 +508,7 @@ impl Approvals {
             Decision::Approve => (
                 "approved",
                 format!(
-                    "Plan {} approved. Its caller runs it by calling fedgate.approve with this plan_id.",
+                    "Plan {} approved. A flow run waiting on it goes on by itself; otherwise its caller runs it by calling fedgate.approve with this plan_id.",
                     plan.id
                 ),
             ),

@@ -429,6 +429,40 @@ impl CallError {
         }
     }
 
+    /// The call may succeed if tried again soon: the upstream did not answer in time, was not
+    /// there, or fedgate held it back for load. (Whether a retry is safe is the tool's class.)
+    pub fn transient(&self) -> bool {
+        match self {
+            CallError::Planned { cause, .. } => cause.transient(),
+            e => matches!(
+                e,
+                CallError::UpstreamTimeout { .. }
+                    | CallError::UpstreamUnavailable { .. }
+                    | CallError::UpstreamClosed { .. }
+                    | CallError::BreakerOpen { .. }
+                    | CallError::RateLimited { .. }
+                    | CallError::Busy { .. }
+                    | CallError::StoreUnavailable { .. }
+            ),
+        }
+    }
+
+    /// The call never reached the upstream: nothing happened there (an approved plan refused
+    /// this way is given back).
+    pub fn never_reached_upstream(&self) -> bool {
+        matches!(
+            self,
+            CallError::RateLimited { .. }
+                | CallError::BreakerOpen { .. }
+                | CallError::UpstreamUnavailable { .. }
+                | CallError::Busy { .. }
+                | CallError::TooDeep { .. }
+                | CallError::NotAuthorized { .. }
+                | CallError::TierRefused { .. }
+                | CallError::IdempotencyConflict
+        )
+    }
+
     /// Whether the gateway decided not to run the call (as opposed to the call failing).
     pub fn is_refusal(&self) -> bool {
         matches!(

@@ -6,7 +6,11 @@
 //!
 //! Who decides: with no `approvers`, the caller approves its own plan (its agent asks its
 //! human). With `approvers = ["role"]`, an identity holding one of those roles (never the
-//! caller itself) or the admin API approves or denies; the caller then runs it.
+//! caller itself) approves or denies; the caller then runs it. The operator (admin API and
+//! console) is the decider of last resort: it may deny any plan, and approve any plan unless
+//! `[admin] approve_plans = false` limits it to plans that name approver roles. Every
+//! approval wakes whoever waits on the plan (a parked flow run runs it as its caller); a
+//! second, equal decision on a decided plan is refused with the plan's state.
 
 use std::collections::HashMap;
 
@@ -110,6 +114,12 @@ pub enum PlanRefusal {
     Changed,
     #[error("you have {0} plans waiting for approval; decide or withdraw some first")]
     TooManyOfYours(usize),
+    #[error("plan already {state} by {by}; it runs once, for its caller")]
+    Decided { state: &'static str, by: String },
+    #[error(
+        "the operator may only deny this plan ([admin] approve_plans = false): its caller approves it with fedgate.approve"
+    )]
+    OperatorMayOnlyDeny,
 }
 
 impl PlanRefusal {
@@ -124,12 +134,46 @@ impl PlanRefusal {
             PlanRefusal::NotApprover { .. } => "not_approver",
             PlanRefusal::Full | PlanRefusal::TooManyOfYours(_) => "too_many_plans",
             PlanRefusal::Changed => "plan_changed",
+            PlanRefusal::Decided { .. } => "plan_decided",
+            PlanRefusal::OperatorMayOnlyDeny => "not_approver",
+        }
+    }
+
+    /// A refusal that says the plan exists but cannot take this decision now (HTTP 409), as
+    /// opposed to a plan this asker cannot see (404).
+    pub fn is_conflict(&self) -> bool {
+        !matches!(self, PlanRefusal::Unknown)
+    }
+}
+
+impl PendingPlan {
+    /// Where the plan is in its life: `pending`, `approved`, `ran`, `denied`, `expired`,
+    /// `invalidated`.
+    pub fn state_label(&self) -> &'static str {
+        match &self.state {
+            PlanState::Pending => "pending",
+            PlanState::Approved(_) => "approved",
+            PlanState::Done(Finished::Executed) => "ran",
+            PlanState::Done(Finished::Denied { .. }) => "denied",
+            PlanState::Done(Finished::Expired) => "expired",
+            PlanState::Done(Finished::Invalidated) => "invalidated",
         }
     }
 }
 
 /// Whether the deciding identity holds one of the given roles.
 pub type HoldsRole<'a> = dyn Fn(&[String]) -> bool + 'a;
+
+/// Who decides a plan through [`Plans::decide`].
+#[derive(Clone, Copy)]
+pub enum Decider<'a> {
+    /// An identity holding one of the plan's approver roles (never the plan's own caller).
+    Reviewer(&'a HoldsRole<'a>),
+    /// The operator (admin API, console, `fedgate plans`). `approve_any`: it may approve plans
+    /// without approver roles too; `own` is its own caller key (plans of runs it started are
+    /// its own to approve either way).
+    Operator { approve_any: bool, own: &'a str },
+}
 
 /// A decision on a plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -313,44 +357,66 @@ impl Plans {
         Ok(plan.clone())
     }
 
-    /// An approver (`by`, holding `holds_role` of the plan's approvers) decides; `None` for
-    /// `holds_role` means the admin API, which may decide any plan with approvers.
+    /// A reviewer or the operator (`by`) decides. An approval wakes whoever waits on the plan
+    /// (a parked flow run); the same decision twice is refused with the plan's state.
     pub fn decide(
         &self,
         id: &str,
         by: &str,
-        holds_role: Option<&HoldsRole<'_>>,
+        decider: Decider<'_>,
         decision: Decision,
     ) -> Result<PendingPlan, PlanRefusal> {
         let mut plans = self.plans.lock();
+        let operator = matches!(decider, Decider::Operator { .. });
         let plan = self.live(&mut plans, id, now_ms(), |p| {
-            // Plans without approvers belong to their caller alone; to anyone else they do not
-            // exist.
-            !p.approvers.is_empty()
+            // Plans without approvers belong to their caller (and the operator); to anyone
+            // else they do not exist.
+            operator || !p.approvers.is_empty()
         })?;
-        let allowed = match holds_role {
-            None => true,
-            Some(holds) => plan.caller != by && holds(&plan.approvers),
-        };
-        if !allowed {
-            return Err(PlanRefusal::NotApprover {
-                roles: plan.approvers.clone(),
+        match decider {
+            Decider::Reviewer(holds) => {
+                if plan.caller == by || !holds(&plan.approvers) {
+                    return Err(PlanRefusal::NotApprover {
+                        roles: plan.approvers.clone(),
+                    });
+                }
+            }
+            Decider::Operator { approve_any, own } => {
+                if decision == Decision::Approve
+                    && plan.approvers.is_empty()
+                    && !approve_any
+                    && plan.caller != own
+                {
+                    return Err(PlanRefusal::OperatorMayOnlyDeny);
+                }
+            }
+        }
+        if let (PlanState::Approved(prev), Decision::Approve) = (&plan.state, decision) {
+            return Err(PlanRefusal::Decided {
+                state: "approved",
+                by: prev.clone(),
             });
         }
-        if decision == Decision::Approve {
-            plan.approved_by = Some(by.to_owned());
-        }
-        plan.state = match decision {
-            Decision::Approve => PlanState::Approved(by.to_owned()),
-            Decision::Deny => PlanState::Done(Finished::Denied { by: by.to_owned() }),
+        let event = match decision {
+            Decision::Approve => {
+                plan.approved_by = Some(by.to_owned());
+                plan.state = PlanState::Approved(by.to_owned());
+                super::plan_events::PlanEvent::Approved {
+                    id: id.to_owned(),
+                    by: by.to_owned(),
+                }
+            }
+            Decision::Deny => {
+                plan.state = PlanState::Done(Finished::Denied { by: by.to_owned() });
+                super::plan_events::PlanEvent::Denied {
+                    id: id.to_owned(),
+                    by: by.to_owned(),
+                }
+            }
         };
-        if decision == Decision::Deny {
-            self.events.send(super::plan_events::PlanEvent::Denied {
-                id: id.to_owned(),
-                by: by.to_owned(),
-            });
-        }
-        Ok(plan.clone())
+        let out = plan.clone();
+        self.events.send(event);
+        Ok(out)
     }
 
     /// Whether plan `id` has approvers and is not `caller`'s: then `fedgate.approve` from

@@ -1,6 +1,8 @@
 use super::*;
 use serde_json::json;
 
+use crate::policy::plan_events::PlanEvent;
+
 fn new_plan(approvers: &[&str]) -> NewPlan {
     NewPlan {
         caller: "api_key:alice".into(),
@@ -57,18 +59,33 @@ fn reviewers_decide_and_changed_policy_invalidates() {
         Err(PlanRefusal::Waiting { .. })
     ));
     assert!(matches!(
-        plans.decide(&plan.id, "api_key:bob", Some(&lacks), Decision::Approve),
+        plans.decide(
+            &plan.id,
+            "api_key:bob",
+            Decider::Reviewer(&lacks),
+            Decision::Approve
+        ),
         Err(PlanRefusal::NotApprover { .. })
     ));
     assert!(
         matches!(
-            plans.decide(&plan.id, "api_key:alice", Some(&holds), Decision::Approve),
+            plans.decide(
+                &plan.id,
+                "api_key:alice",
+                Decider::Reviewer(&holds),
+                Decision::Approve
+            ),
             Err(PlanRefusal::NotApprover { .. })
         ),
         "never the caller itself"
     );
     plans
-        .decide(&plan.id, "api_key:bob", Some(&holds), Decision::Approve)
+        .decide(
+            &plan.id,
+            "api_key:bob",
+            Decider::Reviewer(&holds),
+            Decision::Approve,
+        )
         .unwrap();
     assert_eq!(
         plans.take(&plan.id, "api_key:alice", |_| false).err(),
@@ -76,7 +93,7 @@ fn reviewers_decide_and_changed_policy_invalidates() {
     );
     let other = plans.create(new_plan(&["reviewer"])).unwrap();
     plans
-        .decide(&other.id, "admin", None, Decision::Deny)
+        .decide(&other.id, "admin", OPERATOR, Decision::Deny)
         .unwrap();
     assert_eq!(
         plans.take(&other.id, "api_key:alice", |_| true).err(),
@@ -118,4 +135,82 @@ fn the_digest_does_not_depend_on_key_order() {
     let b: Value = serde_json::from_str(r#"{"a":"s","b":[1,{"x":1,"y":2}]}"#).unwrap();
     assert_eq!(digest(&a), digest(&b));
     assert_ne!(digest(&a), digest(&json!({"a": "t"})));
+}
+
+const OPERATOR: Decider<'static> = Decider::Operator {
+    approve_any: true,
+    own: "local:admin",
+};
+
+#[test]
+fn the_operator_decides_any_plan_once_and_approvals_wake_waiters() {
+    let plans = Plans::new(60_000, 8);
+    let mut events = plans.events.subscribe();
+    // A plan its caller would approve itself: the operator may approve it too.
+    let own = plans.create(new_plan(&[])).unwrap();
+    plans
+        .decide(&own.id, "admin", OPERATOR, Decision::Approve)
+        .unwrap();
+    match events.try_recv() {
+        Ok(PlanEvent::Approved { id, by }) => {
+            assert_eq!((id, by), (own.id.clone(), "admin".into()))
+        }
+        other => panic!("expected an approval event, got {other:?}"),
+    }
+    // The same decision again is refused with the plan's state, never a second success.
+    assert_eq!(
+        plans
+            .decide(&own.id, "admin", OPERATOR, Decision::Approve)
+            .err(),
+        Some(PlanRefusal::Decided {
+            state: "approved",
+            by: "admin".into()
+        })
+    );
+    assert_eq!(plans.get(&own.id).unwrap().state_label(), "approved");
+    let ran = plans.take(&own.id, "api_key:alice", |_| true).unwrap();
+    assert_eq!(ran.approved_by.as_deref(), Some("admin"));
+    assert_eq!(
+        plans
+            .decide(&own.id, "admin", OPERATOR, Decision::Deny)
+            .err(),
+        Some(PlanRefusal::Used),
+        "a plan that ran cannot be denied"
+    );
+
+    // Limited to denials: the caller's own plans stay the caller's to approve.
+    let deny_only = Decider::Operator {
+        approve_any: false,
+        own: "local:admin",
+    };
+    let other = plans.create(new_plan(&[])).unwrap();
+    assert_eq!(
+        plans
+            .decide(&other.id, "admin", deny_only, Decision::Approve)
+            .err(),
+        Some(PlanRefusal::OperatorMayOnlyDeny)
+    );
+    let deny_only = Decider::Operator {
+        approve_any: false,
+        own: "local:admin",
+    };
+    plans
+        .decide(&other.id, "admin", deny_only, Decision::Deny)
+        .unwrap();
+    assert!(matches!(events.try_recv(), Ok(PlanEvent::Denied { .. })));
+
+    // A reviewer never sees a plan without approvers.
+    let holds = |_: &[String]| true;
+    let third = plans.create(new_plan(&[])).unwrap();
+    assert_eq!(
+        plans
+            .decide(
+                &third.id,
+                "api_key:bob",
+                Decider::Reviewer(&holds),
+                Decision::Approve
+            )
+            .err(),
+        Some(PlanRefusal::Unknown)
+    );
 }

@@ -1,0 +1,439 @@
+//! One approval lifecycle on every path (F11, F12): a flow node held for approval gets the
+//! same `ok` plan a direct call gets; whoever may decide — the caller, a reviewer, the
+//! operator through the admin API — resumes the parked run, the write runs exactly once, and
+//! a second equal decision is refused with the plan's state. Real fedgate, real demo
+//! upstreams counting their writes, real MCP clients.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+const ADMIN_TOKEN: &str = "admin-token-lifecycle";
+const TIERS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/trust-tiers");
+const ALICE: &str = "fgk_alice_lifecycle";
+const RITA: &str = "fgk_rita_lifecycle";
+
+/// `reviewed` writes through `ledger.record` (approvers: reviewer); `own` through
+/// `solo.record` (the caller approves).
+const REVIEWED: &str = r#"
+id = "reviewed"
+[[nodes]]
+id = "entry"
+tool = "ledger.record"
+params = { value = "v1" }
+[[nodes]]
+id = "confirm"
+tool = "ledger.echo"
+depends_on = ["entry"]
+params = { text = "published {{entry.output.recorded}}" }
+[outputs]
+said = "{{confirm.output}}"
+"#;
+
+const OWN: &str = r#"
+id = "own"
+[[nodes]]
+id = "entry"
+tool = "solo.record"
+params = { value = "v2" }
+[outputs]
+wrote = "{{entry.output.recorded}}"
+"#;
+
+/// A gateway with both flows, an admin listener, and (with `auth`) API keys for alice
+/// (agent) and rita (agent, reviewer).
+fn gateway(admin_extra: &str, solo_extra: &str) -> Gateway {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(dir.path().join("flows")).expect("flows dir");
+    std::fs::write(dir.path().join("flows/reviewed.toml"), REVIEWED).expect("flow");
+    std::fs::write(dir.path().join("flows/own.toml"), OWN).expect("flow");
+    let token = dir.path().join("admin.token");
+    std::fs::write(&token, ADMIN_TOKEN).expect("token");
+    let auth = {
+        let key = |name: &str, k: &str, roles: &str| {
+            format!(
+                "[[auth.api_keys]]\nname = \"{name}\"\nsha256 = \"{}\"\nroles = {roles}\n",
+                hex::encode(Sha256::digest(k.as_bytes()))
+            )
+        };
+        format!(
+            "[auth]\n{}{}\n",
+            key("alice", ALICE, "[\"agent\"]"),
+            key("rita", RITA, "[\"agent\", \"reviewer\"]"),
+        )
+    };
+    let auth = format!(
+        "{auth}[roles.agent]\ntools = [\"*\"]\n[roles.reviewer]\ntools = [\"fedgate.approve\"]\n\n"
+    );
+    let cfg = dir.path().join("gateway.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[gateway]\nseparator = \".\"\ntiers_dir = {TIERS:?}\n\n[flows]\ndir = \"flows\"\ndb = \"runs.db\"\n\n\
+             [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"file:{}\"\n{admin_extra}\n\n{auth}{}{}",
+            token.display(),
+            stdio_upstream(
+                "ledger",
+                &[],
+                "tier = \"high\"\n[upstreams.ledger.tools.record]\napproval = \"plan\"\napprovers = [\"reviewer\"]\n",
+            ),
+            stdio_upstream(
+                "solo",
+                &[],
+                &format!("tier = \"high\"\n{solo_extra}\n[upstreams.solo.tools.record]\napproval = \"plan\"\n"),
+            ),
+        ),
+    )
+    .expect("config");
+    Gateway::start_file(&cfg, dir)
+}
+
+async fn alice(gw: &Gateway) -> Client {
+    connect_with_token(&gw.url, ALICE, TestClient::new())
+        .await
+        .expect("alice")
+}
+
+async fn admin(gw: &Gateway, method: &str, path: &str) -> (u16, Value) {
+    let url = format!("{}/admin/{path}", gw.admin.as_deref().expect("admin"));
+    let r = reqwest::Client::new()
+        .request(method.parse().expect("method"), url)
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({}))
+        .send()
+        .await
+        .expect("admin request");
+    (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+}
+
+/// Starts a run of `flow` as the operator and waits until it parks; its id and plan id.
+async fn parked_admin_run(gw: &Gateway, flow: &str) -> (String, String) {
+    let (status, started) = admin(gw, "POST", &format!("flows/{flow}/runs")).await;
+    assert_eq!(status, 202, "{started}");
+    let run = started["run_id"].as_str().expect("run id").to_owned();
+    let plan = parked_plan(gw, &run).await;
+    (run, plan)
+}
+
+/// Waits (on the admin API's own wait) until run `run` parks on a plan; the plan's id.
+async fn parked_plan(gw: &Gateway, run: &str) -> String {
+    let (_, v) = admin(
+        gw,
+        "GET",
+        &format!("flows/runs/{run}?wait_ms=20000&until=parked"),
+    )
+    .await;
+    assert_eq!(v["parked"], true, "{v}");
+    assert_eq!(
+        v["state"]["nodes"]["entry"]["status"], "AWAITING_APPROVAL",
+        "{v}"
+    );
+    v["waiting"][0]["plan_id"]
+        .as_str()
+        .expect("a waiting node names its plan")
+        .to_owned()
+}
+
+async fn finished(gw: &Gateway, run: &str) -> Value {
+    let (_, v) = admin(gw, "GET", &format!("flows/runs/{run}?wait_ms=20000")).await;
+    v
+}
+
+/// How often `upstream.record` really ran (keyed or not).
+async fn writes(client: &Client, upstream: &str) -> u64 {
+    let r = call(client, &format!("{upstream}.executions"), json!({}))
+        .await
+        .expect("executions");
+    let v = r.structured_content.expect("counts");
+    let keyed: u64 = v["keys"]
+        .as_object()
+        .map(|m| m.values().filter_map(Value::as_u64).sum())
+        .unwrap_or(0);
+    keyed + v["unkeyed"].as_u64().unwrap_or(0)
+}
+
+fn plan_of(r: &rmcp::model::CallToolResult) -> Value {
+    valid_plan(
+        r.meta
+            .as_ref()
+            .and_then(|m| m.0.get(PLAN_KEY))
+            .cloned()
+            .expect("a plan in _meta"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operator_approval_resumes_a_parked_run_once() {
+    let gw = gateway("", "");
+    let client = alice(&gw).await;
+
+    // A plan with approver roles, decided by the operator.
+    let (run, plan) = parked_admin_run(&gw, "reviewed").await;
+    let (_, listed) = admin(&gw, "GET", "plans").await;
+    assert!(
+        listed
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|p| p["id"] == plan.as_str()),
+        "{listed}"
+    );
+    let (status, decided) = admin(&gw, "POST", &format!("plans/{plan}/approve")).await;
+    assert_eq!(status, 200, "{decided}");
+    assert_eq!(decided["state"], "approved", "{decided}");
+    let done = finished(&gw, &run).await;
+    assert_eq!(done["state"]["finished"], "succeeded", "{done}");
+    assert_eq!(
+        done["state"]["outputs"]["said"], "echo: published v1",
+        "{done}"
+    );
+    assert_eq!(writes(&client, "ledger").await, 1);
+
+    // The same decision again: refused with the plan's state, never a second 200.
+    let (status, again) = admin(&gw, "POST", &format!("plans/{plan}/approve")).await;
+    assert_eq!(status, 409, "{again}");
+    assert_eq!(again["code"], "plan_used", "{again}");
+    assert_eq!(again["state"], "ran", "{again}");
+
+    // A plan without approver roles (its caller's own) is the operator's to decide too.
+    let mcp = call(&client, "flows.own", json!({})).await.expect("call");
+    let held = plan_of(&mcp);
+    assert_eq!(held["status"], "ok", "{held}");
+    let run = mcp.meta.as_ref().unwrap().0["io.fedgate/flow_run"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let plan = held["next_actions"][0]["args"]["plan_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (status, decided) = admin(&gw, "POST", &format!("plans/{plan}/approve")).await;
+    assert_eq!(status, 200, "{decided}");
+    assert_eq!(finished(&gw, &run).await["state"]["finished"], "succeeded");
+    assert_eq!(writes(&client, "solo").await, 1);
+
+    // The caller approving it after that gets the run's result, and nothing runs twice.
+    let late = call(&client, "fedgate.approve", json!({"plan_id": plan}))
+        .await
+        .expect("approve");
+    assert_eq!(late.is_error, Some(false), "{late:?}");
+    assert_eq!(late.structured_content, Some(json!({"wrote": "v2"})));
+    assert_eq!(writes(&client, "solo").await, 1);
+
+    // Unknown plans and wrong tokens are refused.
+    let (status, _) = admin(
+        &gw,
+        "POST",
+        "plans/plan_00000000000000000000000000000000/approve",
+    )
+    .await;
+    assert_eq!(status, 404);
+    let r = reqwest::Client::new()
+        .post(format!(
+            "{}/admin/plans/{plan}/approve",
+            gw.admin.as_deref().unwrap()
+        ))
+        .bearer_auth("wrong-token")
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status().as_u16(), 401);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operator_limited_to_denials_cannot_approve_a_callers_plan() {
+    let gw = gateway("approve_plans = false", "");
+    let client = alice(&gw).await;
+    let mcp = call(&client, "flows.own", json!({})).await.expect("call");
+    let held = plan_of(&mcp);
+    let run = mcp.meta.as_ref().unwrap().0["io.fedgate/flow_run"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let plan = held["next_actions"][0]["args"]["plan_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (status, refused) = admin(&gw, "POST", &format!("plans/{plan}/approve")).await;
+    assert_eq!(status, 409, "{refused}");
+    assert_eq!(refused["code"], "not_approver", "{refused}");
+    assert!(
+        refused["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("caller approves"),
+        "the refusal says who can decide: {refused}"
+    );
+    let (status, denied) = admin(&gw, "POST", &format!("plans/{plan}/deny")).await;
+    assert_eq!(status, 200, "{denied}");
+    let done = finished(&gw, &run).await;
+    assert_eq!(done["state"]["finished"], "failed", "{done}");
+    assert!(
+        done["state"]["nodes"]["entry"]["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("denied by admin"),
+        "{done}"
+    );
+    assert_eq!(writes(&client, "solo").await, 0);
+
+    // Runs the operator started are its own to approve.
+    let (run, plan) = parked_admin_run(&gw, "own").await;
+    let (status, decided) = admin(&gw, "POST", &format!("plans/{plan}/approve")).await;
+    assert_eq!(status, 200, "{decided}");
+    assert_eq!(finished(&gw, &run).await["state"]["finished"], "succeeded");
+    assert_eq!(writes(&client, "solo").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reviewers_approval_resumes_the_callers_run() {
+    let gw = gateway("", "");
+    let alice = alice(&gw).await;
+    let rita = connect_with_token(&gw.url, RITA, TestClient::new())
+        .await
+        .expect("rita");
+    let mcp = call(&alice, "flows.reviewed", json!({}))
+        .await
+        .expect("call");
+    let held = plan_of(&mcp);
+    assert_eq!(held["status"], "ok", "{held}");
+    assert_eq!(held["next_actions"][0]["confirm"], true, "{held}");
+    let plan = held["next_actions"][0]["args"]["plan_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let run = mcp.meta.as_ref().unwrap().0["io.fedgate/flow_run"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // The caller cannot run it before a reviewer approved.
+    let early = call(&alice, "fedgate.approve", json!({"plan_id": plan}))
+        .await
+        .expect("approve");
+    assert_eq!(plan_of(&early)["errors"][0]["code"], "awaiting_approval");
+
+    // The reviewer approves; the run goes on by itself.
+    let ok = call(&rita, "fedgate.approve", json!({"plan_id": plan}))
+        .await
+        .expect("review");
+    assert_eq!(ok.is_error, Some(false), "{ok:?}");
+    let done = finished(&gw, &run).await;
+    assert_eq!(done["state"]["finished"], "succeeded", "{done}");
+    assert_eq!(writes(&alice, "ledger").await, 1);
+
+    // The caller's next approval gets the flow's result; a second review is refused.
+    let late = call(&alice, "fedgate.approve", json!({"plan_id": plan}))
+        .await
+        .expect("approve");
+    assert_eq!(
+        late.structured_content,
+        Some(json!({"said": "echo: published v1"})),
+        "{late:?}"
+    );
+    let again = call(&rita, "fedgate.approve", json!({"plan_id": plan}))
+        .await
+        .expect("review");
+    assert_eq!(
+        plan_of(&again)["errors"][0]["code"],
+        "plan_used",
+        "{again:?}"
+    );
+    assert_eq!(writes(&alice, "ledger").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn flow_approvals_do_not_depend_on_the_upstreams_envelope_mode() {
+    let gw = gateway("", "envelope = \"off\"");
+    let client = alice(&gw).await;
+    let mcp = call(&client, "flows.own", json!({})).await.expect("call");
+    let held = plan_of(&mcp);
+    assert_eq!(held["status"], "ok", "the node parks: {held}");
+    let plan = held["next_actions"][0]["args"]["plan_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let done = call(&client, "fedgate.approve", json!({"plan_id": plan}))
+        .await
+        .expect("approve");
+    assert_eq!(
+        done.structured_content,
+        Some(json!({"wrote": "v2"})),
+        "{done:?}"
+    );
+    assert_eq!(writes(&client, "solo").await, 1);
+}
+
+const HANG: &str = r#"
+id = "hang"
+[[nodes]]
+id = "wait"
+tool = "demo.slow"
+params = { ms = 30000 }
+retry = { max_attempts = 3, base_ms = 10, max_ms = 20 }
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upstream_timeout_is_retried_by_its_class() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(dir.path().join("flows")).expect("flows dir");
+    std::fs::write(dir.path().join("flows/hang.toml"), HANG).expect("flow");
+    let cfg = dir.path().join("gateway.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[gateway]\nseparator = \".\"\n\n[flows]\ndir = \"flows\"\ndb = \"runs.db\"\n\n{}",
+            stdio_upstream(
+                "demo",
+                &[],
+                "call_timeout_ms = 200\nretry = { attempts = 1 }\n"
+            )
+        ),
+    )
+    .expect("config");
+    let gw = Gateway::start_file(&cfg, dir);
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    let r = tokio::time::timeout(
+        Duration::from_secs(60),
+        call(&client, "flows.hang", json!({})),
+    )
+    .await
+    .expect("bounded")
+    .expect("call");
+    let plan = plan_of(&r);
+    let step = &plan["partial_results"][0];
+    assert_eq!(step["status"], "error", "{plan}");
+    assert_eq!(
+        step["error"]["code"], "timeout",
+        "the refusal's own code: {plan}"
+    );
+    let out = std::process::Command::new(FEDGATE)
+        .args(["flows", "-c"])
+        .arg(gw.dir.path().join("gateway.toml"))
+        .args(["show", &plan_run(&r), "--json"])
+        .output()
+        .expect("flows show");
+    let run: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(
+        run["state"]["nodes"]["wait"]["attempts"], 3,
+        "an upstream timeout is transient: {run}"
+    );
+    // Every timed-out attempt was cancelled at the upstream.
+    let stats = call(&client, "demo.stats", json!({})).await.expect("stats");
+    assert_eq!(
+        stats.structured_content.as_ref().unwrap()["cancelled"],
+        3,
+        "{stats:?}"
+    );
+}
+
+fn plan_run(r: &rmcp::model::CallToolResult) -> String {
+    r.meta.as_ref().unwrap().0["io.fedgate/flow_run"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
