@@ -235,6 +235,52 @@ async fn refusals_and_failures_carry_a_plan_with_what_to_do() {
     );
     assert_eq!(outcome(&plan), ("error", "unknown_tool"));
     assert_eq!(plan["recovery_actions"][0]["tool"], "demo.echo", "{plan}");
+    // A bare tool name: the same tool in the namespaces first, with the caller's arguments.
+    let e = call(&client, "echo", json!({"text": "hi"}))
+        .await
+        .unwrap_err();
+    let (_, plan) = error_plan(&e);
+    let actions = plan["recovery_actions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(!actions.is_empty(), "{plan}");
+    for a in &actions {
+        assert!(
+            a["tool"].as_str().unwrap_or("").ends_with(".echo"),
+            "{plan}"
+        );
+        assert_eq!(a["args"], json!({"text": "hi"}), "{plan}");
+    }
+    // An unknown upstream part is named; a write elsewhere is never offered as recovery.
+    let e = call(&client, "ledgr.record", json!({"value": 1}))
+        .await
+        .unwrap_err();
+    let (err, plan) = error_plan(&e);
+    assert!(
+        err.message.contains("no upstream is named `ledgr`"),
+        "{}",
+        err.message
+    );
+    assert!(
+        err.message.contains("record`"),
+        "the names are still suggested: {}",
+        err.message
+    );
+    assert!(
+        plan["recovery_actions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .all(|a| !a["tool"].as_str().unwrap_or("").ends_with(".record")),
+        "{plan}"
+    );
+    // A mistyped name of the same upstream's write is offered (its call meets its policy).
+    let e = call(&client, "demo.recrd", json!({})).await.unwrap_err();
+    assert_eq!(
+        error_plan(&e).1["recovery_actions"][0]["tool"],
+        "demo.record"
+    );
     // Prompts, resources and completions: JSON-RPC errors with the plan in `error.data`.
     let e = client
         .peer()

@@ -147,7 +147,11 @@ async fn the_served_example_runs_a_flow_as_a_task_and_parks_on_approval() {
         .await
         .expect("call");
     let plan = valid_plan(parked.structured_content.clone().expect("plan"));
-    assert_eq!(plan["status"], "blocked", "{plan}");
+    assert_eq!(
+        plan["status"], "ok",
+        "the same plan as a held direct call: {plan}"
+    );
+    assert_eq!(plan["next_actions"][0]["confirm"], true, "{plan}");
     let plan_id = plan["next_actions"][0]["args"]["plan_id"]
         .as_str()
         .expect("plan id");

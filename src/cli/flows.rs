@@ -101,9 +101,7 @@ pub async fn run(config: &Path, command: FlowsCommand) -> Result<ExitCode, Strin
                 if !wait {
                     return Ok(ExitCode::SUCCESS);
                 }
-                let path = format!("runs/{run_id}?wait_ms={}", WAIT.as_millis());
-                let v = admin_get(&snapshot, &path).await?;
-                return Ok(print_run(&run_id, &v));
+                return wait_served(&snapshot, &run_id).await;
             }
             in_process(&snapshot, |engine| async move {
                 let started = engine
@@ -111,8 +109,27 @@ pub async fn run(config: &Path, command: FlowsCommand) -> Result<ExitCode, Strin
                     .await
                     .map_err(|e| e.to_string())?;
                 println!("run {}", started.run_id);
-                let state = started.done.await.map_err(|e| e.to_string())??;
-                Ok((started.run_id, state))
+                let run_id = started.run_id.clone();
+                let mut done = started.done;
+                // While it runs here, nobody else can decide its plans: ask in this terminal.
+                let mut after = 0;
+                loop {
+                    tokio::select! {
+                        state = &mut done => {
+                            let state = state.map_err(|e| e.to_string())??;
+                            return Ok((run_id, state));
+                        }
+                        settled = engine.settle(&run_id, after) => {
+                            let (state, parked) = settled?;
+                            after = state.seq;
+                            if parked && !ask_here(&engine, &state).await {
+                                return Err(format!(
+                                    "run {run_id} waits for approval; nobody answered. It asks again when a gateway with this config starts (or run `fedgate flows run` again)"
+                                ));
+                            }
+                        }
+                    }
+                }
             })
             .await
         }
@@ -200,6 +217,91 @@ pub async fn run(config: &Path, command: FlowsCommand) -> Result<ExitCode, Strin
             }
         }
     }
+}
+
+/// Waits for a run the serving gateway drives; each time it parks on a plan, says which and
+/// how to decide it.
+async fn wait_served(snapshot: &Snapshot, run_id: &str) -> Result<ExitCode, String> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let mut after = 0;
+    let mut told = std::collections::BTreeSet::new();
+    loop {
+        let path = format!(
+            "runs/{run_id}?wait_ms={}&until=parked&after={after}",
+            WAIT.as_millis()
+        );
+        let v = admin_get(snapshot, &path).await?;
+        if !v["state"]["finished"].is_null() || tokio::time::Instant::now() >= deadline {
+            return Ok(print_run(run_id, &v));
+        }
+        for w in v["waiting"].as_array().into_iter().flatten() {
+            let plan = w["plan_id"].as_str().unwrap_or("?").to_owned();
+            if told.insert(plan.clone()) {
+                println!(
+                    "node {} waits for approval (plan {plan}): {}\n  approve: fedgate plans approve {plan}\n  deny:    fedgate plans deny {plan}",
+                    w["node"].as_str().unwrap_or("?"),
+                    w["instruction"].as_str().unwrap_or(""),
+                );
+            }
+        }
+        after = v["state"]["seq"].as_u64().unwrap_or(after);
+    }
+}
+
+/// Asks on this terminal about each plan the parked run waits on; false when nobody answers
+/// (standard input closed).
+async fn ask_here(engine: &Arc<Engine>, state: &RunState) -> bool {
+    let waiting: Vec<(String, String, String)> = state
+        .nodes
+        .iter()
+        .filter(|(_, n)| n.status == crate::flows::events::NodeStatus::AwaitingApproval)
+        .filter_map(|(node, n)| {
+            let plan = n.plan.as_ref()?;
+            Some((
+                node.clone(),
+                crate::flows::node::plan_id(plan)?,
+                plan["instruction"].as_str().unwrap_or("").to_owned(),
+            ))
+        })
+        .collect();
+    if waiting.is_empty() {
+        // Blocked for an operator's decision (`fedgate flows decide`): keep waiting.
+        return true;
+    }
+    for (node, plan, instruction) in waiting {
+        println!("node {node} waits for approval (plan {plan}): {instruction}");
+        println!("approve it? [y/N]");
+        let line = tokio::task::spawn_blocking(|| {
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line).map(|n| (n, line))
+        })
+        .await;
+        let Ok(Ok((n, line))) = line else {
+            return false;
+        };
+        if n == 0 {
+            return false;
+        }
+        let decision = if matches!(line.trim(), "y" | "Y" | "yes") {
+            crate::policy::approval::Decision::Approve
+        } else {
+            crate::policy::approval::Decision::Deny
+        };
+        let own = operator().key();
+        let decided = engine.plans().decide(
+            &plan,
+            "local",
+            crate::policy::approval::Decider::Operator {
+                approve_any: true,
+                own: &own,
+            },
+            decision,
+        );
+        if let Err(e) = decided {
+            eprintln!("fedgate: plan {plan}: {e}");
+        }
+    }
+    true
 }
 
 fn operator() -> Identity {

@@ -1,10 +1,11 @@
-//! The command line: `serve`, `stdio`, `check`, `tools`, `call`, `flows`, `import`, and the demo
+//! The command line: `serve`, `stdio`, `check`, `tools`, `call`, `flows`, `plans`, `import`, and the demo
 //! upstream.
 
 mod check;
 mod flows;
 mod import;
 mod inspect;
+mod plans;
 mod serve;
 
 use std::{path::PathBuf, process::ExitCode};
@@ -79,6 +80,13 @@ enum Command {
         #[command(subcommand)]
         command: flows::FlowsCommand,
     },
+    /// Plans waiting for approval: list, approve, deny (through the admin API).
+    Plans {
+        #[arg(long, short, default_value = DEFAULT_CONFIG)]
+        config: PathBuf,
+        #[command(subcommand)]
+        command: plans::PlansCommand,
+    },
     /// Convert an `mcpServers` JSON file (Claude Desktop, Cursor, VS Code) to gateway.toml.
     Import { file: PathBuf },
     /// Run the built-in demo MCP server (the shipped config's upstream).
@@ -129,6 +137,7 @@ pub fn run() -> ExitCode {
             } => inspect::call(&config, &tool, &args, bearer.as_deref()).await,
             Command::Import { file } => import::import(&file),
             Command::Flows { config, command } => flows::run(&config, command).await,
+            Command::Plans { config, command } => plans::run(&config, command).await,
             Command::DemoUpstream(args) => crate::demo::run(args).await,
             Command::ConformanceFixture(args) => crate::fixture::run(args).await,
         }

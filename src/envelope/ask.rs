@@ -74,16 +74,19 @@ fn field(name: String, schema: Option<&Value>, required: bool) -> AskField {
         match schema.and_then(primary_type) {
             Some("number" | "integer") => FieldType::Number,
             Some("boolean") => FieldType::Boolean,
-            // Strings, and objects or arrays (given as JSON text).
+            Some("array" | "object") => FieldType::Json,
             _ => FieldType::String,
         }
     };
+    // An agent fixes an array or object only when it sees what shape it must have.
+    let schema = (kind == FieldType::Json).then(|| schema.cloned()).flatten();
     AskField {
         name,
         kind,
         required,
         options,
         label,
+        schema,
     }
 }
 
@@ -109,7 +112,8 @@ mod tests {
                 "priority": {"enum": ["low", "high"], "title": "Priority"},
                 "count": {"type": "integer", "description": "How many"},
                 "owner": {"type": "object", "properties": {"email": {"type": "string"}}},
-                "labels": {"type": "array", "items": {"type": ["null", "boolean"]}}
+                "labels": {"type": "array", "items": {"type": ["null", "boolean"]}},
+                "tags": {"type": "array", "items": {"type": "string"}}
             }
         });
         let ask = ask_for(
@@ -121,6 +125,7 @@ mod tests {
                 ("/owner/email".into(), true),
                 ("/labels/2".into(), false),
                 ("/priority".into(), true),
+                ("/tags".into(), true),
             ],
         );
         let got: Vec<(&str, FieldType, Option<&str>)> = ask
@@ -135,8 +140,15 @@ mod tests {
                 ("count", FieldType::Number, Some("How many")),
                 ("owner.email", FieldType::String, None),
                 ("labels.2", FieldType::Boolean, None),
+                ("tags", FieldType::Json, None),
             ]
         );
+        assert_eq!(
+            ask.fields[4].schema,
+            Some(json!({"type": "array", "items": {"type": "string"}})),
+            "an array field carries its schema"
+        );
+        assert_eq!(ask.fields[0].schema, None);
         assert_eq!(
             ask.fields[0].options,
             Some(vec![json!("low"), json!("high")])

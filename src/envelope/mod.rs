@@ -87,6 +87,8 @@ pub enum FieldType {
     Number,
     Boolean,
     Select,
+    /// An array or object: a JSON value matching the field's `schema`.
+    Json,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -99,6 +101,9 @@ pub struct AskField {
     pub options: Option<Vec<Value>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
+    /// For `json` fields: the JSON Schema of the value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<Value>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -242,6 +242,11 @@ impl Engine {
         let _ = self.pool.set(pool);
     }
 
+    /// The plans the engine's node calls are held as.
+    pub fn plans(&self) -> &Arc<crate::policy::approval::Plans> {
+        &self.plans
+    }
+
     /// The typed stack node calls and a run's approvals go through.
     pub(crate) fn stack(&self) -> Option<TypedStack> {
         self.stack.get().map(|s| s.typed.clone())

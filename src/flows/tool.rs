@@ -126,6 +126,8 @@ impl OwnTool for FlowTool {
                     StartError::UnknownFlow(name) => CallError::UnknownTool {
                         name,
                         closest: Vec::new(),
+                        recover: Vec::new(),
+                        note: None,
                     },
                     other => CallError::Internal {
                         detail: other.to_string(),

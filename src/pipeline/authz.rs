@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::{
     Call, CallFuture, Exposed, Op,
-    resolve::CLOSEST_NAMES,
+    resolve::suggest as unknown,
     step::{CallService, Step, done},
 };
 use crate::{names::shown, pipeline::CallError, upstream::pool::Pool};
@@ -39,6 +39,13 @@ pub(super) fn check(pool: &Pool, call: &Call) -> Result<(), CallError> {
     })
 }
 
+fn arguments(op: &Op) -> Option<&rmcp::model::JsonObject> {
+    match op {
+        Op::CallTool(p) => p.arguments.as_ref(),
+        _ => None,
+    }
+}
+
 /// The answer a caller gets for something it may not use: what it would get if it did not exist.
 fn hidden(pool: &Pool, call: &Call) -> Result<(), CallError> {
     let access = &call.identity.access;
@@ -50,24 +57,14 @@ fn hidden(pool: &Pool, call: &Call) -> Result<(), CallError> {
         .upstream()
         .is_none_or(|u| access.tier(u.spec().tier.rank));
     match &target.exposed {
-        Exposed::Tool(name) if !reachable => Err(CallError::UnknownTool {
-            name: shown(name),
-            closest: pool
-                .catalog()
-                .closest_tools(name, CLOSEST_NAMES, |n| pool.visible_tool(access, n)),
-        }),
+        Exposed::Tool(name) if !reachable => Err(unknown(pool, access, name, arguments(&call.op))),
         Exposed::Prompt(name) if !reachable => Err(CallError::UnknownPrompt { name: shown(name) }),
         Exposed::Resource(uri) if !reachable => Err(CallError::UnknownResource { uri: shown(uri) }),
         Exposed::Tool(name)
             if !access.tool(name)
                 || (target.upstream().is_none() && !pool.visible_tool(access, name)) =>
         {
-            Err(CallError::UnknownTool {
-                name: shown(name),
-                closest: pool
-                    .catalog()
-                    .closest_tools(name, CLOSEST_NAMES, |n| pool.visible_tool(access, n)),
-            })
+            Err(unknown(pool, access, name, arguments(&call.op)))
         }
         Exposed::Prompt(name) if !access.prompt(name) => {
             Err(CallError::UnknownPrompt { name: shown(name) })

@@ -209,14 +209,29 @@ pub fn plan_for(e: &CallError, correlation_id: &str) -> Plan {
     match e {
         CallError::Planned { plan, .. } => (**plan).clone(),
         CallError::NotAuthorized { shown } => plan_for(shown, correlation_id),
-        CallError::UnknownTool { closest, .. } => {
-            let mut p = base(Status::Error).error(
-                PlanError::new(code, msg.clone(), true)
-                    .hint("call tools/list to see the tools you may call"),
-            );
-            p.recovery_actions = closest
+        CallError::UnknownTool {
+            closest, recover, ..
+        } => {
+            let hint = match closest.as_slice() {
+                [] => "call tools/list to see the tools you may call".to_owned(),
+                names => format!(
+                    "did you mean {}? Check its arguments in tools/list before calling it",
+                    names
+                        .iter()
+                        .map(|n| format!("`{n}`"))
+                        .collect::<Vec<_>>()
+                        .join(" or ")
+                ),
+            };
+            let mut p =
+                base(Status::Error).error(PlanError::new(code, msg.clone(), true).hint(hint));
+            // Only reads: a recovery action must be safe to try.
+            p.recovery_actions = recover
                 .iter()
-                .map(|n| Action::call(n, Map::new()).label(format!("did you mean `{n}`?")))
+                .map(|r| {
+                    Action::call(&r.tool, r.args.clone())
+                        .label(format!("did you mean `{}`?", r.tool))
+                })
                 .collect();
             p
         }

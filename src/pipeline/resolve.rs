@@ -23,7 +23,7 @@ pub(super) fn resolve(pool: &Pool, own: &OwnTools, call: &mut Call) -> Result<Ta
         Op::CallTool(p) => {
             let route = catalog
                 .tool(&p.name)
-                .ok_or_else(|| unknown_tool(pool, &catalog, access, &p.name))?;
+                .ok_or_else(|| unknown_tool(pool, access, &p.name, p.arguments.as_ref()))?;
             let exposed = Exposed::Tool(
                 std::mem::replace(&mut p.name, route.name.clone().into()).into_owned(),
             );
@@ -120,9 +120,9 @@ pub(super) fn resolve(pool: &Pool, own: &OwnTools, call: &mut Call) -> Result<Ta
 /// and reach the upstream's tier; anyone else learns nothing about what exists.
 fn unknown_tool(
     pool: &Pool,
-    catalog: &crate::upstream::Catalog,
     access: &crate::policy::authz::Access,
     name: &str,
+    args: Option<&rmcp::model::JsonObject>,
 ) -> CallError {
     if let Some(up) = pool.namespace_owner(name)
         && up.connection().is_none()
@@ -136,10 +136,101 @@ fn unknown_tool(
             detail: s.last_error,
         };
     }
+    suggest(pool, access, name, args)
+}
+
+/// The unknown-tool refusal for `name`, with what the caller may have meant: the closest names
+/// it may call (a tool of the same name in another namespace first), the reads among them as
+/// recovery actions (with the caller's arguments when they fit), and an unknown upstream part
+/// named as such. Authorization answers names the caller may not use with the same refusal.
+pub(super) fn suggest(
+    pool: &Pool,
+    access: &crate::policy::authz::Access,
+    name: &str,
+    args: Option<&rmcp::model::JsonObject>,
+) -> CallError {
+    let catalog = pool.catalog();
+    let sep = pool.separator();
+    let closest = catalog.closest_tools(name, sep, CLOSEST_NAMES, |n| pool.visible_tool(access, n));
+    let recover = closest
+        .iter()
+        .filter(|n| is_read(pool, n) || mistyped(name, n, sep))
+        .map(|n| super::error::Recovery {
+            tool: n.clone(),
+            args: args
+                .filter(|a| fits(catalog.tool_def(n), a))
+                .cloned()
+                .unwrap_or_default(),
+        })
+        .collect();
+    let note = name.split_once(sep).and_then(|(head, _)| {
+        if pool.upstream_named(head).is_some() || head == OWN_NAMESPACE {
+            return None;
+        }
+        let mut known: Vec<String> = pool
+            .upstreams()
+            .iter()
+            .map(|u| u.name().to_owned())
+            .filter(|u| access.tool(&format!("{u}{sep}*")) || access.is_unrestricted())
+            .collect();
+        known.sort();
+        Some(format!(
+            ": no upstream is named `{}` (upstreams: {})",
+            shown(head),
+            known.join(", ")
+        ))
+    });
     CallError::UnknownTool {
         name: shown(name),
-        closest: catalog.closest_tools(name, CLOSEST_NAMES, |n| pool.visible_tool(access, n)),
+        closest,
+        recover,
+        note,
     }
+}
+
+/// `candidate` is `name` mistyped: the same namespace and a few characters apart. The caller
+/// was calling that tool anyway (a write still meets its approval), unlike a write elsewhere
+/// that merely shares a word.
+fn mistyped(name: &str, candidate: &str, sep: &str) -> bool {
+    let (Some((a_ns, a)), Some((b_ns, b))) = (name.split_once(sep), candidate.split_once(sep))
+    else {
+        return false;
+    };
+    a_ns == b_ns && crate::names::edit_distance(a, b) <= a.chars().count().div_ceil(3)
+}
+
+/// The tool reads, at its upstream's tier: safe to suggest as a recovery action.
+fn is_read(pool: &Pool, exposed: &str) -> bool {
+    let catalog = pool.catalog();
+    let Some(route) = catalog.tool(exposed) else {
+        return false;
+    };
+    let Some(up) = route.member().and_then(|m| catalog.upstream(m)) else {
+        return false;
+    };
+    let op = Op::CallTool(rmcp::model::CallToolRequestParams::new(route.name.clone()));
+    super::trust::decide(up, &Exposed::Tool(exposed.to_owned()), &op)
+        .is_ok_and(|d| d.class == crate::policy::trust::CallClass::Read)
+}
+
+/// Whether `args` would do for `tool`: every key is a property of its schema and every
+/// required property is given.
+fn fits(tool: Option<&rmcp::model::Tool>, args: &rmcp::model::JsonObject) -> bool {
+    let Some(schema) = tool.map(|t| &t.input_schema) else {
+        return false;
+    };
+    let props = schema.get("properties").and_then(|p| p.as_object());
+    let known = args
+        .keys()
+        .all(|k| props.is_some_and(|p| p.contains_key(k)));
+    let required = schema
+        .get("required")
+        .and_then(|r| r.as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r.as_str())
+        .all(|r| args.contains_key(r));
+    known && required
 }
 
 /// Why the upstream a task handle names has no route: it is down (with its state), or it is

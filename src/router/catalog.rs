@@ -402,10 +402,12 @@ impl<T> Catalog<T> {
             .or_else(|| self.routed_resource(uri_template))
     }
 
-    /// Exposed tool names closest to `name`, for "did you mean" hints.
+    /// Exposed tool names closest to `name`, for "did you mean" hints: the same tool name in
+    /// another namespace first (`read_file` → `filesystem<sep>read_file`), then by edit distance.
     pub fn closest_tools(
         &self,
         name: &str,
+        sep: &str,
         n: usize,
         visible: impl Fn(&str) -> bool,
     ) -> Vec<String> {
@@ -415,18 +417,31 @@ impl<T> Catalog<T> {
         if name.chars().count() > namespace::MAX_TOOL_NAME_CHARS {
             return Vec::new();
         }
-        let mut scored: Vec<(usize, &str)> = self
+        let local = if sep.is_empty() {
+            name
+        } else {
+            name.rsplit(sep).next().unwrap_or(name)
+        };
+        let mut scored: Vec<(bool, usize, &str)> = self
             .tools
             .iter()
             .filter(|t| visible(&t.name))
             .take(MAX_COMPARED)
-            .map(|t| (namespace::edit_distance(name, &t.name), t.name.as_ref()))
+            .map(|t| {
+                let other = t.name.rsplit(sep).next().unwrap_or(&t.name);
+                let same_tool = !sep.is_empty() && other == local;
+                (
+                    !same_tool,
+                    namespace::edit_distance(name, &t.name),
+                    t.name.as_ref(),
+                )
+            })
             .collect();
         scored.sort();
         scored
             .into_iter()
             .take(n)
-            .map(|(_, s)| s.to_owned())
+            .map(|(_, _, s)| s.to_owned())
             .collect()
     }
 }

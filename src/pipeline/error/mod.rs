@@ -18,8 +18,16 @@ use crate::{
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CallError {
-    #[error("unknown tool `{name}`")]
-    UnknownTool { name: String, closest: Vec<String> },
+    #[error("unknown tool `{name}`{}", note.as_deref().unwrap_or(""))]
+    UnknownTool {
+        name: String,
+        /// The closest names the caller may call (suffix matches first).
+        closest: Vec<String>,
+        /// Of those, the reads: safe to offer as recovery actions.
+        recover: Vec<Recovery>,
+        /// What else is wrong with the name (an unknown upstream part).
+        note: Option<String>,
+    },
     #[error("unknown prompt `{name}`")]
     UnknownPrompt { name: String },
     #[error("no upstream serves resource `{uri}`")]
@@ -111,6 +119,14 @@ pub enum CallError {
         cause: Box<CallError>,
         plan: Box<Plan>,
     },
+}
+
+/// A safe call that may be what the caller meant: a read, with the caller's own arguments when
+/// they fit its input schema.
+#[derive(Debug, Clone)]
+pub struct Recovery {
+    pub tool: String,
+    pub args: serde_json::Map<String, serde_json::Value>,
 }
 
 /// What a held call's plan shows the agent.
@@ -256,7 +272,7 @@ impl CallError {
     pub(super) fn to_mcp(&self) -> McpError {
         let msg = self.wire_message();
         match self {
-            CallError::UnknownTool { name, closest } => McpError::invalid_params(
+            CallError::UnknownTool { name, closest, .. } => McpError::invalid_params(
                 match closest.as_slice() {
                     [] => format!("{msg}; call tools/list to see the available tools"),
                     names => format!(

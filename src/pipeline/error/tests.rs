@@ -11,6 +11,8 @@ fn clients_get_plain_messages_for_every_error_kind() {
         CallError::UnknownTool {
             name: "x".into(),
             closest: vec![],
+            recover: Vec::new(),
+            note: None,
         },
         CallError::UnknownPrompt { name: "p".into() },
         CallError::UnknownResource {
@@ -68,6 +70,8 @@ fn clients_get_plain_messages_for_every_error_kind() {
             shown: Box::new(CallError::UnknownTool {
                 name: "x".into(),
                 closest: vec![],
+                recover: Vec::new(),
+                note: None,
             }),
         },
         CallError::BreakerOpen {
@@ -119,6 +123,8 @@ fn unknown_tools_suggest_the_closest_names_in_the_message() {
     let e = CallError::UnknownTool {
         name: "demo.ecoh".into(),
         closest: vec!["demo.echo".into(), "demo.pid".into()],
+        recover: Vec::new(),
+        note: None,
     };
     let wire = e.to_mcp();
     assert!(
@@ -130,6 +136,8 @@ fn unknown_tools_suggest_the_closest_names_in_the_message() {
     let none = CallError::UnknownTool {
         name: "x".into(),
         closest: Vec::new(),
+        recover: Vec::new(),
+        note: None,
     };
     assert!(none.to_mcp().message.contains("call tools/list"));
 }
