@@ -47,6 +47,11 @@ wrote = "{{entry.output.recorded}}"
 /// A gateway with both flows, an admin listener, and (with `auth`) API keys for alice
 /// (agent) and rita (agent, reviewer).
 fn gateway(admin_extra: &str, solo_extra: &str) -> Gateway {
+    gateway_on("127.0.0.1:0", admin_extra, solo_extra)
+}
+
+/// Like `gateway`, with the admin listener on `listen` (the CLI finds it through the config).
+fn gateway_on(listen: &str, admin_extra: &str, solo_extra: &str) -> Gateway {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::create_dir_all(dir.path().join("flows")).expect("flows dir");
     std::fs::write(dir.path().join("flows/reviewed.toml"), REVIEWED).expect("flow");
@@ -74,7 +79,7 @@ fn gateway(admin_extra: &str, solo_extra: &str) -> Gateway {
         &cfg,
         format!(
             "[gateway]\nseparator = \".\"\ntiers_dir = {TIERS:?}\n\n[flows]\ndir = \"flows\"\ndb = \"runs.db\"\n\n\
-             [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"file:{}\"\n{admin_extra}\n\n{auth}{}{}",
+             [admin]\nlisten = \"{listen}\"\ntoken = \"file:{}\"\n{admin_extra}\n\n{auth}{}{}",
             token.display(),
             stdio_upstream(
                 "ledger",
@@ -436,4 +441,145 @@ fn plan_run(r: &rmcp::model::CallToolResult) -> String {
         .as_str()
         .unwrap()
         .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cli_lists_and_decides_plans_and_names_them_while_it_waits() {
+    let gw = gateway_on(&format!("127.0.0.1:{}", free_port()), "", "");
+    let client = alice(&gw).await;
+    let (run, plan) = parked_admin_run(&gw, "own").await;
+    let cfg = gw.dir.path().join("gateway.toml");
+    let plans = |args: &[&str]| {
+        let mut all = vec!["plans", "-c", cfg.to_str().unwrap()];
+        all.extend_from_slice(args);
+        std::process::Command::new(FEDGATE)
+            .args(&all)
+            .env("FEDGATE_LOG", "warn")
+            .output()
+            .expect("fedgate plans")
+    };
+    let list = plans(&["list"]);
+    let listed = String::from_utf8_lossy(&list.stdout);
+    assert!(
+        list.status.success() && listed.contains(&plan),
+        "{listed}{}",
+        String::from_utf8_lossy(&list.stderr)
+    );
+    assert!(listed.contains("solo.record"), "{listed}");
+    let ok = plans(&["approve", &plan]);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert_eq!(finished(&gw, &run).await["state"]["finished"], "succeeded");
+    let again = plans(&["approve", &plan]);
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        !again.status.success() && err.contains("plan is ran"),
+        "{err}"
+    );
+    let bad = plans(&["deny", "../../etc"]);
+    assert!(!bad.status.success());
+    assert_eq!(writes(&client, "solo").await, 1);
+
+    // `flows run --wait` through the serving gateway names the plan and how to decide it.
+    let mut child = std::process::Command::new(FEDGATE)
+        .args(["flows", "-c", cfg.to_str().unwrap(), "run", "own", "--wait"])
+        .env("FEDGATE_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("flows run");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let reader = tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        let mut lines = std::io::BufReader::new(stdout).lines();
+        let plan = lines.by_ref().map_while(Result::ok).find_map(|l| {
+            l.split("(plan ")
+                .nth(1)
+                .and_then(|r| r.split(')').next())
+                .map(str::to_owned)
+        });
+        let _ = tx.send(plan);
+        lines.map_while(Result::ok).collect::<Vec<_>>()
+    });
+    // The CLI names the plan while it waits; decide it with another command.
+    let plan = rx.await.expect("reader").expect("the CLI names the plan");
+    let (_, listed) = admin(&gw, "GET", "plans").await;
+    assert!(
+        listed
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|p| p["id"] == plan.as_str() && p["tool"] == "solo.record"),
+        "{listed}"
+    );
+    let ok = plans(&["approve", &plan]);
+    assert!(ok.status.success());
+    let rest = reader.await.expect("reader");
+    let status = child.wait().expect("exit");
+    assert!(status.success(), "{rest:?}");
+    assert!(rest.iter().any(|l| l.contains("outputs:")), "{rest:?}");
+    assert_eq!(writes(&client, "solo").await, 2);
+}
+
+#[test]
+fn without_a_serving_gateway_flows_run_asks_on_the_terminal() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(dir.path().join("flows")).expect("flows dir");
+    std::fs::write(dir.path().join("flows/own.toml"), OWN).expect("flow");
+    let cfg = dir.path().join("gateway.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[gateway]\nseparator = \".\"\ntiers_dir = {TIERS:?}\n\n[flows]\ndir = \"flows\"\ndb = \"runs.db\"\n\n{}",
+            stdio_upstream(
+                "solo",
+                &[],
+                "tier = \"high\"\n[upstreams.solo.tools.record]\napproval = \"plan\"\n"
+            )
+        ),
+    )
+    .expect("config");
+    let run = |answer: Option<&str>| {
+        use std::io::Write;
+        let mut child = std::process::Command::new(FEDGATE)
+            .args(["flows", "-c", cfg.to_str().unwrap(), "run", "own", "--wait"])
+            .env("FEDGATE_LOG", "warn")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("flows run");
+        let mut stdin = child.stdin.take().expect("stdin");
+        if let Some(a) = answer {
+            stdin.write_all(a.as_bytes()).expect("answer");
+        }
+        drop(stdin);
+        child.wait_with_output().expect("exit")
+    };
+    let yes = run(Some("y\n"));
+    let out = String::from_utf8_lossy(&yes.stdout);
+    assert!(
+        yes.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&yes.stderr)
+    );
+    assert!(out.contains("approve it? [y/N]"), "{out}");
+    assert!(out.contains("outputs: {\"wrote\":\"v2\"}"), "{out}");
+    let no = run(Some("n\n"));
+    assert!(!no.status.success());
+    assert!(
+        String::from_utf8_lossy(&no.stdout).contains("denied by local"),
+        "{}",
+        String::from_utf8_lossy(&no.stdout)
+    );
+    let closed = run(None);
+    assert!(!closed.status.success());
+    assert!(
+        String::from_utf8_lossy(&closed.stderr).contains("nobody answered"),
+        "{}",
+        String::from_utf8_lossy(&closed.stderr)
+    );
 }

@@ -263,6 +263,43 @@ fn tools_and_call_commands() {
         .find(|t| t["name"] == "demo.add")
         .unwrap_or_else(|| panic!("{v}"));
     assert_eq!(add["access"], "read");
+    // At a tier that trusts no annotations, what the tier does decides the column.
+    std::fs::write(
+        &cfg,
+        format!(
+            "[gateway]\ntiers_dir = {:?}\n{}",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/trust-tiers"),
+            stdio_upstream(
+                "demo",
+                &[],
+                "tier = \"low\"\nread_only = [\"add\"]\nwritable = [\"write_note\"]"
+            )
+        ),
+    )
+    .unwrap();
+    let out = fedgate(&["tools", "--json", "--config", cfg.to_str().unwrap()]);
+    let low: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let access = |name: &str| {
+        low["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .map(|t| t["access"].clone())
+            .unwrap_or_else(|| panic!("{low}"))
+    };
+    assert_eq!(access("demo.add"), "read", "declared read_only");
+    assert_eq!(
+        access("demo.echo"),
+        "write refused",
+        "a read hint the tier does not trust"
+    );
+    assert_eq!(access("demo.write_note"), "write, needs approval");
+    std::fs::write(
+        &cfg,
+        format!("[gateway]\n{}", stdio_upstream("demo", &[], "")),
+    )
+    .unwrap();
     assert!(
         add["input_schema"]["properties"]["a"].is_object(),
         "input schemas are listed: {add}"

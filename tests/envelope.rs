@@ -343,6 +343,14 @@ async fn refusals_and_failures_carry_a_plan_with_what_to_do() {
     );
     assert_eq!(outcome(&plan), ("blocked", "write_not_declared"));
     assert_eq!(plan["errors"][0]["recoverable"], false);
+    // The hint names the config change an operator would make, where it goes.
+    let hint = plan["errors"][0]["hint"].as_str().unwrap_or("");
+    assert!(
+        hint.contains("[upstreams.ro]")
+            && hint.contains("writable = [\"write_note\"]")
+            && hint.contains("read_only = [\"write_note\"]"),
+        "{plan}"
+    );
 
     // The upstream's own isError passes as it is in mode `errors`.
     let failed = call(&client, "demo.fail", json!({})).await.unwrap();

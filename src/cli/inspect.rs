@@ -38,15 +38,12 @@ pub async fn tools(path: &Path, json: bool) -> Result<ExitCode, String> {
                 .and_then(|i| catalog.upstream(i))
                 .map(|u| u.name().to_owned())
                 .unwrap_or_else(|| crate::names::OWN_NAMESPACE.to_owned());
-            let read_only = t
-                .annotations
-                .as_ref()
-                .and_then(|a| a.read_only_hint)
-                .unwrap_or(false);
+            // What the tier will do with it, not what the server claims.
+            let access = pipeline::verdict(pool, &t.name).unwrap_or("gateway");
             (
                 t.name.to_string(),
                 upstream,
-                if read_only { "read" } else { "write" },
+                access,
                 t.description.as_deref().unwrap_or("").to_owned(),
             )
         })
@@ -76,7 +73,7 @@ pub async fn tools(path: &Path, json: bool) -> Result<ExitCode, String> {
         let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(4).max(4);
         let wu = rows.iter().map(|r| r.1.len()).max().unwrap_or(8).max(8);
         println!(
-            "{:<w$}  {:<wu$}  {:<5}  DESCRIPTION",
+            "{:<w$}  {:<wu$}  {:<21}  DESCRIPTION",
             "NAME", "UPSTREAM", "ACCESS"
         );
         for (n, u, rw, d) in &rows {
@@ -87,7 +84,7 @@ pub async fn tools(path: &Path, json: bool) -> Result<ExitCode, String> {
                 .chars()
                 .take(DESCRIPTION_CHARS)
                 .collect();
-            println!("{n:<w$}  {u:<wu$}  {rw:<5}  {d}");
+            println!("{n:<w$}  {u:<wu$}  {rw:<21}  {d}");
         }
     }
     let unportable: Vec<&str> = rows

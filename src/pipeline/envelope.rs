@@ -280,10 +280,15 @@ pub fn plan_for(e: &CallError, correlation_id: &str) -> Plan {
             p.affected_paths = plan.safety.touches_files.clone();
             p
         }
-        CallError::TierRefused { .. } => base(Status::Blocked).error(
-            PlanError::new(code, msg.clone(), false)
-                .hint("use a read-only tool, or ask an operator to declare this write"),
-        ),
+        CallError::TierRefused {
+            refusal,
+            upstream,
+            upstream_tool,
+            tier,
+            ..
+        } => base(Status::Blocked).error(PlanError::new(code, msg.clone(), false).hint(
+            super::error::tier_fix(*refusal, upstream, upstream_tool, tier),
+        )),
         CallError::RateLimited { retry_after, .. } => {
             let ms = retry_after.as_millis() as u64;
             base(Status::Blocked).error(PlanError::new(code, msg.clone(), true).hint(format!(

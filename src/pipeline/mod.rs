@@ -107,7 +107,7 @@ pub use own::{OwnTool, OwnTools};
 pub use rate_limit::RateLimit;
 pub use retry::Retry;
 pub use step::{CallService, Step, StepLayer};
-pub use trust::{Trust, classify};
+pub use trust::{Trust, classify, verdict};
 pub use wire::to_wire;
 
 /// The routed MCP operation.

@@ -84,6 +84,8 @@ pub(super) fn decide(up: &Upstream, exposed: &Exposed, op: &Op) -> Result<Decisi
             },
             tier: spec.tier.name.clone(),
             refusal,
+            upstream: up.name().to_owned(),
+            upstream_tool: p.name.to_string(),
         }
     })?;
     let idempotent = tool
@@ -111,4 +113,20 @@ pub fn classify(
     let op = Op::CallTool(rmcp::model::CallToolRequestParams::new(route.name.clone()));
     let d = decide(&up, &Exposed::Tool(exposed.to_owned()), &op).ok()?;
     Some((d.retry_safe, up))
+}
+
+/// What the tier does with a call of tool `exposed` (for `fedgate tools`): `read`, `write`,
+/// `write, needs approval`, `write refused` — the tier's verdict, not the server's annotation.
+/// `None` for names no upstream serves (the gateway's own tools).
+pub fn verdict(pool: &crate::upstream::pool::Pool, exposed: &str) -> Option<&'static str> {
+    let catalog = pool.catalog();
+    let route = catalog.tool(exposed)?;
+    let up = catalog.upstream(route.member()?)?.clone();
+    let op = Op::CallTool(rmcp::model::CallToolRequestParams::new(route.name.clone()));
+    Some(match decide(&up, &Exposed::Tool(exposed.to_owned()), &op) {
+        Err(_) => "write refused",
+        Ok(d) if d.class == CallClass::Read => "read",
+        Ok(d) if d.approval.is_some() => "write, needs approval",
+        Ok(_) => "write",
+    })
 }

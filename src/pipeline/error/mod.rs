@@ -99,6 +99,9 @@ pub enum CallError {
         tool: String,
         tier: String,
         refusal: TierRefusal,
+        /// Where the fix goes: the upstream's name and its own name for the tool.
+        upstream: String,
+        upstream_tool: String,
     },
     #[error("`{tool}` was not called: its arguments do not match its input schema ({})", count(problems.len(), "problem"))]
     InvalidArguments {
@@ -157,6 +160,19 @@ fn refusal_text(r: TierRefusal) -> &'static str {
         TierRefusal::WriteNotDeclared => {
             "only writes declared in the upstream's `writable` list are allowed at this tier"
         }
+    }
+}
+
+/// The config change that would let a tier-refused write run (for the operator the agent
+/// reports to).
+pub fn tier_fix(refusal: TierRefusal, upstream: &str, tool: &str, tier: &str) -> String {
+    match refusal {
+        TierRefusal::WritesNever => format!(
+            "tell your user: tier `{tier}` of upstream `{upstream}` allows no writes. If `{tool}` only reads, an operator declares it under [upstreams.{upstream}]: read_only = [\"{tool}\"]; to let it write, the upstream needs a tier that allows writes (tier = \"medium\" or higher)"
+        ),
+        TierRefusal::WriteNotDeclared => format!(
+            "tell your user: an operator allows it under [upstreams.{upstream}] with writable = [\"{tool}\"] (it writes) or read_only = [\"{tool}\"] (it only reads)"
+        ),
     }
 }
 
@@ -405,6 +421,7 @@ impl CallError {
                 tool,
                 tier,
                 refusal,
+                ..
             } => McpError::invalid_request(
                 msg,
                 Some(json!({ "tool": tool, "tier": tier, "reason": refusal.code() })),

@@ -89,6 +89,8 @@ fn clients_get_plain_messages_for_every_error_kind() {
             tool: "demo.write".into(),
             tier: "low".into(),
             refusal: TierRefusal::WritesNever,
+            upstream: "demo".into(),
+            upstream_tool: "write".into(),
         },
         CallError::Plan(PlanRefusal::Used),
         CallError::Planned {
