@@ -509,3 +509,132 @@ async fn a_run_of_a_killed_replica_is_taken_over_after_its_lease_and_each_write_
         "{done}"
     );
 }
+
+const APPROVED: &str = r#"
+id = "approved"
+[[nodes]]
+id = "entry"
+tool = "ledger.record"
+params = { value = "v1" }
+[outputs]
+wrote = "{{entry.output.recorded}}"
+"#;
+
+/// A replica that shares plans (Redis) and runs (PostgreSQL); `ledger.record` needs approval.
+fn approving_replica(
+    redis: &RedisServer,
+    postgres: &common::stores::PostgresServer,
+    ledger: &str,
+) -> Gateway {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(dir.path().join("flows")).expect("flows dir");
+    std::fs::write(dir.path().join("flows/approved.toml"), APPROVED).expect("flow");
+    let cfg = dir.path().join("gateway.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[gateway]\nseparator = \".\"\nstate_key = \"env:FG_STATE_KEY\"\ntiers_dir = {TIERS:?}\n\n\
+             [cluster]\nredis = \"{}\"\npostgres = \"{}\"\nlease_ms = 1500\n\n\
+             [flows]\ndir = \"flows\"\n\n\
+             [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"env:FG_ADMIN\"\n\n\
+             [upstreams.ledger]\nkind = \"http\"\nurl = \"{ledger}\"\ntier = \"high\"\nidempotency_keys = true\n\
+             [upstreams.ledger.tools.record]\napproval = \"plan\"\n",
+            redis.url(),
+            postgres.url()
+        ),
+    )
+    .expect("config");
+    Gateway::start_file_env(
+        &cfg,
+        dir,
+        &[("FG_STATE_KEY", KEY), ("FG_ADMIN", ADMIN_TOKEN)],
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_taken_over_run_supersedes_its_old_plan_and_its_new_one_runs_once() {
+    let redis = RedisServer::start();
+    let postgres = common::stores::PostgresServer::start();
+    let ledger = HttpDemo::start("ledger", "--http");
+    let mut a = approving_replica(&redis, &postgres, &ledger.url);
+    let b = approving_replica(&redis, &postgres, &ledger.url);
+
+    // A parks the run on a plan, and dies.
+    let (status, started) = admin_json(&a, "POST", "/admin/flows/approved/runs", json!({})).await;
+    assert_eq!(status, 202, "{started}");
+    let run = started["run_id"].as_str().expect("run id").to_owned();
+    let (_, parked) = admin_json(
+        &a,
+        "GET",
+        &format!("/admin/flows/runs/{run}?wait_ms=20000&until=parked"),
+        json!({}),
+    )
+    .await;
+    let old = parked["waiting"][0]["plan_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{parked}"))
+        .to_owned();
+    a.child.kill().expect("SIGKILL A");
+    a.child.wait().expect("reaped");
+
+    // B takes the run over and asks again; the old plan is superseded, not left pending.
+    let seq = parked["state"]["seq"].as_u64().expect("seq");
+    let (_, again) = admin_json(
+        &b,
+        "GET",
+        &format!("/admin/flows/runs/{run}?wait_ms=20000&until=parked&after={seq}"),
+        json!({}),
+    )
+    .await;
+    let new = again["waiting"][0]["plan_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{again}"))
+        .to_owned();
+    assert_ne!(new, old, "{again}");
+    let (_, pending) = admin_json(&b, "GET", "/admin/plans", json!({})).await;
+    let ids: Vec<&str> = pending
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["id"].as_str())
+        .collect();
+    assert_eq!(ids, [new.as_str()], "one pending plan per run: {pending}");
+    let (status, stale) = admin_json(
+        &b,
+        "POST",
+        &format!("/admin/plans/{old}/approve"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(status, 409, "{stale}");
+    assert_eq!(stale["code"], "plan_superseded", "{stale}");
+
+    // The new plan, approved, runs the write once and ends the run.
+    let (status, ok) = admin_json(
+        &b,
+        "POST",
+        &format!("/admin/plans/{new}/approve"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(status, 200, "{ok}");
+    let (_, done) = admin_json(
+        &b,
+        "GET",
+        &format!("/admin/flows/runs/{run}?wait_ms=20000"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(done["state"]["finished"], "succeeded", "{done}");
+    let c = connect_legacy(&ledger.url, TestClient::new()).await;
+    let counts = call(&c, "executions", json!({}))
+        .await
+        .expect("executions")
+        .structured_content
+        .expect("counts");
+    assert_eq!(
+        counts,
+        json!({"keys": {format!("{run}:entry"): 1}, "unkeyed": 0}),
+        "the write ran once"
+    );
+}

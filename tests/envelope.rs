@@ -505,11 +505,16 @@ async fn mode_off_is_a_direct_call_and_mode_always_keeps_the_upstream_content() 
     assert_eq!(plan["errors"][0]["message"], "this tool always fails");
     assert!(plan.get("follow_up").is_none());
 
-    // Mode errors with a configured follow-up: an `ok` plan in `_meta` only.
+    // Mode errors with a configured follow-up: an `ok` plan in `_meta`, and the question as
+    // one more text block (desktop clients give the model content, never `_meta`).
     let r = call(&client, "fu.echo", json!({"text": "hi"}))
         .await
         .unwrap();
-    assert_eq!((r.content.len(), first_text(&r).as_str()), (1, "echo: hi"));
+    assert_eq!((r.content.len(), first_text(&r).as_str()), (2, "echo: hi"));
+    assert_eq!(
+        r.content[1].as_text().map(|t| t.text.as_str()),
+        Some("Follow-up for the user: Shall I echo something else?")
+    );
     let plan = valid(r.meta.as_ref().unwrap().0[PLAN_KEY].clone());
     assert_eq!(plan["follow_up"], "Shall I echo something else?");
     // Other tools of that upstream get nothing added.

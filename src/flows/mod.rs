@@ -69,6 +69,8 @@ pub struct Engine {
     live: DashMap<String, Live>,
     /// Plans of nodes parked for approval: plan id -> (run id, node).
     parked: DashMap<String, (String, String)>,
+    /// The plans of every replica (`[cluster] redis`), where superseded plans are ended too.
+    shared_plans: OnceLock<crate::cluster::plans::SharedPlans>,
     /// Plans that runs waited on and that are decided now: plan id -> run id (bounded), so a
     /// late `fedgate.approve` of one gets the run's answer.
     resolved: DashMap<String, String>,
@@ -161,6 +163,7 @@ impl Engine {
             live: DashMap::new(),
             parked: DashMap::new(),
             resolved: DashMap::new(),
+            shared_plans: OnceLock::new(),
             plans,
             stop: CancellationToken::new(),
             ended: tokio::sync::watch::channel(0).0,
@@ -240,6 +243,30 @@ impl Engine {
             self.watch_plans();
         }
         let _ = self.pool.set(pool);
+    }
+
+    /// Shares the plans of every replica with the engine (`[cluster] redis`).
+    pub fn share_plans(&self, shared: crate::cluster::plans::SharedPlans) {
+        let _ = self.shared_plans.set(shared);
+    }
+
+    /// Ends the plans a resumed run waited on (it asks again with new ones), here and in the
+    /// shared store, so nobody approves a plan no run waits for.
+    pub(crate) async fn supersede(&self, ids: Vec<String>) {
+        for id in ids {
+            match self.shared_plans.get() {
+                Some(sh) => {
+                    if let Ok(imported) = sh.import(&self.plans, &id).await
+                        && self.plans.supersede(&id)
+                    {
+                        let _ = sh.write_back(&self.plans, &id, imported).await;
+                    }
+                }
+                None => {
+                    self.plans.supersede(&id);
+                }
+            }
+        }
     }
 
     /// The plans the engine's node calls are held as.
@@ -558,6 +585,62 @@ impl Engine {
     }
 
     /// The run's state once it has finished, or as it is when `timeout` passes first.
+    /// Waits until the run has finished, or has come to rest parked with more than `after`
+    /// events (here, or on the replica that drives it); its state then, and whether it waits
+    /// for someone. Bounded by `timeout`.
+    pub async fn wait_parked(
+        &self,
+        run_id: &str,
+        after: u64,
+        timeout: std::time::Duration,
+    ) -> Result<(RunState, bool), String> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let mut ended = self.ended.subscribe();
+            ended.borrow_and_update();
+            if self.live.contains_key(run_id) {
+                match tokio::time::timeout_at(deadline, self.settle(run_id, after)).await {
+                    Ok(Ok((state, parked))) if parked || state.finished.is_some() => {
+                        return Ok((state, parked));
+                    }
+                    // It stopped being driven here: look at the log.
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => return Err(e),
+                    Err(_) => {
+                        let (_, events) = self.load(run_id).await?;
+                        return Ok((RunState::fold(&events), false));
+                    }
+                }
+            }
+            let (_, events) = self.load(run_id).await?;
+            let state = RunState::fold(&events);
+            let waits = state.nodes.values().any(|n| {
+                matches!(
+                    n.status,
+                    events::NodeStatus::AwaitingApproval | events::NodeStatus::Blocked
+                )
+            });
+            let lease = self.log.lease();
+            let now = tokio::time::Instant::now();
+            // Nobody else drives it (a log of its own), it is over, or another replica has
+            // parked it since `after`.
+            if state.finished.is_some()
+                || (lease.is_none() && !self.live.contains_key(run_id))
+                || (waits && state.seq > after)
+                || now >= deadline
+            {
+                let parked = waits && state.finished.is_none();
+                return Ok((state, parked));
+            }
+            // Driven elsewhere, or about to be taken over: look again a few times per lease.
+            let look_again = match lease {
+                Some(lease) => deadline.min(now + lease / 3),
+                None => deadline,
+            };
+            let _ = tokio::time::timeout_at(look_again, ended.changed()).await;
+        }
+    }
+
     pub async fn wait_finished(
         &self,
         run_id: &str,

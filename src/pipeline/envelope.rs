@@ -139,6 +139,11 @@ pub(super) fn wrap(
             let v = plan.to_value();
             if w.mode == Mode::Always {
                 r.content.push(ContentBlock::text(v.to_string()));
+            } else if let Some(q) = plan.follow_up.as_deref() {
+                // Desktop clients pass only content to the model, never `_meta`: the question
+                // the operator configured must reach it there.
+                r.content
+                    .push(ContentBlock::text(format!("Follow-up for the user: {q}")));
             }
             r.meta
                 .get_or_insert_with(MetaObject::new)
@@ -175,6 +180,16 @@ fn refusal_result(plan: &Plan, output_schema: bool, held: bool) -> CallToolResul
     // still says `ok`).
     let mut r = if held && !output_schema {
         CallToolResult::success(vec![ContentBlock::text(v.to_string())])
+    } else if held {
+        // An error only for the client's output-schema check: the model must read that the
+        // call waits, not that it failed.
+        CallToolResult::error(vec![
+            ContentBlock::text(
+                "Not a failure: this call has not run yet and waits for approval. Follow the \
+                 plan's next_actions (confirm with your user first).",
+            ),
+            ContentBlock::text(v.to_string()),
+        ])
     } else {
         CallToolResult::error(vec![ContentBlock::text(v.to_string())])
     };
@@ -324,6 +339,11 @@ pub fn plan_for(e: &CallError, correlation_id: &str) -> Plan {
                     Status::Blocked,
                     true,
                     "call fedgate.approve again: it answers with the plan's new state",
+                ),
+                PlanRefusal::Superseded => (
+                    Status::Error,
+                    false,
+                    "the run asked again with a new plan: decide that one instead",
                 ),
                 PlanRefusal::Expired | PlanRefusal::Invalidated => {
                     (Status::Error, true, "call the tool again for a new plan")

@@ -58,11 +58,10 @@ pub(super) async fn route(
             // Until the run has finished or waits for someone (with more than `after` events).
             let wait = Duration::from_millis(number("wait_ms").unwrap_or(0)).min(MAX_WAIT);
             let after = number("after").unwrap_or(0);
-            let parked = tokio::time::timeout(wait, engine.settle(id, after))
+            let parked = engine
+                .wait_parked(id, after, wait)
                 .await
-                .ok()
-                .and_then(Result::ok)
-                .is_some_and(|(_, parked)| parked);
+                .is_ok_and(|(_, parked)| parked);
             result(engine.load(id).await.map(|(record, events)| {
                 let state = RunState::fold(&events);
                 let waiting = waiting_plans(&state);

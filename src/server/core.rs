@@ -112,6 +112,9 @@ impl Core {
             )?),
             None => None,
         };
+        if let (Some(engine), Some(shared)) = (&flows, &cluster.plans) {
+            engine.share_plans(shared.clone());
+        }
         let mut own = own.with(vec![Arc::new(ApproveTool)]);
         let fixed_tools = own.tools();
         if let Some(engine) = &flows {

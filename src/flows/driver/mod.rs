@@ -113,7 +113,9 @@ pub async fn drive(
     };
     d.load_outputs().await;
     d.rebuild_scope();
-    d.recover();
+    // Before it asks again: the plans it waited on end, so none is approved for nothing.
+    let superseded = d.recover();
+    d.run.engine.supersede(superseded).await;
     loop {
         if d.run.ct.is_cancelled() && !d.state.cancel_requested {
             d.stage(Event::CancelRequested);
@@ -266,9 +268,10 @@ impl Driver {
     /// A resumed run: nodes that were RUNNING or RETRYING when the gateway stopped are
     /// re-driven with the same idempotency key, unless they write and nothing can tell
     /// whether the write happened (then they are BLOCKED for a decision); nodes that waited
-    /// for approval ask again (plans do not outlive the gateway).
-    fn recover(&mut self) {
+    /// for approval ask again with a new plan. Returns the plans they waited on, to end.
+    fn recover(&mut self) -> Vec<String> {
         let flow = self.run.flow.clone();
+        let mut superseded = Vec::new();
         for n in &flow.nodes {
             match self.state.node(&n.id) {
                 NodeStatus::Running | NodeStatus::Retrying => {
@@ -284,10 +287,22 @@ impl Driver {
                         });
                     }
                 }
-                NodeStatus::AwaitingApproval => self.stage(Event::NodeReady { node: n.id.clone() }),
+                NodeStatus::AwaitingApproval => {
+                    if let Some(id) = self
+                        .state
+                        .nodes
+                        .get(&n.id)
+                        .and_then(|s| s.plan.as_ref())
+                        .and_then(node::plan_id)
+                    {
+                        superseded.push(id);
+                    }
+                    self.stage(Event::NodeReady { node: n.id.clone() })
+                }
                 _ => {}
             }
         }
+        superseded
     }
 
     fn redrivable(&self, n: &NodeDef) -> bool {

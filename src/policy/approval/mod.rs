@@ -86,9 +86,14 @@ pub enum PlanState {
 #[serde(rename_all = "snake_case")]
 pub enum Finished {
     Executed,
-    Denied { by: String },
+    Denied {
+        by: String,
+    },
     Expired,
     Invalidated,
+    /// The run that waited on it was resumed (a restart, or another replica took it over) and
+    /// asked again with a new plan.
+    Superseded,
 }
 
 /// Why a plan cannot be run or decided.
@@ -120,6 +125,10 @@ pub enum PlanRefusal {
         "the operator may only deny this plan ([admin] approve_plans = false): its caller approves it with fedgate.approve"
     )]
     OperatorMayOnlyDeny,
+    #[error(
+        "superseded: the flow run that waited on this plan was resumed and asked again with a new plan; decide that one (GET /admin/plans, fedgate plans list)"
+    )]
+    Superseded,
 }
 
 impl PlanRefusal {
@@ -135,6 +144,7 @@ impl PlanRefusal {
             PlanRefusal::Full | PlanRefusal::TooManyOfYours(_) => "too_many_plans",
             PlanRefusal::Changed => "plan_changed",
             PlanRefusal::Decided { .. } => "plan_decided",
+            PlanRefusal::Superseded => "plan_superseded",
             PlanRefusal::OperatorMayOnlyDeny => "not_approver",
         }
     }
@@ -157,6 +167,7 @@ impl PendingPlan {
             PlanState::Done(Finished::Denied { .. }) => "denied",
             PlanState::Done(Finished::Expired) => "expired",
             PlanState::Done(Finished::Invalidated) => "invalidated",
+            PlanState::Done(Finished::Superseded) => "superseded",
         }
     }
 }
@@ -419,6 +430,18 @@ impl Plans {
         Ok(out)
     }
 
+    /// Ends plan `id`, if it still waits: the run that waited on it asks again with a new one.
+    /// Whether it did.
+    pub fn supersede(&self, id: &str) -> bool {
+        match self.plans.lock().get_mut(id) {
+            Some(p) if !matches!(p.state, PlanState::Done(_)) => {
+                p.state = PlanState::Done(Finished::Superseded);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Whether plan `id` has approvers and is not `caller`'s: then `fedgate.approve` from
     /// `caller` is a reviewer's decision.
     pub fn is_review(&self, id: &str, caller: &str) -> bool {
@@ -445,6 +468,7 @@ impl Plans {
             Some(PlanState::Done(Finished::Executed)) => PlanRefusal::Used,
             Some(PlanState::Done(Finished::Expired)) => PlanRefusal::Expired,
             Some(PlanState::Done(Finished::Invalidated)) => PlanRefusal::Invalidated,
+            Some(PlanState::Done(Finished::Superseded)) => PlanRefusal::Superseded,
             Some(PlanState::Done(Finished::Denied { by })) => {
                 PlanRefusal::Denied { by: by.clone() }
             }
@@ -494,6 +518,7 @@ impl Plans {
             PlanState::Done(Finished::Executed) => Err(PlanRefusal::Used),
             PlanState::Done(Finished::Expired) => Err(PlanRefusal::Expired),
             PlanState::Done(Finished::Invalidated) => Err(PlanRefusal::Invalidated),
+            PlanState::Done(Finished::Superseded) => Err(PlanRefusal::Superseded),
             PlanState::Done(Finished::Denied { by }) => Err(PlanRefusal::Denied { by: by.clone() }),
             _ => Ok(plan),
         }
