@@ -638,3 +638,61 @@ async fn a_taken_over_run_supersedes_its_old_plan_and_its_new_one_runs_once() {
         "the write ran once"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_approval_on_another_replica_resumes_the_run_where_it_waits() {
+    let redis = RedisServer::start();
+    let postgres = common::stores::PostgresServer::start();
+    let ledger = HttpDemo::start("ledger", "--http");
+    let a = approving_replica(&redis, &postgres, &ledger.url);
+    let b = approving_replica(&redis, &postgres, &ledger.url);
+    let (_, started) = admin_json(&a, "POST", "/admin/flows/approved/runs", json!({})).await;
+    let run = started["run_id"].as_str().expect("run id").to_owned();
+    let (_, parked) = admin_json(
+        &a,
+        "GET",
+        &format!("/admin/flows/runs/{run}?wait_ms=20000&until=parked"),
+        json!({}),
+    )
+    .await;
+    let plan = parked["waiting"][0]["plan_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{parked}"))
+        .to_owned();
+    // Decided on B; A, which drives the run, runs the write and goes on.
+    let (status, ok) = admin_json(
+        &b,
+        "POST",
+        &format!("/admin/plans/{plan}/approve"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(status, 200, "{ok}");
+    let (_, done) = admin_json(
+        &a,
+        "GET",
+        &format!("/admin/flows/runs/{run}?wait_ms=20000"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(done["state"]["finished"], "succeeded", "{done}");
+    let (status, again) = admin_json(
+        &b,
+        "POST",
+        &format!("/admin/plans/{plan}/approve"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(status, 409, "{again}");
+    let c = connect_legacy(&ledger.url, TestClient::new()).await;
+    let counts = call(&c, "executions", json!({}))
+        .await
+        .expect("executions")
+        .structured_content
+        .expect("counts");
+    assert_eq!(
+        counts,
+        json!({"keys": {format!("{run}:entry"): 1}, "unkeyed": 0}),
+        "the write ran once, on the replica that drives the run"
+    );
+}

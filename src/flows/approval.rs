@@ -26,6 +26,10 @@ use crate::{
 /// Decided plans remembered for late `fedgate.approve` calls; past it they are forgotten.
 const MAX_RESOLVED: usize = 10_000;
 
+/// How often parked runs look at the shared copies of their plans (`[cluster] redis`): a
+/// decision made on another replica reaches the run that waits within this.
+const SHARED_LOOK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl Engine {
     /// A node of `run_id` waits on plan `plan_id`.
     pub(crate) fn park(&self, plan_id: String, run_id: &str, node: &str) {
@@ -42,10 +46,18 @@ impl Engine {
         let mut events = self.plans.events.subscribe();
         let engine = Arc::downgrade(self);
         let stop = self.stop.clone();
+        let mut look = tokio::time::interval(SHARED_LOOK_EVERY);
+        look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::spawn(async move {
             loop {
                 let event = tokio::select! {
                     e = events.recv() => e,
+                    _ = look.tick() => {
+                        if let Some(engine) = engine.upgrade() {
+                            engine.look_at_shared_plans().await;
+                        }
+                        continue;
+                    }
                     _ = stop.cancelled() => return,
                 };
                 let event = match event {
@@ -87,6 +99,31 @@ impl Engine {
         });
     }
 
+    /// Decisions made on other replicas on the plans runs here wait on: the shared copy is
+    /// imported, and an approval or denial reaches the run as if it had been made here.
+    async fn look_at_shared_plans(&self) {
+        let Some(shared) = self.shared_plans() else {
+            return;
+        };
+        let ids: Vec<String> = self.parked.iter().map(|e| e.key().clone()).collect();
+        for id in ids {
+            if shared.import(&self.plans, &id).await.is_err() {
+                return;
+            }
+            let Some(plan) = self.plans.get(&id) else {
+                continue;
+            };
+            let event = match plan.state {
+                crate::policy::approval::PlanState::Approved(by) => PlanEvent::Approved { id, by },
+                crate::policy::approval::PlanState::Done(
+                    crate::policy::approval::Finished::Denied { by },
+                ) => PlanEvent::Denied { id, by },
+                _ => continue,
+            };
+            self.plans.events.send(event);
+        }
+    }
+
     /// Runs plan `plan_id` of a parked node, approved by someone else, as the run's caller:
     /// `fedgate.approve` through the stack, so authorization, limits and the audit log apply
     /// as to the caller's own approval. Should it not get to run, the plan is withdrawn and
@@ -102,10 +139,15 @@ impl Engine {
         let Some(stack) = self.stack() else {
             return;
         };
+        // Once: the same approval may be heard twice (here, and from the shared store).
+        if !self.approving.insert(plan_id.clone()) {
+            return;
+        }
         let (engine, run_id) = (self.clone(), run_id.to_owned());
         tokio::spawn(async move {
             let caller = identity.key();
             let outcome = decide(stack, identity, depth, &plan_id, true).await;
+            engine.approving.remove(&plan_id);
             let Err(error) = outcome else { return };
             if engine.parked.remove(&plan_id).is_none() {
                 return;

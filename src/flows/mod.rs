@@ -71,6 +71,8 @@ pub struct Engine {
     parked: DashMap<String, (String, String)>,
     /// The plans of every replica (`[cluster] redis`), where superseded plans are ended too.
     shared_plans: OnceLock<crate::cluster::plans::SharedPlans>,
+    /// Plans a run is running now, approved by someone else (each once).
+    approving: dashmap::DashSet<String>,
     /// Plans that runs waited on and that are decided now: plan id -> run id (bounded), so a
     /// late `fedgate.approve` of one gets the run's answer.
     resolved: DashMap<String, String>,
@@ -164,6 +166,7 @@ impl Engine {
             parked: DashMap::new(),
             resolved: DashMap::new(),
             shared_plans: OnceLock::new(),
+            approving: dashmap::DashSet::new(),
             plans,
             stop: CancellationToken::new(),
             ended: tokio::sync::watch::channel(0).0,
@@ -243,6 +246,10 @@ impl Engine {
             self.watch_plans();
         }
         let _ = self.pool.set(pool);
+    }
+
+    pub(crate) fn shared_plans(&self) -> Option<&crate::cluster::plans::SharedPlans> {
+        self.shared_plans.get()
     }
 
     /// Shares the plans of every replica with the engine (`[cluster] redis`).
