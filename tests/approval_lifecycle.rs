@@ -583,3 +583,23 @@ fn without_a_serving_gateway_flows_run_asks_on_the_terminal() {
         String::from_utf8_lossy(&closed.stderr)
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn twenty_concurrent_approvals_run_the_write_once() {
+    let gw = gateway("", "");
+    let client = alice(&gw).await;
+    let (run, plan) = parked_admin_run(&gw, "own").await;
+    let path = format!("plans/{plan}/approve");
+    let answers =
+        futures::future::join_all((0..20).map(|_| admin(&gw, "POST", path.as_str()))).await;
+    let ok = answers.iter().filter(|(s, _)| *s == 200).count();
+    assert_eq!(ok, 1, "{answers:?}");
+    assert!(
+        answers
+            .iter()
+            .all(|(s, v)| *s == 200 || (*s == 409 && v["state"].is_string())),
+        "every other answer is a 409 with the plan's state: {answers:?}"
+    );
+    assert_eq!(finished(&gw, &run).await["state"]["finished"], "succeeded");
+    assert_eq!(writes(&client, "solo").await, 1);
+}
