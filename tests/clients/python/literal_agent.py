@@ -1,0 +1,244 @@
+"""An agent that follows examples/envelope/system-prompt.md literally, and nothing else.
+
+Usage: python literal_agent.py --url URL --key API_KEY --scenario FILE
+
+It knows nothing of fedgate beyond that rule text: it calls one tool, reads the
+`orchestrated_plan` where the rule says to find it, and acts on its `status` as the rule says.
+Its "user" is a stub: it answers confirmations with the scenario's yes/no, gives the values the
+scenario says it knows, and, when told that a plan waits for someone else, lets the scenario's
+`later` step happen (a reviewer or an operator deciding, run by the test through this script).
+The scenario file (JSON) holds: `tool`, `args`, `human` ({"confirm": true|false, "knows":
+{field: text}}), and optionally `later` ({"reviewer_key": KEY} or {"admin_url": URL,
+"admin_token": TOKEN}). Prints one JSON report: the steps taken, what the user was told, and
+the final answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+import anyio
+import httpx2
+import mcp_types as types
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError as McpError
+
+PLAN_KEY = "io.fedgate/orchestrated_plan"
+MAX_STEPS = 12
+
+
+def connect(url: str, key: str) -> Client:
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=30.0)
+    return Client(streamable_http_client(url, http_client=http), read_timeout_seconds=30.0)
+
+
+def plan_of(result: types.CallToolResult | None, error: McpError | None) -> dict[str, Any] | None:
+    """The rule: in the result's _meta, in a JSON-RPC error's data, or as a text block."""
+    if error is not None:
+        data = error.error.data
+        if isinstance(data, dict):
+            return data.get(PLAN_KEY)
+        return None
+    assert result is not None
+    meta = result.meta or {}
+    if PLAN_KEY in meta:
+        return meta[PLAN_KEY]
+    for c in result.content:
+        if isinstance(c, types.TextContent):
+            try:
+                v = json.loads(c.text)
+            except ValueError:
+                continue
+            if isinstance(v, dict) and v.get("kind") == "orchestrated_plan":
+                return v
+    return None
+
+
+class Human:
+    def __init__(self, spec: dict[str, Any], later: dict[str, Any] | None, url: str) -> None:
+        self.confirm_answer = bool(spec.get("confirm", False))
+        self.knows: dict[str, str] = spec.get("knows", {})
+        self.later = later
+        self.url = url
+        self.told: list[str] = []
+        self.asked: list[str] = []
+
+    def tell(self, text: str) -> None:
+        self.told.append(text)
+
+    def confirm(self, instruction: str, safety: Any) -> bool:
+        self.asked.append(f"confirm: {instruction} safety={json.dumps(safety)}")
+        return self.confirm_answer
+
+    def answer(self, field: str) -> str | None:
+        self.asked.append(f"value of {field}")
+        return self.knows.get(field)
+
+    async def meanwhile(self, plan_id: str) -> None:
+        """The user was told the plan waits for someone else; that someone decides."""
+        if not self.later:
+            return
+        if "reviewer_key" in self.later:
+            async with connect(self.url, self.later["reviewer_key"]) as reviewer:
+                await reviewer.call_tool(self.later.get("approve_tool", "fedgate.approve"), {"plan_id": plan_id})
+        else:
+            async with httpx2.AsyncClient() as http:
+                r = await http.post(
+                    f"{self.later['admin_url']}/admin/plans/{plan_id}/approve",
+                    headers={"Authorization": f"Bearer {self.later['admin_token']}"},
+                )
+                r.raise_for_status()
+        self.later = None
+
+
+def value_for(field: dict[str, Any], text: str) -> Any:
+    """A value of the field's type, from what the user said."""
+    kind = field.get("type")
+    if kind == "number":
+        return float(text)
+    if kind == "boolean":
+        return text.lower() in ("yes", "true", "1")
+    if kind == "json":
+        # A JSON value that matches the field's schema: for an array of strings, the words.
+        schema = field.get("schema") or {}
+        try:
+            return json.loads(text)
+        except ValueError:
+            if schema.get("type") == "array":
+                return [w.strip() for w in text.split(",") if w.strip()]
+            return text
+    return text
+
+
+class Agent:
+    def __init__(self, client: Client, human: Human) -> None:
+        self.client = client
+        self.human = human
+        self.steps: list[dict[str, Any]] = []
+
+    async def call(self, tool: str, args: dict[str, Any]) -> tuple[types.CallToolResult | None, McpError | None]:
+        self.steps.append({"tool": tool, "args": args})
+        if len(self.steps) > MAX_STEPS:
+            raise RuntimeError("too many steps: the plans do not lead anywhere")
+        try:
+            return await self.client.call_tool(tool, args), None
+        except McpError as e:
+            return None, e
+
+    async def run(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+        result, error = await self.call(tool, args)
+        while True:
+            plan = plan_of(result, error)
+            if plan is None:
+                if error is not None:
+                    self.human.tell(error.error.message)
+                    return {"outcome": "error", "message": error.error.message}
+                return {"outcome": "done", "result": dump(result)}
+            status = plan["status"]
+            if status == "ok" and plan.get("next_actions"):
+                # Not run yet: show the instruction and safety; run the actions in order.
+                self.human.tell(plan.get("instruction", ""))
+                nxt: tuple[types.CallToolResult | None, McpError | None] | None = None
+                for action in plan["next_actions"]:
+                    if action.get("confirm") and not self.human.confirm(plan.get("instruction", ""), plan.get("safety")):
+                        denied = dict(action["args"], decision="deny")
+                        r, e = await self.call(action["tool"], denied)
+                        return {"outcome": "denied", "result": dump(r) if r else None}
+                    nxt = await self.call(action["tool"], action["args"])
+                assert nxt is not None
+                result, error = nxt
+                continue
+            if status == "ok":
+                if plan.get("follow_up"):
+                    self.human.asked.append(plan["follow_up"])
+                return {"outcome": "done", "result": dump(result) if result else None}
+            if status == "invalid":
+                for e in plan.get("errors", []):
+                    self.human.tell(f"{e.get('field')}: {e.get('message')}")
+                fixed = dict(args)
+                for field in plan.get("ask", {}).get("fields", []):
+                    text = self.human.answer(field["name"])
+                    if text is None:
+                        if field.get("required"):
+                            return {"outcome": "stuck", "missing": field["name"]}
+                        continue
+                    fixed[field["name"]] = value_for(field, text)
+                args = fixed
+                result, error = await self.call(tool, args)
+                continue
+            if status == "error":
+                errs = plan.get("errors", [])
+                for e in errs:
+                    self.human.tell(f"{e.get('code')}: {e.get('message')} {e.get('hint', '')}")
+                first = errs[0] if errs else {}
+                if first.get("code") == "outcome_uncertain" or not first.get("recoverable"):
+                    return {"outcome": "reported", "code": first.get("code")}
+                actions = plan.get("recovery_actions") or []
+                listed = {t.name: t for t in (await self.client.list_tools()).tools}
+                chosen = next((a for a in actions if a["tool"] in listed), None)
+                if chosen is None:
+                    return {"outcome": "reported", "code": first.get("code")}
+                # Check its arguments in tools/list first: fill what it requires from what we have.
+                required = listed[chosen["tool"]].input_schema.get("required", [])
+                a = dict(chosen["args"])
+                for r in required:
+                    if r not in a and r in args:
+                        a[r] = args[r]
+                tool, args = chosen["tool"], a
+                result, error = await self.call(tool, args)
+                continue
+            if status == "blocked":
+                errs = plan.get("errors", [])
+                for e in errs:
+                    self.human.tell(f"{e.get('code')}: {e.get('message')} {e.get('hint', '')}")
+                first = errs[0] if errs else {}
+                if first.get("code") == "awaiting_approval":
+                    # It runs once a reviewer approved it: call the same approval again later.
+                    last = self.steps[-1]
+                    await self.human.meanwhile(last["args"].get("plan_id", ""))
+                    result, error = await self.call(last["tool"], last["args"])
+                    continue
+                hint = first.get("hint", "")
+                if "retry_after_ms=" in hint:
+                    ms = int(hint.split("retry_after_ms=")[1].split(":")[0].split()[0])
+                    await anyio.sleep(ms / 1000)
+                    result, error = await self.call(tool, args)
+                    continue
+                return {"outcome": "reported", "code": first.get("code")}
+            if status == "partial":
+                for step in plan.get("partial_results", []):
+                    self.human.tell(f"{step['step']}: {step['status']}")
+                return {"outcome": "partial"}
+            return {"outcome": "unknown status", "status": status}
+
+
+def dump(result: types.CallToolResult | None) -> dict[str, Any] | None:
+    if result is None:
+        return None
+    return {
+        "is_error": bool(result.is_error),
+        "structured": result.structured_content,
+        "texts": [c.text for c in result.content if isinstance(c, types.TextContent)],
+    }
+
+
+async def main(url: str, key: str, scenario: dict[str, Any]) -> dict[str, Any]:
+    human = Human(scenario.get("human", {}), scenario.get("later"), url)
+    async with connect(url, key) as client:
+        agent = Agent(client, human)
+        final = await agent.run(scenario["tool"], scenario.get("args", {}))
+        return {"final": final, "steps": agent.steps, "told": human.told, "asked": human.asked}
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--key", required=True)
+    parser.add_argument("--scenario", required=True)
+    a = parser.parse_args()
+    with open(a.scenario) as f:
+        spec = json.load(f)
+    print(json.dumps(anyio.run(main, a.url, a.key, spec)))

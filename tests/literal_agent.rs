@@ -1,0 +1,241 @@
+//! The plan contract judged as an agent would: `tests/clients/python/literal_agent.py`, built
+//! on the official Python SDK, does what `examples/envelope/system-prompt.md` says and nothing
+//! more, with a stub user that answers yes or no. Each scenario must end with the right effect
+//! counted at the upstream, each write at most once.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+const ADMIN_TOKEN: &str = "admin-token-literal";
+const TIERS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/trust-tiers");
+const ALICE: &str = "fgk_alice_literal";
+const RITA: &str = "fgk_rita_literal";
+
+const OWN: &str = r#"
+id = "own"
+[[nodes]]
+id = "entry"
+tool = "solo.record"
+params = { value = "v2" }
+[outputs]
+wrote = "{{entry.output.recorded}}"
+"#;
+
+const REVIEWED: &str = r#"
+id = "reviewed"
+[[nodes]]
+id = "entry"
+tool = "ledger.record"
+params = { value = "v1" }
+[[nodes]]
+id = "confirm"
+tool = "ledger.echo"
+depends_on = ["entry"]
+params = { text = "published {{entry.output.recorded}}" }
+[outputs]
+said = "{{confirm.output}}"
+"#;
+
+fn gateway() -> Gateway {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(dir.path().join("flows")).expect("flows dir");
+    std::fs::write(dir.path().join("flows/own.toml"), OWN).expect("flow");
+    std::fs::write(dir.path().join("flows/reviewed.toml"), REVIEWED).expect("flow");
+    let token = dir.path().join("admin.token");
+    std::fs::write(&token, ADMIN_TOKEN).expect("token");
+    let key = |name: &str, k: &str, roles: &str| {
+        format!(
+            "[[auth.api_keys]]\nname = \"{name}\"\nsha256 = \"{}\"\nroles = {roles}\n",
+            hex::encode(Sha256::digest(k.as_bytes()))
+        )
+    };
+    let cfg = dir.path().join("gateway.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[gateway]\nseparator = \".\"\ntiers_dir = {TIERS:?}\n\n[flows]\ndir = \"flows\"\ndb = \"runs.db\"\n\n\
+             [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"file:{}\"\n\n[auth]\n{}{}\n\
+             [roles.agent]\ntools = [\"*\"]\n[roles.reviewer]\ntools = [\"fedgate.approve\"]\n\n{}{}{}",
+            token.display(),
+            key("alice", ALICE, "[\"agent\"]"),
+            key("rita", RITA, "[\"agent\", \"reviewer\"]"),
+            stdio_upstream(
+                "solo",
+                &[],
+                "tier = \"high\"\n[upstreams.solo.tools.record]\napproval = \"plan\"\n"
+            ),
+            stdio_upstream(
+                "ledger",
+                &[],
+                "tier = \"high\"\n[upstreams.ledger.tools.record]\napproval = \"plan\"\napprovers = [\"reviewer\"]\n"
+            ),
+            stdio_upstream("lowt", &[], "tier = \"low\""),
+        ),
+    )
+    .expect("config");
+    Gateway::start_file(&cfg, dir)
+}
+
+/// Runs the literal agent as alice on one scenario; its report.
+fn agent(gw: &Gateway, scenario: Value) -> Value {
+    let python = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/clients/python/.venv/bin/python"
+    );
+    assert!(
+        std::path::Path::new(python).exists(),
+        "run `bash scripts/test.sh` (README's test command): it creates the venv"
+    );
+    let file = gw.dir.path().join("scenario.json");
+    std::fs::write(&file, scenario.to_string()).expect("scenario");
+    let out = Command::new(python)
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/clients/python/literal_agent.py"
+        ))
+        .args(["--url", &gw.url, "--key", ALICE, "--scenario"])
+        .arg(&file)
+        .output()
+        .expect("run the agent");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "no report ({e}): {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// How often `upstream.record` really ran.
+async fn writes(client: &Client, upstream: &str) -> u64 {
+    let r = call(client, &format!("{upstream}.executions"), json!({}))
+        .await
+        .expect("executions");
+    let v = r.structured_content.expect("counts");
+    let keyed: u64 = v["keys"]
+        .as_object()
+        .map(|m| m.values().filter_map(Value::as_u64).sum())
+        .unwrap_or(0);
+    keyed + v["unkeyed"].as_u64().unwrap_or(0)
+}
+
+fn confirmations(report: &Value) -> usize {
+    report["asked"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|a| a.as_str().is_some_and(|s| s.starts_with("confirm:")))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_that_follows_the_rule_text_gets_every_job_done() {
+    let gw = gateway();
+    let alice = connect_with_token(&gw.url, ALICE, TestClient::new())
+        .await
+        .expect("alice");
+    let yes = json!({"confirm": true});
+    let no = json!({"confirm": false});
+    let admin = json!({"admin_url": gw.admin.clone().expect("admin"), "admin_token": ADMIN_TOKEN});
+
+    // A direct write its caller approves: the user is asked once, the write runs once.
+    let r = agent(
+        &gw,
+        json!({"tool": "solo.record", "args": {"value": "d"}, "human": yes}),
+    );
+    assert_eq!(r["final"]["outcome"], "done", "{r}");
+    assert_eq!(confirmations(&r), 1, "{r}");
+    assert_eq!(writes(&alice, "solo").await, 1, "{r}");
+    // Declined: denied, nothing runs.
+    let r = agent(
+        &gw,
+        json!({"tool": "solo.record", "args": {"value": "x"}, "human": no}),
+    );
+    assert_eq!(r["final"]["outcome"], "denied", "{r}");
+    assert_eq!(writes(&alice, "solo").await, 1, "{r}");
+
+    // A write a reviewer approves: the agent waits as told, then runs it.
+    let r = agent(
+        &gw,
+        json!({"tool": "ledger.record", "args": {"value": "r"}, "human": yes,
+               "later": {"reviewer_key": RITA}}),
+    );
+    assert_eq!(r["final"]["outcome"], "done", "{r}");
+    let tools: Vec<&str> = r["steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["tool"].as_str())
+        .collect();
+    assert_eq!(
+        tools,
+        ["ledger.record", "fedgate.approve", "fedgate.approve"],
+        "held, waiting for the reviewer, then run: {r}"
+    );
+    assert_eq!(writes(&alice, "ledger").await, 1, "{r}");
+
+    // A flow node its caller approves; the same flow declined.
+    let r = agent(&gw, json!({"tool": "flows.own", "args": {}, "human": yes}));
+    assert_eq!(
+        r["final"]["result"]["structured"],
+        json!({"wrote": "v2"}),
+        "{r}"
+    );
+    assert_eq!(confirmations(&r), 1, "{r}");
+    assert_eq!(writes(&alice, "solo").await, 2, "{r}");
+    let r = agent(&gw, json!({"tool": "flows.own", "args": {}, "human": no}));
+    assert_eq!(r["final"]["outcome"], "denied", "{r}");
+    assert_eq!(writes(&alice, "solo").await, 2, "{r}");
+
+    // A flow node that needs a reviewer, approved by the operator meanwhile.
+    let r = agent(
+        &gw,
+        json!({"tool": "flows.reviewed", "args": {}, "human": yes, "later": admin}),
+    );
+    assert_eq!(
+        r["final"]["result"]["structured"],
+        json!({"said": "echo: published v1"}),
+        "{r}"
+    );
+    assert_eq!(writes(&alice, "ledger").await, 2, "{r}");
+
+    // An array argument of the wrong type, fixed through the `ask` form.
+    let r = agent(
+        &gw,
+        json!({"tool": "solo.file_ticket",
+               "args": {"title": "T", "priority": "high", "labels": "urgent"},
+               "human": {"knows": {"labels": "urgent"}}}),
+    );
+    assert_eq!(r["final"]["outcome"], "done", "{r}");
+    assert_eq!(r["final"]["result"]["structured"]["title"], "T", "{r}");
+    assert_eq!(r["steps"][1]["args"]["labels"], json!(["urgent"]), "{r}");
+
+    // A bare tool name, corrected through a recovery action with the caller's arguments.
+    let r = agent(
+        &gw,
+        json!({"tool": "echo", "args": {"text": "hi"}, "human": {}}),
+    );
+    assert_eq!(r["final"]["outcome"], "done", "{r}");
+    assert_eq!(r["final"]["result"]["texts"][0], "echo: hi", "{r}");
+
+    // A tier refusal: not repeated, and the user hears the config change that would allow it.
+    let r = agent(
+        &gw,
+        json!({"tool": "lowt.write_note", "args": {"key": "k", "value": "v"}, "human": {}}),
+    );
+    assert_eq!(r["final"]["outcome"], "reported", "{r}");
+    assert_eq!(r["steps"].as_array().map(Vec::len), Some(1), "{r}");
+    assert!(
+        r["told"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|t| t.as_str().is_some_and(|t| t.contains("[upstreams.lowt]"))),
+        "{r}"
+    );
+}
