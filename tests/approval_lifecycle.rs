@@ -8,7 +8,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::*;
+use common::{
+    flows::{OWN, REVIEWED, held_run, writes},
+    *,
+};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -16,33 +19,6 @@ const ADMIN_TOKEN: &str = "admin-token-lifecycle";
 const TIERS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/trust-tiers");
 const ALICE: &str = "fgk_alice_lifecycle";
 const RITA: &str = "fgk_rita_lifecycle";
-
-/// `reviewed` writes through `ledger.record` (approvers: reviewer); `own` through
-/// `solo.record` (the caller approves).
-const REVIEWED: &str = r#"
-id = "reviewed"
-[[nodes]]
-id = "entry"
-tool = "ledger.record"
-params = { value = "v1" }
-[[nodes]]
-id = "confirm"
-tool = "ledger.echo"
-depends_on = ["entry"]
-params = { text = "published {{entry.output.recorded}}" }
-[outputs]
-said = "{{confirm.output}}"
-"#;
-
-const OWN: &str = r#"
-id = "own"
-[[nodes]]
-id = "entry"
-tool = "solo.record"
-params = { value = "v2" }
-[outputs]
-wrote = "{{entry.output.recorded}}"
-"#;
 
 /// A gateway with both flows, an admin listener, and (with `auth`) API keys for alice
 /// (agent) and rita (agent, reviewer).
@@ -148,19 +124,6 @@ async fn finished(gw: &Gateway, run: &str) -> Value {
     v
 }
 
-/// How often `upstream.record` really ran (keyed or not).
-async fn writes(client: &Client, upstream: &str) -> u64 {
-    let r = call(client, &format!("{upstream}.executions"), json!({}))
-        .await
-        .expect("executions");
-    let v = r.structured_content.expect("counts");
-    let keyed: u64 = v["keys"]
-        .as_object()
-        .map(|m| m.values().filter_map(Value::as_u64).sum())
-        .unwrap_or(0);
-    keyed + v["unkeyed"].as_u64().unwrap_or(0)
-}
-
 fn plan_of(r: &rmcp::model::CallToolResult) -> Value {
     valid_plan(
         r.meta
@@ -208,14 +171,7 @@ async fn an_operator_approval_resumes_a_parked_run_once() {
     let mcp = call(&client, "flows.own", json!({})).await.expect("call");
     let held = plan_of(&mcp);
     assert_eq!(held["status"], "ok", "{held}");
-    let run = mcp.meta.as_ref().unwrap().0["io.fedgate/flow_run"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let plan = held["next_actions"][0]["args"]["plan_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (run, plan) = held_run(&mcp);
     let (status, decided) = admin(&gw, "POST", &format!("plans/{plan}/approve")).await;
     assert_eq!(status, 200, "{decided}");
     assert_eq!(finished(&gw, &run).await["state"]["finished"], "succeeded");
@@ -254,15 +210,8 @@ async fn an_operator_limited_to_denials_cannot_approve_a_callers_plan() {
     let gw = gateway("approve_plans = false", "");
     let client = alice(&gw).await;
     let mcp = call(&client, "flows.own", json!({})).await.expect("call");
-    let held = plan_of(&mcp);
-    let run = mcp.meta.as_ref().unwrap().0["io.fedgate/flow_run"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let plan = held["next_actions"][0]["args"]["plan_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    assert_eq!(plan_of(&mcp)["status"], "ok");
+    let (run, plan) = held_run(&mcp);
     let (status, refused) = admin(&gw, "POST", &format!("plans/{plan}/approve")).await;
     assert_eq!(status, 409, "{refused}");
     assert_eq!(refused["code"], "not_approver", "{refused}");
@@ -307,14 +256,7 @@ async fn a_reviewers_approval_resumes_the_callers_run() {
     let held = plan_of(&mcp);
     assert_eq!(held["status"], "ok", "{held}");
     assert_eq!(held["next_actions"][0]["confirm"], true, "{held}");
-    let plan = held["next_actions"][0]["args"]["plan_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let run = mcp.meta.as_ref().unwrap().0["io.fedgate/flow_run"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (run, plan) = held_run(&mcp);
 
     // The caller cannot run it before a reviewer approved.
     let early = call(&alice, "fedgate.approve", json!({"plan_id": plan}))
@@ -358,10 +300,7 @@ async fn flow_approvals_do_not_depend_on_the_upstreams_envelope_mode() {
     let mcp = call(&client, "flows.own", json!({})).await.expect("call");
     let held = plan_of(&mcp);
     assert_eq!(held["status"], "ok", "the node parks: {held}");
-    let plan = held["next_actions"][0]["args"]["plan_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (_, plan) = held_run(&mcp);
     let done = call(&client, "fedgate.approve", json!({"plan_id": plan}))
         .await
         .expect("approve");

@@ -551,6 +551,49 @@ fn approving_replica(
     )
 }
 
+/// Starts a run of `approved` on `gw` and waits until it parks: run id, plan id, events so far.
+async fn parked_approved_run(gw: &Gateway) -> (String, String, u64) {
+    let (status, started) = admin_json(gw, "POST", "/admin/flows/approved/runs", json!({})).await;
+    assert_eq!(status, 202, "{started}");
+    let run = started["run_id"].as_str().expect("run id").to_owned();
+    let (_, parked) = admin_json(
+        gw,
+        "GET",
+        &format!("/admin/flows/runs/{run}?wait_ms=20000&until=parked"),
+        json!({}),
+    )
+    .await;
+    let plan = parked["waiting"][0]["plan_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{parked}"))
+        .to_owned();
+    let seq = parked["state"]["seq"].as_u64().expect("seq");
+    (run, plan, seq)
+}
+
+/// Waits for run `run` to finish on `gw`; asserts that `ledger.record` ran exactly once for it.
+async fn succeeded_with_one_write(gw: &Gateway, ledger: &str, run: &str) {
+    let (_, done) = admin_json(
+        gw,
+        "GET",
+        &format!("/admin/flows/runs/{run}?wait_ms=20000"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(done["state"]["finished"], "succeeded", "{done}");
+    let c = connect_legacy(ledger, TestClient::new()).await;
+    let counts = call(&c, "executions", json!({}))
+        .await
+        .expect("executions")
+        .structured_content
+        .expect("counts");
+    assert_eq!(
+        counts,
+        json!({"keys": {format!("{run}:entry"): 1}, "unkeyed": 0}),
+        "the write ran once"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_taken_over_run_supersedes_its_old_plan_and_its_new_one_runs_once() {
     let redis = RedisServer::start();
@@ -560,25 +603,11 @@ async fn a_taken_over_run_supersedes_its_old_plan_and_its_new_one_runs_once() {
     let b = approving_replica(&redis, &postgres, &ledger.url);
 
     // A parks the run on a plan, and dies.
-    let (status, started) = admin_json(&a, "POST", "/admin/flows/approved/runs", json!({})).await;
-    assert_eq!(status, 202, "{started}");
-    let run = started["run_id"].as_str().expect("run id").to_owned();
-    let (_, parked) = admin_json(
-        &a,
-        "GET",
-        &format!("/admin/flows/runs/{run}?wait_ms=20000&until=parked"),
-        json!({}),
-    )
-    .await;
-    let old = parked["waiting"][0]["plan_id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{parked}"))
-        .to_owned();
+    let (run, old, seq) = parked_approved_run(&a).await;
     a.child.kill().expect("SIGKILL A");
     a.child.wait().expect("reaped");
 
     // B takes the run over and asks again; the old plan is superseded, not left pending.
-    let seq = parked["state"]["seq"].as_u64().expect("seq");
     let (_, again) = admin_json(
         &b,
         "GET",
@@ -618,25 +647,7 @@ async fn a_taken_over_run_supersedes_its_old_plan_and_its_new_one_runs_once() {
     )
     .await;
     assert_eq!(status, 200, "{ok}");
-    let (_, done) = admin_json(
-        &b,
-        "GET",
-        &format!("/admin/flows/runs/{run}?wait_ms=20000"),
-        json!({}),
-    )
-    .await;
-    assert_eq!(done["state"]["finished"], "succeeded", "{done}");
-    let c = connect_legacy(&ledger.url, TestClient::new()).await;
-    let counts = call(&c, "executions", json!({}))
-        .await
-        .expect("executions")
-        .structured_content
-        .expect("counts");
-    assert_eq!(
-        counts,
-        json!({"keys": {format!("{run}:entry"): 1}, "unkeyed": 0}),
-        "the write ran once"
-    );
+    succeeded_with_one_write(&b, &ledger.url, &run).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -646,20 +657,8 @@ async fn an_approval_on_another_replica_resumes_the_run_where_it_waits() {
     let ledger = HttpDemo::start("ledger", "--http");
     let a = approving_replica(&redis, &postgres, &ledger.url);
     let b = approving_replica(&redis, &postgres, &ledger.url);
-    let (_, started) = admin_json(&a, "POST", "/admin/flows/approved/runs", json!({})).await;
-    let run = started["run_id"].as_str().expect("run id").to_owned();
-    let (_, parked) = admin_json(
-        &a,
-        "GET",
-        &format!("/admin/flows/runs/{run}?wait_ms=20000&until=parked"),
-        json!({}),
-    )
-    .await;
-    let plan = parked["waiting"][0]["plan_id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{parked}"))
-        .to_owned();
-    // Decided on B; A, which drives the run, runs the write and goes on.
+    let (run, plan, _) = parked_approved_run(&a).await;
+    // Decided on B; A, which drives the run, runs the write once and goes on.
     let (status, ok) = admin_json(
         &b,
         "POST",
@@ -668,14 +667,7 @@ async fn an_approval_on_another_replica_resumes_the_run_where_it_waits() {
     )
     .await;
     assert_eq!(status, 200, "{ok}");
-    let (_, done) = admin_json(
-        &a,
-        "GET",
-        &format!("/admin/flows/runs/{run}?wait_ms=20000"),
-        json!({}),
-    )
-    .await;
-    assert_eq!(done["state"]["finished"], "succeeded", "{done}");
+    succeeded_with_one_write(&a, &ledger.url, &run).await;
     let (status, again) = admin_json(
         &b,
         "POST",
@@ -684,15 +676,4 @@ async fn an_approval_on_another_replica_resumes_the_run_where_it_waits() {
     )
     .await;
     assert_eq!(status, 409, "{again}");
-    let c = connect_legacy(&ledger.url, TestClient::new()).await;
-    let counts = call(&c, "executions", json!({}))
-        .await
-        .expect("executions")
-        .structured_content
-        .expect("counts");
-    assert_eq!(
-        counts,
-        json!({"keys": {format!("{run}:entry"): 1}, "unkeyed": 0}),
-        "the write ran once, on the replica that drives the run"
-    );
 }

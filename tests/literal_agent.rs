@@ -7,7 +7,10 @@ mod common;
 
 use std::process::Command;
 
-use common::*;
+use common::{
+    flows::{OWN, REVIEWED, writes},
+    *,
+};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -15,31 +18,6 @@ const ADMIN_TOKEN: &str = "admin-token-literal";
 const TIERS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/trust-tiers");
 const ALICE: &str = "fgk_alice_literal";
 const RITA: &str = "fgk_rita_literal";
-
-const OWN: &str = r#"
-id = "own"
-[[nodes]]
-id = "entry"
-tool = "solo.record"
-params = { value = "v2" }
-[outputs]
-wrote = "{{entry.output.recorded}}"
-"#;
-
-const REVIEWED: &str = r#"
-id = "reviewed"
-[[nodes]]
-id = "entry"
-tool = "ledger.record"
-params = { value = "v1" }
-[[nodes]]
-id = "confirm"
-tool = "ledger.echo"
-depends_on = ["entry"]
-params = { text = "published {{entry.output.recorded}}" }
-[outputs]
-said = "{{confirm.output}}"
-"#;
 
 fn gateway() -> Gateway {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -109,19 +87,6 @@ fn agent(gw: &Gateway, scenario: Value) -> Value {
             String::from_utf8_lossy(&out.stderr)
         )
     })
-}
-
-/// How often `upstream.record` really ran.
-async fn writes(client: &Client, upstream: &str) -> u64 {
-    let r = call(client, &format!("{upstream}.executions"), json!({}))
-        .await
-        .expect("executions");
-    let v = r.structured_content.expect("counts");
-    let keyed: u64 = v["keys"]
-        .as_object()
-        .map(|m| m.values().filter_map(Value::as_u64).sum())
-        .unwrap_or(0);
-    keyed + v["unkeyed"].as_u64().unwrap_or(0)
 }
 
 fn confirmations(report: &Value) -> usize {

@@ -144,23 +144,11 @@ pub async fn call(
     let pool = &core.pool;
     pool.wait_settled(settle_bound(&snapshot)).await;
     let stack = core.stack(None);
-    let call = Call {
-        op: Op::CallTool(CallToolRequestParams::new(tool.to_owned()).with_arguments(args)),
-        meta: Default::default(),
-        downstream: None,
-        progress_token: None,
-        ct: Default::default(),
+    let call = Call::without_session(
+        Op::CallTool(CallToolRequestParams::new(tool.to_owned()).with_arguments(args)),
         identity,
-        correlation_id: pipeline::correlation_id(),
-        trace: opentelemetry::Context::new(),
-        depth: 0,
-        target: None,
-        class: None,
-        timeout: None,
-        retry_safe: false,
-        approval: None,
-        approved: None,
-    };
+        0,
+    );
     let result = stack.oneshot(call).await;
     stop(pool).await;
     match result {

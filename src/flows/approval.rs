@@ -216,25 +216,11 @@ pub(crate) async fn decide(
         "decision".into(),
         Value::String(if approve { "approve" } else { "deny" }.into()),
     );
-    let call = Call {
-        op: Op::CallTool(
-            rmcp::model::CallToolRequestParams::new(APPROVE_TOOL).with_arguments(args),
-        ),
-        meta: Default::default(),
-        downstream: None,
-        progress_token: None,
-        ct: Default::default(),
+    let call = Call::without_session(
+        Op::CallTool(rmcp::model::CallToolRequestParams::new(APPROVE_TOOL).with_arguments(args)),
         identity,
-        correlation_id: crate::pipeline::correlation_id(),
-        trace: opentelemetry::Context::new(),
-        depth: depth.saturating_add(1),
-        target: None,
-        class: None,
-        timeout: None,
-        retry_safe: false,
-        approval: None,
-        approved: None,
-    };
+        depth.saturating_add(1),
+    );
     match stack.oneshot(call).await {
         Err(e @ CallError::Plan(_)) => Err(e.wire_message()),
         Err(e) if e.never_reached_upstream() => Err(e.wire_message()),

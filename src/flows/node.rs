@@ -78,23 +78,11 @@ pub async fn attempt(n: NodeCall) -> Attempt {
     }
     let correlation = crate::hops::correlation(&meta).unwrap_or_else(correlation_id);
     let plan_correlation = correlation.clone();
-    let call = Call {
-        op: Op::CallTool(params),
-        meta,
-        downstream: None,
-        progress_token: None,
-        ct: n.ct.clone(),
-        identity: n.identity,
-        correlation_id: correlation,
-        trace: opentelemetry::Context::new(),
-        depth: n.depth.saturating_add(1),
-        target: None,
-        class: None,
-        timeout: None,
-        retry_safe: false,
-        approval: None,
-        approved: None,
-    };
+    let mut call =
+        Call::without_session(Op::CallTool(params), n.identity, n.depth.saturating_add(1));
+    call.meta = meta;
+    call.ct = n.ct.clone();
+    call.correlation_id = correlation;
     let answer = n.stack.oneshot(call);
     tokio::pin!(answer);
     let answer = match n.timeout {

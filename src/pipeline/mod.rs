@@ -229,6 +229,30 @@ pub struct Call {
     pub approved: Option<String>,
 }
 
+impl Call {
+    /// A call with no downstream session behind it (a flow node, an approval a run makes, the
+    /// CLI's `fedgate call`), made as `identity` at nesting `depth`; not resolved yet.
+    pub fn without_session(op: Op, identity: Identity, depth: u8) -> Self {
+        Call {
+            op,
+            meta: Default::default(),
+            downstream: None,
+            progress_token: None,
+            ct: Default::default(),
+            identity,
+            correlation_id: correlation_id(),
+            trace: opentelemetry::Context::new(),
+            depth,
+            target: None,
+            class: None,
+            timeout: None,
+            retry_safe: false,
+            approval: None,
+            approved: None,
+        }
+    }
+}
+
 pub type CallFuture = Pin<Box<dyn Future<Output = Result<ServerResult, CallError>> + Send>>;
 
 /// The assembled stack, answering in wire errors.

@@ -117,23 +117,11 @@ fn caller(name: &str, tools: &[&str]) -> Identity {
 }
 
 fn call(identity: Identity, tool: &str, depth: u8) -> Call {
-    Call {
-        op: Op::CallTool(CallToolRequestParams::new(tool.to_owned())),
-        meta: Default::default(),
-        downstream: None,
-        progress_token: None,
-        ct: Default::default(),
+    Call::without_session(
+        Op::CallTool(CallToolRequestParams::new(tool.to_owned())),
         identity,
-        correlation_id: super::correlation_id(),
-        trace: opentelemetry::Context::new(),
         depth,
-        target: None,
-        class: None,
-        timeout: None,
-        retry_safe: false,
-        approval: None,
-        approved: None,
-    }
+    )
 }
 
 fn text(r: ServerResult) -> String {

@@ -9,22 +9,19 @@
 
 mod elicit;
 mod record;
+mod reenter;
 mod shared;
 mod tool;
 
 use std::{sync::Arc, time::Duration};
 
-use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ContentBlock, MetaObject, RequestStateCodec,
-    ServerResult,
-};
+use rmcp::model::{CallToolResult, ContentBlock, MetaObject, RequestStateCodec, ServerResult};
 use serde_json::Value;
 
 use super::{
-    Call, CallError, CallFuture, Exposed, Held, Op, Target, TargetKind, authz,
+    Call, CallError, CallFuture, Exposed, Held, Op, TargetKind,
     envelope::{self, summarize},
     step::{CallService, Step, done},
-    trust,
 };
 use crate::{
     cluster::plans::SharedPlans,
@@ -34,7 +31,6 @@ use crate::{
     policy::{
         approval::{Approval, Decider, Decision, NewPlan, PendingPlan, PlanRefusal, Plans},
         idempotency::META_KEY as IDEMPOTENCY_KEY,
-        pinning::fingerprint,
         plan_events::{PlanEvent, RanError},
     },
     telemetry::{audit::Audit, metrics::Metrics},
@@ -43,6 +39,7 @@ use crate::{
 
 pub use elicit::approves;
 pub use record::{plan_record, sync_metrics};
+use reenter::{current, reenter, version};
 pub use tool::ApproveTool;
 
 #[derive(Debug, Clone)]
@@ -558,56 +555,4 @@ impl Approvals {
             ));
         }
     }
-}
-
-/// What a plan binds beside caller, tool and arguments: the upstream's policy for the tool
-/// and the tool's definition (its schema and annotations decide class and safety).
-fn version(up: &Upstream, tool: &str) -> String {
-    let def = up.lists().tool(tool).map(fingerprint).unwrap_or_default();
-    format!(
-        "{}:{}",
-        up.spec().policy_version(tool),
-        def.get(..24).unwrap_or(&def)
-    )
-}
-
-/// The plan's upstream as configured now.
-fn current(pool: &Pool, plan: &PendingPlan) -> Option<Arc<Upstream>> {
-    pool.upstreams()
-        .iter()
-        .find(|u| u.name() == plan.upstream)
-        .cloned()
-}
-
-/// The approved call: the frozen tool and arguments (and idempotency key), to the upstream as
-/// it is now, under the caller's identity, one level deeper; authorization and the tier decide
-/// again.
-fn reenter(
-    mut call: Call,
-    plan: &PendingPlan,
-    up: Arc<Upstream>,
-    pool: &Pool,
-) -> Result<Call, CallError> {
-    let mut params = CallToolRequestParams::new(plan.upstream_tool.clone());
-    params.arguments = Some(plan.arguments.clone());
-    call.op = Op::CallTool(params);
-    call.meta.remove(IDEMPOTENCY_KEY);
-    if let Some(key) = &plan.idempotency_key {
-        call.meta.insert(IDEMPOTENCY_KEY.into(), key.clone());
-    }
-    let exposed = Exposed::Tool(plan.tool.clone());
-    call.target = Some(Target {
-        owner: up.shared_name(),
-        kind: TargetKind::Upstream(up.clone()),
-        exposed: exposed.clone(),
-    });
-    authz::check(pool, &call)?;
-    let d = trust::decide(&up, &exposed, &call.op)?;
-    call.class = Some(d.class);
-    call.timeout = d.timeout;
-    call.retry_safe = d.retry_safe;
-    call.approval = d.approval;
-    call.approved = Some(plan.id.clone());
-    call.depth = call.depth.saturating_add(1);
-    Ok(call)
 }
