@@ -3,10 +3,14 @@
 /// SEP-986: tool names are 1–128 characters.
 pub const MAX_TOOL_NAME_CHARS: usize = 128;
 
-/// The gateway's own tool that approves held calls (F11).
-pub const APPROVE_TOOL: &str = "fedgate.approve";
+/// The gateway's own tool that approves held calls (F11). Own tools keep one portable name
+/// whatever the separator, so plans, the envelope rule text and the console name one tool.
+pub const APPROVE_TOOL: &str = "fedgate__approve";
 
-/// The namespace of the gateway's own tools (`fedgate.approve`, …); no upstream may take it.
+/// The approve tool's name before names were portable; config still accepts it (with a warning).
+pub const LEGACY_APPROVE_TOOL: &str = "fedgate.approve";
+
+/// The namespace of the gateway's own tools (`fedgate__approve`, …); no upstream may take it.
 pub const OWN_NAMESPACE: &str = "fedgate";
 
 /// The most characters of a caller-supplied name or URI that errors, logs and audit records
@@ -47,6 +51,132 @@ pub fn unportable(name: &str) -> Option<String> {
     }
     let len = name.chars().count();
     (len > PORTABLE_NAME_CHARS).then(|| format!("is {len} characters long"))
+}
+
+/// Which names the gateway may expose (`[gateway] names`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NameRule {
+    /// `^[a-zA-Z0-9_-]{1,64}$`: what the function-calling APIs of OpenAI and Anthropic accept,
+    /// and so what desktop clients that check every tool name accept.
+    #[default]
+    Portable,
+    /// MCP's own rules (SEP-986): 1-128 characters of A-Z a-z 0-9 _ - .
+    Mcp,
+}
+
+impl NameRule {
+    /// The separator when the config names none.
+    pub fn default_separator(self) -> &'static str {
+        match self {
+            NameRule::Portable => "__",
+            NameRule::Mcp => ".",
+        }
+    }
+}
+
+/// How exposed names are made: the rule and the namespace separator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Naming {
+    pub rule: NameRule,
+    pub separator: String,
+}
+
+impl Naming {
+    pub fn new(rule: NameRule, separator: impl Into<String>) -> Self {
+        Self {
+            rule,
+            separator: separator.into(),
+        }
+    }
+
+    /// The name a client sees for `name` of `upstream`, and the name it would have had without
+    /// the portable rule when that rule changed it.
+    pub fn expose(
+        &self,
+        upstream: &str,
+        prefix: PrefixMode,
+        name: &str,
+    ) -> (String, Option<String>) {
+        let raw = expose(upstream, &self.separator, prefix, name);
+        match self.rule {
+            NameRule::Portable if unportable(&raw).is_some() => (portable_form(&raw), Some(raw)),
+            _ => (raw, None),
+        }
+    }
+
+    /// The exposed form of a config reference to a tool or prompt: the canonical
+    /// `upstream/name` (globs allowed in `name`) becomes `upstream<sep>name`; any other text is
+    /// taken as already exposed (today's form).
+    pub fn reference(&self, r: &str) -> Reference {
+        if let Some((upstream, name)) = r.split_once('/') {
+            // Own tools keep `__` whatever the separator (see APPROVE_TOOL).
+            let sep = if upstream == OWN_NAMESPACE {
+                "__"
+            } else {
+                self.separator.as_str()
+            };
+            return Reference::Canonical(format!("{upstream}{sep}{name}"));
+        }
+        if r == LEGACY_APPROVE_TOOL {
+            return Reference::Legacy {
+                exposed: APPROVE_TOOL.to_owned(),
+                canonical: "fedgate/approve".to_owned(),
+            };
+        }
+        match r.split_once(self.separator.as_str()) {
+            Some((upstream, name)) => Reference::Legacy {
+                exposed: r.to_owned(),
+                canonical: format!("{upstream}/{name}"),
+            },
+            None => Reference::Bare(r.to_owned()),
+        }
+    }
+}
+
+/// A config reference to a tool or prompt, read by [`Naming::reference`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reference {
+    /// `upstream/name`: the exposed form.
+    Canonical(String),
+    /// `upstream<sep>name`, still accepted; `canonical` is how to write it.
+    Legacy { exposed: String, canonical: String },
+    /// No upstream part (a glob like `*`, or a name exposed without prefix).
+    Bare(String),
+}
+
+impl Reference {
+    pub fn exposed(&self) -> &str {
+        match self {
+            Reference::Canonical(e) | Reference::Legacy { exposed: e, .. } | Reference::Bare(e) => {
+                e
+            }
+        }
+    }
+}
+
+/// Room kept for the hash suffix of a shortened name (`-` and 8 hex digits).
+const HASH_SUFFIX_CHARS: usize = 9;
+
+/// The portable form of a name outside `^[a-zA-Z0-9_-]{1,64}$`: every other character becomes
+/// `_`, the result is cut to fit, and a hash of the whole original name is appended so two
+/// names that map to the same text stay apart. Deterministic: the same name always gets the same
+/// form, on every replica and after every restart.
+pub fn portable_form(name: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mapped: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(PORTABLE_NAME_CHARS - HASH_SUFFIX_CHARS)
+        .collect();
+    let digest = Sha256::digest(name.as_bytes());
+    format!("{mapped}-{}", hex::encode(&digest[..4]))
 }
 
 /// How an upstream's names are exposed.
@@ -158,6 +288,65 @@ mod tests {
         assert_eq!(namespace_owner("gh.x", ".", &ups), Some("gh"));
         assert_eq!(namespace_owner("ghx", ".", &ups), None);
         assert_eq!(namespace_owner("zz.x", ".", &ups), None);
+    }
+
+    #[test]
+    fn portable_forms_fit_and_stay_apart() {
+        let n = Naming::new(NameRule::Portable, "__");
+        assert_eq!(
+            n.expose("gh", PrefixMode::Always, "x"),
+            ("gh__x".into(), None)
+        );
+        let (dotted, original) = n.expose("gh", PrefixMode::Always, "files.read");
+        assert_eq!(original.as_deref(), Some("gh__files.read"));
+        assert!(
+            unportable(&dotted).is_none() && dotted.starts_with("gh__files_read-"),
+            "{dotted}"
+        );
+        let (underscored, _) = n.expose("gh", PrefixMode::Always, "files_read");
+        assert_ne!(dotted, underscored);
+        let long = "a".repeat(100);
+        let (short, _) = n.expose("gh", PrefixMode::Always, &long);
+        assert!(unportable(&short).is_none(), "{short}");
+        assert_eq!(
+            short,
+            n.expose("gh", PrefixMode::Always, &long).0,
+            "deterministic"
+        );
+        let (other, _) = n.expose("gh", PrefixMode::Always, &"a".repeat(101));
+        assert_ne!(short, other, "names that share the kept prefix stay apart");
+        let mcp = Naming::new(NameRule::Mcp, ".");
+        assert_eq!(
+            mcp.expose("gh", PrefixMode::Always, "files.read").0,
+            "gh.files.read"
+        );
+        assert!(unportable(APPROVE_TOOL).is_none());
+    }
+
+    #[test]
+    fn references_are_canonical_or_today_s_form() {
+        let n = Naming::new(NameRule::Portable, "__");
+        assert_eq!(
+            n.reference("demo/echo"),
+            Reference::Canonical("demo__echo".into())
+        );
+        assert_eq!(n.reference("demo/*").exposed(), "demo__*");
+        assert_eq!(
+            n.reference("demo__echo"),
+            Reference::Legacy {
+                exposed: "demo__echo".into(),
+                canonical: "demo/echo".into()
+            }
+        );
+        assert_eq!(
+            n.reference("demo.echo"),
+            Reference::Bare("demo.echo".into())
+        );
+        assert_eq!(n.reference("fedgate.approve").exposed(), APPROVE_TOOL);
+        let mcp = Naming::new(NameRule::Mcp, ".");
+        assert_eq!(mcp.reference("fedgate/approve").exposed(), APPROVE_TOOL);
+        assert_eq!(mcp.reference("demo/echo").exposed(), "demo.echo");
+        assert_eq!(n.reference("*"), Reference::Bare("*".into()));
     }
 
     #[test]

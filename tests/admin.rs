@@ -65,10 +65,10 @@ async fn admin_api() {
     let client = connect_legacy(&gw.url, client).await;
 
     // Breaker: one isError opens it; the admin reset closes it again.
-    call(&client, "p.fail", serde_json::json!({}))
+    call(&client, "p__fail", serde_json::json!({}))
         .await
         .unwrap();
-    let err = call(&client, "p.echo", serde_json::json!({"text": "x"}))
+    let err = call(&client, "p__echo", serde_json::json!({"text": "x"}))
         .await
         .refused();
     assert!(err.contains("breaker_open"), "{err}");
@@ -82,7 +82,7 @@ async fn admin_api() {
     assert_eq!(status, 200);
     assert_eq!(
         first_text(
-            &call(&client, "p.echo", serde_json::json!({"text": "x"}))
+            &call(&client, "p__echo", serde_json::json!({"text": "x"}))
                 .await
                 .unwrap()
         ),
@@ -91,7 +91,7 @@ async fn admin_api() {
 
     // Pinning: a changed definition is held back until accepted here.
     let before = *seen.tool_changes.lock();
-    call(&client, "p.evolve", serde_json::json!({}))
+    call(&client, "p__evolve", serde_json::json!({}))
         .await
         .unwrap();
     wait_for(&seen.tools_changed, "list_changed after evolve", || {
@@ -99,7 +99,7 @@ async fn admin_api() {
     })
     .await;
     assert!(
-        call(&client, "p.echo", serde_json::json!({"text": "x"}))
+        call(&client, "p__echo", serde_json::json!({"text": "x"}))
             .await
             .is_err(),
         "held back"
@@ -136,7 +136,7 @@ async fn admin_api() {
     .await;
     assert_eq!(
         first_text(
-            &call(&client, "p.echo", serde_json::json!({"text": "v2"}))
+            &call(&client, "p__echo", serde_json::json!({"text": "v2"}))
                 .await
                 .unwrap()
         ),

@@ -23,19 +23,19 @@ async fn tools_from_both_upstreams_are_namespaced_and_routed() {
     let client = connect_legacy(&gw.url, TestClient::new()).await;
     let tools = client.peer().list_all_tools().await.unwrap();
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
-    assert!(names.contains(&"demo.echo"), "{names:?}");
-    assert!(names.contains(&"notes.echo"), "{names:?}");
-    assert!(names.contains(&"notes.save"), "rename applies: {names:?}");
+    assert!(names.contains(&"demo__echo"), "{names:?}");
+    assert!(names.contains(&"notes__echo"), "{names:?}");
+    assert!(names.contains(&"notes__save"), "rename applies: {names:?}");
     assert!(
-        !names.contains(&"notes.write_note"),
+        !names.contains(&"notes__write_note"),
         "renamed away: {names:?}"
     );
     assert!(
-        !names.contains(&"notes.crash") && !names.contains(&"notes.pid"),
+        !names.contains(&"notes__crash") && !names.contains(&"notes__pid"),
         "deny applies: {names:?}"
     );
-    assert!(names.contains(&"demo.crash"));
-    let described = tools.iter().find(|t| t.name == "notes.echo").unwrap();
+    assert!(names.contains(&"demo__crash"));
+    let described = tools.iter().find(|t| t.name == "notes__echo").unwrap();
     assert_eq!(described.description.as_deref(), Some("Echo, via notes."));
     let mut sorted = names.clone();
     sorted.sort();
@@ -43,13 +43,13 @@ async fn tools_from_both_upstreams_are_namespaced_and_routed() {
 
     // Each call reaches the upstream that owns the name: the note saved through notes is
     // readable only from notes' resources.
-    let r = call(&client, "demo.echo", serde_json::json!({"text": "hi"}))
+    let r = call(&client, "demo__echo", serde_json::json!({"text": "hi"}))
         .await
         .unwrap();
     assert_eq!(first_text(&r), "echo: hi");
     let r = call(
         &client,
-        "notes.save",
+        "notes__save",
         serde_json::json!({"key": "k1", "value": "v1"}),
     )
     .await
@@ -70,16 +70,16 @@ async fn tools_from_both_upstreams_are_namespaced_and_routed() {
         .await;
     assert!(missing.is_err(), "demo never stored k1");
 
-    let r = call(&client, "demo.add", serde_json::json!({"a": 2, "b": 3}))
+    let r = call(&client, "demo__add", serde_json::json!({"a": 2, "b": 3}))
         .await
         .unwrap();
     assert_eq!(r.structured_content, Some(serde_json::json!({"sum": 5.0})));
 
-    let err = call(&client, "demo.ecoh", serde_json::json!({}))
+    let err = call(&client, "demo__ecoh", serde_json::json!({}))
         .await
         .refused();
     assert!(
-        err.contains("unknown tool `demo.ecoh`") && err.contains("tools/list"),
+        err.contains("unknown tool `demo__ecoh`") && err.contains("tools/list"),
         "{err}"
     );
     client.cancel().await.unwrap();
@@ -92,11 +92,11 @@ async fn prompts_resources_templates_and_completion() {
     let client = connect_legacy(&gw.url, TestClient::new()).await;
     let prompts = client.peer().list_all_prompts().await.unwrap();
     let pnames: Vec<&str> = prompts.iter().map(|p| p.name.as_str()).collect();
-    assert_eq!(pnames, vec!["demo.greeting", "notes.greeting"]);
+    assert_eq!(pnames, vec!["demo__greeting", "notes__greeting"]);
     let got = client
         .peer()
         .get_prompt(
-            GetPromptRequestParams::new("notes.greeting")
+            GetPromptRequestParams::new("notes__greeting")
                 .with_arguments(args(serde_json::json!({"name": "bob"}))),
         )
         .await
@@ -124,7 +124,7 @@ async fn prompts_resources_templates_and_completion() {
     let done = client
         .peer()
         .complete(CompleteRequestParams::new(
-            Reference::for_prompt("demo.greeting"),
+            Reference::for_prompt("demo__greeting"),
             ArgumentInfo::new("name", "ca"),
         ))
         .await
@@ -145,10 +145,14 @@ async fn modern_client_sees_the_same_view() {
     let gw = Gateway::start(&cfg);
     let client = connect_modern(&gw.url, TestClient::new()).await;
     let tools = client.peer().list_all_tools().await.unwrap();
-    assert!(tools.iter().any(|t| t.name == "notes.save"));
-    let r = call(&client, "notes.echo", serde_json::json!({"text": "modern"}))
-        .await
-        .unwrap();
+    assert!(tools.iter().any(|t| t.name == "notes__save"));
+    let r = call(
+        &client,
+        "notes__echo",
+        serde_json::json!({"text": "modern"}),
+    )
+    .await
+    .unwrap();
     assert_eq!(first_text(&r), "echo: modern");
     client.cancel().await.unwrap();
 }
@@ -163,11 +167,11 @@ async fn shipped_config_serves_both_upstreams() {
     );
     let client = connect_legacy(&gw.url, TestClient::new()).await;
     let tools = client.peer().list_all_tools().await.unwrap();
-    assert!(tools.iter().any(|t| t.name == "demo.echo"), "{tools:?}");
-    assert!(tools.iter().any(|t| t.name == "notes.save"), "{tools:?}");
+    assert!(tools.iter().any(|t| t.name == "demo__echo"), "{tools:?}");
+    assert!(tools.iter().any(|t| t.name == "notes__save"), "{tools:?}");
     let r = call(
         &client,
-        "notes.echo",
+        "notes__echo",
         serde_json::json!({"text": "shipped"}),
     )
     .await
@@ -192,8 +196,8 @@ async fn merged_lists_paginate_with_fedgates_own_cursors() {
     assert_eq!(first.tools.len(), 3);
     let cursor = first.next_cursor.clone().expect("more pages");
     let all = client.peer().list_all_tools().await.unwrap();
-    let from_a = all.iter().filter(|t| t.name.starts_with("a.")).count();
-    let from_b = all.iter().filter(|t| t.name.starts_with("b.")).count();
+    let from_a = all.iter().filter(|t| t.name.starts_with("a__")).count();
+    let from_b = all.iter().filter(|t| t.name.starts_with("b__")).count();
     assert!(
         from_a > 3 && from_a == from_b && from_a + from_b == all.len(),
         "{all:?}"
@@ -231,7 +235,7 @@ async fn merged_lists_paginate_with_fedgates_own_cursors() {
     // last tool it saw, so nothing still listed is skipped or repeated.
     let seen = client.service().seen.clone();
     let before = *seen.tool_changes.lock();
-    call(&client, "b.toggle_extra", serde_json::json!({}))
+    call(&client, "b__toggle_extra", serde_json::json!({}))
         .await
         .unwrap();
     wait_for(&seen.tools_changed, "list_changed", || {
@@ -239,7 +243,7 @@ async fn merged_lists_paginate_with_fedgates_own_cursors() {
     })
     .await;
     let now_all = client.peer().list_all_tools().await.unwrap();
-    assert_eq!(now_all.len(), all.len() + 1, "b.extra appeared");
+    assert_eq!(now_all.len(), all.len() + 1, "b__extra appeared");
     let after_change = client
         .peer()
         .list_tools(Some(
@@ -292,7 +296,7 @@ async fn duplicate_resource_uris_are_reported_not_shadowed_silently() {
     // The keeper answers: write a note through `first`, read it back by URI.
     call(
         &client,
-        "first.write_note",
+        "first__write_note",
         serde_json::json!({"key": "k", "value": "from first"}),
     )
     .await

@@ -48,13 +48,13 @@ fn gateway_on(listen: &str, admin_extra: &str, solo_extra: &str) -> Gateway {
         )
     };
     let auth = format!(
-        "{auth}[roles.agent]\ntools = [\"*\"]\n[roles.reviewer]\ntools = [\"fedgate.approve\"]\n\n"
+        "{auth}[roles.agent]\ntools = [\"*\"]\n[roles.reviewer]\ntools = [\"fedgate__approve\"]\n\n"
     );
     let cfg = dir.path().join("gateway.toml");
     std::fs::write(
         &cfg,
         format!(
-            "[gateway]\nseparator = \".\"\ntiers_dir = {TIERS:?}\n\n[flows]\ndir = \"flows\"\ndb = \"runs.db\"\n\n\
+            "[gateway]\ntiers_dir = {TIERS:?}\n\n[flows]\ndir = \"flows\"\ndb = \"runs.db\"\n\n\
              [admin]\nlisten = \"{listen}\"\ntoken = \"file:{}\"\n{admin_extra}\n\n{auth}{}{}",
             token.display(),
             stdio_upstream(
@@ -168,7 +168,7 @@ async fn an_operator_approval_resumes_a_parked_run_once() {
     assert_eq!(again["state"], "ran", "{again}");
 
     // A plan without approver roles (its caller's own) is the operator's to decide too.
-    let mcp = call(&client, "flows.own", json!({})).await.expect("call");
+    let mcp = call(&client, "flows__own", json!({})).await.expect("call");
     let held = plan_of(&mcp);
     assert_eq!(held["status"], "ok", "{held}");
     let (run, plan) = held_run(&mcp);
@@ -178,7 +178,7 @@ async fn an_operator_approval_resumes_a_parked_run_once() {
     assert_eq!(writes(&client, "solo").await, 1);
 
     // The caller approving it after that gets the run's result, and nothing runs twice.
-    let late = call(&client, "fedgate.approve", json!({"plan_id": plan}))
+    let late = call(&client, "fedgate__approve", json!({"plan_id": plan}))
         .await
         .expect("approve");
     assert_eq!(late.is_error, Some(false), "{late:?}");
@@ -209,7 +209,7 @@ async fn an_operator_approval_resumes_a_parked_run_once() {
 async fn an_operator_limited_to_denials_cannot_approve_a_callers_plan() {
     let gw = gateway("approve_plans = false", "");
     let client = alice(&gw).await;
-    let mcp = call(&client, "flows.own", json!({})).await.expect("call");
+    let mcp = call(&client, "flows__own", json!({})).await.expect("call");
     assert_eq!(plan_of(&mcp)["status"], "ok");
     let (run, plan) = held_run(&mcp);
     let (status, refused) = admin(&gw, "POST", &format!("plans/{plan}/approve")).await;
@@ -250,7 +250,7 @@ async fn a_reviewers_approval_resumes_the_callers_run() {
     let rita = connect_with_token(&gw.url, RITA, TestClient::new())
         .await
         .expect("rita");
-    let mcp = call(&alice, "flows.reviewed", json!({}))
+    let mcp = call(&alice, "flows__reviewed", json!({}))
         .await
         .expect("call");
     let held = plan_of(&mcp);
@@ -259,13 +259,13 @@ async fn a_reviewers_approval_resumes_the_callers_run() {
     let (run, plan) = held_run(&mcp);
 
     // The caller cannot run it before a reviewer approved.
-    let early = call(&alice, "fedgate.approve", json!({"plan_id": plan}))
+    let early = call(&alice, "fedgate__approve", json!({"plan_id": plan}))
         .await
         .expect("approve");
     assert_eq!(plan_of(&early)["errors"][0]["code"], "awaiting_approval");
 
     // The reviewer approves; the run goes on by itself.
-    let ok = call(&rita, "fedgate.approve", json!({"plan_id": plan}))
+    let ok = call(&rita, "fedgate__approve", json!({"plan_id": plan}))
         .await
         .expect("review");
     assert_eq!(ok.is_error, Some(false), "{ok:?}");
@@ -274,7 +274,7 @@ async fn a_reviewers_approval_resumes_the_callers_run() {
     assert_eq!(writes(&alice, "ledger").await, 1);
 
     // The caller's next approval gets the flow's result; a second review is refused.
-    let late = call(&alice, "fedgate.approve", json!({"plan_id": plan}))
+    let late = call(&alice, "fedgate__approve", json!({"plan_id": plan}))
         .await
         .expect("approve");
     assert_eq!(
@@ -282,7 +282,7 @@ async fn a_reviewers_approval_resumes_the_callers_run() {
         Some(json!({"said": "echo: published v1"})),
         "{late:?}"
     );
-    let again = call(&rita, "fedgate.approve", json!({"plan_id": plan}))
+    let again = call(&rita, "fedgate__approve", json!({"plan_id": plan}))
         .await
         .expect("review");
     assert_eq!(
@@ -297,11 +297,11 @@ async fn a_reviewers_approval_resumes_the_callers_run() {
 async fn flow_approvals_do_not_depend_on_the_upstreams_envelope_mode() {
     let gw = gateway("", "envelope = \"off\"");
     let client = alice(&gw).await;
-    let mcp = call(&client, "flows.own", json!({})).await.expect("call");
+    let mcp = call(&client, "flows__own", json!({})).await.expect("call");
     let held = plan_of(&mcp);
     assert_eq!(held["status"], "ok", "the node parks: {held}");
     let (_, plan) = held_run(&mcp);
-    let done = call(&client, "fedgate.approve", json!({"plan_id": plan}))
+    let done = call(&client, "fedgate__approve", json!({"plan_id": plan}))
         .await
         .expect("approve");
     assert_eq!(
@@ -316,7 +316,7 @@ const HANG: &str = r#"
 id = "hang"
 [[nodes]]
 id = "wait"
-tool = "demo.slow"
+tool = "demo__slow"
 params = { ms = 30000 }
 retry = { max_attempts = 3, base_ms = 10, max_ms = 20 }
 "#;
@@ -330,7 +330,7 @@ async fn an_upstream_timeout_is_retried_by_its_class() {
     std::fs::write(
         &cfg,
         format!(
-            "[gateway]\nseparator = \".\"\n\n[flows]\ndir = \"flows\"\ndb = \"runs.db\"\n\n{}",
+            "[gateway]\n\n[flows]\ndir = \"flows\"\ndb = \"runs.db\"\n\n{}",
             stdio_upstream(
                 "demo",
                 &[],
@@ -343,7 +343,7 @@ async fn an_upstream_timeout_is_retried_by_its_class() {
     let client = connect_legacy(&gw.url, TestClient::new()).await;
     let r = tokio::time::timeout(
         Duration::from_secs(60),
-        call(&client, "flows.hang", json!({})),
+        call(&client, "flows__hang", json!({})),
     )
     .await
     .expect("bounded")
@@ -367,7 +367,9 @@ async fn an_upstream_timeout_is_retried_by_its_class() {
         "an upstream timeout is transient: {run}"
     );
     // Every timed-out attempt was cancelled at the upstream.
-    let stats = call(&client, "demo.stats", json!({})).await.expect("stats");
+    let stats = call(&client, "demo__stats", json!({}))
+        .await
+        .expect("stats");
     assert_eq!(
         stats.structured_content.as_ref().unwrap()["cancelled"],
         3,
@@ -404,7 +406,7 @@ async fn the_cli_lists_and_decides_plans_and_names_them_while_it_waits() {
         "{listed}{}",
         String::from_utf8_lossy(&list.stderr)
     );
-    assert!(listed.contains("solo.record"), "{listed}");
+    assert!(listed.contains("solo__record"), "{listed}");
     let ok = plans(&["approve", &plan]);
     assert!(
         ok.status.success(),
@@ -451,7 +453,7 @@ async fn the_cli_lists_and_decides_plans_and_names_them_while_it_waits() {
             .as_array()
             .into_iter()
             .flatten()
-            .any(|p| p["id"] == plan.as_str() && p["tool"] == "solo.record"),
+            .any(|p| p["id"] == plan.as_str() && p["tool"] == "solo__record"),
         "{listed}"
     );
     let ok = plans(&["approve", &plan]);
@@ -472,7 +474,7 @@ fn without_a_serving_gateway_flows_run_asks_on_the_terminal() {
     std::fs::write(
         &cfg,
         format!(
-            "[gateway]\nseparator = \".\"\ntiers_dir = {TIERS:?}\n\n[flows]\ndir = \"flows\"\ndb = \"runs.db\"\n\n{}",
+            "[gateway]\ntiers_dir = {TIERS:?}\n\n[flows]\ndir = \"flows\"\ndb = \"runs.db\"\n\n{}",
             stdio_upstream(
                 "solo",
                 &[],

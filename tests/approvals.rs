@@ -43,7 +43,7 @@ fn config_with(
         "[gateway]\ntiers_dir = {TIERS:?}\nplan_ttl_ms = {ttl_ms}\n\n{extra}\n\
          [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"env:FEDGATE_ADMIN_TOKEN\"\n\n\
          [audit]\npath = {:?}\n\n[auth]\n{keys}\n\
-         [roles.agent]\ntools = {agent_tools}\nresources = [\"*\"]\n[roles.reviewer]\ntools = [\"fedgate.approve\"]\n\n{}\
+         [roles.agent]\ntools = {agent_tools}\nresources = [\"*\"]\n[roles.reviewer]\ntools = [\"fedgate__approve\"]\n\n{}\
          [upstreams.notes.tools.write_note]\napproval = \"plan\"\ntouches_files = [{touches:?}]\n\n\
          [upstreams.notes.tools.file_ticket]\napproval = \"plan\"\napprovers = [\"reviewer\"]\nwrites_code = true\n",
         audit.display().to_string(),
@@ -71,7 +71,7 @@ fn plan(r: &CallToolResult) -> Value {
 async fn approve(c: &Client, plan_id: &str, decision: &str) -> CallToolResult {
     call(
         c,
-        "fedgate.approve",
+        "fedgate__approve",
         json!({"plan_id": plan_id, "decision": decision}),
     )
     .await
@@ -84,7 +84,7 @@ fn code(r: &CallToolResult) -> String {
 }
 
 async fn upstream_calls(c: &Client) -> u64 {
-    let r = call(c, "notes.stats", json!({})).await.unwrap();
+    let r = call(c, "notes__stats", json!({})).await.unwrap();
     r.structured_content.unwrap()["calls"].as_u64().unwrap()
 }
 
@@ -106,7 +106,7 @@ async fn held(c: &Client, tool: &str, args: Value) -> String {
     let action = &p["next_actions"][0];
     assert_eq!(
         (&action["tool"], &action["confirm"]),
-        (&json!("fedgate.approve"), &json!(true)),
+        (&json!("fedgate__approve"), &json!(true)),
         "{p}"
     );
     action["args"]["plan_id"].as_str().unwrap().to_owned()
@@ -135,7 +135,7 @@ async fn writes_wait_for_approval_and_run_once_with_the_frozen_arguments() {
     );
     let listed = alice.peer().list_all_tools().await.unwrap();
     assert!(
-        listed.iter().any(|t| t.name == "fedgate.approve"),
+        listed.iter().any(|t| t.name == "fedgate__approve"),
         "listed to callers with plans to approve"
     );
 
@@ -143,7 +143,7 @@ async fn writes_wait_for_approval_and_run_once_with_the_frozen_arguments() {
     let before = upstream_calls(&alice).await;
     let r = call(
         &alice,
-        "notes.write_note",
+        "notes__write_note",
         json!({"key": "k1", "value": "frozen"}),
     )
     .await
@@ -156,7 +156,7 @@ async fn writes_wait_for_approval_and_run_once_with_the_frozen_arguments() {
     );
     let instruction = p["instruction"].as_str().unwrap();
     assert!(
-        instruction.contains("notes.write_note") && instruction.contains("value=\"frozen\""),
+        instruction.contains("notes__write_note") && instruction.contains("value=\"frozen\""),
         "{instruction}"
     );
     let id = p["next_actions"][0]["args"]["plan_id"]
@@ -187,7 +187,7 @@ async fn writes_wait_for_approval_and_run_once_with_the_frozen_arguments() {
     // The caller may withdraw a plan.
     let id = held(
         &alice,
-        "notes.write_note",
+        "notes__write_note",
         json!({"key": "k2", "value": "v"}),
     )
     .await;
@@ -199,7 +199,7 @@ async fn writes_wait_for_approval_and_run_once_with_the_frozen_arguments() {
     // with an output schema is an error result (no structured content), its plan still `ok`.
     let r = call(
         &alice,
-        "notes.file_ticket",
+        "notes__file_ticket",
         json!({"title": "T", "priority": "high"}),
     )
     .await
@@ -241,13 +241,13 @@ async fn writes_wait_for_approval_and_run_once_with_the_frozen_arguments() {
     // The admin API lists waiting plans and decides them.
     let denied = held(
         &alice,
-        "notes.file_ticket",
+        "notes__file_ticket",
         json!({"title": "D", "priority": "low"}),
     )
     .await;
     let approved = held(
         &alice,
-        "notes.file_ticket",
+        "notes__file_ticket",
         json!({"title": "A", "priority": "low"}),
     )
     .await;
@@ -303,7 +303,7 @@ async fn writes_wait_for_approval_and_run_once_with_the_frozen_arguments() {
     // A reload that changes the tool's policy voids the plans made under the old one.
     let id = held(
         &alice,
-        "notes.write_note",
+        "notes__write_note",
         json!({"key": "k3", "value": "v"}),
     )
     .await;
@@ -391,7 +391,7 @@ async fn an_expired_plan_does_not_run() {
     let alice = client(&gw, 0).await;
     let id = held(
         &alice,
-        "notes.write_note",
+        "notes__write_note",
         json!({"key": "k", "value": "v"}),
     )
     .await;
@@ -419,9 +419,9 @@ async fn an_expired_plan_does_not_run() {
     let plain = Gateway::start(&stdio_upstream("demo", &[], ""));
     let c = connect_legacy(&plain.url, TestClient::new()).await;
     let tools = c.peer().list_all_tools().await.unwrap();
-    assert!(!tools.iter().any(|t| t.name == "fedgate.approve"));
+    assert!(!tools.iter().any(|t| t.name == "fedgate__approve"));
     assert!(
-        call(&c, "fedgate.approve", json!({"plan_id": "x"}))
+        call(&c, "fedgate__approve", json!({"plan_id": "x"}))
             .await
             .unwrap_err()
             .to_string()
@@ -457,7 +457,7 @@ async fn interactive_callers_are_asked_directly_in_either_era() {
         // retrying with the answer (stateless era).
         let r = c
             .call_tool(
-                rmcp::model::CallToolRequestParams::new("notes.write_note")
+                rmcp::model::CallToolRequestParams::new("notes__write_note")
                     .with_arguments(args(json!({"key": "e1", "value": "yes"}))),
             )
             .await
@@ -466,7 +466,7 @@ async fn interactive_callers_are_asked_directly_in_either_era() {
         let asked = seen.elicitations.lock().clone();
         assert_eq!(asked.len(), 1, "{era}: {asked:?}");
         assert!(
-            asked[0].contains("notes.write_note")
+            asked[0].contains("notes__write_note")
                 && asked[0].contains("value=\"yes\"")
                 && asked[0].contains("notes/**"),
             "{era}: {asked:?}"
@@ -487,7 +487,7 @@ async fn interactive_callers_are_asked_directly_in_either_era() {
         let before = upstream_calls(&c).await;
         let r = c
             .call_tool(
-                rmcp::model::CallToolRequestParams::new("notes.write_note")
+                rmcp::model::CallToolRequestParams::new("notes__write_note")
                     .with_arguments(args(json!({"key": "e2", "value": "no"}))),
             )
             .await
@@ -517,13 +517,13 @@ async fn an_approved_call_meets_authorization_and_rate_limits_again() {
     // rate limit before it reaches the upstream, and its plan stays valid.
     let first = held(
         &alice,
-        "notes.write_note",
+        "notes__write_note",
         json!({"key": "a", "value": "1"}),
     )
     .await;
     let second = held(
         &alice,
-        "notes.write_note",
+        "notes__write_note",
         json!({"key": "b", "value": "2"}),
     )
     .await;
@@ -542,7 +542,7 @@ async fn an_approved_call_meets_authorization_and_rate_limits_again() {
     // Roles narrowed by a reload: the plan (same tool policy) no longer runs for this caller.
     let third = held(
         &alice,
-        "notes.write_note",
+        "notes__write_note",
         json!({"key": "c", "value": "3"}),
     )
     .await;
@@ -552,7 +552,7 @@ async fn an_approved_call_meets_authorization_and_rate_limits_again() {
             &audit,
             600_000,
             "x",
-            "[\"fedgate.approve\", \"notes.stats\"]",
+            "[\"fedgate__approve\", \"notes__stats\"]",
             limit,
         ),
     )
@@ -565,9 +565,9 @@ async fn an_approved_call_meets_authorization_and_rate_limits_again() {
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 200);
-    let e = call(&alice, "fedgate.approve", json!({"plan_id": third})).await;
+    let e = call(&alice, "fedgate__approve", json!({"plan_id": third})).await;
     let text = e.refused();
-    assert!(text.contains("unknown tool `notes.write_note`"), "{text}");
+    assert!(text.contains("unknown tool `notes__write_note`"), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -584,12 +584,12 @@ async fn an_approved_call_that_asks_for_input_finishes_in_either_era() {
         } else {
             connect_legacy(&gw.url, handler).await
         };
-        let id = held(&c, "notes.ask", json!({})).await;
+        let id = held(&c, "notes__ask", json!({})).await;
         // The approved `ask` elicits the caller's name: a request in the handshake era, an
         // input-required round (a retry of this same fedgate.approve) in the stateless era.
         let r = c
             .call_tool(
-                rmcp::model::CallToolRequestParams::new("fedgate.approve")
+                rmcp::model::CallToolRequestParams::new("fedgate__approve")
                     .with_arguments(args(json!({"plan_id": id}))),
             )
             .await

@@ -17,7 +17,7 @@ async fn one_record_per_call_with_the_decision() {
     let audit_path = dir.path().join("audit.jsonl");
     let config = format!(
         "[audit]\npath = {:?}\n\n[auth]\n[[auth.api_keys]]\nname = \"auditor\"\nsha256 = \"{}\"\nroles = [\"r\"]\n\n\
-         [roles.r]\ntools = [\"demo.echo\", \"demo.fail\"]\n\n{}",
+         [roles.r]\ntools = [\"demo__echo\", \"demo__fail\"]\n\n{}",
         audit_path.display().to_string(),
         hex::encode(Sha256::digest(KEY.as_bytes())),
         stdio_upstream("demo", &[], "")
@@ -28,18 +28,18 @@ async fn one_record_per_call_with_the_decision() {
         .unwrap();
     call(
         &client,
-        "demo.echo",
+        "demo__echo",
         serde_json::json!({"text": "secret-argument-value"}),
     )
     .await
     .unwrap();
-    call(&client, "demo.fail", serde_json::json!({}))
+    call(&client, "demo__fail", serde_json::json!({}))
         .await
         .unwrap();
-    call(&client, "demo.crash", serde_json::json!({}))
+    call(&client, "demo__crash", serde_json::json!({}))
         .await
         .unwrap_err();
-    call(&client, "demo.nope", serde_json::json!({}))
+    call(&client, "demo__nope", serde_json::json!({}))
         .await
         .unwrap_err();
 
@@ -74,7 +74,7 @@ async fn one_record_per_call_with_the_decision() {
     }
     assert_eq!(
         (ok["name"].as_str(), ok["upstream"].as_str()),
-        (Some("demo.echo"), Some("demo"))
+        (Some("demo__echo"), Some("demo"))
     );
     assert_eq!(
         (ok["decision"].as_str(), ok["outcome"].as_str()),
@@ -123,7 +123,7 @@ async fn a_failing_audit_disk_never_stops_calls() {
     for i in 0..5 {
         let r = call(
             &client,
-            "demo.echo",
+            "demo__echo",
             serde_json::json!({"text": format!("n{i}")}),
         )
         .await
@@ -156,16 +156,16 @@ async fn finished_calls_are_logged_with_their_fields() {
         &[("FEDGATE_LOG", "debug,rmcp=warn")],
     );
     let client = connect_legacy(&gw.url, TestClient::new()).await;
-    call(&client, "demo.echo", serde_json::json!({"text": "x"}))
+    call(&client, "demo__echo", serde_json::json!({"text": "x"}))
         .await
         .unwrap();
-    call(&client, "demo.error", serde_json::json!({}))
+    call(&client, "demo__error", serde_json::json!({}))
         .await
         .unwrap_err();
     let log = gw.stderr();
     let finished = log
         .lines()
-        .find(|l| l.contains("call finished") && l.contains("tool=demo.echo"))
+        .find(|l| l.contains("call finished") && l.contains("tool=demo__echo"))
         .unwrap_or_else(|| panic!("{log}"));
     assert!(
         finished.contains("upstream=\"demo\"") || finished.contains("upstream=demo"),
@@ -178,7 +178,7 @@ async fn finished_calls_are_logged_with_their_fields() {
     assert!(finished.contains("latency_ms="), "{finished}");
     let failed = log
         .lines()
-        .find(|l| l.contains("call failed") && l.contains("tool=demo.error"))
+        .find(|l| l.contains("call failed") && l.contains("tool=demo__error"))
         .unwrap_or_else(|| panic!("{log}"));
     assert!(failed.contains("upstream"), "{failed}");
     client.cancel().await.unwrap();

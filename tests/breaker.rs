@@ -18,7 +18,7 @@ async fn breaker_opens_on_failures_and_fails_fast() {
     ));
     let client = connect_legacy(&gw.url, TestClient::new()).await;
     for _ in 0..2 {
-        let r = call(&client, "flaky.fail", serde_json::json!({}))
+        let r = call(&client, "flaky__fail", serde_json::json!({}))
             .await
             .unwrap();
         assert_eq!(
@@ -27,7 +27,7 @@ async fn breaker_opens_on_failures_and_fails_fast() {
             "the isError result itself reaches the client"
         );
     }
-    let err = call(&client, "flaky.echo", serde_json::json!({"text": "x"}))
+    let err = call(&client, "flaky__echo", serde_json::json!({"text": "x"}))
         .await
         .refused();
     assert!(err.contains("\"code\":\"breaker_open\""), "{err}");
@@ -38,7 +38,7 @@ async fn breaker_opens_on_failures_and_fails_fast() {
     assert!(b["retry_in_ms"].as_u64().unwrap() > 500_000, "{ready}");
     assert_eq!(ready["upstreams"]["steady"]["breaker"]["state"], "closed");
     // The other upstream is unaffected.
-    let r = call(&client, "steady.echo", serde_json::json!({"text": "ok"}))
+    let r = call(&client, "steady__echo", serde_json::json!({"text": "ok"}))
         .await
         .unwrap();
     assert_eq!(first_text(&r), "echo: ok");
@@ -65,11 +65,11 @@ async fn only_what_says_the_upstream_is_unhealthy_opens_the_breaker() {
     ));
     let client = connect_legacy(&gw.url, TestClient::new()).await;
     for _ in 0..5 {
-        let e = call(&client, "u.reject", serde_json::json!({}))
+        let e = call(&client, "u__reject", serde_json::json!({}))
             .refused_now()
             .await;
         assert!(e.contains("rejects these arguments"), "{e}");
-        let r = call(&client, "u.fail", serde_json::json!({}))
+        let r = call(&client, "u__fail", serde_json::json!({}))
             .await
             .unwrap();
         assert_eq!(r.is_error, Some(true));
@@ -82,11 +82,11 @@ async fn only_what_says_the_upstream_is_unhealthy_opens_the_breaker() {
     assert_eq!(ready["status"], "ready");
     // Server errors are the upstream's fault.
     for _ in 0..2 {
-        call(&client, "u.error", serde_json::json!({}))
+        call(&client, "u__error", serde_json::json!({}))
             .refused_now()
             .await;
     }
-    let blocked = call(&client, "u.echo", serde_json::json!({"text": "x"}))
+    let blocked = call(&client, "u__echo", serde_json::json!({"text": "x"}))
         .refused_now()
         .await;
     assert!(blocked.contains("\"code\":\"breaker_open\""), "{blocked}");
@@ -98,11 +98,11 @@ async fn only_what_says_the_upstream_is_unhealthy_opens_the_breaker() {
     assert_eq!(ready["open_breakers"], serde_json::json!(["u"]), "{ready}");
     // `v` counts only transport failures and timeouts.
     for _ in 0..3 {
-        call(&client, "v.error", serde_json::json!({}))
+        call(&client, "v__error", serde_json::json!({}))
             .refused_now()
             .await;
     }
-    let r = call(&client, "v.echo", serde_json::json!({"text": "ok"}))
+    let r = call(&client, "v__echo", serde_json::json!({"text": "ok"}))
         .await
         .unwrap();
     assert_eq!(first_text(&r), "echo: ok");
@@ -125,16 +125,16 @@ async fn retries_stay_within_the_calls_deadline() {
     let calls =
         |r: rmcp::model::CallToolResult| r.structured_content.unwrap()["calls"].as_u64().unwrap();
     let before = calls(
-        call(&client, "r.stats", serde_json::json!({}))
+        call(&client, "r__stats", serde_json::json!({}))
             .await
             .unwrap(),
     );
-    let e = call(&client, "r.slow", serde_json::json!({"ms": 5000}))
+    let e = call(&client, "r__slow", serde_json::json!({"ms": 5000}))
         .refused_now()
         .await;
     assert!(e.contains("\"code\":\"timeout\""), "{e}");
     let after = calls(
-        call(&client, "r.stats", serde_json::json!({}))
+        call(&client, "r__stats", serde_json::json!({}))
             .await
             .unwrap(),
     );

@@ -29,7 +29,7 @@ fn replica(redis: &RedisServer, fail: &str, extra: &str) -> Gateway {
 async fn burst_of(client: &Client, n: usize) -> (u32, u32, Vec<String>) {
     let (mut admitted, mut limited, mut other) = (0, 0, Vec::new());
     for i in 0..n {
-        match call(client, "demo.echo", json!({"text": i.to_string()})).await {
+        match call(client, "demo__echo", json!({"text": i.to_string()})).await {
             Ok(r) if r.is_error != Some(true) => admitted += 1,
             Ok(r) => {
                 let text = format!("{r:?}");
@@ -106,7 +106,7 @@ async fn a_rate_limit_holds_across_three_replicas_and_falls_back_per_replica_wit
         let mut calls = 0;
         while count(&g.stderr(), "redis answers again") == 0 {
             let direct = connect_modern(&g.url, TestClient::new()).await;
-            let _ = call(&direct, "demo.echo", json!({"text": "probe"})).await;
+            let _ = call(&direct, "demo__echo", json!({"text": "probe"})).await;
             calls += 1;
             assert!(
                 calls < 50,
@@ -127,12 +127,12 @@ async fn with_fail_closed_a_replica_without_redis_refuses_clearly() {
     let mut redis = RedisServer::start();
     let gw = replica(&redis, "closed", "");
     let client = connect_modern(&gw.url, TestClient::new()).await;
-    let ok = call(&client, "demo.echo", json!({"text": "up"}))
+    let ok = call(&client, "demo__echo", json!({"text": "up"}))
         .await
         .expect("call");
     assert_eq!(first_text(&ok), "echo: up");
     redis.stop();
-    let refused = call(&client, "demo.echo", json!({"text": "down"})).await;
+    let refused = call(&client, "demo__echo", json!({"text": "down"})).await;
     let text = match refused {
         Ok(r) => {
             assert_eq!(r.is_error, Some(true), "{r:?}");
@@ -167,7 +167,7 @@ fn with_key(tool: &str, a: serde_json::Value, key: &str) -> rmcp::model::CallToo
 
 /// The shared upstream's own count of the tool calls it served.
 async fn served(client: &Client, upstream: &str) -> u64 {
-    let r = call(client, &format!("{upstream}.stats"), json!({}))
+    let r = call(client, &format!("{upstream}__stats"), json!({}))
         .await
         .expect("stats");
     r.structured_content.expect("stats")["calls"]
@@ -202,7 +202,7 @@ async fn one_idempotency_key_runs_once_across_replicas_even_concurrently() {
 
     // The same key at the same time on both replicas: one run, one answer for both.
     let before = served(&ca, "demo").await;
-    let slow = || with_key("demo.slow", json!({"ms": 400}), "key-concurrent");
+    let slow = || with_key("demo__slow", json!({"ms": 400}), "key-concurrent");
     let (ra, rb) = tokio::join!(ca.peer().call_tool(slow()), cb.peer().call_tool(slow()));
     let (ra, rb) = (ra.expect("a"), rb.expect("b"));
     assert_eq!(first_text(&ra), "slept 400");
@@ -217,12 +217,12 @@ async fn one_idempotency_key_runs_once_across_replicas_even_concurrently() {
     let before = served(&cb, "demo").await;
     let first = ca
         .peer()
-        .call_tool(with_key("demo.echo", json!({"text": "once"}), "key-retry"))
+        .call_tool(with_key("demo__echo", json!({"text": "once"}), "key-retry"))
         .await
         .expect("first");
     let retry = cb
         .peer()
-        .call_tool(with_key("demo.echo", json!({"text": "once"}), "key-retry"))
+        .call_tool(with_key("demo__echo", json!({"text": "once"}), "key-retry"))
         .await
         .expect("retry");
     assert_eq!(first_text(&first), first_text(&retry));
@@ -235,7 +235,11 @@ async fn one_idempotency_key_runs_once_across_replicas_even_concurrently() {
     // The same key with other arguments, on the other replica: a conflict, not a run.
     let conflict = cb
         .peer()
-        .call_tool(with_key("demo.echo", json!({"text": "other"}), "key-retry"))
+        .call_tool(with_key(
+            "demo__echo",
+            json!({"text": "other"}),
+            "key-retry",
+        ))
         .await;
     let text = match conflict {
         Ok(r) => format!("{r:?}"),
@@ -272,7 +276,7 @@ async fn a_plan_held_on_one_replica_is_approved_and_run_on_another_once() {
                  [cluster]\nredis = \"env:FG_REDIS\"\n\n\
                  [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"env:FG_ADMIN\"\n\n\
                  [auth]\nanonymous = true\nanonymous_roles = [\"all\"]\n\n\
-                 [roles.all]\ntools = [\"*\"]\n[roles.reviewer]\ntools = [\"fedgate.approve\"]\n\n\
+                 [roles.all]\ntools = [\"*\"]\n[roles.reviewer]\ntools = [\"fedgate__approve\"]\n\n\
                  [upstreams.notes]\nkind = \"http\"\nurl = \"{}\"\ntier = \"high\"\n\
                  [upstreams.notes.tools.file_ticket]\napproval = \"plan\"\napprovers = [\"reviewer\"]\n",
                 demo.url
@@ -293,7 +297,7 @@ async fn a_plan_held_on_one_replica_is_approved_and_run_on_another_once() {
     // Held on A.
     let held = call(
         &ca,
-        "notes.file_ticket",
+        "notes__file_ticket",
         json!({"title": "T", "priority": "high"}),
     )
     .await
@@ -322,8 +326,8 @@ async fn a_plan_held_on_one_replica_is_approved_and_run_on_another_once() {
     let before = served(&ca, "notes").await;
     let approve = json!({"plan_id": plan_id, "decision": "approve"});
     let (ra, rb) = tokio::join!(
-        call(&ca, "fedgate.approve", approve.clone()),
-        call(&cb, "fedgate.approve", approve.clone())
+        call(&ca, "fedgate__approve", approve.clone()),
+        call(&cb, "fedgate__approve", approve.clone())
     );
     let outcomes: Vec<String> = [ra, rb]
         .into_iter()
@@ -351,7 +355,7 @@ async fn a_plan_held_on_one_replica_is_approved_and_run_on_another_once() {
     );
 
     // Used everywhere afterwards.
-    let again = call(&cb, "fedgate.approve", approve).await.expect("again");
+    let again = call(&cb, "fedgate__approve", approve).await.expect("again");
     assert!(format!("{again:?}").contains("plan_used"), "{again:?}");
     let (_, pending) = admin(&a, "GET", "/admin/plans").await;
     assert_eq!(pending, json!([]), "nothing waits any more");
@@ -370,7 +374,7 @@ const QUICK: &str = r#"
 id = "quick"
 [[nodes]]
 id = "say"
-tool = "ledger.echo"
+tool = "ledger__echo"
 params = { text = "quick" }
 [outputs]
 said = "{{say.output}}"
@@ -386,7 +390,7 @@ fn flow_replica(postgres: &common::stores::PostgresServer, ledger: &str) -> Gate
     std::fs::write(
         &cfg,
         format!(
-            "[gateway]\nseparator = \".\"\nstate_key = \"env:FG_STATE_KEY\"\ntiers_dir = {TIERS:?}\n\n\
+            "[gateway]\nstate_key = \"env:FG_STATE_KEY\"\ntiers_dir = {TIERS:?}\n\n\
              [cluster]\npostgres = \"{}\"\nlease_ms = 1500\n\n\
              [flows]\ndir = \"flows\"\n\n\
              [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"env:FG_ADMIN\"\n\n\
@@ -495,7 +499,7 @@ async fn a_run_of_a_killed_replica_is_taken_over_after_its_lease_and_each_write_
     );
 
     // A flow run called as a task on B answers its handle on a replica started afterwards.
-    let created = common::raw::raw_call(&b.url, "any", "flows.quick", json!({})).await;
+    let created = common::raw::raw_call(&b.url, "any", "flows__quick", json!({})).await;
     let handle = created["result"]["taskId"]
         .as_str()
         .unwrap_or_else(|| panic!("a task: {created}"))
@@ -514,7 +518,7 @@ const APPROVED: &str = r#"
 id = "approved"
 [[nodes]]
 id = "entry"
-tool = "ledger.record"
+tool = "ledger__record"
 params = { value = "v1" }
 [outputs]
 wrote = "{{entry.output.recorded}}"
@@ -533,7 +537,7 @@ fn approving_replica(
     std::fs::write(
         &cfg,
         format!(
-            "[gateway]\nseparator = \".\"\nstate_key = \"env:FG_STATE_KEY\"\ntiers_dir = {TIERS:?}\n\n\
+            "[gateway]\nstate_key = \"env:FG_STATE_KEY\"\ntiers_dir = {TIERS:?}\n\n\
              [cluster]\nredis = \"{}\"\npostgres = \"{}\"\nlease_ms = 1500\n\n\
              [flows]\ndir = \"flows\"\n\n\
              [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"env:FG_ADMIN\"\n\n\

@@ -45,7 +45,7 @@ fn bad_separator_is_reported() {
 #[test]
 fn invalid_upstream_names_are_reported() {
     let (ok, err) = check(
-        "[upstreams.\"git hub\"]\nkind = \"stdio\"\ncommand = \"x\"\n\n[upstreams.\"a.b\"]\nkind = \"stdio\"\ncommand = \"x\"\n",
+        "[upstreams.\"git hub\"]\nkind = \"stdio\"\ncommand = \"x\"\n\n[upstreams.\"a__b\"]\nkind = \"stdio\"\ncommand = \"x\"\n\n[upstreams.\"a.b\"]\nkind = \"stdio\"\ncommand = \"x\"\n",
     );
     assert!(!ok);
     assert!(
@@ -53,7 +53,11 @@ fn invalid_upstream_names_are_reported() {
         "{err}"
     );
     assert!(
-        err.contains("FILE:5: invalid upstream name `a.b`: it contains the separator `.`"),
+        err.contains("FILE:5: invalid upstream name `a__b`: it contains the separator `__`"),
+        "{err}"
+    );
+    assert!(
+        err.contains("FILE:9: upstream name `a.b` contains `.`: names = \"portable\""),
         "{err}"
     );
 }
@@ -78,11 +82,11 @@ fn collisions_name_both_sources() {
         err.contains("rename of `b` to `z` collides with the rename of `a`"),
         "{err}"
     );
-    let namespace = "[upstreams.gh]\nkind = \"stdio\"\ncommand = \"x\"\n\n[upstreams.local]\nkind = \"stdio\"\ncommand = \"x\"\nprefix = \"never\"\nrename = { t = \"gh.t\" }\n";
+    let namespace = "[upstreams.gh]\nkind = \"stdio\"\ncommand = \"x\"\n\n[upstreams.local]\nkind = \"stdio\"\ncommand = \"x\"\nprefix = \"never\"\nrename = { t = \"gh__t\" }\n";
     let (ok, err) = check(namespace);
     assert!(!ok);
     assert!(
-        err.contains("bare name `gh.t` lies in the namespace of upstream `gh`"),
+        err.contains("bare name `gh__t` lies in the namespace of upstream `gh`"),
         "{err}"
     );
 }
@@ -100,7 +104,7 @@ fn every_problem_is_reported_at_once() {
 fn too_long_names_break_the_tool_name_rules() {
     let alias = "x".repeat(126);
     let (ok, err) = check(&format!(
-        "[upstreams.ab]\nkind = \"stdio\"\ncommand = \"x\"\nrename = {{ t = \"{alias}\" }}\n"
+        "[gateway]\nnames = \"mcp\"\n[upstreams.ab]\nkind = \"stdio\"\ncommand = \"x\"\nrename = {{ t = \"{alias}\" }}\n"
     ));
     assert!(!ok);
     assert!(
@@ -163,13 +167,13 @@ async fn imported_mcp_servers_config_checks_and_serves() {
     // The http entry points at nothing: serve still runs the stdio one.
     let gw = Gateway::start_file_env(&cfg, dir, &[("MCP_TOKEN", "tok-from-the-env")]);
     let client = connect_legacy(&gw.url, TestClient::new()).await;
-    let r = call(&client, "local_files.whoami", serde_json::json!({}))
+    let r = call(&client, "local_files__whoami", serde_json::json!({}))
         .await
         .unwrap();
     assert_eq!(first_text(&r), "env tok-from-the-env");
     let r = call(
         &client,
-        "local_files.echo",
+        "local_files__echo",
         serde_json::json!({"text": "imported"}),
     )
     .await
@@ -200,7 +204,7 @@ kind = \"stdio\"\ncommand = \"/nonexistent/fedgate-test-server\"\n",
             .as_array()
             .unwrap()
             .iter()
-            .any(|t| t["name"] == "demo.echo"),
+            .any(|t| t["name"] == "demo__echo"),
         "the ready upstream's tools are still listed: {v}"
     );
     let failed = &v["not_ready"][0];
@@ -220,13 +224,13 @@ kind = \"stdio\"\ncommand = \"/nonexistent/fedgate-test-server\"\n",
         assert!(!out.status.success(), "{tool} cannot succeed");
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
-    let down = call("gone.anything");
+    let down = call("gone__anything");
     assert!(
         down.contains("upstream `gone` is unavailable") && down.contains("fedgate-test-server"),
         "{down}"
     );
-    let typo = call("demo.ecoh");
-    assert!(typo.contains("did you mean `demo.echo`"), "{typo}");
+    let typo = call("demo__ecoh");
+    assert!(typo.contains("did you mean `demo__echo`"), "{typo}");
 }
 
 #[test]
@@ -243,7 +247,7 @@ fn tools_and_call_commands() {
     assert!(out.status.success());
     let echo = table
         .lines()
-        .find(|l| l.starts_with("demo.echo "))
+        .find(|l| l.starts_with("demo__echo "))
         .unwrap_or_else(|| panic!("{table}"));
     assert!(
         echo.contains("demo") && echo.contains("read") && echo.contains("Echo the text back."),
@@ -251,7 +255,7 @@ fn tools_and_call_commands() {
     );
     let note = table
         .lines()
-        .find(|l| l.starts_with("demo.write_note "))
+        .find(|l| l.starts_with("demo__write_note "))
         .unwrap();
     assert!(note.contains("write"), "{note}");
     let out = fedgate(&["tools", "--json", "--config", cfg.to_str().unwrap()]);
@@ -260,7 +264,7 @@ fn tools_and_call_commands() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|t| t["name"] == "demo.add")
+        .find(|t| t["name"] == "demo__add")
         .unwrap_or_else(|| panic!("{v}"));
     assert_eq!(add["access"], "read");
     // At a tier that trusts no annotations, what the tier does decides the column.
@@ -288,13 +292,13 @@ fn tools_and_call_commands() {
             .map(|t| t["access"].clone())
             .unwrap_or_else(|| panic!("{low}"))
     };
-    assert_eq!(access("demo.add"), "read", "declared read_only");
+    assert_eq!(access("demo__add"), "read", "declared read_only");
     assert_eq!(
-        access("demo.echo"),
+        access("demo__echo"),
         "write refused",
         "a read hint the tier does not trust"
     );
-    assert_eq!(access("demo.write_note"), "write, needs approval");
+    assert_eq!(access("demo__write_note"), "write, needs approval");
     std::fs::write(
         &cfg,
         format!("[gateway]\n{}", stdio_upstream("demo", &[], "")),
@@ -307,7 +311,7 @@ fn tools_and_call_commands() {
     assert_eq!(v["not_ready"], serde_json::json!([]));
     let out = fedgate(&[
         "call",
-        "demo.add",
+        "demo__add",
         "--args",
         "{\"a\": 20, \"b\": 22}",
         "--config",
@@ -320,9 +324,9 @@ fn tools_and_call_commands() {
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["structuredContent"]["sum"], 42.0);
-    let out = fedgate(&["call", "demo.nope", "--config", cfg.to_str().unwrap()]);
+    let out = fedgate(&["call", "demo__nope", "--config", cfg.to_str().unwrap()]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown tool `demo.nope`"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown tool `demo__nope`"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -336,11 +340,11 @@ async fn legacy_sse_upstream() {
     let client = TestClient::new();
     let seen = client.seen.clone();
     let client = connect_legacy(&gw.url, client).await;
-    let r = call(&client, "old.echo", serde_json::json!({"text": "sse"}))
+    let r = call(&client, "old__echo", serde_json::json!({"text": "sse"}))
         .await
         .unwrap();
     assert_eq!(first_text(&r), "echo: sse");
-    let r = call(&client, "old.progress", serde_json::json!({"steps": 2}))
+    let r = call(&client, "old__progress", serde_json::json!({"steps": 2}))
         .await
         .unwrap();
     assert_eq!(first_text(&r), "done 2");
@@ -369,11 +373,11 @@ async fn stdio_downstream_serves_the_same_view() {
         .await
         .unwrap();
     let tools = client.peer().list_all_tools().await.unwrap();
-    assert!(tools.iter().any(|t| t.name == "demo.echo"));
+    assert!(tools.iter().any(|t| t.name == "demo__echo"));
     let r = client
         .peer()
         .call_tool(
-            rmcp::model::CallToolRequestParams::new("demo.echo")
+            rmcp::model::CallToolRequestParams::new("demo__echo")
                 .with_arguments(args(serde_json::json!({"text": "stdio"}))),
         )
         .await
@@ -410,20 +414,20 @@ fn the_policy_example_runs_as_documented() {
     };
     let bob = "fgk_example_bob_NOT_A_SECRET";
     let alice = "fgk_example_alice_NOT_A_SECRET";
-    let (ok, out) = run("internal.echo", r#"{"text":"hi"}"#, bob);
+    let (ok, out) = run("internal__echo", r#"{"text":"hi"}"#, bob);
     assert!(ok && out.contains("echo: hi"), "{out}");
-    let (ok, out) = run("internal.write_note", r#"{"key":"k","value":"v"}"#, bob);
+    let (ok, out) = run("internal__write_note", r#"{"key":"k","value":"v"}"#, bob);
     assert!(
-        !ok && out.contains("unknown tool `internal.write_note`"),
+        !ok && out.contains("unknown tool `internal__write_note`"),
         "{out}"
     );
-    let (ok, out) = run("internal.write_note", r#"{"key":"k","value":"v"}"#, alice);
+    let (ok, out) = run("internal__write_note", r#"{"key":"k","value":"v"}"#, alice);
     assert!(ok && out.contains("stored k"), "{out}");
-    let (ok, out) = run("external.add", r#"{"a":1,"b":2}"#, alice);
+    let (ok, out) = run("external__add", r#"{"a":1,"b":2}"#, alice);
     assert!(!ok && out.contains("trust tier `low`"), "{out}");
     let (ok, out) = run("core.echo", r#"{"text":"hi"}"#, alice);
     assert!(!ok && out.contains("unknown tool `core.echo`"), "{out}");
-    let (ok, out) = run("internal.echo", "{}", "fgk_wrong");
+    let (ok, out) = run("internal__echo", "{}", "fgk_wrong");
     assert!(
         !ok && out.contains("unknown API key or invalid token"),
         "{out}"
@@ -443,7 +447,7 @@ async fn the_shipped_config_starts_quietly() {
     std::fs::write(&cfg, shipped.replace("8931", &port)).unwrap();
     let gw = Gateway::start_file(&cfg, dir);
     let client = connect_legacy(&gw.url, TestClient::new()).await;
-    for tool in ["demo.echo", "notes.echo"] {
+    for tool in ["demo__echo", "notes__echo"] {
         let r = call(&client, tool, serde_json::json!({"text": "hi"}))
             .await
             .unwrap();
@@ -470,7 +474,7 @@ fn names_some_clients_refuse_are_warnings() {
             "a".repeat(70)
         ),
     );
-    let (ok, err) = check(&format!("[gateway]\nseparator = \".\"\n{upstream}"));
+    let (ok, err) = check(&format!("[gateway]\nnames = \"mcp\"\n{upstream}"));
     assert!(ok, "{err}");
     assert!(err.contains("warning: separator `.` contains `.`"), "{err}");
     assert!(
@@ -479,14 +483,18 @@ fn names_some_clients_refuse_are_warnings() {
     );
     assert!(err.contains("its alias is 70 characters long"), "{err}");
     let (ok, err) = check(&format!(
-        "[gateway]\nseparator = \"__\"\n{}",
+        "[gateway]\nnames = \"mcp\"\nseparator = \"__\"\n{}",
         stdio_upstream("demo", &[], "")
     ));
     assert!(ok && !err.contains("warning"), "{err}");
 
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("gateway.toml");
-    std::fs::write(&cfg, format!("[gateway]\nseparator = \"__\"\n{upstream}")).unwrap();
+    std::fs::write(
+        &cfg,
+        format!("[gateway]\nnames = \"mcp\"\nseparator = \"__\"\n{upstream}"),
+    )
+    .unwrap();
     let out = fedgate(&["tools", "--json", "--config", cfg.to_str().unwrap()]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let portable = |name: &str| {
@@ -503,6 +511,47 @@ fn names_some_clients_refuse_are_warnings() {
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("tool names (e.g. `"),
         "{v}"
+    );
+
+    // The portable default: the same renames get portable forms, listed with their originals.
+    std::fs::write(&cfg, &upstream).unwrap();
+    let out = fedgate(&["tools", "--json", "--config", cfg.to_str().unwrap()]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tools = v["tools"].as_array().unwrap();
+    assert!(tools.len() > 20, "{v}");
+    for t in tools {
+        let name = t["name"].as_str().unwrap();
+        assert!(
+            name.len() <= 64
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'),
+            "{name}"
+        );
+        assert_eq!(t["portable"], true, "{name}");
+    }
+    let forms = v["portable_forms"].as_array().unwrap();
+    let form_of = |original: &str| {
+        forms
+            .iter()
+            .find(|f| f["original"] == original)
+            .and_then(|f| f["name"].as_str())
+            .unwrap_or_else(|| panic!("no portable form of {original}: {v}"))
+            .to_owned()
+    };
+    let said = form_of("demo__say.it");
+    assert!(said.starts_with("demo__say_it-"), "{said}");
+    let long = form_of(&format!("demo__{}", "a".repeat(70)));
+    assert!(long.len() == 64, "{long}");
+    // The forms are stable: a second run names the same tools the same way.
+    let again = fedgate(&["tools", "--json", "--config", cfg.to_str().unwrap()]);
+    let again: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(again["portable_forms"], v["portable_forms"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("`demo__say.it` is exposed as `demo__say_it-"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }
 

@@ -20,17 +20,17 @@ required = ["text"]
 properties = { text = { type = "string" }, loud = { type = "boolean" } }
 [[nodes]]
 id = "say"
-tool = "demo.echo"
+tool = "demo__echo"
 params = { text = "{{inputs.text}}" }
 [[nodes]]
 id = "shout"
-tool = "notes.echo"
+tool = "notes__echo"
 depends_on = ["say"]
 when = "inputs.loud == `true`"
 params = { text = "LOUD {{say.output}}" }
 [[nodes]]
 id = "relay"
-tool = "notes.echo"
+tool = "notes__echo"
 depends_on = ["say"]
 params = { text = "relayed {{say.output}}" }
 [outputs]
@@ -49,10 +49,10 @@ fn gateway(extra: &str) -> Gateway {
     std::fs::write(
         &cfg,
         format!(
-            "{extra}\n[gateway]\nseparator = \".\"\ntiers_dir = {TIERS:?}\n\n[flows]\ndir = \"flows\"\ndb = \"runs.db\"\n\n\
+            "{extra}\n[gateway]\ntiers_dir = {TIERS:?}\n\n[flows]\ndir = \"flows\"\ndb = \"runs.db\"\n\n\
              [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"file:{}\"\n\n\
              [auth]\nanonymous = true\nanonymous_roles = [\"all\"]\n\n[roles.all]\ntools = [\"*\"]\n\
-             [roles.reviewer]\ntools = [\"fedgate.approve\"]\n\n{}{}\
+             [roles.reviewer]\ntools = [\"fedgate__approve\"]\n\n{}{}\
              [upstreams.notes.tools.file_ticket]\napproval = \"plan\"\napprovers = [\"reviewer\"]\nwrites_code = true\n",
             token.display(),
             stdio_upstream(
@@ -120,14 +120,14 @@ async fn the_console_in_a_real_browser() {
     // A call through /mcp appears in the timeline; so does a refused one whose name is markup,
     // as text.
     let client = connect_legacy(&gw.url, TestClient::new()).await;
-    let r = call(&client, "demo.echo", json!({"text": "hello console"}))
+    let r = call(&client, "demo__echo", json!({"text": "hello console"}))
         .await
         .expect("echo");
     assert_eq!(first_text(&r), "echo: hello console");
     let row = browser
         .until(
             "the echo call in the timeline",
-            "[...document.querySelectorAll('#call-rows tr')].find(r => r.querySelector('.call-name').textContent === 'demo.echo' && r.dataset.outcome === 'ok')?.dataset.seq",
+            "[...document.querySelectorAll('#call-rows tr')].find(r => r.querySelector('.call-name').textContent === 'demo__echo' && r.dataset.outcome === 'ok')?.dataset.seq",
         )
         .await;
     let evil = "<script>window.__owned=1</script><img src=x onerror=window.__owned=2>";
@@ -235,7 +235,7 @@ async fn the_console_in_a_real_browser() {
     // An approval: held on /mcp, approved in the console, then run by its caller.
     let held = call(
         &client,
-        "notes.file_ticket",
+        "notes__file_ticket",
         json!({"title": "from the console test", "priority": "high"}),
     )
     .await
@@ -272,7 +272,7 @@ async fn the_console_in_a_real_browser() {
         .await;
     let ran = call(
         &client,
-        "fedgate.approve",
+        "fedgate__approve",
         json!({"plan_id": plan_id, "decision": "approve"}),
     )
     .await
@@ -295,7 +295,7 @@ async fn the_console_in_a_real_browser() {
     std::fs::write(&out, &png).expect("write screenshot");
 
     // Kill an upstream's process: the console shows it down.
-    let pid: i32 = first_text(&call(&client, "demo.pid", json!({})).await.expect("pid"))
+    let pid: i32 = first_text(&call(&client, "demo__pid", json!({})).await.expect("pid"))
         .trim()
         .parse()
         .expect("pid");
@@ -324,7 +324,7 @@ async fn the_console_in_a_real_browser() {
 async fn without_the_token_nothing_answers_and_the_page_is_locked_down() {
     let gw = gateway("");
     let client = connect_legacy(&gw.url, TestClient::new()).await;
-    call(&client, "demo.echo", json!({"text": "secret-ish"}))
+    call(&client, "demo__echo", json!({"text": "secret-ish"}))
         .await
         .expect("echo");
 
@@ -390,7 +390,7 @@ async fn without_the_token_nothing_answers_and_the_page_is_locked_down() {
         assert_eq!(r.status().as_u16(), 401, "{path}");
         let body = r.text().await.expect("body");
         assert!(
-            !body.contains("demo.echo") && !body.contains("data:"),
+            !body.contains("demo__echo") && !body.contains("data:"),
             "{path}: {body}"
         );
     }
@@ -406,7 +406,7 @@ async fn without_the_token_nothing_answers_and_the_page_is_locked_down() {
         Some("text/event-stream")
     );
     let mut seen = String::new();
-    while !seen.contains("demo.echo") {
+    while !seen.contains("demo__echo") {
         let chunk = stream.chunk().await.expect("stream").expect("open stream");
         seen.push_str(&String::from_utf8_lossy(&chunk));
     }
@@ -415,10 +415,10 @@ async fn without_the_token_nothing_answers_and_the_page_is_locked_down() {
         "{seen}"
     );
     assert!(!seen.contains("secret-ish"), "no arguments in the feed");
-    call(&client, "notes.echo", json!({"text": "live"}))
+    call(&client, "notes__echo", json!({"text": "live"}))
         .await
         .expect("echo");
-    while !seen.contains("notes.echo") {
+    while !seen.contains("notes__echo") {
         let chunk = stream.chunk().await.expect("stream").expect("open stream");
         seen.push_str(&String::from_utf8_lossy(&chunk));
     }
@@ -435,7 +435,7 @@ async fn without_the_token_nothing_answers_and_the_page_is_locked_down() {
         .iter()
         .filter_map(|c| c["name"].as_str())
         .collect();
-    assert_eq!(names, ["notes.echo"]);
+    assert_eq!(names, ["notes__echo"]);
     assert!(
         calls["calls"][0].get("trace_id").is_none(),
         "no trace id without tracing"
@@ -449,8 +449,8 @@ async fn without_the_token_nothing_answers_and_the_page_is_locked_down() {
         .as_array()
         .expect("tools")
         .iter()
-        .find(|t| t["upstream"] == "demo" && t["tool"] == "demo.echo")
-        .unwrap_or_else(|| panic!("demo.echo in {latency}"));
+        .find(|t| t["upstream"] == "demo" && t["tool"] == "demo__echo")
+        .unwrap_or_else(|| panic!("demo__echo in {latency}"));
     assert_eq!(demo["total"]["calls"], 1);
     assert!(demo["total"]["p50_ms"].as_f64().is_some_and(|p| p > 0.0));
 }
@@ -460,7 +460,7 @@ async fn with_tracing_on_a_call_shows_its_trace_id() {
     // Nothing listens on port 9: spans are made (and their export fails quietly).
     let gw = gateway("[tracing]\notlp_endpoint = \"http://127.0.0.1:9\"\n");
     let client = connect_legacy(&gw.url, TestClient::new()).await;
-    call(&client, "demo.echo", json!({"text": "traced"}))
+    call(&client, "demo__echo", json!({"text": "traced"}))
         .await
         .expect("echo");
     let calls: Value = admin_get(&gw, "/admin/calls", ADMIN_TOKEN)

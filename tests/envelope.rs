@@ -61,10 +61,10 @@ async fn invalid_arguments_are_refused_before_forwarding_with_fields_and_a_form(
         stdio_upstream("raw", &[], "validate_arguments = false"),
     ));
     let client = connect_legacy(&gw.url, TestClient::new()).await;
-    let before = upstream_calls(&client, "demo.stats").await;
+    let before = upstream_calls(&client, "demo__stats").await;
 
     // Missing required fields.
-    let r = call(&client, "demo.file_ticket", json!({})).await.unwrap();
+    let r = call(&client, "demo__file_ticket", json!({})).await.unwrap();
     let plan = refusal(&r, true);
     assert_eq!(plan["status"], "invalid");
     assert_eq!(plan["missing"], json!(["title", "priority"]), "{plan}");
@@ -103,7 +103,7 @@ async fn invalid_arguments_are_refused_before_forwarding_with_fields_and_a_form(
     // Wrong type, enum, nested format, array item, unknown property.
     let r = call(
         &client,
-        "demo.file_ticket",
+        "demo__file_ticket",
         json!({"title": 5, "priority": "urgent", "owner": {"email": "nope"},
                "labels": ["a", 2], "estimate": "soon", "colour": "red"}),
     )
@@ -156,21 +156,21 @@ async fn invalid_arguments_are_refused_before_forwarding_with_fields_and_a_form(
     assert!(plan.get("follow_up").is_none());
 
     // A draft-07 schema: `items` as a tuple.
-    let r = call(&client, "demo.legacy_form", json!({"pair": ["a", "b"]}))
+    let r = call(&client, "demo__legacy_form", json!({"pair": ["a", "b"]}))
         .await
         .unwrap();
     let plan = refusal(&r, false);
     assert_eq!(plan["errors"][0]["field"], "/pair/1", "{plan}");
-    let ok = call(&client, "demo.legacy_form", json!({"pair": ["a", 1]}))
+    let ok = call(&client, "demo__legacy_form", json!({"pair": ["a", 1]}))
         .await
         .unwrap();
     assert_eq!(first_text(&ok), "pair: [\"a\",1]");
 
     // None of the refused calls reached the upstream (stats and legacy_form did).
-    assert_eq!(upstream_calls(&client, "demo.stats").await, before + 2);
+    assert_eq!(upstream_calls(&client, "demo__stats").await, before + 2);
 
     // A schema that does not compile: served unchecked, reported once and in /readyz.
-    let r = call(&client, "demo.broken_schema", json!({"code": 5}))
+    let r = call(&client, "demo__broken_schema", json!({"code": 5}))
         .await
         .unwrap();
     assert_eq!(first_text(&r), "code: 5");
@@ -189,7 +189,7 @@ async fn invalid_arguments_are_refused_before_forwarding_with_fields_and_a_form(
     );
 
     // `validate_arguments = false`: the upstream judges the arguments itself.
-    let r = call(&client, "raw.file_ticket", json!({})).await.unwrap();
+    let r = call(&client, "raw__file_ticket", json!({})).await.unwrap();
     assert_ne!(r.is_error, Some(true), "{r:?}");
     assert_eq!(r.structured_content.unwrap()["title"], Value::Null);
     client.cancel().await.unwrap();
@@ -225,16 +225,16 @@ async fn refusals_and_failures_carry_a_plan_with_what_to_do() {
 
     // Unknown tool: a JSON-RPC invalid-params error; the closest names are in the message and
     // are the plan's recovery actions.
-    let e = call(&client, "demo.ecoh", json!({})).await.unwrap_err();
+    let e = call(&client, "demo__ecoh", json!({})).await.unwrap_err();
     let (err, plan) = error_plan(&e);
     assert_eq!(err.code, rmcp::model::ErrorCode::INVALID_PARAMS);
     assert!(
-        err.message.contains("did you mean `demo.echo`"),
+        err.message.contains("did you mean `demo__echo`"),
         "{}",
         err.message
     );
     assert_eq!(outcome(&plan), ("error", "unknown_tool"));
-    assert_eq!(plan["recovery_actions"][0]["tool"], "demo.echo", "{plan}");
+    assert_eq!(plan["recovery_actions"][0]["tool"], "demo__echo", "{plan}");
     // A bare tool name: the same tool in the namespaces first, with the caller's arguments.
     let e = call(&client, "echo", json!({"text": "hi"}))
         .await
@@ -247,13 +247,13 @@ async fn refusals_and_failures_carry_a_plan_with_what_to_do() {
     assert!(!actions.is_empty(), "{plan}");
     for a in &actions {
         assert!(
-            a["tool"].as_str().unwrap_or("").ends_with(".echo"),
+            a["tool"].as_str().unwrap_or("").ends_with("__echo"),
             "{plan}"
         );
         assert_eq!(a["args"], json!({"text": "hi"}), "{plan}");
     }
     // An unknown upstream part is named; a write elsewhere is never offered as recovery.
-    let e = call(&client, "ledgr.record", json!({"value": 1}))
+    let e = call(&client, "ledgr__record", json!({"value": 1}))
         .await
         .unwrap_err();
     let (err, plan) = error_plan(&e);
@@ -276,15 +276,15 @@ async fn refusals_and_failures_carry_a_plan_with_what_to_do() {
         "{plan}"
     );
     // A mistyped name of the same upstream's write is offered (its call meets its policy).
-    let e = call(&client, "demo.recrd", json!({})).await.unwrap_err();
+    let e = call(&client, "demo__recrd", json!({})).await.unwrap_err();
     assert_eq!(
         error_plan(&e).1["recovery_actions"][0]["tool"],
-        "demo.record"
+        "demo__record"
     );
     // Prompts, resources and completions: JSON-RPC errors with the plan in `error.data`.
     let e = client
         .peer()
-        .get_prompt(rmcp::model::GetPromptRequestParams::new("demo.nope"))
+        .get_prompt(rmcp::model::GetPromptRequestParams::new("demo__nope"))
         .await
         .unwrap_err();
     assert_eq!(error_plan(&e).1["errors"][0]["code"], "unknown_prompt");
@@ -296,13 +296,13 @@ async fn refusals_and_failures_carry_a_plan_with_what_to_do() {
     assert_eq!(error_plan(&e).1["errors"][0]["code"], "unknown_resource");
     // A name longer than any tool name is not compared with every tool.
     // ...and is never echoed whole: the answer names its length instead.
-    let e = call(&client, &format!("demo.{}", "x".repeat(5000)), json!({}))
+    let e = call(&client, &format!("demo__{}", "x".repeat(5000)), json!({}))
         .await
         .unwrap_err();
     let (err, plan) = error_plan(&e);
     assert!(plan.get("recovery_actions").is_none());
     assert!(
-        err.message.contains("…(5005 characters)"),
+        err.message.contains("…(5006 characters)"),
         "{}",
         err.message
     );
@@ -311,16 +311,16 @@ async fn refusals_and_failures_carry_a_plan_with_what_to_do() {
         "bounded answer"
     );
     // A newline in a name cannot forge a log line.
-    call(&client, "demo.x\nFORGED log line", json!({}))
+    call(&client, "demo__x\nFORGED log line", json!({}))
         .await
         .refused();
 
     // Rate limited: blocked, with the wait in the hint.
-    call(&client, "lim.add", json!({"a": 1, "b": 2}))
+    call(&client, "lim__add", json!({"a": 1, "b": 2}))
         .await
         .unwrap();
     let plan = refusal(
-        &call(&client, "lim.add", json!({"a": 1, "b": 2}))
+        &call(&client, "lim__add", json!({"a": 1, "b": 2}))
             .await
             .unwrap(),
         false,
@@ -336,7 +336,7 @@ async fn refusals_and_failures_carry_a_plan_with_what_to_do() {
 
     // Tier: medium refuses an undeclared write.
     let plan = refusal(
-        &call(&client, "ro.write_note", json!({"key": "k", "value": "v"}))
+        &call(&client, "ro__write_note", json!({"key": "k", "value": "v"}))
             .await
             .unwrap(),
         false,
@@ -353,7 +353,7 @@ async fn refusals_and_failures_carry_a_plan_with_what_to_do() {
     );
 
     // The upstream's own isError passes as it is in mode `errors`.
-    let failed = call(&client, "demo.fail", json!({})).await.unwrap();
+    let failed = call(&client, "demo__fail", json!({})).await.unwrap();
     assert_eq!(
         (failed.is_error, failed.meta.is_none()),
         (Some(true), true),
@@ -362,7 +362,7 @@ async fn refusals_and_failures_carry_a_plan_with_what_to_do() {
 
     // A read that times out may be repeated; it also opens flaky's breaker (one failure).
     let plan = refusal(
-        &call(&client, "flaky.slow", json!({"ms": 30000}))
+        &call(&client, "flaky__slow", json!({"ms": 30000}))
             .await
             .unwrap(),
         false,
@@ -370,7 +370,7 @@ async fn refusals_and_failures_carry_a_plan_with_what_to_do() {
     assert_eq!(outcome(&plan), ("error", "timeout"));
     assert_eq!(plan["errors"][0]["recoverable"], true, "{plan}");
     let plan = refusal(
-        &call(&client, "flaky.echo", json!({"text": "x"}))
+        &call(&client, "flaky__echo", json!({"text": "x"}))
             .await
             .unwrap(),
         false,
@@ -386,7 +386,7 @@ async fn refusals_and_failures_carry_a_plan_with_what_to_do() {
 
     // A write whose connection is lost mid-call: the outcome is uncertain, never retried.
     let plan = refusal(
-        &call(&client, "w.write_note", json!({"key": "k", "value": "v"}))
+        &call(&client, "w__write_note", json!({"key": "k", "value": "v"}))
             .await
             .unwrap(),
         false,
@@ -402,7 +402,7 @@ async fn refusals_and_failures_carry_a_plan_with_what_to_do() {
     );
 
     // An upstream that is down: blocked, naming its state.
-    call(&client, "gone.echo", json!({"text": "x"}))
+    call(&client, "gone__echo", json!({"text": "x"}))
         .await
         .refused();
     for _ in 0..200 {
@@ -412,7 +412,7 @@ async fn refusals_and_failures_carry_a_plan_with_what_to_do() {
         tokio::time::sleep(std::time::Duration::from_millis(25)).await;
     }
     let plan = refusal(
-        &call(&client, "gone.echo", json!({"text": "x"}))
+        &call(&client, "gone__echo", json!({"text": "x"}))
             .await
             .unwrap(),
         false,
@@ -428,7 +428,10 @@ async fn refusals_and_failures_carry_a_plan_with_what_to_do() {
     assert_eq!(plan["correlation_id"].as_str().unwrap().len(), 32);
     client.cancel().await.unwrap();
     let log = gw.stderr();
-    assert!(log.contains("demo.x\\nFORGED"), "escaped in the log: {log}");
+    assert!(
+        log.contains("demo__x\\nFORGED"),
+        "escaped in the log: {log}"
+    );
     assert!(!log.lines().any(|l| l.starts_with("FORGED")), "{log}");
 }
 
@@ -463,15 +466,15 @@ async fn mode_off_is_a_direct_call_and_mode_always_keeps_the_upstream_content() 
     let want_add = json_of(&call(&direct, "add", add.clone()).await.unwrap());
     let want_fail = json_of(&call(&direct, "fail", json!({})).await.unwrap());
     assert_eq!(
-        json_of(&call(&client, "off.add", add.clone()).await.unwrap()),
+        json_of(&call(&client, "off__add", add.clone()).await.unwrap()),
         want_add
     );
     assert_eq!(
-        json_of(&call(&client, "off.fail", json!({})).await.unwrap()),
+        json_of(&call(&client, "off__fail", json!({})).await.unwrap()),
         want_fail
     );
     // ...and refusals stay plain JSON-RPC errors (the burst of 2 is used up by now).
-    let e = call(&client, "off.add", add.clone()).await.unwrap_err();
+    let e = call(&client, "off__add", add.clone()).await.unwrap_err();
     match e {
         rmcp::ServiceError::McpError(e) => {
             assert!(e.message.contains("rate limited"), "{}", e.message);
@@ -485,7 +488,7 @@ async fn mode_off_is_a_direct_call_and_mode_always_keeps_the_upstream_content() 
 
     // Mode always: the upstream's content and structured content are kept as they are; the
     // plan is added in `_meta` and as one more text block.
-    let r = call(&client, "all.add", add.clone()).await.unwrap();
+    let r = call(&client, "all__add", add.clone()).await.unwrap();
     assert_eq!(r.content.len(), 2, "{r:?}");
     assert_eq!(json!(r.content[0]), want_add["content"][0]);
     assert_eq!(json!(r.structured_content), want_add["structuredContent"]);
@@ -495,7 +498,7 @@ async fn mode_off_is_a_direct_call_and_mode_always_keeps_the_upstream_content() 
     let text: Value = serde_json::from_str(r.content[1].as_text().unwrap().text.as_str()).unwrap();
     assert_eq!(text, plan);
     // An upstream isError becomes an `error` plan, and keeps the upstream's content.
-    let r = call(&client, "all.fail", json!({})).await.unwrap();
+    let r = call(&client, "all__fail", json!({})).await.unwrap();
     assert_eq!(
         (r.is_error, json!(r.content[0])),
         (Some(true), want_fail["content"][0].clone())
@@ -507,7 +510,7 @@ async fn mode_off_is_a_direct_call_and_mode_always_keeps_the_upstream_content() 
 
     // Mode errors with a configured follow-up: an `ok` plan in `_meta`, and the question as
     // one more text block (desktop clients give the model content, never `_meta`).
-    let r = call(&client, "fu.echo", json!({"text": "hi"}))
+    let r = call(&client, "fu__echo", json!({"text": "hi"}))
         .await
         .unwrap();
     assert_eq!((r.content.len(), first_text(&r).as_str()), (2, "echo: hi"));
@@ -518,7 +521,7 @@ async fn mode_off_is_a_direct_call_and_mode_always_keeps_the_upstream_content() 
     let plan = valid(r.meta.as_ref().unwrap().0[PLAN_KEY].clone());
     assert_eq!(plan["follow_up"], "Shall I echo something else?");
     // Other tools of that upstream get nothing added.
-    let r = call(&client, "fu.add", add).await.unwrap();
+    let r = call(&client, "fu__add", add).await.unwrap();
     assert_eq!(json_of(&r), want_add);
     direct.cancel().await.unwrap();
     client.cancel().await.unwrap();

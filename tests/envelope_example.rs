@@ -49,7 +49,7 @@ async fn the_envelope_example_runs_as_documented() {
     // 1. Invalid arguments.
     let r = call(
         &agent,
-        "demo.file_ticket",
+        "demo__file_ticket",
         json!({"title": "Printer on fire", "priority": "asap"}),
     )
     .await;
@@ -66,36 +66,36 @@ async fn the_envelope_example_runs_as_documented() {
     );
 
     // 2. Unknown tool.
-    let r = call(&agent, "demo.fil_ticket", json!({})).await;
+    let r = call(&agent, "demo__fil_ticket", json!({})).await;
     let v = show("unknown tool", &r);
     assert_eq!(v["error"]["code"], -32602);
     assert_eq!(
         plan_in(&v)["recovery_actions"][0]["tool"],
-        "demo.file_ticket"
+        "demo__file_ticket"
     );
 
     // 3. Self-approval.
     let r = call(
         &agent,
-        "demo.write_note",
+        "demo__write_note",
         json!({"key": "standup", "value": "10:00"}),
     )
     .await;
     let v = show("held write", &r);
     let plan = plan_in(&v);
-    assert_eq!(plan["next_actions"][0]["tool"], "fedgate.approve");
+    assert_eq!(plan["next_actions"][0]["tool"], "fedgate__approve");
     let id = plan["next_actions"][0]["args"]["plan_id"]
         .as_str()
         .unwrap()
         .to_owned();
-    let r = call(&agent, "fedgate.approve", json!({"plan_id": id})).await;
+    let r = call(&agent, "fedgate__approve", json!({"plan_id": id})).await;
     let v = show("approved and run", &r);
     assert_eq!(v["content"][0]["text"], "stored standup");
 
     // 4. Reviewer approval.
     let r = call(
         &agent,
-        "demo.file_ticket",
+        "demo__file_ticket",
         json!({"title": "Printer on fire", "priority": "high"}),
     )
     .await;
@@ -104,18 +104,18 @@ async fn the_envelope_example_runs_as_documented() {
         .as_str()
         .unwrap()
         .to_owned();
-    let r = call(&agent, "fedgate.approve", json!({"plan_id": id})).await;
+    let r = call(&agent, "fedgate__approve", json!({"plan_id": id})).await;
     let v = show("agent asks too early", &r);
     assert_eq!(plan_in(&v)["status"], "blocked");
-    let r = call(&reviewer, "fedgate.approve", json!({"plan_id": id})).await;
+    let r = call(&reviewer, "fedgate__approve", json!({"plan_id": id})).await;
     let v = show("reviewer approves", &r);
     assert_eq!(plan_in(&v)["status"], "ok");
-    let r = call(&agent, "fedgate.approve", json!({"plan_id": id})).await;
+    let r = call(&agent, "fedgate__approve", json!({"plan_id": id})).await;
     let v = show("agent runs it", &r);
     assert_eq!(v["structuredContent"]["title"], "Printer on fire");
 
     // 5. Mode `always`: the upstream's content, then the plan, with the follow-up.
-    let r = call(&agent, "notes.echo", json!({"text": "hi"})).await;
+    let r = call(&agent, "notes__echo", json!({"text": "hi"})).await;
     let v = show("always", &r);
     assert_eq!(v["content"][0]["text"], "echo: hi");
     assert_eq!(plan_in(&v)["follow_up"], "Anything else to echo?");
@@ -124,8 +124,8 @@ async fn the_envelope_example_runs_as_documented() {
     for needle in [
         "\"status\": \"invalid\"",
         "\"code\": \"enum\"",
-        "did you mean `demo.file_ticket`",
-        "\"tool\": \"fedgate.approve\"",
+        "did you mean `demo__file_ticket`",
+        "\"tool\": \"fedgate__approve\"",
         "\"confirm\": true",
         "stored standup",
         "\"code\": \"awaiting_approval\"",

@@ -46,7 +46,7 @@ async fn lists_are_private_when_filtered_per_caller() {
 
     // With [auth], lists are filtered per caller: private.
     let guarded = Gateway::start(&format!(
-        "[auth]\nanonymous = true\nanonymous_roles = [\"echo\"]\n\n[roles.echo]\ntools = [\"a.echo\"]\n\n{}",
+        "[auth]\nanonymous = true\nanonymous_roles = [\"echo\"]\n\n[roles.echo]\ntools = [\"a__echo\"]\n\n{}",
         stdio_upstream("a", &[], "")
     ));
     let modern = connect_modern(&guarded.url, TestClient::new()).await;
@@ -91,7 +91,7 @@ async fn legacy_upstream_elicitation_reaches_a_modern_client_as_input_required()
 
     // rmcp's client drives the rounds itself through its handler.
     let r = client
-        .call_tool(CallToolRequestParams::new("demo.ask"))
+        .call_tool(CallToolRequestParams::new("demo__ask"))
         .await
         .unwrap();
     assert_eq!(first_text(&r), "hello ada");
@@ -100,7 +100,7 @@ async fn legacy_upstream_elicitation_reaches_a_modern_client_as_input_required()
     // By hand: the input request, the sealed state, one resume, no replay.
     let first = client
         .peer()
-        .call_tool_once(CallToolRequestParams::new("demo.ask"))
+        .call_tool_once(CallToolRequestParams::new("demo__ask"))
         .await
         .unwrap();
     let CallToolResponse::InputRequired(ir) = first else {
@@ -113,7 +113,7 @@ async fn legacy_upstream_elicitation_reaches_a_modern_client_as_input_required()
     let state = ir.request_state.clone().unwrap();
     let retry = |state: String, args: serde_json::Value| {
         client.peer().call_tool_once(
-            CallToolRequestParams::new("demo.ask")
+            CallToolRequestParams::new("demo__ask")
                 .with_arguments(args.as_object().cloned().unwrap())
                 .with_input_responses(answer("grace"))
                 .with_request_state(state),
@@ -153,7 +153,7 @@ async fn unclaimed_parked_calls_expire() {
     let client = connect_modern(&gw.url, TestClient::new()).await;
     let first = client
         .peer()
-        .call_tool_once(CallToolRequestParams::new("demo.ask"))
+        .call_tool_once(CallToolRequestParams::new("demo__ask"))
         .await
         .unwrap();
     let CallToolResponse::InputRequired(ir) = first else {
@@ -170,7 +170,7 @@ async fn unclaimed_parked_calls_expire() {
     let err = client
         .peer()
         .call_tool_once(
-            CallToolRequestParams::new("demo.ask")
+            CallToolRequestParams::new("demo__ask")
                 .with_input_responses(answer("late"))
                 .with_request_state(ir.request_state.unwrap()),
         )
@@ -178,7 +178,7 @@ async fn unclaimed_parked_calls_expire() {
         .unwrap_err();
     assert_eq!(code(err), -32602);
     // The upstream is free again.
-    let r = call(&client, "demo.echo", serde_json::json!({"text": "ok"}))
+    let r = call(&client, "demo__echo", serde_json::json!({"text": "ok"}))
         .await
         .unwrap();
     assert_eq!(first_text(&r), "echo: ok");
@@ -217,7 +217,7 @@ async fn unattributable_stdio_requests_are_refused() {
     let peer = client.peer().clone();
     let slow = tokio::spawn(async move {
         peer.call_tool(
-            CallToolRequestParams::new("demo.slow").with_arguments(
+            CallToolRequestParams::new("demo__slow").with_arguments(
                 serde_json::json!({"ms": 3000})
                     .as_object()
                     .cloned()
@@ -228,7 +228,7 @@ async fn unattributable_stdio_requests_are_refused() {
     });
     // The slow call must be in flight at the upstream first.
     let stats = || async {
-        let r = call(&client, "demo.stats", serde_json::json!({}))
+        let r = call(&client, "demo__stats", serde_json::json!({}))
             .await
             .unwrap();
         serde_json::from_str::<serde_json::Value>(&first_text(&r)).unwrap()
@@ -238,7 +238,7 @@ async fn unattributable_stdio_requests_are_refused() {
     })
     .await
     .expect("the slow call reached the upstream");
-    let r = call(&client, "demo.ask", serde_json::json!({})).await;
+    let r = call(&client, "demo__ask", serde_json::json!({})).await;
     let text = match r {
         Ok(r) => format!("{r:?}"),
         Err(e) => e.to_string(),
@@ -282,7 +282,7 @@ async fn routing_headers_follow_the_rewritten_body() {
     let client = connect_modern(&gw.url, TestClient::new()).await;
     // The client learns the x-mcp-header parameter from the list, as SDKs do.
     let tools = client.peer().list_all_tools().await.unwrap();
-    assert!(tools.iter().any(|t| t.name == "h.hdrs"));
+    assert!(tools.iter().any(|t| t.name == "h__hdrs"));
     // The call itself as an SDK sends it, headers included (raw: rmcp's client caches a tool's
     // header parameters only from some of its answer paths, so it sometimes leaves them out).
     let answer = reqwest::Client::new()
@@ -291,11 +291,11 @@ async fn routing_headers_follow_the_rewritten_body() {
         .header("accept", "application/json, text/event-stream")
         .header("mcp-protocol-version", "2026-07-28")
         .header("mcp-method", "tools/call")
-        .header("mcp-name", "h.hdrs")
+        .header("mcp-name", "h__hdrs")
         .header("mcp-param-region", "eu-west")
         .json(
             &serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-            "name": "h.hdrs", "arguments": {"region": "eu-west"},
+            "name": "h__hdrs", "arguments": {"region": "eu-west"},
             "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
                       "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
                       "io.modelcontextprotocol/clientCapabilities": {}}}}),
@@ -329,12 +329,13 @@ async fn idempotency_keys_do_not_freeze_input_required_rounds() {
         meta.insert("idempotencyKey".into(), "k-1".into());
         call_with_meta(&client, p, meta)
     };
-    let ServerResult::InputRequiredResult(ir) = keyed(CallToolRequestParams::new("demo.ask")).await
+    let ServerResult::InputRequiredResult(ir) =
+        keyed(CallToolRequestParams::new("demo__ask")).await
     else {
         panic!("expected input_required");
     };
     let done = keyed(
-        CallToolRequestParams::new("demo.ask")
+        CallToolRequestParams::new("demo__ask")
             .with_input_responses(answer("lin"))
             .with_request_state(ir.request_state.unwrap()),
     )
@@ -344,7 +345,7 @@ async fn idempotency_keys_do_not_freeze_input_required_rounds() {
     };
     assert_eq!(first_text(&done), "hello lin");
     // The same key again: the recorded final answer, not another input round.
-    let again = keyed(CallToolRequestParams::new("demo.ask")).await;
+    let again = keyed(CallToolRequestParams::new("demo__ask")).await;
     let ServerResult::CallToolResult(again) = again else {
         panic!("expected the recorded answer, got {again:?}");
     };
@@ -384,7 +385,7 @@ async fn a_closed_listen_stream_leaves_no_error_in_the_log() {
     }
     // A call after them is answered, so the closed streams have been dealt with.
     let client = connect_modern(&gw.url, TestClient::new()).await;
-    let r = call(&client, "a.slow", serde_json::json!({"ms": 300}))
+    let r = call(&client, "a__slow", serde_json::json!({"ms": 300}))
         .await
         .unwrap();
     assert_eq!(first_text(&r), "slept 300");

@@ -19,7 +19,7 @@ async fn a_failing_upstream_does_not_block_the_others() {
     ));
     let client = connect_legacy(&gw.url, TestClient::new()).await;
     let tools = client.peer().list_all_tools().await.unwrap();
-    assert!(tools.iter().any(|t| t.name == "good.echo"));
+    assert!(tools.iter().any(|t| t.name == "good__echo"));
     assert!(!tools.iter().any(|t| t.name.starts_with("bad.")));
     let (status, ready) = gw.readyz().await;
     assert_eq!(status, 200, "one ready upstream keeps the gateway ready");
@@ -69,14 +69,14 @@ async fn a_crash_mid_call_fails_fast_and_the_upstream_comes_back() {
     let seen = client.seen.clone();
     let client = connect_legacy(&gw.url, client).await;
     let pid_before = first_text(
-        &call(&client, "demo.pid", serde_json::json!({}))
+        &call(&client, "demo__pid", serde_json::json!({}))
             .await
             .unwrap(),
     );
     let changes = *seen.tool_changes.lock();
     let err = tokio::time::timeout(
         Duration::from_secs(10),
-        call(&client, "demo.crash", serde_json::json!({})),
+        call(&client, "demo__crash", serde_json::json!({})),
     )
     .await
     .expect("the caller gets an answer, not a hang")
@@ -88,7 +88,7 @@ async fn a_crash_mid_call_fails_fast_and_the_upstream_comes_back() {
     })
     .await;
     let pid_after = first_text(
-        &call(&client, "demo.pid", serde_json::json!({}))
+        &call(&client, "demo__pid", serde_json::json!({}))
             .await
             .unwrap(),
     );
@@ -114,7 +114,7 @@ async fn calls_to_a_down_upstream_say_so() {
         )
     ));
     let client = connect_legacy(&gw.url, TestClient::new()).await;
-    let err = call(&client, "gone.echo", serde_json::json!({"text": "x"}))
+    let err = call(&client, "gone__echo", serde_json::json!({"text": "x"}))
         .await
         .refused();
     assert!(err.contains("upstream `gone`"), "{err}");
@@ -123,7 +123,7 @@ async fn calls_to_a_down_upstream_say_so() {
     assert_eq!(ready["upstreams"]["gone"]["phase"], "failed", "{ready}");
     let tools = client.peer().list_all_tools().await.unwrap();
     assert!(!tools.iter().any(|t| t.name.starts_with("gone.")));
-    let err = call(&client, "gone.echo", serde_json::json!({}))
+    let err = call(&client, "gone__echo", serde_json::json!({}))
         .await
         .refused();
     // Still its namespace: the caller learns which upstream is down and in what state, not
@@ -134,7 +134,7 @@ async fn calls_to_a_down_upstream_say_so() {
     );
     assert_eq!(
         first_text(
-            &call(&client, "demo.echo", serde_json::json!({"text": "ok"}))
+            &call(&client, "demo__echo", serde_json::json!({"text": "ok"}))
                 .await
                 .unwrap()
         ),
@@ -154,7 +154,7 @@ async fn no_child_survives_sigkill_of_fedgate() {
     let mut pids = Vec::new();
     for u in ["a", "b"] {
         let pid: u32 = first_text(
-            &call(&client, &format!("{u}.pid"), serde_json::json!({}))
+            &call(&client, &format!("{u}__pid"), serde_json::json!({}))
                 .await
                 .unwrap(),
         )
@@ -194,16 +194,16 @@ async fn killing_the_child_mid_call_gives_a_clear_error_then_recovers() {
     let seen = client.seen.clone();
     let client = connect_legacy(&gw.url, client).await;
     let pid = first_text(
-        &call(&client, "demo.pid", serde_json::json!({}))
+        &call(&client, "demo__pid", serde_json::json!({}))
             .await
             .unwrap(),
     );
     let changes = *seen.tool_changes.lock();
-    let slow = call(&client, "demo.slow", serde_json::json!({"ms": 60000}));
+    let slow = call(&client, "demo__slow", serde_json::json!({"ms": 60000}));
     let kill = async {
         // The call is in flight once the upstream counted it.
         loop {
-            let r = call(&client, "demo.stats", serde_json::json!({}))
+            let r = call(&client, "demo__stats", serde_json::json!({}))
                 .await
                 .unwrap();
             if r.structured_content.unwrap()["calls"].as_u64().unwrap() >= 3 {
@@ -226,7 +226,7 @@ async fn killing_the_child_mid_call_gives_a_clear_error_then_recovers() {
     })
     .await;
     let again = first_text(
-        &call(&client, "demo.echo", serde_json::json!({"text": "back"}))
+        &call(&client, "demo__echo", serde_json::json!({"text": "back"}))
             .await
             .unwrap(),
     );
@@ -258,7 +258,7 @@ async fn malformed_requests_get_errors_and_the_gateway_keeps_serving() {
     let client = connect_legacy(&gw.url, TestClient::new()).await;
     let r = call(
         &client,
-        "demo.echo",
+        "demo__echo",
         serde_json::json!({"text": "still here"}),
     )
     .await
@@ -275,19 +275,19 @@ async fn sigterm_drains_calls_in_flight_then_exits_cleanly() {
     ));
     let client = connect_legacy(&gw.url, TestClient::new()).await;
     let child: u32 = first_text(
-        &call(&client, "demo.pid", serde_json::json!({}))
+        &call(&client, "demo__pid", serde_json::json!({}))
             .await
             .unwrap(),
     )
     .parse()
     .unwrap();
-    let slow = call(&client, "demo.slow", serde_json::json!({"ms": 1500}));
+    let slow = call(&client, "demo__slow", serde_json::json!({"ms": 1500}));
     let term = async {
         // Signal once the upstream is working on the call: it has counted pid, slow and every
         // stats call so far.
         let mut stats_calls = 0;
         loop {
-            let r = call(&client, "demo.stats", serde_json::json!({}))
+            let r = call(&client, "demo__stats", serde_json::json!({}))
                 .await
                 .unwrap();
             stats_calls += 1;
@@ -392,7 +392,7 @@ async fn a_failed_upstream_is_retried_and_comes_back() {
     let ready = gw.readyz().await.1;
     assert_eq!(phase(&ready), "ready", "{ready}");
     assert!(ready["upstreams"]["flap"].get("next_attempt_at").is_none());
-    let r = call(&client, "flap.echo", serde_json::json!({"text": "back"}))
+    let r = call(&client, "flap__echo", serde_json::json!({"text": "back"}))
         .await
         .unwrap();
     assert_eq!(first_text(&r), "echo: back");
@@ -420,7 +420,7 @@ async fn a_launched_http_upstream_is_restarted_when_it_dies() {
     let seen = handler.seen.clone();
     let client = connect_legacy(&gw.url, handler).await;
     let pid = first_text(
-        &call(&client, "notes.pid", serde_json::json!({}))
+        &call(&client, "notes__pid", serde_json::json!({}))
             .await
             .unwrap(),
     );
@@ -433,7 +433,7 @@ async fn a_launched_http_upstream_is_restarted_when_it_dies() {
     )
     .await;
     let again = first_text(
-        &call(&client, "notes.pid", serde_json::json!({}))
+        &call(&client, "notes__pid", serde_json::json!({}))
             .await
             .unwrap(),
     );
@@ -528,7 +528,7 @@ async fn roots_asked_before_any_call_get_an_empty_list() {
     let client = connect_legacy(&gw.url, TestClient::new()).await;
     let mut seen = serde_json::Value::Null;
     for _ in 0..200 {
-        let r = call(&client, "demo.stats", serde_json::json!({}))
+        let r = call(&client, "demo__stats", serde_json::json!({}))
             .await
             .unwrap();
         seen = r.structured_content.unwrap()["startup_roots"].clone();
@@ -556,7 +556,7 @@ async fn a_huge_stderr_line_is_cut_and_stderr_is_still_read() {
     let gw = Gateway::start(&stdio_upstream("demo", &[], ""));
     let client = connect_legacy(&gw.url, TestClient::new()).await;
     for bytes in [200_000, 10, 50_000] {
-        let r = call(&client, "demo.shout", serde_json::json!({"bytes": bytes}))
+        let r = call(&client, "demo__shout", serde_json::json!({"bytes": bytes}))
             .await
             .unwrap();
         assert_eq!(
@@ -590,20 +590,20 @@ async fn unreadable_answers_end_their_call_at_once_with_the_reason() {
         stdio_upstream("demo", &[], "tier = \"bounded\"")
     ));
     let client = connect_legacy(&gw.url, TestClient::new()).await;
-    let huge = call(&client, "demo.huge", serde_json::json!({"bytes": 3 << 20}))
+    let huge = call(&client, "demo__huge", serde_json::json!({"bytes": 3 << 20}))
         .await
         .refused();
     assert!(
         huge.contains("longer than 2097152 bytes") && !huge.contains("did not answer"),
         "{huge}"
     );
-    let deep = call(&client, "demo.deep", serde_json::json!({"levels": 1000}))
+    let deep = call(&client, "demo__deep", serde_json::json!({"levels": 1000}))
         .await
         .refused();
     assert!(deep.contains("deeper than 128 levels"), "{deep}");
     let r = call(
         &client,
-        "demo.echo",
+        "demo__echo",
         serde_json::json!({"text": "still here"}),
     )
     .await
@@ -636,7 +636,7 @@ async fn an_upstream_that_stops_reading_is_restarted() {
     let freeze = tokio::spawn(async move {
         frozen
             .call_tool(
-                rmcp::model::CallToolRequestParams::new("demo.freeze")
+                rmcp::model::CallToolRequestParams::new("demo__freeze")
                     .with_arguments(args(serde_json::json!({"ms": 60_000}))),
             )
             .await
@@ -652,7 +652,7 @@ async fn an_upstream_that_stops_reading_is_restarted() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     let big = "x".repeat(512 * 1024);
-    let r = call(&client, "demo.echo", serde_json::json!({"text": big})).await;
+    let r = call(&client, "demo__echo", serde_json::json!({"text": big})).await;
     assert!(
         r.refused().contains("did not answer within"),
         "the call ends at its deadline"
@@ -661,7 +661,7 @@ async fn an_upstream_that_stops_reading_is_restarted() {
     // The upstream is started again; calls succeed on the new process.
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
-        match call(&client, "demo.echo", serde_json::json!({"text": "back"})).await {
+        match call(&client, "demo__echo", serde_json::json!({"text": "back"})).await {
             Ok(r) if first_text(&r) == "echo: back" => break,
             _ if tokio::time::Instant::now() > deadline => panic!("not back\n{}", gw.stderr()),
             _ => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
@@ -682,17 +682,17 @@ async fn notifications_about_unknown_requests_are_dropped() {
     let seen = client.seen.clone();
     let client = connect_legacy(&gw.url, client).await;
     let pid = |r: rmcp::model::CallToolResult| first_text(&r);
-    let before = pid(call(&client, "demo.pid", serde_json::json!({}))
+    let before = pid(call(&client, "demo__pid", serde_json::json!({}))
         .await
         .unwrap());
-    let r = call(&client, "demo.stray", serde_json::json!({}))
+    let r = call(&client, "demo__stray", serde_json::json!({}))
         .await
         .unwrap();
     assert_eq!(first_text(&r), "strayed");
     // The list change is written after the stray notifications on the same pipe: once it has
     // arrived, anything fedgate forwarded of theirs has arrived too.
     let changes = *seen.tool_changes.lock();
-    call(&client, "demo.toggle_extra", serde_json::json!({}))
+    call(&client, "demo__toggle_extra", serde_json::json!({}))
         .await
         .unwrap();
     wait_for(&seen.tools_changed, "tools/list_changed", || {
@@ -710,11 +710,11 @@ async fn notifications_about_unknown_requests_are_dropped() {
         seen.resource_updates.lock()
     );
     // The upstream was not restarted, and both keep serving.
-    let after = pid(call(&client, "demo.pid", serde_json::json!({}))
+    let after = pid(call(&client, "demo__pid", serde_json::json!({}))
         .await
         .unwrap());
     assert_eq!(before, after);
-    let r = call(&client, "other.echo", serde_json::json!({"text": "hi"}))
+    let r = call(&client, "other__echo", serde_json::json!({"text": "hi"}))
         .await
         .unwrap();
     assert_eq!(first_text(&r), "echo: hi");

@@ -156,30 +156,30 @@ async fn a_client_of_a_runs_bs_flow_through_c_under_one_correlation_id() {
     let tools = client.peer().list_all_tools().await.expect("A's tools");
     let listed = names(&tools);
     for name in [
-        "b.flows.report",
-        "b.flows.wait",
-        "b.c.demo.echo",
-        "b.demo.add",
+        "b__flows__report",
+        "b__flows__wait",
+        "b__c__demo__echo",
+        "b__demo__add",
     ] {
         assert!(listed.contains(&name.to_owned()), "{name} in {listed:?}");
     }
     // What B does not export does not exist for A: not listed, not callable by exact name.
-    for hidden in ["b.flows.internal", "b.demo.echo", "b.fedgate.approve"] {
+    for hidden in ["b__flows__internal", "b__demo__echo", "b__fedgate__approve"] {
         assert!(
             !listed.contains(&hidden.to_owned()),
             "{hidden} in {listed:?}"
         );
     }
-    let refused = call(&client, "b.flows.internal", json!({})).await;
+    let refused = call(&client, "b__flows__internal", json!({})).await;
     assert!(
         refused
             .as_ref()
-            .is_err_and(|e| e.to_string().contains("unknown tool `b.flows.internal`")),
+            .is_err_and(|e| e.to_string().contains("unknown tool `b__flows__internal`")),
         "{refused:?}"
     );
     let report = tools
         .iter()
-        .find(|t| t.name == "b.flows.report")
+        .find(|t| t.name == "b__flows__report")
         .expect("report");
     assert_eq!(
         report
@@ -194,7 +194,7 @@ async fn a_client_of_a_runs_bs_flow_through_c_under_one_correlation_id() {
         "the flow keeps its input schema"
     );
 
-    let r = call(&client, "b.flows.report", json!({"a": 2, "b": 3}))
+    let r = call(&client, "b__flows__report", json!({"a": 2, "b": 3}))
         .await
         .expect("call");
     assert_eq!(r.is_error, Some(false), "{r:?}");
@@ -207,7 +207,7 @@ async fn a_client_of_a_runs_bs_flow_through_c_under_one_correlation_id() {
     let at_a = f
         .audit("a")
         .into_iter()
-        .find(|r| r["name"] == "b.flows.report")
+        .find(|r| r["name"] == "b__flows__report")
         .expect("A's record");
     let id = at_a["correlation_id"].as_str().expect("id").to_owned();
     let at_b: Vec<Value> = f
@@ -217,12 +217,12 @@ async fn a_client_of_a_runs_bs_flow_through_c_under_one_correlation_id() {
         .collect();
     let flow = at_b
         .iter()
-        .find(|r| r["name"] == "flows.report")
+        .find(|r| r["name"] == "flows__report")
         .expect("B's flow record");
     assert_eq!(flow["identity"], "gateway-a", "{flow}");
     assert_eq!(flow["on_behalf_of"], "anonymous:anonymous", "{flow}");
     assert!(
-        at_b.iter().any(|r| r["name"] == "c.demo.echo"),
+        at_b.iter().any(|r| r["name"] == "c__demo__echo"),
         "B's node call: {at_b:?}"
     );
     let at_c = f
@@ -230,7 +230,7 @@ async fn a_client_of_a_runs_bs_flow_through_c_under_one_correlation_id() {
         .into_iter()
         .find(|r| r["correlation_id"] == id.as_str())
         .expect("C's record");
-    assert_eq!(at_c["name"], "demo.echo");
+    assert_eq!(at_c["name"], "demo__echo");
     assert_eq!(at_c["identity"], "gateway-b");
 
     // A known peer without an export grant sees nothing; a stranger's CA is refused.
@@ -248,7 +248,7 @@ async fn a_loop_and_a_chain_longer_than_the_limit_are_refused_with_the_path() {
     // B imports itself (its own certificate may list its demo tools): A -> B -> B is a loop.
     let mut f = start(
         "[[auth.client_certs]]\nsubject = \"gateway-b\"\nroles = [\"itself\"]\npeer = true\n\
-         [roles.itself]\ntools = [\"demo.*\"]\n",
+         [roles.itself]\ntools = [\"demo/*\"]\n",
     );
     let me = format!(
         "\n[upstreams.self]\nkind = \"peer\"\nurl = \"https://{}/mcp\"\ntier = \"high\"\n\
@@ -258,16 +258,19 @@ async fn a_loop_and_a_chain_longer_than_the_limit_are_refused_with_the_path() {
     let cfg = f.dir.path().join("b.toml");
     let text = std::fs::read_to_string(&cfg)
         .expect("b.toml")
-        .replace("tools = [\"flows.*\",", "tools = [\"self.*\", \"flows.*\",")
+        .replace("tools = [\"flows/*\",", "tools = [\"self/*\", \"flows/*\",")
         + &me;
     std::fs::write(&cfg, text).expect("b.toml");
     let (status, v) = f.admin_b("POST", "reload").await;
     assert_eq!(status, 200, "{v}");
     let client = connect_legacy(&f.a.url, TestClient::new()).await;
     // B's list grows once it has connected to itself, then A's does: ask until A routes it.
-    let r = until_answered(&client, "b.self.demo.add", json!({"a": 1, "b": 1}), |t| {
-        t.contains("passed this gateway")
-    })
+    let r = until_answered(
+        &client,
+        "b__self__demo__add",
+        json!({"a": 1, "b": 1}),
+        |t| t.contains("passed this gateway"),
+    )
     .await;
     assert_eq!(r.is_error, Some(true), "{r:?}");
     let text = first_text(&r);
@@ -293,7 +296,7 @@ async fn a_loop_and_a_chain_longer_than_the_limit_are_refused_with_the_path() {
         .replace("id = \"gw-c\"", "id = \"gw-c\"\nmax_hops = 2");
     std::fs::write(&c_cfg, text).expect("c.toml");
     f.c = Gateway::start_file_at(&c_cfg, tempfile::tempdir().expect("tempdir"), &f.c_listen);
-    let r = until_answered(&client, "b.flows.report", json!({"a": 1, "b": 1}), |t| {
+    let r = until_answered(&client, "b__flows__report", json!({"a": 1, "b": 1}), |t| {
         t.contains("at most 2 gateways")
     })
     .await;
@@ -335,13 +338,13 @@ async fn until_answered(
 async fn c_down_is_a_partial_result_and_c_back_recovers_without_restarting_a_or_b() {
     let mut f = start("");
     let client = connect_legacy(&f.a.url, TestClient::new()).await;
-    let ok = call(&client, "b.flows.report", json!({"a": 1, "b": 2}))
+    let ok = call(&client, "b__flows__report", json!({"a": 1, "b": 2}))
         .await
         .expect("call");
     assert_eq!(ok.is_error, Some(false), "{ok:?}");
     f.c.child.kill().expect("kill C");
     f.c.child.wait().expect("reaped");
-    let r = until_answered(&client, "b.flows.report", json!({"a": 1, "b": 2}), |t| {
+    let r = until_answered(&client, "b__flows__report", json!({"a": 1, "b": 2}), |t| {
         t.contains("partial")
     })
     .await;
@@ -368,7 +371,7 @@ async fn c_down_is_a_partial_result_and_c_back_recovers_without_restarting_a_or_
         tempfile::tempdir().expect("tempdir"),
         &f.c_listen,
     );
-    let r = until_answered(&client, "b.flows.report", json!({"a": 1, "b": 2}), |t| {
+    let r = until_answered(&client, "b__flows__report", json!({"a": 1, "b": 2}), |t| {
         t.contains("\"isError\":false")
     })
     .await;
@@ -381,7 +384,7 @@ async fn c_down_is_a_partial_result_and_c_back_recovers_without_restarting_a_or_
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_flow_exported_by_a_reload_of_b_appears_on_a_and_an_overlong_name_is_refused() {
+async fn a_flow_exported_by_a_reload_of_b_appears_on_a_and_an_overlong_name_gets_a_portable_form() {
     let f = start("");
     let client = TestClient::new();
     let seen = client.seen.clone();
@@ -390,12 +393,12 @@ async fn a_flow_exported_by_a_reload_of_b_appears_on_a_and_an_overlong_name_is_r
     let long_id = "x".repeat(64);
     std::fs::write(
         f.dir.path().join("flows-b/more.toml"),
-        "id = \"more\"\nexport = true\n[[nodes]]\nid = \"a\"\ntool = \"demo.add\"\nparams = { a = 1, b = 1 }\n",
+        "id = \"more\"\nexport = true\n[[nodes]]\nid = \"a\"\ntool = \"demo__add\"\nparams = { a = 1, b = 1 }\n",
     )
     .expect("flow");
     std::fs::write(
         f.dir.path().join("flows-b/long.toml"),
-        format!("id = \"{long_id}\"\nexport = true\n[[nodes]]\nid = \"a\"\ntool = \"demo.add\"\nparams = {{ a = 1, b = 1 }}\n"),
+        format!("id = \"{long_id}\"\nexport = true\n[[nodes]]\nid = \"a\"\ntool = \"demo__add\"\nparams = {{ a = 1, b = 1 }}\n"),
     )
     .expect("flow");
     let (status, v) = f.admin_b("POST", "reload").await;
@@ -405,13 +408,14 @@ async fn a_flow_exported_by_a_reload_of_b_appears_on_a_and_an_overlong_name_is_r
     })
     .await;
     let listed = names(&client.peer().list_all_tools().await.expect("list"));
-    assert!(listed.contains(&"b.flows.more".to_owned()), "{listed:?}");
-    let r = call(&client, "b.flows.more", json!({}))
+    assert!(listed.contains(&"b__flows__more".to_owned()), "{listed:?}");
+    let r = call(&client, "b__flows__more", json!({}))
         .await
         .expect("call");
     assert_eq!(r.is_error, Some(false), "{r:?}");
 
-    // Under a longer peer name the long flow's name passes 128 characters: held back, said why.
+    // Under a longer peer name the long flow's name passes 64 characters: it gets a portable
+    // form (cut, with a hash of the whole name), listed with its original, and answers by it.
     let a_cfg = f.dir.path().join("a.toml");
     let peer = "team_b_gateway_with_a_name_long_enough_to_break_the_limit_xx";
     let text = std::fs::read_to_string(&a_cfg)
@@ -420,20 +424,35 @@ async fn a_flow_exported_by_a_reload_of_b_appears_on_a_and_an_overlong_name_is_r
     std::fs::write(&a_cfg, text).expect("a.toml");
     let a2 = Gateway::start_file(&a_cfg, tempfile::tempdir().expect("tempdir"));
     let (_, ready) = a2.readyz().await;
-    let held = ready.to_string();
-    let name = format!("{peer}.flows.{long_id}");
+    let original = format!("{peer}__flows__{}", &long_id[..40]);
+    let form = ready["portable_forms"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|f| {
+            f["original"]
+                .as_str()
+                .is_some_and(|o| o.starts_with(&original))
+        })
+        .unwrap_or_else(|| panic!("no portable form of {original}: {ready}"));
+    let short = form["name"].as_str().unwrap_or_default().to_owned();
     assert!(
-        held.contains(&name)
-            && held.contains("characters long; MCP tool names are 1-128")
-            && held.contains("give the peer a shorter name"),
-        "{held}"
+        short.len() <= 64
+            && short
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'),
+        "{short}"
     );
+    let client2 = connect_legacy(&a2.url, TestClient::new()).await;
+    assert!(names(&client2.peer().list_all_tools().await.expect("list")).contains(&short));
+    let r = call(&client2, &short, json!({})).await.expect("call");
+    assert_eq!(r.is_error, Some(false), "{r:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_federated_flow_called_as_a_task_survives_a_restart_of_b() {
     let mut f = start("");
-    let created = raw::raw_call(&f.a.url, "unused", "b.flows.wait", json!({"ms": 1500})).await;
+    let created = raw::raw_call(&f.a.url, "unused", "b__flows__wait", json!({"ms": 1500})).await;
     assert_eq!(created["result"]["resultType"], "task", "{created}");
     let handle = created["result"]["taskId"]
         .as_str()
@@ -496,7 +515,7 @@ async fn the_example_script_starts_a_federation_that_answers() {
         panic!("run.sh did not start the federation: {line}");
     }
     let client = connect_legacy("http://127.0.0.1:8961/mcp", TestClient::new()).await;
-    let r = call(&client, "b.flows.report", json!({"a": 20, "b": 22})).await;
+    let r = call(&client, "b__flows__report", json!({"a": 20, "b": 22})).await;
     stop();
     let _ = script.wait();
     let r = r.expect("call");

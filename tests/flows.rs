@@ -40,7 +40,7 @@ fn write_with(
     std::fs::write(
         &cfg,
         format!(
-            "[gateway]\nseparator = \".\"\ntiers_dir = {TIERS:?}\n\n[flows]\ndir = \"flows\"\ndb = \"runs.db\"\n{settings}\n\
+            "[gateway]\ntiers_dir = {TIERS:?}\n\n[flows]\ndir = \"flows\"\ndb = \"runs.db\"\n{settings}\n\
              [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"file:{}\"\n\n{upstreams}",
             token.display()
         ),
@@ -102,23 +102,23 @@ id = "fan"
 parallelism = 2
 [[nodes]]
 id = "a"
-tool = "demo.meet"
+tool = "demo__meet"
 params = { group = "fan", n = 2 }
 [[nodes]]
 id = "b"
-tool = "demo.meet"
+tool = "demo__meet"
 params = { group = "fan", n = 2 }
 [[nodes]]
 id = "c"
-tool = "demo.meet"
+tool = "demo__meet"
 params = { group = "fan", n = 4 }
 [[nodes]]
 id = "d"
-tool = "demo.meet"
+tool = "demo__meet"
 params = { group = "fan", n = 4 }
 [[nodes]]
 id = "join"
-tool = "demo.add"
+tool = "demo__add"
 depends_on = ["a", "b", "c", "d"]
 params = { a = "{{a.output.peak}}", b = "{{d.output.peak}}" }
 [outputs]
@@ -130,7 +130,7 @@ sum = "{{join.output.sum}}"
 async fn parallel_branches_meet_at_the_upstream_within_the_bound_and_the_join_waits() {
     let gw = gateway(&stdio_upstream("demo", &[], ""), &[("fan.toml", FAN)]);
     let client = connect_legacy(&gw.url, TestClient::new()).await;
-    let r = call(&client, "flows.fan", json!({}))
+    let r = call(&client, "flows__fan", json!({}))
         .await
         .expect("flow call");
     assert_eq!(r.is_error, Some(false), "{r:?}");
@@ -167,7 +167,7 @@ async fn one_upstream_gets_no_more_than_its_share_of_parallel_nodes() {
     );
     let gw = Gateway::start_file(&cfg, dir);
     let client = connect_legacy(&gw.url, TestClient::new()).await;
-    let r = call(&client, "flows.fan", json!({}))
+    let r = call(&client, "flows__fan", json!({}))
         .await
         .expect("flow call");
     assert_eq!(r.is_error, Some(false), "{r:?}");
@@ -183,17 +183,17 @@ required = ["text"]
 properties = { text = { type = "string" }, loud = { type = "boolean" } }
 [[nodes]]
 id = "say"
-tool = "demo.echo"
+tool = "demo__echo"
 params = { text = "{{inputs.text}}" }
 [[nodes]]
 id = "shout"
-tool = "demo.echo"
+tool = "demo__echo"
 depends_on = ["say"]
 when = "inputs.loud == `true`"
 params = { text = "LOUD {{say.output}}" }
 [[nodes]]
 id = "after"
-tool = "demo.echo"
+tool = "demo__echo"
 depends_on = ["shout"]
 params = { text = "after {{shout.output}}" }
 [outputs]
@@ -206,7 +206,7 @@ async fn a_false_condition_skips_its_node_and_everything_after_it() {
     let gw = gateway(&stdio_upstream("demo", &[], ""), &[("branch.toml", BRANCH)]);
     let client = connect_legacy(&gw.url, TestClient::new()).await;
 
-    let quiet = call(&client, "flows.branch", json!({"text": "hi"}))
+    let quiet = call(&client, "flows__branch", json!({"text": "hi"}))
         .await
         .expect("call");
     assert_eq!(quiet.is_error, Some(false), "{quiet:?}");
@@ -226,9 +226,13 @@ async fn a_false_condition_skips_its_node_and_everything_after_it() {
     assert_eq!(nodes["after"]["status"], "SKIPPED");
     assert_eq!(nodes["after"]["error"], "dependency `shout` was skipped");
 
-    let loud = call(&client, "flows.branch", json!({"text": "hi", "loud": true}))
-        .await
-        .expect("call");
+    let loud = call(
+        &client,
+        "flows__branch",
+        json!({"text": "hi", "loud": true}),
+    )
+    .await
+    .expect("call");
     assert_eq!(
         loud.structured_content,
         Some(json!({"said": "echo: hi", "after": "echo: after echo: LOUD echo: hi"}))
@@ -242,11 +246,11 @@ type = "object"
 properties = { n = { type = "number" } }
 [[nodes]]
 id = "sum"
-tool = "demo.add"
+tool = "demo__add"
 params = { a = "{{inputs.n}}", b = 1 }
 [[nodes]]
 id = "lost"
-tool = "demo.echo"
+tool = "demo__echo"
 depends_on = ["sum"]
 params = { text = "{{sum.output.total}}" }
 "#;
@@ -255,7 +259,7 @@ params = { text = "{{sum.output.total}}" }
 async fn templates_keep_json_types_and_a_missing_path_names_node_and_path() {
     let gw = gateway(&stdio_upstream("demo", &[], ""), &[("types.toml", TYPES)]);
     let client = connect_legacy(&gw.url, TestClient::new()).await;
-    let r = call(&client, "flows.types", json!({"n": 41}))
+    let r = call(&client, "flows__types", json!({"n": 41}))
         .await
         .expect("call");
     // `sum` ran (so `{{inputs.n}}` reached add as a number), `lost` could not start.
@@ -283,38 +287,46 @@ fn every_static_check_names_file_and_line_and_good_flows_still_load() {
     let bad = [
         (
             "cycle.toml",
-            "id = \"cycle\"\n[[nodes]]\nid = \"a\"\ntool = \"demo.echo\"\ndepends_on = [\"b\"]\n[[nodes]]\nid = \"b\"\ntool = \"demo.echo\"\ndepends_on = [\"a\"]\n",
+            "id = \"cycle\"\n[[nodes]]\nid = \"a\"\ntool = \"demo__echo\"\ndepends_on = [\"b\"]\n[[nodes]]\nid = \"b\"\ntool = \"demo__echo\"\ndepends_on = [\"a\"]\n",
         ),
         (
             "unknown_dep.toml",
-            "id = \"unknown_dep\"\n[[nodes]]\nid = \"a\"\ntool = \"demo.echo\"\ndepends_on = [\n  \"ghost\",\n]\n",
+            "id = \"unknown_dep\"\n[[nodes]]\nid = \"a\"\ntool = \"demo__echo\"\ndepends_on = [\n  \"ghost\",\n]\n",
         ),
         (
             "ancestor.toml",
-            "id = \"ancestor\"\n[[nodes]]\nid = \"a\"\ntool = \"demo.echo\"\n[[nodes]]\nid = \"b\"\ntool = \"demo.echo\"\nparams = { text = \"{{a.output}}\" }\n",
+            "id = \"ancestor\"\n[[nodes]]\nid = \"a\"\ntool = \"demo__echo\"\n[[nodes]]\nid = \"b\"\ntool = \"demo__echo\"\nparams = { text = \"{{a.output}}\" }\n",
         ),
         (
             "tool.toml",
-            "id = \"tool\"\n[[nodes]]\nid = \"a\"\ntool = \"nowhere.echo\"\n",
+            "id = \"tool\"\n[[nodes]]\nid = \"a\"\ntool = \"nowhere__echo\"\n",
+        ),
+        (
+            "dotted.toml",
+            "id = \"dotted\"\n[[nodes]]\nid = \"a\"\ntool = \"demo.echo\"\n",
+        ),
+        (
+            "canonical.toml",
+            "id = \"canonical\"\n[[nodes]]\nid = \"a\"\ntool = \"nowhere/echo\"\n",
         ),
         (
             "when.toml",
-            "id = \"when\"\n[[nodes]]\nid = \"a\"\ntool = \"demo.echo\"\nwhen = \"inputs.[\"\n",
+            "id = \"when\"\n[[nodes]]\nid = \"a\"\ntool = \"demo__echo\"\nwhen = \"inputs.[\"\n",
         ),
         (
             "dup.toml",
-            "id = \"dup\"\n[[nodes]]\nid = \"a\"\ntool = \"demo.echo\"\n[[nodes]]\nid = \"a\"\ntool = \"demo.echo\"\n",
+            "id = \"dup\"\n[[nodes]]\nid = \"a\"\ntool = \"demo__echo\"\n[[nodes]]\nid = \"a\"\ntool = \"demo__echo\"\n",
         ),
         ("syntax.toml", "id = \"syntax\"\nnodes = [\n"),
         (
             "field.toml",
-            "id = \"field\"\n[[nodes]]\nid = \"a\"\ntool = \"demo.echo\"\nretries = 3\n",
+            "id = \"field\"\n[[nodes]]\nid = \"a\"\ntool = \"demo__echo\"\nretries = 3\n",
         ),
     ];
     let mut all: Vec<(&str, &str)> = bad.to_vec();
     all.push((
         "good.toml",
-        "id = \"good\"\n[[nodes]]\nid = \"a\"\ntool = \"demo.echo\"\n",
+        "id = \"good\"\n[[nodes]]\nid = \"a\"\ntool = \"demo/echo\"\n",
     ));
     let cfg = write(dir.path(), &stdio_upstream("demo", &[], ""), &all);
     let out = Command::new(FEDGATE)
@@ -325,6 +337,11 @@ fn every_static_check_names_file_and_line_and_good_flows_still_load() {
     assert!(!out.status.success(), "a bad flow fails the check");
     let err = String::from_utf8_lossy(&out.stderr);
     let flows = dir.path().join("flows");
+    // Today's form still loads, with a warning that names the canonical form.
+    assert!(
+        err.contains("warning: ") && err.contains("write tool `demo__echo` as `demo/echo`"),
+        "{err}"
+    );
     let at = |file: &str, line: usize| format!("{}:{line}: ", flows.join(file).display());
     for (file, line, what) in [
         ("cycle.toml", 2, "cycle: a -> b -> a"),
@@ -337,7 +354,17 @@ fn every_static_check_names_file_and_line_and_good_flows_still_load() {
         (
             "tool.toml",
             2,
-            "tool `nowhere.echo` is in no configured upstream's namespace",
+            "tool `nowhere__echo` is in no configured upstream's namespace",
+        ),
+        (
+            "dotted.toml",
+            2,
+            "tool `demo.echo`: the separator is `__`, so that name is in no upstream's namespace; write `demo/echo`",
+        ),
+        (
+            "canonical.toml",
+            2,
+            "tool `nowhere/echo`: `nowhere` is no configured upstream (upstreams: demo)",
         ),
         ("when.toml", 2, "bad `when`"),
         ("dup.toml", 5, "node id `a` is used twice"),
@@ -365,10 +392,10 @@ fn every_static_check_names_file_and_line_and_good_flows_still_load() {
         tools
             .into_iter()
             .map(|t| t.name.to_string())
-            .filter(|n| n.starts_with("flows."))
+            .filter(|n| n.starts_with("flows__"))
             .collect()
     });
-    assert_eq!(tools, ["flows.good"]);
+    assert_eq!(tools, ["flows__good"]);
     // The rest of the config loads: the good flow is listed.
     let list = Command::new(FEDGATE)
         .args(["flows", "-c"])
@@ -378,7 +405,7 @@ fn every_static_check_names_file_and_line_and_good_flows_still_load() {
         .expect("list");
     let listed = String::from_utf8_lossy(&list.stdout);
     assert!(
-        listed.contains("good") && listed.contains("flows.good"),
+        listed.contains("good") && listed.contains("flows__good"),
         "{listed}"
     );
     assert!(!listed.contains("cycle"), "{listed}");
@@ -510,11 +537,11 @@ const COUNTED: &str = r#"
 id = "counted"
 [[nodes]]
 id = "sum"
-tool = "demo.add"
+tool = "demo__add"
 params = { a = 1, b = 2 }
 [[nodes]]
 id = "calls"
-tool = "demo.stats"
+tool = "demo__stats"
 depends_on = ["sum"]
 "#;
 
@@ -525,7 +552,7 @@ async fn replay_reports_what_changed_and_rerun_appends_events() {
         &[("counted.toml", COUNTED)],
     );
     let client = connect_legacy(&gw.url, TestClient::new()).await;
-    let r = call(&client, "flows.counted", json!({}))
+    let r = call(&client, "flows__counted", json!({}))
         .await
         .expect("call");
     assert_eq!(r.is_error, Some(false), "{r:?}");
@@ -579,11 +606,11 @@ const GUARDED: &str = r#"
 id = "guarded"
 [[nodes]]
 id = "sum"
-tool = "demo.add"
+tool = "demo__add"
 params = { a = 1, b = 2 }
 [[nodes]]
 id = "secret"
-tool = "demo.whoami"
+tool = "demo__whoami"
 "#;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -591,7 +618,7 @@ async fn a_node_refused_by_policy_shows_its_refusal_in_partial_results() {
     let key = "flow-user-key-0123456789";
     let auth = format!(
         "[auth]\n[[auth.api_keys]]\nname = \"user\"\nsha256 = \"{}\"\nroles = [\"runner\"]\n\n\
-         [roles.runner]\ntools = [\"flows.*\", \"demo.add\"]\n\n",
+         [roles.runner]\ntools = [\"flows__*\", \"demo__add\"]\n\n",
         raw::sha(key)
     );
     let gw = gateway(
@@ -601,7 +628,7 @@ async fn a_node_refused_by_policy_shows_its_refusal_in_partial_results() {
     let client = connect_with_token(&gw.url, key, TestClient::new())
         .await
         .expect("connect");
-    let r = call(&client, "flows.guarded", json!({}))
+    let r = call(&client, "flows__guarded", json!({}))
         .await
         .expect("call");
     let plan = valid_plan(r.structured_content.clone().expect("plan"));
@@ -618,7 +645,7 @@ async fn a_node_refused_by_policy_shows_its_refusal_in_partial_results() {
         secret["error"]["message"]
             .as_str()
             .unwrap_or("")
-            .contains("demo.whoami"),
+            .contains("demo__whoami"),
         "{secret}"
     );
     let sum = steps.iter().find(|s| s["step"] == "sum").expect("sum");
@@ -629,11 +656,11 @@ const PUBLISH: &str = r#"
 id = "publish"
 [[nodes]]
 id = "entry"
-tool = "ledger.record"
+tool = "ledger__record"
 params = { value = "v1" }
 [[nodes]]
 id = "confirm"
-tool = "ledger.echo"
+tool = "ledger__echo"
 depends_on = ["entry"]
 params = { text = "published {{entry.output.recorded}}" }
 [outputs]
@@ -652,7 +679,7 @@ fn ledger_with_approval() -> String {
 async fn a_write_that_needs_approval_parks_the_run_until_it_is_approved() {
     let gw = gateway(&ledger_with_approval(), &[("publish.toml", PUBLISH)]);
     let client = connect_legacy(&gw.url, TestClient::new()).await;
-    let parked = call(&client, "flows.publish", json!({}))
+    let parked = call(&client, "flows__publish", json!({}))
         .await
         .expect("call");
     let plan = valid_plan(parked.structured_content.clone().expect("plan"));
@@ -678,11 +705,11 @@ async fn a_write_that_needs_approval_parks_the_run_until_it_is_approved() {
         "AWAITING_APPROVAL"
     );
     let action = &plan["next_actions"][0];
-    assert_eq!(action["tool"], "fedgate.approve", "{plan}");
+    assert_eq!(action["tool"], "fedgate__approve", "{plan}");
     let plan_id = action["args"]["plan_id"].as_str().expect("plan id");
 
     // Approving runs the write, and the flow goes on: the answer is the flow's result.
-    let done = call(&client, "fedgate.approve", json!({"plan_id": plan_id}))
+    let done = call(&client, "fedgate__approve", json!({"plan_id": plan_id}))
         .await
         .expect("approve");
     assert_eq!(done.is_error, Some(false), "{done:?}");
@@ -693,7 +720,7 @@ async fn a_write_that_needs_approval_parks_the_run_until_it_is_approved() {
     assert_eq!(show(&gw, &run)["state"]["finished"], "succeeded");
 
     // Denied: the write never runs, and the node says who denied it.
-    let parked = call(&client, "flows.publish", json!({}))
+    let parked = call(&client, "flows__publish", json!({}))
         .await
         .expect("call");
     let plan = valid_plan(parked.structured_content.clone().expect("plan"));
@@ -702,7 +729,7 @@ async fn a_write_that_needs_approval_parks_the_run_until_it_is_approved() {
         .expect("plan id");
     let denied = call(
         &client,
-        "fedgate.approve",
+        "fedgate__approve",
         json!({"plan_id": plan_id, "decision": "deny"}),
     )
     .await
@@ -732,11 +759,11 @@ type = "object"
 properties = { ms = { type = "integer" } }
 [[nodes]]
 id = "wait"
-tool = "demo.slow"
+tool = "demo__slow"
 params = { ms = "{{inputs.ms}}" }
 [[nodes]]
 id = "after"
-tool = "demo.echo"
+tool = "demo__echo"
 depends_on = ["wait"]
 params = { text = "waited" }
 "#;
@@ -773,7 +800,7 @@ async fn a_flow_run_is_a_task_that_survives_a_restart_and_is_its_callers_alone()
     std::fs::write(&cfg, text).expect("config");
     let mut gw = Gateway::start_file(&cfg, dir);
 
-    let created = raw::raw_call(&gw.url, ANN, "flows.slow", json!({"ms": 0})).await;
+    let created = raw::raw_call(&gw.url, ANN, "flows__slow", json!({"ms": 0})).await;
     let task = &created["result"];
     assert_eq!(task["resultType"], "task", "{created}");
     let handle = task["taskId"].as_str().expect("task id").to_owned();
@@ -796,7 +823,7 @@ async fn a_flow_run_is_a_task_that_survives_a_restart_and_is_its_callers_alone()
     assert_eq!(done["result"]["structuredContent"], json!({}), "{done}");
 
     // Cancel: a long run stops, its task says so.
-    let created = raw::raw_call(&gw.url, ANN, "flows.slow", json!({"ms": 60000})).await;
+    let created = raw::raw_call(&gw.url, ANN, "flows__slow", json!({"ms": 60000})).await;
     let handle = created["result"]["taskId"]
         .as_str()
         .expect("task id")
@@ -815,7 +842,7 @@ async fn a_flow_run_is_a_task_that_survives_a_restart_and_is_its_callers_alone()
     assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
 
     // A parked run asks for input; tasks/update with the approval runs the write.
-    let created = raw::raw_call(&gw.url, ANN, "flows.publish", json!({})).await;
+    let created = raw::raw_call(&gw.url, ANN, "flows__publish", json!({})).await;
     let handle = created["result"]["taskId"]
         .as_str()
         .expect("task id")
@@ -848,11 +875,11 @@ async fn a_flow_run_is_a_task_that_survives_a_restart_and_is_its_callers_alone()
 fn flows_check_judges_nodes_against_the_live_tools() {
     let dir = tempfile::tempdir().expect("tempdir");
     let bad = "id = \"bad\"\n\
-        [[nodes]]\nid = \"ghost\"\ntool = \"demo.ehco\"\n\
-        [[nodes]]\nid = \"typed\"\ntool = \"demo.add\"\nparams = { a = \"one\", b = 2 }\n\
-        [[nodes]]\nid = \"ticket\"\ntool = \"demo.file_ticket\"\nparams = { title = \"t\" }\n\
-        [[nodes]]\nid = \"write\"\ntool = \"ext.write_note\"\nparams = { key = \"k\", value = \"v\" }\n";
-    let good = "id = \"good\"\n[[nodes]]\nid = \"a\"\ntool = \"demo.add\"\nparams = { a = \"{{inputs.a}}\", b = 2 }\n";
+        [[nodes]]\nid = \"ghost\"\ntool = \"demo__ehco\"\n\
+        [[nodes]]\nid = \"typed\"\ntool = \"demo__add\"\nparams = { a = \"one\", b = 2 }\n\
+        [[nodes]]\nid = \"ticket\"\ntool = \"demo__file_ticket\"\nparams = { title = \"t\" }\n\
+        [[nodes]]\nid = \"write\"\ntool = \"ext__write_note\"\nparams = { key = \"k\", value = \"v\" }\n";
+    let good = "id = \"good\"\n[[nodes]]\nid = \"a\"\ntool = \"demo__add\"\nparams = { a = \"{{inputs.a}}\", b = 2 }\n";
     let upstreams = format!(
         "{}{}",
         stdio_upstream("demo", &[], "tier = \"high\""),
@@ -876,13 +903,13 @@ fn flows_check_judges_nodes_against_the_live_tools() {
     for (line, what) in [
         (
             2,
-            "node `ghost`: no tool `demo.ehco`; did you mean `demo.echo`?",
+            "node `ghost`: no tool `demo__ehco`; did you mean `demo__echo`?",
         ),
         (5, "node `typed`: parameter `a`:"),
         (9, "node `ticket`: missing required parameter `priority`"),
         (
             13,
-            "node `write`: `ext.write_note` writes, and trust tier `low` refuses it (write_not_declared)",
+            "node `write`: `ext__write_note` writes, and trust tier `low` refuses it (write_not_declared)",
         ),
     ] {
         let prefix = format!("{}:{line}: ", file.display());
@@ -902,13 +929,13 @@ const FLAKY: &str = r#"
 id = "flaky"
 [[nodes]]
 id = "read"
-tool = "demo.slow"
+tool = "demo__slow"
 params = { ms = 2000 }
 timeout_ms = 100
 retry = { max_attempts = 3, base_ms = 10, max_ms = 20 }
 [[nodes]]
 id = "write"
-tool = "demo.record"
+tool = "demo__record"
 params = { value = "x", ms = 2000 }
 timeout_ms = 100
 retry = { max_attempts = 3, base_ms = 10, max_ms = 20 }
@@ -921,7 +948,9 @@ async fn timeouts_are_retried_for_reads_and_never_for_writes() {
         &[("flaky.toml", FLAKY)],
     );
     let client = connect_legacy(&gw.url, TestClient::new()).await;
-    let r = call(&client, "flows.flaky", json!({})).await.expect("call");
+    let r = call(&client, "flows__flaky", json!({}))
+        .await
+        .expect("call");
     assert_eq!(r.is_error, Some(true), "{r:?}");
     let run = show(&gw, &run_id(&r));
     let nodes = &run["state"]["nodes"];
@@ -949,7 +978,9 @@ async fn timeouts_are_retried_for_reads_and_never_for_writes() {
         "{run}"
     );
     // A node that hits its own timeout cancels its call: the upstream hears of every one.
-    let stats = call(&client, "demo.stats", json!({})).await.expect("stats");
+    let stats = call(&client, "demo__stats", json!({}))
+        .await
+        .expect("stats");
     assert_eq!(
         stats.structured_content.as_ref().expect("stats")["cancelled"],
         3,
@@ -961,11 +992,11 @@ const BIG: &str = r#"
 id = "big"
 [[nodes]]
 id = "blob"
-tool = "demo.huge"
+tool = "demo__huge"
 params = { bytes = 5000 }
 [[nodes]]
 id = "size"
-tool = "demo.echo"
+tool = "demo__echo"
 depends_on = ["blob"]
 params = { text = "{{blob.output}}" }
 [outputs]
@@ -983,7 +1014,7 @@ async fn large_outputs_are_artifacts_by_reference_and_still_feed_templates() {
     );
     let gw = Gateway::start_file(&cfg, dir);
     let client = connect_legacy(&gw.url, TestClient::new()).await;
-    let r = call(&client, "flows.big", json!({})).await.expect("call");
+    let r = call(&client, "flows__big", json!({})).await.expect("call");
     assert_eq!(r.is_error, Some(false), "{r:?}");
     let same = r
         .structured_content
@@ -1039,7 +1070,8 @@ async fn a_new_flow_file_is_a_new_tool_after_a_reload() {
     };
     let before = names(client.peer().list_all_tools().await.expect("list"));
     assert!(
-        before.contains(&"flows.branch".to_owned()) && !before.contains(&"flows.types".to_owned())
+        before.contains(&"flows__branch".to_owned())
+            && !before.contains(&"flows__types".to_owned())
     );
     let changes = *seen.tool_changes.lock();
     std::fs::write(gw.dir.path().join("flows/types.toml"), TYPES).expect("new flow");
@@ -1050,8 +1082,8 @@ async fn a_new_flow_file_is_a_new_tool_after_a_reload() {
     })
     .await;
     let after = names(client.peer().list_all_tools().await.expect("list"));
-    assert!(after.contains(&"flows.types".to_owned()), "{after:?}");
-    let r = call(&client, "flows.types", json!({"n": 1}))
+    assert!(after.contains(&"flows__types".to_owned()), "{after:?}");
+    let r = call(&client, "flows__types", json!({"n": 1}))
         .await
         .expect("call");
     assert_eq!(run_id(&r).len(), "run-".len() + 24);
@@ -1061,16 +1093,16 @@ const HOLD: &str = r#"
 id = "hold"
 [[nodes]]
 id = "arrive"
-tool = "demo.meet"
+tool = "demo__meet"
 params = { group = "hold", n = 2, timeout_ms = 20000 }
 [[nodes]]
 id = "wait"
-tool = "demo.slow"
+tool = "demo__slow"
 depends_on = ["arrive"]
 params = { ms = 60000 }
 [[nodes]]
 id = "never"
-tool = "demo.echo"
+tool = "demo__echo"
 depends_on = ["wait"]
 params = { text = "x" }
 "#;
@@ -1085,7 +1117,7 @@ async fn progress_per_node_and_a_cancelled_call_cancels_its_run() {
     let client = TestClient::new();
     let seen = client.seen.clone();
     let client = connect_legacy(&gw.url, client).await;
-    let r = call(&client, "flows.fan", json!({})).await.expect("call");
+    let r = call(&client, "flows__fan", json!({})).await.expect("call");
     assert_eq!(r.is_error, Some(false));
     tokio::time::timeout(std::time::Duration::from_secs(10), async {
         while seen.progress.lock().len() < 5 {
@@ -1107,7 +1139,7 @@ async fn progress_per_node_and_a_cancelled_call_cancels_its_run() {
     assert!(seen.progress.lock().iter().all(|p| p.total == Some(5.0)));
 
     let req = ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new(
-        "flows.hold",
+        "flows__hold",
     )));
     let handle = client
         .peer()
@@ -1115,7 +1147,7 @@ async fn progress_per_node_and_a_cancelled_call_cancels_its_run() {
         .await
         .expect("send");
     // The run's first node is inside the upstream once this returns.
-    let met = call(&client, "demo.meet", json!({"group": "hold", "n": 2}))
+    let met = call(&client, "demo__meet", json!({"group": "hold", "n": 2}))
         .await
         .expect("meet");
     assert_eq!(met.is_error, Some(false));

@@ -114,7 +114,7 @@ fn the_cli_runs_shows_replays_and_reruns_as_documented() {
     );
     let (ok, listed, _) = flows(&cfg, &["list"]);
     assert!(
-        ok && listed.contains("flows.publish") && listed.contains(&run),
+        ok && listed.contains("flows__publish") && listed.contains(&run),
         "{listed}"
     );
 }
@@ -126,7 +126,7 @@ async fn the_served_example_runs_a_flow_as_a_task_and_parks_on_approval() {
     let created = raw::raw_call(
         &gw.url,
         "unused",
-        "flows.sums",
+        "flows__sums",
         json!({"a": 1, "b": 2, "c": 3, "d": 4}),
     )
     .await;
@@ -143,7 +143,7 @@ async fn the_served_example_runs_a_flow_as_a_task_and_parks_on_approval() {
     );
 
     let client = connect_legacy(&gw.url, TestClient::new()).await;
-    let parked = call(&client, "flows.publish", json!({"text": "hello"}))
+    let parked = call(&client, "flows__publish", json!({"text": "hello"}))
         .await
         .expect("call");
     let plan = valid_plan(parked.structured_content.clone().expect("plan"));
@@ -155,7 +155,7 @@ async fn the_served_example_runs_a_flow_as_a_task_and_parks_on_approval() {
     let plan_id = plan["next_actions"][0]["args"]["plan_id"]
         .as_str()
         .expect("plan id");
-    let done = call(&client, "fedgate.approve", json!({"plan_id": plan_id}))
+    let done = call(&client, "fedgate__approve", json!({"plan_id": plan_id}))
         .await
         .expect("approve");
     assert_eq!(

@@ -22,7 +22,7 @@ sha256 = "{}"
 roles = ["agent"]
 
 [roles.agent]
-tools = ["demo.echo", "demo.write_note", "demo.nothing"]
+tools = ["demo__echo", "demo__write_note", "demo__nothing"]
 
 [[rate_limits]]
 name = "per-identity"
@@ -71,11 +71,11 @@ async fn policy_layers_answer_in_order() {
         .unwrap();
     // Use up the budget (burst 2, 1 per second).
     for _ in 0..2 {
-        call(&client, "demo.echo", serde_json::json!({"text": "x"}))
+        call(&client, "demo__echo", serde_json::json!({"text": "x"}))
             .await
             .unwrap();
     }
-    let limited = call(&client, "demo.echo", serde_json::json!({"text": "x"}))
+    let limited = call(&client, "demo__echo", serde_json::json!({"text": "x"}))
         .await
         .refused();
     assert!(
@@ -106,42 +106,42 @@ async fn policy_layers_answer_in_order() {
         (
             "unauthenticated and over the limit",
             None,
-            "demo.echo",
+            "demo__echo",
             401,
             "authentication required",
         ),
         (
             "unknown key and over the limit",
             Some("fgk_nope"),
-            "demo.echo",
+            "demo__echo",
             401,
             "invalid",
         ),
         (
             "unknown tool and over the limit",
             Some(KEY),
-            "demo.nothing",
+            "demo__nothing",
             200,
-            "unknown tool `demo.nothing`",
+            "unknown tool `demo__nothing`",
         ),
         (
             "not granted and over the limit",
             Some(KEY),
-            "demo.crash",
+            "demo__crash",
             200,
-            "unknown tool `demo.crash`",
+            "unknown tool `demo__crash`",
         ),
         (
             "tier refuses the write and over the limit",
             Some(KEY),
-            "demo.write_note",
+            "demo__write_note",
             200,
             "write_not_declared",
         ),
         (
             "allowed but over the limit",
             Some(KEY),
-            "demo.echo",
+            "demo__echo",
             200,
             "rate_limited",
         ),
@@ -155,8 +155,8 @@ async fn policy_layers_answer_in_order() {
         );
     }
     // Refusals for unknown and for hidden tools are indistinguishable.
-    let (_, unknown) = raw_call(&gw.url, Some(KEY), Some(&session), "demo.nothing").await;
-    let (_, hidden) = raw_call(&gw.url, Some(KEY), Some(&session), "demo.crash").await;
+    let (_, unknown) = raw_call(&gw.url, Some(KEY), Some(&session), "demo__nothing").await;
+    let (_, hidden) = raw_call(&gw.url, Some(KEY), Some(&session), "demo__crash").await;
     // Only the JSON-RPC answers are compared; SSE event ids differ per stream.
     let answer = |s: &str| -> Vec<String> {
         s.lines()

@@ -41,7 +41,7 @@ async fn bodies_over_the_limit_or_too_slow_get_a_clear_answer() {
             .header("content-type", "application/json")
             .header("mcp-protocol-version", version)
             .body(format!(
-                r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"demo.echo","arguments":{{"text":"{}"}}}}}}"#,
+                r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"demo__echo","arguments":{{"text":"{}"}}}}}}"#,
                 "x".repeat(2000)
             ))
             .send()
@@ -185,7 +185,7 @@ async fn malformed_params_are_invalid_params() {
     };
     for (params, code) in [
         ("", -32602),
-        (r#","params":{"name":"demo.echo","arguments":"x"}"#, -32602),
+        (r#","params":{"name":"demo__echo","arguments":"x"}"#, -32602),
         (r#","params":{"name":5}"#, -32602),
     ] {
         let body = format!(r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call"{params}}}"#);
@@ -354,7 +354,7 @@ async fn sessions_are_capped_counted_and_freed() {
 
     // The stateless era opens no session: served while the cap holds.
     let modern = connect_modern(&gw.url, TestClient::new()).await;
-    let r = call(&modern, "demo.echo", serde_json::json!({"text": "still"}))
+    let r = call(&modern, "demo__echo", serde_json::json!({"text": "still"}))
         .await
         .expect("stateless call");
     assert_eq!(first_text(&r), "echo: still");

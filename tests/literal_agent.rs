@@ -36,9 +36,9 @@ fn gateway() -> Gateway {
     std::fs::write(
         &cfg,
         format!(
-            "[gateway]\nseparator = \".\"\ntiers_dir = {TIERS:?}\n\n[flows]\ndir = \"flows\"\ndb = \"runs.db\"\n\n\
+            "[gateway]\ntiers_dir = {TIERS:?}\n\n[flows]\ndir = \"flows\"\ndb = \"runs.db\"\n\n\
              [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"file:{}\"\n\n[auth]\n{}{}\n\
-             [roles.agent]\ntools = [\"*\"]\n[roles.reviewer]\ntools = [\"fedgate.approve\"]\n\n{}{}{}",
+             [roles.agent]\ntools = [\"*\"]\n[roles.reviewer]\ntools = [\"fedgate__approve\"]\n\n{}{}{}",
             token.display(),
             key("alice", ALICE, "[\"agent\"]"),
             key("rita", RITA, "[\"agent\", \"reviewer\"]"),
@@ -111,7 +111,7 @@ async fn an_agent_that_follows_the_rule_text_gets_every_job_done() {
     // A direct write its caller approves: the user is asked once, the write runs once.
     let r = agent(
         &gw,
-        json!({"tool": "solo.record", "args": {"value": "d"}, "human": yes}),
+        json!({"tool": "solo__record", "args": {"value": "d"}, "human": yes}),
     );
     assert_eq!(r["final"]["outcome"], "done", "{r}");
     assert_eq!(confirmations(&r), 1, "{r}");
@@ -119,7 +119,7 @@ async fn an_agent_that_follows_the_rule_text_gets_every_job_done() {
     // Declined: denied, nothing runs.
     let r = agent(
         &gw,
-        json!({"tool": "solo.record", "args": {"value": "x"}, "human": no}),
+        json!({"tool": "solo__record", "args": {"value": "x"}, "human": no}),
     );
     assert_eq!(r["final"]["outcome"], "denied", "{r}");
     assert_eq!(writes(&alice, "solo").await, 1, "{r}");
@@ -127,7 +127,7 @@ async fn an_agent_that_follows_the_rule_text_gets_every_job_done() {
     // A write a reviewer approves: the agent waits as told, then runs it.
     let r = agent(
         &gw,
-        json!({"tool": "ledger.record", "args": {"value": "r"}, "human": yes,
+        json!({"tool": "ledger__record", "args": {"value": "r"}, "human": yes,
                "later": {"reviewer_key": RITA}}),
     );
     assert_eq!(r["final"]["outcome"], "done", "{r}");
@@ -139,13 +139,13 @@ async fn an_agent_that_follows_the_rule_text_gets_every_job_done() {
         .collect();
     assert_eq!(
         tools,
-        ["ledger.record", "fedgate.approve", "fedgate.approve"],
+        ["ledger__record", "fedgate__approve", "fedgate__approve"],
         "held, waiting for the reviewer, then run: {r}"
     );
     assert_eq!(writes(&alice, "ledger").await, 1, "{r}");
 
     // A flow node its caller approves; the same flow declined.
-    let r = agent(&gw, json!({"tool": "flows.own", "args": {}, "human": yes}));
+    let r = agent(&gw, json!({"tool": "flows__own", "args": {}, "human": yes}));
     assert_eq!(
         r["final"]["result"]["structured"],
         json!({"wrote": "v2"}),
@@ -153,14 +153,14 @@ async fn an_agent_that_follows_the_rule_text_gets_every_job_done() {
     );
     assert_eq!(confirmations(&r), 1, "{r}");
     assert_eq!(writes(&alice, "solo").await, 2, "{r}");
-    let r = agent(&gw, json!({"tool": "flows.own", "args": {}, "human": no}));
+    let r = agent(&gw, json!({"tool": "flows__own", "args": {}, "human": no}));
     assert_eq!(r["final"]["outcome"], "denied", "{r}");
     assert_eq!(writes(&alice, "solo").await, 2, "{r}");
 
     // A flow node that needs a reviewer, approved by the operator meanwhile.
     let r = agent(
         &gw,
-        json!({"tool": "flows.reviewed", "args": {}, "human": yes, "later": admin}),
+        json!({"tool": "flows__reviewed", "args": {}, "human": yes, "later": admin}),
     );
     assert_eq!(
         r["final"]["result"]["structured"],
@@ -172,7 +172,7 @@ async fn an_agent_that_follows_the_rule_text_gets_every_job_done() {
     // An array argument of the wrong type, fixed through the `ask` form.
     let r = agent(
         &gw,
-        json!({"tool": "solo.file_ticket",
+        json!({"tool": "solo__file_ticket",
                "args": {"title": "T", "priority": "high", "labels": "urgent"},
                "human": {"knows": {"labels": "urgent"}}}),
     );
@@ -191,7 +191,7 @@ async fn an_agent_that_follows_the_rule_text_gets_every_job_done() {
     // A tier refusal: not repeated, and the user hears the config change that would allow it.
     let r = agent(
         &gw,
-        json!({"tool": "lowt.write_note", "args": {"key": "k", "value": "v"}, "human": {}}),
+        json!({"tool": "lowt__write_note", "args": {"key": "k", "value": "v"}, "human": {}}),
     );
     assert_eq!(r["final"]["outcome"], "reported", "{r}");
     assert_eq!(r["steps"].as_array().map(Vec::len), Some(1), "{r}");

@@ -58,34 +58,34 @@ async fn scripted_calls_show_up_in_metrics() {
     let seen = client.seen.clone();
     let client = connect_legacy(&gw.url, client).await;
     for _ in 0..2 {
-        call(&client, "demo.echo", serde_json::json!({"text": "x"}))
+        call(&client, "demo__echo", serde_json::json!({"text": "x"}))
             .await
             .unwrap();
     }
-    call(&client, "demo.fail", serde_json::json!({}))
+    call(&client, "demo__fail", serde_json::json!({}))
         .await
         .unwrap();
-    call(&client, "demo.nope", serde_json::json!({}))
+    call(&client, "demo__nope", serde_json::json!({}))
         .await
         .refused();
-    call(&client, "demo.slow", serde_json::json!({"ms": 5000}))
+    call(&client, "demo__slow", serde_json::json!({"ms": 5000}))
         .await
         .refused();
-    call(&client, "demo.error", serde_json::json!({}))
+    call(&client, "demo__error", serde_json::json!({}))
         .await
         .refused();
     // The limit is on calls per tool: add passes once, then is limited (echo etc. are not).
     let rate_rule_hits = [
-        call(&client, "lim.add", serde_json::json!({"a": 1, "b": 1}))
+        call(&client, "lim__add", serde_json::json!({"a": 1, "b": 1}))
             .await
             .is_ok_and(|r| r.is_error != Some(true)),
-        call(&client, "lim.add", serde_json::json!({"a": 1, "b": 1}))
+        call(&client, "lim__add", serde_json::json!({"a": 1, "b": 1}))
             .await
             .is_ok_and(|r| r.is_error != Some(true)),
     ];
     assert_eq!(rate_rule_hits, [true, false], "{}", scrape(&gw).await);
     let changes = *seen.tool_changes.lock();
-    call(&client, "demo.crash", serde_json::json!({}))
+    call(&client, "demo__crash", serde_json::json!({}))
         .await
         .refused();
     wait_for(&seen.tools_changed, "restart", || {
@@ -96,7 +96,7 @@ async fn scripted_calls_show_up_in_metrics() {
     client
         .peer()
         .get_prompt(
-            rmcp::model::GetPromptRequestParams::new("demo.greeting").with_arguments(
+            rmcp::model::GetPromptRequestParams::new("demo__greeting").with_arguments(
                 serde_json::json!({"name": "m"})
                     .as_object()
                     .cloned()
@@ -124,13 +124,13 @@ async fn scripted_calls_show_up_in_metrics() {
             ],
         )
     };
-    assert_eq!(calls("demo.echo", "ok"), 2.0, "{m:#?}");
+    assert_eq!(calls("demo__echo", "ok"), 2.0, "{m:#?}");
     assert_eq!(
-        value(&m, "fedgate_calls_total", &[("tool", "demo.crash")]),
+        value(&m, "fedgate_calls_total", &[("tool", "demo__crash")]),
         1.0,
         "{m:#?}"
     );
-    assert_eq!(calls("demo.fail", "is_error"), 1.0);
+    assert_eq!(calls("demo__fail", "is_error"), 1.0);
     assert_eq!(
         calls("_unknown", "unknown_tool"),
         1.0,
@@ -140,11 +140,11 @@ async fn scripted_calls_show_up_in_metrics() {
         value(&m, "fedgate_calls_total", &[("upstream", "_none")]),
         1.0
     );
-    assert_eq!(calls("demo.slow", "timeout"), 1.0);
-    assert_eq!(calls("demo.error", "upstream_error"), 1.0);
-    assert_eq!(calls("lim.add", "ok"), 1.0);
-    assert_eq!(calls("lim.add", "rate_limited"), 1.0);
-    assert_eq!(calls("demo.crash", "upstream_closed"), 1.0);
+    assert_eq!(calls("demo__slow", "timeout"), 1.0);
+    assert_eq!(calls("demo__error", "upstream_error"), 1.0);
+    assert_eq!(calls("lim__add", "ok"), 1.0);
+    assert_eq!(calls("lim__add", "rate_limited"), 1.0);
+    assert_eq!(calls("demo__crash", "upstream_closed"), 1.0);
     assert_eq!(
         value(&m, "fedgate_rate_limited_total", &[("rule", "lim-once")]),
         1.0
@@ -200,7 +200,7 @@ async fn scripted_calls_show_up_in_metrics() {
         value(
             &m,
             "fedgate_calls_total",
-            &[("tool", "demo.greeting"), ("method", "prompts/get")]
+            &[("tool", "demo__greeting"), ("method", "prompts/get")]
         ),
         1.0,
         "{text}"
@@ -273,7 +273,7 @@ async fn dashboards_use_only_exported_metrics() {
     std::fs::create_dir_all(dir.path().join("flows")).unwrap();
     std::fs::write(
         dir.path().join("flows/one.toml"),
-        "id = \"one\"\n[[nodes]]\nid = \"a\"\ntool = \"lim.echo\"\nparams = { text = \"x\" }\n",
+        "id = \"one\"\n[[nodes]]\nid = \"a\"\ntool = \"lim__echo\"\nparams = { text = \"x\" }\n",
     )
     .unwrap();
     let cfg = dir.path().join("gateway.toml");
@@ -283,17 +283,17 @@ async fn dashboards_use_only_exported_metrics() {
     let client = TestClient::new();
     let seen = client.seen.clone();
     let client = connect_legacy(&gw.url, client).await;
-    call(&client, "flows.one", serde_json::json!({}))
+    call(&client, "flows__one", serde_json::json!({}))
         .await
         .unwrap();
-    call(&client, "lim.add", serde_json::json!({"a": 1, "b": 1}))
+    call(&client, "lim__add", serde_json::json!({"a": 1, "b": 1}))
         .await
         .unwrap();
-    call(&client, "lim.add", serde_json::json!({"a": 1, "b": 1}))
+    call(&client, "lim__add", serde_json::json!({"a": 1, "b": 1}))
         .await
         .refused();
     let changes = *seen.tool_changes.lock();
-    call(&client, "demo.crash", serde_json::json!({}))
+    call(&client, "demo__crash", serde_json::json!({}))
         .await
         .refused();
     wait_for(&seen.tools_changed, "restart", || {

@@ -135,7 +135,7 @@ fn client_certificates_are_identities() {
         format!(
             "[gateway.tls]\ncert = \"server.pem\"\nkey = \"server.key\"\nclient_ca = \"ca1.pem\"\n\n\
              [auth]\n[[auth.client_certs]]\nsubject = \"agent-1\"\nroles = [\"reader\"]\n\n\
-             [roles.reader]\ntools = [\"demo.echo\"]\n\n{}",
+             [roles.reader]\ntools = [\"demo__echo\"]\n\n{}",
             stdio_upstream("demo", &[], "")
         ),
     )
@@ -153,14 +153,14 @@ fn client_certificates_are_identities() {
         .find_map(|l| l.strip_prefix("mcp-session-id: "))
         .map(|s| s.trim().to_owned())
         .unwrap_or_else(|| panic!("{resp}"));
-    let echo = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"demo.echo","arguments":{"text":"over mtls"}}}"#;
+    let echo = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"demo__echo","arguments":{"text":"over mtls"}}}"#;
     let (_, resp) = curl(d, &url, Some("agent"), Some(&session), echo);
     assert!(resp.contains("echo: over mtls"), "{resp}");
-    let crash = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"demo.crash","arguments":{}}}"#;
+    let crash = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"demo__crash","arguments":{}}}"#;
     let (_, resp) = curl(d, &url, Some("agent"), Some(&session), crash);
     assert!(
-        resp.contains("unknown tool `demo.crash`"),
-        "the role grants only demo.echo: {resp}"
+        resp.contains("unknown tool `demo__crash`"),
+        "the role grants only demo__echo: {resp}"
     );
 
     let (ok, resp) = curl(d, &url, None, None, init);
@@ -206,7 +206,7 @@ fn a_reload_applies_to_open_tls_connections() {
         )
     };
     let cfg = d.join("gateway.toml");
-    std::fs::write(&cfg, config("demo.echo")).unwrap();
+    std::fs::write(&cfg, config("demo__echo")).unwrap();
     let gw = Gateway::start_file(&cfg, tempfile::tempdir().unwrap());
     let port = gw
         .url
@@ -261,12 +261,12 @@ fn a_reload_applies_to_open_tls_connections() {
     };
     let mut echo = |text: &str| {
         let body = format!(
-            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"demo.echo","arguments":{{"text":"{text}"}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{{"name":"s_client","version":"0"}},"io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"demo__echo","arguments":{{"text":"{text}"}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{{"name":"s_client","version":"0"}},"io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#
         );
         let req = format!(
             "POST /mcp HTTP/1.1\r\nHost: localhost:{port}\r\nContent-Type: application/json\r\n\
              Accept: application/json, text/event-stream\r\nMcp-Protocol-Version: 2026-07-28\r\n\
-             Mcp-Method: tools/call\r\nMcp-Name: demo.echo\r\nContent-Length: {}\r\n\r\n{body}",
+             Mcp-Method: tools/call\r\nMcp-Name: demo__echo\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         );
         input.write_all(req.as_bytes()).unwrap();
@@ -276,7 +276,7 @@ fn a_reload_applies_to_open_tls_connections() {
     until("echo: before");
 
     // The role now grants another tool; the open connection's next request sees it.
-    std::fs::write(&cfg, config("demo.add")).unwrap();
+    std::fs::write(&cfg, config("demo__add")).unwrap();
     let reloaded = Command::new("kill")
         .args(["-HUP", &gw.pid().to_string()])
         .status()
@@ -288,7 +288,7 @@ fn a_reload_applies_to_open_tls_connections() {
         std::thread::yield_now();
     }
     echo("after");
-    until("unknown tool `demo.echo`");
+    until("unknown tool `demo__echo`");
     let _ = tls.kill();
     let _ = tls.wait();
 }

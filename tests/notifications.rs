@@ -19,13 +19,13 @@ async fn list_changed_reaches_the_client_and_the_new_tool_is_callable() {
     let seen = client.seen.clone();
     let client = connect_legacy(&gw.url, client).await;
     assert!(
-        call(&client, "demo.extra", serde_json::json!({}))
+        call(&client, "demo__extra", serde_json::json!({}))
             .await
             .is_err(),
         "extra does not exist yet"
     );
     let before = *seen.tool_changes.lock();
-    call(&client, "demo.toggle_extra", serde_json::json!({}))
+    call(&client, "demo__toggle_extra", serde_json::json!({}))
         .await
         .unwrap();
     wait_for(&seen.tools_changed, "tools/list_changed", || {
@@ -33,8 +33,8 @@ async fn list_changed_reaches_the_client_and_the_new_tool_is_callable() {
     })
     .await;
     let tools = client.peer().list_all_tools().await.unwrap();
-    assert!(tools.iter().any(|t| t.name == "demo.extra"));
-    let r = call(&client, "demo.extra", serde_json::json!({}))
+    assert!(tools.iter().any(|t| t.name == "demo__extra"));
+    let r = call(&client, "demo__extra", serde_json::json!({}))
         .await
         .unwrap();
     assert_eq!(first_text(&r), "extra!");
@@ -47,7 +47,7 @@ async fn progress_is_relayed_with_the_clients_token() {
     let client = TestClient::new();
     let seen = client.seen.clone();
     let client = connect_legacy(&gw.url, client).await;
-    let r = call(&client, "demo.progress", serde_json::json!({"steps": 4}))
+    let r = call(&client, "demo__progress", serde_json::json!({"steps": 4}))
         .await
         .unwrap();
     assert_eq!(first_text(&r), "done 4");
@@ -121,9 +121,9 @@ async fn progress_precedes_response_under_load() {
 
     let calls = (1..=48).map(|i| {
         let tool = if i % 2 == 0 {
-            "demo.progress"
+            "demo__progress"
         } else {
-            "notes.progress"
+            "notes__progress"
         };
         let body = serde_json::json!({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {
             "name": tool, "arguments": {"steps": 5}, "_meta": {"progressToken": format!("t{i}")}}});
@@ -161,7 +161,7 @@ async fn cancellation_reaches_the_upstream() {
     let gw = Gateway::start(&format!("[gateway]\n{}", stdio_upstream("demo", &[], "")));
     let client = connect_legacy(&gw.url, TestClient::new()).await;
     let req = ClientRequest::CallToolRequest(CallToolRequest::new(
-        CallToolRequestParams::new("demo.slow")
+        CallToolRequestParams::new("demo__slow")
             .with_arguments(args(serde_json::json!({"ms": 60000}))),
     ));
     let handle = client
@@ -171,7 +171,7 @@ async fn cancellation_reaches_the_upstream() {
         .unwrap();
     // The upstream must have the call before we cancel it: wait until its counter shows it.
     let stats = || async {
-        let r = call(&client, "demo.stats", serde_json::json!({}))
+        let r = call(&client, "demo__stats", serde_json::json!({}))
             .await
             .unwrap();
         r.structured_content.unwrap()
@@ -199,7 +199,7 @@ async fn elicitation_round_trip_handshake_era() {
     let client = TestClient::new();
     let seen = client.seen.clone();
     let client = connect_legacy(&gw.url, client).await;
-    let r = call(&client, "demo.ask", serde_json::json!({}))
+    let r = call(&client, "demo__ask", serde_json::json!({}))
         .await
         .unwrap();
     assert_eq!(
@@ -220,7 +220,7 @@ async fn elicitation_round_trip_stateless_era() {
     let client = connect_modern(&gw.url, TestClient::new()).await;
     let first = client
         .peer()
-        .call_tool_once(CallToolRequestParams::new("notes.ask"))
+        .call_tool_once(CallToolRequestParams::new("notes__ask"))
         .await
         .unwrap();
     let CallToolResponse::InputRequired(ir) = first else {
@@ -235,7 +235,7 @@ async fn elicitation_round_trip_stateless_era() {
     let second = client
         .peer()
         .call_tool_once(
-            CallToolRequestParams::new("notes.ask")
+            CallToolRequestParams::new("notes__ask")
                 .with_input_responses(responses)
                 .with_request_state(state),
         )
@@ -267,7 +267,7 @@ async fn resource_updates_reach_subscribers() {
         .unwrap();
     call(
         &client,
-        "demo.write_note",
+        "demo__write_note",
         serde_json::json!({"key": "a", "value": "1"}),
     )
     .await
@@ -293,7 +293,7 @@ async fn list_changed_in_the_stateless_era() {
     let client = connect_modern(&gw.url, TestClient::new()).await;
     let filter = SubscriptionFilter::builder().tools_list_changed().build();
     let mut sub = client.peer().listen(filter).await.unwrap();
-    call(&client, "demo.toggle_extra", serde_json::json!({}))
+    call(&client, "demo__toggle_extra", serde_json::json!({}))
         .await
         .unwrap();
     let note = tokio::time::timeout(Duration::from_secs(20), sub.next())
@@ -307,10 +307,10 @@ async fn list_changed_in_the_stateless_era() {
     );
     let tools = client.peer().list_all_tools().await.unwrap();
     assert!(
-        tools.iter().any(|t| t.name == "demo.extra"),
+        tools.iter().any(|t| t.name == "demo__extra"),
         "refreshed before notifying"
     );
-    let r = call(&client, "demo.extra", serde_json::json!({}))
+    let r = call(&client, "demo__extra", serde_json::json!({}))
         .await
         .unwrap();
     assert_eq!(first_text(&r), "extra!");
@@ -325,7 +325,7 @@ async fn roots_request_reaches_the_calling_client() {
         stdio_upstream("demo", &[], "era = \"legacy\"")
     ));
     let client = connect_legacy(&gw.url, TestClient::new()).await;
-    let r = call(&client, "demo.roots", serde_json::json!({}))
+    let r = call(&client, "demo__roots", serde_json::json!({}))
         .await
         .unwrap();
     assert_eq!(first_text(&r), "file:///work/project");
@@ -344,7 +344,7 @@ async fn a_closed_sessions_subscriptions_are_released_upstream() {
         let peer = c.peer().clone();
         async move {
             let r = peer
-                .call_tool(CallToolRequestParams::new("demo.stats"))
+                .call_tool(CallToolRequestParams::new("demo__stats"))
                 .await
                 .expect("stats");
             r.structured_content.expect("stats")["subscriptions"]

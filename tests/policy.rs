@@ -87,7 +87,7 @@ issuer = "https://idp.test"
 audience = "fedgate"
 
 [roles.reader]
-tools = ["demo.echo", "demo.add"]
+tools = ["demo__echo", "demo__add"]
 resources = ["demo://readme"]
 
 [roles.admin]
@@ -206,32 +206,32 @@ async fn roles_filter_lists_and_refusals_do_not_reveal_tools() {
         .into_iter()
         .map(|t| t.name.to_string())
         .collect();
-    assert_eq!(tools, vec!["demo.add", "demo.echo"]);
+    assert_eq!(tools, vec!["demo__add", "demo__echo"]);
     assert!(reader.peer().list_all_prompts().await.unwrap().is_empty());
     let resources = reader.peer().list_all_resources().await.unwrap();
     assert_eq!(
         resources.iter().map(|r| r.uri.as_str()).collect::<Vec<_>>(),
         vec!["demo://readme"]
     );
-    let r = call(&reader, "demo.echo", serde_json::json!({"text": "reader"}))
+    let r = call(&reader, "demo__echo", serde_json::json!({"text": "reader"}))
         .await
         .unwrap();
     assert_eq!(first_text(&r), "echo: reader");
 
     // An existing tool the role does not grant and a tool that does not exist look the same.
-    let hidden = call(&reader, "demo.crash", serde_json::json!({}))
+    let hidden = call(&reader, "demo__crash", serde_json::json!({}))
         .await
         .refused();
-    let missing = call(&reader, "demo.crush", serde_json::json!({}))
+    let missing = call(&reader, "demo__crush", serde_json::json!({}))
         .await
         .refused();
-    assert!(hidden.contains("unknown tool `demo.crash`"), "{hidden}");
+    assert!(hidden.contains("unknown tool `demo__crash`"), "{hidden}");
     assert_eq!(
         without_correlation_ids(&hidden.replace("crash", "X")),
         without_correlation_ids(&missing.replace("crush", "X"))
     );
     assert!(
-        hidden.contains(r#""closest":["demo.add","demo.echo"]"#),
+        hidden.contains(r#""closest":["demo__add","demo__echo"]"#),
         "suggests only granted tools: {hidden}"
     );
 
@@ -268,7 +268,7 @@ async fn jwt_hs256_and_rs256_identities() {
         .unwrap();
     let r = call(
         &client,
-        "demo.write_note",
+        "demo__write_note",
         serde_json::json!({"key": "a", "value": "b"}),
     )
     .await

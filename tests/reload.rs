@@ -89,7 +89,7 @@ fn sighup(gw: &Gateway) {
 async fn write_note(client: &Client) -> Result<(), String> {
     let r = call(
         client,
-        "a.write_note",
+        "a__write_note",
         serde_json::json!({"key": "k", "value": "v"}),
     )
     .await;
@@ -116,10 +116,10 @@ async fn reload_by_signal_and_admin_api_keeps_the_session() {
     let seen = client.seen.clone();
     let client = connect_legacy(&gw.url, client).await;
     let names = tool_names(&client).await;
-    assert!(names.contains(&"c.echo".to_owned()), "{names:?}");
+    assert!(names.contains(&"c__echo".to_owned()), "{names:?}");
     write_note(&client).await.expect("high tier allows writes");
-    let a_pid = pid_of(&client, "a.pid").await;
-    let c_pid = pid_of(&client, "c.pid").await;
+    let a_pid = pid_of(&client, "a__pid").await;
+    let c_pid = pid_of(&client, "c__pid").await;
 
     // SIGHUP: `a` moves to the low tier (no declared writes), `b` is added, `c` removed.
     let v2 = config(
@@ -134,7 +134,7 @@ async fn reload_by_signal_and_admin_api_keeps_the_session() {
     replace_file(&cfg, &v2);
     sighup(&gw);
     until_tools(&client, &seen, "b added and c removed", |n| {
-        n.contains(&"b.echo".to_owned()) && !n.iter().any(|t| t.starts_with("c."))
+        n.contains(&"b__echo".to_owned()) && !n.iter().any(|t| t.starts_with("c."))
     })
     .await;
     let err = write_note(&client).await.unwrap_err();
@@ -143,11 +143,11 @@ async fn reload_by_signal_and_admin_api_keeps_the_session() {
         "low tier refuses undeclared writes: {err}"
     );
     assert_eq!(
-        pid_of(&client, "a.pid").await,
+        pid_of(&client, "a__pid").await,
         a_pid,
         "a tier change applies without restarting the upstream"
     );
-    let echoed = call(&client, "b.echo", serde_json::json!({"text": "hi"}))
+    let echoed = call(&client, "b__echo", serde_json::json!({"text": "hi"}))
         .await
         .unwrap();
     assert!(first_text(&echoed).contains("hi"));
@@ -177,7 +177,7 @@ async fn reload_by_signal_and_admin_api_keeps_the_session() {
     );
     // A SIGHUP with the same broken file is refused the same way.
     sighup(&gw);
-    let echoed = call(&client, "b.echo", serde_json::json!({"text": "still"}))
+    let echoed = call(&client, "b__echo", serde_json::json!({"text": "still"}))
         .await
         .unwrap();
     assert!(first_text(&echoed).contains("still"));
@@ -203,7 +203,7 @@ async fn reload_by_signal_and_admin_api_keeps_the_session() {
         ),
     );
     replace_file(&cfg, &v3);
-    let b_pid = pid_of(&client, "b.pid").await;
+    let b_pid = pid_of(&client, "b__pid").await;
     let (status, body) = admin_reload(&gw).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(
@@ -217,13 +217,13 @@ async fn reload_by_signal_and_admin_api_keeps_the_session() {
         "{body}"
     );
     until_tools(&client, &seen, "a back after its restart", |n| {
-        n.contains(&"a.pid".to_owned())
+        n.contains(&"a__pid".to_owned())
     })
     .await;
-    let new_a = pid_of(&client, "a.pid").await;
+    let new_a = pid_of(&client, "a__pid").await;
     assert_ne!(new_a, a_pid, "a was restarted");
     assert!(!alive(a_pid), "the old process of a is gone");
-    assert_eq!(pid_of(&client, "b.pid").await, b_pid, "b kept running");
+    assert_eq!(pid_of(&client, "b__pid").await, b_pid, "b kept running");
 
     // The same session served every step; the metrics count two good and two bad reloads
     // (the SIGHUP of the broken file is counted before the process goes on: wait on it).
@@ -284,7 +284,7 @@ async fn editing_a_tier_file_reloads_it() {
     let err = write_note(&client).await.unwrap_err();
     assert!(err.contains("tier"), "{err}");
     // Reads still work on the same session.
-    let echoed = call(&client, "a.echo", serde_json::json!({"text": "ok"}))
+    let echoed = call(&client, "a__echo", serde_json::json!({"text": "ok"}))
         .await
         .unwrap();
     assert!(first_text(&echoed).contains("ok"));

@@ -28,7 +28,7 @@ async fn handshake_era_sessions_move_between_replicas() {
     for i in 0..6 {
         let r = call(
             &client,
-            "demo.echo",
+            "demo__echo",
             serde_json::json!({"text": i.to_string()}),
         )
         .await
@@ -36,7 +36,7 @@ async fn handshake_era_sessions_move_between_replicas() {
         assert_eq!(first_text(&r), format!("echo: {i}"));
     }
     let tools = client.peer().list_all_tools().await.unwrap();
-    assert!(tools.iter().any(|t| t.name == "demo.echo"));
+    assert!(tools.iter().any(|t| t.name == "demo__echo"));
     let hits = rr.hits.lock().clone();
     assert!(
         hits.contains(&0) && hits.contains(&1),
@@ -81,7 +81,7 @@ async fn a_session_id_opens_only_with_the_same_key_and_never_after_delete() {
     // The session was never on `b`: it is restored from the sealed id.
     let r = post(&b.base, Some(&sid), list.clone()).await.unwrap();
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
-    assert!(r.text().await.unwrap().contains("demo.echo"));
+    assert!(r.text().await.unwrap().contains("demo__echo"));
     // A replica with another key cannot open it.
     let r = post(&other.base, Some(&sid), list.clone()).await.unwrap();
     assert_eq!(r.status(), 404);
@@ -106,7 +106,7 @@ async fn stateless_clients_need_no_affinity_and_parked_calls_say_where_they_are(
     for i in 0..4 {
         let r = call(
             &client,
-            "demo.echo",
+            "demo__echo",
             serde_json::json!({"text": i.to_string()}),
         )
         .await
@@ -116,7 +116,7 @@ async fn stateless_clients_need_no_affinity_and_parked_calls_say_where_they_are(
     // The input-required round lands on one replica, the retry on the other.
     let first = client
         .peer()
-        .call_tool_once(CallToolRequestParams::new("demo.ask"))
+        .call_tool_once(CallToolRequestParams::new("demo__ask"))
         .await
         .unwrap();
     let CallToolResponse::InputRequired(ir) = first else {
@@ -131,7 +131,7 @@ async fn stateless_clients_need_no_affinity_and_parked_calls_say_where_they_are(
     let err = client
         .peer()
         .call_tool_once(
-            CallToolRequestParams::new("demo.ask")
+            CallToolRequestParams::new("demo__ask")
                 .with_input_responses(answers)
                 .with_request_state(ir.request_state.unwrap()),
         )

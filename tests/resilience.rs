@@ -15,7 +15,7 @@ fn with_key(tool: &str, args: serde_json::Value, key: &str) -> CallToolRequestPa
 }
 
 async fn calls(client: &Client) -> u64 {
-    let r = call(client, "demo.stats", serde_json::json!({}))
+    let r = call(client, "demo__stats", serde_json::json!({}))
         .await
         .unwrap();
     r.structured_content.unwrap()["calls"].as_u64().unwrap()
@@ -34,11 +34,11 @@ async fn reads_are_retried_writes_are_not_and_are_reported_uncertain() {
         )
     ));
     let client = connect_legacy(&gw.url, TestClient::new()).await;
-    let first = call(&client, "demo.pid", serde_json::json!({}))
+    let first = call(&client, "demo__pid", serde_json::json!({}))
         .await
         .unwrap();
     // The next read crashes that process; fedgate retries it on the restarted one.
-    let second = call(&client, "demo.pid", serde_json::json!({}))
+    let second = call(&client, "demo__pid", serde_json::json!({}))
         .await
         .unwrap();
     assert_ne!(
@@ -49,7 +49,7 @@ async fn reads_are_retried_writes_are_not_and_are_reported_uncertain() {
     // That process has served its one call: a write now crashes it and is not retried.
     let err = call(
         &client,
-        "demo.write_note",
+        "demo__write_note",
         serde_json::json!({"key": "k", "value": "v"}),
     )
     .await
@@ -81,12 +81,12 @@ async fn a_repeated_idempotency_key_returns_the_recorded_result() {
     let args = serde_json::json!({"key": "order-1", "value": "paid"});
     let a = client
         .peer()
-        .call_tool(with_key("demo.write_note", args.clone(), "idem-1"))
+        .call_tool(with_key("demo__write_note", args.clone(), "idem-1"))
         .await
         .unwrap();
     let b = client
         .peer()
-        .call_tool(with_key("demo.write_note", args.clone(), "idem-1"))
+        .call_tool(with_key("demo__write_note", args.clone(), "idem-1"))
         .await
         .unwrap();
     assert_eq!(first_text(&a), "stored order-1");
@@ -101,7 +101,7 @@ async fn a_repeated_idempotency_key_returns_the_recorded_result() {
     let conflict = client
         .peer()
         .call_tool(with_key(
-            "demo.write_note",
+            "demo__write_note",
             serde_json::json!({"key": "order-1", "value": "refunded"}),
             "idem-1",
         ))
@@ -111,24 +111,24 @@ async fn a_repeated_idempotency_key_returns_the_recorded_result() {
     // The same key for the same tool name on another upstream is another call.
     let elsewhere = client
         .peer()
-        .call_tool(with_key("other.write_note", args.clone(), "idem-1"))
+        .call_tool(with_key("other__write_note", args.clone(), "idem-1"))
         .await
         .unwrap();
     assert_eq!(first_text(&elsewhere), "stored order-1");
     let stats = client
         .peer()
-        .call_tool(rmcp::model::CallToolRequestParams::new("other.stats"))
+        .call_tool(rmcp::model::CallToolRequestParams::new("other__stats"))
         .await
         .unwrap();
     assert_eq!(
         stats.structured_content.unwrap()["calls"],
         2,
-        "other.write_note ran on its own upstream"
+        "other__write_note ran on its own upstream"
     );
     // A new key is a new call.
     client
         .peer()
-        .call_tool(with_key("demo.write_note", args, "idem-2"))
+        .call_tool(with_key("demo__write_note", args, "idem-2"))
         .await
         .unwrap();
     assert_eq!(calls(&client).await - after, 2);
@@ -144,7 +144,7 @@ async fn concurrent_duplicates_of_a_key_run_once() {
     let before = calls(&client).await;
     let slow = || {
         client.peer().call_tool(with_key(
-            "demo.slow",
+            "demo__slow",
             serde_json::json!({"ms": 400}),
             "dup-1",
         ))

@@ -115,7 +115,7 @@ async fn a_stream_dropped_before_a_slow_answer_resumes_with_it() {
     let s = Session::open(&gw.url).await;
     let mut resp = s
         .post(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-                     "params": {"name": "demo.slow", "arguments": {"ms": 1500}}}))
+                     "params": {"name": "demo__slow", "arguments": {"ms": 1500}}}))
         .await;
     let first = read_until(&mut resp, |_| true).await;
     let priming = &first[0];
@@ -152,7 +152,7 @@ async fn resumptions_of_other_streams_or_dropped_events_are_refused() {
     // keeps; the client goes away after the first notification, long before the answer.
     let mut resp = a
         .post(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-                     "params": {"name": "demo.progress", "arguments": {"steps": 10, "delay_ms": 50},
+                     "params": {"name": "demo__progress", "arguments": {"steps": 10, "delay_ms": 50},
                                 "_meta": {"progressToken": "p"}}}))
         .await;
     let seen = read_until(&mut resp, |e| !e.data.is_empty()).await;
@@ -192,7 +192,7 @@ async fn resumptions_of_other_streams_or_dropped_events_are_refused() {
     // A stream read to its answer is released at once: there is nothing left to resume.
     let mut resp = a
         .post(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-                     "params": {"name": "demo.echo", "arguments": {"text": "hi"}}}))
+                     "params": {"name": "demo__echo", "arguments": {"text": "hi"}}}))
         .await;
     let events = read_until(&mut resp, is_answer).await;
     let last = events.last().and_then(|e| e.id.clone()).unwrap();

@@ -53,7 +53,7 @@ async fn progress(gw: &Gateway, mode: Mode, up: &str) {
     assert_eq!(
         run(
             &client,
-            &format!("{up}.progress"),
+            &format!("{up}__progress"),
             serde_json::json!({"steps": 3})
         )
         .await,
@@ -69,7 +69,7 @@ async fn progress(gw: &Gateway, mode: Mode, up: &str) {
 
 async fn input(gw: &Gateway, mode: Mode, up: &str) {
     let (client, _) = connect(gw, mode).await;
-    let t = |name: &str| format!("{up}.{name}");
+    let t = |name: &str| format!("{up}__{name}");
     assert_eq!(
         run(&client, &t("sample"), serde_json::json!({})).await,
         "sampled: hi from rmcp"
@@ -87,7 +87,7 @@ async fn input(gw: &Gateway, mode: Mode, up: &str) {
 async fn resource_updates(gw: &Gateway, mode: Mode, up: &str) {
     let (client, seen) = connect(gw, mode).await;
     let uri = format!("{up}://notes/k");
-    let note_tool = format!("{up}.write_note");
+    let note_tool = format!("{up}__write_note");
     let write = || {
         run(
             &client,
@@ -139,7 +139,7 @@ async fn resource_updates(gw: &Gateway, mode: Mode, up: &str) {
 
 async fn list_changed(gw: &Gateway, mode: Mode, up: &str) {
     let (client, seen) = connect(gw, mode).await;
-    let toggle = format!("{up}.toggle_extra");
+    let toggle = format!("{up}__toggle_extra");
     match mode {
         Mode::Legacy => {
             let before = *seen.tool_changes.lock();
@@ -167,7 +167,7 @@ async fn list_changed(gw: &Gateway, mode: Mode, up: &str) {
 
 async fn logging(gw: &Gateway, mode: Mode, up: &str) {
     let (client, seen) = connect(gw, mode).await;
-    let tool = CallToolRequestParams::new(format!("{up}.log"));
+    let tool = CallToolRequestParams::new(format!("{up}__log"));
     let want: &[&str] = match mode {
         Mode::Legacy => {
             client
@@ -197,14 +197,14 @@ async fn logging(gw: &Gateway, mode: Mode, up: &str) {
 async fn cancellation(gw: &Gateway, mode: Mode, up: &str) {
     let (client, _) = connect(gw, mode).await;
     let stats = || async {
-        let r = call(&client, &format!("{up}.stats"), serde_json::json!({}))
+        let r = call(&client, &format!("{up}__stats"), serde_json::json!({}))
             .await
             .unwrap();
         r.structured_content.unwrap()
     };
     let before = stats().await;
     let req = ClientRequest::CallToolRequest(CallToolRequest::new(
-        CallToolRequestParams::new(format!("{up}.slow")).with_arguments(
+        CallToolRequestParams::new(format!("{up}__slow")).with_arguments(
             serde_json::json!({"ms": 60000})
                 .as_object()
                 .cloned()

@@ -122,7 +122,7 @@ fn python_sdk_sees_structured_content_unchanged_through_envelopes() {
         stdio_upstream("all", &[], "envelope = \"always\"")
     ));
     for mode in ["legacy", "modern"] {
-        for (tool, always) in [("plain.file_ticket", false), ("all.file_ticket", true)] {
+        for (tool, always) in [("plain__file_ticket", false), ("all__file_ticket", true)] {
             let out = Command::new(&program)
                 .arg(&script)
                 .args(["--url", &gw.url, "--mode", mode, "--tool", tool])

@@ -37,7 +37,7 @@ async fn an_upstream_task_reaches_the_caller_as_a_handle_only_it_can_use() {
     let created = raw_call(
         url,
         ANN,
-        "fx.slow_compute",
+        "fx__slow_compute",
         json!({"seconds": 60, "label": "t"}),
     )
     .await;
@@ -120,7 +120,7 @@ async fn a_task_asks_for_input_and_takes_the_answers_through_update() {
     let fixture = UrlProcess::start(&["conformance-fixture", "--http", "127.0.0.1:0"]);
     let gw = Gateway::start(&config(&fixture));
     let url = gw.url.as_str();
-    let created = raw_call(url, ANN, "fx.confirm_delete", json!({"filename": "a.txt"})).await;
+    let created = raw_call(url, ANN, "fx__confirm_delete", json!({"filename": "a.txt"})).await;
     let handle = created["result"]["taskId"]
         .as_str()
         .expect("a task")
@@ -213,13 +213,18 @@ async fn handshake_era_callers_never_see_tasks() {
                    "params": {"name": tool, "arguments": args}}),
         )
     };
-    let (_, v) = call(1, "fx.slow_compute", json!({"seconds": 0, "label": "sync"})).await;
+    let (_, v) = call(
+        1,
+        "fx__slow_compute",
+        json!({"seconds": 0, "label": "sync"}),
+    )
+    .await;
     assert!(v["result"].get("taskId").is_none(), "no task: {v}");
     assert!(
         first_text_of(&v).contains("completed after 0 seconds"),
         "{v}"
     );
-    let (_, v) = call(2, "fx.failing_job", json!({})).await;
+    let (_, v) = call(2, "fx__failing_job", json!({})).await;
     assert!(
         v.to_string().contains("32021"),
         "a task-only tool is refused for want of the extension: {v}"

@@ -85,7 +85,7 @@ async fn server_everything_through_fedgate() {
         .await
         .unwrap()
         .into_iter()
-        .filter_map(|t| t.name.strip_prefix("everything.").map(str::to_owned))
+        .filter_map(|t| t.name.strip_prefix("everything__").map(str::to_owned))
         .collect();
     got.sort();
     assert_eq!(
@@ -95,7 +95,7 @@ async fn server_everything_through_fedgate() {
 
     let r = call(
         &client,
-        "everything.echo",
+        "everything__echo",
         serde_json::json!({"message": "hello fedgate"}),
     )
     .await
@@ -103,7 +103,7 @@ async fn server_everything_through_fedgate() {
     assert_eq!(first_text(&r), "Echo: hello fedgate");
     let r = call(
         &client,
-        "everything.get-sum",
+        "everything__get-sum",
         serde_json::json!({"a": 2, "b": 3}),
     )
     .await
@@ -111,7 +111,7 @@ async fn server_everything_through_fedgate() {
     assert_eq!(first_text(&r), "The sum of 2 and 3 is 5.");
     let r = call(
         &client,
-        "everything.get-structured-content",
+        "everything__get-structured-content",
         serde_json::json!({"location": "New York"}),
     )
     .await
@@ -124,7 +124,7 @@ async fn server_everything_through_fedgate() {
     // Progress from a third-party server reaches the client under the client's own token.
     let r = call(
         &client,
-        "everything.trigger-long-running-operation",
+        "everything__trigger-long-running-operation",
         serde_json::json!({"duration": 1, "steps": 2}),
     )
     .await
@@ -165,7 +165,7 @@ async fn a_slow_starting_handshake_era_server_is_detected() {
     let client = connect_legacy(&gw.url, TestClient::new()).await;
     let r = call(
         &client,
-        "slow.echo",
+        "slow__echo",
         serde_json::json!({"message": "late but here"}),
     )
     .await

@@ -46,13 +46,15 @@ async fn write_rules_follow_the_tier() {
     // medium: reads by annotation; undeclared writes refused, declared ones allowed.
     assert_eq!(
         first_text(
-            &call(&client, "ro.echo", serde_json::json!({"text": "r"}))
+            &call(&client, "ro__echo", serde_json::json!({"text": "r"}))
                 .await
                 .unwrap()
         ),
         "echo: r"
     );
-    let err = call(&client, "ro.write_note", note.clone()).await.refused();
+    let err = call(&client, "ro__write_note", note.clone())
+        .await
+        .refused();
     assert_eq!(
         refusal(&err).as_deref(),
         Some("write_not_declared"),
@@ -60,20 +62,20 @@ async fn write_rules_follow_the_tier() {
     );
     assert!(err.contains("trust tier `medium`"), "{err}");
     assert_eq!(
-        first_text(&call(&client, "rw.write_note", note.clone()).await.unwrap()),
+        first_text(&call(&client, "rw__write_note", note.clone()).await.unwrap()),
         "stored k"
     );
 
     // low: annotations are not trusted; `add` says readOnlyHint but only `echo` is declared.
     assert_eq!(
         first_text(
-            &call(&client, "ext.echo", serde_json::json!({"text": "e"}))
+            &call(&client, "ext__echo", serde_json::json!({"text": "e"}))
                 .await
                 .unwrap()
         ),
         "echo: e"
     );
-    let err = call(&client, "ext.add", serde_json::json!({"a": 1, "b": 2}))
+    let err = call(&client, "ext__add", serde_json::json!({"a": 1, "b": 2}))
         .await
         .refused();
     assert_eq!(
@@ -83,17 +85,17 @@ async fn write_rules_follow_the_tier() {
     );
 
     // A custom tier that allows no writes at all.
-    let err = call(&client, "frozen.write_note", note).await.refused();
+    let err = call(&client, "frozen__write_note", note).await.refused();
     assert_eq!(refusal(&err).as_deref(), Some("writes_never"), "{err}");
 
     // Per-class timeouts: reads get 300 ms here; `slow` is long-running and gets 5 s.
-    let err = call(&client, "frozen.echo", serde_json::json!({"text": "fast"})).await;
+    let err = call(&client, "frozen__echo", serde_json::json!({"text": "fast"})).await;
     assert!(err.is_ok());
-    let quick = call(&client, "frozen.progress", serde_json::json!({"steps": 1}))
+    let quick = call(&client, "frozen__progress", serde_json::json!({"steps": 1}))
         .await
         .unwrap();
     assert_eq!(first_text(&quick), "done 1");
-    let r = call(&client, "frozen.slow", serde_json::json!({"ms": 600}))
+    let r = call(&client, "frozen__slow", serde_json::json!({"ms": 600}))
         .await
         .unwrap();
     assert_eq!(
@@ -119,7 +121,7 @@ async fn read_timeout_applies_to_reads() {
     );
     let gw = Gateway::start(&config);
     let client = connect_legacy(&gw.url, TestClient::new()).await;
-    let err = call(&client, "t.slow", serde_json::json!({"ms": 30000}))
+    let err = call(&client, "t__slow", serde_json::json!({"ms": 30000}))
         .await
         .refused();
     assert!(err.contains("did not answer within 200ms"), "{err}");
@@ -211,11 +213,11 @@ async fn pinning_holds_back_a_changed_definition_until_accepted() {
             .map(|t| t.name.to_string())
             .collect::<Vec<_>>()
     };
-    assert!(names(client.peer().list_all_tools().await.unwrap()).contains(&"p.echo".to_owned()));
+    assert!(names(client.peer().list_all_tools().await.unwrap()).contains(&"p__echo".to_owned()));
 
     for up in ["p", "h"] {
         let before = *seen.tool_changes.lock();
-        call(&client, &format!("{up}.evolve"), serde_json::json!({}))
+        call(&client, &format!("{up}__evolve"), serde_json::json!({}))
             .await
             .unwrap();
         wait_for(&seen.tools_changed, "list_changed after evolve", || {
@@ -226,17 +228,17 @@ async fn pinning_holds_back_a_changed_definition_until_accepted() {
     let tools = client.peer().list_all_tools().await.unwrap();
     let echo_h = tools
         .iter()
-        .find(|t| t.name == "h.echo")
+        .find(|t| t.name == "h__echo")
         .expect("unpinned tier takes the change");
     assert!(echo_h.description.as_deref().unwrap_or("").contains("(v2)"));
     assert!(
-        !tools.iter().any(|t| t.name == "p.echo"),
+        !tools.iter().any(|t| t.name == "p__echo"),
         "pinned tier holds the changed echo back"
     );
-    let err = call(&client, "p.echo", serde_json::json!({"text": "x"}))
+    let err = call(&client, "p__echo", serde_json::json!({"text": "x"}))
         .await
         .refused();
-    assert!(err.contains("unknown tool `p.echo`"), "{err}");
+    assert!(err.contains("unknown tool `p__echo`"), "{err}");
     let (_, ready) = gw.readyz().await;
     let fp = held_back_fingerprint(&ready, "p", "echo").unwrap_or_else(|| panic!("{ready}"));
     assert_eq!(fp.len(), 64, "{fp}");
@@ -255,7 +257,7 @@ async fn pinning_holds_back_a_changed_definition_until_accepted() {
     let client = connect_legacy(&accepted.url, TestClient::new()).await;
     assert_eq!(
         first_text(
-            &call(&client, "p.echo", serde_json::json!({"text": "v2"}))
+            &call(&client, "p__echo", serde_json::json!({"text": "v2"}))
                 .await
                 .unwrap()
         ),
@@ -273,7 +275,7 @@ async fn pinning_holds_back_a_changed_definition_until_accepted() {
         )
     ));
     let client = connect_legacy(&mismatch.url, TestClient::new()).await;
-    assert!(!names(client.peer().list_all_tools().await.unwrap()).contains(&"p.echo".to_owned()));
+    assert!(!names(client.peer().list_all_tools().await.unwrap()).contains(&"p__echo".to_owned()));
     client.cancel().await.unwrap();
 }
 
@@ -291,12 +293,12 @@ async fn responses_larger_than_the_tier_allows_are_refused() {
         stdio_upstream("s", &[], "tier = \"small\"")
     ));
     let client = connect_legacy(&gw.url, TestClient::new()).await;
-    let ok = call(&client, "s.echo", serde_json::json!({"text": "short"}))
+    let ok = call(&client, "s__echo", serde_json::json!({"text": "short"}))
         .await
         .unwrap();
     assert_eq!(first_text(&ok), "echo: short");
     let big = "x".repeat(1000);
-    let err = call(&client, "s.echo", serde_json::json!({"text": big}))
+    let err = call(&client, "s__echo", serde_json::json!({"text": big}))
         .await
         .refused();
     assert!(
@@ -321,21 +323,21 @@ async fn a_roles_max_tier_caps_which_upstreams_it_reaches() {
         .await
         .unwrap();
     let tools = client.peer().list_all_tools().await.unwrap();
-    assert!(tools.iter().any(|t| t.name == "m.echo"));
+    assert!(tools.iter().any(|t| t.name == "m__echo"));
     assert!(
         !tools.iter().any(|t| t.name.starts_with("h.")),
         "high-tier tools are not listed"
     );
-    let err = call(&client, "h.echo", serde_json::json!({"text": "x"}))
+    let err = call(&client, "h__echo", serde_json::json!({"text": "x"}))
         .await
         .refused();
     assert!(
-        err.contains("unknown tool `h.echo`") && err.contains(r#""closest":["m.echo""#),
+        err.contains("unknown tool `h__echo`") && err.contains(r#""closest":["m__echo""#),
         "{err}"
     );
     assert_eq!(
         first_text(
-            &call(&client, "m.echo", serde_json::json!({"text": "ok"}))
+            &call(&client, "m__echo", serde_json::json!({"text": "ok"}))
                 .await
                 .unwrap()
         ),

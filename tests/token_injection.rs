@@ -161,7 +161,7 @@ credential = "cc"
         .unwrap();
 
     let who = first_text(
-        &call(&client, "api.whoami", serde_json::json!({}))
+        &call(&client, "api__whoami", serde_json::json!({}))
             .await
             .unwrap_or_else(|e| panic!("{e}\n{:?}\n{}", endpoint.grants.lock(), gw.stderr())),
     );
@@ -170,7 +170,7 @@ credential = "cc"
         "the injected token, not the client's key"
     );
     let issued = endpoint.issued.load(Ordering::SeqCst);
-    call(&client, "api.whoami", serde_json::json!({}))
+    call(&client, "api__whoami", serde_json::json!({}))
         .await
         .unwrap();
     assert_eq!(
@@ -182,7 +182,7 @@ credential = "cc"
     // The upstream starts accepting another token: its 401 makes fedgate fetch a new one.
     std::fs::write(&accepted, format!("tok-{}", issued + 1)).unwrap();
     let who = first_text(
-        &call(&client, "api.whoami", serde_json::json!({}))
+        &call(&client, "api__whoami", serde_json::json!({}))
             .await
             .unwrap(),
     );
@@ -195,7 +195,7 @@ credential = "cc"
     // A burst of calls that meet a revoked token refreshes it once, not once per call.
     let before = endpoint.issued.load(Ordering::SeqCst);
     std::fs::write(&accepted, format!("tok-{}", before + 1)).unwrap();
-    let burst = (0..8).map(|_| call(&client, "api.whoami", serde_json::json!({})));
+    let burst = (0..8).map(|_| call(&client, "api__whoami", serde_json::json!({})));
     for r in futures::future::join_all(burst).await {
         assert_eq!(
             first_text(&r.unwrap()),
@@ -210,7 +210,7 @@ credential = "cc"
 
     // Token exchange for a stdio upstream: the token arrives in its environment.
     let who = first_text(
-        &call(&client, "local.whoami", serde_json::json!({}))
+        &call(&client, "local__whoami", serde_json::json!({}))
             .await
             .unwrap(),
     );
@@ -289,10 +289,10 @@ async fn stdio_env_values_may_be_secret_references() {
         &[("FEDGATE_TEST_UPSTREAM_SECRET", "from-the-env")],
     );
     let client = connect_legacy(&gw.url, TestClient::new()).await;
-    let a = call(&client, "a.whoami", serde_json::json!({}))
+    let a = call(&client, "a__whoami", serde_json::json!({}))
         .await
         .unwrap();
-    let b = call(&client, "b.whoami", serde_json::json!({}))
+    let b = call(&client, "b__whoami", serde_json::json!({}))
         .await
         .unwrap();
     assert_eq!(
@@ -333,7 +333,7 @@ async fn response_limits_hold_with_an_injected_credential() {
     );
     let gw = Gateway::start_env(&config, &[("API_TOKEN", "static-token")]);
     let client = connect_legacy(&gw.url, TestClient::new()).await;
-    let r = call(&client, "api.huge", serde_json::json!({"bytes": 1 << 20})).await;
+    let r = call(&client, "api__huge", serde_json::json!({"bytes": 1 << 20})).await;
     // Cut at the transport (2 × 64 KiB): the stream ends there. Read whole, it would have been
     // refused later by the size check after the read (`larger than 65536 bytes`).
     let refused = r.refused();
@@ -341,7 +341,7 @@ async fn response_limits_hold_with_an_injected_credential() {
         refused.contains("closed the connection") && !refused.contains("65536"),
         "{refused}"
     );
-    let ok = call(&client, "api.whoami", serde_json::json!({}))
+    let ok = call(&client, "api__whoami", serde_json::json!({}))
         .await
         .unwrap();
     assert_eq!(first_text(&ok), "Bearer static-token");

@@ -172,13 +172,13 @@ async fn spans_link_across_fedgate_and_its_upstreams() {
     let client = traced_client(&gw.url).await;
 
     // 1. HTTP upstream: the header's trace continues through fedgate to the upstream.
-    let r = call(&client, "h.traceparent", serde_json::json!({}))
+    let r = call(&client, "h__traceparent", serde_json::json!({}))
         .await
         .unwrap();
     let (up_header, up_meta) = traceparent_of(&first_text(&r));
     let server = collector
-        .span("server span of h.traceparent", |s| {
-            s["name"] == "tools/call h.traceparent"
+        .span("server span of h__traceparent", |s| {
+            s["name"] == "tools/call h__traceparent"
         })
         .await;
     assert_eq!(server["traceId"], TRACE_1, "{server:#}");
@@ -191,7 +191,7 @@ async fn spans_link_across_fedgate_and_its_upstreams() {
     );
     assert_eq!(
         attr(&server, "gen_ai.tool.name").as_deref(),
-        Some("h.traceparent")
+        Some("h__traceparent")
     );
     assert_eq!(attr(&server, "fedgate.upstream").as_deref(), Some("h"));
     let client_span = collector
@@ -238,15 +238,15 @@ async fn spans_link_across_fedgate_and_its_upstreams() {
         "traceparent".into(),
         format!("00-{TRACE_2}-{PARENT_2}-01").into(),
     );
-    let answer = call_with_meta(&client, CallToolRequestParams::new("s.traceparent"), meta).await;
+    let answer = call_with_meta(&client, CallToolRequestParams::new("s__traceparent"), meta).await;
     let ServerResult::CallToolResult(r) = answer else {
         panic!("{answer:?}")
     };
     let (up_header, up_meta) = traceparent_of(&first_text(&r));
     assert_eq!(up_header, None, "stdio has no headers");
     let server2 = collector
-        .span("server span of s.traceparent", |s| {
-            s["name"] == "tools/call s.traceparent"
+        .span("server span of s__traceparent", |s| {
+            s["name"] == "tools/call s__traceparent"
         })
         .await;
     assert_eq!(server2["traceId"], TRACE_2);
@@ -266,7 +266,7 @@ async fn spans_link_across_fedgate_and_its_upstreams() {
 
     // 3. A refused call is a server span with error.type, and its log line and audit record
     // carry the trace id.
-    let err = call(&client, "h.no_such_tool", serde_json::json!({}))
+    let err = call(&client, "h__no_such_tool", serde_json::json!({}))
         .await
         .unwrap_err();
     assert!(err.to_string().contains("no_such_tool"), "{err}");
@@ -294,7 +294,7 @@ async fn spans_link_across_fedgate_and_its_upstreams() {
         .collect();
     let traced = records
         .iter()
-        .find(|r| r["name"] == "s.traceparent")
+        .find(|r| r["name"] == "s__traceparent")
         .expect("audit record of the stdio call");
     assert_eq!(traced["correlation_id"], TRACE_2);
 }
@@ -304,7 +304,7 @@ async fn context_passes_through_with_tracing_off() {
     let (http_toml, _http_demo) = http_upstream("h", "");
     let gw = Gateway::start(&http_toml);
     let client = traced_client(&gw.url).await;
-    let r = call(&client, "h.traceparent", serde_json::json!({}))
+    let r = call(&client, "h__traceparent", serde_json::json!({}))
         .await
         .unwrap();
     let (up_header, up_meta) = traceparent_of(&first_text(&r));
@@ -339,14 +339,14 @@ async fn the_observability_example_runs_as_documented() {
     assert_eq!(prom["scrape_configs"][0]["metrics_path"], "/metrics");
 
     let client = traced_client(&gw.url).await;
-    call(&client, "demo.echo", serde_json::json!({"text": "hi"}))
+    call(&client, "demo__echo", serde_json::json!({"text": "hi"}))
         .await
         .unwrap();
-    let slow = call(&client, "flaky.slow", serde_json::json!({"ms": 2000}))
+    let slow = call(&client, "flaky__slow", serde_json::json!({"ms": 2000}))
         .await
         .refused();
     assert!(slow.contains("\"code\":\"timeout\""), "{slow}");
-    call(&client, "demo.nope", serde_json::json!({}))
+    call(&client, "demo__nope", serde_json::json!({}))
         .await
         .unwrap_err();
 
@@ -366,12 +366,12 @@ async fn the_observability_example_runs_as_documented() {
             .sum()
     };
     assert_eq!(
-        count(&["tool=\"demo.echo\"", "outcome=\"ok\""]),
+        count(&["tool=\"demo__echo\"", "outcome=\"ok\""]),
         1.0,
         "{metrics}"
     );
     assert_eq!(
-        count(&["tool=\"flaky.slow\"", "outcome=\"timeout\""]),
+        count(&["tool=\"flaky__slow\"", "outcome=\"timeout\""]),
         1.0,
         "{metrics}"
     );
@@ -383,7 +383,7 @@ async fn the_observability_example_runs_as_documented() {
 
     let server = collector
         .span("the example's echo span", |s| {
-            s["name"] == "tools/call demo.echo"
+            s["name"] == "tools/call demo__echo"
         })
         .await;
     assert_eq!(server["traceId"], TRACE_1);
@@ -392,7 +392,7 @@ async fn the_observability_example_runs_as_documented() {
     let echo: Value = audit
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .find(|r| r["name"] == "demo.echo")
-        .expect("audit record of demo.echo");
+        .find(|r| r["name"] == "demo__echo")
+        .expect("audit record of demo__echo");
     assert_eq!(echo["correlation_id"], TRACE_1);
 }

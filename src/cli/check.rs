@@ -5,6 +5,9 @@ use std::{path::Path, process::ExitCode};
 pub fn check(file: &Path) -> Result<ExitCode, String> {
     match crate::config::load(file) {
         Ok(snapshot) => {
+            for w in &snapshot.warnings {
+                eprintln!("warning: {w}");
+            }
             for w in portability_warnings(&snapshot) {
                 eprintln!("warning: {w}");
             }
@@ -45,12 +48,15 @@ pub fn check(file: &Path) -> Result<ExitCode, String> {
     }
 }
 
-/// Names that valid MCP clients accept but some model APIs do not (warnings, not errors: many
-/// clients rename tools themselves).
+/// With `names = "mcp"`: names that valid MCP clients accept but some model APIs do not
+/// (warnings, not errors: the operator chose MCP's rules). The portable default needs none.
 fn portability_warnings(snapshot: &crate::config::Snapshot) -> Vec<String> {
     use crate::names::unportable;
     let sep = &snapshot.gateway.separator;
     let mut out = Vec::new();
+    if snapshot.gateway.names == crate::names::NameRule::Portable {
+        return out;
+    }
     let prefixed = snapshot
         .upstreams
         .iter()
@@ -59,7 +65,7 @@ fn portability_warnings(snapshot: &crate::config::Snapshot) -> Vec<String> {
         out.push(format!(
             "separator `{sep}` {why} in every namespaced tool name; the function-calling APIs of \
              OpenAI and Anthropic accept only ^[a-zA-Z0-9_-]{{1,64}}$ — for clients that pass MCP \
-             tool names to them unchanged, set [gateway] separator = \"__\""
+             tool names to them unchanged, drop [gateway] names = \"mcp\" (portable names, separator `__`)"
         ));
     }
     // Beyond the separator: renamed tools whose own alias, or whole exposed name, is refused.

@@ -315,12 +315,12 @@ fn open_log(snapshot: &Snapshot) -> Result<Arc<dyn crate::flows::log::RunLog>, S
 }
 
 fn list(snapshot: &Snapshot) -> Result<ExitCode, String> {
-    let sep = &snapshot.gateway.separator;
+    let naming = snapshot.gateway.naming();
     for f in &snapshot.flows.set.flows {
         println!(
             "{:<24} {:<30} {:>3} nodes  {}",
             f.id,
-            crate::flows::tool::tool_name(&f.id, sep),
+            crate::flows::tool::tool_name(&f.id, &naming),
             f.nodes.len(),
             f.file
         );

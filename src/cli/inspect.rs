@@ -67,7 +67,12 @@ pub async fn tools(path: &Path, json: bool) -> Result<ExitCode, String> {
                 serde_json::json!({"upstream": name, "phase": s.phase, "last_error": s.last_error})
             })
             .collect();
-        let v = serde_json::json!({"tools": tools, "not_ready": failed});
+        let forms: Vec<_> = catalog
+            .portable_forms
+            .iter()
+            .map(|(original, exposed)| serde_json::json!({"name": exposed, "original": original}))
+            .collect();
+        let v = serde_json::json!({"tools": tools, "not_ready": failed, "portable_forms": forms});
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {
         let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(4).max(4);
@@ -86,6 +91,10 @@ pub async fn tools(path: &Path, json: bool) -> Result<ExitCode, String> {
                 .collect();
             println!("{n:<w$}  {u:<wu$}  {rw:<21}  {d}");
         }
+    }
+    // Names the portable rule changed, so the operator can tell which tool is which.
+    for (original, exposed) in &catalog.portable_forms {
+        eprintln!("note: `{original}` is exposed as `{exposed}` (portable names)");
     }
     let unportable: Vec<&str> = rows
         .iter()

@@ -123,7 +123,13 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, String
                 audit.clone(),
                 close_all.clone(),
             ));
-            format!(", admin at http://{admin_addr}/admin")
+            // The console is what an operator opens in a browser; `/admin` needs the token.
+            let console = if a.console {
+                format!(", console at http://{admin_addr}/console")
+            } else {
+                String::new()
+            };
+            format!("{console}, admin at http://{admin_addr}/admin")
         }
         None => String::new(),
     };

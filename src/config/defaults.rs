@@ -2,8 +2,6 @@
 
 /// Address the downstream endpoint binds when neither the file nor `--listen` says otherwise.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8930";
-/// Separator between the upstream name and the tool or prompt name (`github.create_issue`).
-pub const DEFAULT_SEPARATOR: &str = ".";
 /// Items per page of a merged list served downstream.
 pub const DEFAULT_PAGE_SIZE: usize = 100;
 /// Time an upstream gets to start and finish its handshake before it is reported failed.

@@ -240,6 +240,9 @@ pub struct RawGateway {
     pub listen: Option<Spanned<String>>,
     /// Separator between upstream name and tool/prompt name.
     pub separator: Option<Spanned<String>>,
+    /// `portable` (default): every exposed name fits `^[a-zA-Z0-9_-]{1,64}$`; `mcp`: MCP's rules.
+    #[serde(default)]
+    pub names: Option<Spanned<crate::names::NameRule>>,
     /// Default prefix mode for upstreams that do not set one.
     pub prefix: Option<Spanned<String>>,
     /// Items per page in merged lists.

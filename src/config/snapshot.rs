@@ -65,6 +65,8 @@ pub struct Snapshot {
     pub flows: FlowSettings,
     /// `[cluster]`: the shared stores (none: everything per process).
     pub cluster: super::cluster::ClusterSettings,
+    /// What is accepted but should be written otherwise (today's tool references, …).
+    pub warnings: Vec<Diagnostic>,
 }
 
 /// `[flows]`, resolved against the config file's folder, and the flows that loaded.
@@ -91,11 +93,20 @@ pub struct AdminSettings {
     pub approve_plans: bool,
 }
 
+impl GatewaySettings {
+    /// The naming rule and separator, together.
+    pub fn naming(&self) -> crate::names::Naming {
+        crate::names::Naming::new(self.names, self.separator.clone())
+    }
+}
+
 /// `[gateway]` after validation.
 #[derive(Debug, Clone)]
 pub struct GatewaySettings {
     pub listen: SocketAddr,
     pub separator: String,
+    /// `[gateway] names`: which exposed names are allowed.
+    pub names: crate::names::NameRule,
     pub page_size: NonZeroUsize,
     pub allowed_origins: Vec<String>,
     pub allowed_hosts: Vec<String>,

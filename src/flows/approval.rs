@@ -1,10 +1,10 @@
 //! Approval inside flows. A node whose call needs approval gets the usual plan from the
 //! approval step; the run parks (AWAITING_APPROVAL) and its caller hears of the plan — as the
 //! same `ok` plan a held direct call gets (synchronous callers) or an `input_required` task.
-//! The plan is decided as any other: the caller's `fedgate.approve` (or the task's
+//! The plan is decided as any other: the caller's `fedgate__approve` (or the task's
 //! `tasks/update`) runs the frozen call through the stack; when someone else approves it (a
 //! reviewer, the operator) the run itself runs it as its caller. Either way its answer
-//! becomes the node's outcome, and what `fedgate.approve` answers is the flow's next result:
+//! becomes the node's outcome, and what `fedgate__approve` answers is the flow's next result:
 //! its end, or the next plan it parks on.
 
 use std::sync::{Arc, Weak};
@@ -23,7 +23,7 @@ use crate::{
     },
 };
 
-/// Decided plans remembered for late `fedgate.approve` calls; past it they are forgotten.
+/// Decided plans remembered for late `fedgate__approve` calls; past it they are forgotten.
 const MAX_RESOLVED: usize = 10_000;
 
 /// How often parked runs look at the shared copies of their plans (`[cluster] redis`): a
@@ -38,7 +38,7 @@ impl Engine {
     }
 
     /// Routes what becomes of plans to the runs parked on them, and answers
-    /// `fedgate.approve` of those plans with the flow's next result.
+    /// `fedgate__approve` of those plans with the flow's next result.
     pub(super) fn watch_plans(self: &Arc<Self>) {
         self.plans
             .events
@@ -125,7 +125,7 @@ impl Engine {
     }
 
     /// Runs plan `plan_id` of a parked node, approved by someone else, as the run's caller:
-    /// `fedgate.approve` through the stack, so authorization, limits and the audit log apply
+    /// `fedgate__approve` through the stack, so authorization, limits and the audit log apply
     /// as to the caller's own approval. Should it not get to run, the plan is withdrawn and
     /// the node fails with the reason (the write never runs outside its run).
     pub(super) fn run_approved(
@@ -198,7 +198,7 @@ impl Engine {
     }
 }
 
-/// Approves (or denies) plan `plan_id` as `identity`: `fedgate.approve` through the stack, one
+/// Approves (or denies) plan `plan_id` as `identity`: `fedgate__approve` through the stack, one
 /// level deeper than the call it is made for, so the decision is authorized, audited and runs
 /// the frozen call. Its error when the decision was refused or the call never reached the
 /// upstream (what the approved call itself came to reaches its waiter as a plan event).
@@ -228,7 +228,7 @@ pub(crate) async fn decide(
     }
 }
 
-/// `fedgate.approve` of a parked node's plan answers with the flow's next result.
+/// `fedgate__approve` of a parked node's plan answers with the flow's next result.
 #[derive(Debug)]
 struct FollowUps(Weak<Engine>);
 
@@ -389,7 +389,7 @@ fn parked(
     plan.affected_paths = safety.touches_files.clone();
     plan.safety = Some(safety);
     plan.instruction = Some(format!(
-        "Flow `{}` (run {run_id}) is waiting, not finished: {}. Ask your user; on yes call fedgate.approve with the plan_id (on no, with decision \"deny\"). Its answer is the flow's next result.",
+        "Flow `{}` (run {run_id}) is waiting, not finished: {}. Ask your user; on yes call fedgate__approve with the plan_id (on no, with decision \"deny\"). Its answer is the flow's next result.",
         flow.id,
         waiting.join("; ")
     ));

@@ -75,7 +75,7 @@ pub struct Engine {
     /// Plans a run is running now, approved by someone else (each once).
     approving: dashmap::DashSet<String>,
     /// Plans that runs waited on and that are decided now: plan id -> run id (bounded), so a
-    /// late `fedgate.approve` of one gets the run's answer.
+    /// late `fedgate__approve` of one gets the run's answer.
     resolved: DashMap<String, String>,
     /// Approval plans (the node calls' own; a parked run waits on one).
     plans: Arc<crate::policy::approval::Plans>,

@@ -27,13 +27,13 @@ pub struct FlowTool {
 }
 
 /// The tools of every loaded flow.
-pub fn tools(engine: &Arc<Engine>, separator: &str) -> Vec<Arc<dyn OwnTool>> {
+pub fn tools(engine: &Arc<Engine>, naming: &crate::names::Naming) -> Vec<Arc<dyn OwnTool>> {
     engine
         .flows()
         .into_iter()
         .map(|flow| {
             Arc::new(FlowTool {
-                name: tool_name(&flow.id, separator),
+                name: tool_name(&flow.id, naming),
                 engine: engine.clone(),
                 flow,
             }) as Arc<dyn OwnTool>
@@ -41,9 +41,11 @@ pub fn tools(engine: &Arc<Engine>, separator: &str) -> Vec<Arc<dyn OwnTool>> {
         .collect()
 }
 
-/// `flows<sep><id>`.
-pub fn tool_name(id: &str, separator: &str) -> String {
-    format!("{FLOWS_NAMESPACE}{separator}{id}")
+/// `flows<sep><id>`, in its portable form when the rule asks for one.
+pub fn tool_name(id: &str, naming: &crate::names::Naming) -> String {
+    naming
+        .expose(FLOWS_NAMESPACE, crate::names::PrefixMode::Always, id)
+        .0
 }
 
 impl OwnTool for FlowTool {

@@ -268,10 +268,10 @@ pub fn plan_for(e: &CallError, correlation_id: &str) -> Plan {
         }
         CallError::ApprovalRequired { plan } => {
             let who = if plan.approvers.is_empty() {
-                "ask your user to approve it, then call fedgate.approve".to_owned()
+                "ask your user to approve it, then call fedgate__approve".to_owned()
             } else {
                 format!(
-                    "an identity with role {} must approve it; then call fedgate.approve",
+                    "an identity with role {} must approve it; then call fedgate__approve",
                     plan.approvers.join(" or ")
                 )
             };
@@ -330,7 +330,7 @@ pub fn plan_for(e: &CallError, correlation_id: &str) -> Plan {
                 PlanRefusal::Waiting { .. } => (
                     Status::Blocked,
                     true,
-                    "call fedgate.approve again once a reviewer approved",
+                    "call fedgate__approve again once a reviewer approved",
                 ),
                 PlanRefusal::Full | PlanRefusal::TooManyOfYours(_) => {
                     (Status::Blocked, true, "retry later")
@@ -338,7 +338,7 @@ pub fn plan_for(e: &CallError, correlation_id: &str) -> Plan {
                 PlanRefusal::Changed => (
                     Status::Blocked,
                     true,
-                    "call fedgate.approve again: it answers with the plan's new state",
+                    "call fedgate__approve again: it answers with the plan's new state",
                 ),
                 PlanRefusal::Superseded => (
                     Status::Error,
@@ -359,7 +359,7 @@ pub fn plan_for(e: &CallError, correlation_id: &str) -> Plan {
                 PlanRefusal::OperatorMayOnlyDeny => (
                     Status::Error,
                     false,
-                    "the plan's caller approves it with fedgate.approve",
+                    "the plan's caller approves it with fedgate__approve",
                 ),
                 PlanRefusal::Decided { .. } => (
                     Status::Error,

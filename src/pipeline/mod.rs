@@ -30,7 +30,7 @@
 //! - `arguments` — the tool's input schema (compiled when its list was stored) checks the
 //!   arguments; after trust, so callers learn schemas only of tools they may call, and before
 //!   approval, so no one is asked to approve a call that cannot run.
-//! - `approval` — a call that needs approval is held as a plan and not run; `fedgate.approve`
+//! - `approval` — a call that needs approval is held as a plan and not run; `fedgate__approve`
 //!   decides or runs plans, re-entering below this step under the caller's identity, so the
 //!   approved call still meets rate limits, idempotency, retries and the breaker.
 //! - `rate limit` — keyed by identity/upstream/tool; after authz and trust, so only calls that

@@ -70,7 +70,7 @@ impl PlanEvent {
     }
 }
 
-/// What `fedgate.approve` answers after the approved call of a plan someone waits on: the
+/// What `fedgate__approve` answers after the approved call of a plan someone waits on: the
 /// waiter's own answer (a flow's next result) instead of the call's.
 pub trait FollowUp: Send + Sync + std::fmt::Debug {
     fn after(&self, plan_id: &str) -> Option<AnswerFuture>;

@@ -13,7 +13,7 @@ use rmcp::model::{Prompt, Resource, ResourceTemplate, Tool};
 
 use crate::{
     config::UpstreamSpec,
-    names::{self as namespace, OWN_NAMESPACE, PrefixMode},
+    names::{self as namespace, Naming, OWN_NAMESPACE, PrefixMode},
     policy::{
         arguments::ArgCheck,
         pinning::{Pins, Verdict},
@@ -126,6 +126,8 @@ pub struct Catalog<T> {
     pub templates: Vec<ResourceTemplate>,
     template_routes: Vec<(UriTemplate, usize)>,
     pub conflicts: Vec<Conflict>,
+    /// Names the portable rule changed: (the name without it, the exposed portable form).
+    pub portable_forms: Vec<(String, String)>,
     /// Serves resource URIs that nothing lists or matches (see `[gateway] resource_default`).
     resource_fallback: Option<usize>,
     /// The handles of the members this catalog was built from; route indexes point into it,
@@ -146,6 +148,7 @@ impl<T> Default for Catalog<T> {
             templates: Vec::new(),
             template_routes: Vec::new(),
             conflicts: Vec::new(),
+            portable_forms: Vec::new(),
             resource_fallback: None,
             members: Vec::new(),
         }
@@ -170,9 +173,10 @@ impl<T> Catalog<T> {
         own: &[Tool],
         members: Vec<Member<T>>,
         configured: &[String],
-        separator: &str,
+        naming: &Naming,
         pins: &Pins,
     ) -> Self {
+        let separator = naming.separator.as_str();
         let names = configured;
         let mut c = Catalog::default();
         // name -> owner, for collision messages
@@ -223,7 +227,7 @@ impl<T> Catalog<T> {
                     .get(tool.name.as_ref())
                     .map(String::as_str)
                     .unwrap_or(&tool.name);
-                let exposed = namespace::expose(&spec.name, separator, spec.prefix, alias);
+                let (exposed, original) = naming.expose(&spec.name, spec.prefix, alias);
                 if let Err(why) = namespace::check_tool_name(&exposed) {
                     let hint = if spec.peer {
                         format!(
@@ -243,6 +247,9 @@ impl<T> Catalog<T> {
                     continue;
                 }
                 owners.insert(exposed.clone(), spec.name.clone());
+                if let Some(original) = original {
+                    c.portable_forms.push((original, exposed.clone()));
+                }
                 let mut t = tool.clone();
                 t.name = exposed.clone().into();
                 if spec.peer {
@@ -265,7 +272,10 @@ impl<T> Catalog<T> {
                 c.tools.push(t);
             }
             for prompt in &lists.prompts {
-                let exposed = namespace::expose(&spec.name, separator, spec.prefix, &prompt.name);
+                let (exposed, original) = naming.expose(&spec.name, spec.prefix, &prompt.name);
+                if let Some(original) = original {
+                    c.portable_forms.push((original, exposed.clone()));
+                }
                 if c.prompt_routes.contains_key(&exposed) {
                     c.conflict(
                         up,

@@ -179,12 +179,12 @@ async fn body(req: Request<Incoming>) -> Result<Value, Response<Body>> {
 }
 
 fn list_flows(core: &Core, engine: &Engine) -> Response<Body> {
-    let separator = &core.pool.separator();
+    let naming = core.pool.naming();
     let flows: Vec<Value> = engine
         .flows()
         .iter()
         .map(|f| {
-            json!({"id": f.id, "tool": tool_name(&f.id, separator), "description": f.description,
+            json!({"id": f.id, "tool": tool_name(&f.id, naming), "description": f.description,
                    "nodes": f.nodes.len(), "file": f.file, "export": f.export, "digest": f.digest})
         })
         .collect();

@@ -120,7 +120,7 @@ impl Core {
         if let Some(engine) = &flows {
             own = own.with(crate::flows::tool::tools(
                 engine,
-                &snapshot.gateway.separator,
+                &snapshot.gateway.naming(),
             ));
         }
         Ok(Arc::new(Self {
@@ -232,7 +232,7 @@ impl Core {
             let mut tools = self.fixed_tools.clone();
             tools.extend(crate::flows::tool::tools(
                 engine,
-                &snapshot.gateway.separator,
+                &snapshot.gateway.naming(),
             ));
             self.own.replace(tools);
             self.pool.set_own_tools(self.own.definitions());
@@ -281,6 +281,9 @@ impl Core {
 
 /// Flow files that did not load: the rest of the config runs, each problem is logged.
 pub fn report_flow_problems(snapshot: &Snapshot) {
+    for d in &snapshot.warnings {
+        tracing::warn!("config: {d}");
+    }
     for d in &snapshot.flows.set.problems {
         tracing::warn!("flow not loaded: {d}");
     }

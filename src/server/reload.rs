@@ -249,6 +249,7 @@ fn same_gateway(a: &Snapshot, b: &Snapshot) -> bool {
     let (a, b) = (&a.gateway, &b.gateway);
     a.listen == b.listen
         && a.separator == b.separator
+        && a.names == b.names
         && a.page_size == b.page_size
         && a.allowed_origins == b.allowed_origins
         && a.allowed_hosts == b.allowed_hosts

@@ -22,7 +22,7 @@ use crate::{
 pub struct Pool {
     /// Replaced as a whole by a reload; each upstream keeps running unless it changed.
     pub(super) upstreams: ArcSwap<Vec<Arc<Upstream>>>,
-    separator: String,
+    naming: crate::names::Naming,
     /// `[gateway] resource_default`.
     resource_default: Option<String>,
     catalog: ArcSwap<Catalog>,
@@ -60,7 +60,7 @@ impl Pool {
                     .map(|s| Arc::new(Upstream::new(s.clone(), shutdown.child_token())))
                     .collect(),
             ),
-            separator: snapshot.gateway.separator.clone(),
+            naming: snapshot.gateway.naming(),
             resource_default: snapshot.gateway.resource_default.clone(),
             catalog: ArcSwap::from_pointee(Catalog::default()),
             rebuilding: parking_lot::Mutex::new(()),
@@ -94,7 +94,7 @@ impl Pool {
             let catalog = self.catalog();
             match catalog.tool(name).map(|r| r.owner) {
                 // The gateway's own tools have no tier: role globs alone decide — and
-                // `fedgate.approve` is there only for callers who have plans to approve.
+                // `fedgate__approve` is there only for callers who have plans to approve.
                 // A peer gateway sees the flows exported to it, nothing else of the gateway's.
                 Some(Owner::Gateway) if access.is_peer() => {
                     catalog
@@ -112,7 +112,7 @@ impl Pool {
         }
     }
 
-    /// Whether `access` can use `fedgate.approve`: it reaches an upstream where some call needs
+    /// Whether `access` can use `fedgate__approve`: it reaches an upstream where some call needs
     /// approval, or holds a role that approves some.
     fn approves(&self, access: &Access) -> bool {
         self.upstreams().iter().any(|u| {
@@ -138,12 +138,17 @@ impl Pool {
 
     /// The namespace separator of exposed names.
     pub fn separator(&self) -> &str {
-        &self.separator
+        &self.naming.separator
+    }
+
+    /// How exposed names are made.
+    pub fn naming(&self) -> &crate::names::Naming {
+        &self.naming
     }
 
     /// The upstream whose namespace an exposed name falls in (`github.x` -> `github`).
     pub fn namespace_owner(&self, exposed: &str) -> Option<Arc<Upstream>> {
-        let (head, _) = exposed.split_once(self.separator.as_str())?;
+        let (head, _) = exposed.split_once(self.naming.separator.as_str())?;
         self.upstream_named(head)
     }
 
@@ -227,7 +232,7 @@ impl Pool {
                 })
                 .collect::<Vec<_>>();
             let fallback = self.resource_fallback(&ready);
-            // `fedgate.approve` is listed only while some upstream's calls need approval.
+            // `fedgate__approve` is listed only while some upstream's calls need approval.
             let approvals = upstreams.iter().any(|u| {
                 let spec = u.spec();
                 spec.needs_approvals() || !spec.approver_roles().is_empty()
@@ -240,7 +245,7 @@ impl Pool {
                 .cloned()
                 .collect();
             self.catalog.store(Arc::new(
-                Catalog::build(&own, ready, &configured, &self.separator, &self.pins)
+                Catalog::build(&own, ready, &configured, &self.naming, &self.pins)
                     .with_resource_fallback(fallback),
             ));
         }

@@ -10,16 +10,16 @@ required = ["signal"]
 properties = { signal = { type = "string" } }
 [[nodes]]
 id = "first"
-tool = "ledger.record"
+tool = "ledger__record"
 params = { value = 1 }
 [[nodes]]
 id = "second"
-tool = "ledger.record"
+tool = "ledger__record"
 depends_on = ["first"]
 params = { value = 2, signal = "{{inputs.signal}}", ms = 30000 }
 [[nodes]]
 id = "done"
-tool = "ledger.echo"
+tool = "ledger__echo"
 depends_on = ["second"]
 params = { text = "wrote {{first.output.recorded}} and {{second.output.recorded}}" }
 [outputs]
@@ -31,7 +31,7 @@ pub const OWN: &str = r#"
 id = "own"
 [[nodes]]
 id = "entry"
-tool = "solo.record"
+tool = "solo__record"
 params = { value = "v2" }
 [outputs]
 wrote = "{{entry.output.recorded}}"
@@ -42,11 +42,11 @@ pub const REVIEWED: &str = r#"
 id = "reviewed"
 [[nodes]]
 id = "entry"
-tool = "ledger.record"
+tool = "ledger__record"
 params = { value = "v1" }
 [[nodes]]
 id = "confirm"
-tool = "ledger.echo"
+tool = "ledger__echo"
 depends_on = ["entry"]
 params = { text = "published {{entry.output.recorded}}" }
 [outputs]
@@ -57,7 +57,7 @@ said = "{{confirm.output}}"
 pub async fn writes(client: &super::Client, upstream: &str) -> u64 {
     let r = super::call(
         client,
-        &format!("{upstream}.executions"),
+        &format!("{upstream}__executions"),
         serde_json::json!({}),
     )
     .await

@@ -7,12 +7,77 @@ use super::{
     FlowDef, NodeDef,
     template::{Root, Template},
 };
-use crate::config::Diagnostic;
+use crate::{
+    config::Diagnostic,
+    names::{Naming, Reference},
+};
 
 /// A node as parsed, with the lines of its `depends_on` entries.
 pub(super) struct Node {
     pub def: NodeDef,
     pub depends_lines: Vec<usize>,
+}
+
+/// A node's `tool`: the exposed name it refers to, and a warning when it is written in today's
+/// form (`upstream<sep>tool`) rather than the canonical `upstream/tool`.
+pub(super) fn tool_reference(
+    tool: &str,
+    upstreams: &[String],
+    naming: &Naming,
+) -> Result<(String, Option<String>), String> {
+    let known = |ns: &str| upstreams.iter().any(|u| u == ns);
+    let shown = crate::names::shown(tool);
+    let list = upstreams.join(", ");
+    match naming.reference(tool) {
+        Reference::Canonical(exposed) => {
+            let ns = tool.split('/').next().unwrap_or_default();
+            if known(ns) {
+                Ok((exposed, None))
+            } else {
+                Err(format!(
+                    "tool `{shown}`: `{}` is no configured upstream (upstreams: {list})",
+                    crate::names::shown(ns)
+                ))
+            }
+        }
+        Reference::Legacy { exposed, canonical } => {
+            let ns = canonical.split('/').next().unwrap_or_default();
+            if known(ns) {
+                Ok((
+                    exposed,
+                    Some(format!(
+                        "write tool `{shown}` as `{}`: that form names the tool whatever the \
+                         separator",
+                        crate::names::shown(&canonical)
+                    )),
+                ))
+            } else {
+                Err(format!(
+                    "tool `{shown}` is in no configured upstream's namespace (upstreams: {list})"
+                ))
+            }
+        }
+        Reference::Bare(_) => {
+            let sep = &naming.separator;
+            // Today's form written with another separator (`filesystem.write_file` under `__`).
+            let other = upstreams.iter().find_map(|u| {
+                let rest = tool.strip_prefix(u.as_str())?;
+                let name = rest.trim_start_matches(['.', '_', '-', ':']);
+                (name.len() < rest.len() && !name.is_empty()).then(|| format!("{u}/{name}"))
+            });
+            Err(match other {
+                Some(canonical) => format!(
+                    "tool `{shown}`: the separator is `{sep}`, so that name is in no upstream's \
+                     namespace; write `{}` (the canonical form, whatever the separator)",
+                    crate::names::shown(&canonical)
+                ),
+                None => format!(
+                    "tool `{shown}` is in no configured upstream's namespace (upstreams: {list}); \
+                     write it as `upstream/tool`"
+                ),
+            })
+        }
+    }
 }
 
 /// Checks the graph; returns the nodes in topological order (config order among peers).
@@ -21,8 +86,6 @@ pub(super) fn graph(
     flow_line: usize,
     nodes: Vec<Node>,
     outputs: &[(String, Template)],
-    upstreams: &[String],
-    separator: &str,
     problems: &mut Vec<Diagnostic>,
 ) -> Vec<NodeDef> {
     if nodes.is_empty() {
@@ -43,17 +106,6 @@ pub(super) fn graph(
         }
         if index.insert(id, i).is_some() {
             problems.push(at(n.def.line, format!("node id `{id}` is used twice")));
-        }
-        let namespace = n.def.tool.split_once(separator).map(|(ns, _)| ns);
-        if !namespace.is_some_and(|ns| upstreams.iter().any(|u| u == ns)) {
-            problems.push(at(
-                n.def.line,
-                format!(
-                    "node `{id}`: tool `{}` is in no configured upstream's namespace (upstreams: {})",
-                    crate::names::shown(&n.def.tool),
-                    upstreams.join(", ")
-                ),
-            ));
         }
         for (dep, line) in n.def.depends_on.iter().zip(&n.depends_lines) {
             if !nodes.iter().any(|m| &m.def.id == dep) {

@@ -13,7 +13,7 @@ use toml::Spanned;
 
 use self::template::Template;
 use super::Diagnostic;
-use crate::policy::arguments::ArgCheck;
+use crate::{names::Naming, policy::arguments::ArgCheck};
 
 /// Tool namespace of flows: flow `x` is the tool `flows<sep>x`.
 pub const FLOWS_NAMESPACE: &str = "flows";
@@ -160,6 +160,8 @@ fn one_line(s: &str) -> String {
 pub struct FlowSet {
     pub flows: Vec<Arc<FlowDef>>,
     pub problems: Vec<Diagnostic>,
+    /// Accepted but written in a form to change (today's tool references).
+    pub warnings: Vec<Diagnostic>,
 }
 
 /// Where flows come from, from `[flows]`.
@@ -188,9 +190,8 @@ pub const DEFAULT_FLOW_PARALLELISM: usize = 4;
 pub const DEFAULT_ARTIFACT_BYTES: usize = 1 << 20;
 
 /// Loads every `*.toml` in `dir` (sorted by name). `upstreams` are the configured upstream
-/// names and `separator` the namespace separator: a node's tool must lie in an upstream's
-/// namespace.
-pub fn load_dir(dir: &Path, upstreams: &[String], separator: &str) -> FlowSet {
+/// names and `naming` how tools are exposed: a node's tool must lie in an upstream's namespace.
+pub fn load_dir(dir: &Path, upstreams: &[String], naming: &Naming) -> FlowSet {
     let mut set = FlowSet::default();
     let mut files: Vec<_> = match std::fs::read_dir(dir) {
         Ok(entries) => entries
@@ -210,7 +211,7 @@ pub fn load_dir(dir: &Path, upstreams: &[String], separator: &str) -> FlowSet {
     for path in files {
         let file = path.display().to_string();
         match std::fs::read_to_string(&path) {
-            Ok(text) => match parse(&file, &text, upstreams, separator) {
+            Ok(text) => match parse(&file, &text, upstreams, naming, &mut set.warnings) {
                 Ok(def) if set.flows.iter().any(|f| f.id == def.id) => {
                     set.problems.push(Diagnostic {
                         file,
@@ -236,7 +237,8 @@ pub fn parse(
     file: &str,
     text: &str,
     upstreams: &[String],
-    separator: &str,
+    naming: &Naming,
+    warnings: &mut Vec<Diagnostic>,
 ) -> Result<FlowDef, Vec<Diagnostic>> {
     let at = |line: usize, message: String| Diagnostic {
         file: file.to_owned(),
@@ -298,10 +300,21 @@ pub fn parse(
         for d in node.depends_on {
             depends_on.push((d.get_ref().clone(), line_of(d.span())));
         }
+        let tool = match check::tool_reference(&node.tool, upstreams, naming) {
+            Ok((exposed, None)) => exposed,
+            Ok((exposed, Some(warning))) => {
+                warnings.push(at(line, format!("node `{}`: {warning}", node.id)));
+                exposed
+            }
+            Err(why) => {
+                problems.push(at(line, format!("node `{}`: {why}", node.id)));
+                node.tool
+            }
+        };
         nodes.push(check::Node {
             def: NodeDef {
                 id: node.id,
-                tool: node.tool,
+                tool,
                 params,
                 depends_on: depends_on.iter().map(|(d, _)| d.clone()).collect(),
                 when,
@@ -319,15 +332,7 @@ pub fn parse(
             Err(e) => problems.push(at(id_line, format!("output `{name}`: {e}"))),
         }
     }
-    let nodes = check::graph(
-        &at,
-        id_line,
-        nodes,
-        &outputs,
-        upstreams,
-        separator,
-        &mut problems,
-    );
+    let nodes = check::graph(&at, id_line, nodes, &outputs, &mut problems);
     if raw.idempotency == Idempotency::Off {
         tracing::warn!(flow = %id, "flow runs with idempotency = \"off\": nodes get no idempotency key, and a node interrupted by a crash is re-run without one");
     }

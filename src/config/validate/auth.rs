@@ -21,6 +21,7 @@ pub(super) fn validate_auth(
     raw: Option<Spanned<RawAuth>>,
     raw_roles: BTreeMap<String, RawRole>,
     tiers: &mut Tiers,
+    naming: &crate::names::Naming,
 ) -> Authenticator {
     let mut roles = Roles::default();
     for (name, r) in raw_roles {
@@ -38,21 +39,41 @@ pub(super) fn validate_auth(
                 0
             }
         });
-        let mut check = |globs: &[Spanned<String>]| -> Vec<String> {
+        // Tool and prompt globs name `upstream/name` whatever the separator; today's exposed
+        // form is still read, with a warning.
+        let mut check = |globs: &[Spanned<String>], names: bool| -> Vec<String> {
+            let mut out = Vec::with_capacity(globs.len());
             for g in globs {
-                if let Err(e) = Glob::new(g.get_ref()) {
+                let glob = if names {
+                    let r = naming.reference(g.get_ref());
+                    if let crate::names::Reference::Legacy { canonical, .. } = &r {
+                        cx.warn_at(
+                            g.span().start,
+                            format!(
+                                "role `{name}`: write `{}` as `{canonical}`: that form names the \
+                                 tool whatever the separator",
+                                g.get_ref()
+                            ),
+                        );
+                    }
+                    r.exposed().to_owned()
+                } else {
+                    g.get_ref().clone()
+                };
+                if let Err(e) = Glob::new(&glob) {
                     cx.err_at(
                         g.span().start,
                         format!("role `{name}`: bad glob `{}`: {e}", g.get_ref()),
                     );
                 }
+                out.push(glob);
             }
-            globs.iter().map(|g| g.get_ref().clone()).collect()
+            out
         };
         let role = Role {
-            tools: check(&r.tools),
-            prompts: check(&r.prompts),
-            resources: check(&r.resources),
+            tools: check(&r.tools, true),
+            prompts: check(&r.prompts, true),
+            resources: check(&r.resources, false),
             max_rank,
         };
         roles.0.insert(name, role);

@@ -27,7 +27,7 @@ use super::{
     snapshot::{AdminSettings, Diagnostic, GatewaySettings, Snapshot},
 };
 use crate::{
-    names::{self as namespace, PrefixMode},
+    names::{self as namespace, NameRule, PrefixMode},
     policy::rate_limit::{KeyBy, RuleSpec},
     secret,
     telemetry::{
@@ -46,11 +46,19 @@ struct Ctx<'a> {
     file: &'a str,
     text: &'a str,
     errors: Vec<Diagnostic>,
+    warnings: Vec<Diagnostic>,
 }
 
 impl Ctx<'_> {
     fn err_at(&mut self, offset: usize, message: String) {
         self.errors.push(Diagnostic {
+            file: self.file.to_owned(),
+            line: line_of(self.text, offset),
+            message,
+        });
+    }
+    fn warn_at(&mut self, offset: usize, message: String) {
+        self.warnings.push(Diagnostic {
             file: self.file.to_owned(),
             line: line_of(self.text, offset),
             message,
@@ -70,6 +78,7 @@ pub(super) fn validate(
         file,
         text,
         errors: Vec::new(),
+        warnings: Vec::new(),
     };
     let g = raw.gateway;
     let listen = match &g.listen {
@@ -88,6 +97,7 @@ pub(super) fn validate(
         },
         None => fallback_listen(),
     };
+    let name_rule = g.names.as_ref().map(|n| *n.get_ref()).unwrap_or_default();
     let separator = match &g.separator {
         Some(s) => {
             let sep = s.get_ref();
@@ -99,11 +109,22 @@ pub(super) fn validate(
                          so namespaced tool names stay valid MCP tool names"
                     ),
                 );
+            } else if name_rule == NameRule::Portable && namespace::unportable(sep).is_some() {
+                cx.err_at(
+                    s.span().start,
+                    format!(
+                        "separator `{sep}` is not portable: names = \"portable\" (the default) \
+                         exposes only A-Z a-z 0-9 _ -, which desktop clients and model APIs \
+                         accept; use separator = \"__\", or set [gateway] names = \"mcp\" to \
+                         keep `{sep}`"
+                    ),
+                );
             }
             sep.clone()
         }
-        None => DEFAULT_SEPARATOR.to_owned(),
+        None => name_rule.default_separator().to_owned(),
     };
+    let naming = namespace::Naming::new(name_rule, separator.clone());
     let default_prefix = match &g.prefix {
         Some(p) => parse_prefix(&mut cx, p),
         None => PrefixMode::Always,
@@ -134,7 +155,7 @@ pub(super) fn validate(
             &mut cx,
             name,
             up,
-            &separator,
+            &naming,
             default_prefix,
             &names,
             &mut Across {
@@ -159,7 +180,7 @@ pub(super) fn validate(
             }
         }
     });
-    let auth = validate_auth(&mut cx, raw.auth, raw.roles, &mut tiers);
+    let auth = validate_auth(&mut cx, raw.auth, raw.roles, &mut tiers, &naming);
     let admin = raw.admin.and_then(|a| {
         let at = a.span().start;
         let a = a.into_inner();
@@ -300,12 +321,15 @@ pub(super) fn validate(
     if !cx.errors.is_empty() {
         return Err(cx.errors);
     }
-    let flows = flow_settings(file, raw.flows.unwrap_or_default(), &names, &separator);
+    let flows = flow_settings(file, raw.flows.unwrap_or_default(), &names, &naming);
     let gateway_id = match &g.id {
         Some(id) => id.get_ref().clone(),
         None => format!("fedgate-{:08x}", rand::random::<u32>()),
     };
+    let mut warnings = cx.warnings;
+    warnings.extend(flows.set.warnings.iter().cloned());
     Ok(Snapshot {
+        warnings,
         flows,
         cluster,
         tracing,
@@ -324,6 +348,7 @@ pub(super) fn validate(
         gateway: GatewaySettings {
             listen,
             separator,
+            names: name_rule,
             page_size,
             allowed_origins: g.allowed_origins,
             allowed_hosts: g.allowed_hosts,
@@ -422,7 +447,7 @@ fn flow_settings(
     file: &str,
     raw: crate::config::flows::RawFlows,
     upstreams: &[String],
-    separator: &str,
+    naming: &namespace::Naming,
 ) -> crate::config::snapshot::FlowSettings {
     use crate::config::flows;
     let base = std::path::Path::new(file)
@@ -430,7 +455,7 @@ fn flow_settings(
         .unwrap_or(std::path::Path::new(""));
     let dir = raw.dir.map(|d| base.join(d));
     let set = match &dir {
-        Some(d) => flows::load_dir(d, upstreams, separator),
+        Some(d) => flows::load_dir(d, upstreams, naming),
         None => flows::FlowSet::default(),
     };
     crate::config::snapshot::FlowSettings {

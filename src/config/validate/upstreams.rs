@@ -33,7 +33,7 @@ pub(super) fn validate_upstream(
     cx: &mut Ctx<'_>,
     name: &Spanned<String>,
     up: &Spanned<RawUpstream>,
-    separator: &str,
+    naming: &namespace::Naming,
     default_prefix: PrefixMode,
     all_names: &[String],
     across: &mut Across<'_>,
@@ -44,6 +44,7 @@ pub(super) fn validate_upstream(
         credentials,
         envelope,
     } = across;
+    let separator = naming.separator.as_str();
     let errors_before = cx.errors.len();
     let at = name.span().start;
     let name_s = name.get_ref().clone();
@@ -69,6 +70,16 @@ pub(super) fn validate_upstream(
             format!(
                 "invalid upstream name `{name_s}`: it contains the separator `{separator}`, \
                  so `{name_s}{separator}tool` would not split one way"
+            ),
+        );
+    } else if naming.rule == namespace::NameRule::Portable
+        && let Some(why) = namespace::unportable(&name_s)
+    {
+        cx.err_at(
+            at,
+            format!(
+                "upstream name `{name_s}` {why}: names = \"portable\" (the default) exposes only \
+                 A-Z a-z 0-9 _ -; rename the upstream, or set [gateway] names = \"mcp\""
             ),
         );
     }
@@ -207,7 +218,10 @@ pub(super) fn validate_upstream(
         }
         seen.insert(a, (orig, line));
         let exposed = namespace::expose(&name_s, separator, prefix, a);
-        if let Err(why) = namespace::check_tool_name(&exposed) {
+        // Under the portable rule a name that does not fit gets its portable form instead.
+        if naming.rule == namespace::NameRule::Mcp
+            && let Err(why) = namespace::check_tool_name(&exposed)
+        {
             cx.err_at(
                 alias.span().start,
                 format!("upstream `{name_s}`: exposed name `{exposed}` {why}"),

@@ -3,7 +3,7 @@
 //! accept. A handshake-era caller gets an `elicitation/create` request on the call's stream; a
 //! stateless-era caller gets an input-required result whose sealed `requestState` names the
 //! plan, and its retry carries the answer. Either way the plan is made first, so the answer
-//! runs exactly the frozen call once, as with `fedgate.approve`.
+//! runs exactly the frozen call once, as with `fedgate__approve`.
 
 use std::time::Duration;
 

@@ -1,5 +1,5 @@
 //! Approval: a call that needs approval (see `trust`) is held as a plan and not run; the
-//! gateway tool `fedgate.approve` decides plans and runs approved ones. An approved call
+//! gateway tool `fedgate__approve` decides plans and runs approved ones. An approved call
 //! re-enters the stack below this step, one level deeper, under the caller's identity and with
 //! exactly the frozen arguments: authorization is checked again (roles may have changed), then
 //! rate limits, idempotency, retries and the breaker apply to it as to any call. A plan whose
@@ -187,7 +187,7 @@ impl Approvals {
     }
 }
 
-/// The `plan_id` argument of a `fedgate.approve` call ("" when missing: an unknown plan).
+/// The `plan_id` argument of a `fedgate__approve` call ("" when missing: an unknown plan).
 fn plan_id_arg(call: &Call) -> String {
     match &call.op {
         Op::CallTool(p) => p
@@ -201,7 +201,7 @@ fn plan_id_arg(call: &Call) -> String {
     }
 }
 
-/// What `fedgate.approve` leads to.
+/// What `fedgate__approve` leads to.
 enum Next {
     /// A decision was recorded; nothing runs now.
     Answer(CallToolResult),
@@ -214,7 +214,7 @@ enum Next {
 
 use crate::policy::plan_events::AnswerFuture as FollowUpFuture;
 
-/// The answer to a `fedgate.approve` whose plan a flow run already ran: the run's next result.
+/// The answer to a `fedgate__approve` whose plan a flow run already ran: the run's next result.
 async fn settled(fut: FollowUpFuture, id: String) -> Result<ServerResult, CallError> {
     match fut.await {
         Some(r) => Ok(ServerResult::CallToolResult(r)),
@@ -318,12 +318,12 @@ impl Approvals {
         self.run_of(call, plan, me, None)
     }
 
-    /// `fedgate.approve {plan_id, decision}`: a reviewer's decision, the caller withdrawing
+    /// `fedgate__approve {plan_id, decision}`: a reviewer's decision, the caller withdrawing
     /// its plan, the caller running an approved one, or the next round of one that runs.
     fn approve(&self, call: Call) -> Result<Next, CallError> {
         let Op::CallTool(p) = &call.op else {
             return Err(CallError::Internal {
-                detail: "fedgate.approve is a tool".into(),
+                detail: "fedgate__approve is a tool".into(),
             });
         };
         let id = plan_id_arg(&call);
@@ -505,7 +505,7 @@ impl Approvals {
             Decision::Approve => (
                 "approved",
                 format!(
-                    "Plan {} approved. A flow run waiting on it goes on by itself; otherwise its caller runs it by calling fedgate.approve with this plan_id.",
+                    "Plan {} approved. A flow run waiting on it goes on by itself; otherwise its caller runs it by calling fedgate__approve with this plan_id.",
                     plan.id
                 ),
             ),

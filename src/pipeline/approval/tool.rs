@@ -1,4 +1,4 @@
-//! The definition of `fedgate.approve`; the approval step answers its calls.
+//! The definition of `fedgate__approve`; the approval step answers its calls.
 
 use std::sync::Arc;
 
@@ -11,7 +11,7 @@ use crate::{
     policy::trust::CallClass,
 };
 
-/// `fedgate.approve`: listed and authorized like any tool; the approval step answers it.
+/// `fedgate__approve`: listed and authorized like any tool; the approval step answers it.
 #[derive(Debug)]
 pub struct ApproveTool;
 
@@ -50,7 +50,7 @@ impl OwnTool for ApproveTool {
     fn call(&self, _call: Call) -> CallFuture {
         // The approval step answers every call of this tool before dispatch.
         done(Err(CallError::Internal {
-            detail: "fedgate.approve reached dispatch".into(),
+            detail: "fedgate__approve reached dispatch".into(),
         }))
     }
 }

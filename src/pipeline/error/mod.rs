@@ -111,7 +111,7 @@ pub enum CallError {
     },
     /// Not run: the call waits for approval as plan `plan.id`. Not a failure, but the call did
     /// not happen, so it travels as a typed outcome like a refusal.
-    #[error("`{}` needs approval before it runs; approve plan {} with fedgate.approve", plan.tool, plan.id)]
+    #[error("`{}` needs approval before it runs; approve plan {} with fedgate__approve", plan.tool, plan.id)]
     ApprovalRequired { plan: Box<Held> },
     #[error("{0}")]
     Plan(PlanRefusal),

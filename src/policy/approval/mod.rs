@@ -30,7 +30,7 @@ pub const MAX_PENDING_PER_CALLER: usize = 100;
 pub enum Approval {
     /// Not needed (a tool setting that overrides its tier).
     None,
-    /// An `ok` plan that is not run, approved with `fedgate.approve`.
+    /// An `ok` plan that is not run, approved with `fedgate__approve`.
     Plan,
     /// Ask the caller's human with an elicitation when the client supports it; else a plan.
     Elicit,
@@ -76,7 +76,7 @@ pub struct PendingPlan {
 pub enum PlanState {
     /// Waiting for a decision (the caller's own, or an approver's).
     Pending,
-    /// An approver said yes; the caller's next `fedgate.approve` runs it.
+    /// An approver said yes; the caller's next `fedgate__approve` runs it.
     Approved(String),
     /// Finished: run, denied, expired or invalidated (kept until expiry to answer precisely).
     Done(Finished),
@@ -115,14 +115,16 @@ pub enum PlanRefusal {
     NotApprover { roles: Vec<String> },
     #[error("too many plans waiting for approval; decide or let some expire first")]
     Full,
-    #[error("the plan was changed on another replica at the same time; call fedgate.approve again")]
+    #[error(
+        "the plan was changed on another replica at the same time; call fedgate__approve again"
+    )]
     Changed,
     #[error("you have {0} plans waiting for approval; decide or withdraw some first")]
     TooManyOfYours(usize),
     #[error("plan already {state} by {by}; it runs once, for its caller")]
     Decided { state: &'static str, by: String },
     #[error(
-        "the operator may only deny this plan ([admin] approve_plans = false): its caller approves it with fedgate.approve"
+        "the operator may only deny this plan ([admin] approve_plans = false): its caller approves it with fedgate__approve"
     )]
     OperatorMayOnlyDeny,
     #[error(
@@ -442,7 +444,7 @@ impl Plans {
         }
     }
 
-    /// Whether plan `id` has approvers and is not `caller`'s: then `fedgate.approve` from
+    /// Whether plan `id` has approvers and is not `caller`'s: then `fedgate__approve` from
     /// `caller` is a reviewer's decision.
     pub fn is_review(&self, id: &str, caller: &str) -> bool {
         self.plans

@@ -36,7 +36,7 @@ const FEATURE_TIMEOUT_MS = 15_000;
 const ROOT = { uri: 'file:///work/project', name: 'project' };
 const NOTE_URI = `${upstream}://notes/k`;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-const tool = (n) => `${upstream}.${n}`;
+const tool = (n) => `${upstream}__${n}`;
 
 // Every notification the client sees, in arrival order: {kind, value}.
 const events = [];

@@ -53,7 +53,7 @@ class Run:
     notes: list[types.ServerNotification] = field(default_factory=list)
 
     def tool(self, name: str) -> str:
-        return f"{self.upstream}.{name}"
+        return f"{self.upstream}__{name}"
 
     async def on_message(self, message: IncomingMessage) -> None:
         if not isinstance(message, Exception):

@@ -83,7 +83,7 @@ class Human:
             return
         if "reviewer_key" in self.later:
             async with connect(self.url, self.later["reviewer_key"]) as reviewer:
-                await reviewer.call_tool(self.later.get("approve_tool", "fedgate.approve"), {"plan_id": plan_id})
+                await reviewer.call_tool(self.later.get("approve_tool", "fedgate__approve"), {"plan_id": plan_id})
         else:
             async with httpx2.AsyncClient() as http:
                 r = await http.post(
