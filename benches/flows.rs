@@ -45,7 +45,7 @@ fn linear() -> String {
     let mut s = String::from("id = \"linear\"\n");
     for i in 0..NODES {
         s.push_str(&format!(
-            "[[nodes]]\nid = \"n{i}\"\ntool = \"demo.echo\"\nparams = {{ text = \"n{i}\" }}\n"
+            "[[nodes]]\nid = \"n{i}\"\ntool = \"demo/echo\"\nparams = {{ text = \"n{i}\" }}\n"
         ));
         if i > 0 {
             s.push_str(&format!("depends_on = [\"n{}\"]\n", i - 1));
@@ -56,16 +56,16 @@ fn linear() -> String {
 
 fn fan() -> String {
     let mut s = String::from(
-        "id = \"fan\"\nparallelism = 16\n[[nodes]]\nid = \"root\"\ntool = \"demo.echo\"\nparams = { text = \"root\" }\n",
+        "id = \"fan\"\nparallelism = 16\n[[nodes]]\nid = \"root\"\ntool = \"demo/echo\"\nparams = { text = \"root\" }\n",
     );
     for i in 0..NODES - 2 {
         s.push_str(&format!(
-            "[[nodes]]\nid = \"b{i}\"\ntool = \"demo.echo\"\ndepends_on = [\"root\"]\nparams = {{ text = \"b{i}\" }}\n"
+            "[[nodes]]\nid = \"b{i}\"\ntool = \"demo/echo\"\ndepends_on = [\"root\"]\nparams = {{ text = \"b{i}\" }}\n"
         ));
     }
     let all: Vec<String> = (0..NODES - 2).map(|i| format!("\"b{i}\"")).collect();
     s.push_str(&format!(
-        "[[nodes]]\nid = \"join\"\ntool = \"demo.echo\"\ndepends_on = [{}]\nparams = {{ text = \"join\" }}\n",
+        "[[nodes]]\nid = \"join\"\ntool = \"demo/echo\"\ndepends_on = [{}]\nparams = {{ text = \"join\" }}\n",
         all.join(", ")
     ));
     s
@@ -79,7 +79,7 @@ fn start(dir: &std::path::Path) -> (Proc, String) {
     std::fs::write(
         &cfg,
         format!(
-            "[gateway]\nseparator = \".\"\n[flows]\ndir = \"flows\"\ndb = \"runs.db\"\nparallelism = 16\n\
+            "[flows]\ndir = \"flows\"\ndb = \"runs.db\"\nparallelism = 16\n\
              [upstreams.demo]\nkind = \"stdio\"\ncommand = {FEDGATE:?}\nargs = [\"demo-upstream\", \"--name\", \"demo\"]\n"
         ),
     )
@@ -143,7 +143,7 @@ async fn direct(client: &RunningService<RoleClient, Bench>) -> Duration {
         let r = client
             .peer()
             .call_tool(
-                CallToolRequestParams::new("demo.echo")
+                CallToolRequestParams::new("demo__echo")
                     .with_arguments(args.as_object().cloned().unwrap_or_default()),
             )
             .await
@@ -182,7 +182,7 @@ async fn main() {
         .await
         .unwrap_or_else(|e| panic!("connect: {e}"));
     // Warm up: the upstream, the catalog, the database file.
-    flow(&client, "flows.linear").await;
+    flow(&client, "flows__linear").await;
     direct(&client).await;
 
     println!("flows over demo.echo (stdio), {NODES} nodes per run, {runs} runs per cell, median:");
@@ -191,9 +191,9 @@ async fn main() {
     for _ in 0..runs {
         // Interleaved, so drift on this noisy machine hits every cell alike.
         let before = log_seconds(&base).await;
-        lin.push(flow(&client, "flows.linear").await);
+        lin.push(flow(&client, "flows__linear").await);
         let mid = log_seconds(&base).await;
-        fan.push(flow(&client, "flows.fan").await);
+        fan.push(flow(&client, "flows__fan").await);
         let after = log_seconds(&base).await;
         log_lin += mid - before;
         log_fan += after - mid;

@@ -88,7 +88,7 @@ async fn call(http: &reqwest::Client, url: &str, sid: &str, body: &str) -> bool 
 /// One stateless-era call (no session).
 async fn stateless(http: &reqwest::Client, url: &str, i: u64) -> bool {
     let body = format!(
-        r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"u0.echo","arguments":{{"text":"s{i}"}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{{"name":"soak","version":"0"}},"io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#
+        r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"u0__echo","arguments":{{"text":"s{i}"}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{{"name":"soak","version":"0"}},"io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#
     );
     match http
         .post(url)
@@ -96,7 +96,7 @@ async fn stateless(http: &reqwest::Client, url: &str, i: u64) -> bool {
         .header("content-type", "application/json")
         .header("mcp-protocol-version", "2026-07-28")
         .header("mcp-method", "tools/call")
-        .header("mcp-name", "u0.echo")
+        .header("mcp-name", "u0__echo")
         .body(body)
         .send()
         .await
@@ -196,7 +196,7 @@ fn main() {
                     let mut ok = true;
                     for c in 0..5 {
                         let body = format!(
-                            r#"{{"jsonrpc":"2.0","id":{},"method":"tools/call","params":{{"name":"u{}.echo","arguments":{{"text":"{w}-{i}-{c}"}}}}}}"#,
+                            r#"{{"jsonrpc":"2.0","id":{},"method":"tools/call","params":{{"name":"u{}__echo","arguments":{{"text":"{w}-{i}-{c}"}}}}}}"#,
                             c + 10,
                             (i + c) % 10
                         );
@@ -229,7 +229,7 @@ fn main() {
                     tokio::time::sleep(Duration::from_secs(3)).await;
                     tick += 1;
                     let toggle = format!(
-                        r#"{{"jsonrpc":"2.0","id":{tick},"method":"tools/call","params":{{"name":"u{}.toggle_extra","arguments":{{}}}}}}"#,
+                        r#"{{"jsonrpc":"2.0","id":{tick},"method":"tools/call","params":{{"name":"u{}__toggle_extra","arguments":{{}}}}}}"#,
                         tick % 10
                     );
                     if call(&http, &url, &sid, &toggle).await {
@@ -237,7 +237,7 @@ fn main() {
                     }
                     if tick.is_multiple_of(5) {
                         let crash = format!(
-                            r#"{{"jsonrpc":"2.0","id":{tick},"method":"tools/call","params":{{"name":"u{}.crash","arguments":{{}}}}}}"#,
+                            r#"{{"jsonrpc":"2.0","id":{tick},"method":"tools/call","params":{{"name":"u{}__crash","arguments":{{}}}}}}"#,
                             1 + (tick / 5) % 9
                         );
                         call(&http, &url, &sid, &crash).await;

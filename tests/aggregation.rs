@@ -157,9 +157,11 @@ async fn modern_client_sees_the_same_view() {
     client.cancel().await.unwrap();
 }
 
-/// README's first command: the shipped gateway.toml (stdio demo + launched http demo on :8931).
+/// README's first command: the shipped gateway.toml is a small product (a notebook over stdio, a
+/// help desk over launched Streamable HTTP, one flow): only its meaningful tools, every name
+/// portable, a read that runs, a write that waits for approval and then runs.
 #[tokio::test(flavor = "multi_thread")]
-async fn shipped_config_serves_both_upstreams() {
+async fn shipped_config_is_a_small_product_with_portable_names() {
     let dir = tempfile::tempdir().unwrap();
     let gw = Gateway::start_file(
         std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/gateway.toml")),
@@ -167,18 +169,84 @@ async fn shipped_config_serves_both_upstreams() {
     );
     let client = connect_legacy(&gw.url, TestClient::new()).await;
     let tools = client.peer().list_all_tools().await.unwrap();
-    assert!(tools.iter().any(|t| t.name == "demo__echo"), "{tools:?}");
-    assert!(tools.iter().any(|t| t.name == "notes__save"), "{tools:?}");
-    let r = call(
+    let mut names: Vec<String> = tools.iter().map(|t| t.name.to_string()).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "desk__ask",
+            "desk__build_report",
+            "desk__file_ticket",
+            "fedgate__approve",
+            "flows__ticket_and_note",
+            "notes__list_notes",
+            "notes__read_note",
+            "notes__write_note",
+        ],
+        "no test probes (crash, freeze, huge, pid, stray) in the shipped config"
+    );
+    for n in &names {
+        assert!(
+            n.len() <= 64
+                && n.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'),
+            "{n} is not portable"
+        );
+    }
+    let r = call(&client, "notes__list_notes", serde_json::json!({}))
+        .await
+        .unwrap();
+    assert_eq!(first_text(&r), "no notes yet");
+    // The write is held: an `ok` plan whose next action approves it, to be confirmed.
+    let held = call(
         &client,
-        "notes__echo",
-        serde_json::json!({"text": "shipped"}),
+        "notes__write_note",
+        serde_json::json!({"key": "standup", "value": "10:00"}),
     )
     .await
     .unwrap();
-    assert_eq!(first_text(&r), "echo: shipped");
+    let plan = valid_plan(
+        held.meta
+            .as_ref()
+            .and_then(|m| m.0.get("io.fedgate/orchestrated_plan"))
+            .cloned()
+            .expect("a plan"),
+    );
+    assert_eq!(plan["status"], "ok", "{plan}");
+    let action = &plan["next_actions"][0];
+    assert_eq!(action["tool"], "fedgate__approve", "{plan}");
+    assert_eq!(action["confirm"], true, "{plan}");
+    let nothing = call(
+        &client,
+        "notes__read_note",
+        serde_json::json!({"key": "standup"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(nothing.is_error, Some(true), "not written before approval");
+    let done = call(&client, "fedgate__approve", action["args"].clone())
+        .await
+        .unwrap();
+    assert_eq!(done.is_error, Some(false), "{done:?}");
+    let r = call(
+        &client,
+        "notes__read_note",
+        serde_json::json!({"key": "standup"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(first_text(&r), "10:00");
+    let ticket = call(
+        &client,
+        "desk__file_ticket",
+        serde_json::json!({"title": "Printer on fire", "priority": "high"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(ticket.is_error, Some(false), "{ticket:?}");
     let (_, ready) = gw.readyz().await;
-    assert_eq!(ready["upstreams"]["notes"]["kind"], "http");
+    assert_eq!(ready["upstreams"]["desk"]["kind"], "http");
+    assert_eq!(ready["upstreams"]["notes"]["kind"], "stdio");
     client.cancel().await.unwrap();
 }
 

@@ -131,7 +131,7 @@ async fn imported_mcp_servers_config_checks_and_serves() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let json = serde_json::json!({"mcpServers": {
-        "local files": {"command": FEDGATE, "args": ["demo-upstream", "--name", "files"],
+        "local files": {"command": FEDGATE, "args": ["demo-upstream", "--faults", "--name", "files"],
                         "env": {"MCP_TOKEN": "tok-written-in-the-json", "LOG_LEVEL": "debug"}},
         "remote": {"type": "http", "url": format!("http://127.0.0.1:{port}/mcp")},
         "switched off": {"command": "nowhere", "disabled": true}
@@ -444,15 +444,28 @@ async fn the_shipped_config_starts_quietly() {
     let port = free_port().to_string();
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("gateway.toml");
-    std::fs::write(&cfg, shipped.replace("8931", &port)).unwrap();
+    let flows = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/quickstart/flows");
+    std::fs::write(
+        &cfg,
+        shipped
+            .replace("8931", &port)
+            .replace("\"examples/quickstart/flows\"", &format!("{flows:?}")),
+    )
+    .unwrap();
     let gw = Gateway::start_file(&cfg, dir);
     let client = connect_legacy(&gw.url, TestClient::new()).await;
-    for tool in ["demo__echo", "notes__echo"] {
-        let r = call(&client, tool, serde_json::json!({"text": "hi"}))
-            .await
-            .unwrap();
-        assert_eq!(first_text(&r), "echo: hi");
-    }
+    let r = call(&client, "notes__list_notes", serde_json::json!({}))
+        .await
+        .unwrap();
+    assert_eq!(first_text(&r), "no notes yet");
+    let r = call(
+        &client,
+        "desk__file_ticket",
+        serde_json::json!({"title": "t", "priority": "low"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.is_error, Some(false), "{r:?}");
     client.cancel().await.unwrap();
     let log = gw.stderr();
     let loud: Vec<&str> = log

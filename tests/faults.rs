@@ -403,7 +403,7 @@ async fn a_failed_upstream_is_retried_and_comes_back() {
 fn launched_upstream(name: &str, addr: &str, extra: &str) -> String {
     format!(
         "[upstreams.{name}]\nkind = \"http\"\nurl = \"http://{addr}/mcp\"\n\
-         launch = {{ command = {FEDGATE:?}, args = [\"demo-upstream\", \"--name\", \"{name}\", \"--http\", \"{addr}\"] }}\n{extra}\n"
+         launch = {{ command = {FEDGATE:?}, args = [\"demo-upstream\", \"--faults\", \"--name\", \"{name}\", \"--http\", \"{addr}\"] }}\n{extra}\n"
     )
 }
 
@@ -495,7 +495,7 @@ async fn a_launch_address_in_use_by_someone_else_is_refused() {
 #[tokio::test(flavor = "multi_thread")]
 async fn non_json_on_stdout_is_reported() {
     let gw = Gateway::start(&format!(
-        "[upstreams.noisy]\nkind = \"stdio\"\ncommand = \"sh\"\nargs = [\"-c\", \"echo 'Server starting on stdio...'; exec {FEDGATE} demo-upstream --name noisy\"]\n\n\
+        "[upstreams.noisy]\nkind = \"stdio\"\ncommand = \"sh\"\nargs = [\"-c\", \"echo 'Server starting on stdio...'; exec {FEDGATE} demo-upstream --faults --name noisy\"]\n\n\
          [upstreams.broken]\nkind = \"stdio\"\ncommand = \"sh\"\nargs = [\"-c\", \"echo 'Listening on http://localhost:3000'; sleep 5\"]\nstartup_timeout_ms = 2000\nrestart = {{ max_restarts = 0 }}\n"
     ));
     let (_, ready) = gw.readyz().await;
@@ -626,7 +626,7 @@ async fn an_upstream_that_stops_reading_is_restarted() {
     // One runtime thread, so `freeze` stops the server's stdin reader too.
     let config = format!(
         "[gateway]\ntiers_dir = {:?}\n[upstreams.demo]\nkind = \"stdio\"\ncommand = {FEDGATE:?}\n\
-         args = [\"--worker-threads\", \"1\", \"demo-upstream\", \"--name\", \"demo\"]\n\
+         args = [\"--worker-threads\", \"1\", \"demo-upstream\", \"--faults\", \"--name\", \"demo\"]\n\
          tier = \"quick\"\nrestart = {{ base_ms = 50, max_ms = 200 }}\n",
         tiers.path()
     );

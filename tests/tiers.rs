@@ -350,7 +350,14 @@ async fn a_roles_max_tier_caps_which_upstreams_it_reaches() {
 fn the_shipped_config_copied_elsewhere_still_finds_its_tiers() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("gateway.toml");
-    std::fs::copy(concat!(env!("CARGO_MANIFEST_DIR"), "/gateway.toml"), &cfg).unwrap();
+    let shipped =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/gateway.toml")).unwrap();
+    let flows = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/quickstart/flows");
+    std::fs::write(
+        &cfg,
+        shipped.replace("\"examples/quickstart/flows\"", &format!("{flows:?}")),
+    )
+    .unwrap();
     let out = check(&cfg);
     assert!(
         out.status.success(),

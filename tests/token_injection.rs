@@ -106,6 +106,7 @@ async fn oauth_tokens_are_injected_cached_and_refreshed_on_401() {
     std::fs::write(&accepted, "tok-1").unwrap();
     let api = UrlProcess::start(&[
         "demo-upstream",
+        "--faults",
         "--name",
         "api",
         "--http",
@@ -318,6 +319,7 @@ async fn response_limits_hold_with_an_injected_credential() {
     .unwrap();
     let api = UrlProcess::start(&[
         "demo-upstream",
+        "--faults",
         "--name",
         "api",
         "--http",

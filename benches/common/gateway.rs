@@ -67,7 +67,7 @@ pub fn demo_upstreams(n: usize, prefix: &str, args: impl Fn(usize) -> String) ->
     (0..n)
         .map(|i| {
             format!(
-                "[upstreams.{prefix}{i}]\nkind = \"stdio\"\ncommand = {FEDGATE:?}\nargs = [\"demo-upstream\", \"--name\", \"{prefix}{i}\"{}]\nera = \"legacy\"\n\n",
+                "[upstreams.{prefix}{i}]\nkind = \"stdio\"\ncommand = {FEDGATE:?}\nargs = [\"demo-upstream\", \"--faults\", \"--name\", \"{prefix}{i}\"{}]\nera = \"legacy\"\n\n",
                 args(i)
             )
         })

@@ -345,7 +345,7 @@ fn main() {
                 load_cell(floor_addr, floor_session.clone(), "echo", conc, secs, floor_pid).await;
             print_load_row("floor", conc, &f, f_cpu);
             let (g, g_cpu) =
-                load_cell(gw_addr, gw_session.clone(), "s.echo", conc, secs, gw_pid).await;
+                load_cell(gw_addr, gw_session.clone(), "s__echo", conc, secs, gw_pid).await;
             print_load_row("fedgate", conc, &g, g_cpu);
             let rate = |c: &load::Cell| c.calls as f64 / c.secs.max(f64::EPSILON);
             ratios.push((
@@ -383,8 +383,8 @@ fn main() {
                 base.failures
             );
             for (label, tool) in [
-                ("fedgate -> http", "h.echo"),
-                ("fedgate -> stdio", "s.echo"),
+                ("fedgate -> http", "h__echo"),
+                ("fedgate -> stdio", "s__echo"),
             ] {
                 let cpu0 = cpu_seconds(gw_pid);
                 let cell = drive(&via, tool, conc, secs).await;

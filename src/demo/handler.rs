@@ -77,6 +77,12 @@ impl ServerHandler for Demo {
             std::process::exit(3);
         }
         let args = &req.arguments;
+        if !self.serves(&req.name) {
+            return Err(McpError::invalid_params(
+                format!("unknown tool `{}`", crate::names::shown(&req.name)),
+                None,
+            ));
+        }
         if self.state.filler_tools > 0 && req.name.starts_with("tool_") {
             return Ok(CallToolResponse::Complete(text(req.name.to_string())));
         }
@@ -124,6 +130,26 @@ impl ServerHandler for Demo {
                     });
                 }
                 text(format!("stored {key}"))
+            }
+            "read_note" => {
+                let key = arg_str(args, "key").unwrap_or_default();
+                match self.state.notes.lock().get(&key) {
+                    Some(v) => text(v.clone()),
+                    None => CallToolResult::error(vec![ContentBlock::text(format!(
+                        "no note `{}`; list_notes shows the keys",
+                        crate::names::shown(&key)
+                    ))]),
+                }
+            }
+            "list_notes" => {
+                let keys: Vec<String> = self.state.notes.lock().keys().cloned().collect();
+                let mut r = text(if keys.is_empty() {
+                    "no notes yet".to_owned()
+                } else {
+                    keys.join(", ")
+                });
+                r.structured_content = Some(json!({"keys": keys}));
+                r
             }
             "progress" => {
                 let steps = arg_u64(args, "steps").unwrap_or(3);

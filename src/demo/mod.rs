@@ -69,6 +69,10 @@ pub struct DemoArgs {
     /// catalogue for scale measurements.
     #[arg(long, default_value_t = 0)]
     filler_tools: usize,
+    /// Also serve the fault-injection and protocol-probe tools the tests use (`crash`, `freeze`,
+    /// `huge`, `pid`, `stray`, …); without it the server offers only its product tools.
+    #[arg(long)]
+    faults: bool,
 }
 
 #[derive(Debug, Default)]
@@ -82,6 +86,8 @@ struct State {
     broken_schema: bool,
     roots_at_start: bool,
     filler_tools: usize,
+    /// `--faults`: the test tools are served too.
+    faults: bool,
     /// What asking for roots at startup gave (with `--roots-at-start`).
     startup_roots: Mutex<Option<String>>,
     peers: Mutex<Vec<Peer<RoleServer>>>,
@@ -121,6 +127,7 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, String> {
             broken_schema: args.broken_schema,
             roots_at_start: args.roots_at_start,
             filler_tools: args.filler_tools,
+            faults: args.faults,
             evolved: AtomicBool::new(args.evolved),
             ..Default::default()
         }),

@@ -36,6 +36,22 @@ pub(super) fn arg_u64(args: &Option<JsonObject>, key: &str) -> Option<u64> {
     args.as_ref()?.get(key)?.as_u64()
 }
 
+/// What the demo server is for a user: notes (read, list, write), a ticket form, arithmetic,
+/// a slow job with progress, a question to the user and a recorded write for flows. Everything
+/// else is a test probe, served only with `--faults`.
+const PRODUCT_TOOLS: &[&str] = &[
+    "echo",
+    "add",
+    "write_note",
+    "read_note",
+    "list_notes",
+    "file_ticket",
+    "slow",
+    "progress",
+    "ask",
+    "record",
+];
+
 impl Demo {
     /// Tells every session (both eras) that the tool list changed.
     pub(super) async fn tools_changed(&self) {
@@ -49,7 +65,21 @@ impl Demo {
         }
     }
 
+    /// The tools this server serves: its product tools, and the test tools with `--faults`.
     pub(super) fn tools(&self) -> Vec<Tool> {
+        let mut all = self.all_tools();
+        if !self.state.faults && self.state.filler_tools == 0 {
+            all.retain(|t| PRODUCT_TOOLS.contains(&t.name.as_ref()));
+        }
+        all
+    }
+
+    /// Whether `name` is served (a hidden test tool is as unknown as any other name).
+    pub(super) fn serves(&self, name: &str) -> bool {
+        self.state.faults || self.state.filler_tools > 0 || PRODUCT_TOOLS.contains(&name)
+    }
+
+    fn all_tools(&self) -> Vec<Tool> {
         if self.state.filler_tools > 0 {
             return (0..self.state.filler_tools)
                 .map(|i| {
@@ -122,6 +152,18 @@ impl Demo {
                 "Store a note under a key (readable as <name>://notes/{key}).",
                 json!({"key": {"type": "string"}, "value": {"type": "string"}}),
                 false,
+            ),
+            tool(
+                "read_note",
+                "The note stored under a key.",
+                json!({"key": {"type": "string"}}),
+                true,
+            ),
+            tool(
+                "list_notes",
+                "The keys of every stored note.",
+                json!({}),
+                true,
             ),
             tool(
                 "progress",

@@ -245,12 +245,18 @@ impl FollowUp for FollowUps {
             let mut after = 0;
             loop {
                 let (state, _) = engine.settle(&run_id, after).await.ok()?;
+                use super::events::NodeStatus;
                 let waits = state.nodes.values().any(|n| {
-                    n.status == super::events::NodeStatus::AwaitingApproval
+                    n.status == NodeStatus::AwaitingApproval
                         && n.plan.as_ref().and_then(super::node::plan_id).as_deref()
                             == Some(plan_id.as_str())
                 });
-                if !waits || state.finished.is_some() {
+                // A node past this plan but the run still going (the next node not started
+                // yet) is no result: wait until it ends or rests on another decision.
+                let rests = state.nodes.values().any(|n| {
+                    matches!(n.status, NodeStatus::AwaitingApproval | NodeStatus::Blocked)
+                });
+                if state.finished.is_some() || (!waits && rests) {
                     let (record, _) = engine.load(&run_id).await.ok()?;
                     let flow = engine.flow(&record.flow)?;
                     return Some(answer(

@@ -115,7 +115,7 @@ pub fn classify(
     Some((d.retry_safe, up))
 }
 
-/// What the tier does with a call of tool `exposed` (for `fedgate tools`): `read`, `write`,
+/// What the tier does with a call of tool `exposed` (for `fedgate tools`): `read`, `long-running`, `write`,
 /// `write, needs approval`, `write refused` — the tier's verdict, not the server's annotation.
 /// `None` for names no upstream serves (the gateway's own tools).
 pub fn verdict(pool: &crate::upstream::pool::Pool, exposed: &str) -> Option<&'static str> {
@@ -126,6 +126,7 @@ pub fn verdict(pool: &crate::upstream::pool::Pool, exposed: &str) -> Option<&'st
     Some(match decide(&up, &Exposed::Tool(exposed.to_owned()), &op) {
         Err(_) => "write refused",
         Ok(d) if d.class == CallClass::Read => "read",
+        Ok(d) if d.class == CallClass::Long => "long-running",
         Ok(d) if d.approval.is_some() => "write, needs approval",
         Ok(_) => "write",
     })

@@ -44,9 +44,14 @@ pub fn free_port() -> u16 {
         .expect("free port")
 }
 
-/// TOML for a stdio demo upstream.
+/// TOML for a stdio demo upstream, its test tools (`--faults`) included.
 pub fn stdio_upstream(name: &str, extra_args: &[&str], extra_toml: &str) -> String {
-    let mut args = vec!["demo-upstream".to_owned(), "--name".into(), name.into()];
+    let mut args = vec![
+        "demo-upstream".to_owned(),
+        "--faults".into(),
+        "--name".into(),
+        name.into(),
+    ];
     args.extend(extra_args.iter().map(|s| s.to_string()));
     format!(
         "[upstreams.{name}]\nkind = \"stdio\"\ncommand = {cmd:?}\nargs = {args:?}\n{extra_toml}\n",
@@ -96,7 +101,14 @@ pub struct HttpDemo;
 
 impl HttpDemo {
     pub fn start(name: &str, mode: &str) -> UrlProcess {
-        UrlProcess::start(&["demo-upstream", "--name", name, mode, "127.0.0.1:0"])
+        UrlProcess::start(&[
+            "demo-upstream",
+            "--faults",
+            "--name",
+            name,
+            mode,
+            "127.0.0.1:0",
+        ])
     }
 }
 

@@ -175,12 +175,12 @@ class Agent:
                     self.human.tell(f"{e.get('code')}: {e.get('message')} {e.get('hint', '')}")
                 first = errs[0] if errs else {}
                 if first.get("code") == "outcome_uncertain" or not first.get("recoverable"):
-                    return {"outcome": "reported", "code": first.get("code")}
+                    return {"outcome": "reported", "code": first.get("code"), "plan": plan}
                 actions = plan.get("recovery_actions") or []
                 listed = {t.name: t for t in (await self.client.list_tools()).tools}
                 chosen = next((a for a in actions if a["tool"] in listed), None)
                 if chosen is None:
-                    return {"outcome": "reported", "code": first.get("code")}
+                    return {"outcome": "reported", "code": first.get("code"), "plan": plan}
                 # Check its arguments in tools/list first: fill what it requires from what we have.
                 required = listed[chosen["tool"]].input_schema.get("required", [])
                 a = dict(chosen["args"])
@@ -207,7 +207,7 @@ class Agent:
                     await anyio.sleep(ms / 1000)
                     result, error = await self.call(tool, args)
                     continue
-                return {"outcome": "reported", "code": first.get("code")}
+                return {"outcome": "reported", "code": first.get("code"), "plan": plan}
             if status == "partial":
                 for step in plan.get("partial_results", []):
                     self.human.tell(f"{step['step']}: {step['status']}")
