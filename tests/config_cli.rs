@@ -598,4 +598,19 @@ fn config_problems_read_as_plain_sentences_on_the_right_line() {
         err.contains("/nonexistent/dir/gateway.toml: cannot read config") && !err.contains(":0:"),
         "{err}"
     );
+    // `serve` without a config in reach says how to name one or make one.
+    let empty = tempfile::tempdir().unwrap();
+    let out = Command::new(FEDGATE)
+        .arg("serve")
+        .current_dir(empty.path())
+        .output()
+        .expect("serve");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains("gateway.toml: cannot read config")
+            && err.contains("--config FILE")
+            && err.contains("fedgate import"),
+        "{err}"
+    );
 }

@@ -80,6 +80,12 @@ async fn admin_get(gw: &Gateway, path: &str, token: &str) -> reqwest::Response {
 async fn the_console_in_a_real_browser() {
     let gw = gateway("");
     let admin = gw.admin.clone().expect("admin listener");
+    // The ready line names the page an operator opens, not the token-guarded API root.
+    assert!(
+        gw.ready.contains(&format!("console at {admin}/console")),
+        "{}",
+        gw.ready
+    );
     let browser = Browser::start().await;
     browser.goto(&format!("{admin}/console")).await;
 

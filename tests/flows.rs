@@ -154,6 +154,71 @@ async fn parallel_branches_meet_at_the_upstream_within_the_bound_and_the_join_wa
     assert_eq!(run["state"]["finished"], "succeeded");
 }
 
+/// Commands that only read work without the admin token (an `env:` variable not set in this
+/// shell); those that need the serving gateway say why they cannot reach it, and never drive
+/// the run themselves.
+#[tokio::test(flavor = "multi_thread")]
+async fn reading_commands_need_no_admin_token_and_the_others_say_why_not() {
+    let gw = gateway(&stdio_upstream("demo", &[], ""), &[("fan.toml", FAN)]);
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    let r = call(&client, "flows__fan", json!({})).await.expect("call");
+    let run = run_id(&r);
+    let cfg = gw.dir.path().join("gateway.toml");
+    let text = std::fs::read_to_string(&cfg).expect("config");
+    let token_line = text
+        .lines()
+        .find(|l| l.starts_with("token = "))
+        .expect("token line")
+        .to_owned();
+    let unset = gw.dir.path().join("unset.toml");
+    std::fs::write(
+        &unset,
+        text.replace(&token_line, "token = \"env:FG_TOKEN_NOT_SET_HERE\""),
+    )
+    .expect("config");
+    let fedgate = |args: &[&str]| {
+        Command::new(FEDGATE)
+            .args(args)
+            .env_remove("FG_TOKEN_NOT_SET_HERE")
+            .output()
+            .expect("fedgate")
+    };
+    let path = unset.to_str().expect("path");
+    let out = fedgate(&["flows", "-c", path, "show", &run, "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert!(
+        shown["run"].to_string().contains(&run) && shown["state"]["finished"] == "succeeded",
+        "{shown}"
+    );
+    let out = fedgate(&["flows", "-c", path, "list"]);
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("flows__fan"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = fedgate(&["flows", "-c", path, "run", "fan"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains("needs the serving gateway's admin API")
+            && err.contains("`FG_TOKEN_NOT_SET_HERE` is not set"),
+        "{err}"
+    );
+    let out = fedgate(&["plans", "-c", path, "list"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("cannot reach the serving gateway's admin API"),
+        "{err}"
+    );
+    // The serving gateway's run is untouched: nobody here drove it.
+    assert_eq!(show(&gw, &run)["events"], shown["events"]);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn one_upstream_gets_no_more_than_its_share_of_parallel_nodes() {
     // The flow would run four at once; the upstream's bound is two.

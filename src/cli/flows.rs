@@ -9,7 +9,7 @@ use std::{path::Path, process::ExitCode, sync::Arc, time::Duration};
 use clap::Subcommand;
 use serde_json::{Value, json};
 
-use super::serve::{load, settle_bound, stop};
+use super::serve::{settle_bound, stop};
 use crate::{
     config::Snapshot,
     flows::{Engine, events::RunState, report},
@@ -59,7 +59,9 @@ pub enum FlowsCommand {
 }
 
 pub async fn run(config: &Path, command: FlowsCommand) -> Result<ExitCode, String> {
-    let snapshot = load(config)?;
+    // Reading a run needs no secret; what needs the serving gateway says so when it cannot
+    // reach it (see `admin`).
+    let snapshot = super::serve::load_for_reading(config)?;
     if snapshot.flows.dir.is_none() {
         return Err(format!("{}: no [flows] dir configured", config.display()));
     }
@@ -412,6 +414,10 @@ async fn admin(
     let Some(a) = &snapshot.admin else {
         return Ok(None);
     };
+    // Never fall back to driving runs here while a gateway may serve them: say why not.
+    if let Some(why) = &a.token_missing {
+        return Err(no_token(why));
+    }
     let url = format!("http://{}/admin/flows/{path}", a.listen);
     let resp = reqwest::Client::new()
         .post(&url)
@@ -428,8 +434,16 @@ async fn admin(
     answer(resp).await.map(Some)
 }
 
+/// Why the serving gateway's admin API cannot be used from here.
+fn no_token(why: &str) -> String {
+    format!("this needs the serving gateway's admin API, and [admin] token: {why}")
+}
+
 async fn admin_get(snapshot: &Snapshot, path: &str) -> Result<Value, String> {
     let a = snapshot.admin.as_ref().ok_or("no [admin] configured")?;
+    if let Some(why) = &a.token_missing {
+        return Err(no_token(why));
+    }
     let resp = reqwest::Client::new()
         .get(format!("http://{}/admin/flows/{path}", a.listen))
         .bearer_auth(a.token.expose())

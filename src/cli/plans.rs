@@ -8,7 +8,7 @@ use std::{path::Path, process::ExitCode, time::Duration};
 use clap::Subcommand;
 use serde_json::Value;
 
-use super::serve::load;
+use super::serve::load_for_reading;
 
 #[derive(Debug, Subcommand)]
 pub enum PlansCommand {
@@ -28,13 +28,19 @@ pub enum PlansCommand {
 const TIMEOUT: Duration = Duration::from_secs(30);
 
 pub async fn run(config: &Path, command: PlansCommand) -> Result<ExitCode, String> {
-    let snapshot = load(config)?;
+    let snapshot = load_for_reading(config)?;
     let admin = snapshot.admin.as_ref().ok_or_else(|| {
         format!(
             "{}: no [admin] section: plans are decided through the serving gateway's admin API",
             config.display()
         )
     })?;
+    if let Some(why) = &admin.token_missing {
+        return Err(format!(
+            "cannot reach the serving gateway's admin API: [admin] token: {why}; plans live in \
+             the serving gateway"
+        ));
+    }
     let base = format!("http://{}/admin/plans", admin.listen);
     let client = reqwest::Client::new();
     let (request, verb) = match &command {

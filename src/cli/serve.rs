@@ -17,13 +17,24 @@ use crate::{
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
 pub(super) fn load(path: &Path) -> Result<Snapshot, String> {
-    config::load(path).map_err(|diags| {
-        let mut msg = String::from("invalid config:");
-        for d in diags {
-            msg.push_str(&format!("\n  {d}"));
-        }
-        msg
-    })
+    config::load(path).map_err(invalid)
+}
+
+/// For commands that only read: secrets not resolvable here are warnings (printed).
+pub(super) fn load_for_reading(path: &Path) -> Result<Snapshot, String> {
+    let snapshot = config::load_for_reading(path).map_err(invalid)?;
+    for w in &snapshot.warnings {
+        eprintln!("warning: {w}");
+    }
+    Ok(snapshot)
+}
+
+fn invalid(diags: Vec<config::Diagnostic>) -> String {
+    let mut msg = String::from("invalid config:");
+    for d in diags {
+        msg.push_str(&format!("\n  {d}"));
+    }
+    msg
 }
 
 /// The longest startup timeout of any upstream: the bound for "settled".

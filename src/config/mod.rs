@@ -449,21 +449,44 @@ pub struct RawRestart {
 
 /// Reads, parses and validates a config file; every problem comes back as a diagnostic.
 pub fn load(path: &Path) -> Result<Snapshot, Vec<Diagnostic>> {
+    let text = read(path)?;
+    load_str(&path.display().to_string(), &text)
+}
+
+/// The config file's text; a missing file is answered with how to name or make one.
+fn read(path: &Path) -> Result<String, Vec<Diagnostic>> {
     let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| {
+    std::fs::read_to_string(path).map_err(|e| {
+        // A first run outside the clone: say how to name a config, or how to make one.
+        let hint = if e.kind() == std::io::ErrorKind::NotFound {
+            "; name one with --config FILE, or write one from a client's server list with \
+             `fedgate import claude_desktop_config.json > gateway.toml` (also Cursor's and VS \
+             Code's mcp.json)"
+        } else {
+            ""
+        };
         vec![Diagnostic {
             file: file.clone(),
             line: 0,
-            message: format!("cannot read config: {e}"),
+            message: format!("cannot read config: {e}{hint}"),
         }]
-    })?;
-    load_str(&file, &text)
+    })
 }
 
 /// Parses and validates config text; `file` names it in diagnostics.
 pub fn load_str(file: &str, text: &str) -> Result<Snapshot, Vec<Diagnostic>> {
     let raw: RawConfig = toml::from_str(text).map_err(|e| parse_problems(file, text, e))?;
-    validate::validate(file, text, raw)
+    validate::validate(file, text, raw, false)
+}
+
+/// Like [`load`], for commands that only read (a run log, the plans a gateway lists): secrets
+/// that cannot be resolved (an `env:` variable not set here) are warnings, and the admin API
+/// says why it cannot be used (`AdminSettings::token_missing`).
+pub fn load_for_reading(path: &Path) -> Result<Snapshot, Vec<Diagnostic>> {
+    let file = path.display().to_string();
+    let text = read(path)?;
+    let raw: RawConfig = toml::from_str(&text).map_err(|e| parse_problems(&file, &text, e))?;
+    validate::validate(&file, &text, raw, true)
 }
 
 /// Most problems reported from one parse failure.

@@ -87,6 +87,8 @@ pub struct FlowSettings {
 pub struct AdminSettings {
     pub listen: SocketAddr,
     pub token: secret::Secret,
+    /// Loaded by a reading command without its token: why (the admin API cannot be used).
+    pub token_missing: Option<String>,
     /// `/console` and the call feed behind it.
     pub console: bool,
     /// The operator may approve plans their callers would approve themselves.

@@ -131,6 +131,8 @@ pub struct Gateway {
     pub admin: Option<String>,
     pub dir: tempfile::TempDir,
     pub stderr_path: PathBuf,
+    /// The ready line fedgate printed.
+    pub ready: String,
 }
 
 impl Gateway {
@@ -229,6 +231,7 @@ impl Gateway {
             admin,
             dir,
             stderr_path,
+            ready: line,
         }
     }
 

@@ -128,7 +128,7 @@ pub(super) fn validate_auth(
             });
             match key {
                 Ok(key) => keys.push((None, Algorithm::HS256, key)),
-                Err(e) => cx.err_at(s.span().start, format!("auth.jwt.hs256_secret: {e}")),
+                Err(e) => cx.secret_problem(s.span().start, format!("auth.jwt.hs256_secret: {e}")),
             }
         }
         if let Some(f) = &j.jwks_file {

@@ -47,6 +47,9 @@ struct Ctx<'a> {
     text: &'a str,
     errors: Vec<Diagnostic>,
     warnings: Vec<Diagnostic>,
+    /// Loading for a command that only reads (`flows show`, `plans list`): a secret that
+    /// cannot be resolved is a warning, not an error.
+    reading: bool,
 }
 
 impl Ctx<'_> {
@@ -64,6 +67,17 @@ impl Ctx<'_> {
             message,
         });
     }
+    /// A secret reference that could not be resolved: an error, or a warning when only reading.
+    fn secret_problem(&mut self, offset: usize, message: String) {
+        if self.reading {
+            self.warn_at(
+                offset,
+                format!("{message} (ignored by this command, which only reads)"),
+            );
+        } else {
+            self.err_at(offset, message);
+        }
+    }
     fn line(&self, offset: usize) -> usize {
         line_of(self.text, offset)
     }
@@ -73,12 +87,14 @@ pub(super) fn validate(
     file: &str,
     text: &str,
     raw: RawConfig,
+    reading: bool,
 ) -> Result<Snapshot, Vec<Diagnostic>> {
     let mut cx = Ctx {
         file,
         text,
         errors: Vec::new(),
         warnings: Vec::new(),
+        reading,
     };
     let g = raw.gateway;
     let listen = match &g.listen {
@@ -199,13 +215,20 @@ pub(super) fn validate(
                 return None;
             }
         };
+        let settings = |token, token_missing| AdminSettings {
+            listen,
+            token,
+            token_missing,
+            console: a.console.unwrap_or(true),
+            approve_plans: a.approve_plans.unwrap_or(true),
+        };
         match secret::resolve(&a.token) {
-            Ok(token) if !token.expose().is_empty() => Some(AdminSettings {
-                listen,
-                token,
-                console: a.console.unwrap_or(true),
-                approve_plans: a.approve_plans.unwrap_or(true),
-            }),
+            Ok(token) if !token.expose().is_empty() => Some(settings(token, None)),
+            // A reading command still knows where the admin API is, and why it cannot use it.
+            Err(e) if cx.reading => {
+                cx.secret_problem(at, format!("[admin] token: {e}"));
+                Some(settings(secret::Secret::new(String::new()), Some(e)))
+            }
             Ok(_) => {
                 cx.err_at(at, "[admin] token is empty".into());
                 None
@@ -232,7 +255,7 @@ pub(super) fn validate(
                 None
             }
             Err(e) => {
-                cx.err_at(k.span().start, format!("[gateway] state_key: {e}"));
+                cx.secret_problem(k.span().start, format!("[gateway] state_key: {e}"));
                 None
             }
         });
