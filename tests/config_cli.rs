@@ -614,3 +614,86 @@ fn config_problems_read_as_plain_sentences_on_the_right_line() {
         "{err}"
     );
 }
+
+/// `fedgate check` reports every problem of a file in one run, in file order: unknown keys,
+/// types, a bad address, an unreadable TLS file, an unknown tier (listing the known ones), a
+/// missing command (a warning), a name that is not portable, a collision and an unknown role.
+#[test]
+fn ten_mistakes_come_back_in_one_run() {
+    let text = r#"[gateway]
+seperator = "__"
+page_size = "100"
+listen = "nowhere"
+tls = { cert = "missing-cert.pem", key = "missing-key.pem" }
+
+[upstreams.files]
+kind = "stdio"
+comand = "npx"
+startup_timeout = 5000
+
+[upstreams.search]
+kind = "stdio"
+command = "surely-not-an-installed-mcp-server"
+tier = "trusted"
+
+[upstreams."my.server"]
+kind = "stdio"
+command = "@self"
+
+[upstreams.one]
+kind = "stdio"
+command = "@self"
+prefix = "never"
+rename = { a = "same" }
+
+[upstreams.two]
+kind = "stdio"
+command = "@self"
+prefix = "never"
+rename = { b = "same" }
+
+[auth]
+anonymous = true
+anonymous_roles = ["agnet"]
+
+[roles.agent]
+tools = ["files/*"]
+"#;
+    let (ok, err) = check(text);
+    assert!(!ok, "{err}");
+    let want = [
+        (2, "unknown field `seperator`"),
+        (2, "did you mean `separator`?"),
+        (3, "page_size must be a whole number"),
+        (4, "listen: `nowhere` is not an address"),
+        (5, "missing-cert.pem"),
+        (8, "kind stdio needs `command`"),
+        (9, "unknown field `comand`"),
+        (10, "unknown field `startup_timeout`"),
+        (
+            14,
+            "warning: upstream `search`: command `surely-not-an-installed-mcp-server` is not on PATH",
+        ),
+        (
+            15,
+            "unknown trust tier `trusted`: known tiers are high, low, medium",
+        ),
+        (17, "upstream name `my.server` contains `.`"),
+        (31, "exposed name `same` collides with upstream `one`"),
+        (35, "unknown role `agnet`"),
+    ];
+    for (line, what) in want {
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with(&format!("FILE:{line}: ")) && l.contains(what)),
+            "want FILE:{line}: …{what} in:\n{err}"
+        );
+    }
+    // In file order, and counted without the warning.
+    let lines: Vec<usize> = err
+        .lines()
+        .filter_map(|l| l.strip_prefix("FILE:")?.split(':').next()?.parse().ok())
+        .collect();
+    assert!(lines.windows(2).all(|w| w[0] <= w[1]), "{err}");
+    assert!(err.contains("11 problem(s) found"), "{err}");
+}

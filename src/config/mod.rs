@@ -12,6 +12,7 @@ pub mod tier;
 pub mod tls;
 pub use tls::{RawTls, RawUpstreamTls};
 mod validate;
+pub use validate::WARNING;
 
 use std::{collections::BTreeMap, path::Path};
 
@@ -475,7 +476,7 @@ fn read(path: &Path) -> Result<String, Vec<Diagnostic>> {
 
 /// Parses and validates config text; `file` names it in diagnostics.
 pub fn load_str(file: &str, text: &str) -> Result<Snapshot, Vec<Diagnostic>> {
-    let raw: RawConfig = toml::from_str(text).map_err(|e| parse_problems(file, text, e))?;
+    let raw: RawConfig = toml::from_str(text).map_err(|e| parse_problems(file, text, e, false))?;
     validate::validate(file, text, raw, false)
 }
 
@@ -485,7 +486,8 @@ pub fn load_str(file: &str, text: &str) -> Result<Snapshot, Vec<Diagnostic>> {
 pub fn load_for_reading(path: &Path) -> Result<Snapshot, Vec<Diagnostic>> {
     let file = path.display().to_string();
     let text = read(path)?;
-    let raw: RawConfig = toml::from_str(&text).map_err(|e| parse_problems(&file, &text, e))?;
+    let raw: RawConfig =
+        toml::from_str(&text).map_err(|e| parse_problems(&file, &text, e, true))?;
     validate::validate(&file, &text, raw, true)
 }
 
@@ -494,9 +496,15 @@ const MAX_PARSE_PROBLEMS: usize = 50;
 
 /// Every problem of a file that is valid TOML but not a valid config, not only the first serde
 /// stops at: the `key = value` line of each one is blanked (line numbers stay) and the text
-/// parsed again, until it parses or a problem has no line of its own. A TOML syntax error is
-/// reported alone: what follows it cannot be read reliably.
-fn parse_problems(file: &str, text: &str, first: toml::de::Error) -> Vec<Diagnostic> {
+/// parsed again, until it parses or a problem has no line of its own. Once the rest parses, it
+/// is validated too, so unknown tiers, roles or bad values elsewhere come in the same run. A
+/// TOML syntax error is reported alone: what follows it cannot be read reliably.
+fn parse_problems(
+    file: &str,
+    text: &str,
+    first: toml::de::Error,
+    reading: bool,
+) -> Vec<Diagnostic> {
     let diagnostic = |text: &str, e: &toml::de::Error| {
         let key = e.span().and_then(|s| key_at(text, s.start));
         Diagnostic {
@@ -525,7 +533,12 @@ fn parse_problems(file: &str, text: &str, first: toml::de::Error) -> Vec<Diagnos
             break;
         }
         err = match toml::from_str::<RawConfig>(&text) {
-            Ok(_) => break,
+            Ok(raw) => {
+                if let Err(more) = validate::validate(file, &text, raw, reading) {
+                    out.extend(more);
+                }
+                break;
+            }
             Err(e) => e,
         };
         // A field blanked above now reads as missing: the same problem again.

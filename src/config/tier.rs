@@ -56,7 +56,7 @@ struct RawRate {
 /// Loads and validates `<dir>/<name>.toml`.
 /// The shipped tiers, built into the binary: a config copied away from this repository still
 /// finds them; a file of the same name in the tiers folder takes precedence.
-const BUILT_IN: [(&str, &str); 3] = [
+pub const BUILT_IN: [(&str, &str); 3] = [
     ("high", include_str!("../../trust-tiers/high.toml")),
     ("medium", include_str!("../../trust-tiers/medium.toml")),
     ("low", include_str!("../../trust-tiers/low.toml")),

@@ -41,6 +41,9 @@ use limits::validate_rate_limits;
 use telemetry::validate_tracing;
 use upstreams::{Across, Tiers, validate_upstream};
 
+/// How a warning reads among errors (`fedgate check` counts only the errors).
+pub const WARNING: &str = "warning: ";
+
 /// Collects diagnostics of one file.
 struct Ctx<'a> {
     file: &'a str,
@@ -342,7 +345,13 @@ pub(super) fn validate(
         }
     };
     if !cx.errors.is_empty() {
-        return Err(cx.errors);
+        // What would have been warnings still helps while fixing the errors.
+        let mut all = cx.errors;
+        all.extend(cx.warnings.into_iter().map(|mut w| {
+            w.message = format!("{WARNING}{}", w.message);
+            w
+        }));
+        return Err(all);
     }
     let flows = flow_settings(file, raw.flows.unwrap_or_default(), &names, &naming);
     let gateway_id = match &g.id {

@@ -116,7 +116,7 @@ fn upstream_rejections() {
     );
     reported(
         &format!("{STDIO}tier = \"no-such-tier\"\n"),
-        "trust tier `no-such-tier` is not usable",
+        "unknown trust tier `no-such-tier`: known tiers are high, low, medium",
         4,
     );
     reported(
@@ -146,7 +146,7 @@ fn auth_rejections() {
     );
     reported(
         "[roles.r]\nmax_tier = \"no-such-tier\"\n",
-        "max_tier `no-such-tier` is not a usable tier",
+        "max_tier: unknown trust tier `no-such-tier`",
         2,
     );
 }

@@ -104,6 +104,17 @@ pub(super) fn validate_upstream(
             }
             match &u.command {
                 Some(c) if !c.get_ref().trim().is_empty() => {
+                    if !command_found(c.get_ref(), u.cwd.as_deref()) {
+                        cx.warn_at(
+                            c.span().start,
+                            format!(
+                                "upstream `{name_s}`: command `{}` is not on PATH here: the \
+                                 upstream will fail to start unless it is installed (or PATH \
+                                 differs where fedgate runs)",
+                                crate::names::shown(c.get_ref())
+                            ),
+                        );
+                    }
                     Some(TransportSpec::Stdio(ProcessSpec {
                         command: c.get_ref().clone(),
                         args: u.args.clone(),
@@ -290,14 +301,19 @@ pub(super) fn validate_upstream(
         Some(t) => match tiers.get(t.get_ref()) {
             Ok(tier) => tier,
             Err(diags) => {
-                cx.err_at(
-                    t.span().start,
-                    format!(
-                        "upstream `{name_s}`: trust tier `{}` is not usable",
-                        t.get_ref()
-                    ),
-                );
-                cx.errors.extend(diags);
+                match tiers.unknown(t.get_ref()) {
+                    Some(why) => cx.err_at(t.span().start, format!("upstream `{name_s}`: {why}")),
+                    None => {
+                        cx.err_at(
+                            t.span().start,
+                            format!(
+                                "upstream `{name_s}`: trust tier `{}` is not usable",
+                                t.get_ref()
+                            ),
+                        );
+                        cx.errors.extend(diags);
+                    }
+                }
                 Arc::new(Tier::unrestricted(call_timeout))
             }
         },
@@ -396,6 +412,23 @@ pub(super) fn validate_upstream(
     })
 }
 
+/// Whether a stdio upstream's command can be started here: `@self`, a path that exists, or a
+/// name found on PATH.
+fn command_found(command: &str, cwd: Option<&str>) -> bool {
+    if command == "@self" {
+        return true;
+    }
+    let path = std::path::Path::new(command);
+    if command.contains('/') {
+        return match cwd {
+            Some(dir) if path.is_relative() => std::path::Path::new(dir).join(path).exists(),
+            _ => path.exists(),
+        };
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(command).is_file()))
+}
+
 /// State shared by the validation of all upstreams.
 pub(super) struct Across<'a> {
     /// Exposed `never`-prefix aliases -> (upstream, line), for collision checks.
@@ -413,6 +446,37 @@ pub(super) struct Tiers {
 }
 
 impl Tiers {
+    /// For a tier that exists nowhere (not built in, no file in the tier folder): a message
+    /// listing the tiers that do, with a likely misspelling named.
+    pub(super) fn unknown(&self, name: &str) -> Option<String> {
+        if tier::BUILT_IN.iter().any(|(n, _)| *n == name)
+            || self.dir.join(format!("{name}.toml")).exists()
+        {
+            return None;
+        }
+        let mut known: Vec<String> = tier::BUILT_IN.iter().map(|(n, _)| n.to_string()).collect();
+        if let Ok(entries) = std::fs::read_dir(&self.dir) {
+            for e in entries.flatten() {
+                let p = e.path();
+                if p.extension().is_some_and(|x| x == "toml")
+                    && let Some(stem) = p.file_stem().and_then(|s| s.to_str())
+                {
+                    known.push(stem.to_owned());
+                }
+            }
+        }
+        known.sort();
+        known.dedup();
+        let hint = crate::names::did_you_mean(name, known.iter().map(String::as_str));
+        Some(format!(
+            "unknown trust tier `{}`: known tiers are {} (high, medium and low are built in; \
+             others are *.toml files in {}){hint}",
+            crate::names::shown(name),
+            known.join(", "),
+            self.dir.display()
+        ))
+    }
+
     pub(super) fn get(&mut self, name: &str) -> Result<Arc<Tier>, Vec<Diagnostic>> {
         if !name
             .chars()
