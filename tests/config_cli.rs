@@ -697,3 +697,91 @@ tools = ["files/*"]
     assert!(lines.windows(2).all(|w| w[0] <= w[1]), "{err}");
     assert!(err.contains("11 problem(s) found"), "{err}");
 }
+
+/// `fedgate import` of a VS Code file with variables: `${input:…}` in a header becomes a
+/// credential fedgate injects from its environment (the server then answers only with it),
+/// `${workspaceFolder}` is resolved, a secret in arguments or an unknown variable leaves its
+/// server out with a note — no placeholder reaches a server as written. The file names the
+/// portable default.
+#[tokio::test(flavor = "multi_thread")]
+async fn import_turns_client_variables_into_references_or_refuses_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let accepted = dir.path().join("accepted-token");
+    std::fs::write(&accepted, "tok-from-the-input").unwrap();
+    let api = UrlProcess::start(&[
+        "demo-upstream",
+        "--faults",
+        "--name",
+        "api",
+        "--http",
+        "127.0.0.1:0",
+        "--require-bearer-file",
+        accepted.to_str().unwrap(),
+    ]);
+    let workspace = dir.path().join("proj");
+    std::fs::create_dir_all(workspace.join(".vscode")).unwrap();
+    let json = serde_json::json!({
+        "inputs": [{"type": "promptString", "id": "api-token", "description": "API token", "password": true}],
+        "servers": {
+            "api": {"type": "http", "url": api.url, "headers": {"Authorization": "Bearer ${input:api-token}"}},
+            "files": {"type": "stdio", "command": FEDGATE,
+                      "args": ["demo-upstream", "--faults", "--name", "files", "--scheme", "${workspaceFolderBasename}"],
+                      "cwd": "${workspaceFolder}"},
+            "leaky": {"command": FEDGATE, "args": ["--token=${input:api-token}"]},
+            "odd": {"command": FEDGATE, "args": ["${notAVariable}"]}
+        }
+    });
+    let src = workspace.join(".vscode").join("mcp.json");
+    std::fs::write(&src, json.to_string()).unwrap();
+    let out = fedgate(&["import", src.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let toml = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        toml.lines()
+            .filter(|l| !l.starts_with('#'))
+            .all(|l| !l.contains("${")),
+        "no placeholder is kept: {toml}"
+    );
+    assert!(
+        toml.contains("names = \"portable\"") && toml.contains("separator = \"__\""),
+        "{toml}"
+    );
+    assert!(
+        toml.contains("source = \"env:API_TOKEN\"") && toml.contains("credential = \"api\""),
+        "{toml}"
+    );
+    assert!(toml.contains("# set API_TOKEN in fedgate's environment: the Authorization header of server `api` (API token)"), "{toml}");
+    assert!(
+        toml.contains(&format!("cwd = {:?}", workspace.display().to_string())),
+        "{toml}"
+    );
+    assert!(
+        toml.contains("\"proj\""),
+        "${{workspaceFolderBasename}} resolved: {toml}"
+    );
+    assert!(
+        toml.contains("# `leaky` was not imported: `${input:api-token}` is asked of the user"),
+        "{toml}"
+    );
+    assert!(
+        toml.contains("# `odd` was not imported: unknown variable `${notAVariable}`"),
+        "{toml}"
+    );
+    let cfg = dir.path().join("gateway.toml");
+    std::fs::write(&cfg, &toml).unwrap();
+    let gw = Gateway::start_file_env(&cfg, dir, &[("API_TOKEN", "tok-from-the-input")]);
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    let r = call(&client, "api__whoami", serde_json::json!({}))
+        .await
+        .unwrap();
+    assert!(first_text(&r).contains("tok-from-the-input"), "{r:?}");
+    let r = call(&client, "files__echo", serde_json::json!({"text": "hi"}))
+        .await
+        .unwrap();
+    assert_eq!(first_text(&r), "echo: hi");
+    client.cancel().await.unwrap();
+}
