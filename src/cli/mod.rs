@@ -1,7 +1,9 @@
-//! The command line: `serve`, `stdio`, `check`, `tools`, `call`, `flows`, `plans`, `import`, and the demo
+//! The command line: `serve`, `stdio`, `check`, `tools`, `call`, `flows`, `plans`, `import`,
+//! `connect`, and the demo
 //! upstream.
 
 mod check;
+mod connect;
 mod flows;
 mod import;
 mod inspect;
@@ -89,6 +91,10 @@ enum Command {
     },
     /// Convert an `mcpServers` JSON file (Claude Desktop, Cursor, VS Code) to gateway.toml.
     Import { file: PathBuf },
+    /// Add this gateway to a client's config file (claude-desktop, cursor, vscode).
+    Connect(connect::ConnectArgs),
+    /// Remove this gateway from a client's config file.
+    Disconnect(connect::ConnectArgs),
     /// Run the built-in demo MCP server (the shipped config's upstream).
     #[command(hide = true)]
     DemoUpstream(crate::demo::DemoArgs),
@@ -136,6 +142,8 @@ pub fn run() -> ExitCode {
                 bearer,
             } => inspect::call(&config, &tool, &args, bearer.as_deref()).await,
             Command::Import { file } => import::import(&file),
+            Command::Connect(args) => connect::connect(args),
+            Command::Disconnect(args) => connect::disconnect(args),
             Command::Flows { config, command } => flows::run(&config, command).await,
             Command::Plans { config, command } => plans::run(&config, command).await,
             Command::DemoUpstream(args) => crate::demo::run(args).await,

@@ -1,0 +1,283 @@
+//! `fedgate connect|disconnect CLIENT`: this gateway's entry in a client's own config file
+//! (Claude Desktop, Cursor, VS Code), merged without touching the other servers — their text is
+//! kept byte for byte — with a backup of the file as it was.
+
+use std::{
+    path::{Path, PathBuf},
+    process::ExitCode,
+};
+
+use indexmap::IndexMap;
+use serde_json::{json, value::RawValue};
+
+/// What `connect` and `disconnect` take.
+#[derive(Debug, clap::Args)]
+pub struct ConnectArgs {
+    /// The client whose config file to change.
+    #[arg(value_parser = ["claude-desktop", "cursor", "vscode"])]
+    client: String,
+    /// Connect by URL to a serving gateway (without a value: the URL of `--config`'s listen
+    /// address). Default: the client starts `fedgate stdio` itself.
+    #[arg(long, num_args = 0..=1, default_missing_value = "", conflicts_with = "stdio")]
+    url: Option<String>,
+    /// The client starts `fedgate stdio --config …` (the default).
+    #[arg(long)]
+    stdio: bool,
+    /// The gateway's config.
+    #[arg(long, short, default_value = super::DEFAULT_CONFIG)]
+    config: PathBuf,
+    /// The client's config file (default: where the client reads it).
+    #[arg(long)]
+    file: Option<PathBuf>,
+    /// The server's name in the client.
+    #[arg(long, default_value = "fedgate")]
+    name: String,
+    /// Print the entry and the file it belongs in; change nothing.
+    #[arg(long)]
+    print: bool,
+}
+
+/// A client's file format.
+struct Client {
+    /// The object servers live under.
+    key: &'static str,
+    /// Whether its file may name a URL (Claude Desktop adds remote servers elsewhere).
+    urls: bool,
+    /// Whether entries carry `"type"` (VS Code).
+    typed: bool,
+}
+
+fn client(name: &str) -> Client {
+    match name {
+        "claude-desktop" => Client {
+            key: "mcpServers",
+            urls: false,
+            typed: false,
+        },
+        "vscode" => Client {
+            key: "servers",
+            urls: true,
+            typed: true,
+        },
+        _ => Client {
+            key: "mcpServers",
+            urls: true,
+            typed: false,
+        },
+    }
+}
+
+/// Where the client reads its servers.
+fn default_file(name: &str) -> Result<PathBuf, String> {
+    let home = || {
+        std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .ok_or_else(|| "HOME is not set: name the file with --file".to_owned())
+    };
+    Ok(match name {
+        "claude-desktop" if cfg!(target_os = "macos") => {
+            home()?.join("Library/Application Support/Claude/claude_desktop_config.json")
+        }
+        "claude-desktop" => match std::env::var_os("XDG_CONFIG_HOME") {
+            Some(x) => PathBuf::from(x),
+            None => home()?.join(".config"),
+        }
+        .join("Claude/claude_desktop_config.json"),
+        "cursor" => home()?.join(".cursor/mcp.json"),
+        // A workspace's servers: the folder `connect` runs in.
+        _ => PathBuf::from(".vscode/mcp.json"),
+    })
+}
+
+pub fn connect(args: ConnectArgs) -> Result<ExitCode, String> {
+    let c = client(&args.client);
+    let entry = entry(&args, &c)?;
+    let file = match &args.file {
+        Some(f) => f.clone(),
+        None => default_file(&args.client)?,
+    };
+    if args.print {
+        println!("{}", file.display());
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({c.key: {&args.name: entry}})).unwrap_or_default()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let raw = serde_json::value::to_raw_value(&entry).map_err(|e| e.to_string())?;
+    let backup = change(&file, c.key, |servers| {
+        servers.insert(args.name.clone(), raw);
+    })?;
+    println!(
+        "{}: server `{}` written{}",
+        file.display(),
+        args.name,
+        backup
+            .map(|b| format!(" (the file as it was: {})", b.display()))
+            .unwrap_or_default()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn disconnect(args: ConnectArgs) -> Result<ExitCode, String> {
+    let c = client(&args.client);
+    let file = match &args.file {
+        Some(f) => f.clone(),
+        None => default_file(&args.client)?,
+    };
+    if !file.exists() {
+        return Err(format!(
+            "{}: no such file, nothing to remove",
+            file.display()
+        ));
+    }
+    let mut found = false;
+    let backup = change(&file, c.key, |servers| {
+        found = servers.shift_remove(&args.name).is_some();
+    })?;
+    if !found {
+        println!("{}: no server `{}`; unchanged", file.display(), args.name);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{}: server `{}` removed{}",
+        file.display(),
+        args.name,
+        backup
+            .map(|b| format!(" (the file as it was: {})", b.display()))
+            .unwrap_or_default()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One server as a client's file holds it, fields in the order clients document them.
+#[derive(Debug, serde::Serialize)]
+struct Entry {
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    kind: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    command: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    args: Option<[String; 3]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    url: Option<String>,
+}
+
+/// The entry for this gateway: a URL, or the command that starts `fedgate stdio`.
+fn entry(args: &ConnectArgs, c: &Client) -> Result<Entry, String> {
+    let config =
+        std::path::absolute(&args.config).map_err(|e| format!("{}: {e}", args.config.display()))?;
+    // The config must load: a client would otherwise start a gateway that exits at once.
+    let snapshot = super::serve::load_for_reading(&config)?;
+    if let Some(url) = &args.url {
+        if !c.urls {
+            return Err(format!(
+                "{} starts the servers of its config file over stdio (remote servers are added in \
+                 its settings); use --stdio",
+                args.client
+            ));
+        }
+        let url = if url.is_empty() {
+            let scheme = if snapshot.gateway.tls.is_some() {
+                "https"
+            } else {
+                "http"
+            };
+            format!("{scheme}://{}/mcp", snapshot.gateway.listen)
+        } else {
+            url.clone()
+        };
+        return Ok(Entry {
+            kind: c.typed.then_some("http"),
+            command: None,
+            args: None,
+            url: Some(url),
+        });
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("cannot locate fedgate itself: {e}"))?;
+    Ok(Entry {
+        kind: c.typed.then_some("stdio"),
+        command: Some(exe.display().to_string()),
+        args: Some([
+            "stdio".into(),
+            "--config".into(),
+            config.display().to_string(),
+        ]),
+        url: None,
+    })
+}
+
+type Servers = IndexMap<String, Box<RawValue>>;
+
+/// A top-level value as written back: the edited servers laid out anew, anything else as read.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum Node {
+    Servers(Servers),
+    Raw(Box<RawValue>),
+}
+
+/// Reads `file` (a missing one is empty), lets `edit` change the servers under `key`, and
+/// writes it back through a temporary file, after copying the old one to `<file>.bak`. Nothing
+/// is written when the file is not JSON, holds no object under `key`, or is read-only.
+fn change(
+    file: &Path,
+    key: &str,
+    edit: impl FnOnce(&mut Servers),
+) -> Result<Option<PathBuf>, String> {
+    let shown = file.display();
+    let old = match std::fs::read_to_string(file) {
+        Ok(text) => Some(text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(format!("cannot read {shown}: {e}")),
+    };
+    if old.is_some() && std::fs::metadata(file).is_ok_and(|m| m.permissions().readonly()) {
+        return Err(format!("{shown} is read-only: nothing was changed"));
+    }
+    let top: IndexMap<String, Box<RawValue>> = match old.as_deref() {
+        Some(text) if !text.trim().is_empty() => serde_json::from_str(text)
+            .map_err(|e| format!("{shown} is not a JSON object ({e}): left untouched"))?,
+        _ => IndexMap::new(),
+    };
+    let mut servers: Servers = match top.get(key) {
+        Some(raw) => serde_json::from_str(raw.get())
+            .map_err(|_| format!("{shown}: `{key}` is not an object: left untouched"))?,
+        None => IndexMap::new(),
+    };
+    edit(&mut servers);
+    let mut out: IndexMap<String, Node> = top.into_iter().map(|(k, v)| (k, Node::Raw(v))).collect();
+    out.insert(key.to_owned(), Node::Servers(servers));
+    let mut text = serde_json::to_string_pretty(&out).map_err(|e| e.to_string())?;
+    text.push('\n');
+    if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    let backup = match &old {
+        Some(old) => {
+            let b = with_suffix(file, ".bak");
+            std::fs::write(&b, old).map_err(|e| {
+                format!(
+                    "cannot keep a backup at {}: {e}; nothing was changed",
+                    b.display()
+                )
+            })?;
+            Some(b)
+        }
+        None => None,
+    };
+    let tmp = with_suffix(file, ".fedgate-tmp");
+    std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, file))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            format!("cannot write {shown}: {e}; nothing was changed")
+        })?;
+    Ok(backup)
+}
+
+fn with_suffix(file: &Path, suffix: &str) -> PathBuf {
+    let mut s = file.as_os_str().to_owned();
+    s.push(suffix);
+    PathBuf::from(s)
+}
