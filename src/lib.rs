@@ -23,6 +23,7 @@ pub mod policy;
 pub mod router;
 pub mod secret;
 pub mod server;
+pub mod server_catalog;
 pub mod tasks;
 pub mod telemetry;
 pub mod upstream;

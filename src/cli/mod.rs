@@ -1,7 +1,8 @@
 //! The command line: `serve`, `stdio`, `check`, `tools`, `call`, `flows`, `plans`, `import`,
-//! `connect`, and the demo
+//! `connect`, `catalog`, `add`, and the demo
 //! upstream.
 
+mod add;
 mod check;
 mod connect;
 mod flows;
@@ -91,6 +92,13 @@ enum Command {
     },
     /// Convert an `mcpServers` JSON file (Claude Desktop, Cursor, VS Code) to gateway.toml.
     Import { file: PathBuf },
+    /// Popular MCP servers fedgate knows: name, runner, tier, description (`catalog search WORD`).
+    Catalog {
+        #[command(subcommand)]
+        command: Option<CatalogCommand>,
+    },
+    /// Add a server of the catalog to a config, with the tier and tool lists that fit it.
+    Add(add::AddArgs),
     /// Add this gateway to a client's config file (claude-desktop, cursor, vscode).
     Connect(connect::ConnectArgs),
     /// Remove this gateway from a client's config file.
@@ -101,6 +109,12 @@ enum Command {
     /// Run the conformance fixture MCP server (the suite's expected tools, prompts and resources).
     #[command(hide = true)]
     ConformanceFixture(crate::fixture::FixtureArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum CatalogCommand {
+    /// Servers whose name, description or package contains WORD.
+    Search { word: String },
 }
 
 pub fn run() -> ExitCode {
@@ -143,6 +157,11 @@ pub fn run() -> ExitCode {
             } => inspect::call(&config, &tool, &args, bearer.as_deref()).await,
             Command::Import { file } => import::import(&file),
             Command::Connect(args) => connect::connect(args),
+            Command::Catalog { command } => add::catalog(match &command {
+                Some(CatalogCommand::Search { word }) => Some(word.as_str()),
+                None => None,
+            }),
+            Command::Add(args) => add::add(args),
             Command::Disconnect(args) => connect::disconnect(args),
             Command::Flows { config, command } => flows::run(&config, command).await,
             Command::Plans { config, command } => plans::run(&config, command).await,

@@ -4,6 +4,7 @@
 //! rule out bad values, reporting every problem at once with `file:line`.
 
 pub mod cluster;
+pub mod command;
 pub mod defaults;
 pub mod flows;
 pub mod import;

@@ -104,7 +104,7 @@ pub(super) fn validate_upstream(
             }
             match &u.command {
                 Some(c) if !c.get_ref().trim().is_empty() => {
-                    if !command_found(c.get_ref(), u.cwd.as_deref()) {
+                    if !crate::config::command::found(c.get_ref(), u.cwd.as_deref()) {
                         cx.warn_at(
                             c.span().start,
                             format!(
@@ -410,23 +410,6 @@ pub(super) fn validate_upstream(
             max: Duration::from_millis(max_ms.max(base_ms)),
         },
     })
-}
-
-/// Whether a stdio upstream's command can be started here: `@self`, a path that exists, or a
-/// name found on PATH.
-fn command_found(command: &str, cwd: Option<&str>) -> bool {
-    if command == "@self" {
-        return true;
-    }
-    let path = std::path::Path::new(command);
-    if command.contains('/') {
-        return match cwd {
-            Some(dir) if path.is_relative() => std::path::Path::new(dir).join(path).exists(),
-            _ => path.exists(),
-        };
-    }
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(command).is_file()))
 }
 
 /// State shared by the validation of all upstreams.
