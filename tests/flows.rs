@@ -985,7 +985,8 @@ fn flows_check_judges_nodes_against_the_live_tools() {
         );
     }
     assert!(
-        !err.contains("good.toml"),
+        !err.lines()
+            .any(|l| l.contains("good.toml") && !l.starts_with("warning: ")),
         "a template may supply any value: {err}"
     );
 }
