@@ -162,6 +162,34 @@ impl Authenticator {
         }
     }
 
+    /// Every identity the config names (anonymous when allowed, API keys, client certificates),
+    /// as a call of theirs would be authorized: for the console's tool runner.
+    pub fn configured(&self) -> Vec<Identity> {
+        let mut out = Vec::new();
+        if let Some(access) = &self.anonymous {
+            out.push(Identity {
+                name: "anonymous".into(),
+                kind: IdentityKind::Anonymous,
+                access: access.clone(),
+            });
+        }
+        for k in &self.api_keys {
+            out.push(Identity {
+                name: k.name.clone(),
+                kind: IdentityKind::ApiKey,
+                access: Arc::new(self.roles.access(&k.roles)),
+            });
+        }
+        for (subject, access) in &self.client_certs {
+            out.push(Identity {
+                name: subject.clone(),
+                kind: IdentityKind::ClientCert,
+                access: access.clone(),
+            });
+        }
+        out
+    }
+
     /// The identity of a verified client certificate, if one of its names is configured.
     pub fn certificate_identity(&self, names: &[String]) -> Option<Identity> {
         self.client_certs

@@ -150,6 +150,19 @@ impl Admin {
         ) {
             return r;
         }
+        if parts.starts_with(&["admin", "tools"]) {
+            let query = query.to_owned();
+            return super::admin_tools::route(
+                &self.core,
+                self.audit.as_ref(),
+                &method,
+                &parts,
+                &query,
+                req,
+            )
+            .await
+            .unwrap_or_else(|| json(StatusCode::NOT_FOUND, &json!({"error": "unknown"})));
+        }
         if parts.starts_with(&["admin", "flows"]) {
             return super::admin_flows::route(&self.core, &method, &parts, req)
                 .await
@@ -245,7 +258,8 @@ impl Admin {
                     "GET /admin/pins", "POST /admin/pins/accept", "GET /admin/config",
                     "GET /admin/plans", "POST /admin/plans/ID/approve", "POST /admin/plans/ID/deny",
                     "POST /admin/reload", "GET /metrics", "GET /admin/flows (and below)",
-                    "GET /admin/calls (and below)", "GET /admin/latency", "GET /console"]}),
+                    "GET /admin/calls (and below)", "GET /admin/latency", "GET /console",
+                    "GET /admin/tools/identities", "GET /admin/tools?as=NAME", "POST /admin/tools/call"]}),
             ),
         }
     }

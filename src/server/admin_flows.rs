@@ -165,7 +165,7 @@ fn result(r: Result<Value, String>) -> Response<Body> {
     }
 }
 
-async fn body(req: Request<Incoming>) -> Result<Value, Response<Body>> {
+pub(super) async fn body(req: Request<Incoming>) -> Result<Value, Response<Body>> {
     let bad = |why: &str| json(StatusCode::BAD_REQUEST, &json!({"error": why}));
     let bytes: Bytes = http_body_util::Limited::new(req.into_body(), MAX_BODY_BYTES)
         .collect()

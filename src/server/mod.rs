@@ -2,6 +2,7 @@
 
 pub mod admin;
 mod admin_flows;
+mod admin_tools;
 mod body;
 mod console;
 pub mod core;

@@ -30,6 +30,7 @@ const DEFAULT_LIMIT: usize = 200;
 
 const INDEX_HTML: &str = include_str!("assets/index.html");
 const APP_JS: &str = include_str!("assets/app.js");
+const RUNNER_JS: &str = include_str!("assets/runner.js");
 const APP_CSS: &str = include_str!("assets/app.css");
 
 /// The page and its assets; `None` for any other path.
@@ -37,6 +38,7 @@ pub(super) fn asset(method: &Method, path: &str) -> Option<Response<Body>> {
     let (body, kind) = match path {
         "/console" | "/console/" => (INDEX_HTML, "text/html; charset=utf-8"),
         "/console/app.js" => (APP_JS, "text/javascript; charset=utf-8"),
+        "/console/runner.js" => (RUNNER_JS, "text/javascript; charset=utf-8"),
         "/console/app.css" => (APP_CSS, "text/css; charset=utf-8"),
         _ => return None,
     };

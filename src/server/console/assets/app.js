@@ -2,6 +2,8 @@
 // Everything shown goes through textContent or setAttribute: nothing from the gateway is ever
 // parsed as HTML, so a tool name or an error text holding markup shows as text.
 
+import { startRunner } from "./runner.js";
+
 const TOKEN_KEY = "fedgate-admin-token";
 const MAX_CALLS = 500; // rows kept in the browser
 const POLL_MS = 2000;
@@ -125,6 +127,7 @@ function start() {
   every(5000, signal, refreshLatency);
   calls.length = 0;
   followCalls(signal);
+  startRunner({ api, h, $ });
 }
 
 async function refreshUpstreams() {
