@@ -727,6 +727,7 @@ async fn import_turns_client_variables_into_references_or_refuses_them() {
             "files": {"type": "stdio", "command": FEDGATE,
                       "args": ["demo-upstream", "--faults", "--name", "files", "--scheme", "${workspaceFolderBasename}"],
                       "cwd": "${workspaceFolder}"},
+            "more": {"command": FEDGATE, "args": ["demo-upstream", "--faults", "--name", "more"]},
             "leaky": {"command": FEDGATE, "args": ["--token=${input:api-token}"]},
             "odd": {"command": FEDGATE, "args": ["${notAVariable}"]}
         }
@@ -775,6 +776,15 @@ async fn import_turns_client_variables_into_references_or_refuses_them() {
     std::fs::write(&cfg, &toml).unwrap();
     let gw = Gateway::start_file_env(&cfg, dir, &[("API_TOKEN", "tok-from-the-input")]);
     let client = connect_legacy(&gw.url, TestClient::new()).await;
+    // Three imported servers, every name portable.
+    let tools = client.peer().list_all_tools().await.unwrap();
+    for up in ["api__", "files__", "more__"] {
+        assert!(
+            tools.iter().any(|t| t.name.starts_with(up)),
+            "{up}: {tools:?}"
+        );
+    }
+    assert_portable(tools.iter().map(|t| t.name.as_ref()));
     let r = call(&client, "api__whoami", serde_json::json!({}))
         .await
         .unwrap();

@@ -155,6 +155,8 @@ async fn a_client_of_a_runs_bs_flow_through_c_under_one_correlation_id() {
     let client = connect_legacy(&f.a.url, TestClient::new()).await;
     let tools = client.peer().list_all_tools().await.expect("A's tools");
     let listed = names(&tools);
+    // A peer's names, nested two hops deep, are portable like any other.
+    assert_portable(listed.iter().map(String::as_str));
     for name in [
         "b__flows__report",
         "b__flows__wait",

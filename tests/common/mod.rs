@@ -638,3 +638,16 @@ pub fn without_correlation_ids(s: &str) -> String {
     out.push_str(rest);
     out
 }
+
+/// Asserts every name matches `^[a-zA-Z0-9_-]{1,64}$` (what function-calling APIs accept).
+pub fn assert_portable<'a>(names: impl IntoIterator<Item = &'a str>) {
+    for n in names {
+        assert!(
+            !n.is_empty()
+                && n.len() <= 64
+                && n.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'),
+            "`{n}` is not a portable name"
+        );
+    }
+}
