@@ -1,6 +1,6 @@
 //! Approval of writes (F11) end to end: a held call does not reach the upstream; the plan runs
 //! once, with the frozen arguments, for its caller only; reviewers decide through
-//! `fedgate.approve` or the admin API; denial, expiry and a reload that changes the tool's
+//! `fedgate__approve` or the admin API; denial, expiry and a reload that changes the tool's
 //! policy end a plan. Metrics and the audit log record every decision.
 
 mod common;
@@ -415,7 +415,7 @@ async fn an_expired_plan_does_not_run() {
         (&expired[0]["plan_id"], &expired[0]["identity"]),
         (&json!(id), &json!("alice"))
     );
-    // A gateway where nothing needs approval does not list fedgate.approve.
+    // A gateway where nothing needs approval does not list fedgate__approve.
     let plain = Gateway::start(&stdio_upstream("demo", &[], ""));
     let c = connect_legacy(&plain.url, TestClient::new()).await;
     let tools = c.peer().list_all_tools().await.unwrap();
@@ -586,7 +586,7 @@ async fn an_approved_call_that_asks_for_input_finishes_in_either_era() {
         };
         let id = held(&c, "notes__ask", json!({})).await;
         // The approved `ask` elicits the caller's name: a request in the handshake era, an
-        // input-required round (a retry of this same fedgate.approve) in the stateless era.
+        // input-required round (a retry of this same fedgate__approve) in the stateless era.
         let r = c
             .call_tool(
                 rmcp::model::CallToolRequestParams::new("fedgate__approve")
