@@ -227,7 +227,8 @@ pub async fn connect_sse(
         };
         headers.insert(name, value);
     }
-    let inner = super::sse::SseTransport::connect(url, &headers)
+    // The upstream's own client: its `tls` (private CA, client certificate), no redirects.
+    let inner = super::sse::SseTransport::connect(http_client(spec)?, url, &headers)
         .await
         .map_err(|e| e.to_string())?;
     let table = client.inflight.clone();

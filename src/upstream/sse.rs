@@ -43,7 +43,11 @@ impl Drop for SseTransport {
 
 impl SseTransport {
     /// Opens the event stream and waits for the `endpoint` event.
-    pub async fn connect(url: &str, headers: &BTreeMap<String, String>) -> Result<Self, SseError> {
+    pub async fn connect(
+        http: reqwest::Client,
+        url: &str,
+        headers: &BTreeMap<String, String>,
+    ) -> Result<Self, SseError> {
         let mut hm = reqwest::header::HeaderMap::new();
         for (k, v) in headers {
             let name = reqwest::header::HeaderName::try_from(k.as_str())
@@ -54,7 +58,6 @@ impl SseTransport {
         }
         let base =
             reqwest::Url::parse(url).map_err(|e| SseError::Protocol(format!("bad url: {e}")))?;
-        let http = reqwest::Client::new();
         let resp = http
             .get(base.clone())
             .headers(hm.clone())
