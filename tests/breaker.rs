@@ -51,9 +51,14 @@ async fn breaker_opens_on_failures_and_fails_fast() {
 #[tokio::test(flavor = "multi_thread")]
 async fn only_what_says_the_upstream_is_unhealthy_opens_the_breaker() {
     let gw = Gateway::start(&format!(
-        "[gateway]\n{}{}",
+        "[gateway]\n{}{}{}",
         stdio_upstream(
             "u",
+            &[],
+            "breaker = { consecutive_failures = 2, cooldown_ms = 600000, count = [\"transport\", \"timeout\", \"server_error\"] }"
+        ),
+        stdio_upstream(
+            "w",
             &[],
             "breaker = { consecutive_failures = 2, cooldown_ms = 600000 }"
         ),
@@ -80,7 +85,17 @@ async fn only_what_says_the_upstream_is_unhealthy_opens_the_breaker() {
         "{ready}"
     );
     assert_eq!(ready["status"], "ready");
-    // Server errors are the upstream's fault.
+    // By default one tool's internal errors do not lock the upstream: its other tools answer.
+    for _ in 0..5 {
+        call(&client, "w__error", serde_json::json!({}))
+            .refused_now()
+            .await;
+    }
+    let r = call(&client, "w__echo", serde_json::json!({"text": "still"}))
+        .await
+        .unwrap();
+    assert_eq!(first_text(&r), "echo: still");
+    // Counted when `count` asks for `server_error`.
     for _ in 0..2 {
         call(&client, "u__error", serde_json::json!({}))
             .refused_now()

@@ -39,11 +39,11 @@ pub enum FailureClass {
 }
 
 /// What counts by default: what says the server is unhealthy.
-pub const DEFAULT_FAILURE_CLASSES: [FailureClass; 3] = [
-    FailureClass::Transport,
-    FailureClass::Timeout,
-    FailureClass::ServerError,
-];
+/// What counts unless `count` says otherwise: the transport and timeouts. A server's JSON-RPC
+/// internal error comes from one tool of a server that answers; counting it would lock every
+/// tool of the upstream for every client (`server_error` opts in).
+pub const DEFAULT_FAILURE_CLASSES: [FailureClass; 2] =
+    [FailureClass::Transport, FailureClass::Timeout];
 
 /// How a call through the breaker ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
