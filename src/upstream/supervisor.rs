@@ -415,20 +415,15 @@ async fn listen_for_changes(
                     None => continue,
                 }
             }
-            Err(rmcp::ServiceError::McpError(e)) => {
-                format!("subscriptions/listen refused: {}", e.message)
-            }
+            Err(rmcp::ServiceError::McpError(e)) => format!("refused: {}", e.message),
             Err(rmcp::ServiceError::Cancelled { .. }) => return,
-            // Not a refusal: the request could not be sent or answered at all. The upstream is
-            // gone (an HTTP server or peer that died keeps no connection to close): drop the
-            // connection, so the supervisor reports it down and reconnects with backoff.
+            // No answer at all, not a refusal: a dead HTTP server or peer closes nothing, so
+            // drop the connection; the supervisor reports it down and reconnects with backoff.
             Err(e) => {
-                let why = format!(
-                    "the upstream stopped answering (subscriptions/listen: {})",
-                    crate::error::plain(&e)
-                );
-                if let Some(conn) = up.conn.load_full() {
-                    conn.broken.report(why);
+                let why = crate::error::plain(&e);
+                if let Some(c) = up.conn.load_full() {
+                    c.broken
+                        .report(format!("the upstream stopped answering ({why})"));
                 }
                 return;
             }
