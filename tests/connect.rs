@@ -97,6 +97,11 @@ fn connect_merges_keeps_a_backup_and_disconnect_removes_only_its_entry() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Removing what is not there changes nothing, not even the file's layout.
+    let removed = std::fs::read_to_string(&file).unwrap();
+    let out = fedgate(&["disconnect", "claude-desktop", "--file", f]);
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("unchanged"));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), removed);
     let gone: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     assert!(

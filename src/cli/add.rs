@@ -177,28 +177,17 @@ fn upstream_table(
 
 /// Writes `text` to `config` only if it loads, keeping the old file as `<config>.bak`.
 fn write_checked(config: &Path, old: Option<&str>, text: &str) -> Result<(), String> {
-    let mut tmp = config.as_os_str().to_owned();
-    tmp.push(".fedgate-tmp");
-    let tmp = std::path::PathBuf::from(tmp);
-    std::fs::write(&tmp, text)
-        .map_err(|e| format!("cannot write next to {}: {e}", config.display()))?;
-    if let Err(diags) = crate::config::load_for_reading(&tmp) {
-        let _ = std::fs::remove_file(&tmp);
-        let all: Vec<String> = diags.iter().map(|d| format!("  {d}")).collect();
-        return Err(format!(
-            "the config would not load with it, so {} is unchanged:\n{}",
-            config.display(),
-            all.join("\n")
-        ));
-    }
-    if let Some(old) = old {
-        let mut b = config.as_os_str().to_owned();
-        b.push(".bak");
-        std::fs::write(std::path::PathBuf::from(&b), old)
-            .map_err(|e| format!("cannot keep a backup of {}: {e}", config.display()))?;
-    }
-    std::fs::rename(&tmp, config).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        format!("cannot write {}: {e}", config.display())
+    super::replace_file::replace(config, old, text, |tmp| {
+        crate::config::load_for_reading(tmp)
+            .map(drop)
+            .map_err(|diags| {
+                let all: Vec<String> = diags.iter().map(|d| format!("  {d}")).collect();
+                format!(
+                    "the config would not load with it, so {} is unchanged:\n{}",
+                    config.display(),
+                    all.join("\n")
+                )
+            })
     })
+    .map(drop)
 }

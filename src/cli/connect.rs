@@ -92,10 +92,7 @@ fn default_file(name: &str) -> Result<PathBuf, String> {
 pub fn connect(args: ConnectArgs) -> Result<ExitCode, String> {
     let c = client(&args.client);
     let entry = entry(&args, &c)?;
-    let file = match &args.file {
-        Some(f) => f.clone(),
-        None => default_file(&args.client)?,
-    };
+    let file = target(&args)?;
     if args.print {
         println!("{}", file.display());
         println!(
@@ -105,48 +102,31 @@ pub fn connect(args: ConnectArgs) -> Result<ExitCode, String> {
         return Ok(ExitCode::SUCCESS);
     }
     let raw = serde_json::value::to_raw_value(&entry).map_err(|e| e.to_string())?;
-    let backup = change(&file, c.key, |servers| {
+    if let Changed::Yes(backup) = change(&file, c.key, |servers| {
         servers.insert(args.name.clone(), raw);
-    })?;
-    println!(
-        "{}: server `{}` written{}",
-        file.display(),
-        args.name,
-        backup
-            .map(|b| format!(" (the file as it was: {})", b.display()))
-            .unwrap_or_default()
-    );
+        true
+    })? {
+        report(&file, &args.name, "written", backup);
+    }
     Ok(ExitCode::SUCCESS)
 }
 
 pub fn disconnect(args: ConnectArgs) -> Result<ExitCode, String> {
     let c = client(&args.client);
-    let file = match &args.file {
-        Some(f) => f.clone(),
-        None => default_file(&args.client)?,
-    };
+    let file = target(&args)?;
     if !file.exists() {
         return Err(format!(
             "{}: no such file, nothing to remove",
             file.display()
         ));
     }
-    let mut found = false;
-    let backup = change(&file, c.key, |servers| {
-        found = servers.shift_remove(&args.name).is_some();
-    })?;
-    if !found {
-        println!("{}: no server `{}`; unchanged", file.display(), args.name);
-        return Ok(ExitCode::SUCCESS);
+    // Nothing to remove: the file stays as it is, not even rewritten.
+    match change(&file, c.key, |servers| {
+        servers.shift_remove(&args.name).is_some()
+    })? {
+        Changed::Yes(backup) => report(&file, &args.name, "removed", backup),
+        Changed::No => println!("{}: no server `{}`; unchanged", file.display(), args.name),
     }
-    println!(
-        "{}: server `{}` removed{}",
-        file.display(),
-        args.name,
-        backup
-            .map(|b| format!(" (the file as it was: {})", b.display()))
-            .unwrap_or_default()
-    );
     Ok(ExitCode::SUCCESS)
 }
 
@@ -223,8 +203,8 @@ enum Node {
 fn change(
     file: &Path,
     key: &str,
-    edit: impl FnOnce(&mut Servers),
-) -> Result<Option<PathBuf>, String> {
+    edit: impl FnOnce(&mut Servers) -> bool,
+) -> Result<Changed, String> {
     let shown = file.display();
     let old = match std::fs::read_to_string(file) {
         Ok(text) => Some(text),
@@ -244,40 +224,37 @@ fn change(
             .map_err(|_| format!("{shown}: `{key}` is not an object: left untouched"))?,
         None => IndexMap::new(),
     };
-    edit(&mut servers);
+    if !edit(&mut servers) {
+        return Ok(Changed::No);
+    }
     let mut out: IndexMap<String, Node> = top.into_iter().map(|(k, v)| (k, Node::Raw(v))).collect();
     out.insert(key.to_owned(), Node::Servers(servers));
     let mut text = serde_json::to_string_pretty(&out).map_err(|e| e.to_string())?;
     text.push('\n');
-    if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    }
-    let backup = match &old {
-        Some(old) => {
-            let b = with_suffix(file, ".bak");
-            std::fs::write(&b, old).map_err(|e| {
-                format!(
-                    "cannot keep a backup at {}: {e}; nothing was changed",
-                    b.display()
-                )
-            })?;
-            Some(b)
-        }
-        None => None,
-    };
-    let tmp = with_suffix(file, ".fedgate-tmp");
-    std::fs::write(&tmp, text)
-        .and_then(|()| std::fs::rename(&tmp, file))
-        .map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            format!("cannot write {shown}: {e}; nothing was changed")
-        })?;
-    Ok(backup)
+    super::replace_file::replace(file, old.as_deref(), &text, |_| Ok(())).map(Changed::Yes)
 }
 
-fn with_suffix(file: &Path, suffix: &str) -> PathBuf {
-    let mut s = file.as_os_str().to_owned();
-    s.push(suffix);
-    PathBuf::from(s)
+/// Whether `change` wrote the file, and where the old one went.
+enum Changed {
+    No,
+    Yes(Option<PathBuf>),
+}
+
+/// "FILE: server `NAME` VERB", with where the file as it was is kept.
+fn report(file: &Path, name: &str, verb: &str, backup: Option<PathBuf>) {
+    println!(
+        "{}: server `{name}` {verb}{}",
+        file.display(),
+        backup
+            .map(|b| format!(" (the file as it was: {})", b.display()))
+            .unwrap_or_default()
+    );
+}
+
+/// The client's file: `--file`, else where the client reads it.
+fn target(args: &ConnectArgs) -> Result<PathBuf, String> {
+    match &args.file {
+        Some(f) => Ok(f.clone()),
+        None => default_file(&args.client),
+    }
 }

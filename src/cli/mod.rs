@@ -9,6 +9,7 @@ mod flows;
 mod import;
 mod inspect;
 mod plans;
+mod replace_file;
 mod serve;
 
 use std::{path::PathBuf, process::ExitCode};

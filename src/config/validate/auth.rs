@@ -28,21 +28,7 @@ pub(super) fn validate_auth(
         let max_rank = r.max_tier.as_ref().map(|t| match tiers.get(t.get_ref()) {
             Ok(tier) => tier.rank,
             Err(diags) => {
-                match tiers.unknown(t.get_ref()) {
-                    Some(why) => {
-                        cx.err_at(t.span().start, format!("role `{name}`: max_tier: {why}"))
-                    }
-                    None => {
-                        cx.err_at(
-                            t.span().start,
-                            format!(
-                                "role `{name}`: max_tier `{}` is not a usable tier",
-                                t.get_ref()
-                            ),
-                        );
-                        cx.errors.extend(diags);
-                    }
-                }
+                tiers.refuse(cx, t, &format!("role `{name}`: max_tier"), diags);
                 0
             }
         });

@@ -301,19 +301,7 @@ pub(super) fn validate_upstream(
         Some(t) => match tiers.get(t.get_ref()) {
             Ok(tier) => tier,
             Err(diags) => {
-                match tiers.unknown(t.get_ref()) {
-                    Some(why) => cx.err_at(t.span().start, format!("upstream `{name_s}`: {why}")),
-                    None => {
-                        cx.err_at(
-                            t.span().start,
-                            format!(
-                                "upstream `{name_s}`: trust tier `{}` is not usable",
-                                t.get_ref()
-                            ),
-                        );
-                        cx.errors.extend(diags);
-                    }
-                }
+                tiers.refuse(cx, t, &format!("upstream `{name_s}`"), diags);
                 Arc::new(Tier::unrestricted(call_timeout))
             }
         },
@@ -458,6 +446,27 @@ impl Tiers {
             known.join(", "),
             self.dir.display()
         ))
+    }
+
+    /// Reports why tier `t` cannot be used by `who`: the known tiers when it exists nowhere,
+    /// else that it is not usable, with the tier file's own problems.
+    pub(super) fn refuse(
+        &self,
+        cx: &mut Ctx<'_>,
+        t: &toml::Spanned<String>,
+        who: &str,
+        diags: Vec<Diagnostic>,
+    ) {
+        match self.unknown(t.get_ref()) {
+            Some(why) => cx.err_at(t.span().start, format!("{who}: {why}")),
+            None => {
+                cx.err_at(
+                    t.span().start,
+                    format!("{who}: trust tier `{}` is not usable", t.get_ref()),
+                );
+                cx.errors.extend(diags);
+            }
+        }
     }
 
     pub(super) fn get(&mut self, name: &str) -> Result<Arc<Tier>, Vec<Diagnostic>> {
