@@ -40,7 +40,7 @@ fn start(b_extra: &str) -> Federation {
         String::from_utf8_lossy(&out.stderr)
     );
     std::fs::create_dir_all(d.join("flows-b")).expect("flows dir");
-    for f in ["report.toml", "wait.toml", "internal.toml"] {
+    for f in ["report.toml", "wait.toml", "internal.toml", "publish.toml"] {
         std::fs::write(d.join("flows-b").join(f), read(&format!("flows-b/{f}"))).expect("flow");
     }
     std::fs::write(
@@ -108,10 +108,21 @@ impl Federation {
 
     /// A stateless-era `tools/list` to B with curl, presenting `cert` (a file stem in `dir`).
     fn list_at_b(&self, cert: &str) -> (bool, String) {
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": {
-            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientInfo": {"name": "curl", "version": "0"},
-            "io.modelcontextprotocol/clientCapabilities": {}}}});
+        self.post_at_b(cert, "tools/list", json!({}))
+    }
+
+    /// A stateless-era request to B with curl, presenting `cert`; `params` may hold `_meta`.
+    fn post_at_b(&self, cert: &str, method: &str, mut params: Value) -> (bool, String) {
+        let meta = params
+            .as_object_mut()
+            .expect("params object")
+            .entry("_meta")
+            .or_insert_with(|| json!({}));
+        meta["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
+        meta["io.modelcontextprotocol/clientInfo"] = json!({"name": "curl", "version": "0"});
+        meta["io.modelcontextprotocol/clientCapabilities"] = json!({});
+        let name = params["name"].as_str().map(|n| format!("mcp-name: {n}"));
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
         let out = Command::new("curl")
             .current_dir(self.dir.path())
             .args([
@@ -129,12 +140,9 @@ impl Federation {
                 "-H",
                 "accept: application/json, text/event-stream",
             ])
-            .args([
-                "-H",
-                "mcp-protocol-version: 2026-07-28",
-                "-H",
-                "mcp-method: tools/list",
-            ])
+            .args(["-H", "mcp-protocol-version: 2026-07-28", "-H"])
+            .arg(format!("mcp-method: {method}"))
+            .args(name.iter().flat_map(|n| ["-H", n.as_str()]))
             .args(["--data", &body.to_string()])
             .output()
             .expect("curl");
@@ -525,5 +533,133 @@ async fn the_example_script_starts_a_federation_that_answers() {
         r.structured_content,
         Some(json!({"sum": 42.0, "echoed": "echo: sum 42.0"})),
         "{r:?}"
+    );
+}
+
+/// The approve action of a held answer: its plan id (and that it asks to confirm).
+fn approve_action(r: &rmcp::model::CallToolResult) -> (String, Value) {
+    let plan = &r.meta.as_ref().expect("_meta").0[PLAN_KEY];
+    let action = plan["next_actions"]
+        .as_array()
+        .and_then(|a| a.iter().find(|a| a["tool"] == "fedgate__approve"))
+        .unwrap_or_else(|| panic!("an approve action: {plan}"));
+    (
+        action["args"]["plan_id"]
+            .as_str()
+            .expect("plan id")
+            .to_owned(),
+        plan.clone(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_plan_held_on_b_is_decided_from_a_through_as_approve_tool() {
+    let f = start("");
+    let client = connect_legacy(&f.a.url, TestClient::new()).await;
+    let ran_at_b = |f: &Federation| {
+        f.audit("b")
+            .iter()
+            .filter(|r| r["decision"] == "plan_executed" && r["outcome"] == "ok")
+            .count()
+    };
+
+    // A direct write held on B: A's caller gets a plan it can approve on A.
+    let held = call(&client, "b__demo__record", json!({"value": "direct"}))
+        .await
+        .expect("held");
+    assert_eq!(held.is_error, Some(false), "{held:?}");
+    let (id, plan) = approve_action(&held);
+    assert!(id.starts_with("b/plan_"), "a relayed id: {id}");
+    assert_eq!(plan["status"], "ok", "{plan}");
+    assert_eq!(plan["next_actions"][0]["confirm"], true, "{plan}");
+    assert!(plan["safety"].is_object(), "{plan}");
+    let remote = id.trim_start_matches("b/").to_owned();
+
+    // B binds the plan to the caller A served: A (or anyone holding A's certificate) claiming
+    // another caller cannot decide it.
+    let (ok, refused) = f.post_at_b(
+        "gateway-a",
+        "tools/call",
+        json!({"name": "fedgate__approve", "arguments": {"plan_id": remote},
+               "_meta": {"io.fedgate/caller": "key:mallory"}}),
+    );
+    assert!(ok && refused.contains("plan_unknown"), "{refused}");
+    assert_eq!(ran_at_b(&f), 0);
+
+    let done = call(&client, "fedgate__approve", json!({"plan_id": id}))
+        .await
+        .expect("approved");
+    assert_eq!(done.is_error, Some(false), "{done:?}");
+    assert_eq!(
+        done.structured_content,
+        Some(json!({"recorded": "direct"})),
+        "{done:?}"
+    );
+    assert_eq!(ran_at_b(&f), 1);
+    // Once: a repeat is refused by B, and says so through A.
+    let again = call(&client, "fedgate__approve", json!({"plan_id": id}))
+        .await
+        .expect("answer");
+    assert_eq!(again.is_error, Some(true), "{again:?}");
+    assert_eq!(
+        again.meta.as_ref().expect("_meta").0[PLAN_KEY]["errors"][0]["code"],
+        "plan_used",
+        "{again:?}"
+    );
+    assert_eq!(ran_at_b(&f), 1);
+
+    // B's flow parked on the write: the same `ok` plan, approved from A; the flow goes on.
+    let parked = call(&client, "b__flows__publish", json!({"value": "v7"}))
+        .await
+        .expect("parked");
+    let (id, plan) = approve_action(&parked);
+    assert!(id.starts_with("b/plan_"), "{id}");
+    assert_eq!(plan["status"], "ok", "{plan}");
+    assert_eq!(plan["next_actions"][0]["confirm"], true, "{plan}");
+    assert!(
+        plan["instruction"]
+            .as_str()
+            .is_some_and(|t| t.contains(&id)),
+        "the instruction names the id A's caller uses: {plan}"
+    );
+    let finished = call(&client, "fedgate__approve", json!({"plan_id": id}))
+        .await
+        .expect("flow result");
+    assert_eq!(
+        finished.structured_content,
+        Some(json!({"said": "echo: published v7"})),
+        "{finished:?}"
+    );
+    assert_eq!(ran_at_b(&f), 2);
+
+    // Denied from A: B's run does not write.
+    let parked = call(&client, "b__flows__publish", json!({"value": "no"}))
+        .await
+        .expect("parked");
+    let (id, _) = approve_action(&parked);
+    let denied = call(
+        &client,
+        "fedgate__approve",
+        json!({"plan_id": id, "decision": "deny"}),
+    )
+    .await
+    .expect("denied");
+    assert!(
+        format!("{denied:?}").contains("denied"),
+        "the denial comes back: {denied:?}"
+    );
+    assert_eq!(ran_at_b(&f), 2);
+    // An id naming an upstream that is no peer is no plan here.
+    let unknown = call(
+        &client,
+        "fedgate__approve",
+        json!({"plan_id": format!("nope/{remote}")}),
+    )
+    .await
+    .expect("answer");
+    assert_eq!(
+        unknown.meta.as_ref().expect("_meta").0[PLAN_KEY]["errors"][0]["code"],
+        "plan_unknown",
+        "{unknown:?}"
     );
 }

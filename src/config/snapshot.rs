@@ -347,6 +347,12 @@ impl UpstreamSpec {
     }
 
     /// Whether some call of this upstream needs approval.
+    /// Calls to this upstream may come back held for approval: it holds some itself, or it is a
+    /// peer gateway (whose plans this gateway relays).
+    pub fn may_hold_calls(&self) -> bool {
+        self.needs_approvals() || self.peer
+    }
+
     pub fn needs_approvals(&self) -> bool {
         self.tier.approval_for_writes
             || self

@@ -135,6 +135,7 @@ impl Engine {
         plan_id: String,
         identity: Identity,
         depth: u8,
+        hop: Map<String, Value>,
     ) {
         let Some(stack) = self.stack() else {
             return;
@@ -145,8 +146,9 @@ impl Engine {
         }
         let (engine, run_id) = (self.clone(), run_id.to_owned());
         tokio::spawn(async move {
-            let caller = identity.key();
-            let outcome = decide(stack, identity, depth, &plan_id, true).await;
+            let claim = hop.get(crate::hops::CALLER_KEY).and_then(Value::as_str);
+            let caller = crate::pipeline::plan_caller(&identity, claim);
+            let outcome = decide(stack, identity, depth, hop.clone(), &plan_id, true).await;
             engine.approving.remove(&plan_id);
             let Err(error) = outcome else { return };
             if engine.parked.remove(&plan_id).is_none() {
@@ -206,6 +208,7 @@ pub(crate) async fn decide(
     stack: TypedStack,
     identity: Identity,
     depth: u8,
+    hop: Map<String, Value>,
     plan_id: &str,
     approve: bool,
 ) -> Result<(), String> {
@@ -216,11 +219,15 @@ pub(crate) async fn decide(
         "decision".into(),
         Value::String(if approve { "approve" } else { "deny" }.into()),
     );
-    let call = Call::without_session(
+    let mut call = Call::without_session(
         Op::CallTool(rmcp::model::CallToolRequestParams::new(APPROVE_TOOL).with_arguments(args)),
         identity,
         depth.saturating_add(1),
     );
+    // The run's federation `_meta`: a plan made for a peer's caller is decided as that caller.
+    for (k, v) in hop {
+        call.meta.insert(k, v);
+    }
     match stack.oneshot(call).await {
         Err(e @ CallError::Plan(_)) => Err(e.wire_message()),
         Err(e) if e.never_reached_upstream() => Err(e.wire_message()),

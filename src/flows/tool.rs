@@ -103,12 +103,7 @@ impl OwnTool for FlowTool {
             });
             let (progress, mut finished) = mpsc::unbounded_channel();
             let progress = (!as_task).then_some(progress);
-            let mut hop: serde_json::Map<String, Value> = call
-                .meta
-                .iter()
-                .filter(|(k, _)| k.starts_with(crate::hops::META_PREFIX))
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
+            let mut hop = federation_meta(&call);
             // Node calls are recorded under the flow call's correlation id.
             hop.insert(
                 crate::hops::CORRELATION_KEY.into(),
@@ -256,12 +251,24 @@ async fn task_request(
     }
 }
 
+/// The call's federation `_meta` (hop path, caller claim): what the run's calls carry.
+fn federation_meta(call: &Call) -> serde_json::Map<String, Value> {
+    call.meta
+        .iter()
+        .filter(|(k, _)| k.starts_with(crate::hops::META_PREFIX))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
 /// Approves (or denies) plan `plan_id` as the task's caller, on its own: the task's caller
 /// polls for the outcome.
 fn decide(stack: TypedStack, call: &Call, plan_id: &str, approve: bool) {
     let (identity, depth, plan_id) = (call.identity.clone(), call.depth, plan_id.to_owned());
+    let hop = federation_meta(call);
     tokio::spawn(async move {
-        if let Err(e) = super::approval::decide(stack, identity, depth, &plan_id, approve).await {
+        if let Err(e) =
+            super::approval::decide(stack, identity, depth, hop, &plan_id, approve).await
+        {
             tracing::warn!("flow approval by tasks/update: {e}");
         }
     });

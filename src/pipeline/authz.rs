@@ -8,7 +8,11 @@ use super::{
     resolve::suggest as unknown,
     step::{CallService, Step, done},
 };
-use crate::{names::shown, pipeline::CallError, upstream::pool::Pool};
+use crate::{
+    names::{APPROVE_TOOL, shown},
+    pipeline::CallError,
+    upstream::pool::Pool,
+};
 
 /// Authz: the caller's roles must allow the exposed name.
 #[derive(Debug, Clone)]
@@ -57,6 +61,13 @@ fn hidden(pool: &Pool, call: &Call) -> Result<(), CallError> {
         .upstream()
         .is_none_or(|u| access.tier(u.spec().tier.rank));
     match &target.exposed {
+        // A peer gateway decides the plans it holds for its callers (each bound to the caller
+        // it claimed), whatever its roles list; it is never shown the tool.
+        Exposed::Tool(name)
+            if access.is_peer() && target.upstream().is_none() && name == APPROVE_TOOL =>
+        {
+            Ok(())
+        }
         Exposed::Tool(name) if !reachable => Err(unknown(pool, access, name, arguments(&call.op))),
         Exposed::Prompt(name) if !reachable => Err(CallError::UnknownPrompt { name: shown(name) }),
         Exposed::Resource(uri) if !reachable => Err(CallError::UnknownResource { uri: shown(uri) }),

@@ -93,7 +93,7 @@ use crate::{
     upstream::{Upstream, pool::Pool},
 };
 
-pub use approval::{Approvals, ApproveTool, approves, plan_record};
+pub use approval::{Approvals, ApproveTool, approves, plan_caller, plan_record};
 pub use arguments::Arguments;
 pub use authz::Authz;
 pub use breaker::Breaker;

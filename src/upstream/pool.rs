@@ -113,11 +113,11 @@ impl Pool {
     }
 
     /// Whether `access` can use `fedgate__approve`: it reaches an upstream where some call needs
-    /// approval, or holds a role that approves some.
+    /// approval (a peer gateway may hold any call), or holds a role that approves some.
     fn approves(&self, access: &Access) -> bool {
         self.upstreams().iter().any(|u| {
             let spec = u.spec();
-            (access.tier(spec.tier.rank) && spec.needs_approvals())
+            (access.tier(spec.tier.rank) && spec.may_hold_calls())
                 || access.has_any_role(&spec.approver_roles())
         })
     }
@@ -232,10 +232,10 @@ impl Pool {
                 })
                 .collect::<Vec<_>>();
             let fallback = self.resource_fallback(&ready);
-            // `fedgate__approve` is listed only while some upstream's calls need approval.
+            // `fedgate__approve` is listed only while some upstream's calls may be held.
             let approvals = upstreams.iter().any(|u| {
                 let spec = u.spec();
-                spec.needs_approvals() || !spec.approver_roles().is_empty()
+                spec.may_hold_calls() || !spec.approver_roles().is_empty()
             });
             let own: Vec<Tool> = self
                 .own_tools

@@ -483,6 +483,7 @@ impl Driver {
                         plan_id,
                         self.run.identity.clone(),
                         self.run.depth,
+                        self.run.hop.clone(),
                     );
                 }
             }

@@ -10,6 +10,7 @@
 mod elicit;
 mod record;
 mod reenter;
+mod relay;
 mod shared;
 mod tool;
 
@@ -31,6 +32,7 @@ use crate::{
     policy::{
         approval::{Approval, Decider, Decision, NewPlan, PendingPlan, PlanRefusal, Plans},
         idempotency::META_KEY as IDEMPOTENCY_KEY,
+        identity::Identity,
         plan_events::{PlanEvent, RanError},
     },
     telemetry::{audit::Audit, metrics::Metrics},
@@ -68,6 +70,17 @@ struct Run {
 
 impl Step for Approvals {
     fn run<S: CallService>(&self, inner: &mut S, call: Call) -> CallFuture {
+        match call.target.as_ref().map(|t| &t.kind) {
+            Some(TargetKind::Gateway(_)) if is_approve(&call) => {
+                if let Some((up, remote)) = relay::peer_plan(&self.pool, &plan_id_arg(&call)) {
+                    return self.relay(inner, call, up, remote);
+                }
+            }
+            Some(TargetKind::Upstream(_)) if call.approval.is_none() => {
+                return self.pass(inner, call);
+            }
+            _ => {}
+        }
         if let Some(shared) = self.shared.clone() {
             return self.run_shared(inner, call, shared);
         }
@@ -144,6 +157,47 @@ impl Approvals {
         }
     }
 
+    /// A call on its way to its upstream; a peer's answer gets plans this gateway's callers
+    /// can decide (see `relay`).
+    fn pass<S: CallService>(&self, inner: &mut S, call: Call) -> CallFuture {
+        let peer = match call.target.as_ref().and_then(|t| t.upstream()) {
+            Some(up) if up.spec().peer => up.clone(),
+            _ => return inner.call(call),
+        };
+        let (pool, fut) = (self.pool.clone(), inner.call(call));
+        Box::pin(async move { Ok(relay::relabel(fut.await?, &peer, &pool)) })
+    }
+
+    /// A decision on a peer's plan: forwarded to the peer as this caller; its answer (the held
+    /// call's result, a flow's next plan) comes back relabelled, and a run here parked on the
+    /// plan hears of it.
+    fn relay<S: CallService>(
+        &self,
+        inner: &mut S,
+        call: Call,
+        up: Arc<Upstream>,
+        remote: String,
+    ) -> CallFuture {
+        let relayed = plan_id_arg(&call);
+        let deny = decision_arg(&call) == Decision::Deny;
+        let by = call.identity.key();
+        let call = relay::decision_for_peer(call, up.clone(), &remote, &relayed);
+        let (this, fut) = (self.clone(), inner.call(call));
+        Box::pin(async move {
+            let result = fut.await.map(|r| relay::relabel(r, &up, &this.pool));
+            if let Some(event) = relay::outcome(&relayed, deny, &by, &result) {
+                let follow_up = this.plans.events.follow_up(&relayed);
+                this.plans.events.send(event);
+                if let Some(f) = follow_up
+                    && let Some(answer) = f.await
+                {
+                    return Ok(ServerResult::CallToolResult(answer));
+                }
+            }
+            result
+        })
+    }
+
     /// A held call: the caller gets the plan, or its human is asked.
     fn after_hold<S: CallService>(&self, inner: &mut S, call: Call, held: Held) -> CallFuture {
         let caps = call
@@ -187,6 +241,16 @@ impl Approvals {
     }
 }
 
+/// Who a plan belongs to: the caller's identity, and for a peer gateway also the caller it
+/// claims to act for — each caller behind a peer has its own plans, and a peer cannot decide
+/// one for another caller.
+pub fn plan_caller(identity: &Identity, claim: Option<&str>) -> String {
+    match claim {
+        Some(claim) if identity.access.is_peer() => format!("{} for {claim}", identity.key()),
+        _ => identity.key(),
+    }
+}
+
 /// The `plan_id` argument of a `fedgate__approve` call ("" when missing: an unknown plan).
 fn plan_id_arg(call: &Call) -> String {
     match &call.op {
@@ -222,6 +286,22 @@ async fn settled(fut: FollowUpFuture, id: String) -> Result<ServerResult, CallEr
             state: "run",
             by: format!("the flow run that waited on plan {id}"),
         })),
+    }
+}
+
+/// The `decision` argument of a `fedgate__approve` call (approve unless it says `deny`).
+fn decision_arg(call: &Call) -> Decision {
+    match &call.op {
+        Op::CallTool(p)
+            if p.arguments
+                .as_ref()
+                .and_then(|a| a.get("decision"))
+                .and_then(Value::as_str)
+                == Some("deny") =>
+        {
+            Decision::Deny
+        }
+        _ => Decision::Approve,
     }
 }
 
@@ -276,7 +356,10 @@ impl Approvals {
         let plan = self
             .plans
             .create(NewPlan {
-                caller: call.identity.key(),
+                caller: plan_caller(
+                    &call.identity,
+                    crate::hops::caller_claim(&call.meta).as_deref(),
+                ),
                 upstream: up.name().to_owned(),
                 tool: tool.clone(),
                 upstream_tool: p.name.to_string(),
@@ -304,7 +387,10 @@ impl Approvals {
     /// The caller's human answered the approval question of plan `id`: the frozen call, ready
     /// to run, or the denial.
     fn answered(&self, call: Call, id: &str, approved: bool) -> Result<Run, CallError> {
-        let me = call.identity.key();
+        let me = plan_caller(
+            &call.identity,
+            crate::hops::caller_claim(&call.meta).as_deref(),
+        );
         if !approved {
             let plan = self.plans.cancel(id, &me).map_err(CallError::Plan)?;
             self.count("denied");
@@ -327,16 +413,11 @@ impl Approvals {
             });
         };
         let id = plan_id_arg(&call);
-        let decision = match p
-            .arguments
-            .as_ref()
-            .and_then(|a| a.get("decision"))
-            .and_then(Value::as_str)
-        {
-            Some("deny") => Decision::Deny,
-            _ => Decision::Approve,
-        };
-        let me = call.identity.key();
+        let decision = decision_arg(&call);
+        let me = plan_caller(
+            &call.identity,
+            crate::hops::caller_claim(&call.meta).as_deref(),
+        );
         // The approved call asked for input (stateless era): this retry continues it.
         if p.request_state.is_some() || p.input_responses.is_some() {
             let round = (p.request_state.clone(), p.input_responses.clone());
@@ -421,7 +502,7 @@ impl Approvals {
     fn execute<S: CallService>(&self, inner: &mut S, run: Run) -> CallFuture {
         let wrapping = envelope::wrapping(&run.call, run.call.target.as_ref(), Default::default());
         let audit_call = run.call.clone();
-        let fut = inner.call(run.call);
+        let fut = self.pass(inner, run.call);
         let this = self.clone();
         let started = tokio::time::Instant::now();
         Box::pin(async move {
