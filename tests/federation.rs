@@ -6,7 +6,7 @@ mod common;
 
 use std::{path::Path, process::Command};
 
-use common::*;
+use common::{agent::run_agent, *};
 use serde_json::{Value, json};
 
 const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/federation");
@@ -649,6 +649,20 @@ async fn a_plan_held_on_b_is_decided_from_a_through_as_approve_tool() {
         "the denial comes back: {denied:?}"
     );
     assert_eq!(ran_at_b(&f), 2);
+    // An agent that follows the rule text and nothing else gets B's flow done from A.
+    let scenario = json!({"tool": "b__flows__publish", "args": {"value": "agent"},
+                          "human": {"confirm": true}});
+    let r = run_agent(f.dir.path(), &f.a.url, None, &scenario, async |w| {
+        panic!("nobody else decides here, yet the agent waits for {w}")
+    })
+    .await;
+    assert_eq!(
+        r["final"]["result"]["structured"],
+        json!({"said": "echo: published agent"}),
+        "{r}"
+    );
+    assert_eq!(ran_at_b(&f), 3, "{r}");
+
     // An id naming an upstream that is no peer is no plan here.
     let unknown = call(
         &client,

@@ -5,10 +5,12 @@
 
 mod common;
 
-use std::process::Command;
-
 use common::{
+    agent::run_agent,
+    browser::Browser,
     flows::{OWN, REVIEWED, writes},
+    round_robin::RoundRobin,
+    stores::RedisServer,
     *,
 };
 use serde_json::{Value, json};
@@ -26,12 +28,7 @@ fn gateway() -> Gateway {
     std::fs::write(dir.path().join("flows/reviewed.toml"), REVIEWED).expect("flow");
     let token = dir.path().join("admin.token");
     std::fs::write(&token, ADMIN_TOKEN).expect("token");
-    let key = |name: &str, k: &str, roles: &str| {
-        format!(
-            "[[auth.api_keys]]\nname = \"{name}\"\nsha256 = \"{}\"\nroles = {roles}\n",
-            hex::encode(Sha256::digest(k.as_bytes()))
-        )
-    };
+    let key = api_key;
     let cfg = dir.path().join("gateway.toml");
     std::fs::write(
         &cfg,
@@ -60,33 +57,17 @@ fn gateway() -> Gateway {
 }
 
 /// Runs the literal agent as alice on one scenario; its report.
-fn agent(gw: &Gateway, scenario: Value) -> Value {
-    let python = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/clients/python/.venv/bin/python"
-    );
-    assert!(
-        std::path::Path::new(python).exists(),
-        "run `bash scripts/test.sh` (README's test command): it creates the venv"
-    );
-    let file = gw.dir.path().join("scenario.json");
-    std::fs::write(&file, scenario.to_string()).expect("scenario");
-    let out = Command::new(python)
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/clients/python/literal_agent.py"
-        ))
-        .args(["--url", &gw.url, "--key", ALICE, "--scenario"])
-        .arg(&file)
-        .output()
-        .expect("run the agent");
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "no report ({e}): {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
+async fn agent(gw: &Gateway, scenario: Value) -> Value {
+    run_agent(
+        gw.dir.path(),
+        &gw.url,
+        Some(ALICE),
+        &scenario,
+        async |what| {
+            panic!("the scenario lets nobody act meanwhile, yet the agent waits for {what}")
+        },
+    )
+    .await
 }
 
 fn confirmations(report: &Value) -> usize {
@@ -112,7 +93,8 @@ async fn an_agent_that_follows_the_rule_text_gets_every_job_done() {
     let r = agent(
         &gw,
         json!({"tool": "solo__record", "args": {"value": "d"}, "human": yes}),
-    );
+    )
+    .await;
     assert_eq!(r["final"]["outcome"], "done", "{r}");
     assert_eq!(confirmations(&r), 1, "{r}");
     assert_eq!(writes(&alice, "solo").await, 1, "{r}");
@@ -120,7 +102,8 @@ async fn an_agent_that_follows_the_rule_text_gets_every_job_done() {
     let r = agent(
         &gw,
         json!({"tool": "solo__record", "args": {"value": "x"}, "human": no}),
-    );
+    )
+    .await;
     assert_eq!(r["final"]["outcome"], "denied", "{r}");
     assert_eq!(writes(&alice, "solo").await, 1, "{r}");
 
@@ -129,7 +112,8 @@ async fn an_agent_that_follows_the_rule_text_gets_every_job_done() {
         &gw,
         json!({"tool": "ledger__record", "args": {"value": "r"}, "human": yes,
                "later": {"reviewer_key": RITA}}),
-    );
+    )
+    .await;
     assert_eq!(r["final"]["outcome"], "done", "{r}");
     let tools: Vec<&str> = r["steps"]
         .as_array()
@@ -145,7 +129,7 @@ async fn an_agent_that_follows_the_rule_text_gets_every_job_done() {
     assert_eq!(writes(&alice, "ledger").await, 1, "{r}");
 
     // A flow node its caller approves; the same flow declined.
-    let r = agent(&gw, json!({"tool": "flows__own", "args": {}, "human": yes}));
+    let r = agent(&gw, json!({"tool": "flows__own", "args": {}, "human": yes})).await;
     assert_eq!(
         r["final"]["result"]["structured"],
         json!({"wrote": "v2"}),
@@ -153,7 +137,7 @@ async fn an_agent_that_follows_the_rule_text_gets_every_job_done() {
     );
     assert_eq!(confirmations(&r), 1, "{r}");
     assert_eq!(writes(&alice, "solo").await, 2, "{r}");
-    let r = agent(&gw, json!({"tool": "flows__own", "args": {}, "human": no}));
+    let r = agent(&gw, json!({"tool": "flows__own", "args": {}, "human": no})).await;
     assert_eq!(r["final"]["outcome"], "denied", "{r}");
     assert_eq!(writes(&alice, "solo").await, 2, "{r}");
 
@@ -161,7 +145,8 @@ async fn an_agent_that_follows_the_rule_text_gets_every_job_done() {
     let r = agent(
         &gw,
         json!({"tool": "flows__reviewed", "args": {}, "human": yes, "later": admin}),
-    );
+    )
+    .await;
     assert_eq!(
         r["final"]["result"]["structured"],
         json!({"said": "echo: published v1"}),
@@ -169,13 +154,55 @@ async fn an_agent_that_follows_the_rule_text_gets_every_job_done() {
     );
     assert_eq!(writes(&alice, "ledger").await, 2, "{r}");
 
+    // The same flow, approved meanwhile by an operator clicking Approve in the console.
+    let browser = Browser::start().await;
+    browser
+        .goto(&format!("{}/console", gw.admin.as_deref().expect("admin")))
+        .await;
+    browser.type_into("#token", ADMIN_TOKEN).await;
+    browser.click("#login-submit").await;
+    let scenario =
+        json!({"tool": "flows__reviewed", "args": {}, "human": yes, "later": {"test": true}});
+    let r = run_agent(
+        gw.dir.path(),
+        &gw.url,
+        Some(ALICE),
+        &scenario,
+        async |plan_id| {
+            let row = format!("#plan-rows tr[data-plan='{plan_id}']");
+            browser
+                .until(
+                    "the pending plan",
+                    &format!(
+                        "document.querySelector(\"{row}[data-state=pending] button.approve\")"
+                    ),
+                )
+                .await;
+            browser.click(&format!("{row} button.approve")).await;
+            browser
+                .until(
+                    "the plan decided",
+                    &format!("!document.querySelector(\"{row}[data-state=pending]\")"),
+                )
+                .await;
+        },
+    )
+    .await;
+    assert_eq!(
+        r["final"]["result"]["structured"],
+        json!({"said": "echo: published v1"}),
+        "{r}"
+    );
+    assert_eq!(writes(&alice, "ledger").await, 3, "{r}");
+
     // An array argument of the wrong type, fixed through the `ask` form.
     let r = agent(
         &gw,
         json!({"tool": "solo__file_ticket",
                "args": {"title": "T", "priority": "high", "labels": "urgent"},
                "human": {"knows": {"labels": "urgent"}}}),
-    );
+    )
+    .await;
     assert_eq!(r["final"]["outcome"], "done", "{r}");
     assert_eq!(r["final"]["result"]["structured"]["title"], "T", "{r}");
     assert_eq!(r["steps"][1]["args"]["labels"], json!(["urgent"]), "{r}");
@@ -184,7 +211,8 @@ async fn an_agent_that_follows_the_rule_text_gets_every_job_done() {
     let r = agent(
         &gw,
         json!({"tool": "echo", "args": {"text": "hi"}, "human": {}}),
-    );
+    )
+    .await;
     assert_eq!(r["final"]["outcome"], "done", "{r}");
     assert_eq!(r["final"]["result"]["texts"][0], "echo: hi", "{r}");
 
@@ -192,7 +220,8 @@ async fn an_agent_that_follows_the_rule_text_gets_every_job_done() {
     let r = agent(
         &gw,
         json!({"tool": "lowt__write_note", "args": {"key": "k", "value": "v"}, "human": {}}),
-    );
+    )
+    .await;
     assert_eq!(r["final"]["outcome"], "reported", "{r}");
     assert_eq!(r["steps"].as_array().map(Vec::len), Some(1), "{r}");
     assert!(
@@ -203,4 +232,61 @@ async fn an_agent_that_follows_the_rule_text_gets_every_job_done() {
             .any(|t| t.as_str().is_some_and(|t| t.contains("[upstreams.lowt]"))),
         "{r}"
     );
+}
+
+/// An API key entry of `name` with roles `roles` (TOML).
+fn api_key(name: &str, k: &str, roles: &str) -> String {
+    format!(
+        "[[auth.api_keys]]\nname = \"{name}\"\nsha256 = \"{}\"\nroles = {roles}\n",
+        hex::encode(Sha256::digest(k.as_bytes()))
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn behind_a_load_balancer_the_write_runs_once_after_the_replica_that_held_it_died() {
+    let redis = RedisServer::start();
+    let (solo, _demo) = http_upstream(
+        "solo",
+        "tier = \"high\"\n[upstreams.solo.tools.record]\napproval = \"plan\"\n",
+    );
+    let replica = || {
+        Gateway::start_env(
+            &format!(
+                "[gateway]\nstate_key = \"env:FG_STATE_KEY\"\ntiers_dir = {TIERS:?}\n\n\
+             [cluster]\nredis = \"{}\"\n\n[auth]\n{}\n[roles.agent]\ntools = [\"*\"]\n\n{solo}",
+                redis.url(),
+                api_key("alice", ALICE, "[\"agent\"]"),
+            ),
+            &[("FG_STATE_KEY", "literal-agent-state-key-0123456789abcdef")],
+        )
+    };
+    let (mut a, b) = (replica(), replica());
+    let (lb, url) = RoundRobin::start(vec![a.base.clone(), b.base.clone()]).await;
+    lb.send_all_to(0);
+    // The user thinks before saying yes; meanwhile A, which holds the plan, is killed and the
+    // load balancer sends everything to B.
+    let scenario = json!({"tool": "solo__record", "args": {"value": "once"},
+                          "human": {"confirm": true, "thinks": true}});
+    let r = run_agent(b.dir.path(), &url, Some(ALICE), &scenario, async |_| {
+        a.child.kill().expect("SIGKILL A");
+        a.child.wait().expect("A gone");
+        lb.send_all_to(1);
+    })
+    .await;
+    assert_eq!(r["final"]["outcome"], "done", "{r}");
+    assert_eq!(
+        r["final"]["result"]["structured"],
+        json!({"recorded": "once"}),
+        "{r}"
+    );
+    assert_eq!(confirmations(&r), 1, "{r}");
+    let hits = lb.hits.lock().clone();
+    assert!(
+        hits.contains(&0) && hits.last() == Some(&1),
+        "held on A, approved on B: {hits:?}"
+    );
+    let on_b = connect_with_token(&b.url, ALICE, TestClient::new())
+        .await
+        .expect("alice on B");
+    assert_eq!(writes(&on_b, "solo").await, 1, "{r}");
 }

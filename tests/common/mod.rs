@@ -21,6 +21,7 @@ use rmcp::{
 };
 use tokio::sync::Notify;
 
+pub mod agent;
 pub mod browser;
 pub mod flows;
 pub mod raw;

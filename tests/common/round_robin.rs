@@ -20,6 +20,9 @@ use parking_lot::Mutex;
 pub struct RoundRobin {
     backends: Vec<String>,
     next: AtomicUsize,
+    /// When set (not `usize::MAX`), every request goes to this backend: a load balancer that
+    /// took the others out.
+    only: AtomicUsize,
     client: reqwest::Client,
     pub hits: Mutex<Vec<usize>>,
 }
@@ -31,6 +34,7 @@ impl RoundRobin {
         let me = Arc::new(Self {
             backends,
             next: AtomicUsize::new(0),
+            only: AtomicUsize::new(usize::MAX),
             client: reqwest::Client::new(),
             hits: Mutex::new(Vec::new()),
         });
@@ -52,8 +56,16 @@ impl RoundRobin {
         (me, url)
     }
 
+    /// From now on every request goes to backend `i` alone.
+    pub fn send_all_to(&self, i: usize) {
+        self.only.store(i, Ordering::SeqCst);
+    }
+
     async fn forward(&self, req: Request<Incoming>) -> Response<BoxBody<Bytes, reqwest::Error>> {
-        let i = self.next.fetch_add(1, Ordering::SeqCst) % self.backends.len();
+        let i = match self.only.load(Ordering::SeqCst) {
+            usize::MAX => self.next.fetch_add(1, Ordering::SeqCst) % self.backends.len(),
+            i => i,
+        };
         self.hits.lock().push(i);
         let (parts, body) = req.into_parts();
         let body = body.collect().await.unwrap().to_bytes();

@@ -1,6 +1,6 @@
 """An agent that follows examples/envelope/system-prompt.md literally, and nothing else.
 
-Usage: python literal_agent.py --url URL --key API_KEY --scenario FILE
+Usage: python literal_agent.py --url URL [--key API_KEY] --scenario FILE
 
 It knows nothing of fedgate beyond that rule text: it calls one tool, reads the
 `orchestrated_plan` where the rule says to find it, and acts on its `status` as the rule says.
@@ -8,15 +8,19 @@ Its "user" is a stub: it answers confirmations with the scenario's yes/no, gives
 scenario says it knows, and, when told that a plan waits for someone else, lets the scenario's
 `later` step happen (a reviewer or an operator deciding, run by the test through this script).
 The scenario file (JSON) holds: `tool`, `args`, `human` ({"confirm": true|false, "knows":
-{field: text}}), and optionally `later` ({"reviewer_key": KEY} or {"admin_url": URL,
-"admin_token": TOKEN}). Prints one JSON report: the steps taken, what the user was told, and
-the final answer.
+{field: text}, "thinks": true}), and optionally `later` ({"reviewer_key": KEY}, {"admin_url":
+URL, "admin_token": TOKEN} or {"test": true}). Where the test itself acts meanwhile (`later:
+{"test": true}`: an operator clicks in the console; `thinks`: the user takes a while to say yes,
+and the test kills a replica then), the agent prints `{"waiting": WHAT}` on a line and waits
+for a line on stdin. Last, it prints one JSON report: the steps taken, what the user was told,
+and the final answer.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 import anyio
@@ -30,8 +34,9 @@ PLAN_KEY = "io.fedgate/orchestrated_plan"
 MAX_STEPS = 12
 
 
-def connect(url: str, key: str) -> Client:
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=30.0)
+def connect(url: str, key: str | None) -> Client:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    http = httpx2.AsyncClient(headers=headers, timeout=30.0)
     return Client(streamable_http_client(url, http_client=http), read_timeout_seconds=30.0)
 
 
@@ -60,6 +65,7 @@ def plan_of(result: types.CallToolResult | None, error: McpError | None) -> dict
 class Human:
     def __init__(self, spec: dict[str, Any], later: dict[str, Any] | None, url: str) -> None:
         self.confirm_answer = bool(spec.get("confirm", False))
+        self.thinks = bool(spec.get("thinks", False))
         self.knows: dict[str, str] = spec.get("knows", {})
         self.later = later
         self.url = url
@@ -73,6 +79,11 @@ class Human:
         self.asked.append(f"confirm: {instruction} safety={json.dumps(safety)}")
         return self.confirm_answer
 
+    async def think(self, about: str) -> None:
+        """The user takes a while: the test acts meanwhile (it may kill a replica)."""
+        if self.thinks:
+            await test_acts(about)
+
     def answer(self, field: str) -> str | None:
         self.asked.append(f"value of {field}")
         return self.knows.get(field)
@@ -81,7 +92,9 @@ class Human:
         """The user was told the plan waits for someone else; that someone decides."""
         if not self.later:
             return
-        if "reviewer_key" in self.later:
+        if self.later.get("test"):
+            await test_acts(plan_id)
+        elif "reviewer_key" in self.later:
             async with connect(self.url, self.later["reviewer_key"]) as reviewer:
                 await reviewer.call_tool(self.later.get("approve_tool", "fedgate__approve"), {"plan_id": plan_id})
         else:
@@ -92,6 +105,12 @@ class Human:
                 )
                 r.raise_for_status()
         self.later = None
+
+
+async def test_acts(what: str) -> None:
+    """Tells the test what the agent waits for, and waits until it has acted."""
+    print(json.dumps({"waiting": what}), flush=True)
+    await anyio.to_thread.run_sync(sys.stdin.readline)
 
 
 def value_for(field: dict[str, Any], text: str) -> Any:
@@ -143,6 +162,8 @@ class Agent:
                 self.human.tell(plan.get("instruction", ""))
                 nxt: tuple[types.CallToolResult | None, McpError | None] | None = None
                 for action in plan["next_actions"]:
+                    if action.get("confirm"):
+                        await self.human.think(action["args"].get("plan_id", action["tool"]))
                     if action.get("confirm") and not self.human.confirm(plan.get("instruction", ""), plan.get("safety")):
                         denied = dict(action["args"], decision="deny")
                         r, e = await self.call(action["tool"], denied)
@@ -236,7 +257,7 @@ async def main(url: str, key: str, scenario: dict[str, Any]) -> dict[str, Any]:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--url", required=True)
-    parser.add_argument("--key", required=True)
+    parser.add_argument("--key")
     parser.add_argument("--scenario", required=True)
     a = parser.parse_args()
     with open(a.scenario) as f:
