@@ -6,6 +6,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub mod approval;
 pub mod cli;
 pub mod clock;
 pub mod cluster;

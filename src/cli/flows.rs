@@ -285,21 +285,21 @@ async fn ask_here(engine: &Arc<Engine>, state: &RunState) -> bool {
             return false;
         }
         let decision = if matches!(line.trim(), "y" | "Y" | "yes") {
-            crate::policy::approval::Decision::Approve
+            crate::approval::Decision::Approve
         } else {
-            crate::policy::approval::Decision::Deny
+            crate::approval::Decision::Deny
         };
         let own = operator().key();
-        let decided = engine.plans().decide(
-            &plan,
-            "local",
-            crate::policy::approval::Decider::Operator {
-                approve_any: true,
-                own: &own,
-            },
-            decision,
-        );
-        if let Err(e) = decided {
+        let operator = crate::approval::operator::Operator {
+            name: "local",
+            plans: engine.plans(),
+            shared: None,
+            approve_any: true,
+            own: &own,
+            metrics: None,
+            audit: None,
+        };
+        if let Err(e) = operator.decide(&plan, decision).await {
             eprintln!("fedgate: plan {plan}: {e}");
         }
     }

@@ -1,10 +1,9 @@
 //! Shared state across replicas (F16), on existing distributed engines: Redis for rate limits,
-//! idempotency records and approval plans (here); PostgreSQL for flow runs (`flows::pg_log`, as
+//! idempotency records (here) and approval plans (`approval::shared`); PostgreSQL for flow runs (`flows::pg_log`, as
 //! the flows own their run log). Without `[cluster]` none of this exists and every store is the
 //! embedded, per-process one.
 
 pub mod idempotency;
-pub mod plans;
 pub mod rate_limit;
 pub mod redis;
 
@@ -14,8 +13,6 @@ use crate::{config::cluster::ClusterSettings, telemetry::cluster_metrics::Cluste
 #[derive(Debug, Clone, Default)]
 pub struct Cluster {
     pub redis: Option<redis::Redis>,
-    /// Approval plans in Redis.
-    pub plans: Option<plans::SharedPlans>,
 }
 
 impl Cluster {
@@ -24,7 +21,6 @@ impl Cluster {
             Some(url) => Some(redis::Redis::open(url.expose(), settings, metrics.clone())?),
             None => None,
         };
-        let plans = redis.clone().map(plans::SharedPlans::new);
-        Ok(Self { redis, plans })
+        Ok(Self { redis })
     }
 }

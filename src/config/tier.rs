@@ -5,10 +5,7 @@ use std::{path::Path, time::Duration};
 use serde::Deserialize;
 
 use super::{Diagnostic, line_of};
-use crate::policy::{
-    approval::Approval,
-    trust::{Tier, Writes},
-};
+use crate::policy::trust::{Approval, Tier, Writes};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -14,13 +14,11 @@ use serde_json::{Map, Value, json};
 
 use super::{Engine, driver::Msg, events::RunState, report};
 use crate::{
+    approval::events::{AnswerFuture, FollowUp, PlanEvent, RanError},
     envelope::{Action, META_KEY, Plan, PlanError, Status},
     names::APPROVE_TOOL,
     pipeline::{Call, CallError, Op, TypedStack},
-    policy::{
-        identity::Identity,
-        plan_events::{AnswerFuture, FollowUp, PlanEvent, RanError},
-    },
+    policy::identity::Identity,
 };
 
 /// Decided plans remembered for late `fedgate__approve` calls; past it they are forgotten.
@@ -114,10 +112,10 @@ impl Engine {
                 continue;
             };
             let event = match plan.state {
-                crate::policy::approval::PlanState::Approved(by) => PlanEvent::Approved { id, by },
-                crate::policy::approval::PlanState::Done(
-                    crate::policy::approval::Finished::Denied { by },
-                ) => PlanEvent::Denied { id, by },
+                crate::approval::PlanState::Approved(by) => PlanEvent::Approved { id, by },
+                crate::approval::PlanState::Done(crate::approval::Finished::Denied { by }) => {
+                    PlanEvent::Denied { id, by }
+                }
                 _ => continue,
             };
             self.plans.events.send(event);

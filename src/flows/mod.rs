@@ -71,14 +71,14 @@ pub struct Engine {
     /// Plans of nodes parked for approval: plan id -> (run id, node).
     parked: DashMap<String, (String, String)>,
     /// The plans of every replica (`[cluster] redis`), where superseded plans are ended too.
-    shared_plans: OnceLock<crate::cluster::plans::SharedPlans>,
+    shared_plans: OnceLock<crate::approval::shared::SharedPlans>,
     /// Plans a run is running now, approved by someone else (each once).
     approving: dashmap::DashSet<String>,
     /// Plans that runs waited on and that are decided now: plan id -> run id (bounded), so a
     /// late `fedgate__approve` of one gets the run's answer.
     resolved: DashMap<String, String>,
     /// Approval plans (the node calls' own; a parked run waits on one).
-    plans: Arc<crate::policy::approval::Plans>,
+    plans: Arc<crate::approval::Plans>,
     /// Cancelled at shutdown: schedulers stop without recording anything more, so their runs
     /// resume (nodes in flight re-driven) at the next start.
     pub(crate) stop: CancellationToken,
@@ -150,7 +150,7 @@ impl Engine {
         auth: Arc<ArcSwap<Authenticator>>,
         metrics: FlowMetrics,
         tasks: crate::tasks::TaskHandles,
-        plans: Arc<crate::policy::approval::Plans>,
+        plans: Arc<crate::approval::Plans>,
     ) -> Result<Arc<Self>, String> {
         let engine = Arc::new(Self {
             log,
@@ -249,12 +249,12 @@ impl Engine {
         let _ = self.pool.set(pool);
     }
 
-    pub(crate) fn shared_plans(&self) -> Option<&crate::cluster::plans::SharedPlans> {
+    pub(crate) fn shared_plans(&self) -> Option<&crate::approval::shared::SharedPlans> {
         self.shared_plans.get()
     }
 
     /// Shares the plans of every replica with the engine (`[cluster] redis`).
-    pub fn share_plans(&self, shared: crate::cluster::plans::SharedPlans) {
+    pub fn share_plans(&self, shared: crate::approval::shared::SharedPlans) {
         let _ = self.shared_plans.set(shared);
     }
 
@@ -278,7 +278,7 @@ impl Engine {
     }
 
     /// The plans the engine's node calls are held as.
-    pub fn plans(&self) -> &Arc<crate::policy::approval::Plans> {
+    pub fn plans(&self) -> &Arc<crate::approval::Plans> {
         &self.plans
     }
 

@@ -14,10 +14,10 @@ use serde_json::{Map, Value, json};
 
 use super::{Call, CallError, Op, Target, TargetKind};
 use crate::{
+    approval::PlanRefusal,
     envelope::{Action, META_KEY, Mode, Plan, PlanError, Status},
     error::Classify,
     names::APPROVE_TOOL,
-    policy::approval::PlanRefusal,
     telemetry::metrics::Metrics,
 };
 

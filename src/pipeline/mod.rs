@@ -80,20 +80,21 @@ use tower::{ServiceBuilder, util::BoxCloneSyncService};
 use rmcp::{ErrorData as McpError, model::RequestStateCodec};
 
 use crate::{
+    approval::Plans,
     envelope::Mode,
     policy::{
-        approval::{Approval, Plans},
         idempotency::IdempotencyStore,
         identity::Identity,
         rate_limit::RateLimits,
-        trust::CallClass,
+        trust::{Approval, CallClass},
     },
     telemetry::{audit::Audit, metrics::Metrics},
     upstream::inflight::Downstream,
     upstream::{Upstream, pool::Pool},
 };
 
-pub use approval::{Approvals, ApproveTool, approves, plan_caller, plan_record};
+pub use crate::telemetry::correlation_id;
+pub use approval::{Approvals, ApproveTool, approves, plan_caller};
 pub use arguments::Arguments;
 pub use authz::Authz;
 pub use breaker::Breaker;
@@ -323,9 +324,13 @@ pub fn build(parts: Parts) -> Stacks {
         audit: parts.audit.clone(),
         seal: parts.seal.clone(),
         input_wait: parts.input_wait,
-        shared: parts.cluster.plans.clone(),
+        shared: crate::approval::shared::of(&parts.cluster),
     };
-    approvals.start_sweeper();
+    crate::approval::record::start_sweeper(
+        &approvals.plans,
+        approvals.metrics.clone(),
+        approvals.audit.clone(),
+    );
     let inner = ServiceBuilder::new()
         .layer(StepLayer::new(HopGuard {
             id: parts.gateway_id.clone(),
@@ -373,9 +378,4 @@ pub fn build(parts: Parts) -> Stacks {
         client: BoxCloneSyncService::new(client),
         typed: BoxCloneSyncService::new(typed),
     }
-}
-
-/// A fresh correlation id (128 random bits, hex: the shape of a trace id).
-pub fn correlation_id() -> String {
-    format!("{:032x}", rand::random::<u128>())
 }

@@ -72,7 +72,7 @@ fn core(extra: &str) -> Gateway {
     );
     pool.start();
     let parts = Parts {
-        plans: Arc::new(crate::policy::approval::Plans::new(60_000, 16)),
+        plans: Arc::new(crate::approval::Plans::new(60_000, 16)),
         envelope: crate::envelope::Mode::Errors,
         pool: pool.clone(),
         metrics: metrics.clone(),

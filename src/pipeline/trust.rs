@@ -9,10 +9,7 @@ use super::{
 };
 use crate::{
     pipeline::CallError,
-    policy::{
-        approval::Approval,
-        trust::{self, CallClass},
-    },
+    policy::trust::{self, Approval, CallClass},
     upstream::Upstream,
 };
 

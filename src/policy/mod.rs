@@ -1,14 +1,12 @@
 //! Call policies (F5–F10): who is calling and what they may do. Each policy is its own module;
 //! the order in which they run is written down once, in `pipeline::build`.
 
-pub mod approval;
 pub mod arguments;
 pub mod authz;
 pub mod breaker;
 pub mod idempotency;
 pub mod identity;
 pub mod pinning;
-pub mod plan_events;
 pub mod rate_limit;
 pub mod retry;
 pub mod token;

@@ -4,6 +4,18 @@ use std::{collections::BTreeSet, time::Duration};
 
 use rmcp::model::Tool;
 
+/// How a write that needs approval is approved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Approval {
+    /// Not needed (a tool setting that overrides its tier).
+    None,
+    /// An `ok` plan that is not run, approved with `fedgate__approve`.
+    Plan,
+    /// Ask the caller's human with an elicitation when the client supports it; else a plan.
+    Elicit,
+}
+
 /// Whether writes are allowed at a tier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -25,7 +37,7 @@ pub struct Tier {
     pub trust_annotations: bool,
     pub approval_for_writes: bool,
     /// How approval is obtained when `approval_for_writes` (a plan, or an elicitation).
-    pub approval: super::approval::Approval,
+    pub approval: Approval,
     /// Roles whose holders approve; empty = the caller approves its own plans.
     pub approvers: Vec<String>,
     pub pin_tool_definitions: bool,
@@ -49,7 +61,7 @@ impl Tier {
             writes: Writes::Always,
             trust_annotations: true,
             approval_for_writes: false,
-            approval: super::approval::Approval::Plan,
+            approval: Approval::Plan,
             approvers: Vec::new(),
             pin_tool_definitions: false,
             max_response_bytes: None,
@@ -143,10 +155,10 @@ pub fn decide(
 /// setting wins; else the tier's `approval_for_writes` decides for writes.
 pub fn approval_needed(
     tier: &Tier,
-    tool_setting: Option<super::approval::Approval>,
+    tool_setting: Option<Approval>,
     class: CallClass,
-) -> Option<super::approval::Approval> {
-    use super::approval::Approval;
+) -> Option<Approval> {
+    use Approval;
     match tool_setting {
         Some(Approval::None) => None,
         Some(a) => Some(a),

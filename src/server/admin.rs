@@ -18,18 +18,11 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
+    approval::{Decision, operator::Operator},
     config::{Snapshot, TransportSpec},
-    pipeline,
-    policy::{
-        approval::{Decider, Decision},
-        identity::IdentityKind,
-    },
     server::{core::Core, reload::Reloader},
     telemetry::audit::Audit,
 };
-
-/// Who the audit log names for decisions made through the admin API.
-const ADMIN: &str = "admin";
 
 type Body = BoxBody<Bytes, Infallible>;
 
@@ -234,7 +227,7 @@ impl Admin {
             },
             (Method::GET, ["admin", "plans"]) => {
                 // Every replica's, when they share Redis (this replica's while it is down).
-                let shared = match &self.core.cluster.plans {
+                let shared = match crate::approval::shared::of(&self.core.cluster) {
                     Some(sh) => sh.pending().await.ok(),
                     None => None,
                 };
@@ -272,62 +265,28 @@ impl Admin {
         } else {
             Decision::Deny
         };
-        // A plan made on another replica is decided here on the shared copy, atomically.
-        let shared = &self.core.cluster.plans;
-        let imported = match shared {
-            Some(sh) => sh.import(&self.core.plans, id).await.ok(),
-            None => None,
-        };
-        let approve_any = self
-            .reloader
-            .current()
-            .admin
-            .as_ref()
-            .is_none_or(|a| a.approve_plans);
+        let shared = crate::approval::shared::of(&self.core.cluster);
         let own = crate::server::admin_flows::operator().key();
-        let decider = Decider::Operator {
-            approve_any,
+        let operator = Operator {
+            name: crate::approval::operator::OPERATOR,
+            plans: &self.core.plans,
+            shared: shared.as_ref(),
+            approve_any: self
+                .reloader
+                .current()
+                .admin
+                .as_ref()
+                .is_none_or(|a| a.approve_plans),
             own: &own,
+            metrics: Some(&self.core.metrics),
+            audit: self.audit.as_ref(),
         };
-        let mut decided = self.core.plans.decide(id, ADMIN, decider, decision);
-        if let (Some(sh), Some(imported), Ok(_)) = (shared, imported, &decided)
-            && let Ok(false) = sh.write_back(&self.core.plans, id, imported).await
-        {
-            decided = Err(self.core.plans.refusal(id));
-        }
-        match decided {
-            Ok(plan) => {
-                let outcome = if decision == Decision::Approve {
-                    "approved"
-                } else {
-                    "denied"
-                };
-                self.core
-                    .metrics
-                    .approvals
-                    .with_label_values(&[outcome])
-                    .inc();
-                tracing::info!(plan = %plan.id, tool = %plan.tool, "plan {outcome} by the admin API");
-                if let Some(audit) = &self.audit {
-                    audit.record(pipeline::plan_record(
-                        ADMIN,
-                        IdentityKind::Local.as_str(),
-                        &pipeline::correlation_id(),
-                        &plan,
-                        if decision == Decision::Approve {
-                            "plan_approved"
-                        } else {
-                            "plan_denied"
-                        },
-                        Some(ADMIN.to_owned()),
-                    ));
-                }
-                json(
-                    StatusCode::OK,
-                    &json!({"plan": plan.id, "decision": outcome, "tool": plan.tool,
-                            "state": plan.state_label()}),
-                )
-            }
+        match operator.decide(id, decision).await {
+            Ok(plan) => json(
+                StatusCode::OK,
+                &json!({"plan": plan.id, "decision": if decision == Decision::Approve { "approved" } else { "denied" },
+                        "tool": plan.tool, "state": plan.state_label()}),
+            ),
             Err(e) => {
                 let state = self.core.plans.get(id).map(|p| p.state_label());
                 json(

@@ -11,13 +11,11 @@ use tokio::sync::watch;
 
 use super::sessions::Hub;
 use crate::{
+    approval::Plans,
     config::Snapshot,
     envelope::Mode,
     pipeline::{self, ApproveTool, CallStack, OwnTools},
-    policy::{
-        approval::Plans, idempotency::IdempotencyStore, identity::Authenticator,
-        rate_limit::RateLimits,
-    },
+    policy::{idempotency::IdempotencyStore, identity::Authenticator, rate_limit::RateLimits},
     router::cursor::Cursors,
     tasks::TaskHandles,
     telemetry::{audit::Audit, call_feed::CallFeed, metrics::Metrics},
@@ -112,8 +110,8 @@ impl Core {
             )?),
             None => None,
         };
-        if let (Some(engine), Some(shared)) = (&flows, &cluster.plans) {
-            engine.share_plans(shared.clone());
+        if let (Some(engine), Some(shared)) = (&flows, crate::approval::shared::of(&cluster)) {
+            engine.share_plans(shared);
         }
         let mut own = own.with(vec![Arc::new(ApproveTool)]);
         let fixed_tools = own.tools();

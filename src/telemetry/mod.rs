@@ -8,3 +8,9 @@ pub mod flow_metrics;
 pub mod metrics;
 pub mod one_line;
 pub mod traces;
+
+/// A fresh correlation id (128 random bits, hex: the shape of a trace id): ties one call's
+/// audit record, logs and spans together.
+pub fn correlation_id() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}

@@ -57,8 +57,8 @@ pub(super) fn node_of(e: &Event) -> Option<&str> {
 }
 
 /// What became of an approval plan, as the node's attempt.
-pub(super) fn approval_outcome(event: crate::policy::plan_events::PlanEvent) -> Attempt {
-    use crate::policy::plan_events::PlanEvent;
+pub(super) fn approval_outcome(event: crate::approval::events::PlanEvent) -> Attempt {
+    use crate::approval::events::PlanEvent;
     let failed = |error: String| Attempt::Failed {
         error,
         plan: None,

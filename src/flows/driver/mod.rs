@@ -90,7 +90,7 @@ pub enum Msg {
     /// What became of the plan a node waits on.
     Approval {
         node: String,
-        event: crate::policy::plan_events::PlanEvent,
+        event: crate::approval::events::PlanEvent,
     },
 }
 

@@ -111,7 +111,7 @@ fn binding(call: &Call) -> Vec<u8> {
         Op::CallTool(p) => Value::Object(p.arguments.clone().unwrap_or_default()),
         _ => Value::Null,
     };
-    format!("{INPUT_KEY}:{}", crate::policy::approval::digest(&args)).into_bytes()
+    format!("{INPUT_KEY}:{}", crate::approval::digest(&args)).into_bytes()
 }
 
 /// The input-required result that asks a stateless-era caller.

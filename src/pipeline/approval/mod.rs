@@ -8,7 +8,6 @@
 //! who decided.
 
 mod elicit;
-mod record;
 mod reenter;
 mod relay;
 mod shared;
@@ -25,22 +24,21 @@ use super::{
     step::{CallService, Step, done},
 };
 use crate::{
-    cluster::plans::SharedPlans,
+    approval::{
+        Decider, Decision, NewPlan, PendingPlan, PlanRefusal, Plans,
+        events::{PlanEvent, RanError},
+        record::{plan_record, sync_metrics},
+        shared::SharedPlans,
+    },
     envelope::{META_KEY, Plan, Safety, Status},
     error::Classify,
     names::APPROVE_TOOL,
-    policy::{
-        approval::{Approval, Decider, Decision, NewPlan, PendingPlan, PlanRefusal, Plans},
-        idempotency::META_KEY as IDEMPOTENCY_KEY,
-        identity::Identity,
-        plan_events::{PlanEvent, RanError},
-    },
+    policy::{idempotency::META_KEY as IDEMPOTENCY_KEY, identity::Identity, trust::Approval},
     telemetry::{audit::Audit, metrics::Metrics},
     upstream::{Upstream, pool::Pool},
 };
 
 pub use elicit::approves;
-pub use record::{plan_record, sync_metrics};
 use reenter::{current, reenter, version};
 pub use tool::ApproveTool;
 
@@ -157,47 +155,6 @@ impl Approvals {
         }
     }
 
-    /// A call on its way to its upstream; a peer's answer gets plans this gateway's callers
-    /// can decide (see `relay`).
-    fn pass<S: CallService>(&self, inner: &mut S, call: Call) -> CallFuture {
-        let peer = match call.target.as_ref().and_then(|t| t.upstream()) {
-            Some(up) if up.spec().peer => up.clone(),
-            _ => return inner.call(call),
-        };
-        let (pool, fut) = (self.pool.clone(), inner.call(call));
-        Box::pin(async move { Ok(relay::relabel(fut.await?, &peer, &pool)) })
-    }
-
-    /// A decision on a peer's plan: forwarded to the peer as this caller; its answer (the held
-    /// call's result, a flow's next plan) comes back relabelled, and a run here parked on the
-    /// plan hears of it.
-    fn relay<S: CallService>(
-        &self,
-        inner: &mut S,
-        call: Call,
-        up: Arc<Upstream>,
-        remote: String,
-    ) -> CallFuture {
-        let relayed = plan_id_arg(&call);
-        let deny = decision_arg(&call) == Decision::Deny;
-        let by = call.identity.key();
-        let call = relay::decision_for_peer(call, up.clone(), &remote, &relayed);
-        let (this, fut) = (self.clone(), inner.call(call));
-        Box::pin(async move {
-            let result = fut.await.map(|r| relay::relabel(r, &up, &this.pool));
-            if let Some(event) = relay::outcome(&relayed, deny, &by, &result) {
-                let follow_up = this.plans.events.follow_up(&relayed);
-                this.plans.events.send(event);
-                if let Some(f) = follow_up
-                    && let Some(answer) = f.await
-                {
-                    return Ok(ServerResult::CallToolResult(answer));
-                }
-            }
-            result
-        })
-    }
-
     /// A held call: the caller gets the plan, or its human is asked.
     fn after_hold<S: CallService>(&self, inner: &mut S, call: Call, held: Held) -> CallFuture {
         let caps = call
@@ -276,7 +233,7 @@ enum Next {
     Settle(FollowUpFuture),
 }
 
-use crate::policy::plan_events::AnswerFuture as FollowUpFuture;
+use crate::approval::events::AnswerFuture as FollowUpFuture;
 
 /// The answer to a `fedgate__approve` whose plan a flow run already ran: the run's next result.
 async fn settled(fut: FollowUpFuture, id: String) -> Result<ServerResult, CallError> {

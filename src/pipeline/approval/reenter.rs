@@ -7,9 +7,8 @@ use rmcp::model::CallToolRequestParams;
 
 use super::super::{Call, CallError, Exposed, Op, Target, TargetKind, authz, trust};
 use crate::{
-    policy::{
-        approval::PendingPlan, idempotency::META_KEY as IDEMPOTENCY_KEY, pinning::fingerprint,
-    },
+    approval::PendingPlan,
+    policy::{idempotency::META_KEY as IDEMPOTENCY_KEY, pinning::fingerprint},
     upstream::{Upstream, pool::Pool},
 };
 

@@ -12,16 +12,60 @@ use std::{collections::BTreeSet, sync::Arc};
 use rmcp::model::{CallToolResult, ContentBlock, ServerResult};
 use serde_json::Value;
 
-use super::super::{Call, CallError, Exposed, Op, Target, TargetKind};
+use super::{
+    super::{Call, CallError, CallFuture, Exposed, Op, Target, TargetKind, step::CallService},
+    Approvals, Decision, decision_arg, plan_id_arg,
+};
 use crate::{
+    approval::events::{PlanEvent, RanError},
     envelope::META_KEY,
     names::APPROVE_TOOL,
-    policy::{
-        plan_events::{PlanEvent, RanError},
-        trust::{self, CallClass},
-    },
+    policy::trust::{self, CallClass},
     upstream::{Upstream, pool::Pool},
 };
+
+impl Approvals {
+    /// A call on its way to its upstream; a peer's answer gets plans this gateway's callers
+    /// can decide (see `relay`).
+    pub(super) fn pass<S: CallService>(&self, inner: &mut S, call: Call) -> CallFuture {
+        let peer = match call.target.as_ref().and_then(|t| t.upstream()) {
+            Some(up) if up.spec().peer => up.clone(),
+            _ => return inner.call(call),
+        };
+        let (pool, fut) = (self.pool.clone(), inner.call(call));
+        Box::pin(async move { Ok(relabel(fut.await?, &peer, &pool)) })
+    }
+
+    /// A decision on a peer's plan: forwarded to the peer as this caller; its answer (the held
+    /// call's result, a flow's next plan) comes back relabelled, and a run here parked on the
+    /// plan hears of it.
+    pub(super) fn relay<S: CallService>(
+        &self,
+        inner: &mut S,
+        call: Call,
+        up: Arc<Upstream>,
+        remote: String,
+    ) -> CallFuture {
+        let relayed = plan_id_arg(&call);
+        let deny = decision_arg(&call) == Decision::Deny;
+        let by = call.identity.key();
+        let call = decision_for_peer(call, up.clone(), &remote, &relayed);
+        let (this, fut) = (self.clone(), inner.call(call));
+        Box::pin(async move {
+            let result = fut.await.map(|r| relabel(r, &up, &this.pool));
+            if let Some(event) = outcome(&relayed, deny, &by, &result) {
+                let follow_up = this.plans.events.follow_up(&relayed);
+                this.plans.events.send(event);
+                if let Some(f) = follow_up
+                    && let Some(answer) = f.await
+                {
+                    return Ok(ServerResult::CallToolResult(answer));
+                }
+            }
+            result
+        })
+    }
+}
 
 /// The peer upstream and the peer's own plan id behind a relayed id, when `id` is one.
 pub(super) fn peer_plan(pool: &Pool, id: &str) -> Option<(Arc<Upstream>, String)> {

@@ -4,10 +4,12 @@
 //! does not answer: this replica's plans alone (`fail = "local"`), or a refusal (`closed`).
 
 use crate::{
-    cluster::plans::{Imported, SharedPlans},
+    approval::{
+        PlanRefusal, Plans,
+        shared::{Imported, SharedPlans},
+    },
     config::cluster::FailMode,
     pipeline::CallError,
-    policy::approval::{PlanRefusal, Plans},
 };
 
 /// Runs `op`, a decision on plan `id`, against the shared copy of the plan.

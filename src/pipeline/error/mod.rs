@@ -7,9 +7,10 @@ use rmcp::{ErrorData as McpError, model::ErrorCode};
 use serde_json::json;
 
 use crate::{
+    approval::PlanRefusal,
     envelope::{Ask, Plan, Safety},
     error::{Classify, Side},
-    policy::{approval::PlanRefusal, arguments::Problem, trust::TierRefusal},
+    policy::{arguments::Problem, trust::TierRefusal},
     router::cursor::BadCursor,
     upstream::Phase,
 };

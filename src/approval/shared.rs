@@ -11,10 +11,13 @@ use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::redis::{Redis, StoreDown};
+use super::{PendingPlan, PlanState, Plans};
 use crate::{
     clock::now_ms,
-    policy::approval::{PendingPlan, PlanState, Plans},
+    cluster::{
+        Cluster,
+        redis::{Redis, StoreDown},
+    },
 };
 
 /// How long a finished plan stays to answer precisely ("used", "expired"), past its expiry.
@@ -232,4 +235,9 @@ impl SharedPlans {
         plans.sort_by_key(|p| p.created_ms);
         Ok(plans)
     }
+}
+
+/// The shared plans of a replica whose `[cluster]` names Redis.
+pub fn of(cluster: &Cluster) -> Option<SharedPlans> {
+    cluster.redis.clone().map(SharedPlans::new)
 }

@@ -3,12 +3,9 @@
 
 use std::{sync::Arc, time::Duration};
 
-use super::Approvals;
+use super::{PendingPlan, Plans};
 use crate::{
-    policy::{
-        approval::{PendingPlan, Plans},
-        identity::IdentityKind,
-    },
+    policy::identity::IdentityKind,
     telemetry::{
         audit::{Audit, Record},
         metrics::Metrics,
@@ -18,23 +15,20 @@ use crate::{
 /// How often plans that expired unseen are counted and audited.
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
-impl Approvals {
-    /// Starts the task that counts and audits plans that expire while nobody asks about them;
-    /// it ends with the plan store.
-    pub fn start_sweeper(&self) {
-        let plans = Arc::downgrade(&self.plans);
-        let (metrics, audit) = (self.metrics.clone(), self.audit.clone());
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(SWEEP_EVERY);
-            loop {
-                tick.tick().await;
-                let Some(plans) = plans.upgrade() else {
-                    return;
-                };
-                sync_metrics(&plans, &metrics, audit.as_ref());
-            }
-        });
-    }
+/// Starts the task that counts and audits plans that expire while nobody asks about them; it
+/// ends with the plan store.
+pub fn start_sweeper(plans: &Arc<Plans>, metrics: Arc<Metrics>, audit: Option<Audit>) {
+    let plans = Arc::downgrade(plans);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(SWEEP_EVERY);
+        loop {
+            tick.tick().await;
+            let Some(plans) = plans.upgrade() else {
+                return;
+            };
+            sync_metrics(&plans, &metrics, audit.as_ref());
+        }
+    });
 }
 
 /// Brings the plan metrics up to date; plans that expired are counted and audited (decision
@@ -53,7 +47,7 @@ pub fn sync_metrics(plans: &Plans, metrics: &Metrics, audit: Option<&Audit>) {
             audit.record(plan_record(
                 name,
                 IdentityKind::from_str_or_local(kind).as_str(),
-                &crate::pipeline::correlation_id(),
+                &crate::telemetry::correlation_id(),
                 plan,
                 "plan_expired",
                 None,

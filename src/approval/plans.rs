@@ -1,16 +1,4 @@
-//! Approval of writes (F11): a write that needs approval is not run; it becomes a pending plan
-//! that names exactly one call — caller, upstream, tool, a digest of the canonical arguments
-//! and the policy version it was decided under — and expires. The plan id is unguessable and
-//! single-use; the call runs only with the frozen arguments, only for the caller that asked,
-//! and only while the policy that required approval is unchanged.
-//!
-//! Who decides: with no `approvers`, the caller approves its own plan (its agent asks its
-//! human). With `approvers = ["role"]`, an identity holding one of those roles (never the
-//! caller itself) approves or denies; the caller then runs it. The operator (admin API and
-//! console) is the decider of last resort: it may deny any plan, and approve any plan unless
-//! `[admin] approve_plans = false` limits it to plans that name approver roles. Every
-//! approval wakes whoever waits on the plan (a parked flow run runs it as its caller); a
-//! second, equal decision on a decided plan is refused with the plan's state.
+//! The plan store: each plan's state and the transitions between states, under one lock.
 
 use std::collections::HashMap;
 
@@ -23,18 +11,6 @@ use crate::clock::now_ms;
 
 /// Most plans one caller may have waiting at once.
 pub const MAX_PENDING_PER_CALLER: usize = 100;
-
-/// How a write that needs approval is approved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Approval {
-    /// Not needed (a tool setting that overrides its tier).
-    None,
-    /// An `ok` plan that is not run, approved with `fedgate__approve`.
-    Plan,
-    /// Ask the caller's human with an elicitation when the client supports it; else a plan.
-    Elicit,
-}
 
 /// What a pending plan binds.
 #[derive(Debug, Clone, Serialize)]
@@ -219,7 +195,7 @@ pub struct Plans {
     /// Plans that expired since [`Plans::take_expired`] last asked (for metrics and audit).
     expired: Mutex<Vec<PendingPlan>>,
     /// What became of plans, for those waiting on one.
-    pub events: super::plan_events::PlanEvents,
+    pub events: super::events::PlanEvents,
 }
 
 impl Plans {
@@ -247,7 +223,7 @@ impl Plans {
     fn note_expired(&self, plans: Vec<PendingPlan>) {
         for p in &plans {
             self.events
-                .send(super::plan_events::PlanEvent::Expired { id: p.id.clone() });
+                .send(super::events::PlanEvent::Expired { id: p.id.clone() });
         }
         if !plans.is_empty() {
             self.expired.lock().extend(plans);
@@ -363,7 +339,7 @@ impl Plans {
         plan.state = PlanState::Done(Finished::Denied {
             by: caller.to_owned(),
         });
-        self.events.send(super::plan_events::PlanEvent::Denied {
+        self.events.send(super::events::PlanEvent::Denied {
             id: id.to_owned(),
             by: caller.to_owned(),
         });
@@ -414,14 +390,14 @@ impl Plans {
             Decision::Approve => {
                 plan.approved_by = Some(by.to_owned());
                 plan.state = PlanState::Approved(by.to_owned());
-                super::plan_events::PlanEvent::Approved {
+                super::events::PlanEvent::Approved {
                     id: id.to_owned(),
                     by: by.to_owned(),
                 }
             }
             Decision::Deny => {
                 plan.state = PlanState::Done(Finished::Denied { by: by.to_owned() });
-                super::plan_events::PlanEvent::Denied {
+                super::events::PlanEvent::Denied {
                     id: id.to_owned(),
                     by: by.to_owned(),
                 }
@@ -582,6 +558,3 @@ fn canonical(v: &Value, out: &mut String) {
         other => out.push_str(&other.to_string()),
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -1,7 +1,7 @@
 use super::*;
-use serde_json::json;
+use serde_json::{Value, json};
 
-use crate::policy::plan_events::PlanEvent;
+use crate::approval::events::PlanEvent;
 
 fn new_plan(approvers: &[&str]) -> NewPlan {
     NewPlan {
