@@ -141,6 +141,34 @@ async fn an_agent_that_follows_the_rule_text_gets_every_job_done() {
     assert_eq!(r["final"]["outcome"], "denied", "{r}");
     assert_eq!(writes(&alice, "solo").await, 2, "{r}");
 
+    // The same flow as a task: the client puts the task's question to its user and answers
+    // with tasks/update; the write runs once.
+    let r = agent(
+        &gw,
+        json!({"tool": "flows__own", "args": {}, "human": yes, "tasks": true}),
+    )
+    .await;
+    assert_eq!(
+        r["final"]["result"]["structured"],
+        json!({"wrote": "v2"}),
+        "{r}"
+    );
+    assert_eq!(confirmations(&r), 1, "{r}");
+    assert_eq!(writes(&alice, "solo").await, 3, "{r}");
+    let r = agent(
+        &gw,
+        json!({"tool": "flows__own", "args": {}, "human": no, "tasks": true}),
+    )
+    .await;
+    assert_eq!(r["final"]["outcome"], "reported", "{r}");
+    assert!(
+        r["final"]["plan"]["partial_results"][0]["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("denied")),
+        "{r}"
+    );
+    assert_eq!(writes(&alice, "solo").await, 3, "{r}");
+
     // A flow node that needs a reviewer, approved by the operator meanwhile.
     let r = agent(
         &gw,

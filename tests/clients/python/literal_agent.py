@@ -8,7 +8,9 @@ Its "user" is a stub: it answers confirmations with the scenario's yes/no, gives
 scenario says it knows, and, when told that a plan waits for someone else, lets the scenario's
 `later` step happen (a reviewer or an operator deciding, run by the test through this script).
 The scenario file (JSON) holds: `tool`, `args`, `human` ({"confirm": true|false, "knows":
-{field: text}, "thinks": true}), and optionally `later` ({"reviewer_key": KEY}, {"admin_url":
+{field: text}, "thinks": true}), `tasks: true` (the client supports the tasks extension, as a
+general MCP client would: it polls a task, puts the task's questions to its user as forms and
+answers them with `tasks/update`), and optionally `later` ({"reviewer_key": KEY}, {"admin_url":
 URL, "admin_token": TOKEN} or {"test": true}). Where the test itself acts meanwhile (`later:
 {"test": true}`: an operator clicks in the console; `thinks`: the user takes a while to say yes,
 and the test kills a replica then), the agent prints `{"waiting": WHAT}` on a line and waits
@@ -21,23 +23,94 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import httpx2
 import mcp_types as types
 from mcp import Client
+from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError as McpError
+from pydantic import ConfigDict, Field, TypeAdapter
 
 PLAN_KEY = "io.fedgate/orchestrated_plan"
 MAX_STEPS = 12
 
 
-def connect(url: str, key: str | None) -> Client:
+TASKS = "io.modelcontextprotocol/tasks"
+ANY = TypeAdapter(dict[str, Any])
+
+
+class TaskCreated(types.Result):
+    """A tools/call answered with a task (the tasks extension, 2026-07-28)."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    result_type: Literal["task"] = Field(alias="resultType", default="task")
+    task_id: str = Field(alias="taskId")
+
+
+class TaskParams(types.RequestParams):
+    task_id: str
+    input_responses: dict[str, Any] | None = None
+
+
+class TaskRequest(types.Request[TaskParams, str]):
+    """tasks/get or tasks/update; the SDK mirrors `taskId` into the Mcp-Name header."""
+
+    method: str
+    params: TaskParams
+    name_param = "taskId"
+
+
+class Tasks(ClientExtension):
+    """The client side of the tasks extension, as any MCP client implements it: poll the task
+    at the interval it names, put its questions to the user, answer them with tasks/update,
+    and hand the finished task's result to the caller of call_tool."""
+
+    identifier = TASKS
+
+    def __init__(self, human: "Human") -> None:
+        self.human = human
+
+    def claims(self) -> list[ResultClaim[Any]]:
+        return [ResultClaim(result_type="task", model=TaskCreated, resolve=self.resolve)]
+
+    async def resolve(self, created: TaskCreated, ctx: ClaimContext) -> types.CallToolResult:
+        task_id = created.task_id
+        answered: set[str] = set()
+        while True:
+            task = await ctx.session.send_request(
+                TaskRequest(method="tasks/get", params=TaskParams(task_id=task_id)), ANY
+            )
+            status = task.get("status")
+            if status == "completed":
+                return types.CallToolResult.model_validate(task.get("result", {}))
+            if status in ("failed", "cancelled"):
+                text = task.get("statusMessage") or f"the task {status}"
+                return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+            if status == "input_required":
+                answers = {}
+                for key, request in (task.get("inputRequests") or {}).items():
+                    if key in answered or request.get("method") != "elicitation/create":
+                        continue
+                    answers[key] = self.human.fill_form(request.get("params", {}))
+                    answered.add(key)
+                if answers:
+                    params = TaskParams(task_id=task_id, input_responses=answers)
+                    await ctx.session.send_request(TaskRequest(method="tasks/update", params=params), ANY)
+                    continue
+            await anyio.sleep(min(int(task.get("pollIntervalMs") or 200), 1000) / 1000)
+
+
+def connect(url: str, key: str | None, tasks: "Tasks | None" = None) -> Client:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     http = httpx2.AsyncClient(headers=headers, timeout=30.0)
-    return Client(streamable_http_client(url, http_client=http), read_timeout_seconds=30.0)
+    return Client(
+        streamable_http_client(url, http_client=http),
+        read_timeout_seconds=30.0,
+        extensions=[tasks] if tasks else None,
+    )
 
 
 def plan_of(result: types.CallToolResult | None, error: McpError | None) -> dict[str, Any] | None:
@@ -83,6 +156,15 @@ class Human:
         """The user takes a while: the test acts meanwhile (it may kill a replica)."""
         if self.thinks:
             await test_acts(about)
+
+    def fill_form(self, params: dict[str, Any]) -> dict[str, Any]:
+        """A form the client shows its user: the user reads the message and says yes or no."""
+        message = params.get("message", "")
+        if not self.confirm(message, None):
+            return {"action": "decline"}
+        props = (params.get("requestedSchema") or {}).get("properties", {})
+        content = {k: True for k, v in props.items() if v.get("type") == "boolean"}
+        return {"action": "accept", "content": content}
 
     def answer(self, field: str) -> str | None:
         self.asked.append(f"value of {field}")
@@ -248,7 +330,8 @@ def dump(result: types.CallToolResult | None) -> dict[str, Any] | None:
 
 async def main(url: str, key: str, scenario: dict[str, Any]) -> dict[str, Any]:
     human = Human(scenario.get("human", {}), scenario.get("later"), url)
-    async with connect(url, key) as client:
+    tasks = Tasks(human) if scenario.get("tasks") else None
+    async with connect(url, key, tasks) as client:
         agent = Agent(client, human)
         final = await agent.run(scenario["tool"], scenario.get("args", {}))
         return {"final": final, "steps": agent.steps, "told": human.told, "asked": human.asked}
