@@ -28,6 +28,12 @@ fn read(name: &str) -> String {
 
 /// The example's three gateways; `b_extra` is appended to B's config.
 fn start(b_extra: &str) -> Federation {
+    start_with(b_extra, "", &[])
+}
+
+/// Like `start`; `a_extra` is appended to A's config, and `a_flows` (file name, content) go to
+/// A's folder `flows-a`.
+fn start_with(b_extra: &str, a_extra: &str, a_flows: &[(&str, &str)]) -> Federation {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     let out = Command::new(Path::new(EXAMPLE).join("certs.sh"))
@@ -64,9 +70,16 @@ fn start(b_extra: &str) -> Federation {
             + b_extra,
     )
     .expect("b");
+    std::fs::create_dir_all(d.join("flows-a")).expect("flows dir");
+    for (name, flow) in a_flows {
+        std::fs::write(d.join("flows-a").join(name), flow).expect("flow");
+    }
     std::fs::write(
         d.join("a.toml"),
-        read("a.toml").replace("127.0.0.1:8962", &b_listen),
+        read("a.toml")
+            .replace("127.0.0.1:8962", &b_listen)
+            .replace("file:", &format!("file:{}/", d.display()))
+            + &a_extra.replace("DIR", &d.display().to_string()),
     )
     .expect("a");
     let keep = || tempfile::tempdir().expect("tempdir");
@@ -676,4 +689,41 @@ async fn a_plan_held_on_b_is_decided_from_a_through_as_approve_tool() {
         "plan_unknown",
         "{unknown:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flow_on_a_parked_on_bs_plan_goes_on_once_as_caller_approves_it() {
+    let flow = "id = \"relay\"\n\
+        [[nodes]]\nid = \"write\"\ntool = \"b/demo__record\"\nparams = { value = \"via a\" }\n\
+        [outputs]\nwrote = \"{{write.output.recorded}}\"\n";
+    let f = start_with(
+        "",
+        "\n[flows]\ndir = \"DIR/flows-a\"\ndb = \"DIR/runs-a.db\"\n",
+        &[("relay.toml", flow)],
+    );
+    let client = connect_legacy(&f.a.url, TestClient::new()).await;
+    let parked = call(&client, "flows__relay", json!({}))
+        .await
+        .expect("parked");
+    let (id, plan) = approve_action(&parked);
+    assert!(
+        id.starts_with("b/plan_"),
+        "A's run waits on B's plan: {plan}"
+    );
+    assert_eq!(plan["status"], "ok", "{plan}");
+    assert_eq!(plan["next_actions"][0]["confirm"], true, "{plan}");
+    let done = call(&client, "fedgate__approve", json!({"plan_id": id}))
+        .await
+        .expect("flow result");
+    assert_eq!(
+        done.structured_content,
+        Some(json!({"wrote": "via a"})),
+        "the run on A went on with B's answer: {done:?}"
+    );
+    let ran = f
+        .audit("b")
+        .iter()
+        .filter(|r| r["decision"] == "plan_executed" && r["outcome"] == "ok")
+        .count();
+    assert_eq!(ran, 1);
 }
