@@ -22,5 +22,5 @@ start() {
 start c
 start b
 start a
-echo "federation in $dir: A at http://127.0.0.1:8961/mcp (tools b.flows.report, b.flows.wait)"
+echo "federation in $dir: A at http://127.0.0.1:8961/mcp (tools b__flows__report, b__flows__wait, b__flows__publish)"
 wait
