@@ -330,6 +330,17 @@ async fn a_loop_and_a_chain_longer_than_the_limit_are_refused_with_the_path() {
         "{}",
         first_text(&r)
     );
+
+    // Only a peer's path counts: a client of A claiming a path through A itself is no loop
+    // (A starts the path afresh).
+    let mut params = rmcp::model::CallToolRequestParams::new("b__demo__add")
+        .with_arguments(json!({"a": 1, "b": 2}).as_object().cloned().expect("args"));
+    params.meta = Some(
+        serde_json::from_value(json!({"io.fedgate/path": ["gw-a", "gw-b", "gw-x"]})).expect("meta"),
+    );
+    let r = client.peer().call_tool(params).await.expect("answered");
+    assert_eq!(r.is_error, Some(false), "{r:?}");
+    assert_eq!(r.structured_content, Some(json!({"sum": 3.0})), "{r:?}");
 }
 
 /// Calls `tool` until its answer's text satisfies `done` (an upstream coming back), at most

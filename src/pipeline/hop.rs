@@ -29,11 +29,17 @@ impl Step for HopGuard {
             }));
         }
         // A call from outside enters this gateway once; calls it makes itself (flow nodes,
-        // approved plans) carry the path it already has.
-        if call.depth == 0
-            && let Err(refused) = crate::hops::enter(&mut call.meta, &self.id, self.max_hops)
-        {
-            return done(Err(CallError::Hop(refused)));
+        // approved plans) carry the path it already has. Only a peer gateway's path counts: a
+        // client's own `io.fedgate/path` claims nothing (peers are mTLS identities marked
+        // `peer = true`; no other upstream kind carries paths), so it cannot get its own calls
+        // refused as loops, nor stretch the path of what this gateway forwards.
+        if call.depth == 0 {
+            if !call.identity.access.is_peer() {
+                call.meta.remove(crate::hops::PATH_KEY);
+            }
+            if let Err(refused) = crate::hops::enter(&mut call.meta, &self.id, self.max_hops) {
+                return done(Err(CallError::Hop(refused)));
+            }
         }
         inner.call(call)
     }
