@@ -11,6 +11,15 @@ use serde_json::Value;
 
 use super::events::{Event, Stamped};
 
+/// Most runs one listing returns (`GET /admin/flows/runs?limit=`, `fedgate flows runs`).
+pub const MAX_RUNS_LISTED: usize = 500;
+
+/// A listing's `LIMIT`: the asked number, capped.
+pub(crate) fn listed(limit: usize) -> i64 {
+    // At most 500: fits.
+    limit.min(MAX_RUNS_LISTED) as i64
+}
+
 /// Who started a run: enough to call as them again after a restart (their roles are looked
 /// up in the config of the moment, so a revoked role stops a resumed run's calls).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -95,7 +104,7 @@ pub trait RunLog: Send + Sync + std::fmt::Debug {
     fn append(&self, run_id: &str, at_ms: i64, events: &[Event]) -> Result<Vec<Stamped>, LogError>;
     fn events(&self, run_id: &str) -> Result<Vec<Stamped>, LogError>;
     fn run(&self, run_id: &str) -> Result<Option<RunRecord>, LogError>;
-    /// Newest first.
+    /// Newest first, at most `limit` and never more than [`MAX_RUNS_LISTED`].
     fn runs(&self, limit: usize) -> Result<Vec<RunRecord>, LogError>;
     /// Runs without a final event, oldest first (resumed on start).
     fn unfinished(&self) -> Result<Vec<String>, LogError>;
@@ -341,7 +350,7 @@ impl RunLog for SqliteLog {
         let mut q = db.prepare_cached(&format!(
             "SELECT {RUN_COLUMNS} FROM runs ORDER BY created_ms DESC, run_id DESC LIMIT ?1"
         ))?;
-        let rows = q.query_map([limit as i64], record)?;
+        let rows = q.query_map([listed(limit)], record)?;
         rows.map(|r| to_record(r?)).collect()
     }
 
@@ -376,6 +385,36 @@ impl RunLog for SqliteLog {
 mod tests {
     use super::*;
     use crate::flows::events::{NodeStatus, Output, RunState, RunStatus};
+
+    #[test]
+    fn a_listing_returns_at_most_the_cap_however_many_are_asked_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = SqliteLog::open(&dir.path().join("runs.db")).unwrap();
+        let caller = Caller {
+            kind: "local".into(),
+            name: "op".into(),
+            roles: vec![],
+            unrestricted: true,
+        };
+        for i in 0..=MAX_RUNS_LISTED {
+            log.create(&RunRecord {
+                run_id: format!("r{i}"),
+                flow: "f".into(),
+                digest: "d".into(),
+                inputs: serde_json::json!({}),
+                caller: caller.clone(),
+                created_ms: i as i64,
+                replay_of: None,
+            })
+            .unwrap();
+        }
+        for asked in [usize::MAX, 1 << 63, 1_000_000] {
+            assert_eq!(log.runs(asked).unwrap().len(), MAX_RUNS_LISTED);
+        }
+        let newest = log.runs(2).unwrap();
+        assert_eq!(newest[0].run_id, format!("r{MAX_RUNS_LISTED}"));
+        assert_eq!(newest.len(), 2);
+    }
 
     #[test]
     fn events_append_in_order_and_fold_to_the_state() {

@@ -216,7 +216,8 @@ impl Engine {
         self.problems.lock().clone()
     }
 
-    /// The newest runs with their states.
+    /// The newest runs with their states: at most `limit` (and never more than
+    /// [`log::MAX_RUNS_LISTED`]: each run's events are read to fold its state).
     pub async fn runs(&self, limit: usize) -> Result<Vec<(RunRecord, RunState)>, String> {
         let log = self.log.clone();
         tokio::task::spawn_blocking(move || -> Result<_, String> {

@@ -355,7 +355,7 @@ impl RunLog for PgLog {
     }
 
     fn runs(&self, limit: usize) -> Result<Vec<RunRecord>, LogError> {
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let limit = super::log::listed(limit);
         let rows = self.with("runs", move |c| {
             c.query(
                 &format!(
