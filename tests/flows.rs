@@ -667,6 +667,97 @@ async fn replay_reports_what_changed_and_rerun_appends_events() {
     );
 }
 
+const RECORDED: &str = r#"
+id = "recorded"
+idempotency = "off"
+[[nodes]]
+id = "write"
+tool = "demo__record"
+params = { value = "once" }
+[[nodes]]
+id = "sum"
+tool = "demo__add"
+depends_on = ["write"]
+params = { a = 1, b = 2 }
+[outputs]
+wrote = "{{write.output.recorded}}"
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_does_not_repeat_a_write_the_upstream_cannot_deduplicate_unless_allowed() {
+    // No idempotency keys (the flow sends none, the demo upstream declares none): a replay
+    // that called the write again would write twice.
+    let gw = gateway(
+        &stdio_upstream("demo", &[], ""),
+        &[("recorded.toml", RECORDED)],
+    );
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    let r = call(&client, "flows__recorded", json!({}))
+        .await
+        .expect("call");
+    assert_eq!(r.is_error, Some(false), "{r:?}");
+    let run = run_id(&r);
+    assert_eq!(common::flows::writes(&client, "demo").await, 1);
+
+    let (status, report) = admin(&gw, "POST", &format!("runs/{run}/replay"), json!({})).await;
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["not_replayed"], json!(["write"]), "{report}");
+    assert_eq!(report["divergences"], json!([]), "{report}");
+    assert_eq!(
+        common::flows::writes(&client, "demo").await,
+        1,
+        "the write was not repeated"
+    );
+    let replay = report["replay_run_id"].as_str().expect("replay run");
+    let shown = show(&gw, replay);
+    assert_eq!(shown["state"]["finished"], "succeeded", "{shown}");
+    assert_eq!(
+        shown["state"]["outputs"],
+        json!({"wrote": "once"}),
+        "{shown}"
+    );
+
+    // Asked for: it writes again.
+    let (status, report) = admin(
+        &gw,
+        "POST",
+        &format!("runs/{run}/replay?allow_writes=true"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["not_replayed"], json!([]), "{report}");
+    assert_eq!(common::flows::writes(&client, "demo").await, 2);
+
+    // Every node ran, but the outputs cannot be made (the flow now reads a field the write
+    // does not answer): the replay diverged, it did not fail.
+    std::fs::write(
+        gw.dir.path().join("flows/recorded.toml"),
+        RECORDED.replace("write.output.recorded", "write.output.written"),
+    )
+    .expect("flow");
+    let reloaded = reqwest::Client::new()
+        .post(format!(
+            "{}/admin/reload",
+            gw.admin.as_deref().expect("admin")
+        ))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .expect("reload");
+    assert_eq!(reloaded.status().as_u16(), 200);
+    let (_, report) = admin(&gw, "POST", &format!("runs/{run}/replay"), json!({})).await;
+    let replay = report["replay_run_id"].as_str().expect("replay run");
+    let shown = show(&gw, replay);
+    assert_eq!(shown["state"]["finished"], "diverged", "{shown}");
+    assert!(
+        shown["state"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("diverged") && e.contains("write.output.written")),
+        "{shown}"
+    );
+}
+
 const GUARDED: &str = r#"
 id = "guarded"
 [[nodes]]

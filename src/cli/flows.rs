@@ -44,7 +44,13 @@ pub enum FlowsCommand {
         json: bool,
     },
     /// Run a finished run again against the live tools and report every divergence.
-    Replay { run_id: String },
+    Replay {
+        run_id: String,
+        /// Repeat writes to upstreams that do not declare `idempotency_keys = true` too (they
+        /// may write twice); without it such nodes keep their recorded outcome.
+        #[arg(long)]
+        allow_writes: bool,
+    },
     /// Re-run one node of a finished run, and everything downstream of it.
     Rerun { run_id: String, node: String },
     /// Cancel a run.
@@ -135,14 +141,22 @@ pub async fn run(config: &Path, command: FlowsCommand) -> Result<ExitCode, Strin
             })
             .await
         }
-        FlowsCommand::Replay { run_id } => {
-            let report = match admin(&snapshot, &format!("runs/{run_id}/replay"), None).await? {
+        FlowsCommand::Replay {
+            run_id,
+            allow_writes,
+        } => {
+            let path = if allow_writes {
+                format!("runs/{run_id}/replay?allow_writes=true")
+            } else {
+                format!("runs/{run_id}/replay")
+            };
+            let report = match admin(&snapshot, &path, None).await? {
                 Some(v) => v,
                 None => {
                     let snapshot = snapshot.clone();
                     with_engine(&snapshot, |engine| async move {
                         engine
-                            .replay(&run_id)
+                            .replay(&run_id, allow_writes)
                             .await
                             .map(|r| serde_json::to_value(r).unwrap_or(Value::Null))
                     })
@@ -168,6 +182,12 @@ pub async fn run(config: &Path, command: FlowsCommand) -> Result<ExitCode, Strin
                     d["recorded"],
                     d["replayed_status"].as_str().unwrap_or("?"),
                     d["replayed"]
+                );
+            }
+            for node in report["not_replayed"].as_array().into_iter().flatten() {
+                println!(
+                    "  {}: not replayed (a write to an upstream that does not declare idempotency_keys = true; it kept its recorded outcome — --allow-writes repeats it)",
+                    node.as_str().unwrap_or("?")
                 );
             }
             Ok(if divergences.is_empty() {

@@ -43,6 +43,9 @@ pub enum RunStatus {
     Partial,
     Failed,
     Cancelled,
+    /// A replay whose nodes all ran, but whose outputs could not be made from what they
+    /// answered this time (the cause is in the run's error).
+    Diverged,
 }
 
 impl RunStatus {
@@ -52,6 +55,7 @@ impl RunStatus {
             Self::Partial => "partial",
             Self::Failed => "failed",
             Self::Cancelled => "cancelled",
+            Self::Diverged => "diverged",
         }
     }
 }

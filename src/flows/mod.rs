@@ -120,7 +120,7 @@ pub(crate) struct Drive {
     /// Idempotency keys derive from this run id (default: the run's own).
     pub key_run: Option<String>,
     /// A replay: reads get fresh keys, writes keep the original run's.
-    pub replay: bool,
+    pub replay: Option<Arc<driver::Replay>>,
     /// The federation `_meta` of the call that started the run (hop path, caller claim): its
     /// node calls carry it on.
     pub hop: serde_json::Map<String, Value>,
@@ -298,6 +298,14 @@ impl Engine {
                 .or_insert_with(|| Arc::new(Semaphore::new(self.upstream_parallelism)))
                 .clone(),
         )
+    }
+
+    /// Whether a replay may call `tool` again: a read (or safe to repeat), or a write to an
+    /// upstream that honours idempotency keys (it answers as before instead of writing twice).
+    /// Any other write is not replayed unless the replay allows writes.
+    pub fn replays(&self, tool: &str) -> bool {
+        self.classify(tool)
+            .is_some_and(|c| c.retry_safe || c.honours_keys)
     }
 
     pub fn classify(&self, tool: &str) -> Option<ToolClass> {

@@ -4,7 +4,10 @@
 //! inputs and caller, against the live tools, and compares every node with the recording.
 //! Nodes safe to repeat get fresh idempotency keys, so they really run again; writes keep the
 //! original's keys, so an upstream that honours them answers as before instead of writing
-//! twice (and the gateway's own idempotency records do the same while they last).
+//! twice (and the gateway's own idempotency records do the same while they last). A write to
+//! an upstream that does not declare `idempotency_keys = true` is not repeated unless the
+//! replay allows writes: the node takes its recorded outcome and the report says so. A replay
+//! whose nodes all ran but whose outputs cannot be made ends `diverged`, not `failed`.
 //!
 //! A rerun appends events to a finished run: the node and everything downstream of it become
 //! PENDING again, the run reopens, and the scheduler drives it to a new end.
@@ -17,6 +20,7 @@ use tokio::sync::oneshot;
 
 use super::{
     Drive, Engine,
+    driver::Replay,
     events::{Event, NodeStatus, RunState},
 };
 use crate::config::flows::check::downstream_of;
@@ -39,10 +43,19 @@ pub struct ReplayReport {
     pub replay_run_id: String,
     pub nodes: usize,
     pub divergences: Vec<Divergence>,
+    /// Writes that were not repeated (their upstream may not deduplicate them): they kept their
+    /// recorded outcome.
+    pub not_replayed: Vec<String>,
 }
 
 impl Engine {
-    pub async fn replay(self: &Arc<Self>, run_id: &str) -> Result<ReplayReport, String> {
+    /// Replays finished run `run_id`; `allow_writes` repeats writes to upstreams that do not
+    /// honour idempotency keys too.
+    pub async fn replay(
+        self: &Arc<Self>,
+        run_id: &str,
+        allow_writes: bool,
+    ) -> Result<ReplayReport, String> {
         let (record, events) = self.load(run_id).await?;
         let recorded = RunState::fold(&events);
         if recorded.finished.is_none() {
@@ -69,7 +82,10 @@ impl Engine {
             identity,
             Drive {
                 key_run: Some(record.run_id.clone()),
-                replay: true,
+                replay: Some(Arc::new(Replay {
+                    recorded: recorded.clone(),
+                    allow_writes,
+                })),
                 ..Drive::default()
             },
         );
@@ -93,11 +109,18 @@ impl Engine {
                 });
             }
         }
+        let not_replayed = flow
+            .nodes
+            .iter()
+            .filter(|n| !allow_writes && !self.replays(&n.tool))
+            .map(|n| n.id.clone())
+            .collect();
         Ok(ReplayReport {
             run_id: record.run_id,
             replay_run_id,
             nodes: flow.nodes.len(),
             divergences,
+            not_replayed,
         })
     }
 

@@ -53,6 +53,7 @@ pub fn plan(flow: &FlowDef, run_id: &str, state: &RunState, correlation_id: &str
     let what = match state.finished {
         Some(RunStatus::Cancelled) => "was cancelled".to_owned(),
         Some(RunStatus::Partial) => "finished in part".to_owned(),
+        Some(RunStatus::Diverged) => "diverged from the run it replays".to_owned(),
         _ => "failed".to_owned(),
     };
     let mut plan = Plan::new(status, correlation_id).instruction(format!(
@@ -68,6 +69,7 @@ pub fn plan(flow: &FlowDef, run_id: &str, state: &RunState, correlation_id: &str
     let code = match state.finished {
         Some(RunStatus::Cancelled) => "cancelled",
         Some(RunStatus::Partial) => "flow_partial",
+        Some(RunStatus::Diverged) => "replay_diverged",
         _ => "flow_failed",
     };
     plan.error(PlanError::new(

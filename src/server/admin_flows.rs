@@ -106,7 +106,7 @@ pub(super) async fn route(
         ),
         (&Method::POST, ["runs", id, "replay"]) => result(
             engine
-                .replay(id)
+                .replay(id, query.split('&').any(|kv| kv == "allow_writes=true"))
                 .await
                 .map(|r| serde_json::to_value(r).unwrap_or(Value::Null)),
         ),
@@ -127,7 +127,7 @@ pub(super) async fn route(
             &json!({"error": "unknown flows endpoint", "endpoints": [
                 "GET /admin/flows", "GET /admin/flows/runs?limit=N",
                 "GET /admin/flows/runs/RUN?wait_ms=N", "POST /admin/flows/FLOW/runs {\"inputs\": {…}}",
-                "POST /admin/flows/runs/RUN/cancel", "POST /admin/flows/runs/RUN/replay",
+                "POST /admin/flows/runs/RUN/cancel", "POST /admin/flows/runs/RUN/replay[?allow_writes=true]",
                 "POST /admin/flows/runs/RUN/rerun/NODE",
                 "POST /admin/flows/runs/RUN/nodes/NODE/rerun", "POST /admin/flows/runs/RUN/nodes/NODE/skip"]}),
         ),

@@ -43,14 +43,29 @@ impl Driver {
                     if skipped {
                         outputs.insert(name.clone(), Value::Null);
                     } else if failed == 0 {
-                        return Some(finished(
-                            RunStatus::Failed,
-                            None,
-                            Some(format!(
-                                "output `{name}`: {}",
-                                missing_message("outputs", &m.reference)
-                            )),
-                        ));
+                        let why = format!(
+                            "output `{name}`: {}",
+                            missing_message("outputs", &m.reference)
+                        );
+                        // Every node ran: a replay that cannot make the outputs its
+                        // original made diverged (one that fails as its original did, failed).
+                        let original_made_them = self.run.replay.as_ref().is_some_and(|r| {
+                            matches!(
+                                r.recorded.finished,
+                                Some(RunStatus::Succeeded | RunStatus::Partial)
+                            )
+                        });
+                        return Some(match original_made_them {
+                            true => finished(
+                                RunStatus::Diverged,
+                                None,
+                                Some(format!(
+                                    "the replay of run {} diverged: every node ran, but {why}",
+                                    self.run.key_run
+                                )),
+                            ),
+                            false => finished(RunStatus::Failed, None, Some(why)),
+                        });
                     }
                 }
             }

@@ -55,11 +55,20 @@ pub struct Run {
     pub key_run: String,
     /// A replay: nodes safe to repeat get keys of this run, so they really run again; writes
     /// keep the original run's keys, so an upstream that honours them does not repeat them.
-    pub replay: bool,
+    pub replay: Option<Arc<Replay>>,
     /// Published whenever the scheduler waits.
     pub quiet: tokio::sync::watch::Sender<Quiet>,
     /// Federation `_meta` its node calls carry (see `crate::hops`).
     pub hop: Map<String, Value>,
+}
+
+/// What a replay compares with, and whether it may repeat writes.
+#[derive(Debug)]
+pub struct Replay {
+    /// The original run, as recorded.
+    pub recorded: RunState,
+    /// Writes to upstreams that do not honour idempotency keys run again too.
+    pub allow_writes: bool,
 }
 
 /// The run as the scheduler left it when it last waited.
@@ -418,14 +427,42 @@ impl Driver {
             });
             return;
         };
+        // A replay does not repeat a write the upstream may not deduplicate: the node takes
+        // its recorded outcome (the report lists it as not replayed).
+        if let Some(replay) = &self.run.replay
+            && !replay.allow_writes
+            && !engine.replays(&n.tool)
+        {
+            let recorded = replay.recorded.nodes.get(&n.id).cloned();
+            let (tx, node) = (self.tx.clone(), n.id.clone());
+            tokio::spawn(async move {
+                let attempt = match recorded {
+                    Some(r) if r.status == NodeStatus::Succeeded => Attempt::Succeeded(
+                        engine
+                            .output_value(r.output.as_ref())
+                            .await
+                            .unwrap_or(Value::Null),
+                    ),
+                    r => Attempt::Failed {
+                        error: r.and_then(|r| r.error).unwrap_or_else(|| {
+                            "not replayed: a write the original run did not complete".into()
+                        }),
+                        plan: None,
+                        transient: false,
+                    },
+                };
+                let _ = tx.send(Msg::Done { node, attempt });
+            });
+            return;
+        }
         let call = NodeCall {
             stack,
             identity: self.run.identity.clone(),
             tool: n.tool.clone(),
             arguments,
             key: (self.run.flow.idempotency == Idempotency::Enforce).then(|| {
-                let fresh =
-                    self.run.replay && engine.classify(&n.tool).is_some_and(|c| c.retry_safe);
+                let fresh = self.run.replay.is_some()
+                    && engine.classify(&n.tool).is_some_and(|c| c.retry_safe);
                 let base = if fresh {
                     &self.run.record.run_id
                 } else {
