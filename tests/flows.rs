@@ -758,6 +758,76 @@ async fn replay_does_not_repeat_a_write_the_upstream_cannot_deduplicate_unless_a
     );
 }
 
+const HELD: &str = r#"
+id = "held"
+[[nodes]]
+id = "write"
+tool = "demo__record"
+params = { value = "v" }
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_process_drives_a_run_log_the_others_only_read_it() {
+    use rmcp::{ServiceExt, transport::TokioChildProcess};
+    let gw = gateway(
+        &stdio_upstream(
+            "demo",
+            &[],
+            "tier = \"high\"\n[upstreams.demo.tools.record]\napproval = \"plan\"\n",
+        ),
+        &[("held.toml", HELD)],
+    );
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    // A run the serving gateway drives, parked on its approval (unfinished).
+    let parked = call(&client, "flows__held", json!({}))
+        .await
+        .expect("parked");
+    let run = run_id(&parked);
+    let before = show(&gw, &run)["events"].as_array().map(Vec::len);
+
+    // Two `fedgate stdio` on the same config, as desktop clients spawn them.
+    let cfg = gw.dir.path().join("gateway.toml");
+    for i in 0..2 {
+        let log = gw.dir.path().join(format!("stdio-{i}.log"));
+        let mut cmd = tokio::process::Command::new(FEDGATE);
+        cmd.args(["stdio", "--config"])
+            .arg(&cfg)
+            .env("FEDGATE_LOG", "info")
+            .stderr(std::fs::File::create(&log).expect("log file"));
+        let stdio = TestClient::new()
+            .serve(TokioChildProcess::new(cmd).expect("spawn stdio"))
+            .await
+            .expect("stdio session");
+        let refused = stdio
+            .peer()
+            .call_tool(rmcp::model::CallToolRequestParams::new("flows__held"))
+            .await;
+        let text = format!("{refused:?}");
+        assert!(
+            text.contains("is driven by pid") && text.contains("fedgate serve"),
+            "a flow call names the process that drives the log: {text}"
+        );
+        stdio.cancel().await.expect("stop stdio");
+        let logged = std::fs::read_to_string(&log).expect("stdio log");
+        assert!(
+            !logged.contains("resuming flow run"),
+            "it resumed the gateway's run: {logged}"
+        );
+    }
+    let after = show(&gw, &run);
+    assert_eq!(
+        after["events"].as_array().map(Vec::len),
+        before,
+        "nothing appended to the gateway's run: {after}"
+    );
+    // The gateway still drives it: approving runs the write.
+    let (_, plan) = common::flows::held_run(&parked);
+    let done = call(&client, "fedgate__approve", json!({"plan_id": plan}))
+        .await
+        .expect("approved");
+    assert_eq!(done.is_error, Some(false), "{done:?}");
+}
+
 const GUARDED: &str = r#"
 id = "guarded"
 [[nodes]]

@@ -333,7 +333,7 @@ fn operator() -> Identity {
 /// The run log the gateway of this config uses (it claims nothing: this process only reads).
 fn open_log(snapshot: &Snapshot) -> Result<Arc<dyn crate::flows::log::RunLog>, String> {
     let metrics = crate::telemetry::metrics::Metrics::new()?;
-    crate::flows::log::open(snapshot, "cli", &metrics.cluster)
+    crate::flows::log::open(snapshot, "cli", &metrics.cluster, false)
 }
 
 fn list(snapshot: &Snapshot) -> Result<ExitCode, String> {

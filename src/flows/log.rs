@@ -63,10 +63,12 @@ impl From<serde_json::Error> for LogError {
 
 /// The run log of a config: PostgreSQL (shared, with leases) when `[cluster] postgres` is set,
 /// else the SQLite file of `[flows] db`. `replica` signs this process' claims on runs.
+/// `drive`: this process drives runs (a gateway, an in-process `flows run`), else it only reads.
 pub fn open(
     snapshot: &crate::config::Snapshot,
     replica: &str,
     metrics: &crate::telemetry::cluster_metrics::ClusterMetrics,
+    drive: bool,
 ) -> Result<Arc<dyn RunLog>, String> {
     match &snapshot.cluster.postgres {
         Some(url) => {
@@ -80,7 +82,7 @@ pub fn open(
             .map_err(|e| format!("[cluster] postgres: {e}"))?;
             Ok(Arc::new(log))
         }
-        None => Ok(SqliteLog::open(&snapshot.flows.db).map_err(|e| e.to_string())?),
+        None => Ok(SqliteLog::open_as(&snapshot.flows.db, drive).map_err(|e| e.to_string())?),
     }
 }
 
@@ -115,6 +117,10 @@ pub trait RunLog: Send + Sync + std::fmt::Debug {
     // for a lease, renews it while it drives the run, and another replica may claim the run
     // once the lease expired. A log of one process needs none of it (the defaults).
 
+    /// Why this process may not record runs here (another process drives the log).
+    fn driven_elsewhere(&self) -> Option<LogError> {
+        None
+    }
     /// How long a claim lasts without renewal; `None`: this process alone uses the log.
     fn lease(&self) -> Option<std::time::Duration> {
         None
@@ -150,6 +156,9 @@ pub enum Claimed {
 #[derive(Debug)]
 pub struct SqliteLog {
     db: Mutex<Connection>,
+    path: std::path::PathBuf,
+    /// Whether this process drives the log's runs (see `log_lock`).
+    driver: super::log_lock::Driver,
 }
 
 /// `PRAGMA user_version` of the schema below.
@@ -182,29 +191,46 @@ CREATE INDEX IF NOT EXISTS runs_unfinished ON runs (finished, created_ms);
 ";
 
 impl SqliteLog {
+    /// Opens the log to drive its runs, unless another process does (then it only reads).
     pub fn open(path: &Path) -> Result<Arc<Self>, LogError> {
+        Self::open_as(path, true)
+    }
+
+    /// Opens the log; `drive`: take the driver's lock (else only read, and ask nobody).
+    pub fn open_as(path: &Path, drive: bool) -> Result<Arc<Self>, LogError> {
+        let at = |e: rusqlite::Error| LogError(format!("{}: {e}", path.display()));
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)
                 .map_err(|e| LogError(format!("{}: {e}", dir.display())))?;
         }
-        let db =
-            Connection::open(path).map_err(|e| LogError(format!("{}: {e}", path.display())))?;
+        let driver = match drive {
+            true => super::log_lock::take(path)?,
+            false => super::log_lock::Driver::Reader,
+        };
+        let db = Connection::open(path).map_err(at)?;
         // WAL with synchronous=NORMAL: a committed event survives a crash of the process (the
         // failure a run must survive); a power loss may take the last transactions.
-        db.pragma_update(None, "journal_mode", "WAL")?;
-        db.pragma_update(None, "synchronous", "NORMAL")?;
-        db.busy_timeout(std::time::Duration::from_secs(5))?;
-        let version: i64 = db.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-        let fresh: i64 = db.query_row(
-            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'",
-            [],
-            |r| r.get(0),
-        )?;
+        db.pragma_update(None, "journal_mode", "WAL").map_err(at)?;
+        db.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(at)?;
+        db.busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(at)?;
+        let version: i64 = db
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(at)?;
+        let fresh: i64 = db
+            .query_row(
+                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(at)?;
         match (version, fresh) {
             (SCHEMA_VERSION, _) => {}
             (0, 0) => {
-                db.execute_batch(SCHEMA)?;
-                db.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+                db.execute_batch(SCHEMA).map_err(at)?;
+                db.pragma_update(None, "user_version", SCHEMA_VERSION)
+                    .map_err(at)?;
             }
             (v, _) => {
                 return Err(LogError(format!(
@@ -213,7 +239,11 @@ impl SqliteLog {
                 )));
             }
         }
-        Ok(Arc::new(Self { db: Mutex::new(db) }))
+        Ok(Arc::new(Self {
+            db: Mutex::new(db),
+            path: path.to_owned(),
+            driver,
+        }))
     }
 }
 
@@ -250,6 +280,9 @@ pub(super) const RUN_COLUMNS: &str = "run_id, flow, digest, inputs, caller, crea
 
 impl RunLog for SqliteLog {
     fn create(&self, run: &RunRecord) -> Result<(), LogError> {
+        if !self.driver.drives() {
+            return Err(self.driver.refusal(&self.path));
+        }
         self.db.lock().execute(
             "INSERT INTO runs (run_id, flow, digest, inputs, caller, created_ms, replay_of) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             params![
@@ -268,6 +301,9 @@ impl RunLog for SqliteLog {
     fn append(&self, run_id: &str, at_ms: i64, events: &[Event]) -> Result<Vec<Stamped>, LogError> {
         if events.is_empty() {
             return Ok(Vec::new());
+        }
+        if !self.driver.drives() {
+            return Err(self.driver.refusal(&self.path));
         }
         let mut db = self.db.lock();
         let tx = db.transaction()?;
@@ -379,12 +415,81 @@ impl RunLog for SqliteLog {
             })
             .optional()?)
     }
+
+    fn driven_elsewhere(&self) -> Option<LogError> {
+        (!self.driver.drives()).then(|| self.driver.refusal(&self.path))
+    }
+
+    // One process drives the file's runs (see `log_lock`); any other claims none.
+    fn claim(&self, _run_id: &str) -> Result<Claimed, LogError> {
+        Ok(match self.driver.drives() {
+            true => Claimed::Yes { from: None },
+            false => Claimed::No,
+        })
+    }
+
+    fn claimable(&self) -> Result<Vec<String>, LogError> {
+        match self.driver.drives() {
+            true => self.unfinished(),
+            false => Ok(Vec::new()),
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::flows::events::{NodeStatus, Output, RunState, RunStatus};
+
+    #[test]
+    fn a_corrupt_run_log_is_refused_naming_the_file_and_a_second_opener_drives_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let bad = dir.path().join("bad.db");
+        std::fs::write(&bad, b"this is not an SQLite database, not at all, no").unwrap();
+        let e = SqliteLog::open(&bad).unwrap_err();
+        assert!(e.0.contains("bad.db"), "{e:?}");
+        assert_eq!(
+            std::fs::read(&bad).unwrap(),
+            b"this is not an SQLite database, not at all, no",
+            "nothing written"
+        );
+
+        let path = dir.path().join("runs.db");
+        let first = SqliteLog::open(&path).unwrap();
+        let second = SqliteLog::open(&path).unwrap();
+        assert!(first.driven_elsewhere().is_none());
+        let why = second
+            .driven_elsewhere()
+            .expect("the second does not drive");
+        assert!(
+            why.0.contains(&format!("pid {}", std::process::id())),
+            "{why:?}"
+        );
+        let record = RunRecord {
+            run_id: "r".into(),
+            flow: "f".into(),
+            digest: "d".into(),
+            inputs: serde_json::json!({}),
+            caller: Caller {
+                kind: "local".into(),
+                name: "op".into(),
+                roles: vec![],
+                unrestricted: true,
+            },
+            created_ms: 1,
+            replay_of: None,
+        };
+        assert!(second.create(&record).is_err());
+        first.create(&record).unwrap();
+        assert!(second.append("r", 2, &[Event::RunReopened]).is_err());
+        assert_eq!(second.claim("r").unwrap(), Claimed::No);
+        assert!(second.claimable().unwrap().is_empty());
+        assert_eq!(first.claimable().unwrap(), vec!["r".to_owned()]);
+        // The driver gone, the next opener drives.
+        drop(first);
+        let third = SqliteLog::open(&path).unwrap();
+        assert!(third.driven_elsewhere().is_none());
+    }
 
     #[test]
     fn a_listing_returns_at_most_the_cap_however_many_are_asked_for() {

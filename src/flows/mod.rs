@@ -9,6 +9,7 @@ pub mod events;
 mod leases;
 pub mod lint;
 pub mod log;
+mod log_lock;
 pub mod node;
 pub mod pg_log;
 mod replay;
@@ -98,6 +99,9 @@ pub enum StartError {
     BadInputs(String),
     #[error("{0}")]
     Log(String),
+    /// Another process drives the run log.
+    #[error("{0}")]
+    Elsewhere(String),
 }
 
 /// A run this process drives: its cancellation, its scheduler's mailbox, and when it last
@@ -329,6 +333,9 @@ impl Engine {
         let flow = self
             .flow(flow_id)
             .ok_or_else(|| StartError::UnknownFlow(crate::names::shown(flow_id)))?;
+        if let Some(e) = self.log.driven_elsewhere() {
+            return Err(StartError::Elsewhere(e.0));
+        }
         let problems = flow.input_check.check(&inputs);
         if !problems.is_empty() {
             return Err(StartError::BadInputs(

@@ -126,6 +126,7 @@ impl OwnTool for FlowTool {
                         recover: Vec::new(),
                         note: None,
                     },
+                    StartError::Elsewhere(detail) => CallError::FlowsElsewhere { detail },
                     other => CallError::Internal {
                         detail: other.to_string(),
                     },

@@ -325,6 +325,10 @@ pub fn plan_for(e: &CallError, correlation_id: &str) -> Plan {
         ))),
         CallError::Busy { .. } | CallError::StoreUnavailable { .. } => base(Status::Blocked)
             .error(PlanError::new(code, msg.clone(), true).hint("retry in a moment")),
+        CallError::FlowsElsewhere { .. } => base(Status::Blocked).error(
+            PlanError::new(code, msg.clone(), false)
+                .hint("tell your user: this client's fedgate process cannot run flows; the gateway named in the message does"),
+        ),
         CallError::Plan(r) => {
             let (status, recoverable, hint) = match r {
                 PlanRefusal::Waiting { .. } => (

@@ -102,7 +102,7 @@ impl Core {
         let flows = match snapshot.flows.dir {
             Some(_) => Some(crate::flows::Engine::open(
                 &snapshot.flows,
-                crate::flows::log::open(snapshot, &snapshot.gateway.id, &metrics.cluster)?,
+                crate::flows::log::open(snapshot, &snapshot.gateway.id, &metrics.cluster, true)?,
                 auth.clone(),
                 metrics.flows.clone(),
                 TaskHandles::new(seal.clone()),

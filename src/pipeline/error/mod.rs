@@ -45,6 +45,9 @@ pub enum CallError {
     NoClientInput { detail: String },
     #[error("fedgate failed: {detail}")]
     Internal { detail: String },
+    /// This process may not run flows in its run log: another process drives it.
+    #[error("{detail}")]
+    FlowsElsewhere { detail: String },
     #[error("upstream `{upstream}` is unavailable ({phase:?}){}", detail.as_deref().map(|d| format!(": {d}")).unwrap_or_default())]
     UpstreamUnavailable {
         upstream: String,
@@ -207,6 +210,7 @@ impl Classify for CallError {
             CallError::BreakerOpen { .. }
             | CallError::Busy { .. }
             | CallError::StoreUnavailable { .. }
+            | CallError::FlowsElsewhere { .. }
             | CallError::Internal { .. } => Side::Internal,
             CallError::ResponseTooLarge { .. } => Side::Upstream,
             CallError::UpstreamUnavailable { .. }
@@ -227,6 +231,7 @@ impl Classify for CallError {
             CallError::BadCursor => "bad_cursor",
             CallError::BadRequestState { .. } => "bad_request_state",
             CallError::Busy { .. } => "busy",
+            CallError::FlowsElsewhere { .. } => "flows_elsewhere",
             CallError::NoClientInput { .. } => "no_client_input",
             CallError::Internal { .. } => "internal",
             CallError::UpstreamUnavailable { .. } => "upstream_unavailable",
@@ -327,6 +332,9 @@ impl CallError {
             ),
             CallError::Busy { .. } => {
                 McpError::internal_error(msg, Some(json!({ "reason": "busy" })))
+            }
+            CallError::FlowsElsewhere { .. } => {
+                McpError::invalid_request(msg, Some(json!({ "reason": "flows_elsewhere" })))
             }
             CallError::NoClientInput { .. } => {
                 McpError::invalid_request(msg, Some(json!({ "reason": "no_client_input" })))
@@ -490,6 +498,7 @@ impl CallError {
                 | CallError::BreakerOpen { .. }
                 | CallError::UpstreamUnavailable { .. }
                 | CallError::Busy { .. }
+                | CallError::FlowsElsewhere { .. }
                 | CallError::TooDeep { .. }
                 | CallError::NotAuthorized { .. }
                 | CallError::TierRefused { .. }
@@ -508,6 +517,7 @@ impl CallError {
                 | CallError::BadCursor
                 | CallError::BadRequestState { .. }
                 | CallError::Busy { .. }
+                | CallError::FlowsElsewhere { .. }
                 | CallError::NotAuthorized { .. }
                 | CallError::IdempotencyConflict
                 | CallError::TooDeep { .. }
