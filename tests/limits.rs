@@ -77,6 +77,14 @@ async fn silent_clients_are_disconnected_and_connections_are_capped() {
         .unwrap();
     let answer = read_all(&mut slow).await;
     assert!(!answer.contains("200 OK"), "{answer}");
+    // A connection that sends nothing at all is closed too (not held open forever).
+    let mut silent = TcpStream::connect(addr(&gw)).await.unwrap();
+    let mut buf = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(10), silent.read_to_end(&mut buf)).await;
+    assert!(
+        matches!(closed, Ok(Ok(0))),
+        "a silent connection is closed by the server: {closed:?}"
+    );
     // Three idle connections fill the cap; a fourth is closed at once, unanswered.
     let mut held = Vec::new();
     for _ in 0..3 {
@@ -106,6 +114,34 @@ async fn silent_clients_are_disconnected_and_connections_are_capped() {
             .any(|l| l.starts_with("fedgate_connections_refused_total ") && !l.ends_with(" 0")),
         "{metrics}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_body_trickled_slower_than_the_minimum_rate_is_refused_long_before_its_timeout() {
+    // A generous body timeout: only the minimum rate can end this read early.
+    let gw = Gateway::start(&format!(
+        "[gateway]\nbody_read_timeout_ms = 60000\n\n{}",
+        stdio_upstream("demo", &[], "")
+    ));
+    let mut s = TcpStream::connect(addr(&gw)).await.unwrap();
+    s.write_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 100000\r\n\r\n{")
+        .await
+        .unwrap();
+    let (mut rd, mut wr) = s.into_split();
+    // Ten bytes a second, until the server answers and closes.
+    let trickle = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        while wr.write_all(b" ").await.is_ok() {
+            tick.tick().await;
+        }
+    });
+    let mut buf = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(30), rd.read_to_end(&mut buf)).await;
+    trickle.abort();
+    assert!(read.is_ok(), "answered within the body timeout's half");
+    let answer = String::from_utf8_lossy(&buf);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("slower than 1024 bytes/s"), "{answer}");
 }
 
 /// Bodies that are not JSON, or not JSON-RPC, get JSON-RPC error objects with `id: null` in

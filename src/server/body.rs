@@ -13,6 +13,57 @@ use super::{http::Body, responses::json};
 /// The largest `initialize` request accepted (real clients send well under 4 KiB).
 const MAX_INITIALIZE_BYTES: usize = 16 * 1024;
 
+/// Slowest a body may arrive, in bytes per second, once [`MIN_RATE_GRACE`] has passed: a
+/// client trickling its body a byte at a time holds a connection for seconds, not for the
+/// whole `body_read_timeout_ms`. JSON-RPC bodies are small and sent at once; 1 KiB/s leaves a
+/// megabyte body a slow link.
+const MIN_BODY_RATE: u64 = 1024;
+const MIN_RATE_GRACE: Duration = Duration::from_secs(1);
+
+/// Why a body was not read.
+enum Unread {
+    TooLarge,
+    Broken(String),
+    /// Not complete within the body timeout.
+    Late,
+    /// Below [`MIN_BODY_RATE`].
+    Slow,
+}
+
+/// The whole body, read frame by frame: at most `max_body` bytes, within `timeout`, and never
+/// slower than [`MIN_BODY_RATE`] after the grace.
+async fn collect(mut body: Incoming, max_body: usize, timeout: Duration) -> Result<Bytes, Unread> {
+    use hyper::body::Body as _;
+    if body.size_hint().lower() > max_body as u64 {
+        return Err(Unread::TooLarge);
+    }
+    let start = tokio::time::Instant::now();
+    let deadline = start + timeout;
+    let mut got = bytes::BytesMut::new();
+    loop {
+        // The moment the bytes so far stop meeting the minimum rate.
+        let owed = Duration::from_secs_f64(got.len() as f64 / MIN_BODY_RATE as f64);
+        let too_slow = start + MIN_RATE_GRACE + owed;
+        let frame = match tokio::time::timeout_at(deadline.min(too_slow), body.frame()).await {
+            Ok(f) => f,
+            Err(_) if too_slow < deadline => return Err(Unread::Slow),
+            Err(_) => return Err(Unread::Late),
+        };
+        match frame {
+            None => return Ok(got.freeze()),
+            Some(Err(e)) => return Err(Unread::Broken(e.to_string())),
+            Some(Ok(f)) => {
+                if let Ok(data) = f.into_data() {
+                    if got.len().saturating_add(data.len()) > max_body {
+                        return Err(Unread::TooLarge);
+                    }
+                    got.extend_from_slice(&data);
+                }
+            }
+        }
+    }
+}
+
 /// A stateless-era POST without `Mcp-Method`. The spec requires the header on requests and
 /// leaves notifications open; some SDKs send notifications without it (e.g. the TS SDK's
 /// `notifications/cancelled` after closing a listen stream), which rmcp refuses.
@@ -43,29 +94,33 @@ pub(super) async fn read_body(
                 "error": {"code": -32600, "message": message}}),
         )
     };
-    let bytes = match tokio::time::timeout(
-        timeout,
-        http_body_util::Limited::new(body, max_body).collect(),
-    )
-    .await
-    {
-        Ok(Ok(b)) => b.to_bytes(),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+    let bytes = match collect(body, max_body, timeout).await {
+        Ok(b) => b,
+        Err(Unread::TooLarge) => {
             return Err(refuse(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!("request body larger than {max_body} bytes"),
             ));
         }
-        Ok(Err(e)) => {
+        Err(Unread::Broken(e)) => {
             return Err(refuse(
                 StatusCode::BAD_REQUEST,
                 format!("the request body could not be read: {e}"),
             ));
         }
-        Err(_) => {
+        Err(Unread::Late) => {
             return Err(refuse(
                 StatusCode::REQUEST_TIMEOUT,
                 format!("the request body did not arrive within {timeout:?}"),
+            ));
+        }
+        Err(Unread::Slow) => {
+            return Err(refuse(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the request body arrives slower than {MIN_BODY_RATE} bytes/s (after {}s)",
+                    MIN_RATE_GRACE.as_secs()
+                ),
             ));
         }
     };

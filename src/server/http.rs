@@ -192,7 +192,12 @@ impl Edge {
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
         let header_timeout = self.header_timeout;
+        // hyper's header timeout starts with a request's first byte: a connection that never
+        // sends one would stay open. It gets `header_timeout` for its first request.
+        let asked = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = asked.clone();
         let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+            seen.store(true, std::sync::atomic::Ordering::Relaxed);
             let edge = self.clone();
             let cert_names = cert_names.clone();
             async move { Ok::<_, Infallible>(edge.route(req, &cert_names).await) }
@@ -209,13 +214,30 @@ impl Edge {
             .keep_alive_timeout(header_timeout);
         let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
         tokio::pin!(conn);
-        tokio::select! {
-            r = conn.as_mut() => {
-                if let Err(e) = r {
-                    tracing::debug!("connection ended: {e}");
+        let first = tokio::time::sleep(header_timeout);
+        tokio::pin!(first);
+        let (mut waited, mut closing) = (false, false);
+        loop {
+            tokio::select! {
+                r = conn.as_mut() => {
+                    if let Err(e) = r {
+                        tracing::debug!("connection ended: {e}");
+                    }
+                    return;
+                }
+                _ = &mut first, if !waited => {
+                    waited = true;
+                    if !asked.load(std::sync::atomic::Ordering::Relaxed) && !closing {
+                        tracing::debug!("closing a connection that sent no request within {header_timeout:?}");
+                        closing = true;
+                        conn.as_mut().graceful_shutdown();
+                    }
+                }
+                _ = shutdown.cancelled(), if !closing => {
+                    closing = true;
+                    conn.as_mut().graceful_shutdown();
                 }
             }
-            _ = shutdown.cancelled() => conn.as_mut().graceful_shutdown(),
         }
     }
 
