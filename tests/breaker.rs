@@ -1,4 +1,4 @@
-//! The per-upstream circuit breaker through a real fedgate (the state machine itself, with
+//! The per-upstream and per-tool circuit breakers through a real fedgate (the state machine itself, with
 //! half-open probes and the ratio trigger, is tested on paused time in src/policy/breaker.rs).
 
 mod common;
@@ -12,11 +12,12 @@ async fn breaker_opens_on_failures_and_fails_fast() {
         stdio_upstream(
             "flaky",
             &[],
-            "breaker = { consecutive_failures = 2, cooldown_ms = 600000, count_is_error = true }"
+            "call_timeout_ms = 200\nbreaker = { consecutive_failures = 2, cooldown_ms = 600000, count_is_error = true }"
         ),
         stdio_upstream("steady", &[], "")
     ));
     let client = connect_legacy(&gw.url, TestClient::new()).await;
+    // A tool's own isError results (counted here) open that tool's breaker.
     for _ in 0..2 {
         let r = call(&client, "flaky__fail", serde_json::json!({}))
             .await
@@ -26,6 +27,17 @@ async fn breaker_opens_on_failures_and_fails_fast() {
             Some(true),
             "the isError result itself reaches the client"
         );
+    }
+    let err = call(&client, "flaky__fail", serde_json::json!({}))
+        .await
+        .refused();
+    assert!(err.contains("\"code\":\"breaker_open\""), "{err}");
+    // Timeouts say the upstream itself does not answer: its breaker opens, for every tool.
+    for _ in 0..2 {
+        let e = call(&client, "flaky__slow", serde_json::json!({"ms": 5000}))
+            .refused_now()
+            .await;
+        assert!(e.contains("timeout"), "{e}");
     }
     let err = call(&client, "flaky__echo", serde_json::json!({"text": "x"}))
         .await
@@ -49,7 +61,8 @@ async fn breaker_opens_on_failures_and_fails_fast() {
 /// tool's own `isError` leaves the breaker closed; server errors open it; the classes are
 /// configurable; `/readyz` says `degraded` while a breaker is open.
 #[tokio::test(flavor = "multi_thread")]
-async fn only_what_says_the_upstream_is_unhealthy_opens_the_breaker() {
+async fn only_what_says_the_upstream_is_unhealthy_opens_its_breaker_and_a_failing_tool_opens_its_own()
+ {
     let gw = Gateway::start(&format!(
         "[gateway]\n{}{}{}",
         stdio_upstream(
@@ -85,37 +98,57 @@ async fn only_what_says_the_upstream_is_unhealthy_opens_the_breaker() {
         "{ready}"
     );
     assert_eq!(ready["status"], "ready");
-    // By default one tool's internal errors do not lock the upstream: its other tools answer.
-    for _ in 0..5 {
-        call(&client, "w__error", serde_json::json!({}))
+    // A tool's internal errors open that tool's breaker, not the upstream's: its neighbours
+    // answer, the tool fails fast, and readiness and the metrics say which tool.
+    for _ in 0..2 {
+        let e = call(&client, "w__error", serde_json::json!({}))
             .refused_now()
             .await;
+        assert!(!e.contains("breaker_open"), "{e}");
     }
+    let blocked = call(&client, "w__error", serde_json::json!({}))
+        .refused_now()
+        .await;
+    assert!(
+        blocked.contains("\"code\":\"breaker_open\"")
+            && blocked.contains("tool `error` of upstream `w`"),
+        "{blocked}"
+    );
     let r = call(&client, "w__echo", serde_json::json!({"text": "still"}))
         .await
         .unwrap();
     assert_eq!(first_text(&r), "echo: still");
-    // Counted when `count` asks for `server_error`.
-    for _ in 0..2 {
-        call(&client, "u__error", serde_json::json!({}))
-            .refused_now()
-            .await;
-    }
-    let blocked = call(&client, "u__echo", serde_json::json!({"text": "x"}))
-        .refused_now()
-        .await;
-    assert!(blocked.contains("\"code\":\"breaker_open\""), "{blocked}");
     let (status, ready) = gw.readyz().await;
     assert_eq!(
         (status, &ready["status"]),
         (200, &serde_json::json!("degraded"))
     );
-    assert_eq!(ready["open_breakers"], serde_json::json!(["u"]), "{ready}");
-    // `v` counts only transport failures and timeouts.
+    assert_eq!(
+        ready["open_breakers"],
+        serde_json::json!(["w/error"]),
+        "{ready}"
+    );
+    assert_eq!(ready["upstreams"]["w"]["breaker"]["state"], "closed");
+    assert_eq!(
+        ready["upstreams"]["w"]["tool_breakers"]["error"]["state"], "open",
+        "{ready}"
+    );
+    let metrics = reqwest::get(format!("{}/metrics", gw.base))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"fedgate_tool_breaker_state{tool="error",upstream="w"} 2"#),
+        "{metrics}"
+    );
+    // `v` counts only transport failures and timeouts: its tool keeps being tried.
     for _ in 0..3 {
-        call(&client, "v__error", serde_json::json!({}))
+        let e = call(&client, "v__error", serde_json::json!({}))
             .refused_now()
             .await;
+        assert!(!e.contains("breaker_open"), "{e}");
     }
     let r = call(&client, "v__echo", serde_json::json!({"text": "ok"}))
         .await

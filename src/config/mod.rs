@@ -426,7 +426,7 @@ pub struct RawBreaker {
     /// Count `isError: true` tool results as failures (same as adding `is_error` to `count`).
     #[serde(default)]
     pub count_is_error: bool,
-    /// Outcomes that count as failures; default `["transport", "timeout"]`.
+    /// Outcomes that count as failures; default `["transport", "timeout", "server_error"]` (the first two count against the upstream, the others against the tool).
     pub count: Option<Vec<crate::policy::breaker::FailureClass>>,
 }
 

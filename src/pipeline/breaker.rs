@@ -1,19 +1,22 @@
-//! Breaker: the upstream's circuit breaker sees every attempt that reaches the transport;
-//! while open, calls fail fast with the time until the next probe.
+//! Breaker: the upstream's circuit breaker, and the called tool's, see every attempt that
+//! reaches the transport; while either is open, calls fail fast with the time until the next
+//! probe. A failure counts against the upstream when the transport failed or timed out, and
+//! against the tool when the upstream answered with an error (see `policy::breaker::Scope`).
 
 use rmcp::model::ServerResult;
 use tokio::time::Instant;
 
 use super::{
-    Call, CallFuture,
+    Call, CallFuture, Op,
     step::{CallService, Step, done},
 };
 use crate::{
     pipeline::CallError,
-    policy::breaker::{FailureClass, Outcome},
+    policy::breaker::{FailureClass, Outcome, Scope},
 };
 
-/// Breaker: fail fast while the upstream's breaker is open; record every outcome.
+/// Breaker: fail fast while the upstream's (or the tool's) breaker is open; record every
+/// outcome.
 #[derive(Debug, Clone)]
 pub struct Breaker;
 
@@ -22,26 +25,54 @@ impl Step for Breaker {
         let Some(up) = call.target.as_ref().and_then(|t| t.upstream()).cloned() else {
             return inner.call(call);
         };
-        if let Err(retry_in) = up.breaker.admit(Instant::now()) {
+        let now = Instant::now();
+        if let Err(retry_in) = up.breaker.admit(now) {
             return done(Err(CallError::BreakerOpen {
                 upstream: up.name().to_owned(),
+                tool: None,
+                retry_in,
+            }));
+        }
+        let tool = match &call.op {
+            Op::CallTool(p) => Some(p.name.to_string()),
+            _ => None,
+        };
+        if let Some(t) = &tool
+            && let Err(retry_in) = up.tool_breakers.admit(t, now)
+        {
+            // The upstream's probe slot (if it was half-open) is given back.
+            up.breaker.record(now, Outcome::Neutral);
+            return done(Err(CallError::BreakerOpen {
+                upstream: up.name().to_owned(),
+                tool: Some(t.clone()),
                 retry_in,
             }));
         }
         let fut = inner.call(call);
         Box::pin(async move {
             let result = fut.await;
-            let outcome = classify(&result, &up.breaker.config().count);
-            up.breaker.record(Instant::now(), outcome);
+            let cfg = up.breaker.config();
+            let now = Instant::now();
+            up.breaker
+                .record(now, classify(&result, &cfg.count, Scope::Upstream));
+            if let Some(t) = &tool {
+                let outcome = classify(&result, &cfg.count, Scope::Tool);
+                up.tool_breakers.record(cfg, t, now, outcome);
+            }
             result
         })
     }
 }
 
-/// A failure when its class is one the breaker counts (by default: transport failures,
-/// timeouts and server errors — what says the upstream is unhealthy); any other answer shows the
-/// upstream answering, which is a success; a client's cancellation says nothing either way.
-fn classify(result: &Result<ServerResult, CallError>, count: &[FailureClass]) -> Outcome {
+/// The outcome for the breaker of `scope`: a failure when its class is one `count` names and
+/// belongs to that scope; an answer shows the upstream (or the tool) working, which is a
+/// success; what says nothing about this scope (a client's cancellation; for a tool, its
+/// transport failing) is neutral.
+fn classify(
+    result: &Result<ServerResult, CallError>,
+    count: &[FailureClass],
+    scope: Scope,
+) -> Outcome {
     let class = match result {
         Ok(ServerResult::CallToolResult(r)) if r.is_error == Some(true) => FailureClass::IsError,
         Ok(_) => return Outcome::Success,
@@ -51,10 +82,11 @@ fn classify(result: &Result<ServerResult, CallError>, count: &[FailureClass]) ->
             None => return Outcome::Neutral,
         },
     };
-    if count.contains(&class) {
-        Outcome::Failure
-    } else {
-        Outcome::Success
+    match (class.scope(), scope) {
+        (s, want) if s == want && count.contains(&class) => Outcome::Failure,
+        // The transport failed: says nothing of the tool.
+        (Scope::Upstream, Scope::Tool) => Outcome::Neutral,
+        _ => Outcome::Success,
     }
 }
 

@@ -310,10 +310,11 @@ pub fn plan_for(e: &CallError, correlation_id: &str) -> Plan {
                 "retry_after_ms={ms}: wait that long, then call again"
             )))
         }
-        CallError::BreakerOpen { retry_in, .. } => {
+        CallError::BreakerOpen { retry_in, tool, .. } => {
             let ms = retry_in.as_millis() as u64;
             base(Status::Blocked).error(PlanError::new(code, msg.clone(), true).hint(format!(
-                "retry_after_ms={ms}: fedgate probes the upstream again at {}",
+                "retry_after_ms={ms}: fedgate probes the {} again at {}",
+                if tool.is_some() { "tool" } else { "upstream" },
                 rfc3339(crate::clock::now_ms().saturating_add(ms))
             )))
         }

@@ -1,6 +1,9 @@
-//! Circuit breakers (F8): one per upstream. Opens on N consecutive failures or a failure ratio
-//! over a window of recent calls; while open it fails fast with the time until the next probe;
-//! after the cool-down it lets a few probe calls through (half-open) and closes on success.
+//! Circuit breakers (F8): one per upstream, and one per tool that needs one (`tool_breakers`).
+//! Opens on N consecutive failures or a failure ratio over a window of recent calls; while open
+//! it fails fast with the time until the next probe; after the cool-down it lets a few probe
+//! calls through (half-open) and closes on success. What failed decides whose breaker counts
+//! it: the transport and timeouts count against the upstream, a server's error answers against
+//! the tool that gave them.
 
 use std::{collections::VecDeque, time::Duration};
 
@@ -38,12 +41,34 @@ pub enum FailureClass {
     IsError,
 }
 
-/// What counts by default: what says the server is unhealthy.
-/// What counts unless `count` says otherwise: the transport and timeouts. A server's JSON-RPC
-/// internal error comes from one tool of a server that answers; counting it would lock every
-/// tool of the upstream for every client (`server_error` opts in).
-pub const DEFAULT_FAILURE_CLASSES: [FailureClass; 2] =
-    [FailureClass::Transport, FailureClass::Timeout];
+/// What counts unless `count` says otherwise: the transport and timeouts (against the
+/// upstream), and a server's internal errors (against the tool that gave them, so one broken
+/// tool does not lock its neighbours for every client).
+pub const DEFAULT_FAILURE_CLASSES: [FailureClass; 3] = [
+    FailureClass::Transport,
+    FailureClass::Timeout,
+    FailureClass::ServerError,
+];
+
+/// Whose breaker a failure class counts against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// The connection itself failed: every tool of the upstream would.
+    Upstream,
+    /// The upstream answered: this tool is at fault.
+    Tool,
+}
+
+impl FailureClass {
+    pub fn scope(self) -> Scope {
+        match self {
+            FailureClass::Transport | FailureClass::Timeout => Scope::Upstream,
+            FailureClass::ServerError | FailureClass::ClientError | FailureClass::IsError => {
+                Scope::Tool
+            }
+        }
+    }
+}
 
 /// How a call through the breaker ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

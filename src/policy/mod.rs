@@ -10,4 +10,5 @@ pub mod pinning;
 pub mod rate_limit;
 pub mod retry;
 pub mod token;
+pub mod tool_breakers;
 pub mod trust;

@@ -187,6 +187,7 @@ impl Admin {
                 {
                     Some(u) => {
                         u.breaker.reset();
+                        u.tool_breakers.reset();
                         tracing::info!(upstream = %name, "breaker reset by the admin API");
                         json(
                             StatusCode::OK,

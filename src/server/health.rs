@@ -47,12 +47,19 @@ pub(super) fn readyz(pool: &Pool, redacted: bool) -> Response<Body> {
         .collect();
     let catalog = pool.catalog();
     let ready = pool.ready();
-    // Serving, but some upstream fails fast behind its open breaker.
-    let open_breakers: Vec<&String> = upstreams
-        .iter()
-        .filter(|(_, s)| s["breaker"]["state"] == "open")
-        .map(|(name, _)| name)
-        .collect();
+    // Serving, but some upstream (or one of its tools, `upstream/tool`) fails fast behind its
+    // open breaker.
+    let mut open_breakers: Vec<String> = Vec::new();
+    for (name, s) in &upstreams {
+        if s["breaker"]["state"] == "open" {
+            open_breakers.push(name.clone());
+        }
+        for (tool, b) in s["tool_breakers"].as_object().into_iter().flatten() {
+            if b["state"] == "open" {
+                open_breakers.push(format!("{name}/{tool}"));
+            }
+        }
+    }
     let status = match (ready, open_breakers.is_empty()) {
         (false, _) => "not_ready",
         (true, true) => "ready",

@@ -22,6 +22,7 @@ pub struct Metrics {
     pub upstream_up: IntGaugeVec,
     pub upstream_restarts: IntCounterVec,
     pub breaker_state: IntGaugeVec,
+    pub tool_breaker_state: IntGaugeVec,
     pub rate_limited: IntCounterVec,
     pub sessions_active: IntGauge,
     pub list_cache_refresh: IntCounterVec,
@@ -81,6 +82,13 @@ impl Metrics {
             ),
             &["upstream"],
         )?;
+        let tool_breaker_state = IntGaugeVec::new(
+            Opts::new(
+                "fedgate_tool_breaker_state",
+                "Circuit breaker of one tool (for tools that have had failures): 0 closed, 1 half-open, 2 open",
+            ),
+            &["upstream", "tool"],
+        )?;
         let rate_limited = IntCounterVec::new(
             Opts::new(
                 "fedgate_rate_limited_total",
@@ -105,6 +113,7 @@ impl Metrics {
         registry.register(Box::new(upstream_up.clone()))?;
         registry.register(Box::new(upstream_restarts.clone()))?;
         registry.register(Box::new(breaker_state.clone()))?;
+        registry.register(Box::new(tool_breaker_state.clone()))?;
         registry.register(Box::new(rate_limited.clone()))?;
         registry.register(Box::new(sessions_active.clone()))?;
         registry.register(Box::new(list_cache_refresh.clone()))?;
@@ -194,6 +203,7 @@ impl Metrics {
             upstream_up,
             upstream_restarts,
             breaker_state,
+            tool_breaker_state,
             rate_limited,
             sessions_active,
             list_cache_refresh,

@@ -25,7 +25,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     config::UpstreamSpec,
-    policy::breaker::{Breaker, BreakerStatus},
+    policy::{
+        breaker::{Breaker, BreakerStatus},
+        tool_breakers::ToolBreakers,
+    },
     router::catalog::Lists,
 };
 pub use events::{Changed, Downstreams, NoDownstreams};
@@ -67,6 +70,9 @@ pub struct Status {
     pub next_attempt_at: Option<String>,
     pub tools: usize,
     pub breaker: Option<BreakerStatus>,
+    /// Tools whose own breaker is not closed.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub tool_breakers: std::collections::BTreeMap<String, BreakerStatus>,
 }
 
 /// The merged lists of the ready upstreams; routes lead to the upstream itself.
@@ -115,6 +121,8 @@ pub struct Upstream {
     conn: ArcSwapOption<Connection>,
     lists: ArcSwap<Lists>,
     pub breaker: Breaker,
+    /// Breakers of single tools whose answers keep failing.
+    pub tool_breakers: ToolBreakers,
     /// Resource URIs downstream clients subscribed to, for a stateless-era upstream (which
     /// has no `resources/subscribe`: its `subscriptions/listen` filter carries them).
     pub watched: tokio::sync::watch::Sender<std::collections::BTreeSet<String>>,
@@ -139,10 +147,12 @@ impl Upstream {
                 next_attempt_at: None,
                 tools: 0,
                 breaker: None,
+                tool_breakers: Default::default(),
             }),
             conn: ArcSwapOption::empty(),
             lists: ArcSwap::from_pointee(Lists::default()),
             breaker,
+            tool_breakers: ToolBreakers::default(),
             watched: tokio::sync::watch::Sender::new(Default::default()),
         }
     }
@@ -176,7 +186,9 @@ impl Upstream {
 
     pub fn status(&self) -> Status {
         let mut s = self.status.read().clone();
-        s.breaker = Some(self.breaker.status(tokio::time::Instant::now()));
+        let now = tokio::time::Instant::now();
+        s.breaker = Some(self.breaker.status(now));
+        s.tool_breakers = self.tool_breakers.tripped(now);
         s
     }
 

@@ -186,7 +186,7 @@ impl Pool {
                 .upstream_up
                 .with_label_values(&[u.name()])
                 .set(up);
-            let state = match u.breaker.status(now).state {
+            let gauge = |s: &str| match s {
                 "open" => 2,
                 "half_open" => 1,
                 _ => 0,
@@ -194,7 +194,13 @@ impl Pool {
             self.metrics
                 .breaker_state
                 .with_label_values(&[u.name()])
-                .set(state);
+                .set(gauge(u.breaker.status(now).state));
+            for (tool, s) in u.tool_breakers.states(now) {
+                self.metrics
+                    .tool_breaker_state
+                    .with_label_values(&[u.name(), tool.as_str()])
+                    .set(gauge(s.state));
+            }
         }
     }
 

@@ -88,9 +88,11 @@ pub enum CallError {
     /// error), the audit log sees the real reason.
     #[error("{shown}")]
     NotAuthorized { shown: Box<CallError> },
-    #[error("upstream `{upstream}` is failing and its circuit breaker is open; next attempt in {} ms", retry_in.as_millis())]
+    #[error("{}; next attempt in {} ms", match tool { Some(t) => format!("tool `{t}` of upstream `{upstream}` keeps failing and its circuit breaker is open (the upstream's other tools answer)"), None => format!("upstream `{upstream}` is failing and its circuit breaker is open") }, retry_in.as_millis())]
     BreakerOpen {
         upstream: String,
+        /// The tool's own breaker, when it was that one.
+        tool: Option<String>,
         retry_in: Duration,
     },
     #[error("rate limited by {rule}; retry in {} ms", retry_after.as_millis())]
@@ -406,11 +408,16 @@ impl CallError {
                     "max": max,
                 })),
             ),
-            CallError::BreakerOpen { upstream, retry_in } => McpError::internal_error(
+            CallError::BreakerOpen {
+                upstream,
+                tool,
+                retry_in,
+            } => McpError::internal_error(
                 msg,
                 Some(json!({
                     "reason": "breaker_open",
                     "upstream": upstream,
+                    "tool": tool,
                     "retry_after_ms": retry_in.as_millis() as u64,
                 })),
             ),

@@ -76,6 +76,7 @@ fn clients_get_plain_messages_for_every_error_kind() {
         },
         CallError::BreakerOpen {
             upstream: up(),
+            tool: None,
             retry_in: Duration::from_secs(3),
         },
         CallError::RateLimited {
