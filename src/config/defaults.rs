@@ -56,6 +56,8 @@ pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:8939";
 pub const DEFAULT_PLAN_TTL_MS: u64 = 900_000;
 /// Most plans waiting for approval at once.
 pub const DEFAULT_MAX_PENDING_PLANS: usize = 1_000;
+/// How often a handshake-era http/sse/peer upstream is pinged to see that it still answers.
+pub const DEFAULT_HEALTH_INTERVAL_MS: u64 = 10_000;
 /// How long a client may take to send request headers (and an idle connection stays open).
 pub const DEFAULT_HEADER_READ_TIMEOUT_MS: u64 = 30_000;
 /// How long a client may take to send a request body.

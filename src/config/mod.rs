@@ -360,6 +360,9 @@ pub struct RawUpstream {
     pub startup_timeout_ms: Option<u64>,
     /// Milliseconds a forwarded request may take.
     pub call_timeout_ms: Option<u64>,
+    /// How often a handshake-era http/sse/peer upstream is pinged, in milliseconds (0: never);
+    /// two unanswered pings in a row report it down.
+    pub health_interval_ms: Option<u64>,
     /// Restart policy for crashed processes.
     pub restart: Option<RawRestart>,
     /// Trust tier (a file in the tiers folder); none = the built-in unrestricted `default`.

@@ -232,6 +232,8 @@ pub struct UpstreamSpec {
     pub descriptions: BTreeMap<String, String>,
     pub startup_timeout: Duration,
     pub call_timeout: Duration,
+    /// How often a handshake-era remote upstream is pinged (`None`: never).
+    pub health_interval: Option<Duration>,
     pub restart: RestartPolicy,
     pub tier: Arc<Tier>,
     pub writable: BTreeSet<String>,

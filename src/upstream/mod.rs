@@ -3,9 +3,11 @@
 pub mod client;
 mod connect;
 mod events;
+mod health_probe;
 pub mod inflight;
 mod launch;
 mod line_scan;
+mod listen;
 pub mod pool;
 pub mod reload;
 pub mod spawn;

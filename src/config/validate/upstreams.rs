@@ -392,6 +392,10 @@ pub(super) fn validate_upstream(
         descriptions: u.descriptions.clone(),
         startup_timeout: Duration::from_millis(startup_ms),
         call_timeout: Duration::from_millis(call_ms),
+        health_interval: match u.health_interval_ms.unwrap_or(DEFAULT_HEALTH_INTERVAL_MS) {
+            0 => None,
+            ms => Some(Duration::from_millis(ms)),
+        },
         restart: RestartPolicy {
             max_restarts: restart.max_restarts.unwrap_or(DEFAULT_MAX_RESTARTS),
             base: Duration::from_millis(base_ms),
