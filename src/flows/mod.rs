@@ -4,6 +4,7 @@
 //! run log, so a run survives the gateway: on start, unfinished runs are resumed.
 
 mod approval;
+mod controls;
 pub mod driver;
 pub mod events;
 mod leases;
@@ -495,42 +496,6 @@ impl Engine {
         .map_err(|e| e.to_string())?
     }
 
-    /// Cancels a run this process drives; false when it drives no such run.
-    pub fn cancel(&self, run_id: &str) -> bool {
-        match self.live.get(run_id) {
-            Some(live) => {
-                live.ct.cancel();
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Cancels a run wherever it is: its scheduler stops it, or — a run nothing drives (its
-    /// flow no longer loads, say) — its cancellation is recorded here. A finished run stays.
-    pub async fn cancel_run(&self, run_id: &str) -> Result<(), String> {
-        if self.cancel(run_id) {
-            return Ok(());
-        }
-        let (_, events) = self.load(run_id).await?;
-        let state = RunState::fold(&events);
-        if state.finished.is_some() {
-            return Ok(());
-        }
-        let mut batch = vec![events::Event::CancelRequested];
-        for (node, n) in &state.nodes {
-            if !n.status.is_final() {
-                batch.push(events::Event::NodeCancelled { node: node.clone() });
-            }
-        }
-        batch.push(events::Event::RunFinished {
-            status: events::RunStatus::Cancelled,
-            outputs: None,
-            error: None,
-        });
-        self.append(run_id, batch).await
-    }
-
     /// Appends events to a run nothing drives (a cancellation, a rerun), stamped now.
     pub(crate) async fn append(
         &self,
@@ -566,34 +531,6 @@ impl Engine {
             kind,
             access: Arc::new(self.auth.load().roles.access(&c.roles)),
         }
-    }
-
-    /// Decides a BLOCKED node of a run this process drives: run it again, or skip it.
-    pub async fn decide(&self, run_id: &str, node: &str, rerun: bool) -> Result<(), String> {
-        let (_, events) = self.load(run_id).await?;
-        if RunState::fold(&events).node(node) != events::NodeStatus::Blocked {
-            return Err(format!(
-                "node `{}` of run {run_id} is not waiting for a decision",
-                crate::names::shown(node)
-            ));
-        }
-        let decision = if rerun {
-            events::Event::NodeReady {
-                node: node.to_owned(),
-            }
-        } else {
-            events::Event::NodeSkipped {
-                node: node.to_owned(),
-                reason: "skipped by decision".into(),
-            }
-        };
-        let live = self
-            .live
-            .get(run_id)
-            .ok_or_else(|| format!("run {run_id} is not driven by this gateway"))?;
-        live.mail
-            .send(driver::Msg::Decided(vec![decision]))
-            .map_err(|_| format!("run {run_id} ended"))
     }
 
     /// Stops driving runs (at shutdown); they stay unfinished in the log, to resume.

@@ -7,6 +7,7 @@ mod limits;
 mod telemetry;
 #[cfg(test)]
 mod tests;
+mod upstream_tls;
 mod upstreams;
 
 use std::{
