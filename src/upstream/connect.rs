@@ -20,8 +20,8 @@ use super::{
 };
 use crate::{
     config::{Era, TransportSpec, UpstreamSpec},
-    policy::token::{InjectingClient, Placement},
-    upstream::traced::Traced,
+    policy::token::Placement,
+    upstream::http_client::{Injection, UpstreamHttpClient},
 };
 
 /// A connected upstream: the rmcp service and, for stdio, the process behind it.
@@ -118,27 +118,18 @@ pub async fn connect_http(
             .max_sse_event_size(limit);
     }
     let table = client.inflight.clone();
-    match &spec.credential {
-        Some(inj) => {
-            let injecting = InjectingClient {
-                inner: http_client(spec)?,
-                credential: inj.credential.clone(),
-                placement: inj.placement.clone(),
-            };
-            let transport = Tap::new(
-                StreamableHttpClientTransport::with_client(Traced(injecting), config),
-                table,
-            );
-            handshake(spec, client, transport).await
-        }
-        None => {
-            let transport = Tap::new(
-                StreamableHttpClientTransport::with_client(Traced(http_client(spec)?), config),
-                table,
-            );
-            handshake(spec, client, transport).await
-        }
-    }
+    let http = UpstreamHttpClient {
+        inner: http_client(spec)?,
+        injection: spec.credential.as_ref().map(|inj| Injection {
+            credential: inj.credential.clone(),
+            placement: inj.placement.clone(),
+        }),
+    };
+    let transport = Tap::new(
+        StreamableHttpClientTransport::with_client(http, config),
+        table,
+    );
+    handshake(spec, client, transport).await
 }
 
 /// The most an upstream message may hold before the transport drops it, so a tier's response

@@ -4,6 +4,7 @@ pub mod client;
 mod connect;
 mod events;
 mod health_probe;
+pub mod http_client;
 pub mod inflight;
 mod launch;
 mod line_scan;
@@ -15,7 +16,6 @@ mod sse;
 mod stdout_watch;
 mod supervisor;
 pub mod tap;
-pub mod traced;
 
 use std::sync::Arc;
 
