@@ -33,10 +33,6 @@ enum Unread {
 /// The whole body, read frame by frame: at most `max_body` bytes, within `timeout`, and never
 /// slower than [`MIN_BODY_RATE`] after the grace.
 async fn collect(mut body: Incoming, max_body: usize, timeout: Duration) -> Result<Bytes, Unread> {
-    use hyper::body::Body as _;
-    if body.size_hint().lower() > max_body as u64 {
-        return Err(Unread::TooLarge);
-    }
     let start = tokio::time::Instant::now();
     let deadline = start + timeout;
     let mut got = bytes::BytesMut::new();
