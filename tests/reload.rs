@@ -120,6 +120,18 @@ async fn reload_by_signal_and_admin_api_keeps_the_session() {
     write_note(&client).await.expect("high tier allows writes");
     let a_pid = pid_of(&client, "a__pid").await;
     let c_pid = pid_of(&client, "c__pid").await;
+    // One internal error gives `c__error` a breaker of its own (and a gauge).
+    let _ = call(&client, "c__error", serde_json::json!({})).await;
+    let metrics = reqwest::get(format!("{}/metrics", gw.base))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains(r#"fedgate_tool_breaker_state{tool="error",upstream="c"} 0"#),
+        "{metrics}"
+    );
 
     // SIGHUP: `a` moves to the low tier (no declared writes), `b` is added, `c` removed.
     let v2 = config(
@@ -244,7 +256,8 @@ async fn reload_by_signal_and_admin_api_keeps_the_session() {
         "{text}"
     );
     assert!(
-        !text.contains("fedgate_upstream_up{upstream=\"c\"}"),
+        !text.contains("fedgate_upstream_up{upstream=\"c\"}")
+            && !text.contains("fedgate_tool_breaker_state{tool=\"error\",upstream=\"c\"}"),
         "a removed upstream's gauges go away"
     );
     let log = gw.stderr();

@@ -230,9 +230,14 @@ impl Metrics {
 
     /// Drops the per-upstream gauges of an upstream a reload removed (counters stay: they are
     /// history).
-    pub fn forget_upstream(&self, upstream: &str) {
+    pub fn forget_upstream(&self, upstream: &str, breaker_tools: &[String]) {
         let _ = self.upstream_up.remove_label_values(&[upstream]);
         let _ = self.breaker_state.remove_label_values(&[upstream]);
+        for tool in breaker_tools {
+            let _ = self
+                .tool_breaker_state
+                .remove_label_values(&[upstream, tool.as_str()]);
+        }
     }
 
     /// Records the result of a reload.

@@ -89,7 +89,13 @@ impl Pool {
         for cur in old.iter() {
             if !snapshot.upstreams.iter().any(|s| s.name == cur.name()) {
                 applied.removed.push(cur.name().to_owned());
-                self.metrics().forget_upstream(cur.name());
+                let tools: Vec<String> = cur
+                    .tool_breakers
+                    .states(tokio::time::Instant::now())
+                    .into_iter()
+                    .map(|(tool, _)| tool)
+                    .collect();
+                self.metrics().forget_upstream(cur.name(), &tools);
                 stopping.push(cur.clone());
             }
         }
