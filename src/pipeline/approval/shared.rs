@@ -1,6 +1,6 @@
 //! Approvals across replicas (`[cluster] redis`): every decision on a plan runs on this
 //! replica's `Plans` between an import of the shared copy and an atomic write-back (see
-//! `cluster::plans`). A lost race answers with the state the other replica left. While Redis
+//! `approval::shared`). A lost race answers with the state the other replica left. While Redis
 //! does not answer: this replica's plans alone (`fail = "local"`), or a refusal (`closed`).
 
 use crate::{
