@@ -441,6 +441,24 @@ mod tests {
     use super::*;
     use crate::flows::events::{NodeStatus, Output, RunState, RunStatus};
 
+    /// A run record of flow `f` by a local operator.
+    fn run_record(run_id: &str, created_ms: i64) -> RunRecord {
+        RunRecord {
+            run_id: run_id.into(),
+            flow: "f".into(),
+            digest: "d".into(),
+            inputs: serde_json::json!({}),
+            caller: Caller {
+                kind: "local".into(),
+                name: "op".into(),
+                roles: vec![],
+                unrestricted: true,
+            },
+            created_ms,
+            replay_of: None,
+        }
+    }
+
     #[test]
     fn a_corrupt_run_log_is_refused_naming_the_file_and_a_second_opener_drives_nothing() {
         let dir = tempfile::tempdir().unwrap();
@@ -465,20 +483,7 @@ mod tests {
             why.0.contains(&format!("pid {}", std::process::id())),
             "{why:?}"
         );
-        let record = RunRecord {
-            run_id: "r".into(),
-            flow: "f".into(),
-            digest: "d".into(),
-            inputs: serde_json::json!({}),
-            caller: Caller {
-                kind: "local".into(),
-                name: "op".into(),
-                roles: vec![],
-                unrestricted: true,
-            },
-            created_ms: 1,
-            replay_of: None,
-        };
+        let record = run_record("r", 1);
         assert!(second.create(&record).is_err());
         first.create(&record).unwrap();
         assert!(second.append("r", 2, &[Event::RunReopened]).is_err());
@@ -495,23 +500,8 @@ mod tests {
     fn a_listing_returns_at_most_the_cap_however_many_are_asked_for() {
         let dir = tempfile::tempdir().unwrap();
         let log = SqliteLog::open(&dir.path().join("runs.db")).unwrap();
-        let caller = Caller {
-            kind: "local".into(),
-            name: "op".into(),
-            roles: vec![],
-            unrestricted: true,
-        };
         for i in 0..=MAX_RUNS_LISTED {
-            log.create(&RunRecord {
-                run_id: format!("r{i}"),
-                flow: "f".into(),
-                digest: "d".into(),
-                inputs: serde_json::json!({}),
-                caller: caller.clone(),
-                created_ms: i as i64,
-                replay_of: None,
-            })
-            .unwrap();
+            log.create(&run_record(&format!("r{i}"), i as i64)).unwrap();
         }
         for asked in [usize::MAX, 1 << 63, 1_000_000] {
             assert_eq!(log.runs(asked).unwrap().len(), MAX_RUNS_LISTED);

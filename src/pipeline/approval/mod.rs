@@ -208,6 +208,14 @@ pub fn plan_caller(identity: &Identity, claim: Option<&str>) -> String {
     }
 }
 
+/// Whom a plan of this call belongs to (see [`plan_caller`]).
+fn caller_of(call: &Call) -> String {
+    plan_caller(
+        &call.identity,
+        crate::hops::caller_claim(&call.meta).as_deref(),
+    )
+}
+
 /// The `plan_id` argument of a `fedgate__approve` call ("" when missing: an unknown plan).
 fn plan_id_arg(call: &Call) -> String {
     match &call.op {
@@ -313,10 +321,7 @@ impl Approvals {
         let plan = self
             .plans
             .create(NewPlan {
-                caller: plan_caller(
-                    &call.identity,
-                    crate::hops::caller_claim(&call.meta).as_deref(),
-                ),
+                caller: caller_of(call),
                 upstream: up.name().to_owned(),
                 tool: tool.clone(),
                 upstream_tool: p.name.to_string(),
@@ -344,10 +349,7 @@ impl Approvals {
     /// The caller's human answered the approval question of plan `id`: the frozen call, ready
     /// to run, or the denial.
     fn answered(&self, call: Call, id: &str, approved: bool) -> Result<Run, CallError> {
-        let me = plan_caller(
-            &call.identity,
-            crate::hops::caller_claim(&call.meta).as_deref(),
-        );
+        let me = caller_of(&call);
         if !approved {
             let plan = self.plans.cancel(id, &me).map_err(CallError::Plan)?;
             self.count("denied");
@@ -371,10 +373,7 @@ impl Approvals {
         };
         let id = plan_id_arg(&call);
         let decision = decision_arg(&call);
-        let me = plan_caller(
-            &call.identity,
-            crate::hops::caller_claim(&call.meta).as_deref(),
-        );
+        let me = caller_of(&call);
         // The approved call asked for input (stateless era): this retry continues it.
         if p.request_state.is_some() || p.input_responses.is_some() {
             let round = (p.request_state.clone(), p.input_responses.clone());
