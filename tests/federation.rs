@@ -520,6 +520,132 @@ async fn a_federated_flow_called_as_a_task_survives_a_restart_of_b() {
     );
 }
 
+/// B is killed under A and started again: A's `/readyz`, `fedgate_upstream_up`,
+/// `/admin/upstreams` and the console (in a real Chromium) say B is down while it is, its tools
+/// leave A's list and calls are refused at once by name; once B is back, all four say so again
+/// and calls go through, with no restart of A.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_peer_is_down_everywhere_on_a_and_comes_back_by_itself() {
+    let mut f = start_with(
+        "",
+        "\n[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"file:DIR/admin-b.token\"\n",
+        &[],
+    );
+    let admin = f.a.admin.clone().expect("A's admin");
+    let client = connect_legacy(&f.a.url, TestClient::new()).await;
+    let sum = call(&client, "b__demo__add", json!({"a": 2, "b": 2}))
+        .await
+        .expect("through B");
+    assert_eq!(sum.structured_content, Some(json!({"sum": 4.0})), "{sum:?}");
+    let browser = common::browser::Browser::start().await;
+    browser.goto(&format!("{admin}/console")).await;
+    browser.type_into("#token", ADMIN_TOKEN).await;
+    browser.click("#login-submit").await;
+    let row = |state: &str| {
+        format!(
+            "document.querySelector('#upstream-rows tr[data-upstream=b][data-state={state}]') !== null"
+        )
+    };
+    browser.until("B ready in the console", &row("ready")).await;
+
+    // Where A says what B is: readyz, the admin API, the metric.
+    let said = |a: &Gateway| {
+        let (base, admin) = (a.base.clone(), admin.clone());
+        async move {
+            let ready: Value = reqwest::get(format!("{base}/readyz"))
+                .await
+                .expect("readyz")
+                .json()
+                .await
+                .expect("json");
+            let ups: Value = reqwest::Client::new()
+                .get(format!("{admin}/admin/upstreams"))
+                .bearer_auth(ADMIN_TOKEN)
+                .send()
+                .await
+                .expect("admin")
+                .json()
+                .await
+                .expect("json");
+            let metrics = reqwest::get(format!("{base}/metrics"))
+                .await
+                .expect("metrics")
+                .text()
+                .await
+                .expect("text");
+            let up = metrics
+                .lines()
+                .find(|l| l.starts_with(r#"fedgate_upstream_up{upstream="b"}"#))
+                .map(|l| l.ends_with(" 1"));
+            (ready["upstreams"]["b"].clone(), ups["b"].clone(), up)
+        }
+    };
+    let (ready, listed, up) = said(&f.a).await;
+    assert_eq!(
+        (ready["phase"].clone(), listed["phase"].clone(), up),
+        (json!("ready"), json!("ready"), Some(true))
+    );
+
+    f.b.child.kill().expect("kill B");
+    f.b.child.wait().expect("reaped");
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    let (ready, listed, up) = loop {
+        let (ready, listed, up) = said(&f.a).await;
+        if ready["phase"] != "ready" && listed["phase"] != "ready" && up == Some(false) {
+            break (ready, listed, up);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "A still says B is up 30 s after B died: {ready} {listed} {up:?}\n{}",
+            f.a.stderr()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let why = ready["last_error"].as_str().unwrap_or_default();
+    assert!(
+        !why.is_empty() && !why.contains("::"),
+        "a reason in plain words: {ready}"
+    );
+    assert_eq!(listed["last_error"], ready["last_error"], "{listed}");
+    assert_eq!(up, Some(false));
+    browser
+        .until(
+            "B down in the console",
+            "document.querySelector('#upstream-rows tr[data-upstream=b]:not([data-state=ready])') !== null",
+        )
+        .await;
+    let refused = call(&client, "b__demo__add", json!({"a": 1, "b": 1}))
+        .await
+        .refused();
+    assert!(refused.contains("upstream `b` is unavailable"), "{refused}");
+    let tools = client.peer().list_all_tools().await.expect("list");
+    assert!(
+        !tools.iter().any(|t| t.name.starts_with("b__")),
+        "B's tools left A's list"
+    );
+
+    // B again, on its address: A reconnects by itself.
+    f.b = Gateway::start_file_at(
+        &f.dir.path().join("b.toml"),
+        tempfile::tempdir().expect("tempdir"),
+        &f.b_listen,
+    );
+    let sum = until_answered(&client, "b__demo__add", json!({"a": 3, "b": 4}), |t| {
+        t.contains("\"sum\"")
+    })
+    .await;
+    assert_eq!(sum.structured_content, Some(json!({"sum": 7.0})), "{sum:?}");
+    let (ready, listed, up) = said(&f.a).await;
+    assert_eq!(
+        (ready["phase"].clone(), listed["phase"].clone(), up),
+        (json!("ready"), json!("ready"), Some(true))
+    );
+    browser
+        .until("B ready again in the console", &row("ready"))
+        .await;
+    client.cancel().await.expect("close");
+}
+
 /// `examples/federation/run.sh` as a reader runs it: certificates, three gateways on the
 /// example's ports, and team B's flow called through A.
 #[tokio::test(flavor = "multi_thread")]

@@ -1394,3 +1394,79 @@ async fn progress_per_node_and_a_cancelled_call_cancels_its_run() {
         "{after}"
     );
 }
+
+/// `fedgate serve` on the flows config in `dir`: it must refuse to start; what it said.
+fn refused_start(dir: &Path) -> String {
+    let out = Command::new(FEDGATE)
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(dir.join("gateway.toml"))
+        .output()
+        .expect("fedgate serve");
+    assert!(!out.status.success(), "it started on a broken run log");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn a_run_log_that_is_corrupt_read_only_or_locked_is_refused_by_name_and_left_as_it_was() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(
+        dir.path(),
+        &stdio_upstream("demo", &[], ""),
+        &[("held.toml", HELD)],
+    );
+    let db = dir.path().join("runs.db");
+
+    // Corrupt: not a database.
+    let garbage: Vec<u8> = (0..8192u32).map(|i| (i * 7919 % 251) as u8).collect();
+    std::fs::write(&db, &garbage).expect("garbage");
+    let said = refused_start(dir.path());
+    assert!(
+        said.contains("runs.db") && said.contains("not a database"),
+        "{said}"
+    );
+    assert_eq!(std::fs::read(&db).expect("db"), garbage, "nothing written");
+
+    // A valid SQLite file, made read-only (fedgate refuses it even as root).
+    std::fs::remove_file(&db).expect("rm");
+    let made = Command::new("python3")
+        .args(["-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('create table other(x)'); c.commit()"])
+        .arg(&db)
+        .status()
+        .expect("python3");
+    assert!(made.success());
+    let before = std::fs::read(&db).expect("db");
+    let mut perms = std::fs::metadata(&db).expect("meta").permissions();
+    perms.set_readonly(true);
+    std::fs::set_permissions(&db, perms.clone()).expect("chmod");
+    let said = refused_start(dir.path());
+    assert!(said.contains("runs.db is read-only"), "{said}");
+    assert_eq!(std::fs::read(&db).expect("db"), before, "nothing written");
+    #[allow(clippy::permissions_set_readonly_false)]
+    perms.set_readonly(false);
+    std::fs::set_permissions(&db, perms).expect("chmod");
+
+    // Locked by another program's exclusive transaction: refused once SQLite's busy wait
+    // ends, by name.
+    let mut holder = std::process::Command::new("python3")
+        .args(["-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1], isolation_level=None); c.execute('begin exclusive'); print('locked', flush=True); sys.stdin.read()"])
+        .arg(&db)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.take().expect("stdout")),
+        &mut line,
+    )
+    .expect("ready line");
+    assert_eq!(line.trim(), "locked");
+    let said = refused_start(dir.path());
+    drop(holder.stdin.take());
+    holder.wait().expect("holder ends");
+    assert!(
+        said.contains("runs.db") && said.contains("locked"),
+        "{said}"
+    );
+    assert_eq!(std::fs::read(&db).expect("db"), before, "nothing written");
+}

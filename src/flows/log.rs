@@ -203,6 +203,14 @@ impl SqliteLog {
             std::fs::create_dir_all(dir)
                 .map_err(|e| LogError(format!("{}: {e}", dir.display())))?;
         }
+        // Root may write a file whatever its mode; a log an operator made read-only is not one
+        // this gateway should append to.
+        if drive && std::fs::metadata(path).is_ok_and(|m| m.permissions().readonly()) {
+            return Err(LogError(format!(
+                "{} is read-only: the process that drives flow runs appends their events to it — make it writable, or give this process its own `[flows] db`",
+                path.display()
+            )));
+        }
         let driver = match drive {
             true => super::log_lock::take(path)?,
             false => super::log_lock::Driver::Reader,

@@ -3,7 +3,10 @@
 //! upstream's capabilities and the clients' resource subscriptions call for. A stream that
 //! cannot be reopened because nobody answers reports the connection broken.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{Arc, atomic::Ordering},
+    time::Duration,
+};
 
 use rmcp::{
     RoleClient,
@@ -12,7 +15,7 @@ use rmcp::{
 };
 use tokio::sync::mpsc;
 
-use super::{Upstream, client::UpstreamEvent};
+use super::{Upstream, client::UpstreamEvent, supervisor::STABLE_AFTER};
 
 /// Pauses before listening again after an upstream's subscription stream ended.
 const LISTEN_RETRY_START: Duration = Duration::from_millis(500);
@@ -58,6 +61,7 @@ pub(super) async fn listen_for_changes(
         }
         let why = match peer.listen(filter).await {
             Ok(mut sub) => {
+                let opened = tokio::time::Instant::now();
                 pause = LISTEN_RETRY_START;
                 if reopened {
                     // A list that changed while no stream was open sent its notification to
@@ -65,7 +69,11 @@ pub(super) async fn listen_for_changes(
                     catch_up(&base, &events);
                 }
                 reopened = true;
-                match relay_subscription(&mut sub, &mut watched, &events).await {
+                let ended = relay_subscription(&mut sub, &mut watched, &events).await;
+                if opened.elapsed() >= STABLE_AFTER {
+                    up.listen_failing.store(false, Ordering::Relaxed);
+                }
+                match ended {
                     Some(why) => why,
                     // The URIs changed: open the stream anew at once.
                     None => continue,
@@ -89,7 +97,13 @@ pub(super) async fn listen_for_changes(
         }
         // Notifications would be lost until the upstream reconnects: listen again, with
         // backoff, as long as the connection lives (this task ends with it).
-        tracing::warn!(upstream = %up.name(), "{why}; listening again in {pause:?}");
+        // Once per episode (until a stream stays open for STABLE_AFTER), however often a
+        // flapping server ends it.
+        if up.listen_failing.swap(true, Ordering::Relaxed) {
+            tracing::debug!(upstream = %up.name(), "{why}; listening again in {pause:?}");
+        } else {
+            tracing::warn!(upstream = %up.name(), "{why}; listening again in {pause:?}");
+        }
         tokio::select! {
             _ = tokio::time::sleep(pause) => {}
             c = watched.changed() => if c.is_err() { return },

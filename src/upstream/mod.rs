@@ -128,6 +128,9 @@ pub struct Upstream {
     /// Resource URIs downstream clients subscribed to, for a stateless-era upstream (which
     /// has no `resources/subscribe`: its `subscriptions/listen` filter carries them).
     pub watched: tokio::sync::watch::Sender<std::collections::BTreeSet<String>>,
+    /// Its listen stream's failures were logged and no stream has stayed open long since: an
+    /// episode that outlives the connection it began on (a flapping server reconnects often).
+    listen_failing: std::sync::atomic::AtomicBool,
 }
 
 impl Upstream {
@@ -156,6 +159,7 @@ impl Upstream {
             breaker,
             tool_breakers: ToolBreakers::default(),
             watched: tokio::sync::watch::Sender::new(Default::default()),
+            listen_failing: Default::default(),
         }
     }
 

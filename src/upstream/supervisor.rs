@@ -24,8 +24,9 @@ use crate::{config::TransportSpec, policy::retry::backoff, router::catalog::List
 /// How long a closed connection waits for its process's exit status.
 const EXIT_STATUS_WAIT: Duration = Duration::from_millis(500);
 
-/// A connection that stayed up this long resets the consecutive-failure count.
-const STABLE_AFTER: Duration = Duration::from_secs(30);
+/// A connection (or listen stream) that stayed up this long resets the consecutive-failure
+/// count: what fails after it starts a new episode, logged anew.
+pub(super) const STABLE_AFTER: Duration = Duration::from_secs(30);
 /// First pause between connection attempts to an http upstream that is not listening yet.
 const CONNECT_RETRY_START: Duration = Duration::from_millis(50);
 const CONNECT_RETRY_MAX: Duration = Duration::from_millis(1000);
@@ -92,12 +93,15 @@ pub(super) async fn run(pool: Arc<Pool>, up: Arc<Upstream>) {
                 spec.restart.base,
             )
         };
-        if !parked {
-            tracing::warn!(upstream = %spec.name, attempt = consecutive, "upstream down: {outcome}");
-        } else if consecutive == spec.restart.max_restarts + 1 {
+        // One episode of failures (until a connection stays up for STABLE_AFTER) is logged
+        // once as a warning and once more if it outlasts `max_restarts`, however long it
+        // flaps; every attempt in between is a debug line (and `/readyz` shows the latest).
+        if consecutive == spec.restart.max_restarts + 1 {
             tracing::error!(upstream = %spec.name, "upstream failed {consecutive} times in a row; trying again every {:?}: {outcome}", spec.restart.max);
+        } else if consecutive == 1 {
+            tracing::warn!(upstream = %spec.name, "upstream down: {outcome}; trying again in {delay:?}, then with backoff");
         } else {
-            tracing::debug!(upstream = %spec.name, attempt = consecutive, "failed upstream still down: {outcome}");
+            tracing::debug!(upstream = %spec.name, attempt = consecutive, "upstream still down: {outcome}");
         }
         let next = chrono::Utc::now() + delay;
         up.update(|s| {
@@ -291,12 +295,16 @@ async fn serve(
             events,
         ))
     });
-    // A handshake-era server fedgate did not start may die without closing anything: ask it.
+    // A server fedgate did not start may die or hang without closing anything: ask it.
     let remote = !matches!(up.spec().transport, TransportSpec::Stdio(_));
     let prober = match up.spec().health_interval {
-        Some(every) if remote && era == DetectedEra::Handshake => Some(tokio::spawn(
-            super::health_probe::watch(up.clone(), conn.clone(), peer.clone(), every),
-        )),
+        Some(every) if remote => Some(tokio::spawn(super::health_probe::watch(
+            up.clone(),
+            conn.clone(),
+            peer.clone(),
+            era,
+            every,
+        ))),
         _ => None,
     };
     let ct = service.cancellation_token();

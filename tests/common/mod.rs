@@ -88,6 +88,10 @@ impl UrlProcess {
         std::thread::spawn(move || for _ in lines {});
         UrlProcess { child, url }
     }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
 }
 
 impl Drop for UrlProcess {
