@@ -1,6 +1,6 @@
-//! Connection and request limits at the HTTP edge: oversized and slow bodies get a clear
-//! JSON-RPC answer, silent clients are disconnected, and connections past `max_connections` are
-//! closed at once.
+//! Connection and request limits at the HTTP edge, on the MCP port and the admin port alike:
+//! oversized and slow bodies get a clear answer, silent clients are disconnected, connections
+//! past `max_connections` get 503 at once, and a listener out of descriptors backs off.
 
 mod common;
 
@@ -67,53 +67,135 @@ async fn bodies_over_the_limit_or_too_slow_get_a_clear_answer() {
     assert!(answer.contains("did not arrive within 300ms"), "{answer}");
 }
 
+const ADMIN_TOKEN: (&str, &str) = ("FEDGATE_ADMIN_TOKEN", "limits-admin");
+
+/// `config()` with an admin listener that holds at most three connections too.
+fn config_with_admin() -> String {
+    format!(
+        "{}\n[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"env:FEDGATE_ADMIN_TOKEN\"\nmax_connections = 3\n",
+        config()
+    )
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn silent_clients_are_disconnected_and_connections_are_capped() {
-    let gw = Gateway::start(&config());
+    let gw = Gateway::start_env(&config_with_admin(), &[ADMIN_TOKEN]);
+    let admin = gw.admin.clone().expect("admin listener");
+    for (listener, addr) in [
+        ("mcp", addr(&gw)),
+        ("admin", admin.trim_start_matches("http://").to_owned()),
+    ] {
+        silent_clients_are_disconnected_and_the_cap_holds(listener, &addr).await;
+    }
+    let metrics = reqwest::get(format!("{}/metrics", gw.base))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for listener in ["mcp", "admin"] {
+        let line = format!("fedgate_connections_refused_total{{listener=\"{listener}\"}} ");
+        assert!(
+            metrics
+                .lines()
+                .any(|l| l.starts_with(&line) && !l.ends_with(" 0")),
+            "{listener}: {metrics}"
+        );
+    }
+}
+
+async fn silent_clients_are_disconnected_and_the_cap_holds(listener: &str, addr: &str) {
     // Headers that never end: the connection is closed.
-    let mut slow = TcpStream::connect(addr(&gw)).await.unwrap();
+    let mut slow = TcpStream::connect(addr).await.unwrap();
     slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0")
         .await
         .unwrap();
     let answer = read_all(&mut slow).await;
-    assert!(!answer.contains("200 OK"), "{answer}");
+    assert!(
+        !answer.contains(" 200 ") && !answer.contains(" 401 "),
+        "{listener}: {answer}"
+    );
     // A connection that sends nothing at all is closed too (not held open forever).
-    let mut silent = TcpStream::connect(addr(&gw)).await.unwrap();
+    let mut silent = TcpStream::connect(addr).await.unwrap();
     let mut buf = Vec::new();
     let closed = tokio::time::timeout(Duration::from_secs(10), silent.read_to_end(&mut buf)).await;
     assert!(
         matches!(closed, Ok(Ok(0))),
-        "a silent connection is closed by the server: {closed:?}"
+        "{listener}: a silent connection is closed by the server: {closed:?}"
     );
-    // Three idle connections fill the cap; a fourth is closed at once, unanswered.
+    // Three idle connections fill the cap; a fourth gets 503 at once, as JSON.
     let mut held = Vec::new();
     for _ in 0..3 {
-        held.push(TcpStream::connect(addr(&gw)).await.unwrap());
+        held.push(TcpStream::connect(addr).await.unwrap());
     }
-    let mut extra = TcpStream::connect(addr(&gw)).await.unwrap();
+    let mut extra = TcpStream::connect(addr).await.unwrap();
     let _ = extra
         .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         .await;
     let answer = read_all(&mut extra).await;
-    assert!(answer.is_empty(), "refused without an answer: {answer}");
+    assert!(answer.starts_with("HTTP/1.1 503"), "{listener}: {answer}");
+    assert!(answer.contains("retry-after: 1"), "{listener}: {answer}");
+    assert!(
+        answer.contains("too many connections"),
+        "{listener}: {answer}"
+    );
     // Once the idle ones are gone (closed by the header timeout, or here), there is room again.
     drop(held);
     // The server frees their places as it sees them close: retry (bounded) until it has.
-    let mut metrics = None;
+    let mut answered = None;
     for _ in 0..250 {
-        if let Ok(r) = reqwest::get(format!("{}/metrics", gw.base)).await {
-            metrics = Some(r.text().await.unwrap());
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let _ = s
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            .await;
+        let answer = read_all(&mut s).await;
+        if !answer.starts_with("HTTP/1.1 503") {
+            answered = Some(answer);
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let metrics = metrics.expect("room again once the idle connections are gone");
+    let answered = answered.expect("room again once the idle connections are gone");
+    // `/healthz` on the MCP port; the admin port wants its token.
     assert!(
-        metrics
-            .lines()
-            .any(|l| l.starts_with("fedgate_connections_refused_total ") && !l.ends_with(" 0")),
-        "{metrics}"
+        answered.starts_with("HTTP/1.1 200") || answered.starts_with("HTTP/1.1 401"),
+        "{listener}: {answered}"
     );
+}
+
+/// The admin API reads bodies under the same bounds as `/mcp`, with answers of its own shape.
+#[tokio::test(flavor = "multi_thread")]
+async fn admin_bodies_that_are_too_large_or_too_slow_get_a_clear_answer() {
+    let gw = Gateway::start_env(&config_with_admin(), &[ADMIN_TOKEN]);
+    let admin = gw.admin.clone().expect("admin listener");
+    let addr = admin.trim_start_matches("http://");
+    let post = |len: usize| {
+        format!(
+            "POST /admin/tools/call HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\n\
+             Content-Type: application/json\r\nContent-Length: {len}\r\n\r\n",
+            ADMIN_TOKEN.1
+        )
+    };
+    // A body that never arrives in full: 408 once the body timeout is up.
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("{}{{\"tool\"", post(100)).as_bytes())
+        .await
+        .unwrap();
+    let answer = read_all(&mut s).await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(
+        answer.contains(r#"{"error":"the request body did not arrive within 300ms"}"#),
+        "{answer}"
+    );
+    // One byte over the admin API's 1 MiB: 413 (the server reads every byte sent, so its
+    // close resets nothing).
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let big = (1 << 20) + 1;
+    s.write_all(post(big).as_bytes()).await.unwrap();
+    let _ = s.write_all(&vec![b' '; big]).await;
+    let answer = read_all(&mut s).await;
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("larger than 1048576 bytes"), "{answer}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -411,19 +493,42 @@ async fn sessions_are_capped_counted_and_freed() {
 /// episode instead of spinning; once descriptors are free it accepts again.
 #[tokio::test(flavor = "multi_thread")]
 async fn out_of_descriptors_accept_backs_off_and_logs_once() {
-    let gw = Gateway::start_fd_limited("[gateway]\n", 64);
+    let gw = Gateway::start_fd_limited("[gateway]\n", 64, &[]);
     let addr = addr(&gw);
+    accept_backs_off_and_logs_once(&gw, &addr, "mcp").await;
+}
+
+/// The admin port is the same listener: out of descriptors, it backs off and logs once too.
+#[tokio::test(flavor = "multi_thread")]
+async fn out_of_descriptors_the_admin_port_backs_off_and_logs_once() {
+    let config =
+        "[gateway]\n\n[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"env:FEDGATE_ADMIN_TOKEN\"\n";
+    let gw = Gateway::start_fd_limited(config, 64, &[ADMIN_TOKEN]);
+    let admin = gw.admin.clone().expect("admin listener");
+    accept_backs_off_and_logs_once(&gw, admin.trim_start_matches("http://"), "admin").await;
+}
+
+async fn accept_backs_off_and_logs_once(gw: &Gateway, addr: &str, listener: &str) {
     // Silent connections hold one descriptor each in fedgate (the header timeout is 30 s);
     // past the limit the kernel still completes them, and fedgate's accept fails.
     let mut held = Vec::new();
     for _ in 0..120 {
-        held.push(TcpStream::connect(&addr).await.unwrap());
+        held.push(TcpStream::connect(addr).await.unwrap());
     }
     gw.wait_stderr("accept failed", 10).await;
     // The episode lasts a second: with backoff, a handful of attempts, not a spin.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let during = gw.stderr();
     assert_eq!(during.matches("accept failed").count(), 1, "{during}");
+    let failed = during
+        .lines()
+        .find(|l| l.contains("accept failed"))
+        .unwrap_or_default();
+    assert!(
+        failed.contains(&format!("listener={listener}"))
+            || failed.contains(&format!("listener=\"{listener}\"")),
+        "{failed}"
+    );
     // Freed descriptors end the episode (a later one may start while the backlog drains).
     drop(held);
     let log = gw
@@ -440,9 +545,13 @@ async fn out_of_descriptors_accept_backs_off_and_logs_once() {
         "{attempts} failed attempts in about a second: {log}"
     );
     // And it serves again.
-    let mut s = TcpStream::connect(&addr).await.unwrap();
+    let mut s = TcpStream::connect(addr).await.unwrap();
     s.write_all(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n")
         .await
         .unwrap();
-    assert!(read_all(&mut s).await.starts_with("HTTP/1.1 200"));
+    let answer = read_all(&mut s).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 200") || answer.starts_with("HTTP/1.1 401"),
+        "{answer}"
+    );
 }

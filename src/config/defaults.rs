@@ -66,6 +66,8 @@ pub const DEFAULT_BODY_READ_TIMEOUT_MS: u64 = 30_000;
 pub const DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
 /// Most client connections at once.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+/// Most admin connections at once: operators and a console, not the public.
+pub const DEFAULT_ADMIN_MAX_CONNECTIONS: usize = 256;
 /// Most handshake-era sessions open at once (initialized or not).
 pub const DEFAULT_MAX_SESSIONS: usize = 10_000;
 

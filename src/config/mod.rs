@@ -87,6 +87,8 @@ pub struct RawAdmin {
     /// The admin API may approve any plan, its callers' own included (default true); with
     /// `false` it may only deny those (plans that name approver roles it decides either way).
     pub approve_plans: Option<bool>,
+    /// Connections the admin listener holds at once; past it, new ones get 503 (default 256).
+    pub max_connections: Option<usize>,
 }
 
 /// `[credentials.NAME]`: exactly one of `source` and `oauth`.

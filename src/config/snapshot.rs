@@ -92,6 +92,8 @@ pub struct AdminSettings {
     pub console: bool,
     /// The operator may approve plans their callers would approve themselves.
     pub approve_plans: bool,
+    /// Connections held at once (`[admin] max_connections`).
+    pub max_connections: usize,
 }
 
 impl GatewaySettings {

@@ -1,17 +1,14 @@
-//! The admin API (F15): its own listener and bearer token. Upstream states, breaker reset,
+//! The admin API (F15): its own port (served by the same listener component as `/mcp`) and
+//! bearer token. Upstream states, breaker reset,
 //! held-back tool definitions and their acceptance, the effective config with secrets redacted,
 //! and `/metrics`.
 
-use std::{convert::Infallible, sync::Arc};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper_util::{
-    rt::{TokioExecutor, TokioIo},
-    server::conn::auto,
-};
 use serde_json::{Value, json};
 use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
@@ -24,10 +21,10 @@ use crate::{
     telemetry::audit::Audit,
 };
 
-type Body = BoxBody<Bytes, Infallible>;
+use super::{http::Body, responses::json};
 
-/// Largest admin request body.
-const MAX_ADMIN_BODY_BYTES: usize = 64 * 1024;
+/// Largest admin request body (a flow run's inputs).
+const MAX_ADMIN_BODY_BYTES: usize = 1 << 20;
 
 #[derive(Clone)]
 struct Admin {
@@ -38,6 +35,8 @@ struct Admin {
     audit: Option<Audit>,
     /// Ends the console's live streams.
     shutdown: CancellationToken,
+    /// `[gateway] body_read_timeout_ms`, bound at start.
+    body_timeout: std::time::Duration,
 }
 
 /// Serves the admin API until `shutdown` is cancelled.
@@ -48,12 +47,13 @@ pub async fn serve(
     audit: Option<Audit>,
     shutdown: CancellationToken,
 ) {
-    // The token is bound at start, like the listener.
-    let Some(token) = reloader
-        .current()
+    // The token and the listener's bounds are bound at start, like the listener.
+    let snapshot = reloader.current();
+    let gateway = &snapshot.gateway;
+    let Some((token, max_connections)) = snapshot
         .admin
         .as_ref()
-        .map(|a| Arc::<str>::from(a.token.expose()))
+        .map(|a| (Arc::<str>::from(a.token.expose()), a.max_connections))
     else {
         return;
     };
@@ -63,43 +63,29 @@ pub async fn serve(
         token,
         audit,
         shutdown: shutdown.clone(),
+        body_timeout: gateway.body_read_timeout,
     };
-    loop {
-        let (stream, _) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!("admin accept failed: {e}");
-                    continue;
-                }
-            },
-            _ = shutdown.cancelled() => return,
-        };
+    let limits = super::listener::Limits {
+        name: "admin",
+        max_connections,
+        header_timeout: gateway.header_read_timeout,
+        tls: None,
+        tls_timeout: gateway.tls_handshake_timeout,
+        refused: admin
+            .core
+            .metrics
+            .connections_refused
+            .with_label_values(&["admin"]),
+    };
+    let handle = move |req, _cert_names| {
         let admin = admin.clone();
-        tokio::spawn(async move {
-            let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
-                let admin = admin.clone();
-                async move {
-                    let mut resp = admin.route(req).await;
-                    super::console::harden(resp.headers_mut());
-                    Ok::<_, Infallible>(resp)
-                }
-            });
-            let _ = auto::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(stream), svc)
-                .await;
-        });
-    }
-}
-
-fn json(status: StatusCode, v: &Value) -> Response<Body> {
-    let mut resp = Response::new(Full::new(Bytes::from(v.to_string())).boxed());
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        header::HeaderValue::from_static("application/json"),
-    );
-    resp
+        async move {
+            let mut resp = admin.route(req).await;
+            super::console::harden(resp.headers_mut());
+            resp
+        }
+    };
+    super::listener::serve(listener, limits, handle, shutdown.clone(), shutdown).await;
 }
 
 impl Admin {
@@ -130,10 +116,20 @@ impl Admin {
             );
             return r;
         }
-        let method = req.method().clone();
-        let path = req.uri().path().to_owned();
+        let (head, body) = req.into_parts();
+        // A POST's body is read here, bounded in size and time like `/mcp`'s.
+        let body = if head.method == Method::POST {
+            match super::body::read_plain(body, MAX_ADMIN_BODY_BYTES, self.body_timeout).await {
+                Ok(b) => b,
+                Err(refused) => return refused,
+            }
+        } else {
+            Bytes::new()
+        };
+        let method = head.method;
+        let path = head.uri.path();
         let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
-        let query = req.uri().query().unwrap_or("");
+        let query = head.uri.query().unwrap_or("");
         if let Some(r) = super::console::route(
             self.core.feed.as_ref(),
             &method,
@@ -144,20 +140,19 @@ impl Admin {
             return r;
         }
         if parts.starts_with(&["admin", "tools"]) {
-            let query = query.to_owned();
             return super::admin_tools::route(
                 &self.core,
                 self.audit.as_ref(),
                 &method,
                 &parts,
-                &query,
-                req,
+                query,
+                &body,
             )
             .await
             .unwrap_or_else(|| json(StatusCode::NOT_FOUND, &json!({"error": "unknown"})));
         }
         if parts.starts_with(&["admin", "flows"]) {
-            return super::admin_flows::route(&self.core, &method, &parts, req)
+            return super::admin_flows::route(&self.core, &method, &parts, query, &body)
                 .await
                 .unwrap_or_else(|| json(StatusCode::NOT_FOUND, &json!({"error": "unknown"})));
         }
@@ -212,7 +207,7 @@ impl Admin {
                     &serde_json::to_value(held).unwrap_or_default(),
                 )
             }
-            (Method::POST, ["admin", "pins", "accept"]) => self.accept_pin(req).await,
+            (Method::POST, ["admin", "pins", "accept"]) => self.accept_pin(&body),
             (Method::GET, ["admin", "config"]) => {
                 json(StatusCode::OK, &redacted(&self.reloader.current()))
             }
@@ -302,20 +297,8 @@ impl Admin {
         }
     }
 
-    async fn accept_pin(&self, req: Request<Incoming>) -> Response<Body> {
-        let body = match http_body_util::Limited::new(req.into_body(), MAX_ADMIN_BODY_BYTES)
-            .collect()
-            .await
-        {
-            Ok(b) => b.to_bytes(),
-            Err(_) => {
-                return json(
-                    StatusCode::BAD_REQUEST,
-                    &json!({"error": "unreadable or too large body"}),
-                );
-            }
-        };
-        let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    fn accept_pin(&self, body: &Bytes) -> Response<Body> {
+        let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
         let field = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
         let (Some(upstream), Some(tool), Some(fingerprint)) =
             (field("upstream"), field("tool"), field("fingerprint"))

@@ -5,9 +5,7 @@
 use std::{sync::Arc, time::Duration};
 
 use bytes::Bytes;
-use http::{Method, Request, Response, StatusCode};
-use http_body_util::BodyExt;
-use hyper::body::Incoming;
+use http::{Method, Response, StatusCode};
 use serde_json::{Value, json};
 
 use super::{http::Body, responses::json};
@@ -17,8 +15,6 @@ use crate::{
     server::core::Core,
 };
 
-/// Largest request body (a run's inputs).
-const MAX_BODY_BYTES: usize = 1 << 20;
 /// Longest a `?wait_ms=` may hold a request.
 const MAX_WAIT: Duration = Duration::from_secs(300);
 /// Runs listed unless `?limit=` says otherwise.
@@ -29,7 +25,8 @@ pub(super) async fn route(
     core: &Arc<Core>,
     method: &Method,
     parts: &[&str],
-    req: Request<Incoming>,
+    query: &str,
+    body: &Bytes,
 ) -> Option<Response<Body>> {
     let ["admin", "flows", rest @ ..] = parts else {
         return None;
@@ -40,7 +37,6 @@ pub(super) async fn route(
             &json!({"error": "no flows: set [flows] dir in the config"}),
         ));
     };
-    let query = req.uri().query().unwrap_or("").to_owned();
     let number = |key: &str| {
         query
             .split('&')
@@ -83,9 +79,9 @@ pub(super) async fn route(
             )
         }
         (&Method::POST, [flow, "runs"]) => {
-            let inputs = match body(req).await {
+            let inputs = match json_body(body) {
                 Ok(v) => v.get("inputs").cloned().unwrap_or_else(|| json!({})),
-                Err(r) => return Some(r),
+                Err(r) => return Some(*r),
             };
             match engine
                 .start(flow, inputs, operator(), 0, None, Default::default())
@@ -165,17 +161,17 @@ fn result(r: Result<Value, String>) -> Response<Body> {
     }
 }
 
-pub(super) async fn body(req: Request<Incoming>) -> Result<Value, Response<Body>> {
-    let bad = |why: &str| json(StatusCode::BAD_REQUEST, &json!({"error": why}));
-    let bytes: Bytes = http_body_util::Limited::new(req.into_body(), MAX_BODY_BYTES)
-        .collect()
-        .await
-        .map_err(|_| bad("unreadable or too large body"))?
-        .to_bytes();
+/// An admin request's JSON body (`{}` when empty); a 400 answer for one that is not JSON.
+pub(super) fn json_body(bytes: &Bytes) -> Result<Value, Box<Response<Body>>> {
     if bytes.is_empty() {
         return Ok(json!({}));
     }
-    serde_json::from_slice(&bytes).map_err(|e| bad(&format!("body is not JSON: {e}")))
+    serde_json::from_slice(bytes).map_err(|e| {
+        Box::new(json(
+            StatusCode::BAD_REQUEST,
+            &json!({"error": format!("body is not JSON: {e}")}),
+        ))
+    })
 }
 
 fn list_flows(core: &Core, engine: &Engine) -> Response<Body> {

@@ -6,8 +6,7 @@
 
 use std::sync::Arc;
 
-use http::{Method, Request, Response, StatusCode};
-use hyper::body::Incoming;
+use http::{Method, Response, StatusCode};
 use rmcp::model::{CallToolRequestParams, ServerResult};
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -29,7 +28,7 @@ pub(super) async fn route(
     method: &Method,
     parts: &[&str],
     query: &str,
-    req: Request<Incoming>,
+    body: &bytes::Bytes,
 ) -> Option<Response<Body>> {
     let ["admin", "tools", rest @ ..] = parts else {
         return None;
@@ -54,9 +53,9 @@ pub(super) async fn route(
                 None => unknown(&name),
             }
         }
-        (&Method::POST, ["call"]) => match super::admin_flows::body(req).await {
+        (&Method::POST, ["call"]) => match super::admin_flows::json_body(body) {
             Ok(v) => call(core, audit, &v).await,
-            Err(bad) => bad,
+            Err(bad) => *bad,
         },
         _ => json(
             StatusCode::NOT_FOUND,

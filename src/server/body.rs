@@ -4,11 +4,11 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, Response, StatusCode, header};
+use http::{Request, Response, header};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 
-use super::{http::Body, responses::json};
+use super::{http::Body, wire_error::WireError};
 
 /// The largest `initialize` request accepted (real clients send well under 4 KiB).
 const MAX_INITIALIZE_BYTES: usize = 16 * 1024;
@@ -28,6 +28,33 @@ enum Unread {
     Late,
     /// Below [`MIN_BODY_RATE`].
     Slow,
+}
+
+impl Unread {
+    /// What a client is told.
+    fn refusal(self, max_body: usize, timeout: Duration) -> WireError {
+        match self {
+            Unread::TooLarge => WireError::BodyTooLarge { max: max_body },
+            Unread::Broken(why) => WireError::BodyBroken { why },
+            Unread::Late => WireError::BodyLate { timeout },
+            Unread::Slow => WireError::BodySlow {
+                rate: MIN_BODY_RATE,
+                grace: MIN_RATE_GRACE,
+            },
+        }
+    }
+}
+
+/// A body for the admin API, bounded like `/mcp`'s: a refusal is `{"error": …}` with the same
+/// status.
+pub(super) async fn read_plain(
+    body: Incoming,
+    max_body: usize,
+    timeout: Duration,
+) -> Result<Bytes, Response<Body>> {
+    collect(body, max_body, timeout)
+        .await
+        .map_err(|why| why.refusal(max_body, timeout).plain())
 }
 
 /// The whole body, read frame by frame: at most `max_body` bytes, within `timeout`, and never
@@ -83,42 +110,9 @@ pub(super) async fn read_body(
 ) -> Result<Request<Full<Bytes>>, Response<Body>> {
     let needs_method = needs_method_header(&req);
     let (mut parts, body) = req.into_parts();
-    let refuse = |status: StatusCode, message: String| {
-        json(
-            status,
-            &serde_json::json!({"jsonrpc": "2.0", "id": null,
-                "error": {"code": -32600, "message": message}}),
-        )
-    };
     let bytes = match collect(body, max_body, timeout).await {
         Ok(b) => b,
-        Err(Unread::TooLarge) => {
-            return Err(refuse(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("request body larger than {max_body} bytes"),
-            ));
-        }
-        Err(Unread::Broken(e)) => {
-            return Err(refuse(
-                StatusCode::BAD_REQUEST,
-                format!("the request body could not be read: {e}"),
-            ));
-        }
-        Err(Unread::Late) => {
-            return Err(refuse(
-                StatusCode::REQUEST_TIMEOUT,
-                format!("the request body did not arrive within {timeout:?}"),
-            ));
-        }
-        Err(Unread::Slow) => {
-            return Err(refuse(
-                StatusCode::REQUEST_TIMEOUT,
-                format!(
-                    "the request body arrives slower than {MIN_BODY_RATE} bytes/s (after {}s)",
-                    MIN_RATE_GRACE.as_secs()
-                ),
-            ));
-        }
+        Err(why) => return Err(why.refusal(max_body, timeout).response()),
     };
     // The session id seals what `initialize` carried: a client that sends more than any real
     // client does is refused clearly, rather than handed an id no client can send back.
@@ -127,12 +121,10 @@ pub(super) async fn read_body(
             .ok()
             .is_some_and(|v| v.get("method").and_then(|m| m.as_str()) == Some("initialize"))
     {
-        return Err(refuse(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!(
-                "initialize parameters larger than {MAX_INITIALIZE_BYTES} bytes; send a smaller clientInfo and capabilities"
-            ),
-        ));
+        return Err(WireError::InitializeTooLarge {
+            max: MAX_INITIALIZE_BYTES,
+        }
+        .response());
     }
     if needs_method {
         let method = serde_json::from_slice::<serde_json::Value>(&bytes)
@@ -165,23 +157,15 @@ pub(super) async fn as_jsonrpc_error(r: Response<Body>) -> Response<Body> {
         .await
         .map(|b| String::from_utf8_lossy(&b.to_bytes()).into_owned())
         .unwrap_or_default();
-    let (status, code, message) = match text.strip_prefix("fail to deserialize request body ") {
-        Some(why) if why.contains("unrecognized JSON-RPC message") => (
-            StatusCode::BAD_REQUEST,
-            -32600,
-            "invalid request: the body is not a JSON-RPC 2.0 request, notification or response"
-                .to_owned(),
-        ),
-        Some(why) => (
-            StatusCode::BAD_REQUEST,
-            -32700,
-            format!("parse error: the body is not valid JSON ({why})"),
-        ),
-        None => (parts.status, -32600, text),
+    let refused = match text.strip_prefix("fail to deserialize request body ") {
+        Some(why) if why.contains("unrecognized JSON-RPC message") => WireError::NotJsonRpc,
+        Some(why) => WireError::Parse {
+            why: why.to_owned(),
+        },
+        None => WireError::Transport {
+            status: parts.status,
+            message: text,
+        },
     };
-    json(
-        status,
-        &serde_json::json!({"jsonrpc": "2.0", "id": null,
-            "error": {"code": code, "message": message}}),
-    )
+    refused.response()
 }

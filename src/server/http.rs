@@ -7,7 +7,7 @@ use http::{Request, Response, StatusCode};
 use http_body_util::{Full, combinators::BoxBody};
 use hyper::body::Incoming;
 use hyper_util::{
-    rt::{TokioExecutor, TokioIo, TokioTimer},
+    rt::{TokioExecutor, TokioIo},
     server::conn::auto,
 };
 use rmcp::transport::{
@@ -25,6 +25,7 @@ use super::{
     resumable::Resumable,
     sealed_sessions::SealedSessions,
     tracked::Tracked,
+    wire_error::WireError,
 };
 use crate::{config::GatewaySettings, policy::identity::AuthError};
 
@@ -62,14 +63,12 @@ pub async fn serve(
     let mut config = mcp_config(settings, local, close_all.child_token());
     config.session_store = Some(sealed.clone());
     let mcp = StreamableHttpService::new(move || Ok(gateway.clone()), sessions.clone(), config);
-    let tls = settings.tls.clone().map(tokio_rustls::TlsAcceptor::from);
     let edge = Edge {
         mcp,
         core,
         sealed,
         replay,
         max_body: settings.max_body_bytes,
-        header_timeout: settings.header_read_timeout,
         body_timeout: settings.body_read_timeout,
         allowed_hosts: Arc::new(
             ["localhost".to_owned()]
@@ -80,87 +79,21 @@ pub async fn serve(
         public_metrics: settings.public_metrics,
         sessions,
     };
-    let connections = Arc::new(tokio::sync::Semaphore::new(settings.max_connections));
-    let refused = edge.core.metrics.connections_refused.clone();
-    let tls_timeout = settings.tls_handshake_timeout;
-    let mut refusing = false;
-    // Accept errors (e.g. too many open files) are transient: keep serving, but back off
-    // (a failing accept returns at once, so retrying at once spins a core) and log once per
-    // episode, not once per attempt.
-    let mut failing: u64 = 0;
-    loop {
-        let (stream, peer) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(s) => {
-                    if failing > 0 {
-                        tracing::warn!("accepting connections again after {failing} failed attempts");
-                        failing = 0;
-                    }
-                    s
-                }
-                Err(e) => {
-                    if failing == 0 {
-                        tracing::warn!("accept failed: {e}; retrying with backoff");
-                    }
-                    failing += 1;
-                    let pause = Duration::from_millis(10u64 << failing.min(7)).min(Duration::from_secs(1));
-                    tokio::select! {
-                        _ = tokio::time::sleep(pause) => {}
-                        _ = stop_accepting.cancelled() => return Ok(()),
-                    }
-                    continue;
-                }
-            },
-            _ = stop_accepting.cancelled() => return Ok(()),
-        };
-        // Past `max_connections` a new connection is closed at once (logged once per episode),
-        // so the open ones keep their share of memory and descriptors.
-        let Ok(permit) = connections.clone().try_acquire_owned() else {
-            if !refusing {
-                tracing::warn!(%peer, "too many connections ({}); closing new ones", settings.max_connections);
-                refusing = true;
-            }
-            refused.inc();
-            drop(stream);
-            continue;
-        };
-        refusing = false;
-        // SSE responses go out in several small writes; without NODELAY, Nagle holds them for
-        // the peer's delayed ACK (~40 ms per call on a kept-alive connection).
-        let _ = stream.set_nodelay(true);
-        let edge = edge.clone();
-        let conn_shutdown = close_all.clone();
-        let tls = tls.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            match tls {
-                None => {
-                    edge.serve_connection(stream, Arc::default(), conn_shutdown)
-                        .await
-                }
-                Some(acceptor) => match tokio::time::timeout(tls_timeout, acceptor.accept(stream))
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(std::io::Error::other(format!(
-                            "no handshake within {tls_timeout:?}"
-                        )))
-                    }) {
-                    Ok(tls_stream) => {
-                        let names = tls_stream
-                            .get_ref()
-                            .1
-                            .peer_certificates()
-                            .and_then(|c| c.first())
-                            .map(|c| crate::policy::identity::certificate_names(c.as_ref()))
-                            .unwrap_or_default();
-                        edge.serve_connection(tls_stream, Arc::new(names), conn_shutdown)
-                            .await
-                    }
-                    Err(e) => tracing::info!(%peer, "TLS handshake failed: {e}"),
-                },
-            }
-        });
-    }
+    let limits = super::listener::Limits {
+        name: "mcp",
+        max_connections: settings.max_connections,
+        header_timeout: settings.header_read_timeout,
+        tls: settings.tls.clone().map(tokio_rustls::TlsAcceptor::from),
+        tls_timeout: settings.tls_handshake_timeout,
+        refused: edge
+            .core
+            .metrics
+            .connections_refused
+            .with_label_values(&["mcp"]),
+    };
+    let handle = move |req, cert_names: Arc<Vec<String>>| edge.clone().route(req, cert_names);
+    super::listener::serve(listener, limits, handle, stop_accepting, close_all).await;
+    Ok(())
 }
 
 /// Everything a connection needs to answer requests.
@@ -171,8 +104,6 @@ struct Edge {
     sealed: Arc<SealedSessions>,
     replay: Arc<Replay>,
     max_body: usize,
-    /// How long a client may take to send headers (and a kept-alive connection may idle).
-    header_timeout: Duration,
     /// How long a client may take to send a body.
     body_timeout: Duration,
     /// Host names the other routes answer (IP literals are always accepted).
@@ -183,65 +114,11 @@ struct Edge {
 }
 
 impl Edge {
-    async fn serve_connection<I>(
+    async fn route(
         self,
-        io: I,
+        mut req: Request<Incoming>,
         cert_names: Arc<Vec<String>>,
-        shutdown: CancellationToken,
-    ) where
-        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-    {
-        let header_timeout = self.header_timeout;
-        // hyper's header timeout starts with a request's first byte: a connection that never
-        // sends one would stay open. It gets `header_timeout` for its first request.
-        let asked = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let seen = asked.clone();
-        let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
-            seen.store(true, std::sync::atomic::Ordering::Relaxed);
-            let edge = self.clone();
-            let cert_names = cert_names.clone();
-            async move { Ok::<_, Infallible>(edge.route(req, &cert_names).await) }
-        });
-        let mut builder = auto::Builder::new(TokioExecutor::new());
-        builder
-            .http1()
-            .timer(TokioTimer::new())
-            .header_read_timeout(header_timeout);
-        builder
-            .http2()
-            .timer(TokioTimer::new())
-            .keep_alive_interval(Some(header_timeout))
-            .keep_alive_timeout(header_timeout);
-        let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
-        tokio::pin!(conn);
-        let first = tokio::time::sleep(header_timeout);
-        tokio::pin!(first);
-        let (mut waited, mut closing) = (false, false);
-        loop {
-            tokio::select! {
-                r = conn.as_mut() => {
-                    if let Err(e) = r {
-                        tracing::debug!("connection ended: {e}");
-                    }
-                    return;
-                }
-                _ = &mut first, if !waited => {
-                    waited = true;
-                    if !asked.load(std::sync::atomic::Ordering::Relaxed) && !closing {
-                        tracing::debug!("closing a connection that sent no request within {header_timeout:?}");
-                        closing = true;
-                        conn.as_mut().graceful_shutdown();
-                    }
-                }
-                _ = shutdown.cancelled(), if !closing => {
-                    closing = true;
-                    conn.as_mut().graceful_shutdown();
-                }
-            }
-        }
-    }
-
-    async fn route(self, mut req: Request<Incoming>, cert_names: &[String]) -> Response<Body> {
+    ) -> Response<Body> {
         let Edge {
             mut mcp,
             core,
@@ -258,14 +135,11 @@ impl Edge {
         // mapped per request too, so a reload that drops or narrows it applies to connections
         // that stay open.
         let auth = core.auth.load_full();
-        let cert_identity = auth.certificate_identity(cert_names);
+        let cert_identity = auth.certificate_identity(&cert_names);
         // DNS rebinding: a page of an attacker's name must not read the other routes either
         // (rmcp checks `/mcp` itself).
         if req.uri().path() != MCP_PATH && !super::health::host_allowed(&req, &allowed_hosts) {
-            return json(
-                StatusCode::FORBIDDEN,
-                &serde_json::json!({"error": "Host not allowed; add it to [gateway] allowed_hosts"}),
-            );
+            return WireError::HostNotAllowed.plain();
         }
         match req.uri().path() {
             // Authentication comes first: an unauthenticated request is answered 401 whatever
@@ -294,10 +168,7 @@ impl Edge {
                     // Ending a session that is not one (forged, someone else's, or already
                     // ended) is not a success.
                     if deleting && matches!(presented, Some(None)) {
-                        return json(
-                            StatusCode::NOT_FOUND,
-                            &serde_json::json!({"error": "no such session"}),
-                        );
+                        return WireError::NoSuchSession.response();
                     }
                     if let Some(Some(sid)) = &presented
                         && let Some(refused) = refused_resumption(&req, &replay, sid)
@@ -383,10 +254,7 @@ impl Edge {
                     Err(e) => challenge(&e, auth.resource_metadata.as_ref()),
                 }
             }
-            _ => json(
-                StatusCode::NOT_FOUND,
-                &serde_json::json!({"error": "not found; the MCP endpoint is /mcp"}),
-            ),
+            _ => WireError::NotFound.plain(),
         }
     }
 }
@@ -436,14 +304,14 @@ fn refused_resumption(
         return None;
     }
     let refused = replay.check(sid, last).err()?;
-    let status = match refused {
-        ResumeRefused::NoSuchStream(_) => StatusCode::NOT_FOUND,
-        ResumeRefused::Dropped(_) => StatusCode::GONE,
-    };
-    Some(json(
-        status,
-        &serde_json::json!({"error": refused.to_string()}),
-    ))
+    let gone = matches!(refused, ResumeRefused::Dropped(_));
+    Some(
+        WireError::CannotResume {
+            why: refused.to_string(),
+            gone,
+        }
+        .response(),
+    )
 }
 
 /// A response that created a session carries its sealed id instead of rmcp's.

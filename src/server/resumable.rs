@@ -62,18 +62,12 @@ impl Resumable {
         if !opens || !self.full() {
             return None;
         }
-        let mut resp = super::responses::json(
-            http::StatusCode::SERVICE_UNAVAILABLE,
-            &serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {
-                "code": -32000,
-                "message": format!("too many sessions open (max_sessions = {}); retry later, or end sessions you no longer use", self.max_sessions),
-                "data": {"reason": "too_many_sessions", "max_sessions": self.max_sessions}}}),
-        );
-        resp.headers_mut().insert(
-            http::header::RETRY_AFTER,
-            http::HeaderValue::from_static("5"),
-        );
-        Some(resp)
+        Some(
+            super::wire_error::WireError::TooManySessions {
+                max: self.max_sessions,
+            }
+            .response(),
+        )
     }
 }
 

@@ -59,13 +59,13 @@ impl Gateway {
             })
             .map(|u| u.name().to_owned())
             .ok_or_else(|| {
-                McpError::internal_error(
-                    format!(
+                super::wire_error::WireError::Internal {
+                    message: format!(
                         "the upstream behind `{}` returned a task but left the catalog",
                         crate::names::shown(tool)
                     ),
-                    None,
-                )
+                }
+                .to_mcp()
             })?;
         let route = TaskRoute {
             upstream,

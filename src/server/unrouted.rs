@@ -3,6 +3,8 @@
 
 use rmcp::{ErrorData as McpError, model::ServerResult};
 
+use super::wire_error::WireError;
+
 /// Methods fedgate serves: a request for one of these that rmcp could not decode has bad params.
 const KNOWN_METHODS: [&str; 12] = [
     "tools/call",
@@ -34,30 +36,23 @@ pub(super) fn custom_request(method: &str, modern: bool) -> McpError {
     // The stateless era has no `initialize`, `logging/setLevel` or subscribe methods:
     // asked in that era they are unknown methods, as the spec requires.
     let known = KNOWN_METHODS.contains(&method) && !(modern && HANDSHAKE_ONLY.contains(&method));
+    let method = method.to_owned();
     if known {
-        return McpError::invalid_params(
-            format!(
-                "params of `{}` are missing or malformed; see the MCP schema for this method",
-                crate::names::shown(method)
-            ),
-            None,
-        );
+        WireError::MalformedParams { method }
+    } else {
+        WireError::UnknownMethod { method }
     }
-    McpError::new(
-        rmcp::model::ErrorCode::METHOD_NOT_FOUND,
-        format!("unknown method `{}`", crate::names::shown(method)),
-        None,
-    )
+    .to_mcp()
 }
 
 pub(super) fn unexpected(method: &str, r: &ServerResult) -> McpError {
-    McpError::internal_error(
-        format!(
+    WireError::Internal {
+        message: format!(
             "upstream answered {method} with an unexpected result type: {}",
             variant(r)
         ),
-        None,
-    )
+    }
+    .to_mcp()
 }
 
 fn variant(r: &ServerResult) -> String {

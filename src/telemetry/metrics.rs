@@ -33,7 +33,7 @@ pub struct Metrics {
     pub envelopes: IntCounterVec,
     pub approvals: IntCounterVec,
     pub plans_pending: IntGauge,
-    pub connections_refused: IntCounter,
+    pub connections_refused: IntCounterVec,
     pub replay_dropped: IntCounterVec,
     pub flows: super::flow_metrics::FlowMetrics,
     pub cluster: super::cluster_metrics::ClusterMetrics,
@@ -169,10 +169,17 @@ impl Metrics {
             approvals.with_label_values(&[outcome]);
         }
         let plans_pending = IntGauge::new("fedgate_plans_pending", "Plans waiting for approval")?;
-        let connections_refused = IntCounter::new(
-            "fedgate_connections_refused_total",
-            "Client connections closed at once because max_connections were open",
+        let connections_refused = IntCounterVec::new(
+            Opts::new(
+                "fedgate_connections_refused_total",
+                "Client connections answered 503 and closed at once because the listener's \
+                 max_connections were open: by listener (mcp, admin)",
+            ),
+            &["listener"],
         )?;
+        for listener in ["mcp", "admin"] {
+            connections_refused.with_label_values(&[listener]);
+        }
         registry.register(Box::new(connections_refused.clone()))?;
         let replay_dropped = IntCounterVec::new(
             Opts::new(

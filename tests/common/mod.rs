@@ -173,7 +173,7 @@ impl Gateway {
     }
 
     /// Like `start`, with at most `nofile` open file descriptors for the fedgate process.
-    pub fn start_fd_limited(config: &str, nofile: u64) -> Gateway {
+    pub fn start_fd_limited(config: &str, nofile: u64, env: &[(&str, &str)]) -> Gateway {
         let dir = tempfile::tempdir().expect("tempdir");
         let cfg = dir.path().join("gateway.toml");
         std::fs::write(&cfg, config).expect("write config");
@@ -182,7 +182,7 @@ impl Gateway {
         cmd.args(["-c", "ulimit -n \"$0\" && exec \"$@\""])
             .arg(nofile.to_string())
             .arg(FEDGATE);
-        Self::spawn_cmd(cmd, &cfg, dir, &[], "127.0.0.1:0")
+        Self::spawn_cmd(cmd, &cfg, dir, env, "127.0.0.1:0")
     }
 
     fn spawn_at(cfg: &Path, dir: tempfile::TempDir, env: &[(&str, &str)], listen: &str) -> Gateway {

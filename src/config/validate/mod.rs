@@ -225,6 +225,10 @@ pub(super) fn validate(
             token_missing,
             console: a.console.unwrap_or(true),
             approve_plans: a.approve_plans.unwrap_or(true),
+            max_connections: a
+                .max_connections
+                .unwrap_or(DEFAULT_ADMIN_MAX_CONNECTIONS)
+                .max(1),
         };
         match secret::resolve(&a.token) {
             Ok(token) if !token.expose().is_empty() => Some(settings(token, None)),
