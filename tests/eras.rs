@@ -392,3 +392,57 @@ async fn a_closed_listen_stream_leaves_no_error_in_the_log() {
     let log = gw.stderr();
     assert!(!log.contains("ERROR"), "{log}");
 }
+
+/// A stateless-era call that emits nothing before its result is answered as one
+/// `application/json` body; one that sends progress first is answered as an SSE stream, so no
+/// message is lost.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stateless_call_that_emits_nothing_first_is_answered_as_plain_json() {
+    let gw = Gateway::start(&stdio_upstream("demo", &[], ""));
+    let post = |tool: &str, args: serde_json::Value, accept: &str, meta: serde_json::Value| {
+        let mut meta_obj = serde_json::json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+            "io.modelcontextprotocol/clientCapabilities": {}});
+        if let (Some(m), Some(extra)) = (meta_obj.as_object_mut(), meta.as_object()) {
+            m.extend(extra.clone());
+        }
+        reqwest::Client::new()
+            .post(&gw.url)
+            .header("content-type", "application/json")
+            .header("accept", accept)
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", tool)
+            .json(&serde_json::json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                "params": {"name": tool, "arguments": args, "_meta": meta_obj}}))
+            .send()
+    };
+    let both = "application/json, text/event-stream";
+    let r = post("demo__echo", serde_json::json!({"text": "hi"}), both, serde_json::json!({}))
+        .await
+        .unwrap();
+    let kind = r.headers()["content-type"].to_str().unwrap().to_owned();
+    assert!(kind.starts_with("application/json"), "{kind}");
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["id"], 7, "{body}");
+    assert_eq!(body["result"]["content"][0]["text"], "echo: hi", "{body}");
+    // Progress before the result: the answer is a stream carrying both.
+    let r = post(
+        "demo__progress",
+        serde_json::json!({"steps": 2}),
+        both,
+        serde_json::json!({"progressToken": "p1"}),
+    )
+    .await
+    .unwrap();
+    let kind = r.headers()["content-type"].to_str().unwrap().to_owned();
+    assert!(kind.starts_with("text/event-stream"), "{kind}");
+    let text = r.text().await.unwrap();
+    assert!(text.contains("notifications/progress"), "{text}");
+    assert_eq!(
+        common::raw::last_message(&text)["result"]["content"][0]["text"],
+        "done 2",
+        "{text}"
+    );
+}

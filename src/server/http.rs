@@ -283,6 +283,7 @@ fn mcp_config(
         .with_allowed_origins(origins)
         .with_max_request_body_bytes(settings.max_body_bytes)
         .with_sse_retry(settings.sse_retry)
+        .with_json_response(true)
         .with_cancellation_token(ct)
 }
 
