@@ -16,6 +16,7 @@ pub mod envelope;
 pub mod error;
 pub mod fixture;
 pub mod flows;
+pub mod guard;
 pub mod hops;
 pub mod json_size;
 pub mod names;

@@ -414,14 +414,21 @@ async fn a_stateless_call_that_emits_nothing_first_is_answered_as_plain_json() {
             .header("mcp-protocol-version", "2026-07-28")
             .header("mcp-method", "tools/call")
             .header("mcp-name", tool)
-            .json(&serde_json::json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
-                "params": {"name": tool, "arguments": args, "_meta": meta_obj}}))
+            .json(
+                &serde_json::json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                "params": {"name": tool, "arguments": args, "_meta": meta_obj}}),
+            )
             .send()
     };
     let both = "application/json, text/event-stream";
-    let r = post("demo__echo", serde_json::json!({"text": "hi"}), both, serde_json::json!({}))
-        .await
-        .unwrap();
+    let r = post(
+        "demo__echo",
+        serde_json::json!({"text": "hi"}),
+        both,
+        serde_json::json!({}),
+    )
+    .await
+    .unwrap();
     let kind = r.headers()["content-type"].to_str().unwrap().to_owned();
     assert!(kind.starts_with("application/json"), "{kind}");
     let body: serde_json::Value = r.json().await.unwrap();

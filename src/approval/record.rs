@@ -83,5 +83,6 @@ pub fn plan_record(
         plan_id: Some(plan.id.clone()),
         approver,
         on_behalf_of: None,
+        guardrails: None,
     }
 }

@@ -396,6 +396,9 @@ pub struct RawUpstream {
     pub envelope: Option<crate::envelope::Mode>,
     /// Check arguments against each tool's input schema before forwarding (default true).
     pub validate_arguments: Option<bool>,
+    /// Secrets in arguments and results: overrides the tier's `[guardrails]`, key by key.
+    #[serde(default)]
+    pub guardrails: crate::guard::RawPolicy,
     /// http/sse/peer: TLS to the server — the CA that signs its certificate, and the client
     /// certificate and key fedgate presents (mTLS); paths relative to the config file.
     pub tls: Option<RawUpstreamTls>,

@@ -249,6 +249,8 @@ pub struct UpstreamSpec {
     pub envelope: Mode,
     /// Check arguments against input schemas (tools may override).
     pub validate_arguments: bool,
+    /// Secrets in arguments and results: the tier's, with the upstream's overrides.
+    pub guardrails: crate::guard::Policy,
     /// The upstream honours `_meta.idempotencyKey`.
     pub idempotency_keys: bool,
     /// Kind `peer`: another fedgate (requests carry the hop path and the caller claim).

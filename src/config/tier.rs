@@ -29,6 +29,9 @@ struct RawTier {
     credential_classes: Vec<String>,
     timeouts: RawTimeouts,
     rate_limit: Option<RawRate>,
+    /// What happens to secrets in arguments and results (default: recorded only).
+    #[serde(default)]
+    guardrails: crate::guard::RawPolicy,
 }
 
 fn yes() -> bool {
@@ -132,6 +135,7 @@ pub fn parse(file: &str, name: &str, text: &str) -> Result<Tier, Vec<Diagnostic>
         write_timeout: Duration::from_millis(t.write_ms),
         long_timeout: Duration::from_millis(t.long_ms),
         rate_limit,
+        guardrails: raw.guardrails.over(crate::guard::Policy::UNTIERED),
     })
 }
 
@@ -162,5 +166,15 @@ mod tests {
         .unwrap();
         let own = load(empty.path(), "high").unwrap();
         assert_eq!((own.rank, own.writes), (9, Writes::Never), "the file wins");
+        assert_eq!(own.guardrails, crate::guard::Policy::UNTIERED);
+        use crate::guard::SecretAction::*;
+        let low = load(empty.path(), "low").unwrap().guardrails;
+        assert_eq!((low.arguments, low.results), (Block, Redact));
+        let medium = load(empty.path(), "medium").unwrap().guardrails;
+        assert_eq!((medium.arguments, medium.results), (Redact, Redact));
+        use crate::guard::DefinitionAction::{Hold, Warn};
+        assert_eq!((low.definitions, medium.definitions), (Hold, Hold));
+        let high = load(tempfile::tempdir().unwrap().path(), "high").unwrap();
+        assert_eq!(high.guardrails.definitions, Warn);
     }
 }

@@ -185,6 +185,10 @@ impl ServerHandler for Demo {
                 self.tools_changed().await;
                 text(format!("extra is {}", if now { "on" } else { "off" }))
             }
+            "fetch_page" if self.state.poisoned => text(format!(
+                "<html>{}</html>",
+                arg_str(args, "url").unwrap_or_default()
+            )),
             "evolve" => {
                 self.state.evolved.store(true, Ordering::SeqCst);
                 self.tools_changed().await;

@@ -73,6 +73,10 @@ pub struct DemoArgs {
     /// `huge`, `pid`, `stray`, …); without it the server offers only its product tools.
     #[arg(long)]
     faults: bool,
+    /// Serve a poisoned tool (`fetch_page`: hidden tag characters and an exfiltration
+    /// instruction in its description), and make `evolve` poison `echo`'s description.
+    #[arg(long)]
+    poisoned: bool,
 }
 
 #[derive(Debug, Default)]
@@ -88,6 +92,8 @@ struct State {
     filler_tools: usize,
     /// `--faults`: the test tools are served too.
     faults: bool,
+    /// `--poisoned`.
+    poisoned: bool,
     /// What asking for roots at startup gave (with `--roots-at-start`).
     startup_roots: Mutex<Option<String>>,
     peers: Mutex<Vec<Peer<RoleServer>>>,
@@ -128,6 +134,7 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, String> {
             roots_at_start: args.roots_at_start,
             filler_tools: args.filler_tools,
             faults: args.faults,
+            poisoned: args.poisoned,
             evolved: AtomicBool::new(args.evolved),
             ..Default::default()
         }),

@@ -7,7 +7,7 @@
 //!
 //! ```text
 //!  outer   wire ─ observe(resolve, span, audit, metrics, envelope)
-//!  inner   hop guard ─ authz ─ trust ─ arguments ─ approval ─ rate limit ─ idempotency
+//!  inner   hop guard ─ authz ─ trust ─ arguments ─ guard ─ approval ─ rate limit ─ idempotency
 //!          ─ dispatch by target kind
 //!  upstream terminal   retry ─ breaker ─ forward (deadline, progress, cancellation, transport)
 //! ```
@@ -30,6 +30,10 @@
 //! - `arguments` — the tool's input schema (compiled when its list was stored) checks the
 //!   arguments; after trust, so callers learn schemas only of tools they may call, and before
 //!   approval, so no one is asked to approve a call that cannot run.
+//! - `guard` — secrets in the arguments are blocked, masked or recorded under the upstream's
+//!   guardrails, and so are secrets in the answer on its way back; after `arguments`, before
+//!   `approval`, so no one approves a call that carries a secret and a held plan keeps the
+//!   masked arguments.
 //! - `approval` — a call that needs approval is held as a plan and not run; `fedgate__approve`
 //!   decides or runs plans, re-entering below this step under the caller's identity, so the
 //!   approved call still meets rate limits, idempotency, retries and the breaker.
@@ -51,6 +55,7 @@ mod dispatch;
 mod envelope;
 mod error;
 mod forward;
+mod guard;
 mod hop;
 mod idempotency;
 mod observe;
@@ -342,6 +347,9 @@ pub fn build(parts: Parts) -> Stacks {
         .layer(StepLayer::new(Trust))
         .layer(StepLayer::new(Arguments {
             own: parts.own.clone(),
+        }))
+        .layer(StepLayer::new(guard::Guard {
+            metrics: parts.metrics.clone(),
         }))
         .layer(StepLayer::new(approvals))
         .layer(StepLayer::new(RateLimit {

@@ -91,7 +91,13 @@ impl Step for Observe {
             latency_ms: 0.0,
             correlation_id: call.correlation_id.clone(),
             arguments_sha256: args.as_ref().map(hash_arguments),
-            arguments: args.filter(|_| full_arguments),
+            // The audit log keeps arguments masked whatever the upstream's guardrails are.
+            arguments: args.filter(|_| full_arguments).map(|mut v| {
+                if let serde_json::Value::Object(m) = &mut v {
+                    crate::guard::scan_arguments(m, crate::guard::SecretAction::Redact);
+                }
+                v
+            }),
             plan_id: None,
             approver: None,
             on_behalf_of: call
@@ -100,6 +106,7 @@ impl Step for Observe {
                 .is_peer()
                 .then(|| crate::hops::caller_claim(&call.meta))
                 .flatten(),
+            guardrails: None,
         });
         let audit = self.audit.clone();
         let feed = self.feed.clone();
@@ -159,6 +166,7 @@ impl Step for Observe {
                 let record = base.map(|mut r| {
                     r.latency_ms = elapsed.as_secs_f64() * 1000.0;
                     r.outcome = outcome;
+                    r.guardrails = super::guard::findings(&result);
                     if let Err(e) = &result {
                         r.reason = Some(e.code());
                         if e.is_refusal() {

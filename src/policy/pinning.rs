@@ -22,6 +22,11 @@ pub fn fingerprint(tool: &Tool) -> String {
 #[derive(Debug, Default)]
 pub struct Pins {
     accepted: DashMap<(String, String), String>,
+    /// Fingerprints an operator accepted (config `pins`, the admin API): they pass the
+    /// definition screening too, which first sight never does.
+    vouched: DashMap<(String, String), String>,
+    /// Flagged definitions already reported in the log, so a rebuild does not repeat them.
+    reported: DashMap<(String, String), String>,
 }
 
 /// What pinning says about one tool definition.
@@ -38,10 +43,25 @@ pub enum Verdict {
 impl Pins {
     /// Pins from config; they win over first sight.
     pub fn preset(&self, upstream: &str, tool: &str, fingerprint: &str) {
-        self.accepted.insert(
-            (upstream.to_owned(), tool.to_owned()),
-            fingerprint.to_owned(),
-        );
+        let key = (upstream.to_owned(), tool.to_owned());
+        self.accepted.insert(key.clone(), fingerprint.to_owned());
+        self.vouched.insert(key, fingerprint.to_owned());
+    }
+
+    /// Whether an operator accepted this very definition.
+    pub fn vouched(&self, upstream: &str, tool: &str, fingerprint: &str) -> bool {
+        self.vouched
+            .get(&(upstream.to_owned(), tool.to_owned()))
+            .is_some_and(|fp| *fp == fingerprint)
+    }
+
+    /// True the first time a flagged definition (by fingerprint) is seen.
+    pub fn first_report(&self, upstream: &str, tool: &str, fingerprint: &str) -> bool {
+        let key = (upstream.to_owned(), tool.to_owned());
+        match self.reported.insert(key, fingerprint.to_owned()) {
+            Some(before) => before != fingerprint,
+            None => true,
+        }
     }
 
     pub fn check(&self, upstream: &str, tool: &Tool) -> Verdict {

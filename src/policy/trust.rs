@@ -48,6 +48,8 @@ pub struct Tier {
     pub long_timeout: Duration,
     /// Calls per second (and burst) through this tier, per upstream.
     pub rate_limit: Option<(u32, u32)>,
+    /// Secrets in arguments and results (an upstream may override each).
+    pub guardrails: crate::guard::Policy,
 }
 
 impl Tier {
@@ -70,6 +72,7 @@ impl Tier {
             write_timeout: call_timeout,
             long_timeout: call_timeout,
             rate_limit: None,
+            guardrails: crate::guard::Policy::UNTIERED,
         }
     }
 }

@@ -13,10 +13,14 @@ use rmcp::model::{Prompt, Resource, ResourceTemplate, Tool};
 
 use crate::{
     config::UpstreamSpec,
+    guard::{
+        DefinitionAction,
+        definitions::{self, Flag, OtherTools},
+    },
     names::{self as namespace, Naming, OWN_NAMESPACE, PrefixMode},
     policy::{
         arguments::ArgCheck,
-        pinning::{Pins, Verdict},
+        pinning::{Pins, Verdict, fingerprint},
     },
 };
 
@@ -114,6 +118,17 @@ pub struct Conflict {
     pub fingerprint: Option<String>,
 }
 
+/// A tool definition the guardrails flagged: held back (its tier holds) or listed with a
+/// warning.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Screened {
+    pub upstream: String,
+    pub tool: String,
+    pub fingerprint: String,
+    pub flags: Vec<Flag>,
+    pub held: bool,
+}
+
 /// Immutable merged lists; rebuilt whenever an upstream's lists change.
 #[derive(Debug)]
 pub struct Catalog<T> {
@@ -126,6 +141,8 @@ pub struct Catalog<T> {
     pub templates: Vec<ResourceTemplate>,
     template_routes: Vec<(UriTemplate, usize)>,
     pub conflicts: Vec<Conflict>,
+    /// Tool definitions the guardrails flagged (the held ones are in `conflicts` too).
+    pub screened: Vec<Screened>,
     /// Names the portable rule changed: (the name without it, the exposed portable form).
     pub portable_forms: Vec<(String, String)>,
     /// Serves resource URIs that nothing lists or matches (see `[gateway] resource_default`).
@@ -148,6 +165,7 @@ impl<T> Default for Catalog<T> {
             templates: Vec::new(),
             template_routes: Vec::new(),
             conflicts: Vec::new(),
+            screened: Vec::new(),
             portable_forms: Vec::new(),
             resource_fallback: None,
             members: Vec::new(),
@@ -193,6 +211,10 @@ impl<T> Catalog<T> {
             c.tools.push(tool.clone());
         }
         let mut specs = Vec::with_capacity(members.len());
+        let others = OtherTools::new(
+            names.iter().cloned().chain([OWN_NAMESPACE.to_owned()]),
+            separator,
+        );
         for (idx, m) in members.into_iter().enumerate() {
             let Member {
                 handle,
@@ -220,6 +242,9 @@ impl<T> Catalog<T> {
                         reason: why,
                         fingerprint: Some(now),
                     });
+                    continue;
+                }
+                if c.screen(up, tool, &others, pins) {
                     continue;
                 }
                 let alias = spec
@@ -339,6 +364,47 @@ impl<T> Catalog<T> {
             tracing::warn!(upstream = %k.upstream, item = %k.item, "held back: {}", k.reason);
         }
         c
+    }
+
+    /// Screens one definition under its upstream's guardrails; true if it is held back. A
+    /// definition an operator accepted (by fingerprint) passes.
+    fn screen(&mut self, up: &UpstreamSpec, tool: &Tool, others: &OtherTools, pins: &Pins) -> bool {
+        let action = up.guardrails.definitions;
+        if action == DefinitionAction::Off {
+            return false;
+        }
+        let flags = definitions::screen(tool, &up.name, others);
+        if flags.is_empty() {
+            return false;
+        }
+        let fp = fingerprint(tool);
+        if pins.vouched(&up.name, &tool.name, &fp) {
+            return false;
+        }
+        let reasons = definitions::describe(&flags);
+        let held = action == DefinitionAction::Hold;
+        if held {
+            self.conflicts.push(Conflict {
+                upstream: up.name.clone(),
+                item: tool.name.to_string(),
+                reason: format!(
+                    "held back by the guardrails: {reasons}; an operator who has read it accepts \
+                     it with POST /admin/pins/accept or `pins = {{ {} = \"{fp}\" }}`",
+                    tool.name
+                ),
+                fingerprint: Some(fp.clone()),
+            });
+        } else if pins.first_report(&up.name, &tool.name, &fp) {
+            tracing::warn!(upstream = %up.name, tool = %tool.name, "tool definition flagged by the guardrails, listed (its tier warns): {reasons}");
+        }
+        self.screened.push(Screened {
+            upstream: up.name.clone(),
+            tool: tool.name.to_string(),
+            fingerprint: fp,
+            flags,
+            held,
+        });
+        held
     }
 
     fn conflict(&mut self, up: &UpstreamSpec, item: &str, reason: String) {

@@ -71,6 +71,7 @@ pub(super) fn readyz(pool: &Pool, redacted: bool) -> Response<Body> {
         "upstreams": upstreams,
         "tools": catalog.tools.len(),
         "conflicts": catalog.conflicts,
+        "screened": catalog.screened,
         "portable_forms": catalog.portable_forms.iter()
             .map(|(original, name)| serde_json::json!({"name": name, "original": original}))
             .collect::<Vec<_>>(),

@@ -47,6 +47,9 @@ pub struct Record {
     /// used to authorize).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub on_behalf_of: Option<String>,
+    /// What the guardrails found (detector, field, direction, action), never the value.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub guardrails: Option<serde_json::Value>,
 }
 
 /// Audit settings.

@@ -34,6 +34,8 @@ pub struct Metrics {
     pub approvals: IntCounterVec,
     pub plans_pending: IntGauge,
     pub connections_refused: IntCounterVec,
+    /// Secrets found by the guardrails, by detector, action and direction.
+    pub guard_detections: IntCounterVec,
     pub replay_dropped: IntCounterVec,
     pub flows: super::flow_metrics::FlowMetrics,
     pub cluster: super::cluster_metrics::ClusterMetrics,
@@ -180,6 +182,15 @@ impl Metrics {
         for listener in ["mcp", "admin"] {
             connections_refused.with_label_values(&[listener]);
         }
+        let guard_detections = IntCounterVec::new(
+            Opts::new(
+                "fedgate_guardrail_detections_total",
+                "Secrets found in arguments or results, by detector, the action taken and the \
+                 direction",
+            ),
+            &["detector", "action", "direction"],
+        )?;
+        registry.register(Box::new(guard_detections.clone()))?;
         registry.register(Box::new(connections_refused.clone()))?;
         let replay_dropped = IntCounterVec::new(
             Opts::new(
@@ -222,6 +233,7 @@ impl Metrics {
             approvals,
             plans_pending,
             connections_refused,
+            guard_detections,
             replay_dropped,
             flows,
             cluster,
@@ -256,6 +268,13 @@ impl Metrics {
             self.config_last_reload_success
                 .set(chrono::Utc::now().timestamp());
         }
+    }
+
+    /// Counts one secret found (label values are fixed names, never the secret).
+    pub fn guard_detection(&self, detector: &str, action: &str, direction: &str) {
+        self.guard_detections
+            .with_label_values(&[detector, action, direction])
+            .inc();
     }
 
     /// Records one routed call.

@@ -358,6 +358,7 @@ pub(super) fn validate_upstream(
     Some(UpstreamSpec {
         envelope: u.envelope.unwrap_or(*envelope),
         validate_arguments: u.validate_arguments.unwrap_or(true),
+        guardrails: u.guardrails.over(tier.guardrails),
         idempotency_keys: u.idempotency_keys,
         peer: kind == "peer",
         tls: super::upstream_tls::upstream_tls(cx, &name_s, u, kind),

@@ -121,6 +121,9 @@ pub enum CallError {
     ApprovalRequired { plan: Box<Held> },
     #[error("{0}")]
     Plan(PlanRefusal),
+    /// A secret under a `block` guardrail.
+    #[error("{0}")]
+    Guarded(Box<crate::guard::Blocked>),
     /// A failure with the plan envelope made for it (set by `observe`, turned into the wire
     /// form by `wire`); everything else reads the cause.
     #[error("{cause}")]
@@ -208,6 +211,10 @@ impl Classify for CallError {
             | CallError::ApprovalRequired { .. }
             | CallError::Plan(_)
             | CallError::Cancelled => Side::Downstream,
+            CallError::Guarded(b) if b.finding.direction == crate::guard::Direction::Arguments => {
+                Side::Downstream
+            }
+            CallError::Guarded(_) => Side::Upstream,
             CallError::Planned { cause, .. } => cause.side(),
             CallError::BreakerOpen { .. }
             | CallError::Busy { .. }
@@ -255,6 +262,7 @@ impl Classify for CallError {
             CallError::InvalidArguments { .. } => "invalid_arguments",
             CallError::ApprovalRequired { .. } => "approval_required",
             CallError::Plan(r) => r.code(),
+            CallError::Guarded(_) => "secret_blocked",
             CallError::Planned { cause, .. } => cause.code(),
         }
     }
@@ -460,6 +468,13 @@ impl CallError {
             CallError::Plan(r) => {
                 McpError::invalid_params(msg, Some(json!({ "reason": r.code() })))
             }
+            CallError::Guarded(b) => McpError::invalid_request(
+                msg,
+                Some(
+                    json!({ "reason": "secret_blocked", "detector": b.finding.detector,
+                             "field": b.finding.field, "direction": b.finding.direction }),
+                ),
+            ),
             CallError::Planned { cause, plan } => {
                 let mut wire = cause.to_mcp();
                 // The plan joins whatever data the error has; data that is not an object (an
@@ -510,7 +525,7 @@ impl CallError {
                 | CallError::NotAuthorized { .. }
                 | CallError::TierRefused { .. }
                 | CallError::IdempotencyConflict
-        )
+        ) || matches!(self, CallError::Guarded(b) if b.finding.direction == crate::guard::Direction::Arguments)
     }
 
     /// Whether the gateway decided not to run the call (as opposed to the call failing).
@@ -536,6 +551,7 @@ impl CallError {
                 | CallError::InvalidArguments { .. }
                 | CallError::ApprovalRequired { .. }
                 | CallError::Plan(_)
+                | CallError::Guarded(_)
         ) || matches!(self, CallError::Planned { cause, .. } if cause.is_refusal())
     }
 

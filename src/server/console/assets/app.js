@@ -333,7 +333,15 @@ function renderCalls() {
     h("td", { class: "nowrap" }, time(c.time_ms)), h("td", {}, c.identity), h("td", { class: "mono nowrap" }, c.method),
     h("td", { class: "call-name" }, c.name), h("td", {}, c.upstream || "–"),
     h("td", {}, pill(c.outcome), c.envelope ? h("div", { class: "sub" }, `plan: ${c.envelope}`) : null),
+    h("td", { class: "guardrails" }, guardrails(c.guardrails)),
     h("td", { class: "nowrap" }, fmtMs(c.latency_ms)), h("td", { class: "mono" }, c.correlation_id.slice(0, 12)))));
+}
+
+// What the guardrails found in a call: detector and action, never a value (the gateway never
+// records one).
+function guardrails(found) {
+  if (!Array.isArray(found) || !found.length) return "–";
+  return found.map((f) => `${f.detector} (${f.action}, ${f.direction})`).join(", ");
 }
 
 async function showCall(seq) {
@@ -347,11 +355,12 @@ async function showCall(seq) {
     return;
   }
   const fields = ["time", "identity", "identity_kind", "method", "name", "upstream", "decision", "reason", "outcome",
-    "envelope", "latency_ms", "correlation_id", "trace_id", "arguments_sha256", "plan_id", "approver", "on_behalf_of"];
+    "envelope", "latency_ms", "correlation_id", "trace_id", "arguments_sha256", "plan_id", "approver", "on_behalf_of", "guardrails"];
   $("call-detail").replaceChildren(h("h3", {}, `Call ${c.seq}`),
     h("dl", { "data-seq": c.seq }, ...fields.filter((f) => c[f] !== undefined && c[f] !== null)
       .map((f) => [h("dt", {}, f === "trace_id" ? "trace id" : f),
-        h("dd", { class: "mono", "data-field": f }, f === "latency_ms" ? fmtMs(c[f]) : c[f])])));
+        h("dd", { class: "mono", "data-field": f },
+          f === "latency_ms" ? fmtMs(c[f]) : f === "guardrails" ? guardrails(c[f]) : c[f])])));
 }
 
 // ---- flow runs ---------------------------------------------------------------------------

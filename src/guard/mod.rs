@@ -1,0 +1,392 @@
+//! Guardrails (F20): secrets found in what crosses the gateway — a tool's arguments on the way
+//! to an upstream, a result on the way back — are blocked, redacted or recorded, per tier and
+//! per upstream. What is found is named by detector and field, never by value.
+
+pub mod definitions;
+pub mod secrets;
+
+pub use definitions::DefinitionAction;
+
+use rmcp::model::{ContentBlock, ResourceContents, ServerResult};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// What happens to a secret found in one direction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SecretAction {
+    Off,
+    /// Recorded in the audit log and metrics only; the text passes unchanged.
+    Audit,
+    /// The secret is masked in what is forwarded or returned (said in `_meta` and text).
+    Redact,
+    /// The call is refused with a `blocked` plan naming the detector and the field.
+    Block,
+}
+
+impl SecretAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::Audit => "audit",
+            Self::Redact => "redact",
+            Self::Block => "block",
+        }
+    }
+}
+
+/// A tier's or an upstream's guardrails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Policy {
+    /// Secrets in a tool's arguments, before they reach the upstream.
+    pub arguments: SecretAction,
+    /// Secrets in results (tool results, resources, prompts), before they reach the caller.
+    pub results: SecretAction,
+    /// Tool definitions that hide characters or address the model.
+    pub definitions: DefinitionAction,
+}
+
+impl Policy {
+    /// Upstreams without a tier: recorded and reported, never changed or held.
+    pub const UNTIERED: Policy = Policy {
+        arguments: SecretAction::Audit,
+        results: SecretAction::Audit,
+        definitions: DefinitionAction::Warn,
+    };
+}
+
+/// The raw `[guardrails]` of a tier file or an upstream (each key optional: an upstream's
+/// settings override its tier's one by one).
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RawPolicy {
+    pub secrets_in_arguments: Option<SecretAction>,
+    pub secrets_in_results: Option<SecretAction>,
+    pub tool_definitions: Option<DefinitionAction>,
+}
+
+impl RawPolicy {
+    /// These settings over `base`.
+    pub fn over(self, base: Policy) -> Policy {
+        Policy {
+            arguments: self.secrets_in_arguments.unwrap_or(base.arguments),
+            results: self.secrets_in_results.unwrap_or(base.results),
+            definitions: self.tool_definitions.unwrap_or(base.definitions),
+        }
+    }
+}
+
+/// Which way the text was going.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    Arguments,
+    Result,
+}
+
+impl Direction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Arguments => "arguments",
+            Self::Result => "result",
+        }
+    }
+}
+
+/// One secret found: where and by which detector, never what.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    pub detector: &'static str,
+    /// A JSON pointer into the arguments or the result (`/content/0/text`).
+    pub field: String,
+    pub direction: Direction,
+    pub action: SecretAction,
+}
+
+/// A call refused because of a secret under `block`: in its arguments (it never reached the
+/// upstream) or in its result (withheld from the caller).
+#[derive(Debug, Clone)]
+pub struct Blocked {
+    pub finding: Finding,
+    /// The exposed tool (or prompt, or resource) name and its upstream.
+    pub tool: String,
+    pub upstream: String,
+}
+
+impl std::fmt::Display for Blocked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Finding {
+            detector, field, ..
+        } = &self.finding;
+        match self.finding.direction {
+            Direction::Arguments => write!(
+                f,
+                "`{}` was not called: its arguments hold what looks like a secret ({detector} \
+                 at `{field}`), and upstream `{}` may not receive secrets",
+                self.tool, self.upstream
+            ),
+            Direction::Result => write!(
+                f,
+                "the answer of `{}` was withheld: it holds what looks like a secret ({detector} \
+                 at `{field}`), and secrets from upstream `{}` are blocked",
+                self.tool, self.upstream
+            ),
+        }
+    }
+}
+
+impl Blocked {
+    /// What the caller can do about it.
+    pub fn hint(&self) -> String {
+        match self.finding.direction {
+            Direction::Arguments => format!(
+                "remove the secret from `{}` and call again; credentials for upstreams are \
+                 injected by the gateway ([credentials] in its config), never passed as arguments",
+                self.finding.field
+            ),
+            Direction::Result => "do not retry: the same answer would be withheld again; ask an \
+                 operator to check what the upstream returns"
+                .to_owned(),
+        }
+    }
+}
+
+/// Most text scanned in one message; anything past it is treated as a secret under `block`
+/// and `redact` (it cannot be said to be clean), and recorded under `audit`.
+pub const MAX_SCANNED: usize = 16 << 20;
+
+/// Detector name of text past [`MAX_SCANNED`].
+pub const UNSCANNED: &str = "too_large_to_scan";
+
+/// Scans one message in one direction under `action`, masking secrets in place under
+/// `redact`. Each finding carries the action taken.
+struct Scan {
+    direction: Direction,
+    action: SecretAction,
+    budget: usize,
+    found: Vec<Finding>,
+}
+
+impl Scan {
+    fn new(direction: Direction, action: SecretAction) -> Self {
+        Self {
+            direction,
+            action,
+            budget: MAX_SCANNED,
+            found: Vec::new(),
+        }
+    }
+
+    fn text(&mut self, text: &mut String, field: &str, pointer: &str) {
+        if self.budget < text.len() {
+            self.budget = 0;
+            self.note(UNSCANNED, pointer);
+            if self.action == SecretAction::Redact {
+                *text = format!("[REDACTED:{UNSCANNED}]");
+            }
+            return;
+        }
+        self.budget -= text.len();
+        let hits = secrets::scan(text, field);
+        if hits.is_empty() {
+            return;
+        }
+        for h in &hits {
+            self.note(h.detector, pointer);
+        }
+        if self.action == SecretAction::Redact {
+            *text = secrets::redact(text, &hits);
+        }
+    }
+
+    fn note(&mut self, detector: &'static str, pointer: &str) {
+        self.found.push(Finding {
+            detector,
+            field: pointer.to_owned(),
+            direction: self.direction,
+            action: self.action,
+        });
+    }
+
+    /// Every string in `v`, each with the name of the field holding it.
+    fn value(&mut self, v: &mut Value, field: &str, pointer: &mut String) {
+        match v {
+            Value::String(s) => self.text(s, field, pointer),
+            Value::Array(items) => {
+                for (i, item) in items.iter_mut().enumerate() {
+                    let len = pointer.len();
+                    pointer.push('/');
+                    pointer.push_str(&i.to_string());
+                    self.value(item, field, pointer);
+                    pointer.truncate(len);
+                }
+            }
+            Value::Object(map) => {
+                for (k, item) in map.iter_mut() {
+                    let len = pointer.len();
+                    push_key(pointer, k);
+                    self.value(item, k, pointer);
+                    pointer.truncate(len);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn resource(&mut self, r: &mut ResourceContents, pointer: &str) {
+        if let ResourceContents::TextResourceContents { text, .. } = r {
+            self.text(text, "", &format!("{pointer}/text"));
+        }
+    }
+
+    fn content(&mut self, blocks: &mut [ContentBlock], at: &str) {
+        for (i, block) in blocks.iter_mut().enumerate() {
+            match block {
+                ContentBlock::Text(t) => self.text(&mut t.text, "", &format!("{at}/{i}/text")),
+                ContentBlock::Resource(r) => {
+                    self.resource(&mut r.resource, &format!("{at}/{i}/resource"))
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Longest key named in a field pointer; a longer one, or one that looks like a secret itself,
+/// is named `*` so a pointer never carries what it points away from.
+const MAX_KEY_SHOWN: usize = 64;
+
+/// Appends one JSON-pointer segment for key `k`.
+fn push_key(pointer: &mut String, k: &str) {
+    pointer.push('/');
+    if k.len() > MAX_KEY_SHOWN || !secrets::scan(k, "").is_empty() {
+        pointer.push('*');
+    } else {
+        pointer.push_str(&k.replace('~', "~0").replace('/', "~1"));
+    }
+}
+
+/// Scans a tool's arguments under `action` (masking under `redact`).
+pub fn scan_arguments(
+    args: &mut serde_json::Map<String, Value>,
+    action: SecretAction,
+) -> Vec<Finding> {
+    if action == SecretAction::Off {
+        return Vec::new();
+    }
+    let mut scan = Scan::new(Direction::Arguments, action);
+    let mut pointer = String::new();
+    for (k, v) in args.iter_mut() {
+        pointer.clear();
+        push_key(&mut pointer, k);
+        scan.value(v, k, &mut pointer);
+    }
+    scan.found
+}
+
+/// Scans a result's text (tool content and structured content, resource contents, prompt
+/// messages) under `action` (masking under `redact`).
+pub fn scan_result(result: &mut ServerResult, action: SecretAction) -> Vec<Finding> {
+    if action == SecretAction::Off {
+        return Vec::new();
+    }
+    let mut scan = Scan::new(Direction::Result, action);
+    match result {
+        ServerResult::CallToolResult(r) => {
+            scan.content(&mut r.content, "/content");
+            if let Some(s) = r.structured_content.as_mut() {
+                scan.value(s, "", &mut "/structuredContent".to_owned());
+            }
+        }
+        ServerResult::ReadResourceResult(r) => {
+            for (i, c) in r.contents.iter_mut().enumerate() {
+                scan.resource(c, &format!("/contents/{i}"));
+            }
+        }
+        ServerResult::GetPromptResult(r) => {
+            for (i, m) in r.messages.iter_mut().enumerate() {
+                scan.content(
+                    std::slice::from_mut(&mut m.content),
+                    &format!("/messages/{i}/content"),
+                );
+            }
+        }
+        _ => {}
+    }
+    scan.found
+}
+
+#[cfg(test)]
+mod tests {
+    use rmcp::model::CallToolResult;
+    use serde_json::json;
+
+    use super::*;
+
+    const KEY: &str = "AKIAIOSFODNN7EXAMPLE";
+
+    #[test]
+    fn arguments_are_scanned_field_by_field_and_masked_under_redact() {
+        let mut args = json!({"note": format!("key {KEY}"), "nested": {"list": ["ok", KEY]}})
+            .as_object()
+            .cloned()
+            .unwrap();
+        let found = scan_arguments(&mut args.clone(), SecretAction::Audit);
+        let fields: Vec<&str> = found.iter().map(|f| f.field.as_str()).collect();
+        assert_eq!(fields, ["/nested/list/1", "/note"]);
+        let found = scan_arguments(&mut args, SecretAction::Redact);
+        assert_eq!(found.len(), 2);
+        assert_eq!(args["note"], "key [REDACTED:aws_access_key]");
+        assert!(!serde_json::to_string(&args).unwrap().contains(KEY));
+        assert!(scan_arguments(&mut args, SecretAction::Off).is_empty());
+    }
+
+    #[test]
+    fn results_are_scanned_in_text_structured_content_and_resources() {
+        let mut r = CallToolResult::success(vec![
+            ContentBlock::text("clean"),
+            ContentBlock::text(format!("here: {KEY}")),
+            ContentBlock::embedded_text("file:///env", format!("AWS={KEY}")),
+        ]);
+        r.structured_content = Some(json!({"password": "q8Zr2LkP0vXw7NcY4tBm"}));
+        let mut result = ServerResult::CallToolResult(r);
+        let found = scan_result(&mut result, SecretAction::Redact);
+        let fields: Vec<(&str, &str)> = found
+            .iter()
+            .map(|f| (f.detector, f.field.as_str()))
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                ("aws_access_key", "/content/1/text"),
+                ("aws_access_key", "/content/2/resource/text"),
+                ("secret_field", "/structuredContent/password"),
+            ]
+        );
+        let text = serde_json::to_string(&result).unwrap();
+        assert!(!text.contains(KEY) && !text.contains("q8Zr2"), "{text}");
+    }
+
+    #[test]
+    fn a_pointer_never_names_a_key_that_looks_like_a_secret() {
+        let mut args = json!({ KEY: {"a/b": KEY}, "x".repeat(100): KEY })
+            .as_object()
+            .cloned()
+            .unwrap();
+        let found = scan_arguments(&mut args, SecretAction::Audit);
+        let fields: Vec<&str> = found.iter().map(|f| f.field.as_str()).collect();
+        assert_eq!(fields, ["/*/a~1b", "/*"]);
+    }
+
+    #[test]
+    fn text_past_the_scan_budget_counts_as_unscanned() {
+        let mut args = json!({"a": "x".repeat(MAX_SCANNED), "b": "y"})
+            .as_object()
+            .cloned()
+            .unwrap();
+        let found = scan_arguments(&mut args, SecretAction::Redact);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].detector, UNSCANNED);
+        assert_eq!(found[0].field, "/b");
+    }
+}
