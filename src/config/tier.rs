@@ -176,5 +176,14 @@ mod tests {
         assert_eq!((low.definitions, medium.definitions), (Hold, Hold));
         let high = load(tempfile::tempdir().unwrap().path(), "high").unwrap();
         assert_eq!(high.guardrails.definitions, Warn);
+        use crate::guard::InjectionAction::{Audit as Reported, Mark, Off as Trusted};
+        assert_eq!(
+            (
+                low.injections,
+                medium.injections,
+                high.guardrails.injections
+            ),
+            (Mark, Reported, Trusted)
+        );
     }
 }

@@ -78,7 +78,7 @@ static COMPILED: LazyLock<Option<Compiled>> = LazyLock::new(|| {
 
 /// Code points that render as nothing or reorder text: a human reviewing a definition does not
 /// see them, a model reads them.
-fn hidden(c: char) -> bool {
+pub(super) fn hidden(c: char) -> bool {
     matches!(c,
         '\u{E0000}'..='\u{E007F}'          // tag characters
         | '\u{202A}'..='\u{202E}'          // bidi embeddings and overrides
@@ -246,6 +246,28 @@ fn check_text(flags: &mut Vec<Flag>, at: &str, s: &str, own: &str, others: &Othe
             detail: format!("names `{name}` of another server"),
         });
     }
+}
+
+/// Where instruction-like phrases are in `text`, in order, not overlapping.
+pub(super) fn instructions(text: &str) -> Vec<std::ops::Range<usize>> {
+    let Some(c) = COMPILED.as_ref() else {
+        return Vec::new();
+    };
+    let mut found: Vec<std::ops::Range<usize>> = c
+        .set
+        .matches(text)
+        .iter()
+        .filter_map(|i| c.each.get(i))
+        .flat_map(|re| re.find_iter(text).map(|m| m.range()))
+        .collect();
+    found.sort_by_key(|r| r.start);
+    let mut end = 0;
+    found.retain(|r| {
+        let keep = r.start >= end;
+        end = end.max(r.end);
+        keep
+    });
+    found
 }
 
 /// `s` cut to [`SHOWN`] characters with anything unprintable escaped.

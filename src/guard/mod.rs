@@ -3,9 +3,11 @@
 //! per upstream. What is found is named by detector and field, never by value.
 
 pub mod definitions;
+pub mod injections;
 pub mod secrets;
 
 pub use definitions::DefinitionAction;
+pub use injections::InjectionAction;
 
 use rmcp::model::{ContentBlock, ResourceContents, ServerResult};
 use serde::{Deserialize, Serialize};
@@ -24,13 +26,24 @@ pub enum SecretAction {
     Block,
 }
 
-impl SecretAction {
+/// What was done about one finding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Taken {
+    Audit,
+    Redact,
+    Block,
+    /// An injected instruction fenced, hidden characters removed.
+    Mark,
+}
+
+impl Taken {
     pub fn as_str(self) -> &'static str {
         match self {
-            Self::Off => "off",
             Self::Audit => "audit",
             Self::Redact => "redact",
             Self::Block => "block",
+            Self::Mark => "mark",
         }
     }
 }
@@ -44,6 +57,8 @@ pub struct Policy {
     pub results: SecretAction,
     /// Tool definitions that hide characters or address the model.
     pub definitions: DefinitionAction,
+    /// Results that hide characters or address the model.
+    pub injections: InjectionAction,
 }
 
 impl Policy {
@@ -52,6 +67,7 @@ impl Policy {
         arguments: SecretAction::Audit,
         results: SecretAction::Audit,
         definitions: DefinitionAction::Warn,
+        injections: InjectionAction::Audit,
     };
 }
 
@@ -63,6 +79,7 @@ pub struct RawPolicy {
     pub secrets_in_arguments: Option<SecretAction>,
     pub secrets_in_results: Option<SecretAction>,
     pub tool_definitions: Option<DefinitionAction>,
+    pub injections_in_results: Option<InjectionAction>,
 }
 
 impl RawPolicy {
@@ -72,6 +89,7 @@ impl RawPolicy {
             arguments: self.secrets_in_arguments.unwrap_or(base.arguments),
             results: self.secrets_in_results.unwrap_or(base.results),
             definitions: self.tool_definitions.unwrap_or(base.definitions),
+            injections: self.injections_in_results.unwrap_or(base.injections),
         }
     }
 }
@@ -100,7 +118,14 @@ pub struct Finding {
     /// A JSON pointer into the arguments or the result (`/content/0/text`).
     pub field: String,
     pub direction: Direction,
-    pub action: SecretAction,
+    pub action: Taken,
+}
+
+impl Finding {
+    /// An injected instruction or hidden characters, rather than a secret.
+    pub fn is_injection(&self) -> bool {
+        matches!(self.detector, "hidden_unicode" | "instruction")
+    }
 }
 
 /// A call refused because of a secret under `block`: in its arguments (it never reached the
@@ -163,48 +188,65 @@ pub const UNSCANNED: &str = "too_large_to_scan";
 struct Scan {
     direction: Direction,
     action: SecretAction,
+    injections: InjectionAction,
     budget: usize,
     found: Vec<Finding>,
 }
 
 impl Scan {
-    fn new(direction: Direction, action: SecretAction) -> Self {
+    fn new(direction: Direction, action: SecretAction, injections: InjectionAction) -> Self {
         Self {
             direction,
             action,
+            injections,
             budget: MAX_SCANNED,
             found: Vec::new(),
+        }
+    }
+
+    /// The finding's action under the secret policy (never `Off`: nothing is scanned then).
+    fn taken(&self) -> Taken {
+        match self.action {
+            SecretAction::Redact => Taken::Redact,
+            SecretAction::Block => Taken::Block,
+            SecretAction::Off | SecretAction::Audit => Taken::Audit,
         }
     }
 
     fn text(&mut self, text: &mut String, field: &str, pointer: &str) {
         if self.budget < text.len() {
             self.budget = 0;
-            self.note(UNSCANNED, pointer);
+            self.note(UNSCANNED, pointer, self.taken());
             if self.action == SecretAction::Redact {
                 *text = format!("[REDACTED:{UNSCANNED}]");
             }
             return;
         }
         self.budget -= text.len();
-        let hits = secrets::scan(text, field);
-        if hits.is_empty() {
-            return;
+        if self.action != SecretAction::Off {
+            let hits = secrets::scan(text, field);
+            for h in &hits {
+                self.note(h.detector, pointer, self.taken());
+            }
+            if self.action == SecretAction::Redact && !hits.is_empty() {
+                *text = secrets::redact(text, &hits);
+            }
         }
-        for h in &hits {
-            self.note(h.detector, pointer);
-        }
-        if self.action == SecretAction::Redact {
-            *text = secrets::redact(text, &hits);
+        if self.injections != InjectionAction::Off {
+            let mark = self.injections == InjectionAction::Mark;
+            let taken = if mark { Taken::Mark } else { Taken::Audit };
+            for kind in injections::screen(text, mark) {
+                self.note(kind, pointer, taken);
+            }
         }
     }
 
-    fn note(&mut self, detector: &'static str, pointer: &str) {
+    fn note(&mut self, detector: &'static str, pointer: &str, action: Taken) {
         self.found.push(Finding {
             detector,
             field: pointer.to_owned(),
             direction: self.direction,
-            action: self.action,
+            action,
         });
     }
 
@@ -274,7 +316,7 @@ pub fn scan_arguments(
     if action == SecretAction::Off {
         return Vec::new();
     }
-    let mut scan = Scan::new(Direction::Arguments, action);
+    let mut scan = Scan::new(Direction::Arguments, action, InjectionAction::Off);
     let mut pointer = String::new();
     for (k, v) in args.iter_mut() {
         pointer.clear();
@@ -285,12 +327,17 @@ pub fn scan_arguments(
 }
 
 /// Scans a result's text (tool content and structured content, resource contents, prompt
-/// messages) under `action` (masking under `redact`).
-pub fn scan_result(result: &mut ServerResult, action: SecretAction) -> Vec<Finding> {
-    if action == SecretAction::Off {
+/// messages) for secrets under `action` (masking under `redact`) and for injected
+/// instructions under `injections` (fencing under `mark`).
+pub fn scan_result(
+    result: &mut ServerResult,
+    action: SecretAction,
+    injections: InjectionAction,
+) -> Vec<Finding> {
+    if action == SecretAction::Off && injections == InjectionAction::Off {
         return Vec::new();
     }
-    let mut scan = Scan::new(Direction::Result, action);
+    let mut scan = Scan::new(Direction::Result, action, injections);
     match result {
         ServerResult::CallToolResult(r) => {
             scan.content(&mut r.content, "/content");
@@ -350,7 +397,7 @@ mod tests {
         ]);
         r.structured_content = Some(json!({"password": "q8Zr2LkP0vXw7NcY4tBm"}));
         let mut result = ServerResult::CallToolResult(r);
-        let found = scan_result(&mut result, SecretAction::Redact);
+        let found = scan_result(&mut result, SecretAction::Redact, InjectionAction::Off);
         let fields: Vec<(&str, &str)> = found
             .iter()
             .map(|f| (f.detector, f.field.as_str()))
