@@ -472,3 +472,170 @@ async fn poisoned_definitions_are_held_back_until_an_operator_accepts_them() {
         "{echo}"
     );
 }
+
+const HOOKED_FLOW: &str = r#"
+id = "hooked"
+[[nodes]]
+id = "say"
+tool = "hooked__echo"
+params = { text = "mutate-me in a flow" }
+[outputs]
+said = "{{say.output}}"
+"#;
+
+/// The last payload a demo guardrail got.
+async fn last_payload(server: &UrlProcess) -> Value {
+    reqwest::get(&server.url)
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hooks_pass_mutate_or_deny_in_order_and_fail_closed_or_open() {
+    let first = UrlProcess::start(&["demo-guardrail"]);
+    let second = UrlProcess::start(&["demo-guardrail"]);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("flows")).unwrap();
+    std::fs::write(dir.path().join("flows/hooked.toml"), HOOKED_FLOW).unwrap();
+    let config = format!(
+        "[gateway]\ntiers_dir = {TIERS:?}\n\n[flows]\ndir = {:?}\ndb = {:?}\n\n\
+         [guardrail_hooks.first]\nurl = {:?}\ntimeout_ms = 500\n\n\
+         [guardrail_hooks.second]\nurl = {:?}\n\n\
+         [guardrail_hooks.open]\nurl = {:?}\ntimeout_ms = 300\nfailure = \"open\"\nphases = [\"request\"]\n\n\
+         [guardrail_hooks.dead]\nurl = \"http://127.0.0.1:9/check\"\n\n{}{}{}",
+        dir.path().join("flows").display().to_string(),
+        dir.path().join("runs.db").display().to_string(),
+        first.url,
+        second.url,
+        first.url,
+        stdio_upstream(
+            "hooked",
+            &[],
+            "tier = \"high\"\nguardrails = { hooks = [\"first\", \"second\"] }"
+        ),
+        stdio_upstream(
+            "lenient",
+            &[],
+            "tier = \"high\"\nguardrails = { hooks = [\"open\"] }"
+        ),
+        stdio_upstream(
+            "dead",
+            &[],
+            "tier = \"high\"\nguardrails = { hooks = [\"dead\"] }"
+        ),
+    );
+    let gw = Gateway::start(&config);
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    let echo = |up: &'static str, text: &'static str| {
+        let client = &client;
+        async move { call(client, &format!("{up}__echo"), json!({"text": text})).await }
+    };
+    let hooks_said = |r: &rmcp::model::CallToolResult| -> Vec<(String, String, String)> {
+        serde_json::to_value(r).unwrap()["_meta"]["io.fedgate/guardrails"]["hooks"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|h| {
+                let s = |k: &str| h[k].as_str().unwrap_or_default().to_owned();
+                (s("hook"), s("phase"), s("decision"))
+            })
+            .collect()
+    };
+
+    // Pass: both hooks, both phases, in config order.
+    let r = echo("hooked", "hello").await.unwrap();
+    assert_eq!(first_text(&r), "echo: hello");
+    let pass = |h: &str, p: &str| (h.to_owned(), p.to_owned(), "pass".to_owned());
+    assert_eq!(
+        hooks_said(&r),
+        [
+            pass("first", "request"),
+            pass("second", "request"),
+            pass("first", "response"),
+            pass("second", "response")
+        ]
+    );
+
+    // Mutate: the second hook and the upstream see what the first passed on.
+    let r = echo("hooked", "mutate-me now").await.unwrap();
+    assert_eq!(first_text(&r), "echo: mutated now");
+    let seen = last_payload(&second).await;
+    assert_eq!(seen["version"], 1);
+    assert_eq!(seen["phase"], "response");
+    assert_eq!(seen["arguments"]["text"], "mutated now", "{seen}");
+    assert_eq!(seen["result"]["content"][0]["text"], "echo: mutated now");
+    assert_eq!(
+        (&seen["tool"], &seen["upstream_tool"], &seen["upstream"]),
+        (&json!("hooked__echo"), &json!("echo"), &json!("hooked"))
+    );
+    assert_eq!(seen["identity"]["kind"], "anonymous", "{seen}");
+    let r = echo("hooked", "rewrite-me").await.unwrap();
+    assert_eq!(first_text(&r), "rewritten by the guardrail");
+
+    // Deny, before the call and after it: a blocked plan with the hook's reason.
+    let err = echo("hooked", "deny-me").await.refused();
+    assert!(
+        err.contains("guardrail_denied") && err.contains("the text asks to be denied"),
+        "{err}"
+    );
+    assert!(
+        err.contains("\"status\":\"blocked\"") && err.contains("`first`"),
+        "{err}"
+    );
+    let err = echo("hooked", "withhold-me").await.refused();
+    assert!(
+        err.contains("guardrail_denied") && err.contains("not for this caller"),
+        "{err}"
+    );
+    assert!(err.contains("withheld"), "{err}");
+
+    // Failures of a hook that fails closed: each a clear refusal, bounded by its timeout.
+    for (text, says) in [
+        ("bad-mutate", "schema refuses"),
+        ("garbage", "not JSON"),
+        ("hang", "did not answer within 500 ms"),
+    ] {
+        let err = echo("hooked", text).await.refused();
+        assert!(
+            err.contains("guardrail_unavailable") && err.contains(says),
+            "{text}: {err}"
+        );
+        assert!(err.contains("fails closed"), "{err}");
+    }
+    let err = echo("dead", "hello").await.refused();
+    assert!(
+        err.contains("guardrail_unavailable") && err.contains("unreachable"),
+        "{err}"
+    );
+
+    // A hook that fails open is skipped, and that is said.
+    let r = echo("lenient", "hang").await.unwrap();
+    assert_eq!(first_text(&r), "echo: hang");
+    assert_eq!(
+        hooks_said(&r),
+        [("open".into(), "request".into(), "skipped".into())]
+    );
+    gw.wait_stderr("guardrail hook skipped (fails open)", 10)
+        .await;
+
+    // A flow's node goes through the hooks like any call.
+    let flow = call(&client, "flows__hooked", json!({})).await.unwrap();
+    let text = serde_json::to_string(&flow).unwrap();
+    assert!(text.contains("echo: mutated in a flow"), "{text}");
+
+    let metrics = gw.metrics().await;
+    for line in [
+        "fedgate_guardrail_hook_decisions_total{decision=\"deny\",hook=\"first\",phase=\"request\"} 1",
+        "fedgate_guardrail_hook_decisions_total{decision=\"deny\",hook=\"first\",phase=\"response\"} 1",
+        "fedgate_guardrail_hook_decisions_total{decision=\"error\",hook=\"dead\",phase=\"request\"} 1",
+    ] {
+        assert!(metrics.contains(line), "{line} in {metrics}");
+    }
+    assert!(metrics.contains(
+        "fedgate_guardrail_hook_duration_seconds_count{hook=\"second\",phase=\"response\"}"
+    ));
+}

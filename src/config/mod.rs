@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod command;
 pub mod defaults;
 pub mod flows;
+pub mod hooks;
 pub mod import;
 pub mod snapshot;
 pub mod tier;
@@ -57,6 +58,9 @@ pub struct RawConfig {
     pub flows: Option<flows::RawFlows>,
     /// Shared stores for several replicas (F16).
     pub cluster: Option<Spanned<cluster::RawCluster>>,
+    /// External guardrail services, attached to tiers and upstreams by name.
+    #[serde(default)]
+    pub guardrail_hooks: BTreeMap<String, Spanned<hooks::RawHook>>,
 }
 
 /// `[tracing]`

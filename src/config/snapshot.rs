@@ -251,6 +251,8 @@ pub struct UpstreamSpec {
     pub validate_arguments: bool,
     /// Secrets in arguments and results: the tier's, with the upstream's overrides.
     pub guardrails: crate::guard::Policy,
+    /// External guardrail hooks asked about this upstream's tool calls, in order.
+    pub guardrail_hooks: Vec<std::sync::Arc<crate::guard::hook::Hook>>,
     /// The upstream honours `_meta.idempotencyKey`.
     pub idempotency_keys: bool,
     /// Kind `peer`: another fedgate (requests carry the hop path and the caller claim).

@@ -136,6 +136,7 @@ pub fn parse(file: &str, name: &str, text: &str) -> Result<Tier, Vec<Diagnostic>
         long_timeout: Duration::from_millis(t.long_ms),
         rate_limit,
         guardrails: raw.guardrails.over(crate::guard::Policy::UNTIERED),
+        guardrail_hooks: raw.guardrails.hooks.unwrap_or_default(),
     })
 }
 

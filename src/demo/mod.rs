@@ -7,6 +7,7 @@
 #![allow(deprecated)] // resources/subscribe is legacy-only but still served
 
 mod flow_tools;
+pub mod guardrail;
 mod handler;
 mod input;
 mod schemas;

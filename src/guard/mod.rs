@@ -3,6 +3,7 @@
 //! per upstream. What is found is named by detector and field, never by value.
 
 pub mod definitions;
+pub mod hook;
 pub mod injections;
 pub mod secrets;
 
@@ -73,18 +74,20 @@ impl Policy {
 
 /// The raw `[guardrails]` of a tier file or an upstream (each key optional: an upstream's
 /// settings override its tier's one by one).
-#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct RawPolicy {
     pub secrets_in_arguments: Option<SecretAction>,
     pub secrets_in_results: Option<SecretAction>,
     pub tool_definitions: Option<DefinitionAction>,
     pub injections_in_results: Option<InjectionAction>,
+    /// External guardrail hooks (`[guardrail_hooks.NAME]`), asked in this order.
+    pub hooks: Option<Vec<String>>,
 }
 
 impl RawPolicy {
     /// These settings over `base`.
-    pub fn over(self, base: Policy) -> Policy {
+    pub fn over(&self, base: Policy) -> Policy {
         Policy {
             arguments: self.secrets_in_arguments.unwrap_or(base.arguments),
             results: self.secrets_in_results.unwrap_or(base.results),
@@ -172,6 +175,73 @@ impl Blocked {
             Direction::Result => "do not retry: the same answer would be withheld again; ask an \
                  operator to check what the upstream returns"
                 .to_owned(),
+        }
+    }
+}
+
+/// Why the guardrails refused a call: a secret under `block`, or a hook's deny or failure.
+#[derive(Debug, Clone)]
+pub enum Refusal {
+    Secret(Blocked),
+    Hook(hook::Refusal),
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Secret(b) => b.fmt(f),
+            Self::Hook(h) => h.fmt(f),
+        }
+    }
+}
+
+impl Refusal {
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Secret(_) => "secret_blocked",
+            Self::Hook(h) => h.code(),
+        }
+    }
+
+    pub fn hint(&self) -> String {
+        match self {
+            Self::Secret(b) => b.hint(),
+            Self::Hook(h) => h.hint(),
+        }
+    }
+
+    /// Refused before the upstream was asked (so nothing there ran).
+    pub fn before_upstream(&self) -> bool {
+        match self {
+            Self::Secret(b) => b.finding.direction == Direction::Arguments,
+            Self::Hook(h) => h.phase == hook::Phase::Request,
+        }
+    }
+
+    /// Whether the same call may pass later (a hook that did not answer may answer then).
+    pub fn retryable(&self) -> bool {
+        matches!(self, Self::Hook(h) if !h.denied)
+    }
+
+    /// What a JSON-RPC error's data says about it (never a secret).
+    pub fn data(&self) -> Value {
+        match self {
+            Self::Secret(b) => serde_json::json!({"reason": self.code(),
+                "detector": b.finding.detector, "field": b.finding.field,
+                "direction": b.finding.direction}),
+            Self::Hook(h) => serde_json::json!({"reason": self.code(), "hook": h.hook,
+                "phase": h.phase}),
+        }
+    }
+
+    /// The audit log's entry.
+    pub fn audit(&self) -> Value {
+        match self {
+            Self::Secret(b) => serde_json::json!({"detector": b.finding.detector,
+                "field": b.finding.field, "direction": b.finding.direction,
+                "action": b.finding.action}),
+            Self::Hook(h) => serde_json::json!({"hook": h.hook, "phase": h.phase,
+                "decision": if h.denied { "deny" } else { "error" }}),
         }
     }
 }

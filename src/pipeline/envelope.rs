@@ -304,9 +304,8 @@ pub fn plan_for(e: &CallError, correlation_id: &str) -> Plan {
         } => base(Status::Blocked).error(PlanError::new(code, msg.clone(), false).hint(
             super::error::tier_fix(*refusal, upstream, upstream_tool, tier),
         )),
-        CallError::Guarded(b) => {
-            base(Status::Blocked).error(PlanError::new(code, msg.clone(), false).hint(b.hint()))
-        }
+        CallError::Guarded(r) => base(Status::Blocked)
+            .error(PlanError::new(code, msg.clone(), r.retryable()).hint(r.hint())),
         CallError::RateLimited { retry_after, .. } => {
             let ms = retry_after.as_millis() as u64;
             base(Status::Blocked).error(PlanError::new(code, msg.clone(), true).hint(format!(

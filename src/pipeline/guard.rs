@@ -16,7 +16,10 @@ use super::{
     step::{CallService, Step, done},
 };
 use crate::{
-    guard::{self, Blocked, Direction, Finding, Taken},
+    guard::{
+        self, Blocked, Direction, Finding, Refusal, Taken,
+        hook::{self, Decision, Hook, Phase},
+    },
     telemetry::metrics::Metrics,
 };
 
@@ -38,11 +41,13 @@ impl Step for Guard {
         let Some(up) = target.upstream() else {
             return inner.call(call);
         };
-        let policy = up.spec().guardrails;
+        let spec = up.spec().clone();
+        let policy = spec.guardrails;
         let name = match &target.exposed {
             Exposed::Tool(n) | Exposed::Prompt(n) | Exposed::Resource(n) => n.clone(),
         };
         let upstream = up.name().to_owned();
+        let checks = up.lists();
         let mut found = Vec::new();
         if let Op::CallTool(p) = &mut call.op
             && let Some(args) = p.arguments.as_mut()
@@ -51,38 +56,218 @@ impl Step for Guard {
         }
         count(&self.metrics, &found);
         if let Some(first) = found.iter().find(|f| f.action == Taken::Block) {
-            return done(Err(CallError::Guarded(Box::new(Blocked {
-                finding: first.clone(),
-                tool: name,
-                upstream,
-            }))));
+            return done(Err(blocked(first, name, upstream)));
         }
-        let metrics = self.metrics.clone();
-        let fut = inner.call(call);
-        Box::pin(async move {
-            let mut result = fut.await?;
-            let mut back = guard::scan_result(&mut result, policy.results, policy.injections);
-            count(&metrics, &back);
-            if let Some(first) = back.iter().find(|f| f.action == Taken::Block) {
-                return Err(CallError::Guarded(Box::new(Blocked {
-                    finding: first.clone(),
-                    tool: name,
-                    upstream,
-                })));
+        let hooked = match &mut call.op {
+            Op::CallTool(p) if !spec.guardrail_hooks.is_empty() => {
+                Some((p.name.to_string(), p.arguments.take().unwrap_or_default()))
             }
-            found.append(&mut back);
-            report(&mut result, &found);
-            Ok(result)
+            _ => None,
+        };
+        let metrics = self.metrics.clone();
+        let Some((upstream_tool, mut args)) = hooked else {
+            let fut = inner.call(call);
+            return Box::pin(async move {
+                let result = fut.await?;
+                back(result, found, &policy, &metrics, name, upstream, Vec::new())
+            });
+        };
+        let mut inner = inner.clone();
+        Box::pin(async move {
+            let mut asked = Vec::new();
+            let about = About {
+                upstream: upstream.clone(),
+                tool: name.clone(),
+                identity: json!({"name": call.identity.name, "kind": call.identity.kind.as_str()}),
+                correlation_id: call.correlation_id.clone(),
+            };
+            for hook in spec
+                .guardrail_hooks
+                .iter()
+                .filter(|h| h.phases.contains(&Phase::Request))
+            {
+                let payload = about.payload(hook, Phase::Request, &upstream_tool, &args, None);
+                match ask(hook, Phase::Request, &payload, &metrics, &mut asked).await {
+                    Ok(Decision::Arguments(m)) => {
+                        // A hook's arguments meet the tool's schema and the secret rules too.
+                        let problems = checks
+                            .check(&upstream_tool)
+                            .map(|c| c.check(&Value::Object(m.clone())))
+                            .unwrap_or_default();
+                        if let Some(first) = problems.first() {
+                            let why = format!(
+                                "answered mutate with arguments the tool's schema refuses \
+                                 ({} problem(s), first at `{}`)",
+                                problems.len(),
+                                first.pointer
+                            );
+                            failed(hook, Phase::Request, &name, why, &mut asked)?;
+                            continue;
+                        }
+                        args = m;
+                        let mut again = guard::scan_arguments(&mut args, policy.arguments);
+                        count(&metrics, &again);
+                        if let Some(first) = again.iter().find(|f| f.action == Taken::Block) {
+                            return Err(blocked(first, name, upstream));
+                        }
+                        found.append(&mut again);
+                    }
+                    Ok(Decision::Deny(why)) => {
+                        return Err(denied(hook, Phase::Request, &name, why));
+                    }
+                    Ok(_) => {}
+                    Err(why) => failed(hook, Phase::Request, &name, why, &mut asked)?,
+                }
+            }
+            if let Op::CallTool(p) = &mut call.op {
+                p.arguments = Some(args.clone());
+            }
+            let mut result = inner.call(call).await?;
+            if let ServerResult::CallToolResult(r) = &mut result {
+                for hook in spec
+                    .guardrail_hooks
+                    .iter()
+                    .filter(|h| h.phases.contains(&Phase::Response))
+                {
+                    let answer = serde_json::to_value(&*r).unwrap_or_default();
+                    let payload =
+                        about.payload(hook, Phase::Response, &upstream_tool, &args, Some(answer));
+                    match ask(hook, Phase::Response, &payload, &metrics, &mut asked).await {
+                        Ok(Decision::Result(new)) => *r = *new,
+                        Ok(Decision::Deny(why)) => {
+                            return Err(denied(hook, Phase::Response, &name, why));
+                        }
+                        Ok(_) => {}
+                        Err(why) => failed(hook, Phase::Response, &name, why, &mut asked)?,
+                    }
+                }
+            }
+            back(result, found, &policy, &metrics, name, upstream, asked)
         })
     }
+}
+
+/// What every hook of a call is told about it.
+struct About {
+    upstream: String,
+    tool: String,
+    identity: Value,
+    correlation_id: String,
+}
+
+impl About {
+    fn payload(
+        &self,
+        hook: &Hook,
+        phase: Phase,
+        upstream_tool: &str,
+        args: &serde_json::Map<String, Value>,
+        result: Option<Value>,
+    ) -> Value {
+        let mut v = json!({
+            "version": 1, "phase": phase, "hook": hook.name, "method": "tools/call",
+            "upstream": self.upstream, "tool": self.tool, "upstream_tool": upstream_tool,
+            "identity": self.identity, "correlation_id": self.correlation_id,
+            "arguments": args,
+        });
+        if let (Some(r), Some(m)) = (result, v.as_object_mut()) {
+            m.insert("result".into(), r);
+        }
+        v
+    }
+}
+
+/// Asks one hook, timing and counting its answer.
+async fn ask(
+    hook: &Hook,
+    phase: Phase,
+    payload: &Value,
+    metrics: &Metrics,
+    asked: &mut Vec<Value>,
+) -> Result<Decision, String> {
+    let started = tokio::time::Instant::now();
+    let answer = hook::ask(hook, phase, payload).await;
+    let decision = answer.as_ref().map_or("error", Decision::as_str);
+    metrics.guard_hook(
+        &hook.name,
+        phase.as_str(),
+        decision,
+        started.elapsed().as_secs_f64(),
+    );
+    if answer.is_ok() {
+        asked.push(json!({"hook": hook.name, "phase": phase, "decision": decision}));
+    }
+    answer
+}
+
+/// A hook that gave no usable decision: the call is refused (fail closed), or the hook is
+/// skipped and that is logged and said (fail open).
+fn failed(
+    hook: &Hook,
+    phase: Phase,
+    tool: &str,
+    why: String,
+    asked: &mut Vec<Value>,
+) -> Result<(), CallError> {
+    if hook.fail_open {
+        tracing::warn!(hook = %hook.name, phase = phase.as_str(), "guardrail hook skipped (fails open): {why}");
+        asked.push(json!({"hook": hook.name, "phase": phase, "decision": "skipped", "error": why}));
+        return Ok(());
+    }
+    tracing::warn!(hook = %hook.name, phase = phase.as_str(), "guardrail hook failed, call refused (fails closed): {why}");
+    Err(CallError::Guarded(Box::new(Refusal::Hook(hook::Refusal {
+        hook: hook.name.clone(),
+        phase,
+        tool: tool.to_owned(),
+        why,
+        denied: false,
+    }))))
+}
+
+fn denied(hook: &Hook, phase: Phase, tool: &str, why: String) -> CallError {
+    CallError::Guarded(Box::new(Refusal::Hook(hook::Refusal {
+        hook: hook.name.clone(),
+        phase,
+        tool: tool.to_owned(),
+        why,
+        denied: true,
+    })))
+}
+
+fn blocked(first: &Finding, tool: String, upstream: String) -> CallError {
+    CallError::Guarded(Box::new(Refusal::Secret(Blocked {
+        finding: first.clone(),
+        tool,
+        upstream,
+    })))
+}
+
+/// The way back: the result is scanned, and what was found and asked is said in it.
+fn back(
+    mut result: ServerResult,
+    mut found: Vec<Finding>,
+    policy: &guard::Policy,
+    metrics: &Metrics,
+    tool: String,
+    upstream: String,
+    asked: Vec<Value>,
+) -> Result<ServerResult, CallError> {
+    let mut back = guard::scan_result(&mut result, policy.results, policy.injections);
+    count(metrics, &back);
+    if let Some(first) = back.iter().find(|f| f.action == Taken::Block) {
+        return Err(blocked(first, tool, upstream));
+    }
+    found.append(&mut back);
+    report(&mut result, &found, asked);
+    Ok(result)
 }
 
 /// What the guardrails found in a call (for its audit record): the report in a result's
 /// `_meta`, or the finding that blocked it.
 pub fn findings(result: &Result<ServerResult, CallError>) -> Option<Value> {
     let meta = match result {
-        Err(CallError::Guarded(b)) => {
-            return Some(json!([entry(&b.finding)]));
+        Err(CallError::Guarded(r)) => {
+            return Some(json!([r.audit()]));
         }
         Err(_) => return None,
         Ok(ServerResult::CallToolResult(r)) => r.meta.as_ref(),
@@ -91,13 +276,13 @@ pub fn findings(result: &Result<ServerResult, CallError>) -> Option<Value> {
         Ok(_) => None,
     };
     let report = meta?.get(META_KEY)?;
-    let all: Vec<Value> = ["secrets", "injections"]
+    let all: Vec<Value> = ["secrets", "injections", "hooks"]
         .iter()
         .filter_map(|k| report.get(*k).and_then(Value::as_array))
         .flatten()
         .cloned()
         .collect();
-    (!all.is_empty()).then(|| Value::Array(all))
+    (!all.is_empty()).then_some(Value::Array(all))
 }
 
 fn entry(f: &Finding) -> Value {
@@ -112,8 +297,8 @@ fn count(metrics: &Metrics, found: &[Finding]) {
 
 /// Says in the result's `_meta` what was found (every action), and in its text what was
 /// masked, so a model reading only the text knows a value is missing.
-fn report(result: &mut ServerResult, found: &[Finding]) {
-    if found.is_empty() {
+fn report(result: &mut ServerResult, found: &[Finding], asked: Vec<Value>) {
+    if found.is_empty() && asked.is_empty() {
         return;
     }
     let (injections, secrets): (Vec<&Finding>, Vec<&Finding>) =
@@ -123,6 +308,9 @@ fn report(result: &mut ServerResult, found: &[Finding]) {
         if !list.is_empty() {
             said.insert(key.into(), list.into_iter().map(entry).collect());
         }
+    }
+    if !asked.is_empty() {
+        said.insert("hooks".into(), Value::Array(asked));
     }
     let masked: Vec<&Finding> = found.iter().filter(|f| f.action == Taken::Redact).collect();
     let marked = found.iter().any(|f| f.action == Taken::Mark);

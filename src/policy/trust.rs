@@ -50,6 +50,8 @@ pub struct Tier {
     pub rate_limit: Option<(u32, u32)>,
     /// Secrets in arguments and results (an upstream may override each).
     pub guardrails: crate::guard::Policy,
+    /// External guardrail hooks asked for this tier's upstreams, in order.
+    pub guardrail_hooks: Vec<String>,
 }
 
 impl Tier {
@@ -73,6 +75,7 @@ impl Tier {
             long_timeout: call_timeout,
             rate_limit: None,
             guardrails: crate::guard::Policy::UNTIERED,
+            guardrail_hooks: Vec::new(),
         }
     }
 }

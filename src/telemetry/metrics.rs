@@ -36,6 +36,9 @@ pub struct Metrics {
     pub connections_refused: IntCounterVec,
     /// Secrets found by the guardrails, by detector, action and direction.
     pub guard_detections: IntCounterVec,
+    /// Guardrail hook answers by hook, phase and decision (`error` when none came).
+    pub guard_hook_decisions: IntCounterVec,
+    pub guard_hook_duration: HistogramVec,
     pub replay_dropped: IntCounterVec,
     pub flows: super::flow_metrics::FlowMetrics,
     pub cluster: super::cluster_metrics::ClusterMetrics,
@@ -191,6 +194,23 @@ impl Metrics {
             &["detector", "action", "direction"],
         )?;
         registry.register(Box::new(guard_detections.clone()))?;
+        let guard_hook_decisions = IntCounterVec::new(
+            Opts::new(
+                "fedgate_guardrail_hook_decisions_total",
+                "Answers of external guardrail hooks: pass, mutate, deny, or error (none usable)",
+            ),
+            &["hook", "phase", "decision"],
+        )?;
+        registry.register(Box::new(guard_hook_decisions.clone()))?;
+        let guard_hook_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "fedgate_guardrail_hook_duration_seconds",
+                "Time an external guardrail hook took to answer (or to fail)",
+            )
+            .buckets(DURATION_BUCKETS.to_vec()),
+            &["hook", "phase"],
+        )?;
+        registry.register(Box::new(guard_hook_duration.clone()))?;
         registry.register(Box::new(connections_refused.clone()))?;
         let replay_dropped = IntCounterVec::new(
             Opts::new(
@@ -234,6 +254,8 @@ impl Metrics {
             plans_pending,
             connections_refused,
             guard_detections,
+            guard_hook_decisions,
+            guard_hook_duration,
             replay_dropped,
             flows,
             cluster,
@@ -275,6 +297,16 @@ impl Metrics {
         self.guard_detections
             .with_label_values(&[detector, action, direction])
             .inc();
+    }
+
+    /// Records one guardrail hook's answer (hook names come from config).
+    pub fn guard_hook(&self, hook: &str, phase: &str, decision: &str, seconds: f64) {
+        self.guard_hook_decisions
+            .with_label_values(&[hook, phase, decision])
+            .inc();
+        self.guard_hook_duration
+            .with_label_values(&[hook, phase])
+            .observe(seconds);
     }
 
     /// Records one routed call.

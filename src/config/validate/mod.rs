@@ -3,6 +3,7 @@
 
 mod auth;
 mod credentials;
+mod hooks;
 mod limits;
 mod telemetry;
 #[cfg(test)]
@@ -170,6 +171,7 @@ pub(super) fn validate(
         loaded: HashMap::new(),
     };
     let credentials = validate_credentials(&mut cx, &raw.credentials);
+    let hooks = hooks::validate_hooks(&mut cx, &raw.guardrail_hooks);
     for (name, up) in &raw.upstreams {
         if let Some(spec) = validate_upstream(
             &mut cx,
@@ -182,6 +184,7 @@ pub(super) fn validate(
                 bare_aliases: &mut bare_aliases,
                 tiers: &mut tiers,
                 credentials: &credentials,
+                hooks: &hooks,
                 envelope: g.envelope.unwrap_or_default(),
             },
         ) {

@@ -242,3 +242,39 @@ fn every_parse_problem_is_reported_at_its_own_line() {
     let errs = errors("[gateway]\nlisten = \"127.0.0.1:1\nseperator = 5\n");
     assert_eq!(errs.len(), 1, "{errs:#?}");
 }
+
+#[test]
+fn guardrail_hook_rejections() {
+    reported(
+        "[guardrail_hooks.h]\nurl = \"ftp://x\"\n",
+        "must be an http:// or https:// URL",
+        2,
+    );
+    reported(
+        "[guardrail_hooks.h]\nurl = \"http://x\"\ntimeout_ms = 0\n",
+        "timeout_ms must be",
+        3,
+    );
+    reported(
+        "[guardrail_hooks.h]\nurl = \"http://x\"\nfailure = \"maybe\"\n",
+        "use `closed` or `open`",
+        3,
+    );
+    reported(
+        "[guardrail_hooks.h]\nurl = \"http://x\"\ntoken = \"hunter2\"\n",
+        "token is a reference",
+        3,
+    );
+    reported(
+        &format!("{STDIO}guardrails = {{ hooks = [\"nope\"] }}\n"),
+        "unknown guardrail hook `nope`",
+        1,
+    );
+    let good = format!(
+        "[guardrail_hooks.h]\nurl = \"http://127.0.0.1:9/check\"\nfailure = \"open\"\n\n{STDIO}guardrails = {{ hooks = [\"h\"] }}\n"
+    );
+    let s = load_str("t.toml", &good).expect("valid");
+    let hooks = &s.upstreams[0].guardrail_hooks;
+    assert_eq!(hooks.len(), 1);
+    assert!(hooks[0].fail_open);
+}

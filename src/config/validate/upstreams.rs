@@ -42,6 +42,7 @@ pub(super) fn validate_upstream(
         bare_aliases,
         tiers,
         credentials,
+        hooks,
         envelope,
     } = across;
     let separator = naming.separator.as_str();
@@ -355,7 +356,23 @@ pub(super) fn validate_upstream(
             }
         }
     }
+    let hook_names = u.guardrails.hooks.as_ref().unwrap_or(&tier.guardrail_hooks);
+    let mut guardrail_hooks = Vec::new();
+    for h in hook_names {
+        match hooks.get(h) {
+            Some(hook) => guardrail_hooks.push(hook.clone()),
+            None => cx.err_at(
+                at,
+                format!(
+                    "upstream `{name_s}` (or its tier `{}`): unknown guardrail hook `{h}`; \
+                     define it as [guardrail_hooks.{h}]",
+                    tier.name
+                ),
+            ),
+        }
+    }
     Some(UpstreamSpec {
+        guardrail_hooks,
         envelope: u.envelope.unwrap_or(*envelope),
         validate_arguments: u.validate_arguments.unwrap_or(true),
         guardrails: u.guardrails.over(tier.guardrails),
@@ -411,6 +428,8 @@ pub(super) struct Across<'a> {
     pub(super) bare_aliases: &'a mut HashMap<String, (String, usize)>,
     pub(super) tiers: &'a mut Tiers,
     pub(super) credentials: &'a BTreeMap<String, Arc<Credential>>,
+    /// `[guardrail_hooks]`, by name.
+    pub(super) hooks: &'a BTreeMap<String, Arc<crate::guard::hook::Hook>>,
     /// `[gateway] envelope`, for upstreams that set none.
     pub(super) envelope: crate::envelope::Mode,
 }

@@ -121,9 +121,9 @@ pub enum CallError {
     ApprovalRequired { plan: Box<Held> },
     #[error("{0}")]
     Plan(PlanRefusal),
-    /// A secret under a `block` guardrail.
+    /// A secret under a `block` guardrail, or a guardrail hook's deny or failure.
     #[error("{0}")]
-    Guarded(Box<crate::guard::Blocked>),
+    Guarded(Box<crate::guard::Refusal>),
     /// A failure with the plan envelope made for it (set by `observe`, turned into the wire
     /// form by `wire`); everything else reads the cause.
     #[error("{cause}")]
@@ -211,9 +211,7 @@ impl Classify for CallError {
             | CallError::ApprovalRequired { .. }
             | CallError::Plan(_)
             | CallError::Cancelled => Side::Downstream,
-            CallError::Guarded(b) if b.finding.direction == crate::guard::Direction::Arguments => {
-                Side::Downstream
-            }
+            CallError::Guarded(r) if r.before_upstream() => Side::Downstream,
             CallError::Guarded(_) => Side::Upstream,
             CallError::Planned { cause, .. } => cause.side(),
             CallError::BreakerOpen { .. }
@@ -262,7 +260,7 @@ impl Classify for CallError {
             CallError::InvalidArguments { .. } => "invalid_arguments",
             CallError::ApprovalRequired { .. } => "approval_required",
             CallError::Plan(r) => r.code(),
-            CallError::Guarded(_) => "secret_blocked",
+            CallError::Guarded(r) => r.code(),
             CallError::Planned { cause, .. } => cause.code(),
         }
     }
@@ -468,13 +466,7 @@ impl CallError {
             CallError::Plan(r) => {
                 McpError::invalid_params(msg, Some(json!({ "reason": r.code() })))
             }
-            CallError::Guarded(b) => McpError::invalid_request(
-                msg,
-                Some(
-                    json!({ "reason": "secret_blocked", "detector": b.finding.detector,
-                             "field": b.finding.field, "direction": b.finding.direction }),
-                ),
-            ),
+            CallError::Guarded(r) => McpError::invalid_request(msg, Some(r.data())),
             CallError::Planned { cause, plan } => {
                 let mut wire = cause.to_mcp();
                 // The plan joins whatever data the error has; data that is not an object (an
@@ -525,7 +517,7 @@ impl CallError {
                 | CallError::NotAuthorized { .. }
                 | CallError::TierRefused { .. }
                 | CallError::IdempotencyConflict
-        ) || matches!(self, CallError::Guarded(b) if b.finding.direction == crate::guard::Direction::Arguments)
+        ) || matches!(self, CallError::Guarded(r) if r.before_upstream())
     }
 
     /// Whether the gateway decided not to run the call (as opposed to the call failing).

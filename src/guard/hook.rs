@@ -1,0 +1,300 @@
+//! External guardrail hooks: an HTTP service asked before a tool call is forwarded (phase
+//! `request`) and after its result comes back (phase `response`), answering pass, mutate (new
+//! arguments or a new result) or deny (with a reason that becomes the caller's plan). Hooks of
+//! an upstream run in config order, each seeing what the previous one passed on. A hook that
+//! does not answer in time, or answers something that is not a decision, fails the call (fail
+//! closed, the default) or is skipped (fail open).
+//!
+//! The wire format (version 1), a JSON `POST`:
+//!
+//! ```json
+//! {"version": 1, "phase": "request", "hook": "pii", "method": "tools/call",
+//!  "upstream": "web", "tool": "web__fetch", "upstream_tool": "fetch",
+//!  "identity": {"name": "ci-bot", "kind": "api_key"}, "correlation_id": "…",
+//!  "arguments": {…}, "result": {…}}            // `result` in the response phase only
+//! ```
+//!
+//! answered with `{"decision": "pass"}`, `{"decision": "mutate", "arguments": {…}}` (request
+//! phase) or `{"decision": "mutate", "result": {…}}` (response phase, an MCP `CallToolResult`),
+//! or `{"decision": "deny", "reason": "…"}`.
+
+use std::{sync::LazyLock, time::Duration};
+
+use rmcp::model::CallToolResult;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// When a hook is asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Request,
+    Response,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Request => "request",
+            Self::Response => "response",
+        }
+    }
+}
+
+/// One configured hook (`[guardrail_hooks.NAME]`).
+#[derive(Debug, Clone)]
+pub struct Hook {
+    pub name: String,
+    pub url: String,
+    pub timeout: Duration,
+    /// Skip the hook (and log) when it fails, instead of refusing the call.
+    pub fail_open: bool,
+    pub phases: Vec<Phase>,
+    /// `env:NAME` or `file:PATH`: sent as `Authorization: Bearer …`, read per call.
+    pub token: Option<String>,
+}
+
+/// Largest answer read from a hook (a mutated result can be large, not unbounded).
+pub const MAX_ANSWER: usize = 16 << 20;
+/// Characters of a deny reason passed on to the caller.
+const MAX_REASON: usize = 500;
+
+/// What a hook decided.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    Pass,
+    Arguments(Map<String, Value>),
+    Result(Box<CallToolResult>),
+    Deny(String),
+}
+
+impl Decision {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Pass => "pass",
+            Self::Arguments(_) | Self::Result(_) => "mutate",
+            Self::Deny(_) => "deny",
+        }
+    }
+}
+
+/// One HTTP client for every hook: pooled connections, no redirects (a hook answers itself).
+static CLIENT: LazyLock<Option<reqwest::Client>> = LazyLock::new(|| {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .ok()
+});
+
+/// Asks `hook` about `payload`; an error says why the hook gave no usable decision (never
+/// with the token).
+pub async fn ask(hook: &Hook, phase: Phase, payload: &Value) -> Result<Decision, String> {
+    let client = CLIENT
+        .as_ref()
+        .ok_or_else(|| "no HTTP client could be built".to_owned())?;
+    let mut req = client.post(&hook.url).json(payload);
+    if let Some(reference) = &hook.token {
+        let token = crate::secret::resolve(reference)
+            .map_err(|e| format!("its token cannot be read: {e}"))?;
+        req = req.bearer_auth(token.expose());
+    }
+    let exchange = async {
+        let mut resp = req
+            .send()
+            .await
+            .map_err(|e| format!("unreachable: {}", plain(e)))?;
+        let status = resp.status();
+        if !status.is_success() {
+            return Err(format!("answered HTTP {}", status.as_u16()));
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = resp
+            .chunk()
+            .await
+            .map_err(|e| format!("broke off its answer: {}", plain(e)))?
+        {
+            if body.len() + chunk.len() > MAX_ANSWER {
+                return Err(format!("its answer is longer than {MAX_ANSWER} bytes"));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
+    };
+    let body = tokio::time::timeout(hook.timeout, exchange)
+        .await
+        .map_err(|_| format!("did not answer within {} ms", hook.timeout.as_millis()))??;
+    decode(&body, phase)
+}
+
+/// reqwest's error without the URL (a URL may carry credentials).
+fn plain(e: reqwest::Error) -> String {
+    let e = e.without_url();
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// A hook's answer as a decision, or why it is not one.
+pub fn decode(body: &[u8], phase: Phase) -> Result<Decision, String> {
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| format!("answered with what is not JSON ({e})"))?;
+    let decision = v
+        .get("decision")
+        .and_then(Value::as_str)
+        .ok_or("answered without a `decision` (pass, mutate or deny)")?;
+    match (decision, phase) {
+        ("pass", _) => Ok(Decision::Pass),
+        ("deny", _) => {
+            let reason = v
+                .get("reason")
+                .and_then(Value::as_str)
+                .unwrap_or("no reason given");
+            let mut shown: String = reason
+                .chars()
+                .filter(|c| !c.is_control())
+                .take(MAX_REASON)
+                .collect();
+            if reason.chars().count() > MAX_REASON {
+                shown.push('…');
+            }
+            Ok(Decision::Deny(shown))
+        }
+        ("mutate", Phase::Request) => match v.get("arguments") {
+            Some(Value::Object(m)) => Ok(Decision::Arguments(m.clone())),
+            _ => Err("answered mutate without an `arguments` object".into()),
+        },
+        ("mutate", Phase::Response) => {
+            let result = v
+                .get("result")
+                .ok_or("answered mutate without a `result`")?;
+            serde_json::from_value::<CallToolResult>(result.clone())
+                .map(|r| Decision::Result(Box::new(r)))
+                .map_err(|e| {
+                    format!("answered mutate with a result that is not a tool result ({e})")
+                })
+        }
+        (other, _) => Err(format!(
+            "answered decision `{}` (pass, mutate or deny)",
+            other.chars().take(40).collect::<String>()
+        )),
+    }
+}
+
+/// Why a call did not get through its hooks.
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    pub hook: String,
+    pub phase: Phase,
+    pub tool: String,
+    /// A deny's reason, or why the hook failed.
+    pub why: String,
+    /// The hook denied (as opposed to failing while fail-closed).
+    pub denied: bool,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Refusal {
+            hook, tool, why, ..
+        } = self;
+        let when = match self.phase {
+            Phase::Request => "was not called",
+            Phase::Response => "answered, and its answer was withheld",
+        };
+        if self.denied {
+            write!(f, "`{tool}` {when}: guardrail `{hook}` denied it: {why}")
+        } else {
+            write!(
+                f,
+                "`{tool}` {when}: guardrail `{hook}` {why}, and it fails closed"
+            )
+        }
+    }
+}
+
+impl Refusal {
+    pub fn code(&self) -> &'static str {
+        if self.denied {
+            "guardrail_denied"
+        } else {
+            "guardrail_unavailable"
+        }
+    }
+
+    pub fn hint(&self) -> String {
+        match (self.denied, self.phase) {
+            (true, Phase::Request) => {
+                "change the call as the reason says, or do without it; the same call is denied again"
+                    .into()
+            }
+            (true, Phase::Response) => {
+                "do not retry: the same answer would be withheld again".into()
+            }
+            (false, _) => format!(
+                "retry later: guardrail `{}` must answer before this tool can be used",
+                self.hook
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_become_decisions_or_clear_errors() {
+        use Phase::*;
+        assert_eq!(
+            decode(br#"{"decision":"pass"}"#, Request),
+            Ok(Decision::Pass)
+        );
+        assert_eq!(
+            decode(
+                br#"{"decision":"deny","reason":"no PII\n please"}"#,
+                Response
+            ),
+            Ok(Decision::Deny("no PII please".into()))
+        );
+        assert!(matches!(
+            decode(br#"{"decision":"mutate","arguments":{"a":1}}"#, Request),
+            Ok(Decision::Arguments(m)) if m["a"] == 1
+        ));
+        assert!(matches!(
+            decode(
+                br#"{"decision":"mutate","result":{"content":[{"type":"text","text":"x"}]}}"#,
+                Response
+            ),
+            Ok(Decision::Result(_))
+        ));
+        for (body, phase, says) in [
+            (&b"<html>"[..], Request, "not JSON"),
+            (br#"{"ok":true}"#, Request, "without a `decision`"),
+            (br#"{"decision":"maybe"}"#, Request, "decision `maybe`"),
+            (
+                br#"{"decision":"mutate","arguments":"rm -rf"}"#,
+                Request,
+                "`arguments` object",
+            ),
+            (
+                br#"{"decision":"mutate","result":{"content":"x"}}"#,
+                Response,
+                "not a tool result",
+            ),
+            (br#"{"decision":"mutate"}"#, Response, "without a `result`"),
+        ] {
+            let err = decode(body, phase).unwrap_err();
+            assert!(err.contains(says), "{err}");
+        }
+        let long = format!(r#"{{"decision":"deny","reason":"{}"}}"#, "x".repeat(10_000));
+        let Ok(Decision::Deny(r)) = decode(long.as_bytes(), Request) else {
+            panic!("a deny")
+        };
+        assert_eq!(r.chars().count(), MAX_REASON + 1);
+    }
+}
