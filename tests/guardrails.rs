@@ -639,3 +639,52 @@ async fn hooks_pass_mutate_or_deny_in_order_and_fail_closed_or_open() {
         "fedgate_guardrail_hook_duration_seconds_count{hook=\"second\",phase=\"response\"}"
     ));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_role_that_may_not_see_secrets_gets_them_masked_from_any_upstream() {
+    let keys = [
+        ("ops-key", "ops", "[\"ops\"]"),
+        ("viewer-key", "viewer", "[\"viewer\"]"),
+        ("both-key", "both", "[\"viewer\", \"ops\"]"),
+    ];
+    let api_keys: String = keys
+        .iter()
+        .map(|(key, name, roles)| {
+            format!(
+                "[[auth.api_keys]]\nname = \"{name}\"\nsha256 = \"{}\"\nroles = {roles}\n\n",
+                common::raw::sha(key)
+            )
+        })
+        .collect();
+    let config = format!(
+        "[gateway]\ntiers_dir = {TIERS:?}\n\n[auth]\n{api_keys}\
+         [roles.ops]\ntools = [\"*\"]\n\n\
+         [roles.viewer]\ntools = [\"*\"]\nsecrets_in_results = \"redact\"\n\n{}",
+        // high: secrets in results are only audited, for whoever may see them.
+        stdio_upstream("top", &[], "tier = \"high\""),
+    );
+    let gw = Gateway::start(&config);
+    let echoed = |key: &'static str| {
+        let url = gw.url.clone();
+        async move {
+            let client = connect_with_token(&url, key, TestClient::new())
+                .await
+                .unwrap();
+            first_text(
+                &call(&client, "top__echo", json!({"text": AWS}))
+                    .await
+                    .unwrap(),
+            )
+        }
+    };
+    assert_eq!(echoed("ops-key").await, format!("echo: {AWS}"));
+    assert_eq!(
+        echoed("viewer-key").await,
+        "echo: [REDACTED:aws_access_key]"
+    );
+    assert_eq!(
+        echoed("both-key").await,
+        format!("echo: {AWS}"),
+        "the most permissive role counts"
+    );
+}

@@ -10,10 +10,15 @@
 //! Part 2, rmcp clients: directly against the demo upstream over Streamable HTTP, through
 //! fedgate to that HTTP upstream, through fedgate to a stdio upstream.
 //!
+//! Part 3, guardrails: CPU per call with 1 KiB results through an upstream whose tier turns
+//! every guardrail off and one that masks secrets and marks injected instructions; and the
+//! time to scan a 1 MiB result in this process.
+//!
 //! Run: `cargo bench --bench overhead` (optional env: BENCH_SECONDS, default 3 per cell;
 //! FEDGATE_WORKER_THREADS reaches fedgate through the environment).
 
 mod floor;
+mod guardrails;
 mod load;
 
 use std::{
@@ -39,7 +44,7 @@ static FEDGATE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
 });
 
 #[derive(Clone, Default)]
-struct Bench;
+pub(crate) struct Bench;
 impl ClientHandler for Bench {
     fn get_info(&self) -> ClientConfig {
         ClientConfig::new(Default::default(), Implementation::new("bench", "0"))
@@ -83,7 +88,7 @@ fn start(args: &[&str], ready: &str) -> Proc {
     Proc(child)
 }
 
-fn cpu_seconds(pid: u32) -> f64 {
+pub(crate) fn cpu_seconds(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let fields: Vec<&str> = stat
         .rsplit(')')
@@ -133,11 +138,14 @@ async fn connect(url: &str) -> RunningService<RoleClient, Bench> {
         .unwrap_or_else(|e| panic!("connect {url}: {e}"))
 }
 
-async fn drive(
+/// Calls `tool` (an echo) with `x<task> <pad>` from `conc` tasks for `secs`; a call counts
+/// when its answer is the echo of what it sent.
+pub(crate) async fn drive(
     client: &RunningService<RoleClient, Bench>,
     tool: &str,
     conc: usize,
     secs: f64,
+    pad: &str,
 ) -> load::Cell {
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
     let start = Instant::now();
@@ -146,10 +154,11 @@ async fn drive(
         .map(|i| {
             let peer = peer.clone();
             let tool = tool.to_owned();
+            let pad = pad.to_owned();
             tokio::spawn(async move {
                 let mut lat = Vec::new();
                 let mut failures = 0;
-                let text = format!("x{i}");
+                let text = format!("x{i} {pad}");
                 let want = format!("echo: {text}");
                 let args = serde_json::json!({"text": text})
                     .as_object()
@@ -260,6 +269,8 @@ fn print_load_row(label: &str, conc: usize, cell: &load::Cell, cpu_us: f64) {
     );
 }
 
+use guardrails::guardrail_cost;
+
 fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let argv: Vec<String> = std::env::args().collect();
@@ -294,13 +305,36 @@ fn main() {
          [timeouts]\nread_ms = 30000\nwrite_ms = 60000\nlong_ms = 600000\n",
     )
     .unwrap_or_else(|e| panic!("{e}"));
+    // Part 3's tiers: the same, with every guardrail off, and with secrets masked both ways and
+    // results screened for injected instructions.
+    for (name, guardrails) in [
+        (
+            "bench_off",
+            "secrets_in_arguments = \"off\"\nsecrets_in_results = \"off\"\ntool_definitions = \"off\"\ninjections_in_results = \"off\"\n",
+        ),
+        (
+            "bench_on",
+            "secrets_in_arguments = \"redact\"\nsecrets_in_results = \"redact\"\ntool_definitions = \"hold\"\ninjections_in_results = \"mark\"\n",
+        ),
+    ] {
+        std::fs::write(
+            tiers.join(format!("{name}.toml")),
+            format!(
+                "rank = 3\nwrites = \"always\"\ntrust_annotations = true\nmax_response_bytes = 16777216\n\
+                 [timeouts]\nread_ms = 30000\nwrite_ms = 60000\nlong_ms = 600000\n[guardrails]\n{guardrails}"
+            ),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
     // BENCH_GATEWAY_EXTRA adds `[gateway]` lines (e.g. `sse_retry_ms = 0`) to compare settings.
     let extra = std::env::var("BENCH_GATEWAY_EXTRA").unwrap_or_default();
     let toml = format!(
         "[gateway]\ntiers_dir = {tiers:?}\n{extra}\n\n\
          [[rate_limits]]\nname = \"bench\"\nby = [\"identity\", \"tool\"]\nper_second = 10000000\n\n\
          [upstreams.h]\nkind = \"http\"\nurl = \"http://{up_addr}/mcp\"\nera = \"legacy\"\ntier = \"bench\"\n\n\
-         [upstreams.s]\nkind = \"stdio\"\ncommand = {:?}\nargs = [\"demo-upstream\", \"--name\", \"s\"]\nera = \"legacy\"\ntier = \"bench\"\n",
+         [upstreams.s]\nkind = \"stdio\"\ncommand = {0:?}\nargs = [\"demo-upstream\", \"--name\", \"s\"]\nera = \"legacy\"\ntier = \"bench\"\n\n\
+         [upstreams.off]\nkind = \"stdio\"\ncommand = {0:?}\nargs = [\"demo-upstream\", \"--name\", \"off\"]\nera = \"legacy\"\ntier = \"bench_off\"\n\n\
+         [upstreams.on]\nkind = \"stdio\"\ncommand = {0:?}\nargs = [\"demo-upstream\", \"--name\", \"on\"]\nera = \"legacy\"\ntier = \"bench_on\"\n",
         *FEDGATE
     );
     std::fs::write(&cfg, toml).unwrap_or_else(|e| panic!("{e}"));
@@ -369,7 +403,7 @@ fn main() {
             "target", "c", "calls/s", "p50 µs", "p99 µs", "x direct", "fedgate µs/call", "fail"
         );
         for conc in [1usize, 8, 64] {
-            let base = drive(&direct, "echo", conc, secs).await;
+            let base = drive(&direct, "echo", conc, secs, "").await;
             let base_rate = base.calls as f64 / base.secs;
             println!(
                 "{:<22} {:>4} {:>10.0} {:>9.0} {:>9.0} {:>8} {:>12} {:>6}",
@@ -387,7 +421,7 @@ fn main() {
                 ("fedgate -> stdio", "s__echo"),
             ] {
                 let cpu0 = cpu_seconds(gw_pid);
-                let cell = drive(&via, tool, conc, secs).await;
+                let cell = drive(&via, tool, conc, secs, "").await;
                 let cpu = cpu_seconds(gw_pid) - cpu0;
                 let rate = cell.calls as f64 / cell.secs;
                 let per_call = if cell.calls > 0 {
@@ -408,6 +442,7 @@ fn main() {
                 );
             }
         }
+        guardrail_cost(&via, gw_pid, secs).await;
         let _ = direct.cancel().await;
         let _ = via.cancel().await;
     });

@@ -239,6 +239,9 @@ pub struct RawRole {
     pub prompts: Vec<Spanned<String>>,
     #[serde(default)]
     pub resources: Vec<Spanned<String>>,
+    /// Secrets in results for callers holding this role: at least this strict whatever the
+    /// upstream's guardrails say (a caller's most permissive role counts).
+    pub secrets_in_results: Option<crate::guard::SecretAction>,
 }
 
 /// `[gateway]`

@@ -6,7 +6,7 @@
 
 use std::{io::Write, sync::LazyLock};
 
-use regex::{Regex, RegexSet};
+use regex::Regex;
 use rmcp::model::Tool;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -48,31 +48,50 @@ const SHOWN: usize = 60;
 
 /// Phrases addressed to a model rather than describing a tool. Each is a finite automaton
 /// (linear time); they are deliberately specific, so that ordinary descriptions pass.
-const INSTRUCTIONS: [&str; 9] = [
+const INSTRUCTIONS: [&str; 6] = [
     r"(?i)\b(?:ignore|disregard|forget)\s+(?:all\s+|any\s+)?(?:the\s+|your\s+)?(?:previous|prior|above|earlier|other|system)\s+(?:instructions|prompts?|rules|messages)",
     r"(?i)\bbefore\s+(?:using|calling|you\s+use|you\s+call|invoking)\s+(?:this|any|the)\s+tool",
     r"(?i)\b(?:do\s+not|don't|never)\s+(?:tell|inform|mention|reveal|show|notify)\b[^.\n]{0,30}\buser\b",
-    r"(?i)\b(?:read|cat|open|load|send|upload|include|attach|pass)\b[^\n]{0,60}(?:~/|\$HOME/|/etc/passwd|/etc/shadow|\.ssh\b|id_rsa|id_ed25519|\.aws/credentials|\.netrc|\.env\b|credentials\.json|\.git-credentials)",
-    r"(?i)\b(?:send|post|upload|forward|exfiltrate|transmit|leak)\b[^.\n]{0,60}\b(?:to|at)\s+(?:https?://|the\s+(?:following|this)\s+(?:url|address|endpoint|server|email))",
     r"(?i)\binstead\s+of\s+(?:using\s+|calling\s+)?(?:the\s+|any\s+)?other\s+tools?\b",
     r"(?i)\bthis\s+tool\s+(?:replaces|overrides|supersedes|must\s+be\s+used\s+instead\s+of)\b",
     r"(?i)<\s*/?\s*(?:important|system|instructions?|secret)\s*>",
-    r"(?i)\b(?:reveal|print|output|repeat|disclose)\s+(?:your|the)\s+system\s+prompt",
 ];
 
+/// Phrases found from their rare end (a secret file's path, a URL, "system prompt") and then
+/// confirmed by what comes just before it (a verb telling the model to read or send): a
+/// pattern that started with common verbs would make the matcher read every word.
+const ANCHORED: [(&str, &str); 3] = [
+    (
+        r"(?:~/|\$HOME/|/etc/passwd|/etc/shadow|\.ssh\b|id_rsa|id_ed25519|\.aws/credentials|\.netrc|\.env\b|credentials\.json|\.git-credentials)",
+        r"(?i)\b(?:read|cat|open|load|send|upload|include|attach|pass)\b[^\n]{0,60}\z",
+    ),
+    (
+        r"(?:https?|HTTPS?)://",
+        r"(?i)\b(?:send|post|upload|forward|exfiltrate|transmit|leak)\b[^.\n]{0,60}\b(?:to|at)\s+\z",
+    ),
+    (
+        r"(?i:system\s+prompt)",
+        r"(?i)\b(?:reveal|print|output|repeat|disclose)\s+(?:your|the)\s+\z",
+    ),
+];
+
+/// How far before an anchor its verb may be (bytes), and how far after it the phrase shown
+/// runs on (to the end of the path or URL).
+const WINDOW: usize = 80;
+
 struct Compiled {
-    set: RegexSet,
-    each: Vec<Regex>,
+    plain: Vec<Regex>,
+    anchored: Vec<(Regex, Regex)>,
 }
 
 static COMPILED: LazyLock<Option<Compiled>> = LazyLock::new(|| {
+    let re = |p: &str| Regex::new(&super::secrets::ascii_boundaries(p)).ok();
     Some(Compiled {
-        set: RegexSet::new(INSTRUCTIONS).ok()?,
-        each: INSTRUCTIONS
+        plain: INSTRUCTIONS.iter().map(|p| re(p)).collect::<Option<_>>()?,
+        anchored: ANCHORED
             .iter()
-            .map(|p| Regex::new(p))
-            .collect::<Result<_, _>>()
-            .ok()?,
+            .map(|(a, b)| Some((re(a)?, re(b)?)))
+            .collect::<Option<_>>()?,
     })
 });
 
@@ -89,6 +108,13 @@ pub(super) fn hidden(c: char) -> bool {
         | '\u{FFF9}'..='\u{FFFB}'          // interlinear annotations
         | '\u{0080}'..='\u{009F}'          // C1 controls
     ) || (c.is_control() && !matches!(c, '\n' | '\r' | '\t'))
+}
+
+/// Whether `s` can hold a hidden character at all: every one is a control byte or not ASCII, so
+/// plain ASCII text is ruled out by one vectorised pass over its bytes.
+pub(super) fn may_hide(s: &str) -> bool {
+    s.bytes()
+        .any(|b| b >= 0x7f || (b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r')))
 }
 
 /// The names a definition may not mention: other upstreams' namespaces and the gateway's own,
@@ -209,7 +235,11 @@ fn object(map: &serde_json::Map<String, Value>, at: &str, f: &mut impl FnMut(&st
 }
 
 fn check_text(flags: &mut Vec<Flag>, at: &str, s: &str, own: &str, others: &OtherTools) {
-    let hidden_chars: Vec<char> = s.chars().filter(|&c| hidden(c)).collect();
+    let hidden_chars: Vec<char> = if may_hide(s) {
+        s.chars().filter(|&c| hidden(c)).collect()
+    } else {
+        Vec::new()
+    };
     if let Some(first) = hidden_chars.first() {
         flags.push(Flag {
             kind: "hidden_unicode",
@@ -228,16 +258,12 @@ fn check_text(flags: &mut Vec<Flag>, at: &str, s: &str, own: &str, others: &Othe
     } else {
         s.chars().filter(|&c| !hidden(c)).collect::<String>().into()
     };
-    if let Some(c) = COMPILED.as_ref() {
-        for i in c.set.matches(&visible).iter() {
-            if let Some(m) = c.each.get(i).and_then(|re| re.find(&visible)) {
-                flags.push(Flag {
-                    kind: "instruction",
-                    at: at.to_owned(),
-                    detail: format!("\"{}\"", shown(m.as_str())),
-                });
-            }
-        }
+    for r in instructions(&visible).into_iter().take(MAX_PHRASE_FLAGS) {
+        flags.push(Flag {
+            kind: "instruction",
+            at: at.to_owned(),
+            detail: format!("\"{}\"", shown(visible.get(r).unwrap_or_default())),
+        });
     }
     if let Some(name) = others.named(&visible, own) {
         flags.push(Flag {
@@ -248,18 +274,31 @@ fn check_text(flags: &mut Vec<Flag>, at: &str, s: &str, own: &str, others: &Othe
     }
 }
 
+/// Instruction flags reported per place in a definition.
+const MAX_PHRASE_FLAGS: usize = 5;
+
 /// Where instruction-like phrases are in `text`, in order, not overlapping.
 pub(super) fn instructions(text: &str) -> Vec<std::ops::Range<usize>> {
     let Some(c) = COMPILED.as_ref() else {
         return Vec::new();
     };
     let mut found: Vec<std::ops::Range<usize>> = c
-        .set
-        .matches(text)
+        .plain
         .iter()
-        .filter_map(|i| c.each.get(i))
         .flat_map(|re| re.find_iter(text).map(|m| m.range()))
         .collect();
+    for (anchor, before) in &c.anchored {
+        for m in anchor.find_iter(text) {
+            let mut from = m.start().saturating_sub(WINDOW);
+            while !text.is_char_boundary(from) {
+                from += 1;
+            }
+            let window = text.get(from..m.start()).unwrap_or_default();
+            if let Some(v) = before.find(window) {
+                found.push(from + v.start()..word_end(text, m.end()));
+            }
+        }
+    }
     found.sort_by_key(|r| r.start);
     let mut end = 0;
     found.retain(|r| {
@@ -268,6 +307,17 @@ pub(super) fn instructions(text: &str) -> Vec<std::ops::Range<usize>> {
         keep
     });
     found
+}
+
+/// Where the word that runs on from `at` ends (at most [`WINDOW`] bytes on).
+fn word_end(text: &str, at: usize) -> usize {
+    let rest = text.get(at..).unwrap_or_default();
+    let run: usize = rest
+        .char_indices()
+        .take_while(|(i, c)| *i < WINDOW && !c.is_whitespace() && !matches!(c, '`' | '"' | '\''))
+        .map(|(_, c)| c.len_utf8())
+        .sum();
+    at + run
 }
 
 /// `s` cut to [`SHOWN`] characters with anything unprintable escaped.

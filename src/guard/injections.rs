@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::definitions::{hidden, instructions};
+use super::definitions::{hidden, instructions, may_hide};
 
 /// What happens to injected instructions in a result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,7 +28,7 @@ pub const FENCE_CLOSE: &str = " <<<]";
 /// `instruction`), each once.
 pub fn screen(text: &mut String, mark: bool) -> Vec<&'static str> {
     let mut kinds = Vec::new();
-    if text.chars().any(hidden) {
+    if may_hide(text) && text.chars().any(hidden) {
         kinds.push("hidden_unicode");
         if mark {
             text.retain(|c| !hidden(c));

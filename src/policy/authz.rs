@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
+use crate::guard::SecretAction;
+
 /// What one identity may use.
 #[derive(Debug, Clone)]
 pub struct Access {
@@ -19,6 +21,8 @@ pub struct Access {
     roles: Vec<String>,
     /// A peer gateway: it sees only exported flows (and what its roles grant).
     peer: bool,
+    /// The least a secret in a result gets for this identity (its roles' guardrails).
+    results_floor: SecretAction,
 }
 
 impl Default for Access {
@@ -31,6 +35,7 @@ impl Default for Access {
             resources: GlobSet::empty(),
             roles: Vec::new(),
             peer: false,
+            results_floor: SecretAction::Off,
         }
     }
 }
@@ -75,6 +80,11 @@ impl Access {
         &self.roles
     }
 
+    /// How strictly secrets in results are treated for this identity at least.
+    pub fn results_floor(&self) -> SecretAction {
+        self.results_floor
+    }
+
     pub fn has_any_role(&self, roles: &[String]) -> bool {
         self.roles.iter().any(|r| roles.contains(r))
     }
@@ -88,6 +98,8 @@ pub struct Role {
     pub resources: Vec<String>,
     /// Rank of the role's `max_tier`; `None` = no cap.
     pub max_rank: Option<u32>,
+    /// At least this for secrets in results (`None`: the upstream's guardrails decide).
+    pub secrets_in_results: Option<SecretAction>,
 }
 
 /// All roles by name.
@@ -102,7 +114,11 @@ impl Roles {
         let mut r = GlobSetBuilder::new();
         // The most permissive role wins: uncapped if any role is uncapped.
         let mut max_rank = Some(0);
+        // The most permissive role wins here too: a role without a floor has none.
+        let mut floor: Option<SecretAction> = None;
         for role in names.iter().filter_map(|n| self.0.get(n)) {
+            let f = role.secrets_in_results.unwrap_or(SecretAction::Off);
+            floor = Some(floor.map_or(f, |g| g.min(f)));
             add(&mut t, &role.tools);
             add(&mut p, &role.prompts);
             add(&mut r, &role.resources);
@@ -118,6 +134,7 @@ impl Roles {
             prompts: p.build().unwrap_or_else(|_| GlobSet::empty()),
             resources: r.build().unwrap_or_else(|_| GlobSet::empty()),
             peer: false,
+            results_floor: floor.unwrap_or(SecretAction::Off),
             roles: names
                 .iter()
                 .filter(|n| self.0.contains_key(*n))

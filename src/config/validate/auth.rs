@@ -68,6 +68,7 @@ pub(super) fn validate_auth(
             prompts: check(&r.prompts, true),
             resources: check(&r.resources, false),
             max_rank,
+            secrets_in_results: r.secrets_in_results,
         };
         roles.0.insert(name, role);
     }
