@@ -11,16 +11,15 @@ use std::{collections::HashMap, sync::Arc};
 
 use rmcp::model::{Prompt, Resource, ResourceTemplate, Tool};
 
+use super::screening;
+pub use super::screening::Screened;
 use crate::{
     config::UpstreamSpec,
-    guard::{
-        DefinitionAction,
-        definitions::{self, Flag, OtherTools},
-    },
+    guard::definitions::OtherTools,
     names::{self as namespace, Naming, OWN_NAMESPACE, PrefixMode},
     policy::{
         arguments::ArgCheck,
-        pinning::{Pins, Verdict, fingerprint},
+        pinning::{Pins, Verdict},
     },
 };
 
@@ -116,17 +115,6 @@ pub struct Conflict {
     /// For a held-back tool definition: the fingerprint that would accept it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fingerprint: Option<String>,
-}
-
-/// A tool definition the guardrails flagged: held back (its tier holds) or listed with a
-/// warning.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Screened {
-    pub upstream: String,
-    pub tool: String,
-    pub fingerprint: String,
-    pub flags: Vec<Flag>,
-    pub held: bool,
 }
 
 /// Immutable merged lists; rebuilt whenever an upstream's lists change.
@@ -244,7 +232,7 @@ impl<T> Catalog<T> {
                     });
                     continue;
                 }
-                if c.screen(up, tool, &others, pins) {
+                if screening::screen(&mut c, up, tool, &others, pins) {
                     continue;
                 }
                 let alias = spec
@@ -364,47 +352,6 @@ impl<T> Catalog<T> {
             tracing::warn!(upstream = %k.upstream, item = %k.item, "held back: {}", k.reason);
         }
         c
-    }
-
-    /// Screens one definition under its upstream's guardrails; true if it is held back. A
-    /// definition an operator accepted (by fingerprint) passes.
-    fn screen(&mut self, up: &UpstreamSpec, tool: &Tool, others: &OtherTools, pins: &Pins) -> bool {
-        let action = up.guardrails.definitions;
-        if action == DefinitionAction::Off {
-            return false;
-        }
-        let flags = definitions::screen(tool, &up.name, others);
-        if flags.is_empty() {
-            return false;
-        }
-        let fp = fingerprint(tool);
-        if pins.vouched(&up.name, &tool.name, &fp) {
-            return false;
-        }
-        let reasons = definitions::describe(&flags);
-        let held = action == DefinitionAction::Hold;
-        if held {
-            self.conflicts.push(Conflict {
-                upstream: up.name.clone(),
-                item: tool.name.to_string(),
-                reason: format!(
-                    "held back by the guardrails: {reasons}; an operator who has read it accepts \
-                     it with POST /admin/pins/accept or `pins = {{ {} = \"{fp}\" }}`",
-                    tool.name
-                ),
-                fingerprint: Some(fp.clone()),
-            });
-        } else if pins.first_report(&up.name, &tool.name, &fp) {
-            tracing::warn!(upstream = %up.name, tool = %tool.name, "tool definition flagged by the guardrails, listed (its tier warns): {reasons}");
-        }
-        self.screened.push(Screened {
-            upstream: up.name.clone(),
-            tool: tool.name.to_string(),
-            fingerprint: fp,
-            flags,
-            held,
-        });
-        held
     }
 
     fn conflict(&mut self, up: &UpstreamSpec, item: &str, reason: String) {
