@@ -576,6 +576,44 @@ async fn hooks_pass_mutate_or_deny_in_order_and_fail_closed_or_open() {
     let r = echo("hooked", "rewrite-me").await.unwrap();
     assert_eq!(first_text(&r), "rewritten by the guardrail");
 
+    // Prompts and reads go through the same hooks: a prompt's arguments can be rewritten; a
+    // read's result must stay a read's result.
+    let prompt = client
+        .peer()
+        .get_prompt(
+            rmcp::model::GetPromptRequestParams::new("hooked__greeting")
+                .with_arguments(args(json!({"name": "mutate-me"}))),
+        )
+        .await
+        .unwrap();
+    let said = serde_json::to_string(&prompt.messages).unwrap();
+    assert!(
+        said.contains("mutated") && !said.contains("mutate-me"),
+        "{said}"
+    );
+    for (key, value) in [("w", "withhold-me"), ("r", "rewrite-me")] {
+        call(
+            &client,
+            "hooked__write_note",
+            json!({"key": key, "value": value}),
+        )
+        .await
+        .unwrap();
+    }
+    let read = |uri: &'static str| {
+        let client = &client;
+        async move {
+            client
+                .peer()
+                .read_resource(ReadResourceRequestParams::new(uri))
+                .await
+        }
+    };
+    let err = read("hooked://notes/w").await.unwrap_err().to_string();
+    assert!(err.contains("not for this caller"), "{err}");
+    let err = read("hooked://notes/r").await.unwrap_err().to_string();
+    assert!(err.contains("not a resources/read result"), "{err}");
+
     // Deny, before the call and after it: a blocked plan with the hook's reason.
     let err = echo("hooked", "deny-me").await.refused();
     assert!(
@@ -630,7 +668,7 @@ async fn hooks_pass_mutate_or_deny_in_order_and_fail_closed_or_open() {
     let metrics = gw.metrics().await;
     for line in [
         "fedgate_guardrail_hook_decisions_total{decision=\"deny\",hook=\"first\",phase=\"request\"} 1",
-        "fedgate_guardrail_hook_decisions_total{decision=\"deny\",hook=\"first\",phase=\"response\"} 1",
+        "fedgate_guardrail_hook_decisions_total{decision=\"deny\",hook=\"first\",phase=\"response\"} 2",
         "fedgate_guardrail_hook_decisions_total{decision=\"error\",hook=\"dead\",phase=\"request\"} 1",
     ] {
         assert!(metrics.contains(line), "{line} in {metrics}");

@@ -1,6 +1,6 @@
 //! `fedgate demo-guardrail`: an external guardrail service for tests and trying hooks out. It
-//! answers the hook protocol (`guard::hook`) by what a call's `text` argument or its result's
-//! text asks for:
+//! answers the hook protocol (`guard::hook`) by what a call's string arguments or its result's
+//! first text ask for:
 //!
 //! - request phase: `deny-me` → deny; `mutate-me` → arguments with it replaced by `mutated`;
 //!   `bad-mutate` → arguments the demo's `echo` schema refuses; `garbage` → an HTML page;
@@ -63,15 +63,27 @@ async fn answer(
     let payload: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     *last.lock() = payload.clone();
     let phase = payload["phase"].as_str().unwrap_or_default();
+    // The words it decides by: in any string argument, or in the result's first text (of a
+    // tool result, a prompt's first message, or a resource's first contents).
     let text = match phase {
-        "request" => payload["arguments"]["text"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned(),
-        _ => payload["result"]["content"][0]["text"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned(),
+        "request" => payload["arguments"]
+            .as_object()
+            .map(|m| {
+                m.values()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .unwrap_or_default(),
+        _ => [
+            &payload["result"]["content"][0]["text"],
+            &payload["result"]["messages"][0]["content"]["text"],
+            &payload["result"]["contents"][0]["text"],
+        ]
+        .into_iter()
+        .find_map(Value::as_str)
+        .unwrap_or_default()
+        .to_owned(),
     };
     let decision = match phase {
         "request" if text.contains("hang") => {
@@ -91,7 +103,13 @@ async fn answer(
         }
         "request" if text.contains("mutate-me") => {
             let mut args = payload["arguments"].clone();
-            args["text"] = json!(text.replace("mutate-me", "mutated"));
+            if let Some(m) = args.as_object_mut() {
+                for v in m.values_mut() {
+                    if let Some(s) = v.as_str() {
+                        *v = json!(s.replace("mutate-me", "mutated"));
+                    }
+                }
+            }
             json!({"decision": "mutate", "arguments": args})
         }
         "response" if text.contains("withhold-me") => {

@@ -9,18 +9,18 @@
 //!
 //! ```json
 //! {"version": 1, "phase": "request", "hook": "pii", "method": "tools/call",
-//!  "upstream": "web", "tool": "web__fetch", "upstream_tool": "fetch",
+//!  "upstream": "web", "tool": "web__fetch", "upstream_tool": "fetch",  // a prompt's names,
+//!                                                      // or a resource's URI, for those
 //!  "identity": {"name": "ci-bot", "kind": "api_key"}, "correlation_id": "…",
 //!  "arguments": {…}, "result": {…}}            // `result` in the response phase only
 //! ```
 //!
 //! answered with `{"decision": "pass"}`, `{"decision": "mutate", "arguments": {…}}` (request
-//! phase) or `{"decision": "mutate", "result": {…}}` (response phase, an MCP `CallToolResult`),
-//! or `{"decision": "deny", "reason": "…"}`.
+//! phase of `tools/call` and `prompts/get`) or `{"decision": "mutate", "result": {…}}` (response
+//! phase: a result of the method's kind), or `{"decision": "deny", "reason": "…"}`.
 
 use std::{sync::LazyLock, time::Duration};
 
-use rmcp::model::CallToolResult;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -64,7 +64,8 @@ const MAX_REASON: usize = 500;
 pub enum Decision {
     Pass,
     Arguments(Map<String, Value>),
-    Result(Box<CallToolResult>),
+    /// A new result, as JSON: the step reads it as the kind of result its method has.
+    Result(Box<Value>),
     Deny(String),
 }
 
@@ -168,16 +169,11 @@ pub fn decode(body: &[u8], phase: Phase) -> Result<Decision, String> {
             Some(Value::Object(m)) => Ok(Decision::Arguments(m.clone())),
             _ => Err("answered mutate without an `arguments` object".into()),
         },
-        ("mutate", Phase::Response) => {
-            let result = v
-                .get("result")
-                .ok_or("answered mutate without a `result`")?;
-            serde_json::from_value::<CallToolResult>(result.clone())
-                .map(|r| Decision::Result(Box::new(r)))
-                .map_err(|e| {
-                    format!("answered mutate with a result that is not a tool result ({e})")
-                })
-        }
+        ("mutate", Phase::Response) => match v.get("result") {
+            Some(r @ Value::Object(_)) => Ok(Decision::Result(Box::new(r.clone()))),
+            Some(_) => Err("answered mutate with a `result` that is not an object".into()),
+            None => Err("answered mutate without a `result`".into()),
+        },
         (other, _) => Err(format!(
             "answered decision `{}` (pass, mutate or deny)",
             other.chars().take(40).collect::<String>()
@@ -270,7 +266,7 @@ mod tests {
                 br#"{"decision":"mutate","result":{"content":[{"type":"text","text":"x"}]}}"#,
                 Response
             ),
-            Ok(Decision::Result(_))
+            Ok(Decision::Result(r)) if r["content"][0]["text"] == "x"
         ));
         for (body, phase, says) in [
             (&b"<html>"[..], Request, "not JSON"),
@@ -282,9 +278,9 @@ mod tests {
                 "`arguments` object",
             ),
             (
-                br#"{"decision":"mutate","result":{"content":"x"}}"#,
+                br#"{"decision":"mutate","result":"x"}"#,
                 Response,
-                "not a tool result",
+                "not an object",
             ),
             (br#"{"decision":"mutate"}"#, Response, "without a `result`"),
         ] {

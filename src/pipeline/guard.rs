@@ -52,21 +52,27 @@ impl Step for Guard {
         // The tool's compiled schema, for arguments a hook rewrites.
         let checks = (!spec.guardrail_hooks.is_empty()).then(|| up.lists());
         let mut found = Vec::new();
-        if let Op::CallTool(p) = &mut call.op
-            && let Some(args) = p.arguments.as_mut()
-        {
+        let args = match &mut call.op {
+            Op::CallTool(p) => p.arguments.as_mut(),
+            Op::GetPrompt(p) => p.arguments.as_mut(),
+            _ => None,
+        };
+        if let Some(args) = args {
             found = guard::scan_arguments(args, policy.arguments);
         }
         count(&self.metrics, &found);
         if let Some(first) = found.iter().find(|f| f.action == Taken::Block) {
             return done(Err(blocked(first, name, upstream)));
         }
+        // What hooks see and may rewrite: a tool's or prompt's arguments; a read has none.
         let hooked = match &mut call.op {
-            Op::CallTool(p) if !spec.guardrail_hooks.is_empty() => {
-                Some((p.name.to_string(), p.arguments.take().unwrap_or_default()))
-            }
+            _ if spec.guardrail_hooks.is_empty() => None,
+            Op::CallTool(p) => Some((p.name.to_string(), p.arguments.take().unwrap_or_default())),
+            Op::GetPrompt(p) => Some((p.name.clone(), p.arguments.take().unwrap_or_default())),
+            Op::ReadResource(p) => Some((p.uri.clone(), serde_json::Map::new())),
             _ => None,
         };
+        let method = call.op.method();
         let metrics = self.metrics.clone();
         let Some((upstream_tool, mut args)) = hooked else {
             let fut = inner.call(call);
@@ -83,6 +89,7 @@ impl Step for Guard {
                 tool: name.clone(),
                 identity: json!({"name": call.identity.name, "kind": call.identity.kind.as_str()}),
                 correlation_id: call.correlation_id.clone(),
+                method,
             };
             for hook in spec
                 .guardrail_hooks
@@ -93,18 +100,8 @@ impl Step for Guard {
                 match ask(hook, Phase::Request, &payload, &metrics, &mut asked).await {
                     Ok(Decision::Arguments(m)) => {
                         // A hook's arguments meet the tool's schema and the secret rules too.
-                        let problems = checks
-                            .as_ref()
-                            .and_then(|l| l.check(&upstream_tool))
-                            .map(|c| c.check(&Value::Object(m.clone())))
-                            .unwrap_or_default();
-                        if let Some(first) = problems.first() {
-                            let why = format!(
-                                "answered mutate with arguments the tool's schema refuses \
-                                 ({} problem(s), first at `{}`)",
-                                problems.len(),
-                                first.pointer
-                            );
+                        if let Err(why) = acceptable(method, &m, checks.as_deref(), &upstream_tool)
+                        {
                             failed(hook, Phase::Request, &name, why, &mut asked)?;
                             continue;
                         }
@@ -123,32 +120,96 @@ impl Step for Guard {
                     Err(why) => failed(hook, Phase::Request, &name, why, &mut asked)?,
                 }
             }
-            if let Op::CallTool(p) = &mut call.op {
-                p.arguments = Some(args.clone());
+            match &mut call.op {
+                Op::CallTool(p) => p.arguments = Some(args.clone()),
+                Op::GetPrompt(p) => p.arguments = (!args.is_empty()).then(|| args.clone()),
+                _ => {}
             }
             let mut result = inner.call(call).await?;
-            if let ServerResult::CallToolResult(r) = &mut result {
-                for hook in spec
-                    .guardrail_hooks
-                    .iter()
-                    .filter(|h| h.phases.contains(&Phase::Response))
-                {
-                    let answer = serde_json::to_value(&*r).unwrap_or_default();
-                    let payload =
-                        about.payload(hook, Phase::Response, &upstream_tool, &args, Some(answer));
-                    match ask(hook, Phase::Response, &payload, &metrics, &mut asked).await {
-                        Ok(Decision::Result(new)) => *r = *new,
-                        Ok(Decision::Deny(why)) => {
-                            return Err(denied(hook, Phase::Response, &name, why));
+            let answered = matches!(
+                result,
+                ServerResult::CallToolResult(_)
+                    | ServerResult::GetPromptResult(_)
+                    | ServerResult::ReadResourceResult(_)
+            );
+            for hook in spec
+                .guardrail_hooks
+                .iter()
+                .filter(|h| answered && h.phases.contains(&Phase::Response))
+            {
+                let answer = serde_json::to_value(&result).unwrap_or_default();
+                let payload =
+                    about.payload(hook, Phase::Response, &upstream_tool, &args, Some(answer));
+                match ask(hook, Phase::Response, &payload, &metrics, &mut asked).await {
+                    Ok(Decision::Result(new)) => {
+                        if let Err(why) = replace(&mut result, *new, method) {
+                            failed(hook, Phase::Response, &name, why, &mut asked)?;
                         }
-                        Ok(_) => {}
-                        Err(why) => failed(hook, Phase::Response, &name, why, &mut asked)?,
                     }
+                    Ok(Decision::Deny(why)) => {
+                        return Err(denied(hook, Phase::Response, &name, why));
+                    }
+                    Ok(_) => {}
+                    Err(why) => failed(hook, Phase::Response, &name, why, &mut asked)?,
                 }
             }
             back(result, found, &policy, &metrics, name, upstream, asked)
         })
     }
+}
+
+/// Whether a hook's new arguments may replace the call's: a read has none to replace, a
+/// prompt's are strings, a tool's meet its input schema.
+fn acceptable(
+    method: &str,
+    args: &serde_json::Map<String, Value>,
+    lists: Option<&crate::router::catalog::Lists>,
+    upstream_tool: &str,
+) -> Result<(), String> {
+    match method {
+        "resources/read" => {
+            Err("answered mutate for a read, which has no arguments to change".into())
+        }
+        "prompts/get" if !args.values().all(Value::is_string) => {
+            Err("answered mutate with prompt arguments that are not all strings".into())
+        }
+        "tools/call" => {
+            let problems = lists
+                .and_then(|l| l.check(upstream_tool))
+                .map(|c| c.check(&Value::Object(args.clone())))
+                .unwrap_or_default();
+            match problems.first() {
+                Some(first) => Err(format!(
+                    "answered mutate with arguments the tool's schema refuses ({} problem(s), \
+                     first at `{}`)",
+                    problems.len(),
+                    first.pointer
+                )),
+                None => Ok(()),
+            }
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Puts a hook's new result in place of `result`, read as the same kind of result.
+fn replace(result: &mut ServerResult, new: Value, method: &str) -> Result<(), String> {
+    let read = match result {
+        ServerResult::CallToolResult(_) => {
+            serde_json::from_value(new).map(ServerResult::CallToolResult)
+        }
+        ServerResult::GetPromptResult(_) => {
+            serde_json::from_value(new).map(ServerResult::GetPromptResult)
+        }
+        ServerResult::ReadResourceResult(_) => {
+            serde_json::from_value(new).map(ServerResult::ReadResourceResult)
+        }
+        _ => return Err("answered mutate for a result that cannot be replaced".into()),
+    };
+    *result = read.map_err(|e| {
+        format!("answered mutate with a result that is not a {method} result ({e})")
+    })?;
+    Ok(())
 }
 
 /// What every hook of a call is told about it.
@@ -157,6 +218,7 @@ struct About {
     tool: String,
     identity: Value,
     correlation_id: String,
+    method: &'static str,
 }
 
 impl About {
@@ -169,7 +231,7 @@ impl About {
         result: Option<Value>,
     ) -> Value {
         let mut v = json!({
-            "version": 1, "phase": phase, "hook": hook.name, "method": "tools/call",
+            "version": 1, "phase": phase, "hook": hook.name, "method": self.method,
             "upstream": self.upstream, "tool": self.tool, "upstream_tool": upstream_tool,
             "identity": self.identity, "correlation_id": self.correlation_id,
             "arguments": args,
@@ -214,7 +276,9 @@ fn failed(
     asked: &mut Vec<Value>,
 ) -> Result<(), CallError> {
     if hook.fail_open {
-        tracing::warn!(hook = %hook.name, phase = phase.as_str(), "guardrail hook skipped (fails open): {why}");
+        if first_skip_in_a_while(&hook.name) {
+            tracing::warn!(hook = %hook.name, phase = phase.as_str(), "guardrail hook skipped (fails open): {why}; further skips within 30 s are counted, not logged");
+        }
         asked.push(json!({"hook": hook.name, "phase": phase, "decision": "skipped", "error": why}));
         return Ok(());
     }
@@ -226,6 +290,29 @@ fn failed(
         why,
         denied: false,
     }))))
+}
+
+/// When each fail-open hook's skip was last logged: a hook that is down for every call would
+/// otherwise log every call.
+static SKIPS_LOGGED: std::sync::LazyLock<dashmap::DashMap<String, tokio::time::Instant>> =
+    std::sync::LazyLock::new(Default::default);
+
+fn first_skip_in_a_while(hook: &str) -> bool {
+    let now = tokio::time::Instant::now();
+    let mut first = false;
+    SKIPS_LOGGED
+        .entry(hook.to_owned())
+        .and_modify(|at| {
+            if now.duration_since(*at) >= std::time::Duration::from_secs(30) {
+                *at = now;
+                first = true;
+            }
+        })
+        .or_insert_with(|| {
+            first = true;
+            now
+        });
+    first
 }
 
 fn denied(hook: &Hook, phase: Phase, tool: &str, why: String) -> CallError {
