@@ -864,3 +864,49 @@ async fn a_flow_on_a_parked_on_bs_plan_goes_on_once_as_caller_approves_it() {
         .count();
     assert_eq!(ran, 1);
 }
+
+/// A's guardrail hooks see calls to the peer's tools like any other: asked before and after,
+/// told the peer as the upstream; a hook that cannot answer refuses the peer's tool too.
+#[tokio::test(flavor = "multi_thread")]
+async fn calls_to_a_peer_go_through_as_guardrail_hooks() {
+    let guardrail = UrlProcess::start(&["demo-guardrail"]);
+    let f = start_with(
+        "[[auth.client_certs]]\nsubject = \"gateway-b\"\nroles = []\npeer = true\n",
+        &format!(
+            "\n[guardrail_hooks.check]\nurl = {:?}\n\n[upstreams.b.guardrails]\nhooks = [\"check\"]\n",
+            guardrail.url
+        ),
+        &[],
+    );
+    let client = connect_legacy(&f.a.url, TestClient::new()).await;
+    let r = until_answered(&client, "b__flows__report", json!({"a": 2, "b": 3}), |t| {
+        t.contains("sum 5")
+    })
+    .await;
+    let said = serde_json::to_value(&r).unwrap()["_meta"]["io.fedgate/guardrails"]["hooks"].clone();
+    assert_eq!(
+        said,
+        json!([{"hook": "check", "phase": "request", "decision": "pass"},
+               {"hook": "check", "phase": "response", "decision": "pass"}]),
+        "{r:?}"
+    );
+    let seen: Value = reqwest::get(&guardrail.url)
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (&seen["upstream"], &seen["tool"], &seen["arguments"]["a"]),
+        (&json!("b"), &json!("b__flows__report"), &json!(2)),
+        "{seen}"
+    );
+    drop(guardrail);
+    let err = call(&client, "b__flows__report", json!({"a": 1, "b": 1}))
+        .await
+        .refused();
+    assert!(
+        err.contains("guardrail_unavailable") && err.contains("`check`"),
+        "{err}"
+    );
+}
