@@ -237,9 +237,7 @@ impl Refusal {
     /// The audit log's entry.
     pub fn audit(&self) -> Value {
         match self {
-            Self::Secret(b) => serde_json::json!({"detector": b.finding.detector,
-                "field": b.finding.field, "direction": b.finding.direction,
-                "action": b.finding.action}),
+            Self::Secret(b) => serde_json::to_value(&b.finding).unwrap_or_default(),
             Self::Hook(h) => serde_json::json!({"hook": h.hook, "phase": h.phase,
                 "decision": if h.denied { "deny" } else { "error" }}),
         }

@@ -377,7 +377,7 @@ pub fn findings(result: &Result<ServerResult, CallError>) -> Option<Value> {
 }
 
 fn entry(f: &Finding) -> Value {
-    json!({"detector": f.detector, "field": f.field, "direction": f.direction, "action": f.action})
+    serde_json::to_value(f).unwrap_or_default()
 }
 
 fn count(metrics: &Metrics, found: &[Finding]) {
