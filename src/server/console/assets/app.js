@@ -337,11 +337,12 @@ function renderCalls() {
     h("td", { class: "nowrap" }, fmtMs(c.latency_ms)), h("td", { class: "mono" }, c.correlation_id.slice(0, 12)))));
 }
 
-// What the guardrails found in a call: detector and action, never a value (the gateway never
-// records one).
+// What the guardrails found in a call — a detector and its action, never a value (the gateway
+// never records one) — and what its hooks decided.
 function guardrails(found) {
   if (!Array.isArray(found) || !found.length) return "–";
-  return found.map((f) => `${f.detector} (${f.action}, ${f.direction})`).join(", ");
+  return found.map((f) => f.hook ? `hook ${f.hook} (${f.phase}: ${f.decision})`
+    : `${f.detector} (${f.action}, ${f.direction})`).join(", ");
 }
 
 async function showCall(seq) {
