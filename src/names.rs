@@ -10,6 +10,23 @@ pub const APPROVE_TOOL: &str = "fedgate__approve";
 /// The approve tool's name before names were portable; config still accepts it (with a warning).
 pub const LEGACY_APPROVE_TOOL: &str = "fedgate.approve";
 
+/// Tool search (`[gateway] tool_listing = "search"`): ranked search over what the caller may
+/// call, the session's working set, and a call by name for clients that cannot list it.
+pub const FIND_TOOLS: &str = "fedgate__find_tools";
+pub const SELECT_TOOLS: &str = "fedgate__select_tools";
+pub const RESET_TOOLS: &str = "fedgate__reset_tools";
+pub const CALL_TOOL: &str = "fedgate__call_tool";
+
+/// The gateway's built-in tools: a view passes them whatever its globs (they reveal nothing a
+/// caller may not use, and without them approvals and search would be cut off).
+pub const BUILTIN_TOOLS: &[&str] = &[
+    APPROVE_TOOL,
+    FIND_TOOLS,
+    SELECT_TOOLS,
+    RESET_TOOLS,
+    CALL_TOOL,
+];
+
 /// The namespace of the gateway's own tools (`fedgate__approve`, …); no upstream may take it.
 pub const OWN_NAMESPACE: &str = "fedgate";
 

@@ -12,6 +12,7 @@ pub mod import;
 pub mod snapshot;
 pub mod tier;
 pub mod tls;
+pub mod views;
 pub use tls::{RawTls, RawUpstreamTls};
 mod parse_problems;
 mod validate;
@@ -42,6 +43,9 @@ pub struct RawConfig {
     /// Roles: what an identity holding them may use (globs on namespaced names and URIs).
     #[serde(default)]
     pub roles: BTreeMap<String, RawRole>,
+    /// Views: named subsets of the catalog, served at `/mcp/NAME`.
+    #[serde(default)]
+    pub views: BTreeMap<String, Spanned<views::RawView>>,
     /// Rate limits, each keyed by any combination of identity, upstream and tool.
     #[serde(default)]
     pub rate_limits: Vec<Spanned<RawRateLimit>>,
@@ -242,6 +246,8 @@ pub struct RawRole {
     /// Secrets in results for callers holding this role: at least this strict whatever the
     /// upstream's guardrails say (a caller's most permissive role counts).
     pub secrets_in_results: Option<crate::guard::SecretAction>,
+    /// The view (`[views.NAME]`) its holders come through at `/mcp`.
+    pub view: Option<Spanned<String>>,
 }
 
 /// `[gateway]`
@@ -325,6 +331,16 @@ pub struct RawGateway {
     pub replay_bytes: Option<usize>,
     /// How long a session stream's events stay resumable, in milliseconds.
     pub replay_ms: Option<u64>,
+    /// `all` (default) or `search`: past `tool_listing_threshold` tools a session starts with
+    /// the pinned tools and the search tools.
+    pub tool_listing: Option<crate::policy::view::Listing>,
+    /// With `tool_listing = "search"`: above this many callable tools a session starts small.
+    pub tool_listing_threshold: Option<usize>,
+    /// Most tools `fedgate__select_tools` may put in a session's working set.
+    pub max_selected_tools: Option<Spanned<usize>>,
+    /// Tools every session lists in search mode (globs on canonical names).
+    #[serde(default)]
+    pub pinned_tools: Vec<Spanned<String>>,
 }
 
 /// `[upstreams.NAME]`. Which fields apply depends on `kind`; `validate` reports misplaced ones.

@@ -64,6 +64,8 @@ pub struct Snapshot {
     pub flows: FlowSettings,
     /// `[cluster]`: the shared stores (none: everything per process).
     pub cluster: super::cluster::ClusterSettings,
+    /// `[views]` and the `[gateway]` listing keys.
+    pub views: Arc<crate::policy::view::Views>,
     /// What is accepted but should be written otherwise (today's tool references, …).
     pub warnings: Vec<Diagnostic>,
 }

@@ -2,10 +2,11 @@
 //! A call to something the caller may not use is answered exactly like a call to something that
 //! does not exist, so refusals do not reveal what exists.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
+use super::view::Scope;
 use crate::guard::SecretAction;
 
 /// What one identity may use.
@@ -23,6 +24,8 @@ pub struct Access {
     peer: bool,
     /// The least a secret in a result gets for this identity (its roles' guardrails).
     results_floor: SecretAction,
+    /// The view it comes through (`/mcp/<name>` or its roles' default): narrows all the above.
+    scope: Option<Arc<Scope>>,
 }
 
 impl Default for Access {
@@ -36,6 +39,7 @@ impl Default for Access {
             roles: Vec::new(),
             peer: false,
             results_floor: SecretAction::Off,
+            scope: None,
         }
     }
 }
@@ -47,8 +51,25 @@ impl Access {
             ..Self::default()
         }
     }
+    /// Granted everything by its identity (a view may still narrow what it lists and calls).
     pub fn is_unrestricted(&self) -> bool {
         self.unrestricted
+    }
+
+    /// Lists and calls everything: unrestricted, through no view.
+    pub fn sees_all(&self) -> bool {
+        self.unrestricted && self.scope.is_none()
+    }
+
+    /// The same access through `scope` (replacing its roles' default view).
+    pub fn through(mut self, scope: Arc<Scope>) -> Self {
+        self.scope = Some(scope);
+        self
+    }
+
+    /// The view this access comes through.
+    pub fn scope(&self) -> Option<&Arc<Scope>> {
+        self.scope.as_ref()
     }
 
     pub fn is_peer(&self) -> bool {
@@ -65,13 +86,16 @@ impl Access {
         self.unrestricted || self.max_rank.is_none_or(|max| rank <= max)
     }
     pub fn tool(&self, name: &str) -> bool {
-        self.unrestricted || self.tools.is_match(name)
+        (self.unrestricted || self.tools.is_match(name))
+            && self.scope.as_ref().is_none_or(|s| s.tool(name))
     }
     pub fn prompt(&self, name: &str) -> bool {
-        self.unrestricted || self.prompts.is_match(name)
+        (self.unrestricted || self.prompts.is_match(name))
+            && self.scope.as_ref().is_none_or(|s| s.prompt(name))
     }
     pub fn resource(&self, uri: &str) -> bool {
-        self.unrestricted || self.resources.is_match(uri)
+        (self.unrestricted || self.resources.is_match(uri))
+            && self.scope.as_ref().is_none_or(|s| s.resource(uri))
     }
     /// Whether the identity holds one of `roles` (an unrestricted identity holds no role: it
     /// may call anything, but approving for a role needs that role).
@@ -100,6 +124,8 @@ pub struct Role {
     pub max_rank: Option<u32>,
     /// At least this for secrets in results (`None`: the upstream's guardrails decide).
     pub secrets_in_results: Option<SecretAction>,
+    /// The view its holders come through at `/mcp` (`None`: no narrowing).
+    pub view: Option<Arc<Scope>>,
 }
 
 /// All roles by name.
@@ -116,7 +142,15 @@ impl Roles {
         let mut max_rank = Some(0);
         // The most permissive role wins here too: a role without a floor has none.
         let mut floor: Option<SecretAction> = None;
+        // A default view narrows only when every role has one (a role without one sees all
+        // it grants); several views make their union.
+        let mut views: Option<Vec<Arc<Scope>>> = Some(Vec::new());
         for role in names.iter().filter_map(|n| self.0.get(n)) {
+            match (&mut views, &role.view) {
+                (Some(vs), Some(v)) if !vs.iter().any(|x| x.name == v.name) => vs.push(v.clone()),
+                (_, None) => views = None,
+                _ => {}
+            }
             let f = role.secrets_in_results.unwrap_or(SecretAction::Off);
             floor = Some(floor.map_or(f, |g| g.min(f)));
             add(&mut t, &role.tools);
@@ -127,7 +161,13 @@ impl Roles {
                 _ => None,
             };
         }
+        let scope = match views.as_deref() {
+            None | Some([]) => None,
+            Some([one]) => Some(one.clone()),
+            Some(many) => Some(Arc::new(Scope::union(many))),
+        };
         Access {
+            scope,
             unrestricted: false,
             max_rank,
             tools: t.build().unwrap_or_else(|_| GlobSet::empty()),

@@ -12,3 +12,4 @@ pub mod retry;
 pub mod token;
 pub mod tool_breakers;
 pub mod trust;
+pub mod view;

@@ -42,6 +42,7 @@ pub struct Metrics {
     pub replay_dropped: IntCounterVec,
     pub flows: super::flow_metrics::FlowMetrics,
     pub cluster: super::cluster_metrics::ClusterMetrics,
+    pub search: super::search_metrics::SearchMetrics,
 }
 
 impl Metrics {
@@ -227,6 +228,7 @@ impl Metrics {
         let flows = super::flow_metrics::FlowMetrics::register(&registry, DURATION_BUCKETS)?;
         let cluster =
             super::cluster_metrics::ClusterMetrics::register(&registry, DURATION_BUCKETS)?;
+        let search = super::search_metrics::SearchMetrics::register(&registry)?;
         registry.register(Box::new(envelopes.clone()))?;
         registry.register(Box::new(approvals.clone()))?;
         registry.register(Box::new(plans_pending.clone()))?;
@@ -257,6 +259,7 @@ impl Metrics {
             guard_hook_decisions,
             guard_hook_duration,
             replay_dropped,
+            search,
             flows,
             cluster,
         })

@@ -7,6 +7,7 @@ pub mod cluster_metrics;
 pub mod flow_metrics;
 pub mod metrics;
 pub mod one_line;
+pub mod search_metrics;
 pub mod traces;
 
 /// A fresh correlation id (128 random bits, hex: the shape of a trace id): ties one call's

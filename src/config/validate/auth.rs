@@ -22,6 +22,7 @@ pub(super) fn validate_auth(
     raw_roles: BTreeMap<String, RawRole>,
     tiers: &mut Tiers,
     naming: &crate::names::Naming,
+    views: &crate::policy::view::Views,
 ) -> Authenticator {
     let mut roles = Roles::default();
     for (name, r) in raw_roles {
@@ -32,43 +33,28 @@ pub(super) fn validate_auth(
                 0
             }
         });
-        // Tool and prompt globs name `upstream/name` whatever the separator; today's exposed
-        // form is still read, with a warning.
-        let mut check = |globs: &[Spanned<String>], names: bool| -> Vec<String> {
-            let mut out = Vec::with_capacity(globs.len());
-            for g in globs {
-                let glob = if names {
-                    let r = naming.reference(g.get_ref());
-                    if let crate::names::Reference::Legacy { canonical, .. } = &r {
-                        cx.warn_at(
-                            g.span().start,
-                            format!(
-                                "role `{name}`: write `{}` as `{canonical}`: that form names the \
-                                 tool whatever the separator",
-                                g.get_ref()
-                            ),
-                        );
-                    }
-                    r.exposed().to_owned()
-                } else {
-                    g.get_ref().clone()
-                };
-                if let Err(e) = Glob::new(&glob) {
-                    cx.err_at(
-                        g.span().start,
-                        format!("role `{name}`: bad glob `{}`: {e}", g.get_ref()),
-                    );
-                }
-                out.push(glob);
+        let view = r.view.as_ref().and_then(|v| match views.get(v.get_ref()) {
+            Some(view) => Some(view.scope.clone()),
+            None => {
+                cx.err_at(
+                    v.span().start,
+                    format!(
+                        "role `{name}`: unknown view `{}` (views: {})",
+                        v.get_ref(),
+                        listed(&views.names())
+                    ),
+                );
+                None
             }
-            out
-        };
+        });
+        let owner = format!("role `{name}`");
         let role = Role {
-            tools: check(&r.tools, true),
-            prompts: check(&r.prompts, true),
-            resources: check(&r.resources, false),
+            tools: globs(cx, &owner, &r.tools, Some(naming)),
+            prompts: globs(cx, &owner, &r.prompts, Some(naming)),
+            resources: globs(cx, &owner, &r.resources, None),
             max_rank,
             secrets_in_results: r.secrets_in_results,
+            view,
         };
         roles.0.insert(name, role);
     }
@@ -169,5 +155,52 @@ pub(super) fn validate_auth(
             scopes_supported: o.scopes,
             bearer_methods_supported: vec!["header".into()],
         }),
+    }
+}
+
+/// Globs of `owner` checked and in exposed form: tool and prompt globs (`naming` given) name
+/// `upstream/name` whatever the separator; today's exposed form is still read, with a warning.
+pub(super) fn globs(
+    cx: &mut Ctx<'_>,
+    owner: &str,
+    globs: &[Spanned<String>],
+    naming: Option<&crate::names::Naming>,
+) -> Vec<String> {
+    let mut out = Vec::with_capacity(globs.len());
+    for g in globs {
+        let glob = match naming {
+            Some(naming) => {
+                let r = naming.reference(g.get_ref());
+                if let crate::names::Reference::Legacy { canonical, .. } = &r {
+                    cx.warn_at(
+                        g.span().start,
+                        format!(
+                            "{owner}: write `{}` as `{canonical}`: that form names the tool \
+                             whatever the separator",
+                            g.get_ref()
+                        ),
+                    );
+                }
+                r.exposed().to_owned()
+            }
+            None => g.get_ref().clone(),
+        };
+        if let Err(e) = Glob::new(&glob) {
+            cx.err_at(
+                g.span().start,
+                format!("{owner}: bad glob `{}`: {e}", g.get_ref()),
+            );
+        }
+        out.push(glob);
+    }
+    out
+}
+
+/// Names for a diagnostic: `a, b` or `none`.
+pub(super) fn listed(names: &[&str]) -> String {
+    if names.is_empty() {
+        "none".into()
+    } else {
+        names.join(", ")
     }
 }

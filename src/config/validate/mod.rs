@@ -10,6 +10,7 @@ mod telemetry;
 mod tests;
 mod upstream_tls;
 mod upstreams;
+mod views;
 
 use std::{
     collections::HashMap,
@@ -203,7 +204,8 @@ pub(super) fn validate(
             }
         }
     });
-    let auth = validate_auth(&mut cx, raw.auth, raw.roles, &mut tiers, &naming);
+    let views = views::validate_views(&mut cx, &raw.views, &g, &naming);
+    let auth = validate_auth(&mut cx, raw.auth, raw.roles, &mut tiers, &naming, &views);
     let admin = raw.admin.and_then(|a| {
         let at = a.span().start;
         let a = a.into_inner();
@@ -369,6 +371,7 @@ pub(super) fn validate(
     let mut warnings = cx.warnings;
     warnings.extend(flows.set.warnings.iter().cloned());
     Ok(Snapshot {
+        views: Arc::new(views),
         warnings,
         flows,
         cluster,
