@@ -28,6 +28,7 @@ pub mod server;
 pub mod server_catalog;
 pub mod tasks;
 pub mod telemetry;
+pub mod tool_search;
 pub mod upstream;
 
 /// Unit tests build HTTPS clients too: the same provider as the binary (`cli::run`).

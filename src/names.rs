@@ -17,6 +17,10 @@ pub const SELECT_TOOLS: &str = "fedgate__select_tools";
 pub const RESET_TOOLS: &str = "fedgate__reset_tools";
 pub const CALL_TOOL: &str = "fedgate__call_tool";
 
+/// The search tools: granted to every caller while they are served (they reveal and run only
+/// what the caller's roles and view allow).
+pub const SEARCH_TOOLS: &[&str] = &[FIND_TOOLS, SELECT_TOOLS, RESET_TOOLS, CALL_TOOL];
+
 /// The gateway's built-in tools: a view passes them whatever its globs (they reveal nothing a
 /// caller may not use, and without them approvals and search would be cut off).
 pub const BUILTIN_TOOLS: &[&str] = &[

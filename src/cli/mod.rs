@@ -50,6 +50,9 @@ enum Command {
     Stdio {
         #[arg(long, short, default_value = DEFAULT_CONFIG)]
         config: PathBuf,
+        /// Serve through this view (`[views.NAME]`) only.
+        #[arg(long)]
+        view: Option<String>,
     },
     /// Validate a config file; prints every problem as file:line and exits non-zero.
     Check {
@@ -150,7 +153,7 @@ pub fn run() -> ExitCode {
     let result = rt.block_on(async move {
         match cli.command {
             Command::Serve { config, listen } => serve::serve(&config, listen.as_deref()).await,
-            Command::Stdio { config } => serve::stdio(&config).await,
+            Command::Stdio { config, view } => serve::stdio(&config, view.as_deref()).await,
             Command::Check { file } => check::check(&file),
             Command::Tools { config, json } => inspect::tools(&config, json).await,
             Command::Call {

@@ -176,8 +176,23 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, String
     Ok(ExitCode::SUCCESS)
 }
 
-pub async fn stdio(path: &Path) -> Result<ExitCode, String> {
+pub async fn stdio(path: &Path, view: Option<&str>) -> Result<ExitCode, String> {
     let snapshot = load(path)?;
+    let scope = match view {
+        None => None,
+        Some(name) => Some(
+            snapshot
+                .views
+                .get(name)
+                .map(|v| v.scope.clone())
+                .ok_or_else(|| {
+                    format!(
+                        "no view is named `{name}` (views: {})",
+                        snapshot.views.names().join(", ")
+                    )
+                })?,
+        ),
+    };
     let _traces = start_tracing(&snapshot)?;
     let core = Core::new(&snapshot)?;
     core.start();
@@ -187,7 +202,10 @@ pub async fn stdio(path: &Path) -> Result<ExitCode, String> {
         Some(cfg) => Some(Audit::start(cfg, Some(core.metrics.audit_dropped.clone())).await?),
         None => None,
     };
-    let gateway = Gateway::new(core.clone(), snapshot.gateway.page_size.get(), audit);
+    let mut gateway = Gateway::new(core.clone(), snapshot.gateway.page_size.get(), audit);
+    if let Some(scope) = scope {
+        gateway = gateway.through(scope);
+    }
     if let Some(flows) = &core.flows {
         flows.resume_all().await;
         flows.start_leases();

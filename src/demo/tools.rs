@@ -85,11 +85,19 @@ impl Demo {
                 .map(|i| {
                     let mut t = tool(
                         "filler",
-                        "A generated tool of a large catalogue: answers with its own name.",
+                        "",
                         json!({"n": {"type": "integer"}, "note": {"type": "string"}}),
                         true,
                     );
                     t.name = format!("tool_{i:03}").into();
+                    t.description = Some(
+                        format!(
+                            "A generated tool of a large catalogue, keyword {}: answers with \
+                             its own name.",
+                            filler_word(i)
+                        )
+                        .into(),
+                    );
                     t
                 })
                 .collect();
@@ -285,4 +293,16 @@ impl Demo {
         }
         tools
     }
+}
+
+/// The word only filler tool `i` has in its description (`tool_017`: `kabune`), for searches
+/// to find: syllables of `i` in base 20, three of them.
+pub fn filler_word(i: usize) -> String {
+    const SYLLABLES: [&str; 20] = [
+        "ka", "be", "ni", "lo", "mu", "sa", "te", "vi", "ro", "du", "fa", "ge", "hi", "jo", "ku",
+        "pa", "re", "si", "to", "zu",
+    ];
+    (0..3)
+        .map(|k| SYLLABLES[(i / 20usize.pow(k)) % 20])
+        .collect()
 }

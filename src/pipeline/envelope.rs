@@ -17,7 +17,7 @@ use crate::{
     approval::PlanRefusal,
     envelope::{Action, META_KEY, Mode, Plan, PlanError, Status},
     error::Classify,
-    names::APPROVE_TOOL,
+    names::{APPROVE_TOOL, FIND_TOOLS},
     telemetry::metrics::Metrics,
 };
 
@@ -227,7 +227,13 @@ pub fn plan_for(e: &CallError, correlation_id: &str) -> Plan {
         CallError::UnknownTool {
             closest, recover, ..
         } => {
+            let searching = recover.iter().any(|r| r.tool == FIND_TOOLS);
             let hint = match closest.as_slice() {
+                _ if searching => {
+                    "search with fedgate__find_tools: it searches every tool you may call, \
+                     listed or not"
+                        .to_owned()
+                }
                 [] => "call tools/list to see the tools you may call".to_owned(),
                 names => format!(
                     "did you mean {}? Check its arguments in tools/list before calling it",
@@ -244,8 +250,11 @@ pub fn plan_for(e: &CallError, correlation_id: &str) -> Plan {
             p.recovery_actions = recover
                 .iter()
                 .map(|r| {
-                    Action::call(&r.tool, r.args.clone())
-                        .label(format!("did you mean `{}`?", r.tool))
+                    Action::call(&r.tool, r.args.clone()).label(if r.tool == FIND_TOOLS {
+                        "search the tools you may call".to_owned()
+                    } else {
+                        format!("did you mean `{}`?", r.tool)
+                    })
                 })
                 .collect();
             p

@@ -112,7 +112,7 @@ pub use observe::Observe;
 pub use own::{OwnTool, OwnTools};
 pub use rate_limit::RateLimit;
 pub use retry::Retry;
-pub use step::{CallService, Step, StepLayer};
+pub use step::{CallService, Step, StepLayer, done};
 pub use trust::{Trust, classify, verdict};
 pub use wire::to_wire;
 

@@ -2,11 +2,12 @@
 //! It runs once per call, first (in `observe`, which records the route it found); every later
 //! step reads the route from the call.
 
+use bm25::Tokenizer;
 use rmcp::model::Reference;
 
 use super::{Call, Exposed, Op, OwnTools, Target, TargetKind};
 use crate::{
-    names::{OWN_NAMESPACE, shown},
+    names::{CALL_TOOL, FIND_TOOLS, OWN_NAMESPACE, shown},
     pipeline::CallError,
     router::catalog::Owner,
     upstream::pool::Pool,
@@ -18,6 +19,7 @@ pub(super) const CLOSEST_NAMES: usize = 3;
 /// The route of a call, with the call rewritten to the upstream's own name.
 pub(super) fn resolve(pool: &Pool, own: &OwnTools, call: &mut Call) -> Result<Target, CallError> {
     let catalog = pool.catalog();
+    unwrap_call_tool(own, &mut call.op);
     let access = &call.identity.access;
     let (idx, exposed) = match &mut call.op {
         Op::CallTool(p) => {
@@ -115,6 +117,29 @@ pub(super) fn resolve(pool: &Pool, own: &OwnTools, call: &mut Call) -> Result<Ta
     })
 }
 
+/// `fedgate__call_tool {name, arguments}` becomes the call it names, so the named tool meets
+/// every policy with its own schema; a malformed one stays, for its own schema to refuse.
+fn unwrap_call_tool(own: &OwnTools, op: &mut Op) {
+    let Op::CallTool(p) = op else { return };
+    if p.name != CALL_TOOL || own.get(CALL_TOOL).is_none() {
+        return;
+    }
+    let Some(args) = &p.arguments else { return };
+    let Some(serde_json::Value::String(name)) = args.get("name") else {
+        return;
+    };
+    let inner = match args.get("arguments") {
+        None => None,
+        Some(serde_json::Value::Object(a)) => Some(a.clone()),
+        Some(_) => return,
+    };
+    if args.len() > 1 + usize::from(args.contains_key("arguments")) || name == CALL_TOOL {
+        return;
+    }
+    p.name = name.clone().into();
+    p.arguments = inner;
+}
+
 /// Why a tool name has no route. A name in the namespace of an upstream that is down belongs to
 /// that upstream, and the error says so, with its state — to callers whose roles allow the name
 /// and reach the upstream's tier; anyone else learns nothing about what exists.
@@ -152,7 +177,7 @@ pub(super) fn suggest(
     let catalog = pool.catalog();
     let sep = pool.separator();
     let closest = catalog.closest_tools(name, sep, CLOSEST_NAMES, |n| pool.visible_tool(access, n));
-    let recover = closest
+    let mut recover: Vec<_> = closest
         .iter()
         .filter(|n| is_read(pool, n) || mistyped(name, n, sep))
         .map(|n| super::error::Recovery {
@@ -163,6 +188,18 @@ pub(super) fn suggest(
                 .unwrap_or_default(),
         })
         .collect();
+    // With tool search on, the tool may exist outside this session's list: search for it.
+    if catalog.tool(FIND_TOOLS).is_some() && pool.visible_tool(access, FIND_TOOLS) {
+        let query = crate::tool_search::Words.tokenize(&shown(name)).join(" ");
+        if !query.is_empty() {
+            let mut args = serde_json::Map::new();
+            args.insert("query".into(), query.into());
+            recover.push(super::error::Recovery {
+                tool: FIND_TOOLS.into(),
+                args,
+            });
+        }
+    }
     let note = name.split_once(sep).and_then(|(head, _)| {
         if pool.upstream_named(head).is_some() || head == OWN_NAMESPACE {
             return None;
@@ -171,7 +208,7 @@ pub(super) fn suggest(
             .upstreams()
             .iter()
             .map(|u| u.name().to_owned())
-            .filter(|u| access.tool(&format!("{u}{sep}*")) || access.is_unrestricted())
+            .filter(|u| access.tool(&format!("{u}{sep}*")) || access.sees_all())
             .collect();
         known.sort();
         Some(format!(

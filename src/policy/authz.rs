@@ -86,7 +86,9 @@ impl Access {
         self.unrestricted || self.max_rank.is_none_or(|max| rank <= max)
     }
     pub fn tool(&self, name: &str) -> bool {
-        (self.unrestricted || self.tools.is_match(name))
+        (self.unrestricted
+            || self.tools.is_match(name)
+            || crate::names::SEARCH_TOOLS.contains(&name))
             && self.scope.as_ref().is_none_or(|s| s.tool(name))
     }
     pub fn prompt(&self, name: &str) -> bool {

@@ -54,6 +54,12 @@ impl IdentityKind {
 }
 
 impl Identity {
+    /// The same caller coming through a view (`/mcp/<name>`, `fedgate stdio --view`).
+    pub fn through(mut self, scope: Arc<crate::policy::view::Scope>) -> Self {
+        self.access = Arc::new((*self.access).clone().through(scope));
+        self
+    }
+
     /// `kind:name`: who a plan belongs to (two kinds may share a name).
     pub fn key(&self) -> String {
         format!("{}:{}", self.kind.as_str(), self.name)

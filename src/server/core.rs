@@ -16,8 +16,10 @@ use crate::{
     envelope::Mode,
     pipeline::{self, ApproveTool, CallStack, OwnTools},
     policy::{idempotency::IdempotencyStore, identity::Authenticator, rate_limit::RateLimits},
+    policy::view::Views,
     router::cursor::Cursors,
     tasks::TaskHandles,
+    tool_search::ToolSearch,
     telemetry::{audit::Audit, call_feed::CallFeed, metrics::Metrics},
     upstream::{pool::Pool, reload::Applied},
 };
@@ -43,8 +45,12 @@ pub struct Core {
     own: OwnTools,
     /// Flows and their run log (when `[flows] dir` is set).
     pub flows: Option<Arc<crate::flows::Engine>>,
-    /// The own tools that are not flows (a reload replaces only the flows').
+    /// The own tools that are neither flows nor search tools (a reload recomputes those).
     fixed_tools: Vec<Arc<dyn crate::pipeline::OwnTool>>,
+    /// `[views]` and the listing settings, as of the last (re)load.
+    pub views: Arc<ArcSwap<Views>>,
+    /// Tool search and every session's working set.
+    pub search: Arc<ToolSearch>,
     /// Plans waiting for approval (bound at start, like the rest of `[gateway]`).
     pub plans: Arc<Plans>,
     /// Finished calls for the operator console (when `[admin]` serves it; bound at start).
@@ -113,17 +119,18 @@ impl Core {
         if let (Some(engine), Some(shared)) = (&flows, crate::approval::shared::of(&cluster)) {
             engine.share_plans(shared);
         }
-        let mut own = own.with(vec![Arc::new(ApproveTool)]);
+        let own = own.with(vec![Arc::new(ApproveTool)]);
         let fixed_tools = own.tools();
-        if let Some(engine) = &flows {
-            own = own.with(crate::flows::tool::tools(
-                engine,
-                &snapshot.gateway.naming(),
-            ));
-        }
+        let pool = Pool::new(snapshot, metrics.clone(), hub.clone(), Vec::new());
+        let views = Arc::new(ArcSwap::new(snapshot.views.clone()));
+        let search = ToolSearch::new(pool.clone(), views.clone(), metrics.search.clone());
+        own.replace(own_tools(&fixed_tools, &search, flows.as_ref(), snapshot));
+        pool.set_own_tools(own.definitions());
         Ok(Arc::new(Self {
-            pool: Pool::new(snapshot, metrics.clone(), hub.clone(), own.definitions()),
+            pool,
             own,
+            views,
+            search,
             flows,
             fixed_tools,
             metrics,
@@ -177,6 +184,7 @@ impl Core {
         // Sessions that closed without unsubscribing: their state goes, and so do upstream
         // subscriptions nobody holds any more.
         let (hub, pool) = (Arc::downgrade(&self.hub), Arc::downgrade(&self.pool));
+        let search = Arc::downgrade(&self.search);
         let stop = self.pool.shutdown_token();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(SESSION_SWEEP_EVERY);
@@ -190,6 +198,9 @@ impl Core {
                 };
                 for uri in hub.take_released() {
                     pool.release_subscription(&uri);
+                }
+                if let Some(search) = search.upgrade() {
+                    search.retain(|s| hub.is_open(s));
                 }
             }
         });
@@ -224,16 +235,19 @@ impl Core {
     /// the rate limits. Other `[gateway]`, `[admin]` and `[audit]` settings are bound at start.
     pub fn apply(&self, snapshot: &Snapshot) -> Applied {
         self.auth.store(snapshot.auth.clone());
+        self.views.store(snapshot.views.clone());
         if let Some(engine) = &self.flows {
             report_flow_problems(snapshot);
             engine.set_flows(&snapshot.flows.set);
-            let mut tools = self.fixed_tools.clone();
-            tools.extend(crate::flows::tool::tools(
-                engine,
-                &snapshot.gateway.naming(),
-            ));
-            self.own.replace(tools);
-            self.pool.set_own_tools(self.own.definitions());
+        }
+        self.own.replace(own_tools(
+            &self.fixed_tools,
+            &self.search,
+            self.flows.as_ref(),
+            snapshot,
+        ));
+        self.pool.set_own_tools(self.own.definitions());
+        if let Some(engine) = &self.flows {
             engine.report_catalog_problems();
         }
         if !self.limits.load().configured_as(&snapshot.rate_limits) {
@@ -275,6 +289,27 @@ impl Core {
     pub(super) fn count_sessions(&self, sessions: Arc<super::resumable::Resumable>) {
         let _ = self.sessions.set(sessions);
     }
+}
+
+/// Every own tool of a snapshot: the fixed ones, the search tools while some listing is
+/// `search`, and the flows'.
+fn own_tools(
+    fixed: &[Arc<dyn crate::pipeline::OwnTool>],
+    search: &Arc<ToolSearch>,
+    flows: Option<&Arc<crate::flows::Engine>>,
+    snapshot: &Snapshot,
+) -> Vec<Arc<dyn crate::pipeline::OwnTool>> {
+    let mut tools = fixed.to_vec();
+    if snapshot.views.searching() {
+        tools.extend(search.own_tools());
+    }
+    if let Some(engine) = flows {
+        tools.extend(crate::flows::tool::tools(
+            engine,
+            &snapshot.gateway.naming(),
+        ));
+    }
+    tools
 }
 
 /// Flow files that did not load: the rest of the config runs, each problem is logged.

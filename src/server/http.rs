@@ -31,6 +31,19 @@ use crate::{config::GatewaySettings, policy::identity::AuthError};
 
 /// Path of the MCP endpoint.
 pub const MCP_PATH: &str = "/mcp";
+/// `/mcp/<view>`: the same endpoint through a view (`[views.NAME]`).
+const VIEW_PREFIX: &str = "/mcp/";
+
+/// 404 for `/mcp/<name>` when no view has that name, with the names there are.
+fn unknown_view(name: &str, views: &crate::policy::view::Views) -> Response<Body> {
+    json(
+        StatusCode::NOT_FOUND,
+        &serde_json::json!({
+            "error": format!("no view is named `{}`", crate::names::shown(name)),
+            "views": views.names(),
+        }),
+    )
+}
 /// The handshake era's session header.
 const SESSION_HEADER: &str = "mcp-session-id";
 
@@ -138,18 +151,43 @@ impl Edge {
         let cert_identity = auth.certificate_identity(&cert_names);
         // DNS rebinding: a page of an attacker's name must not read the other routes either
         // (rmcp checks `/mcp` itself).
-        if req.uri().path() != MCP_PATH && !super::health::host_allowed(&req, &allowed_hosts) {
+        let view = match req.uri().path().strip_prefix(VIEW_PREFIX) {
+            Some(name) => match core.views.load().get(name) {
+                Some(v) => Some(v.scope.clone()),
+                None if !super::health::host_allowed(&req, &allowed_hosts) => {
+                    return WireError::HostNotAllowed.plain();
+                }
+                // Which views exist is for callers who authenticate.
+                None => {
+                    return match cert_identity
+                        .map(Ok)
+                        .unwrap_or_else(|| auth.authenticate(req.headers()))
+                    {
+                        Ok(_) => unknown_view(name, &core.views.load()),
+                        Err(e) => challenge(&e, auth.resource_metadata.as_ref()),
+                    };
+                }
+            },
+            None => None,
+        };
+        let on_mcp = view.is_some() || req.uri().path() == MCP_PATH;
+        if !on_mcp && !super::health::host_allowed(&req, &allowed_hosts) {
             return WireError::HostNotAllowed.plain();
         }
         match req.uri().path() {
             // Authentication comes first: an unauthenticated request is answered 401 whatever
             // else is wrong with it, and never reaches a policy. A client certificate that maps
             // to an identity is that identity; otherwise the request's credentials decide.
-            MCP_PATH => match cert_identity
+            _ if on_mcp => match cert_identity
                 .map(Ok)
                 .unwrap_or_else(|| auth.authenticate(req.headers()))
             {
                 Ok(identity) => {
+                    // A view's path serves that view instead of the roles' default one.
+                    let identity = match view {
+                        Some(scope) => identity.through(scope),
+                        None => identity,
+                    };
                     // Clients see sealed session ids; rmcp sees its own (any replica can open
                     // them: see sealed_sessions). Anything else is no session of ours.
                     let presented = req

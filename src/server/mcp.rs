@@ -54,6 +54,12 @@ impl Gateway {
         }
     }
 
+    /// The local operator (stdio) comes through `scope` (`fedgate stdio --view`).
+    pub fn through(mut self, scope: Arc<crate::policy::view::Scope>) -> Self {
+        self.local = self.local.through(scope);
+        self
+    }
+
     /// Whether the caller may get updates of a resource: its roles allow the URI and reach the
     /// trust tier of the upstream serving it.
     fn may_watch(&self, access: &Access, uri: &str) -> bool {
@@ -116,6 +122,7 @@ impl Gateway {
                 log_level: self.log_level(ctx),
                 capabilities: ctx.client_capabilities(),
                 modern: is_modern(ctx),
+                session: session_of(&ctx.extensions),
             }),
             progress_token: ctx.meta.get_progress_token(),
             ct,
@@ -185,6 +192,19 @@ fn session_key(ext: &rmcp::model::Extensions) -> String {
         .and_then(|v| v.to_str().ok())
         .unwrap_or(LOCAL_SESSION)
         .to_owned()
+}
+
+/// The session a request belongs to: its `Mcp-Session-Id` over HTTP (none for stateless
+/// requests), the one local session over stdio.
+fn session_of(ext: &rmcp::model::Extensions) -> Option<String> {
+    match ext.get::<http::request::Parts>() {
+        None => Some(LOCAL_SESSION.to_owned()),
+        Some(p) => p
+            .headers
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
+    }
 }
 
 /// The items an identity may see; the whole list, unfiltered, for unrestricted callers.
@@ -327,9 +347,14 @@ impl ServerHandler for Gateway {
         let catalog = self.core.pool.catalog();
         let who = self.identity(&ctx);
         let access = who.access.clone();
-        let items = visible(&catalog.tools, access.is_unrestricted(), |x| {
+        let items = visible(&catalog.tools, access.sees_all(), |x| {
             self.core.pool.visible_tool(&access, &x.name)
         });
+        let session = session_of(&ctx.extensions);
+        let items = self
+            .core
+            .search
+            .listed(&access, session.as_deref(), items);
         let c = request.as_ref().and_then(|r| r.cursor.as_deref());
         let (items, next) = self
             .core
@@ -358,7 +383,7 @@ impl ServerHandler for Gateway {
         let catalog = self.core.pool.catalog();
         let who = self.identity(&ctx);
         let access = who.access.clone();
-        let items = visible(&catalog.prompts, access.is_unrestricted(), |x| {
+        let items = visible(&catalog.prompts, access.sees_all(), |x| {
             access.prompt(&x.name)
                 && self.reaches(
                     &access,
@@ -394,7 +419,7 @@ impl ServerHandler for Gateway {
         let catalog = self.core.pool.catalog();
         let who = self.identity(&ctx);
         let access = who.access.clone();
-        let items = visible(&catalog.resources, access.is_unrestricted(), |x| {
+        let items = visible(&catalog.resources, access.sees_all(), |x| {
             access.resource(&x.uri) && self.reaches(&access, &catalog, catalog.resource(&x.uri))
         });
         let c = request.as_ref().and_then(|r| r.cursor.as_deref());
@@ -425,7 +450,7 @@ impl ServerHandler for Gateway {
         let catalog = self.core.pool.catalog();
         let who = self.identity(&ctx);
         let access = who.access.clone();
-        let items = visible(&catalog.templates, access.is_unrestricted(), |x| {
+        let items = visible(&catalog.templates, access.sees_all(), |x| {
             access.resource(&x.uri_template)
                 && self.reaches(&access, &catalog, catalog.template(&x.uri_template))
         });

@@ -59,6 +59,13 @@ impl Hub {
         self.listeners.remove(&id);
     }
 
+    /// Whether a session of this key is registered and its transport open.
+    pub fn is_open(&self, session: &str) -> bool {
+        self.sessions
+            .get(session)
+            .is_some_and(|p| !p.is_transport_closed())
+    }
+
     pub fn len(&self) -> usize {
         self.prune();
         self.sessions.len()

@@ -23,7 +23,7 @@ impl Tokenizer for Words {
         let mut out = Vec::new();
         let mut word = String::new();
         let mut prev_lower = false;
-        let mut flush = |word: &mut String, out: &mut Vec<String>| {
+        let flush = |word: &mut String, out: &mut Vec<String>| {
             if word.is_empty() {
                 return;
             }

@@ -42,6 +42,8 @@ pub struct Downstream {
     /// The caller speaks the stateless era: it cannot be sent requests, only asked for input
     /// with an `InputRequiredResult`.
     pub modern: bool,
+    /// The downstream session (its key in the session hub); `None` for stateless requests.
+    pub session: Option<String>,
 }
 
 impl Downstream {

@@ -127,8 +127,13 @@ impl Pool {
         self.upstreams.load_full()
     }
 
-    /// Replaces the gateway's own tools (flows reloaded) and tells sessions the list changed.
-    pub fn set_own_tools(&self, tools: Vec<Tool>) {
+    /// Replaces the gateway's own tools (flows reloaded, search turned on or off) and tells
+    /// sessions the list changed — when it did.
+    pub fn set_own_tools(&self, mut tools: Vec<Tool>) {
+        tools.sort_by(|a, b| a.name.cmp(&b.name));
+        if **self.own_tools.load() == tools {
+            return;
+        }
         self.own_tools.store(Arc::new(tools));
         self.rebuild(Changed {
             tools: true,

@@ -302,8 +302,22 @@ impl CallError {
     pub(super) fn to_mcp(&self) -> McpError {
         let msg = self.wire_message();
         match self {
-            CallError::UnknownTool { name, closest, .. } => McpError::invalid_params(
+            CallError::UnknownTool {
+                name,
+                closest,
+                recover,
+                ..
+            } => McpError::invalid_params(
                 match closest.as_slice() {
+                    _ if recover.iter().any(|r| r.tool == crate::names::FIND_TOOLS) => {
+                        format!(
+                            "{msg}; fedgate__find_tools searches every tool you may call{}",
+                            closest
+                                .first()
+                                .map(|n| format!(" (closest here: `{n}`)"))
+                                .unwrap_or_default()
+                        )
+                    }
                     [] => format!("{msg}; call tools/list to see the available tools"),
                     names => format!(
                         "{msg}; did you mean {}? (tools/list shows every tool)",
