@@ -13,6 +13,7 @@ mod input;
 mod schemas;
 mod sse;
 mod tools;
+pub use tools::filler_word;
 
 use std::{
     collections::BTreeMap,
