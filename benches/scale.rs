@@ -11,6 +11,11 @@
 //!    only the slowest of them: spawn to ready line (printed once every upstream settled),
 //!    median of `SCALE_RUNS` (default 5) each; the ratio is what matters.
 //!
+//! 3. Tool search (`tool_listing = "search"`) over the same 5,000 tools: `fedgate__find_tools`
+//!    (stateless-era requests), against the same search over a one-tool catalogue; and in one
+//!    handshake-era session, `fedgate__select_tools` followed by the `tools/list` that shows
+//!    the change (the targets: find p50 ≤ 2 ms, selection to list ≤ 5 ms).
+//!
 //! Run: `cargo bench --bench scale` (release build).
 
 use std::time::Duration;
@@ -37,9 +42,14 @@ async fn rpc(
     mut params: serde_json::Value,
 ) -> bytes::Bytes {
     params["_meta"] = meta();
+    let name = params["name"].as_str().map(str::to_owned);
     let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    let r = http
-        .post(url)
+    let mut r = http.post(url);
+    // The stateless era names the tool of a tools/call in a header too.
+    if let Some(n) = name {
+        r = r.header("mcp-name", n);
+    }
+    let r = r
         .header("accept", "application/json, text/event-stream")
         .header("content-type", "application/json")
         .header("mcp-protocol-version", "2026-07-28")
@@ -152,6 +162,134 @@ async fn catalogue(n: usize) {
     }
 }
 
+/// A handshake-era session: its id, after `initialize` and `notifications/initialized`.
+async fn session(http: &reqwest::Client, url: &str) -> String {
+    let init = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "scale", "version": "0"}}});
+    let r = http
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .body(init.to_string())
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("initialize: {e}"));
+    let sid = r
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_else(|| panic!("no session id"))
+        .to_owned();
+    let _ = r.bytes().await;
+    session_rpc(http, url, &sid, "notifications/initialized", None).await;
+    sid
+}
+
+/// One request (or, without `params`' id, a notification) of a handshake-era session.
+async fn session_rpc(
+    http: &reqwest::Client,
+    url: &str,
+    sid: &str,
+    method: &str,
+    params: Option<serde_json::Value>,
+) -> serde_json::Value {
+    let body = match params {
+        Some(p) => serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": p}),
+        None => serde_json::json!({"jsonrpc": "2.0", "method": method}),
+    };
+    let r = http
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2025-11-25")
+        .header("mcp-session-id", sid)
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{method}: {e}"));
+    let answer = r.bytes().await.unwrap_or_else(|e| panic!("{method}: {e}"));
+    // The answer is the last message of the stream (a list_changed may come first).
+    String::from_utf8_lossy(&answer)
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<serde_json::Value>(d.trim()).ok())
+        .find(|m| m.get("id").is_some())
+        .unwrap_or_default()
+}
+
+async fn search(n: usize) {
+    let http = reqwest::Client::new();
+    let find = |q: &str| serde_json::json!({"name": "fedgate__find_tools", "arguments": {"query": q, "limit": 10}});
+    let mode = "[gateway]\ntool_listing = \"search\"\ntool_listing_threshold = 0\n\n";
+    let base = {
+        let one = demo_upstreams(1, "u", |_| ", \"--filler-tools\", \"1\"".into());
+        let gw = start("scale-search-base", &format!("{mode}{one}"));
+        timed(&http, &gw.url, "tools/call", &find("kabaka"), n).await
+    };
+    let upstreams = demo_upstreams(50, "u", |_| ", \"--filler-tools\", \"100\"".into());
+    let gw = start("scale-search", &format!("{mode}{upstreams}"));
+    assert!(gw.ready.contains("50/50 upstreams ready"), "{}", gw.ready);
+    // The first search builds the index of this catalog version.
+    let t = Instant::now();
+    rpc(&http, &gw.url, "tools/call", find("kabune")).await;
+    let first_ms = t.elapsed().as_secs_f64() * 1e3;
+    // A word of one tool's description (50 namespaces serve it), and a miss.
+    let (hit_med, hit_p99, answer) = timed(&http, &gw.url, "tools/call", &find("kabune"), n).await;
+    let found = message(&answer)["result"]["structuredContent"]["total"].clone();
+    let (miss_med, miss_p99, _) = timed(&http, &gw.url, "tools/call", &find("zzz"), n).await;
+    println!("\nfedgate__find_tools, {n} stateless requests each (µs)");
+    println!("  first search (builds the index of 5,000 tools): {first_ms:.1} ms");
+    println!(
+        "  one-tool catalogue (baseline):   median {:7.0}  p99 {:7.0}",
+        base.0, base.1
+    );
+    println!(
+        "  5,000 tools, a word ({found} hits): median {hit_med:7.0}  p99 {hit_p99:7.0}  ratio {:.2}",
+        hit_med / base.0
+    );
+    println!(
+        "  5,000 tools, no match:           median {miss_med:7.0}  p99 {miss_p99:7.0}  ratio {:.2}",
+        miss_med / base.0
+    );
+    // In one session: select a tool, then list; the pair, timed.
+    let sid = session(&http, &gw.url).await;
+    let mut us = Vec::with_capacity(n);
+    for i in 0..n {
+        let name = format!("u{:02}__tool_{:03}", i % 50, i % 100);
+        let args = serde_json::json!({"names": [name], "replace": true});
+        let t = Instant::now();
+        let sel = session_rpc(
+            &http,
+            &gw.url,
+            &sid,
+            "tools/call",
+            Some(serde_json::json!({"name": "fedgate__select_tools", "arguments": args})),
+        )
+        .await;
+        let list = session_rpc(
+            &http,
+            &gw.url,
+            &sid,
+            "tools/list",
+            Some(serde_json::json!({})),
+        )
+        .await;
+        us.push(t.elapsed().as_secs_f64() * 1e6);
+        let listed = list["result"]["tools"].to_string();
+        assert!(
+            sel["result"]["isError"] != true && listed.contains(&name),
+            "{sel} / {listed}"
+        );
+    }
+    us.sort_by(f64::total_cmp);
+    println!(
+        "  select_tools + the next tools/list, one session: median {:.0}  p99 {:.0}",
+        us[n / 2],
+        us[n * 99 / 100]
+    );
+}
+
 /// Spawn to ready line, in ms.
 fn ready_ms(config: &str, expect: &str) -> f64 {
     let t = Instant::now();
@@ -196,7 +334,14 @@ fn main() {
         .enable_all()
         .build()
         .unwrap_or_else(|e| panic!("{e}"));
-    rt.block_on(catalogue(env_num("SCALE_REQUESTS", 1000) as usize));
+    let n = env_num("SCALE_REQUESTS", 1000) as usize;
+    if std::env::var("SCALE_ONLY").as_deref() != Ok("search") {
+        rt.block_on(catalogue(n));
+    }
+    rt.block_on(search(n));
+    if std::env::var("SCALE_ONLY").as_deref() == Ok("search") {
+        return;
+    }
     // Let the catalogue gateway's 50 upstreams finish exiting before timing startups.
     std::thread::sleep(Duration::from_millis(500));
     readiness(env_num("SCALE_RUNS", 5).max(1) as usize);

@@ -78,7 +78,7 @@ async fn admin_get(gw: &Gateway, path: &str, token: &str) -> reqwest::Response {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_console_in_a_real_browser() {
-    let gw = gateway("");
+    let gw = gateway("[views.notes_only]\ntools = [\"notes/*\"]\n");
     let admin = gw.admin.clone().expect("admin listener");
     // The ready line names the page an operator opens, not the token-guarded API root.
     assert!(
@@ -116,6 +116,18 @@ async fn the_console_in_a_real_browser() {
             "document.querySelectorAll('#upstream-rows tr[data-state=ready]').length === 2",
         )
         .await;
+    // The views, with what each selects of the catalog.
+    let view = browser
+        .until(
+            "the view row",
+            "document.querySelector(\"#view-rows tr[data-view='notes_only']\")?.textContent",
+        )
+        .await;
+    let view = view.as_str().unwrap_or_default().to_owned();
+    assert!(
+        view.contains("/mcp/notes_only") && view.contains("notes__*") && !view.contains(" 0 tools"),
+        "{view}"
+    );
     browser
         .until(
             "the live stream",

@@ -328,7 +328,12 @@ async fn bad_input_gets_a_clear_refusal_and_changes_nothing() {
         .unwrap();
     let before = listed(&c).await;
     // A query of a megabyte: its schema refuses it.
-    let r = call(&c, "fedgate__find_tools", json!({"query": "x".repeat(1 << 20)})).await;
+    let r = call(
+        &c,
+        "fedgate__find_tools",
+        json!({"query": "x".repeat(1 << 20)}),
+    )
+    .await;
     let refused = |r: &Result<rmcp::model::CallToolResult, rmcp::ServiceError>| match r {
         Ok(r) => r.is_error == Some(true),
         Err(_) => true,
@@ -362,9 +367,13 @@ async fn bad_input_gets_a_clear_refusal_and_changes_nothing() {
     .unwrap();
     assert_eq!(r.is_error, Some(true), "{r:?}");
     // More than max_selected_tools in all: refused, the selection stays.
-    call(&c, "fedgate__select_tools", json!({"names": ["demo__echo"]}))
-        .await
-        .unwrap();
+    call(
+        &c,
+        "fedgate__select_tools",
+        json!({"names": ["demo__echo"]}),
+    )
+    .await
+    .unwrap();
     let r = call(
         &c,
         "fedgate__select_tools",
@@ -381,12 +390,21 @@ async fn bad_input_gets_a_clear_refusal_and_changes_nothing() {
     )
     .await;
     assert!(refused(&r), "{r:?}");
-    let r = call(&c, "fedgate__call_tool", json!({"name": "fedgate__call_tool"})).await;
+    let r = call(
+        &c,
+        "fedgate__call_tool",
+        json!({"name": "fedgate__call_tool"}),
+    )
+    .await;
     assert!(refused(&r), "{r:?}");
     let mut want = before.clone();
     want.extend(["demo__add".to_owned(), "demo__echo".to_owned()]);
     want.sort();
-    assert_eq!(listed(&c).await, want, "only the accepted selection changed the list");
+    assert_eq!(
+        listed(&c).await,
+        want,
+        "only the accepted selection changed the list"
+    );
 
     // A view that does not exist: 404 with the views there are (to callers who authenticate).
     let http = reqwest::Client::new();
@@ -472,7 +490,8 @@ fn config_errors_of_views_point_at_their_line() {
         .output()
         .unwrap();
     assert!(!out.status.success());
-    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     for want in [
         "bad.toml:2",
         "max_selected_tools",

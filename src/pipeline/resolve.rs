@@ -2,7 +2,6 @@
 //! It runs once per call, first (in `observe`, which records the route it found); every later
 //! step reads the route from the call.
 
-use bm25::Tokenizer;
 use rmcp::model::Reference;
 
 use super::{Call, Exposed, Op, OwnTools, Target, TargetKind};
@@ -190,7 +189,11 @@ pub(super) fn suggest(
         .collect();
     // With tool search on, the tool may exist outside this session's list: search for it.
     if catalog.tool(FIND_TOOLS).is_some() && pool.visible_tool(access, FIND_TOOLS) {
-        let query = crate::tool_search::Words.tokenize(&shown(name)).join(" ");
+        let query = shown(name)
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ");
         if !query.is_empty() {
             let mut args = serde_json::Map::new();
             args.insert("query".into(), query.into());

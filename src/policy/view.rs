@@ -57,6 +57,11 @@ impl Scope {
         Self::new(&name, all(0), all(1), all(2))
     }
 
+    /// The tool, prompt and resource globs, as configured.
+    pub fn globs(&self) -> &[Vec<String>; 3] {
+        &self.globs
+    }
+
     pub fn tool(&self, name: &str) -> bool {
         BUILTIN_TOOLS.contains(&name) || self.tools.is_match(name)
     }
@@ -83,8 +88,9 @@ pub enum Listing {
 #[derive(Debug, Clone)]
 pub struct View {
     pub scope: Arc<Scope>,
-    /// Tools listed whatever the session selected (exposed-name globs).
+    /// Tools listed whatever the session selected (exposed-name globs), compiled and as written.
     pub pinned: GlobSet,
+    pub pinned_globs: Vec<String>,
     /// Descriptions the view shows instead of the upstream's, by exposed name.
     pub descriptions: HashMap<String, String>,
     /// `None`: `[gateway] tool_listing`.
@@ -105,8 +111,10 @@ pub struct ListingSettings {
     pub threshold: usize,
     /// Most tools `select_tools` may put in a session's working set.
     pub max_selected: usize,
-    /// Tools listed in every session whatever it selected (outside views).
+    /// Tools listed in every session whatever it selected (outside views), compiled and as
+    /// written.
     pub pinned: GlobSet,
+    pub pinned_globs: Vec<String>,
 }
 
 impl Default for ListingSettings {
@@ -116,6 +124,7 @@ impl Default for ListingSettings {
             threshold: DEFAULT_THRESHOLD,
             max_selected: DEFAULT_MAX_SELECTED,
             pinned: GlobSet::empty(),
+            pinned_globs: Vec::new(),
         }
     }
 }

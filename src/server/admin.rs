@@ -208,6 +208,9 @@ impl Admin {
                 )
             }
             (Method::POST, ["admin", "pins", "accept"]) => self.accept_pin(&body),
+            (Method::GET, ["admin", "views"]) => {
+                json(StatusCode::OK, &super::admin_views::views(&self.core))
+            }
             (Method::GET, ["admin", "config"]) => {
                 json(StatusCode::OK, &redacted(&self.reloader.current()))
             }
@@ -244,7 +247,7 @@ impl Admin {
                 StatusCode::NOT_FOUND,
                 &json!({"error": "unknown admin endpoint", "endpoints": [
                     "GET /admin/upstreams", "POST /admin/upstreams/NAME/breaker/reset",
-                    "GET /admin/pins", "POST /admin/pins/accept", "GET /admin/config",
+                    "GET /admin/pins", "POST /admin/pins/accept", "GET /admin/config", "GET /admin/views",
                     "GET /admin/plans", "POST /admin/plans/ID/approve", "POST /admin/plans/ID/deny",
                     "POST /admin/reload", "GET /metrics", "GET /admin/flows (and below)",
                     "GET /admin/calls (and below)", "GET /admin/latency", "GET /console",

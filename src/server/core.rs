@@ -15,12 +15,12 @@ use crate::{
     config::Snapshot,
     envelope::Mode,
     pipeline::{self, ApproveTool, CallStack, OwnTools},
-    policy::{idempotency::IdempotencyStore, identity::Authenticator, rate_limit::RateLimits},
     policy::view::Views,
+    policy::{idempotency::IdempotencyStore, identity::Authenticator, rate_limit::RateLimits},
     router::cursor::Cursors,
     tasks::TaskHandles,
-    tool_search::ToolSearch,
     telemetry::{audit::Audit, call_feed::CallFeed, metrics::Metrics},
+    tool_search::ToolSearch,
     upstream::{pool::Pool, reload::Applied},
 };
 

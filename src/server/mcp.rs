@@ -351,10 +351,7 @@ impl ServerHandler for Gateway {
             self.core.pool.visible_tool(&access, &x.name)
         });
         let session = session_of(&ctx.extensions);
-        let items = self
-            .core
-            .search
-            .listed(&access, session.as_deref(), items);
+        let items = self.core.search.listed(&access, session.as_deref(), items);
         let c = request.as_ref().and_then(|r| r.cursor.as_deref());
         let (items, next) = self
             .core

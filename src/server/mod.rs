@@ -3,6 +3,7 @@
 pub mod admin;
 mod admin_flows;
 mod admin_tools;
+mod admin_views;
 mod body;
 mod console;
 pub mod core;

@@ -106,21 +106,12 @@ impl ToolSearch {
                     || views.settings.pinned.is_match(name)
                     || view.is_some_and(|v| v.pinned.is_match(name))
             };
-            items = Cow::Owned(
-                items
-                    .iter()
-                    .filter(|t| keep(&t.name))
-                    .cloned()
-                    .collect(),
-            );
+            items = Cow::Owned(items.iter().filter(|t| keep(&t.name)).cloned().collect());
         }
         match view {
-            Some(v) if !v.descriptions.is_empty() => Cow::Owned(
-                items
-                    .iter()
-                    .map(|t| described(t.clone(), v))
-                    .collect(),
-            ),
+            Some(v) if !v.descriptions.is_empty() => {
+                Cow::Owned(items.iter().map(|t| described(t.clone(), v)).collect())
+            }
             _ => items,
         }
     }

@@ -9,7 +9,9 @@ use serde_json::{Value, json};
 
 use super::{ToolSearch, described};
 use crate::{
-    names::{BUILTIN_TOOLS, CALL_TOOL, FIND_TOOLS, MAX_TOOL_NAME_CHARS, RESET_TOOLS, SELECT_TOOLS, shown},
+    names::{
+        BUILTIN_TOOLS, CALL_TOOL, FIND_TOOLS, MAX_TOOL_NAME_CHARS, RESET_TOOLS, SELECT_TOOLS, shown,
+    },
     pipeline::{Call, CallError, CallFuture, Op, OwnTool, done},
 };
 
@@ -78,7 +80,10 @@ impl OwnTool for FindTools {
 
     fn call(&self, call: Call) -> CallFuture {
         let args = arguments(&call);
-        let query = args.get("query").and_then(Value::as_str).unwrap_or_default();
+        let query = args
+            .get("query")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         let limit = args
             .get("limit")
             .and_then(Value::as_u64)
@@ -166,7 +171,9 @@ impl OwnTool for SelectTools {
                     .selections
                     .with_label_values(&["select", "refused"])
                     .inc();
-                Ok(ServerResult::CallToolResult(CallToolResult::structured_error(why)))
+                Ok(ServerResult::CallToolResult(
+                    CallToolResult::structured_error(why),
+                ))
             };
             let Some(session) = session(&call) else {
                 return refused(no_session());
@@ -174,7 +181,9 @@ impl OwnTool for SelectTools {
             let access = &call.identity.access;
             let unknown: Vec<String> = names
                 .iter()
-                .filter(|n| BUILTIN_TOOLS.contains(&n.as_str()) || !search.pool.visible_tool(access, n))
+                .filter(|n| {
+                    BUILTIN_TOOLS.contains(&n.as_str()) || !search.pool.visible_tool(access, n)
+                })
                 .map(|n| shown(n))
                 .collect();
             if !unknown.is_empty() {
@@ -188,7 +197,11 @@ impl OwnTool for SelectTools {
             let mut set = if replace {
                 Vec::new()
             } else {
-                search.sets.get(&session).map(|s| s.clone()).unwrap_or_default()
+                search
+                    .sets
+                    .get(&session)
+                    .map(|s| s.clone())
+                    .unwrap_or_default()
             };
             for n in names {
                 if !set.contains(&n) {
@@ -210,10 +223,12 @@ impl OwnTool for SelectTools {
                 .with_label_values(&["select", "ok"])
                 .inc();
             list_changed(&call).await;
-            Ok(ServerResult::CallToolResult(CallToolResult::structured(json!({
-                "selected": set,
-                "next": "Your tool list changed: list tools again and call them by name."
-            }))))
+            Ok(ServerResult::CallToolResult(CallToolResult::structured(
+                json!({
+                    "selected": set,
+                    "next": "Your tool list changed: list tools again and call them by name."
+                }),
+            )))
         })
     }
 }
@@ -239,11 +254,15 @@ impl OwnTool for ResetTools {
                     .selections
                     .with_label_values(&["reset", "refused"])
                     .inc();
-                return Ok(ServerResult::CallToolResult(CallToolResult::structured_error(
-                    no_session(),
-                )));
+                return Ok(ServerResult::CallToolResult(
+                    CallToolResult::structured_error(no_session()),
+                ));
             };
-            let dropped = search.sets.remove(&session).map(|(_, s)| s.len()).unwrap_or(0);
+            let dropped = search
+                .sets
+                .remove(&session)
+                .map(|(_, s)| s.len())
+                .unwrap_or(0);
             search
                 .metrics
                 .selections

@@ -65,6 +65,7 @@ pub(super) fn validate_views(
             Arc::new(View {
                 scope,
                 pinned: View::pinned(&pinned),
+                pinned_globs: pinned,
                 descriptions,
                 listing: v.tool_listing,
             }),
@@ -92,6 +93,7 @@ pub(super) fn validate_views(
             threshold: g.tool_listing_threshold.unwrap_or(DEFAULT_THRESHOLD),
             max_selected,
             pinned: View::pinned(&pinned),
+            pinned_globs: pinned,
         },
     }
 }

@@ -123,6 +123,7 @@ function start() {
   const { signal } = running;
   every(POLL_MS, signal, refreshUpstreams);
   every(POLL_MS, signal, refreshPlans);
+  every(POLL_MS, signal, refreshViews);
   every(POLL_MS, signal, refreshRuns);
   every(5000, signal, refreshLatency);
   calls.length = 0;
@@ -152,6 +153,17 @@ async function refreshUpstreams() {
     ...pins.map((p) => h("div", { class: "pin", "data-tool": p.item },
       h("code", {}, `${p.upstream} / ${p.item}`), " ", h("span", { class: "sub" }, p.reason), " ",
       h("button", { type: "button", onclick: () => acceptPin(p) }, "Accept"))));
+}
+
+async function refreshViews() {
+  const v = await api("/admin/views");
+  const globs = (g) => (g.length ? h("code", {}, g.join(", ")) : h("span", { class: "sub" }, "none"));
+  $("listing").textContent = `tool listing: ${v.listing}` +
+    (v.searching ? ` · search past ${v.threshold} tools, at most ${v.max_selected} selected · ${v.working_sets} session(s) with a working set` : "");
+  $("view-rows").replaceChildren(...v.views.map((x) => h("tr", { "data-view": x.name },
+    h("td", {}, x.name, h("div", { class: "sub mono" }, x.path)), h("td", {}, globs(x.tools)),
+    h("td", {}, globs(x.prompts)), h("td", {}, globs(x.resources)), h("td", {}, globs(x.pinned)),
+    h("td", {}, x.listing), h("td", {}, `${x.tools_selected} tools`))));
 }
 
 async function acceptPin(p) {
