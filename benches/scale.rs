@@ -232,10 +232,11 @@ async fn search(n: usize) {
     assert!(gw.ready.contains("50/50 upstreams ready"), "{}", gw.ready);
     // The first search builds the index of this catalog version.
     let t = Instant::now();
-    rpc(&http, &gw.url, "tools/call", find("kabune")).await;
+    let word = fedgate::demo::filler_word(17);
+    rpc(&http, &gw.url, "tools/call", find(&word)).await;
     let first_ms = t.elapsed().as_secs_f64() * 1e3;
     // A word of one tool's description (50 namespaces serve it), and a miss.
-    let (hit_med, hit_p99, answer) = timed(&http, &gw.url, "tools/call", &find("kabune"), n).await;
+    let (hit_med, hit_p99, answer) = timed(&http, &gw.url, "tools/call", &find(&word), n).await;
     let found = message(&answer)["result"]["structuredContent"]["total"].clone();
     let (miss_med, miss_p99, _) = timed(&http, &gw.url, "tools/call", &find("zzz"), n).await;
     println!("\nfedgate__find_tools, {n} stateless requests each (µs)");
@@ -256,7 +257,7 @@ async fn search(n: usize) {
     let sid = session(&http, &gw.url).await;
     let mut us = Vec::with_capacity(n);
     for i in 0..n {
-        let name = format!("u{:02}__tool_{:03}", i % 50, i % 100);
+        let name = format!("u{}__tool_{:03}", i % 50, i % 100);
         let args = serde_json::json!({"names": [name], "replace": true});
         let t = Instant::now();
         let sel = session_rpc(

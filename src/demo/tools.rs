@@ -295,7 +295,7 @@ impl Demo {
     }
 }
 
-/// The word only filler tool `i` has in its description (`tool_017`: `kabune`), for searches
+/// The word only filler tool `i` has in its description (`tool_017`: `sikaka`), for searches
 /// to find: syllables of `i` in base 20, three of them.
 pub fn filler_word(i: usize) -> String {
     const SYLLABLES: [&str; 20] = [
