@@ -66,6 +66,8 @@ pub struct Snapshot {
     pub cluster: super::cluster::ClusterSettings,
     /// `[views]` and the `[gateway]` listing keys.
     pub views: Arc<crate::policy::view::Views>,
+    /// `[stages.NAME]`: the workflows' state machines (not enforced yet).
+    pub stages: Arc<std::collections::BTreeMap<String, Arc<crate::stages::machine::Machine>>>,
     /// What is accepted but should be written otherwise (today's tool references, …).
     pub warnings: Vec<Diagnostic>,
 }

@@ -39,7 +39,10 @@ pub struct Transition {
 pub enum Refused {
     #[error("`{to}` is no state of this workflow (states: {})", states.join(", "))]
     UnknownState { to: String, states: Vec<String> },
-    #[error("no transition leads from `{from}` to `{to}` (from `{from}`: {})", shown(exits))]
+    #[error(
+        "no transition leads from `{from}` to `{to}` (from `{from}`: {})",
+        shown(exits)
+    )]
     NoTransition {
         from: String,
         to: String,
@@ -105,7 +108,11 @@ impl Machine {
 
     /// Whether `tool` may be seen and called in `state`: tools no state names always may.
     pub fn allows(&self, state: &str, tool: &str) -> bool {
-        !self.gated.is_match(tool) || self.states.get(state).is_some_and(|s| s.tools.is_match(tool))
+        !self.gated.is_match(tool)
+            || self
+                .states
+                .get(state)
+                .is_some_and(|s| s.tools.is_match(tool))
     }
 
     /// The moves out of `state`.
@@ -124,14 +131,14 @@ impl Machine {
 
     /// Checks a move from `from` to `to` by a caller holding roles (`holds`), with what it
     /// brings; the transition it makes.
-    pub fn check(
-        &self,
-        from: &str,
+    pub fn check<'a>(
+        &'a self,
+        from: &'a str,
         to: &str,
         holds: impl Fn(&[String]) -> bool,
         reason: Option<&str>,
         record: Option<&str>,
-    ) -> Result<&Transition, Refused> {
+    ) -> Result<&'a Transition, Refused> {
         if !self.states.contains_key(to) {
             return Err(Refused::UnknownState {
                 to: crate::names::shown(to),
@@ -194,7 +201,13 @@ mod tests {
                 ("decided".into(), state(&["r__decide"])),
             ]),
             vec![
-                t("collecting", "verifying", &["collector", "reviewer"], false, false),
+                t(
+                    "collecting",
+                    "verifying",
+                    &["collector", "reviewer"],
+                    false,
+                    false,
+                ),
                 t("verifying", "decided", &["reviewer"], true, true),
             ],
         )
@@ -248,6 +261,8 @@ mod tests {
     #[test]
     fn workspace_ids_are_short_and_plain() {
         assert!(valid_workspace("case-42:v1.b_c"));
-        assert!(!valid_workspace("") && !valid_workspace("a\nb") && !valid_workspace(&"a".repeat(129)));
+        assert!(
+            !valid_workspace("") && !valid_workspace("a\nb") && !valid_workspace(&"a".repeat(129))
+        );
     }
 }

@@ -5,6 +5,7 @@ mod auth;
 mod credentials;
 mod hooks;
 mod limits;
+mod stages;
 mod telemetry;
 #[cfg(test)]
 mod tests;
@@ -205,6 +206,8 @@ pub(super) fn validate(
         }
     });
     let views = views::validate_views(&mut cx, &raw.views, &g, &naming);
+    let role_names: Vec<String> = raw.roles.keys().cloned().collect();
+    let stages = stages::validate_stages(&mut cx, &raw.stages, &role_names, &naming);
     let auth = validate_auth(&mut cx, raw.auth, raw.roles, &mut tiers, &naming, &views);
     let admin = raw.admin.and_then(|a| {
         let at = a.span().start;
@@ -372,6 +375,7 @@ pub(super) fn validate(
     warnings.extend(flows.set.warnings.iter().cloned());
     Ok(Snapshot {
         views: Arc::new(views),
+        stages: Arc::new(stages),
         warnings,
         flows,
         cluster,
