@@ -2,3 +2,4 @@
 //! workflow's state machine decides which tools a session bound to a workspace sees and calls.
 
 pub mod machine;
+pub mod store;
