@@ -345,6 +345,9 @@ pub struct RawGateway {
     /// Tools every session lists in search mode (globs on canonical names).
     #[serde(default)]
     pub pinned_tools: Vec<Spanned<String>>,
+    /// Where the workspaces' stages are kept without `[cluster] redis` (a SQLite file,
+    /// relative to the config file; default `fedgate-stages.db`).
+    pub stage_db: Option<String>,
 }
 
 /// `[upstreams.NAME]`. Which fields apply depends on `kind`; `validate` reports misplaced ones.

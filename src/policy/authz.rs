@@ -88,7 +88,7 @@ impl Access {
     pub fn tool(&self, name: &str) -> bool {
         (self.unrestricted
             || self.tools.is_match(name)
-            || crate::names::SEARCH_TOOLS.contains(&name))
+            || crate::names::granted_to_all(name))
             && self.scope.as_ref().is_none_or(|s| s.tool(name))
     }
     pub fn prompt(&self, name: &str) -> bool {

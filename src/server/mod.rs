@@ -14,6 +14,7 @@ pub mod mcp;
 mod priming;
 pub mod reload;
 pub mod replay;
+mod request_of;
 mod responses;
 mod resumable;
 pub mod sealed_sessions;

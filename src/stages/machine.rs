@@ -60,6 +60,25 @@ pub enum Refused {
     NeedsRecord { from: String, to: String },
 }
 
+impl Refused {
+    /// What the caller can do about it.
+    pub fn hint(&self) -> String {
+        match self {
+            Refused::UnknownState { .. } | Refused::NoTransition { .. } => {
+                "call fedgate__stage_status: it lists the moves out of this stage".into()
+            }
+            Refused::NotAllowed { roles, .. } => format!(
+                "ask someone with role {} to make this move",
+                roles.join(" or ")
+            ),
+            Refused::NeedsReason { .. } => "call again with `reason`".into(),
+            Refused::NeedsRecord { .. } => {
+                "call again with `record_id`: the id of the review record behind the move".into()
+            }
+        }
+    }
+}
+
 fn shown(exits: &[String]) -> String {
     if exits.is_empty() {
         "none, it is final".into()
@@ -106,9 +125,14 @@ impl Machine {
         }
     }
 
+    /// Whether some state names `tool` (the gateway's own tools never count).
+    pub fn gates(&self, tool: &str) -> bool {
+        !crate::names::BUILTIN_TOOLS.contains(&tool) && self.gated.is_match(tool)
+    }
+
     /// Whether `tool` may be seen and called in `state`: tools no state names always may.
     pub fn allows(&self, state: &str, tool: &str) -> bool {
-        !self.gated.is_match(tool)
+        !self.gates(tool)
             || self
                 .states
                 .get(state)

@@ -1,6 +1,6 @@
 //! Where stage instances live: one row per (workflow, workspace) with its state, and every
 //! move with who made it, why and on which record. SQLite here; Redis/PostgreSQL for
-//! `[cluster]` come next (issue 29 part 3, in progress).
+//! `[cluster] redis` (`redis_store`), so every replica sees the same stage.
 
 use std::path::Path;
 
@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use rusqlite::{OptionalExtension, params};
 
 /// One move of a workspace's stage.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Move {
     pub from: String,
     pub to: String,
@@ -20,25 +20,40 @@ pub struct Move {
 }
 
 /// A workspace's stage: its state (the workflow's initial one until a first move) and history.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Instance {
     pub state: String,
     pub history: Vec<Move>,
 }
 
+/// Most instances the admin API and the console list.
+pub const MAX_LISTED: usize = 200;
+
+/// A workspace with its stage, as listed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Listed {
+    pub workflow: String,
+    pub workspace: String,
+    #[serde(flatten)]
+    pub instance: Instance,
+}
+
 /// Stage instances, durable.
+#[async_trait::async_trait]
 pub trait StageStore: Send + Sync + std::fmt::Debug {
     /// The instance, `None` before its first move.
-    fn get(&self, workflow: &str, workspace: &str) -> Result<Option<Instance>, String>;
+    async fn get(&self, workflow: &str, workspace: &str) -> Result<Option<Instance>, String>;
     /// Records `m` if the workspace is still in `m.from` (absent counts as `initial`); false
     /// when another move came first.
-    fn advance(
+    async fn advance(
         &self,
         workflow: &str,
         workspace: &str,
         initial: &str,
         m: &Move,
     ) -> Result<bool, String>;
+    /// Workspaces that moved at least once, by workflow and workspace, at most [`MAX_LISTED`].
+    async fn list(&self) -> Result<Vec<Listed>, String>;
 }
 
 const SCHEMA: &str = "
@@ -71,9 +86,12 @@ fn db(e: rusqlite::Error) -> String {
     format!("stage store: {e}")
 }
 
-impl StageStore for SqliteStages {
-    fn get(&self, workflow: &str, workspace: &str) -> Result<Option<Instance>, String> {
-        let c = self.0.lock();
+impl SqliteStages {
+    fn read(
+        c: &rusqlite::Connection,
+        workflow: &str,
+        workspace: &str,
+    ) -> Result<Option<Instance>, String> {
         let state: Option<String> = c
             .query_row(
                 "SELECT state FROM stage_instances WHERE workflow = ?1 AND workspace = ?2",
@@ -105,8 +123,43 @@ impl StageStore for SqliteStages {
             .map_err(db)?;
         Ok(Some(Instance { state, history }))
     }
+}
 
-    fn advance(
+#[async_trait::async_trait]
+impl StageStore for SqliteStages {
+    async fn get(&self, workflow: &str, workspace: &str) -> Result<Option<Instance>, String> {
+        Self::read(&self.0.lock(), workflow, workspace)
+    }
+
+    async fn list(&self) -> Result<Vec<Listed>, String> {
+        let c = self.0.lock();
+        let mut q = c
+            .prepare(
+                "SELECT workflow, workspace FROM stage_instances ORDER BY workflow, workspace \
+                 LIMIT ?1",
+            )
+            .map_err(db)?;
+        let keys = q
+            .query_map(params![MAX_LISTED as i64], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+            })
+            .map_err(db)?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(db)?;
+        let mut out = Vec::with_capacity(keys.len());
+        for (workflow, workspace) in keys {
+            if let Some(instance) = Self::read(&c, &workflow, &workspace)? {
+                out.push(Listed {
+                    workflow,
+                    workspace,
+                    instance,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    async fn advance(
         &self,
         workflow: &str,
         workspace: &str,
@@ -169,38 +222,44 @@ mod tests {
         }
     }
 
-    #[test]
-    fn moves_persist_across_reopening_and_a_stale_move_is_refused() {
+    #[tokio::test]
+    async fn moves_persist_across_reopening_and_a_stale_move_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("stages.db");
         {
             let s = SqliteStages::open(&path).unwrap();
-            assert_eq!(s.get("research", "ws1").unwrap(), None);
+            assert_eq!(s.get("research", "ws1").await.unwrap(), None);
             assert!(
                 s.advance("research", "ws1", "new", &mv("new", "collecting"))
+                    .await
                     .unwrap()
             );
             assert!(
                 !s.advance("research", "ws1", "new", &mv("new", "verifying"))
+                    .await
                     .unwrap(),
                 "the workspace is no longer in `new`"
             );
             assert!(
                 s.advance("research", "ws1", "new", &mv("collecting", "verifying"))
+                    .await
                     .unwrap()
             );
         }
         let s = SqliteStages::open(&path).unwrap();
-        let i = s.get("research", "ws1").unwrap().unwrap();
+        let i = s.get("research", "ws1").await.unwrap().unwrap();
         assert_eq!(i.state, "verifying");
         assert_eq!(
             i.history,
             [mv("new", "collecting"), mv("collecting", "verifying")]
         );
         assert_eq!(
-            s.get("research", "ws2").unwrap(),
+            s.get("research", "ws2").await.unwrap(),
             None,
             "workspaces are apart"
         );
+        let listed = s.list().await.unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].workspace, "ws1");
     }
 }

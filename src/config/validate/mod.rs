@@ -207,7 +207,18 @@ pub(super) fn validate(
     });
     let views = views::validate_views(&mut cx, &raw.views, &g, &naming);
     let role_names: Vec<String> = raw.roles.keys().cloned().collect();
-    let stages = stages::validate_stages(&mut cx, &raw.stages, &role_names, &naming);
+    let stages = crate::config::snapshot::StageSettings {
+        machines: Arc::new(stages::validate_stages(
+            &mut cx,
+            &raw.stages,
+            &role_names,
+            &naming,
+        )),
+        db: std::path::Path::new(file)
+            .parent()
+            .unwrap_or(std::path::Path::new(""))
+            .join(g.stage_db.as_deref().unwrap_or("fedgate-stages.db")),
+    };
     let auth = validate_auth(&mut cx, raw.auth, raw.roles, &mut tiers, &naming, &views);
     let admin = raw.admin.and_then(|a| {
         let at = a.span().start;
@@ -375,7 +386,7 @@ pub(super) fn validate(
     warnings.extend(flows.set.warnings.iter().cloned());
     Ok(Snapshot {
         views: Arc::new(views),
-        stages: Arc::new(stages),
+        stages,
         warnings,
         flows,
         cluster,
