@@ -50,8 +50,7 @@ impl Stages {
                 ),
                 format!(
                     "call {STAGE_STATUS} with the workspace your user works in (or send the \
-                     `{}` header); its stage decides what you may call",
-                    super::WORKSPACE_HEADER
+                     `Fedgate-Workspace` header); its stage decides what you may call"
                 ),
             ));
         };

@@ -146,7 +146,7 @@ impl Stages {
                     "stage_workspace",
                     "several workflows are configured: name the workflow too".into(),
                     format!(
-                        "give `workflow` (one of {}), or send `{WORKSPACE_HEADER}: <workflow>/<workspace>`",
+                        "give `workflow` (one of {}), or send `Fedgate-Workspace: <workflow>/<workspace>`",
                         machines.keys().cloned().collect::<Vec<_>>().join(", ")
                     ),
                 ));
@@ -172,10 +172,17 @@ impl Stages {
         header: Option<&str>,
     ) -> Result<Option<Bound>, StageRefusal> {
         if let Some(h) = header {
-            return match h.split_once('/') {
-                Some((w, ws)) => self.name(Some(w), ws).map(Some),
-                None => self.name(None, h).map(Some),
+            let b = match h.split_once('/') {
+                Some((w, ws)) => self.name(Some(w), ws)?,
+                None => self.name(None, h)?,
             };
+            // The session works there now: a move tells it its list changed.
+            if let Some(s) = session
+                && self.bindings.get(s).is_none_or(|had| *had != b)
+            {
+                self.bindings.insert(s.to_owned(), b.clone());
+            }
+            return Ok(Some(b));
         }
         Ok(session.and_then(|s| self.bindings.get(s).map(|b| b.clone())))
     }
