@@ -17,14 +17,18 @@ fn repo(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
 }
 
-/// examples/stages/gateway.toml as shipped, with its trust tiers found from anywhere and
+/// examples/stages/gateway.toml as shipped, with its trust tiers and flows found from anywhere and
 /// `extra` added (e.g. `[cluster]`).
 fn example(extra: &str) -> String {
     let text = std::fs::read_to_string(repo("examples/stages/gateway.toml")).unwrap();
-    let tiers = repo("trust-tiers");
+    let (tiers, flows) = (repo("trust-tiers"), repo("examples/stages/flows"));
     text.replace(
         "tiers_dir = \"../../trust-tiers\"",
         &format!("tiers_dir = {:?}", tiers.to_str().unwrap()),
+    )
+    .replace(
+        "dir = \"flows\"",
+        &format!("dir = {:?}", flows.to_str().unwrap()),
     ) + extra
 }
 
@@ -68,7 +72,9 @@ fn plan(outcome: &Value) -> &Value {
 }
 
 async fn status(url: &str, key: &str, workspace: &str) -> Value {
-    let c = connect_with_token(url, key, TestClient::new()).await.unwrap();
+    let c = connect_with_token(url, key, TestClient::new())
+        .await
+        .unwrap();
     let r = call(&c, "fedgate__stage_status", json!({"workspace": workspace}))
         .await
         .unwrap();
@@ -101,16 +107,26 @@ async fn python_sdk_collector_is_gated_reviewer_moves_the_stage_and_a_restart_ke
     // says how to name one.
     assert_eq!(research(&r["unbound_list"]), Vec::<&str>::new(), "{r}");
     assert!(
-        r["unbound_list"].to_string().contains("fedgate__stage_status"),
+        r["unbound_list"]
+            .to_string()
+            .contains("fedgate__stage_status"),
         "{r}"
     );
-    assert_eq!(plan(&r["unbound_call"])["errors"][0]["code"], "stage_unbound", "{}", r["unbound_call"]);
+    assert_eq!(
+        plan(&r["unbound_call"])["errors"][0]["code"],
+        "stage_unbound",
+        "{}",
+        r["unbound_call"]
+    );
     // stage_status binds the session: list_changed, then only the stage's own tools.
     let st = &r["status"]["structured"];
     assert_eq!(st["state"], "collecting", "{r}");
     assert_eq!(st["tools"], json!(["research__collect"]));
     assert_eq!(st["transitions"][0]["to"], "verifying");
-    assert_eq!(st["transitions"][0]["you_may"], false, "a collector may not");
+    assert_eq!(
+        st["transitions"][0]["you_may"], false,
+        "a collector may not"
+    );
     assert_eq!(r["bound_notified"], true);
     assert_eq!(research(&r["collecting_list"]), ["research__collect"]);
     // decide is not the collector's at all: unknown, as if it did not exist.
@@ -138,12 +154,23 @@ async fn python_sdk_collector_is_gated_reviewer_moves_the_stage_and_a_restart_ke
     );
     assert_eq!(p["next_actions"][0]["tool"], "fedgate__stage_status");
     assert_eq!(p["next_actions"][0]["args"], json!({"workspace": "case-1"}));
+    // The flow declares the verifying stage: not listed, not startable before it.
+    let listed = r["collecting_list"].to_string();
+    assert!(!listed.contains("flows__verify_and_compare"), "{listed}");
+    assert_eq!(
+        plan(&r["flow_early"])["errors"][0]["code"],
+        "stage_blocked",
+        "{r}"
+    );
     assert_eq!(r["collect"]["is_error"], false, "{r}");
     assert_eq!(r["collect"]["structured"]["evidence_id"], 1);
     // The collector cannot move the stage; the reviewer needs a transition and a reason.
     let own = &r["collector_advance"];
     assert!(
-        own["text"].as_str().unwrap().contains("needs one of the roles reviewer"),
+        own["text"]
+            .as_str()
+            .unwrap()
+            .contains("needs one of the roles reviewer"),
         "{own}"
     );
     assert!(
@@ -154,7 +181,10 @@ async fn python_sdk_collector_is_gated_reviewer_moves_the_stage_and_a_restart_ke
         "{r}"
     );
     assert!(
-        r["no_reason"]["text"].as_str().unwrap().contains("needs a reason"),
+        r["no_reason"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("needs a reason"),
         "{r}"
     );
     let moved = &r["advance"];
@@ -167,7 +197,22 @@ async fn python_sdk_collector_is_gated_reviewer_moves_the_stage_and_a_restart_ke
         ["research__compare", "research__verify"]
     );
     assert_eq!(r["verify"]["is_error"], false, "{r}");
-    assert_eq!(plan(&r["collect_late"])["errors"][0]["code"], "stage_blocked");
+    assert!(
+        r["verifying_list"]
+            .to_string()
+            .contains("flows__verify_and_compare"),
+        "{r}"
+    );
+    let flow = &r["flow"];
+    assert_eq!(flow["is_error"], false, "{flow}");
+    assert!(
+        flow["text"].as_str().unwrap().contains("\"medium\":1"),
+        "the flow's nodes ran at the verifying stage: {flow}"
+    );
+    assert_eq!(
+        plan(&r["collect_late"])["errors"][0]["code"],
+        "stage_blocked"
+    );
 
     // Refusals and the move are counted; the move is audited with its reason.
     let m = gw.metrics_as(REVIEWER).await;
@@ -219,7 +264,10 @@ async fn typescript_sdk_names_the_workspace_by_header_and_hears_the_move() {
     );
     assert_eq!(research(&r["before"]), ["research__collect"], "{r}");
     assert_eq!(r["advance"]["is_error"], false, "{r}");
-    assert_eq!(r["notified"], true, "the header-bound session hears the move: {r}");
+    assert_eq!(
+        r["notified"], true,
+        "the header-bound session hears the move: {r}"
+    );
     assert_eq!(
         research(&r["after"]),
         ["research__compare", "research__verify"],
@@ -242,7 +290,10 @@ async fn two_replicas_on_redis_agree_on_a_stage_and_one_move_wins() {
     let redis = RedisServer::start();
     let cfg = example(&format!("\n[cluster]\nredis = {:?}\n", redis.url()));
     let (a, b) = (Gateway::start(&cfg), Gateway::start(&cfg));
-    assert_eq!(status(&b.url, COLLECTOR, "shared-1").await["state"], "collecting");
+    assert_eq!(
+        status(&b.url, COLLECTOR, "shared-1").await["state"],
+        "collecting"
+    );
     let rev = connect_with_token(&a.url, REVIEWER, TestClient::new())
         .await
         .unwrap();
@@ -255,7 +306,10 @@ async fn two_replicas_on_redis_agree_on_a_stage_and_one_move_wins() {
     .unwrap();
     assert_ne!(moved.is_error, Some(true), "{moved:?}");
     let seen = status(&b.url, COLLECTOR, "shared-1").await;
-    assert_eq!(seen["state"], "verifying", "replica b reads a's move: {seen}");
+    assert_eq!(
+        seen["state"], "verifying",
+        "replica b reads a's move: {seen}"
+    );
     assert_eq!(seen["history"][0]["reason"], "on a");
     // The same move again, on the other replica: it no longer exists from here.
     let rev_b = connect_with_token(&b.url, REVIEWER, TestClient::new())
@@ -293,7 +347,10 @@ async fn bad_workspaces_and_moves_are_refused_and_change_nothing() {
     for (args, want) in [
         (json!({"workspace": "a\u{7}b"}), "invalid"),
         (json!({"workspace": "w".repeat(1 << 20)}), "invalid"),
-        (json!({"workspace": "ok", "workflow": "ghost"}), "`ghost` is no workflow"),
+        (
+            json!({"workspace": "ok", "workflow": "ghost"}),
+            "`ghost` is no workflow",
+        ),
     ] {
         let text = refused(call(&rev, "fedgate__stage_status", args.clone()).await);
         assert!(text.contains(want), "{args:.60}: {text}");
@@ -309,7 +366,10 @@ async fn bad_workspaces_and_moves_are_refused_and_change_nothing() {
         ),
     ] {
         let text = refused(call(&rev, "fedgate__stage_advance", args).await);
-        assert!(text.to_lowercase().contains(&want.to_lowercase()), "{text:.300}");
+        assert!(
+            text.to_lowercase().contains(&want.to_lowercase()),
+            "{text:.300}"
+        );
     }
     // Nothing moved; the gateway still answers.
     assert_eq!(status(&gw.url, REVIEWER, "w1").await["state"], "collecting");

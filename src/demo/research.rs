@@ -75,7 +75,10 @@ pub(super) fn call(name: &str, args: &Option<JsonObject>) -> Option<CallToolResu
                 arg_str(args, "source").unwrap_or_default(),
                 None,
             ));
-            answer(json!({"workspace": key, "evidence_id": w.evidence.len()}), false)
+            answer(
+                json!({"workspace": key, "evidence_id": w.evidence.len()}),
+                false,
+            )
         }
         "verify" => {
             let id = args
@@ -101,11 +104,17 @@ pub(super) fn call(name: &str, args: &Option<JsonObject>) -> Option<CallToolResu
                     None => unverified += 1,
                 }
             }
-            answer(json!({"workspace": key, "by_credibility": by, "unverified": unverified}), false)
+            answer(
+                json!({"workspace": key, "by_credibility": by, "unverified": unverified}),
+                false,
+            )
         }
         _ => {
             let decision = arg_str(args, "decision").unwrap_or_default();
-            w.decision = Some((decision.clone(), arg_str(args, "rationale").unwrap_or_default()));
+            w.decision = Some((
+                decision.clone(),
+                arg_str(args, "rationale").unwrap_or_default(),
+            ));
             answer(json!({"workspace": key, "decided": decision}), false)
         }
     })

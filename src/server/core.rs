@@ -18,9 +18,9 @@ use crate::{
     policy::view::Views,
     policy::{idempotency::IdempotencyStore, identity::Authenticator, rate_limit::RateLimits},
     router::cursor::Cursors,
+    stages::Stages,
     tasks::TaskHandles,
     telemetry::{audit::Audit, call_feed::CallFeed, metrics::Metrics},
-    stages::Stages,
     tool_search::ToolSearch,
     upstream::{pool::Pool, reload::Applied},
 };
@@ -267,9 +267,9 @@ impl Core {
         self.views.store(snapshot.views.clone());
         match &self.stages {
             Some(stages) => stages.apply(&snapshot.stages.machines),
-            None if !snapshot.stages.machines.is_empty() => tracing::warn!(
-                "config: [stages] added by a reload take effect after a restart"
-            ),
+            None if !snapshot.stages.machines.is_empty() => {
+                tracing::warn!("config: [stages] added by a reload take effect after a restart")
+            }
             None => {}
         }
         if let Some(engine) = &self.flows {

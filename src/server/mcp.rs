@@ -29,7 +29,9 @@ use crate::{
     router::cursor::BadCursor,
     server::{
         core::Core,
-        request_of::{caller_context, is_modern, request_span, session_key, session_of, workspace_of},
+        request_of::{
+            caller_context, is_modern, request_span, session_key, session_of, workspace_of,
+        },
         sessions::Hub,
         unrouted,
     },

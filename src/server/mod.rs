@@ -2,6 +2,7 @@
 
 pub mod admin;
 mod admin_flows;
+mod admin_stages;
 mod admin_tools;
 mod admin_views;
 mod body;

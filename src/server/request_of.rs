@@ -26,7 +26,10 @@ pub(super) fn caller_context(ctx: &RequestContext<RoleServer>) -> opentelemetry:
 
 /// A server span for a request answered by fedgate itself (lists); it ends when dropped.
 /// Routed requests get theirs in the pipeline's `observe` step.
-pub(super) fn request_span(method: &'static str, ctx: &RequestContext<RoleServer>) -> opentelemetry::Context {
+pub(super) fn request_span(
+    method: &'static str,
+    ctx: &RequestContext<RoleServer>,
+) -> opentelemetry::Context {
     use traces::{KeyValue, SpanKind};
     let parent = caller_context(ctx);
     if !traces::enabled() {
@@ -69,4 +72,3 @@ pub(super) fn workspace_of(ext: &rmcp::model::Extensions) -> Option<String> {
         .and_then(|p| p.headers.get(crate::stages::WORKSPACE_HEADER))
         .map(|v| v.to_str().unwrap_or("\u{fffd}").to_owned())
 }
-

@@ -171,11 +171,12 @@ impl Hub {
         if peers.is_empty() {
             return;
         }
-        tokio::spawn(
-            futures::stream::iter(peers).for_each_concurrent(NOTIFY_CONCURRENCY, |peer| async move {
+        tokio::spawn(futures::stream::iter(peers).for_each_concurrent(
+            NOTIFY_CONCURRENCY,
+            |peer| async move {
                 let _ = peer.notify_tool_list_changed().await;
-            }),
-        );
+            },
+        ));
     }
 
     /// Records a subscription; true when it is the first for that URI (subscribe upstream).

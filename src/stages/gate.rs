@@ -54,7 +54,10 @@ impl Stages {
                 ),
             ));
         };
-        let Some(m) = machines.get(&b.workflow).filter(|_| gating.contains(&&b.workflow)) else {
+        let Some(m) = machines
+            .get(&b.workflow)
+            .filter(|_| gating.contains(&&b.workflow))
+        else {
             self.refused(gating[0], "call");
             return Err(self.located(
                 refusal(

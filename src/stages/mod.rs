@@ -120,6 +120,16 @@ impl Stages {
         self.store.list().await
     }
 
+    /// The workflows as loaded.
+    pub fn workflows(&self) -> Machines {
+        self.machines.load_full()
+    }
+
+    /// How many sessions of this replica work in some workspace.
+    pub fn bound_sessions(&self) -> usize {
+        self.bindings.len()
+    }
+
     fn machine(&self, workflow: &str) -> Option<Arc<Machine>> {
         self.machines.load().get(workflow).cloned()
     }
@@ -155,7 +165,10 @@ impl Stages {
         if !valid_workspace(workspace) {
             return Err(refusal(
                 "stage_workspace",
-                format!("workspace `{}` is not a valid workspace id", shown(workspace)),
+                format!(
+                    "workspace `{}` is not a valid workspace id",
+                    shown(workspace)
+                ),
                 "a workspace id is 1-128 letters, digits and . _ : -".into(),
             ));
         }
@@ -225,7 +238,10 @@ impl Stages {
     ) -> Result<Cow<'a, [Tool]>, StageRefusal> {
         let machines = self.machines.load();
         let bound = self.bound(session, header)?;
-        let state = match bound.as_ref().and_then(|b| Some((b, machines.get(&b.workflow)?))) {
+        let state = match bound
+            .as_ref()
+            .and_then(|b| Some((b, machines.get(&b.workflow)?)))
+        {
             Some((b, m)) => Some((
                 b.workflow.as_str(),
                 self.instance(b, m).await.map_err(store_down)?.state,
@@ -241,7 +257,9 @@ impl Stages {
         if items.iter().all(keep) {
             return Ok(items);
         }
-        Ok(Cow::Owned(items.iter().filter(|t| keep(t)).cloned().collect()))
+        Ok(Cow::Owned(
+            items.iter().filter(|t| keep(t)).cloned().collect(),
+        ))
     }
 }
 

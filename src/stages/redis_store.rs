@@ -102,7 +102,10 @@ impl StageStore for RedisStages {
         let index = self.0.key(&["stages"]);
         let mut members: Vec<String> = self
             .0
-            .run("stage_list", |mut c| async move { c.smembers(&index).await })
+            .run(
+                "stage_list",
+                |mut c| async move { c.smembers(&index).await },
+            )
             .await
             .map_err(down)?;
         members.sort();

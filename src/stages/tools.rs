@@ -233,7 +233,11 @@ impl OwnTool for StageAdvance {
             stages.moved_on(&call, &b, &mv);
             stages.bind(call.downstream.as_ref(), &b);
             let value = stages.status(&call, &b, &m).await?;
-            answer(json!({"moved": {"from": from, "to": to}, "stage": value}), false).await
+            answer(
+                json!({"moved": {"from": from, "to": to}, "stage": value}),
+                false,
+            )
+            .await
         })
     }
 }

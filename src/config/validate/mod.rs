@@ -377,7 +377,11 @@ pub(super) fn validate(
         }));
         return Err(all);
     }
-    let flows = flow_settings(file, raw.flows.unwrap_or_default(), &names, &naming);
+    let mut flows = flow_settings(file, raw.flows.unwrap_or_default(), &names, &naming);
+    let mut stages = stages;
+    let mut machines = (*stages.machines).clone();
+    stages::flow_stages(&mut flows.set, &mut machines, &naming);
+    stages.machines = Arc::new(machines);
     let gateway_id = match &g.id {
         Some(id) => id.get_ref().clone(),
         None => format!("fedgate-{:08x}", rand::random::<u32>()),

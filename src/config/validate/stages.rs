@@ -122,3 +122,96 @@ pub(super) fn validate_stages(
     }
     out
 }
+
+/// Flows that declare the stages they may start in (`stage = { workflow, states }`): each
+/// such flow's tool joins those states' tools, so the workflow gates it like any tool; a
+/// flow naming a workflow or state that does not exist does not load (its problem says why).
+pub(super) fn flow_stages(
+    set: &mut crate::config::flows::FlowSet,
+    machines: &mut BTreeMap<String, Arc<Machine>>,
+    naming: &Naming,
+) {
+    let mut added: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    let mut problems = Vec::new();
+    set.flows.retain(|f| {
+        let Some(need) = &f.stage else { return true };
+        let workflow = match &need.workflow {
+            Some(w) => Some(w.clone()),
+            None if machines.len() == 1 => machines.keys().next().cloned(),
+            None => None,
+        };
+        let problem = match workflow.as_ref().and_then(|w| machines.get(w)) {
+            None => Some(format!(
+                "flow `{}`: stage: {} (workflows: {})",
+                f.id,
+                match &need.workflow {
+                    Some(w) => format!("`{}` is no workflow", shown(w)),
+                    None => "name the workflow".to_owned(),
+                },
+                machines.keys().cloned().collect::<Vec<_>>().join(", ")
+            )),
+            Some(m) => need
+                .states
+                .iter()
+                .find(|s| !m.states.contains_key(*s))
+                .map(|s| {
+                    format!(
+                        "flow `{}`: stage: `{}` is no state of workflow `{}`",
+                        f.id,
+                        shown(s),
+                        m.name
+                    )
+                })
+                .or_else(|| {
+                    need.states
+                        .is_empty()
+                        .then(|| format!("flow `{}`: stage: name at least one state", f.id))
+                }),
+        };
+        if let Some(message) = problem {
+            problems.push(crate::config::snapshot::Diagnostic {
+                file: f.file.clone(),
+                line: f.line,
+                message,
+            });
+            return false;
+        }
+        let tool = naming
+            .expose(
+                crate::config::flows::FLOWS_NAMESPACE,
+                crate::names::PrefixMode::Always,
+                &f.id,
+            )
+            .0;
+        for s in &need.states {
+            added
+                .entry((workflow.clone().unwrap_or_default(), s.clone()))
+                .or_default()
+                .push(tool.clone());
+        }
+        true
+    });
+    set.problems.extend(problems);
+    for (name, m) in machines.iter_mut() {
+        if !added.keys().any(|(w, _)| w == name) {
+            continue;
+        }
+        let states = m
+            .states
+            .iter()
+            .map(|(s, st)| {
+                let mut globs = st.globs.clone();
+                if let Some(tools) = added.get(&(name.clone(), s.clone())) {
+                    globs.extend(tools.iter().cloned());
+                }
+                (s.clone(), State::new(globs, st.description.clone()))
+            })
+            .collect();
+        *m = Arc::new(Machine::new(
+            name,
+            m.initial.clone(),
+            states,
+            m.transitions.clone(),
+        ));
+    }
+}

@@ -40,10 +40,13 @@ impl StageRefusal {
 
     /// The `blocked` plan: the hint, and `stage_status` as the next action.
     pub fn plan(&self, base: Plan) -> Plan {
-        let mut p = base.error(PlanError::new(self.code, self.message.clone(), true).hint(self.hint.clone()));
+        let mut p = base
+            .error(PlanError::new(self.code, self.message.clone(), true).hint(self.hint.clone()));
         if let Some((tool, args)) = &self.next {
-            p.next_actions = vec![Action::call(tool.clone(), args.clone())
-                .label("see the stage: what it allows and who may move it on")];
+            p.next_actions = vec![
+                Action::call(tool.clone(), args.clone())
+                    .label("see the stage: what it allows and who may move it on"),
+            ];
         }
         p
     }

@@ -93,6 +93,8 @@ async def main() -> None:
         report["collecting_list"] = await names(c)
         report["decide"] = await outcome(c, "research__decide", {"workspace": a.workspace, "decision": "go"})
         report["verify_early"] = await outcome(c, "research__verify", {"workspace": a.workspace, "evidence_id": 1, "credibility": "high"})
+        flow_args = {"workspace": a.workspace, "evidence_id": 1, "credibility": "medium"}
+        report["flow_early"] = await outcome(c, "flows__verify_and_compare", flow_args)
         report["collect"] = await outcome(c, "research__collect", {"workspace": a.workspace, "claim": "the sky is blue", "source": "look up"})
         report["collector_advance"] = await outcome(c, "fedgate__stage_advance", {**ws, "to": "verifying", "reason": "done"})
         report["no_transition"] = await outcome(r, "fedgate__stage_advance", {**ws, "to": "decided", "reason": "skip"})
@@ -101,6 +103,7 @@ async def main() -> None:
         report["moved_notified"] = await seen.next()
         report["verifying_list"] = await names(c)
         report["verify"] = await outcome(c, "research__verify", {"workspace": a.workspace, "evidence_id": 1, "credibility": "high"})
+        report["flow"] = await outcome(c, "flows__verify_and_compare", flow_args)
         report["collect_late"] = await outcome(c, "research__collect", {"workspace": a.workspace, "claim": "late"})
     print(json.dumps(report))
 
