@@ -311,7 +311,7 @@ impl ServerHandler for Gateway {
                     items,
                 )
                 .await
-                .map_err(|r| to_wire(&CallError::Staged(Box::new(r)), is_modern(&ctx)))?,
+                .map_err(|r| to_wire(&CallError::Staged(r), is_modern(&ctx)))?,
             None => items,
         };
         let c = request.as_ref().and_then(|r| r.cursor.as_deref());

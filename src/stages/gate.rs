@@ -12,16 +12,12 @@ use crate::{
 
 impl Gate for Stages {
     fn check<'a>(&'a self, call: &'a Call) -> BoxFuture<'a, Result<(), CallError>> {
-        Box::pin(async move {
-            self.decide(call)
-                .await
-                .map_err(|r| CallError::Staged(Box::new(r)))
-        })
+        Box::pin(async move { self.decide(call).await.map_err(CallError::Staged) })
     }
 }
 
 impl Stages {
-    async fn decide(&self, call: &Call) -> Result<(), StageRefusal> {
+    async fn decide(&self, call: &Call) -> Result<(), Box<StageRefusal>> {
         // A flow's nodes and an approved plan's call run under the call that started them.
         if call.depth > 0 || !matches!(call.op, Op::CallTool(_)) {
             return Ok(());
@@ -151,11 +147,11 @@ impl Stages {
     /// `r` about workspace `b` (in `state`), with `stage_status` as the next action.
     pub(super) fn located(
         &self,
-        mut r: StageRefusal,
+        mut r: Box<StageRefusal>,
         b: &Bound,
         state: Option<String>,
         several: bool,
-    ) -> StageRefusal {
+    ) -> Box<StageRefusal> {
         r.workflow = Some(b.workflow.clone());
         r.workspace = Some(b.workspace.clone());
         r.state = state;

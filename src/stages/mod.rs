@@ -135,7 +135,11 @@ impl Stages {
     }
 
     /// A workspace named by a caller: `workflow` may be left out when one workflow exists.
-    pub fn name(&self, workflow: Option<&str>, workspace: &str) -> Result<Bound, StageRefusal> {
+    pub fn name(
+        &self,
+        workflow: Option<&str>,
+        workspace: &str,
+    ) -> Result<Bound, Box<StageRefusal>> {
         let machines = self.machines.load();
         let workflow = match workflow {
             Some(w) if machines.contains_key(w) => w.to_owned(),
@@ -183,7 +187,7 @@ impl Stages {
         &self,
         session: Option<&str>,
         header: Option<&str>,
-    ) -> Result<Option<Bound>, StageRefusal> {
+    ) -> Result<Option<Bound>, Box<StageRefusal>> {
         if let Some(h) = header {
             let b = match h.split_once('/') {
                 Some((w, ws)) => self.name(Some(w), ws)?,
@@ -201,7 +205,7 @@ impl Stages {
     }
 
     /// The workspace a call works in.
-    fn bound_call(&self, d: Option<&Downstream>) -> Result<Option<Bound>, StageRefusal> {
+    fn bound_call(&self, d: Option<&Downstream>) -> Result<Option<Bound>, Box<StageRefusal>> {
         match d {
             Some(d) => self.bound(d.session.as_deref(), d.workspace.as_deref()),
             None => Ok(None),
@@ -235,7 +239,7 @@ impl Stages {
         session: Option<&str>,
         header: Option<&str>,
         items: Cow<'a, [Tool]>,
-    ) -> Result<Cow<'a, [Tool]>, StageRefusal> {
+    ) -> Result<Cow<'a, [Tool]>, Box<StageRefusal>> {
         let machines = self.machines.load();
         let bound = self.bound(session, header)?;
         let state = match bound
@@ -264,7 +268,7 @@ impl Stages {
 }
 
 /// The answer to a store that did not answer: nothing is allowed until it does.
-fn store_down(e: String) -> StageRefusal {
+fn store_down(e: String) -> Box<StageRefusal> {
     tracing::warn!("stage store: {e}");
     refusal(
         "stage_store",
@@ -273,8 +277,8 @@ fn store_down(e: String) -> StageRefusal {
     )
 }
 
-fn refusal(code: &'static str, message: String, hint: String) -> StageRefusal {
-    StageRefusal {
+fn refusal(code: &'static str, message: String, hint: String) -> Box<StageRefusal> {
+    Box::new(StageRefusal {
         code,
         message,
         hint,
@@ -282,7 +286,7 @@ fn refusal(code: &'static str, message: String, hint: String) -> StageRefusal {
         workspace: None,
         state: None,
         next: None,
-    }
+    })
 }
 
 /// `fedgate__stage_status` of a workspace, as a next action.

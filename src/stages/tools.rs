@@ -46,8 +46,8 @@ fn workspace_schema(extra: Value) -> Value {
     props
 }
 
-fn staged(r: StageRefusal) -> CallError {
-    CallError::Staged(Box::new(r))
+fn staged(r: Box<StageRefusal>) -> CallError {
+    CallError::Staged(r)
 }
 
 fn text(args: &serde_json::Map<String, Value>, key: &str) -> Option<String> {
