@@ -406,3 +406,49 @@ fn config_errors_of_stages_point_at_their_line() {
         assert!(text.contains(want), "no `{want}` in:\n{text}");
     }
 }
+
+#[test]
+fn a_flow_naming_a_stage_that_does_not_exist_does_not_load_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("flows")).unwrap();
+    for (id, stage) in [
+        ("ghost_state", r#"{ states = ["nowhere"] }"#),
+        (
+            "ghost_flow",
+            r#"{ workflow = "other", states = ["draft"] }"#,
+        ),
+        ("fine", r#"{ states = ["draft"] }"#),
+    ] {
+        std::fs::write(
+            dir.path().join(format!("flows/{id}.toml")),
+            format!(
+                "id = \"{id}\"\nstage = {stage}\n[[nodes]]\nid = \"a\"\ntool = \"demo/echo\"\n\
+                 params = {{ text = \"x\" }}\n"
+            ),
+        )
+        .unwrap();
+    }
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[flows]\ndir = \"flows\"\n\n[stages.research]\ninitial = \"draft\"\n\
+             [stages.research.states.draft]\ntools = [\"demo/add\"]\n\n{}",
+            stdio_upstream("demo", &[], "")
+        ),
+    )
+    .unwrap();
+    let out = Command::new(FEDGATE)
+        .args(["check", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    for want in [
+        "ghost_state.toml:1: flow `ghost_state`: stage: `nowhere` is no state of workflow `research`",
+        "ghost_flow.toml:1: flow `ghost_flow`: stage: `other` is no workflow (workflows: research)",
+    ] {
+        assert!(text.contains(want), "no `{want}` in:\n{text}");
+    }
+    assert!(!text.contains("flow `fine`"), "{text}");
+}

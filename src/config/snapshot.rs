@@ -396,4 +396,4 @@ pub struct StageSettings {
 }
 
 /// The workflows by name.
-pub type Machines = Arc<std::collections::BTreeMap<String, Arc<crate::stages::machine::Machine>>>;
+pub type Machines = Arc<std::collections::BTreeMap<String, Arc<crate::policy::workflow::Machine>>>;

@@ -5,7 +5,6 @@
 //! audited. Tools no state names are not gated.
 
 mod gate;
-pub mod machine;
 mod redis_store;
 pub mod store;
 mod tools;
@@ -18,6 +17,7 @@ use rmcp::model::Tool;
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
+use crate::policy::workflow::{Machine, valid_workspace};
 use crate::{
     cluster::Cluster,
     config::snapshot::{Machines, StageSettings},
@@ -26,7 +26,6 @@ use crate::{
     telemetry::{audit::Audit, stage_metrics::StageMetrics},
     upstream::{inflight::Downstream, pool::Pool},
 };
-use machine::{Machine, valid_workspace};
 use store::{Instance, StageStore};
 
 /// The header that names a request's workspace: `<workspace>`, or `<workflow>/<workspace>`

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use rmcp::model::Tool;
 use serde_json::{Value, json};
 
-use super::{Bound, Stages, machine::Machine, refusal, store::Move, store_down};
+use super::{Bound, Stages, refusal, store::Move, store_down};
+use crate::policy::workflow::Machine;
 use crate::{
     clock::now_ms,
     names::{STAGE_ADVANCE, STAGE_STATUS},

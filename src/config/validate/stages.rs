@@ -7,7 +7,7 @@ use super::{Ctx, auth::globs};
 use crate::{
     config::stages::RawStages,
     names::{Naming, shown},
-    stages::machine::{Machine, State, Transition},
+    policy::workflow::{Machine, State, Transition},
 };
 
 fn url_safe(name: &str) -> bool {

@@ -1,5 +1,5 @@
-//! One workflow's state machine as loaded: which tools each state gates, and which moves are
-//! allowed to whom with what. Pure: the store keeps instances, the own tools ask this.
+//! One workflow's state machine as loaded (`[stages.NAME]`): which tools each state gates, and
+//! which moves are allowed to whom with what. Pure: `crate::stages` keeps the instances and asks this.
 
 use std::collections::BTreeMap;
 
