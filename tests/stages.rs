@@ -290,10 +290,27 @@ async fn two_replicas_on_redis_agree_on_a_stage_and_one_move_wins() {
     let redis = RedisServer::start();
     let cfg = example(&format!("\n[cluster]\nredis = {:?}\n", redis.url()));
     let (a, b) = (Gateway::start(&cfg), Gateway::start(&cfg));
-    assert_eq!(
-        status(&b.url, COLLECTOR, "shared-1").await["state"],
-        "collecting"
-    );
+    b.wait_stderr("listening to other replicas' stage moves", 10)
+        .await;
+    // A collector's session on b works in the workspace (binding it sends one list_changed).
+    let watcher = TestClient::new();
+    let seen = watcher.seen.clone();
+    let on_b = connect_with_token(&b.url, COLLECTOR, watcher)
+        .await
+        .unwrap();
+    let st = call(
+        &on_b,
+        "fedgate__stage_status",
+        json!({"workspace": "shared-1"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(st.structured_content.unwrap()["state"], "collecting");
+    wait_for(&seen.tools_changed, "the binding's list_changed", || {
+        *seen.tool_changes.lock() >= 1
+    })
+    .await;
+    let bound = *seen.tool_changes.lock();
     let rev = connect_with_token(&a.url, REVIEWER, TestClient::new())
         .await
         .unwrap();
@@ -305,12 +322,25 @@ async fn two_replicas_on_redis_agree_on_a_stage_and_one_move_wins() {
     .await
     .unwrap();
     assert_ne!(moved.is_error, Some(true), "{moved:?}");
-    let seen = status(&b.url, COLLECTOR, "shared-1").await;
-    assert_eq!(
-        seen["state"], "verifying",
-        "replica b reads a's move: {seen}"
-    );
-    assert_eq!(seen["history"][0]["reason"], "on a");
+    // The session on b hears of the move a made, and lists the new stage's tools.
+    wait_for(&seen.tools_changed, "list_changed from a's move", || {
+        *seen.tool_changes.lock() > bound
+    })
+    .await;
+    let mut listed: Vec<String> = on_b
+        .peer()
+        .list_all_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name.to_string())
+        .filter(|n| n.starts_with("research__"))
+        .collect();
+    listed.sort();
+    assert_eq!(listed, ["research__compare", "research__verify"]);
+    let st = status(&b.url, COLLECTOR, "shared-1").await;
+    assert_eq!(st["state"], "verifying", "replica b reads a's move: {st}");
+    assert_eq!(st["history"][0]["reason"], "on a");
     // The same move again, on the other replica: it no longer exists from here.
     let rev_b = connect_with_token(&b.url, REVIEWER, TestClient::new())
         .await

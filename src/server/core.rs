@@ -225,6 +225,7 @@ impl Core {
         });
         if let Some(stages) = &self.stages {
             tell_moves(stages, &self.hub, self.pool.shutdown_token());
+            stages.listen_to_replicas(self.pool.shutdown_token());
         }
     }
 

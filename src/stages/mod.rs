@@ -4,6 +4,7 @@
 //! or Redis with `[cluster]`), moved only by the transitions the workflow allows, each move
 //! audited. Tools no state names are not gated.
 
+mod cluster_moves;
 mod gate;
 mod redis_store;
 pub mod store;
@@ -52,6 +53,10 @@ pub struct Stages {
     moved: broadcast::Sender<Bound>,
     metrics: StageMetrics,
     audit: parking_lot::Mutex<Option<Audit>>,
+    /// Moves travel between replicas through it (`cluster_moves`).
+    redis: Option<crate::cluster::redis::Redis>,
+    /// This replica, in the moves it publishes.
+    origin: String,
 }
 
 impl Stages {
@@ -78,6 +83,8 @@ impl Stages {
             moved: broadcast::channel(256).0,
             metrics,
             audit: Default::default(),
+            redis: cluster.redis.clone(),
+            origin: format!("{:016x}", rand::random::<u64>()),
         })))
     }
 

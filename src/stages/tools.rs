@@ -276,5 +276,6 @@ impl Stages {
             });
         }
         let _ = self.moved.send(b.clone());
+        self.publish(b);
     }
 }
