@@ -26,6 +26,7 @@ pub mod router;
 pub mod secret;
 pub mod server;
 pub mod server_catalog;
+pub mod stages;
 pub mod tasks;
 pub mod telemetry;
 pub mod tool_search;

@@ -17,9 +17,19 @@ pub const SELECT_TOOLS: &str = "fedgate__select_tools";
 pub const RESET_TOOLS: &str = "fedgate__reset_tools";
 pub const CALL_TOOL: &str = "fedgate__call_tool";
 
+/// Stages (`[stages.NAME]`): a workspace's stage, and a move to another one.
+pub const STAGE_STATUS: &str = "fedgate__stage_status";
+pub const STAGE_ADVANCE: &str = "fedgate__stage_advance";
+
 /// The search tools: granted to every caller while they are served (they reveal and run only
 /// what the caller's roles and view allow).
 pub const SEARCH_TOOLS: &[&str] = &[FIND_TOOLS, SELECT_TOOLS, RESET_TOOLS, CALL_TOOL];
+
+/// Tools every caller may call while they are served: the search tools and the stage tools
+/// (a move checks the workflow's roles itself).
+pub fn granted_to_all(name: &str) -> bool {
+    SEARCH_TOOLS.contains(&name) || name == STAGE_STATUS || name == STAGE_ADVANCE
+}
 
 /// The gateway's built-in tools: a view passes them whatever its globs (they reveal nothing a
 /// caller may not use, and without them approvals and search would be cut off).
@@ -29,6 +39,8 @@ pub const BUILTIN_TOOLS: &[&str] = &[
     SELECT_TOOLS,
     RESET_TOOLS,
     CALL_TOOL,
+    STAGE_STATUS,
+    STAGE_ADVANCE,
 ];
 
 /// The namespace of the gateway's own tools (`fedgate__approve`, …); no upstream may take it.

@@ -78,7 +78,12 @@ async fn admin_get(gw: &Gateway, path: &str, token: &str) -> reqwest::Response {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_console_in_a_real_browser() {
-    let gw = gateway("[views.notes_only]\ntools = [\"notes/*\"]\n");
+    let gw = gateway(
+        "[views.notes_only]\ntools = [\"notes/*\"]\n\n\
+         [stages.review]\ninitial = \"draft\"\n[stages.review.states.draft]\ntools = [\"notes/add\"]\n\
+         [stages.review.states.done]\ndescription = \"reviewed\"\n\
+         [[stages.review.transitions]]\nfrom = \"draft\"\nto = \"done\"\nreason = true\n",
+    );
     let admin = gw.admin.clone().expect("admin listener");
     // The ready line names the page an operator opens, not the token-guarded API root.
     assert!(
@@ -142,6 +147,26 @@ async fn the_console_in_a_real_browser() {
         .await
         .expect("echo");
     assert_eq!(first_text(&r), "echo: hello console");
+    // A workspace's move shows with its history; its reason is markup, shown as text.
+    let moved = call(
+        &client,
+        "fedgate__stage_advance",
+        json!({"workspace": "ws-console", "to": "done", "reason": "<b>looks right</b>"}),
+    )
+    .await
+    .expect("stage move");
+    assert_ne!(moved.is_error, Some(true), "{moved:?}");
+    let stage = browser
+        .until(
+            "the workspace's stage",
+            "document.querySelector(\"#stage-rows tr[data-workspace='ws-console'][data-state='done']\")?.textContent",
+        )
+        .await;
+    let stage = stage.as_str().unwrap_or_default().to_owned();
+    assert!(
+        stage.contains("draft → done") && stage.contains("<b>looks right</b>"),
+        "{stage}"
+    );
     let row = browser
         .until(
             "the echo call in the timeline",

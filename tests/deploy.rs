@@ -284,6 +284,7 @@ fn the_compose_trial_refers_to_real_files_and_shares_every_store() {
         "idempotency records: shared (Redis)",
         "approval plans: shared (Redis)",
         "flow runs: shared (PostgreSQL, leases)",
+        "workspaces' stages: shared (Redis)",
     ] {
         assert!(stdout.contains(line), "{line} in {stdout}");
     }

@@ -26,6 +26,8 @@ pub struct StoreDown;
 #[derive(Clone)]
 pub struct Redis {
     conn: ConnectionManager,
+    /// For the dedicated connections pub/sub needs.
+    client: Arc<redis::Client>,
     prefix: Arc<str>,
     timeout: Duration,
     pub fail: FailMode,
@@ -60,10 +62,11 @@ impl Redis {
             .set_response_timeout(Some(settings.timeout))
             .set_number_of_retries(1)
             .set_max_delay(Duration::from_secs(2));
-        let conn = ConnectionManager::new_lazy_with_config(client, config)
+        let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
             .map_err(|e| format!("[cluster] redis: {e}"))?;
         Ok(Self {
             conn,
+            client: Arc::new(client),
             prefix: settings.key_prefix.as_str().into(),
             timeout: settings.timeout,
             fail: settings.fail,
@@ -123,6 +126,31 @@ impl Redis {
             tracing::error!(op, "redis unreachable: {error}; {then}");
         }
         Err(StoreDown)
+    }
+
+    /// The messages published on `channel` (under the key prefix) from now on, on a
+    /// connection of their own; the stream ends when that connection drops.
+    pub async fn subscribe(&self, channel: &str) -> Result<redis::aio::PubSubStream, String> {
+        let channel = self.key(&[channel]);
+        let connect = async {
+            let mut ps = self.client.get_async_pubsub().await?;
+            ps.subscribe(&channel).await?;
+            redis::RedisResult::Ok(ps.into_on_message())
+        };
+        match tokio::time::timeout(self.timeout, connect).await {
+            Ok(Ok(s)) => Ok(s),
+            Ok(Err(e)) => Err(crate::secret::redact_url(&e.to_string())),
+            Err(_) => Err(format!("no answer within {:?}", self.timeout)),
+        }
+    }
+
+    /// Publishes `payload` on `channel` (under the key prefix).
+    pub async fn publish(&self, channel: &str, payload: String) -> Result<(), StoreDown> {
+        let channel = self.key(&[channel]);
+        self.run("publish", |mut c| async move {
+            redis::AsyncCommands::publish::<_, _, ()>(&mut c, channel, payload).await
+        })
+        .await
     }
 
     /// Counts one decision made without Redis.

@@ -77,6 +77,14 @@ impl ClusterSettings {
             format!("idempotency records: {redis}"),
             format!("approval plans: {redis}"),
             format!("flow runs: {postgres}"),
+            format!(
+                "workspaces' stages: {}",
+                if self.redis.is_some() {
+                    "shared (Redis)"
+                } else {
+                    "per replica (SQLite)"
+                }
+            ),
         ]
     }
 }

@@ -10,6 +10,7 @@ pub mod flows;
 pub mod hooks;
 pub mod import;
 pub mod snapshot;
+pub mod stages;
 pub mod tier;
 pub mod tls;
 pub mod views;
@@ -46,6 +47,9 @@ pub struct RawConfig {
     /// Views: named subsets of the catalog, served at `/mcp/NAME`.
     #[serde(default)]
     pub views: BTreeMap<String, Spanned<views::RawView>>,
+    /// Stage-gated workflows (not wired yet).
+    #[serde(default)]
+    pub stages: BTreeMap<String, stages::RawStages>,
     /// Rate limits, each keyed by any combination of identity, upstream and tool.
     #[serde(default)]
     pub rate_limits: Vec<Spanned<RawRateLimit>>,
@@ -341,6 +345,9 @@ pub struct RawGateway {
     /// Tools every session lists in search mode (globs on canonical names).
     #[serde(default)]
     pub pinned_tools: Vec<Spanned<String>>,
+    /// Where the workspaces' stages are kept without `[cluster] redis` (a SQLite file,
+    /// relative to the config file; default `fedgate-stages.db`).
+    pub stage_db: Option<String>,
 }
 
 /// `[upstreams.NAME]`. Which fields apply depends on `kind`; `validate` reports misplaced ones.

@@ -66,6 +66,8 @@ pub struct Snapshot {
     pub cluster: super::cluster::ClusterSettings,
     /// `[views]` and the `[gateway]` listing keys.
     pub views: Arc<crate::policy::view::Views>,
+    /// `[stages.NAME]`: the workflows' state machines, and where their workspaces are kept.
+    pub stages: StageSettings,
     /// What is accepted but should be written otherwise (today's tool references, …).
     pub warnings: Vec<Diagnostic>,
 }
@@ -384,3 +386,14 @@ impl UpstreamSpec {
         self.allow.as_ref().is_none_or(|a| a.is_match(tool)) && !self.deny.is_match(tool)
     }
 }
+
+/// The workflows (`[stages.NAME]`) and the SQLite file of their workspaces (`[gateway]
+/// stage_db`; unused with `[cluster] redis`).
+#[derive(Debug, Clone, Default)]
+pub struct StageSettings {
+    pub machines: Machines,
+    pub db: std::path::PathBuf,
+}
+
+/// The workflows by name.
+pub type Machines = Arc<std::collections::BTreeMap<String, Arc<crate::policy::workflow::Machine>>>;

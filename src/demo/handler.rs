@@ -86,6 +86,11 @@ impl ServerHandler for Demo {
         if self.state.filler_tools > 0 && req.name.starts_with("tool_") {
             return Ok(CallToolResponse::Complete(text(req.name.to_string())));
         }
+        if self.state.research
+            && let Some(r) = super::research::call(&req.name, args)
+        {
+            return Ok(CallToolResponse::Complete(r));
+        }
         if let Some(r) = super::schemas::call(&req.name, args) {
             return Ok(CallToolResponse::Complete(r));
         }

@@ -10,6 +10,7 @@ mod flow_tools;
 pub mod guardrail;
 mod handler;
 mod input;
+mod research;
 mod schemas;
 mod sse;
 mod tools;
@@ -79,6 +80,10 @@ pub struct DemoArgs {
     /// instruction in its description), and make `evolve` poison `echo`'s description.
     #[arg(long)]
     poisoned: bool,
+    /// Serve the research-decision tools (`collect`, `verify`, `compare`, `decide`;
+    /// examples/stages) instead of the demo's own.
+    #[arg(long)]
+    research: bool,
 }
 
 #[derive(Debug, Default)]
@@ -96,6 +101,8 @@ struct State {
     faults: bool,
     /// `--poisoned`.
     poisoned: bool,
+    /// `--research`.
+    research: bool,
     /// What asking for roots at startup gave (with `--roots-at-start`).
     startup_roots: Mutex<Option<String>>,
     peers: Mutex<Vec<Peer<RoleServer>>>,
@@ -137,6 +144,7 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, String> {
             filler_tools: args.filler_tools,
             faults: args.faults,
             poisoned: args.poisoned,
+            research: args.research,
             evolved: AtomicBool::new(args.evolved),
             ..Default::default()
         }),

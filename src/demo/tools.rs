@@ -67,6 +67,9 @@ impl Demo {
 
     /// The tools this server serves: its product tools, and the test tools with `--faults`.
     pub(super) fn tools(&self) -> Vec<Tool> {
+        if self.state.research {
+            return super::research::tools();
+        }
         let mut all = self.all_tools();
         if !self.state.faults && self.state.filler_tools == 0 {
             all.retain(|t| PRODUCT_TOOLS.contains(&t.name.as_ref()));
@@ -76,6 +79,9 @@ impl Demo {
 
     /// Whether `name` is served (a hidden test tool is as unknown as any other name).
     pub(super) fn serves(&self, name: &str) -> bool {
+        if self.state.research {
+            return super::research::TOOLS.contains(&name);
+        }
         self.state.faults || self.state.filler_tools > 0 || PRODUCT_TOOLS.contains(&name)
     }
 

@@ -7,7 +7,7 @@
 //!
 //! ```text
 //!  outer   wire ─ observe(resolve, span, audit, metrics, envelope)
-//!  inner   hop guard ─ authz ─ trust ─ arguments ─ guard ─ approval ─ rate limit ─ idempotency
+//!  inner   hop guard ─ authz ─ stage gate ─ trust ─ arguments ─ guard ─ approval ─ rate limit ─ idempotency
 //!          ─ dispatch by target kind
 //!  upstream terminal   retry ─ breaker ─ forward (deadline, progress, cancellation, transport)
 //! ```
@@ -25,6 +25,9 @@
 //!   its depth; too deep is refused before anything runs.
 //! - `authz` — the caller's roles must allow the exposed name; a refusal is the same error as
 //!   an unknown name, so callers cannot probe for what exists.
+//! - `stage gate` — a session bound to a workspace calls only what the workspace's stage
+//!   allows (`crate::stages`); after authz (a caller learns nothing of tools its roles hide),
+//!   before approval (no one approves a call the stage forbids).
 //! - `trust` — the upstream's tier classifies the call (read/write/long) and refuses writes it
 //!   does not allow; after authz, so a caller learns nothing about tools it may not use.
 //! - `arguments` — the tool's input schema (compiled when its list was stored) checks the
@@ -55,11 +58,12 @@ mod dispatch;
 mod envelope;
 mod error;
 mod forward;
+mod gate;
 mod guard;
 mod hop;
 mod idempotency;
 mod observe;
-mod own;
+pub mod own;
 mod rate_limit;
 mod resolve;
 mod retry;
@@ -104,8 +108,9 @@ pub use arguments::Arguments;
 pub use authz::Authz;
 pub use breaker::Breaker;
 pub use envelope::plan_for;
-pub use error::{CallError, Held};
+pub use error::{CallError, Held, StageRefusal};
 pub use forward::Forward;
+pub use gate::Gate;
 pub use hop::HopGuard;
 pub use idempotency::Idempotency;
 pub use observe::Observe;
@@ -308,6 +313,8 @@ pub struct Parts {
     /// This gateway's id in federated request paths, and how many gateways a request may pass.
     pub gateway_id: Arc<str>,
     pub max_hops: usize,
+    /// The workflows' stages (`[stages.NAME]`), when any are configured.
+    pub gate: Option<Arc<dyn Gate>>,
 }
 
 /// Builds the stack; see the module doc for the order.
@@ -344,6 +351,7 @@ pub fn build(parts: Parts) -> Stacks {
         .layer(StepLayer::new(Authz {
             pool: parts.pool.clone(),
         }))
+        .layer(StepLayer::new(gate::GateStep(parts.gate.clone())))
         .layer(StepLayer::new(Trust))
         .layer(StepLayer::new(Arguments {
             own: parts.own.clone(),

@@ -6,8 +6,47 @@ use std::{collections::HashMap, fmt::Debug, sync::Arc};
 use arc_swap::ArcSwap;
 use rmcp::model::Tool;
 
-use super::{Call, CallFuture};
+use rmcp::model::{CallToolResult, ServerResult};
+use serde_json::Value;
+
+use super::{Call, CallFuture, Op, done};
 use crate::policy::{arguments::ArgCheck, trust::CallClass};
+
+/// An own tool's definition from its name, description and input schema.
+pub fn definition(name: &str, description: &str, schema: Value) -> Tool {
+    Tool::new(
+        name.to_owned(),
+        description.to_owned(),
+        Arc::new(schema.as_object().cloned().unwrap_or_default()),
+    )
+}
+
+/// A call's arguments (none: empty).
+pub fn arguments(call: &Call) -> serde_json::Map<String, Value> {
+    match &call.op {
+        Op::CallTool(p) => p.arguments.clone().unwrap_or_default(),
+        _ => Default::default(),
+    }
+}
+
+/// A structured answer, or a structured tool error.
+pub fn answer(value: Value, error: bool) -> CallFuture {
+    let r = if error {
+        CallToolResult::structured_error(value)
+    } else {
+        CallToolResult::structured(value)
+    };
+    done(Ok(ServerResult::CallToolResult(r)))
+}
+
+/// Tells the caller its tool list changed, on the stream of its call.
+pub async fn list_changed(call: &Call) {
+    if let Some(d) = &call.downstream
+        && !d.modern
+    {
+        let _ = d.peer.notify_tool_list_changed().await;
+    }
+}
 
 /// One tool the gateway answers itself.
 pub trait OwnTool: Send + Sync + Debug {

@@ -92,6 +92,7 @@ fn core(extra: &str) -> Gateway {
         own,
         gateway_id: snapshot.gateway.id.as_str().into(),
         max_hops: snapshot.gateway.max_hops,
+        gate: None,
     };
     Gateway {
         pool,

@@ -86,9 +86,7 @@ impl Access {
         self.unrestricted || self.max_rank.is_none_or(|max| rank <= max)
     }
     pub fn tool(&self, name: &str) -> bool {
-        (self.unrestricted
-            || self.tools.is_match(name)
-            || crate::names::SEARCH_TOOLS.contains(&name))
+        (self.unrestricted || self.tools.is_match(name) || crate::names::granted_to_all(name))
             && self.scope.as_ref().is_none_or(|s| s.tool(name))
     }
     pub fn prompt(&self, name: &str) -> bool {

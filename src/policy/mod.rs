@@ -13,3 +13,4 @@ pub mod token;
 pub mod tool_breakers;
 pub mod trust;
 pub mod view;
+pub mod workflow;

@@ -211,6 +211,15 @@ impl Admin {
             (Method::GET, ["admin", "views"]) => {
                 json(StatusCode::OK, &super::admin_views::views(&self.core))
             }
+            (Method::GET, ["admin", "stages"]) => {
+                let (ok, v) = super::admin_stages::stages(&self.core).await;
+                let status = if ok {
+                    StatusCode::OK
+                } else {
+                    StatusCode::SERVICE_UNAVAILABLE
+                };
+                json(status, &v)
+            }
             (Method::GET, ["admin", "config"]) => {
                 json(StatusCode::OK, &redacted(&self.reloader.current()))
             }
@@ -247,7 +256,7 @@ impl Admin {
                 StatusCode::NOT_FOUND,
                 &json!({"error": "unknown admin endpoint", "endpoints": [
                     "GET /admin/upstreams", "POST /admin/upstreams/NAME/breaker/reset",
-                    "GET /admin/pins", "POST /admin/pins/accept", "GET /admin/config", "GET /admin/views",
+                    "GET /admin/pins", "POST /admin/pins/accept", "GET /admin/config", "GET /admin/views", "GET /admin/stages",
                     "GET /admin/plans", "POST /admin/plans/ID/approve", "POST /admin/plans/ID/deny",
                     "POST /admin/reload", "GET /metrics", "GET /admin/flows (and below)",
                     "GET /admin/calls (and below)", "GET /admin/latency", "GET /console",

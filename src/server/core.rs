@@ -18,6 +18,7 @@ use crate::{
     policy::view::Views,
     policy::{idempotency::IdempotencyStore, identity::Authenticator, rate_limit::RateLimits},
     router::cursor::Cursors,
+    stages::Stages,
     tasks::TaskHandles,
     telemetry::{audit::Audit, call_feed::CallFeed, metrics::Metrics},
     tool_search::ToolSearch,
@@ -51,6 +52,9 @@ pub struct Core {
     pub views: Arc<ArcSwap<Views>>,
     /// Tool search and every session's working set.
     pub search: Arc<ToolSearch>,
+    /// The workflows' stages and which session works in which workspace (`[stages]`; bound
+    /// at start: a reload changes the workflows, not whether there are any).
+    pub stages: Option<Arc<Stages>>,
     /// Plans waiting for approval (bound at start, like the rest of `[gateway]`).
     pub plans: Arc<Plans>,
     /// Finished calls for the operator console (when `[admin]` serves it; bound at start).
@@ -119,9 +123,19 @@ impl Core {
         if let (Some(engine), Some(shared)) = (&flows, crate::approval::shared::of(&cluster)) {
             engine.share_plans(shared);
         }
-        let own = own.with(vec![Arc::new(ApproveTool)]);
-        let fixed_tools = own.tools();
         let pool = Pool::new(snapshot, metrics.clone(), hub.clone(), Vec::new());
+        let stages = Stages::open(
+            &snapshot.stages,
+            &cluster,
+            pool.clone(),
+            metrics.stages.clone(),
+        )?;
+        let mut fixed: Vec<Arc<dyn crate::pipeline::OwnTool>> = vec![Arc::new(ApproveTool)];
+        if let Some(s) = &stages {
+            fixed.extend(s.own_tools());
+        }
+        let own = own.with(fixed);
+        let fixed_tools = own.tools();
         let views = Arc::new(ArcSwap::new(snapshot.views.clone()));
         let search = ToolSearch::new(pool.clone(), views.clone(), metrics.search.clone());
         own.replace(own_tools(&fixed_tools, &search, flows.as_ref(), snapshot));
@@ -131,6 +145,7 @@ impl Core {
             own,
             views,
             search,
+            stages,
             flows,
             fixed_tools,
             metrics,
@@ -185,6 +200,7 @@ impl Core {
         // subscriptions nobody holds any more.
         let (hub, pool) = (Arc::downgrade(&self.hub), Arc::downgrade(&self.pool));
         let search = Arc::downgrade(&self.search);
+        let stages = self.stages.as_ref().map(Arc::downgrade);
         let stop = self.pool.shutdown_token();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(SESSION_SWEEP_EVERY);
@@ -202,8 +218,15 @@ impl Core {
                 if let Some(search) = search.upgrade() {
                     search.retain(|s| hub.is_open(s));
                 }
+                if let Some(stages) = stages.as_ref().and_then(|s| s.upgrade()) {
+                    stages.retain(|s| hub.is_open(s));
+                }
             }
         });
+        if let Some(stages) = &self.stages {
+            tell_moves(stages, &self.hub, self.pool.shutdown_token());
+            stages.listen_to_replicas(self.pool.shutdown_token());
+        }
     }
 
     /// The call stack over this gateway's parts.
@@ -216,7 +239,7 @@ impl Core {
             seal: self.seal.clone(),
             input_wait: self.input_wait,
             max_parked_calls: self.max_parked_calls,
-            audit,
+            audit: audit.clone(),
             feed: self.feed.clone(),
             cluster: self.cluster.clone(),
             own: self.own.clone(),
@@ -224,7 +247,14 @@ impl Core {
             envelope: self.envelope,
             gateway_id: self.gateway_id.clone(),
             max_hops: self.max_hops,
+            gate: self
+                .stages
+                .clone()
+                .map(|s| s as Arc<dyn crate::pipeline::Gate>),
         });
+        if let Some(stages) = &self.stages {
+            stages.set_audit(audit.clone());
+        }
         if let Some(flows) = &self.flows {
             flows.bind(stack.clone(), self.pool.clone());
         }
@@ -236,6 +266,13 @@ impl Core {
     pub fn apply(&self, snapshot: &Snapshot) -> Applied {
         self.auth.store(snapshot.auth.clone());
         self.views.store(snapshot.views.clone());
+        match &self.stages {
+            Some(stages) => stages.apply(&snapshot.stages.machines),
+            None if !snapshot.stages.machines.is_empty() => {
+                tracing::warn!("config: [stages] added by a reload take effect after a restart")
+            }
+            None => {}
+        }
         if let Some(engine) = &self.flows {
             report_flow_problems(snapshot);
             engine.set_flows(&snapshot.flows.set);
@@ -289,6 +326,33 @@ impl Core {
     pub(super) fn count_sessions(&self, sessions: Arc<super::resumable::Resumable>) {
         let _ = self.sessions.set(sessions);
     }
+}
+
+/// Tells the sessions working in a workspace that its stage moved: their tool lists changed.
+fn tell_moves(stages: &Arc<Stages>, hub: &Arc<Hub>, stop: tokio_util::sync::CancellationToken) {
+    let mut moves = stages.moves();
+    let (stages, hub) = (Arc::downgrade(stages), Arc::downgrade(hub));
+    tokio::spawn(async move {
+        loop {
+            let moved = tokio::select! {
+                m = moves.recv() => m,
+                _ = stop.cancelled() => return,
+            };
+            let (Some(stages), Some(hub)) = (stages.upgrade(), hub.upgrade()) else {
+                return;
+            };
+            match moved {
+                Ok(b) => hub.notify_tools_changed(&stages.sessions_in(&b)),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                    hub.notify_changed(crate::upstream::Changed {
+                        tools: true,
+                        ..Default::default()
+                    })
+                }
+                Err(_) => return,
+            }
+        }
+    });
 }
 
 /// Every own tool of a snapshot: the fixed ones, the search tools while some listing is

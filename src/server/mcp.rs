@@ -27,13 +27,17 @@ use crate::{
         identity::{Identity, IdentityKind},
     },
     router::cursor::BadCursor,
-    server::{core::Core, sessions::Hub, unrouted},
-    telemetry::{audit::Audit, traces},
+    server::{
+        core::Core,
+        request_of::{
+            caller_context, is_modern, request_span, session_key, session_of, workspace_of,
+        },
+        sessions::Hub,
+        unrouted,
+    },
+    telemetry::audit::Audit,
     upstream::{Catalog, inflight::Downstream},
 };
-
-/// Session key used when the transport has no `Mcp-Session-Id` (stdio, stateless requests).
-const LOCAL_SESSION: &str = "local";
 
 #[derive(Debug, Clone)]
 pub struct Gateway {
@@ -123,6 +127,7 @@ impl Gateway {
                 capabilities: ctx.client_capabilities(),
                 modern: is_modern(ctx),
                 session: session_of(&ctx.extensions),
+                workspace: workspace_of(&ctx.extensions),
             }),
             progress_token: ctx.meta.get_progress_token(),
             ct,
@@ -150,60 +155,6 @@ impl Gateway {
             CacheScope::Private
         };
         (Some(0), Some(scope))
-    }
-}
-
-/// Whether a request speaks the stateless era (its `_meta` carries the protocol version).
-fn is_modern(ctx: &RequestContext<RoleServer>) -> bool {
-    ctx.meta
-        .contains_key("io.modelcontextprotocol/protocolVersion")
-}
-
-/// The caller's trace context: the request's `_meta`, else its HTTP headers.
-fn caller_context(ctx: &RequestContext<RoleServer>) -> opentelemetry::Context {
-    traces::parent(
-        &ctx.meta,
-        ctx.extensions
-            .get::<http::request::Parts>()
-            .map(|p| &p.headers),
-    )
-}
-
-/// A server span for a request answered by fedgate itself (lists); it ends when dropped.
-/// Routed requests get theirs in the pipeline's `observe` step.
-fn request_span(method: &'static str, ctx: &RequestContext<RoleServer>) -> opentelemetry::Context {
-    use traces::{KeyValue, SpanKind};
-    let parent = caller_context(ctx);
-    if !traces::enabled() {
-        return parent;
-    }
-    traces::child(
-        &parent,
-        method,
-        SpanKind::Server,
-        vec![KeyValue::new("mcp.method.name", method)],
-    )
-}
-
-/// The `Mcp-Session-Id` of the HTTP request behind a message, if any.
-fn session_key(ext: &rmcp::model::Extensions) -> String {
-    ext.get::<http::request::Parts>()
-        .and_then(|p| p.headers.get("mcp-session-id"))
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or(LOCAL_SESSION)
-        .to_owned()
-}
-
-/// The session a request belongs to: its `Mcp-Session-Id` over HTTP (none for stateless
-/// requests), the one local session over stdio.
-fn session_of(ext: &rmcp::model::Extensions) -> Option<String> {
-    match ext.get::<http::request::Parts>() {
-        None => Some(LOCAL_SESSION.to_owned()),
-        Some(p) => p
-            .headers
-            .get("mcp-session-id")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned),
     }
 }
 
@@ -352,6 +303,17 @@ impl ServerHandler for Gateway {
         });
         let session = session_of(&ctx.extensions);
         let items = self.core.search.listed(&access, session.as_deref(), items);
+        let items = match &self.core.stages {
+            Some(stages) => stages
+                .listed(
+                    session.as_deref(),
+                    workspace_of(&ctx.extensions).as_deref(),
+                    items,
+                )
+                .await
+                .map_err(|r| to_wire(&CallError::Staged(r), is_modern(&ctx)))?,
+            None => items,
+        };
         let c = request.as_ref().and_then(|r| r.cursor.as_deref());
         let (items, next) = self
             .core

@@ -2,6 +2,7 @@
 
 pub mod admin;
 mod admin_flows;
+mod admin_stages;
 mod admin_tools;
 mod admin_views;
 mod body;
@@ -14,6 +15,7 @@ pub mod mcp;
 mod priming;
 pub mod reload;
 pub mod replay;
+mod request_of;
 mod responses;
 mod resumable;
 pub mod sealed_sessions;

@@ -162,6 +162,23 @@ impl Hub {
         });
     }
 
+    /// Tells these sessions their tool lists changed (a workspace's stage moved).
+    pub fn notify_tools_changed(&self, sessions: &[String]) {
+        let peers: Vec<Peer<RoleServer>> = sessions
+            .iter()
+            .filter_map(|s| self.sessions.get(s).map(|p| p.clone()))
+            .collect();
+        if peers.is_empty() {
+            return;
+        }
+        tokio::spawn(futures::stream::iter(peers).for_each_concurrent(
+            NOTIFY_CONCURRENCY,
+            |peer| async move {
+                let _ = peer.notify_tool_list_changed().await;
+            },
+        ));
+    }
+
     /// Records a subscription; true when it is the first for that URI (subscribe upstream).
     pub fn subscribe(&self, session: &str, uri: &str) -> bool {
         let mut entry = self.subscriptions.entry(uri.to_owned()).or_default();

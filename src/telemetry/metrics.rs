@@ -43,6 +43,7 @@ pub struct Metrics {
     pub flows: super::flow_metrics::FlowMetrics,
     pub cluster: super::cluster_metrics::ClusterMetrics,
     pub search: super::search_metrics::SearchMetrics,
+    pub stages: super::stage_metrics::StageMetrics,
 }
 
 impl Metrics {
@@ -229,6 +230,7 @@ impl Metrics {
         let cluster =
             super::cluster_metrics::ClusterMetrics::register(&registry, DURATION_BUCKETS)?;
         let search = super::search_metrics::SearchMetrics::register(&registry)?;
+        let stages = super::stage_metrics::StageMetrics::register(&registry)?;
         registry.register(Box::new(envelopes.clone()))?;
         registry.register(Box::new(approvals.clone()))?;
         registry.register(Box::new(plans_pending.clone()))?;
@@ -260,6 +262,7 @@ impl Metrics {
             guard_hook_duration,
             replay_dropped,
             search,
+            stages,
             flows,
             cluster,
         })

@@ -8,6 +8,7 @@ pub mod flow_metrics;
 pub mod metrics;
 pub mod one_line;
 pub mod search_metrics;
+pub mod stage_metrics;
 pub mod traces;
 
 /// A fresh correlation id (128 random bits, hex: the shape of a trace id): ties one call's

@@ -12,7 +12,10 @@ use crate::{
     names::{
         BUILTIN_TOOLS, CALL_TOOL, FIND_TOOLS, MAX_TOOL_NAME_CHARS, RESET_TOOLS, SELECT_TOOLS, shown,
     },
-    pipeline::{Call, CallError, CallFuture, Op, OwnTool, done},
+    pipeline::{
+        Call, CallError, CallFuture, OwnTool, done,
+        own::{answer, arguments, definition, list_changed},
+    },
 };
 
 /// The longest query `find_tools` takes (longer is refused by its schema).
@@ -28,30 +31,6 @@ pub(super) fn all(search: &Arc<ToolSearch>) -> Vec<Arc<dyn OwnTool>> {
         Arc::new(ResetTools(search.clone())),
         Arc::new(CallTool),
     ]
-}
-
-fn definition(name: &str, description: &str, schema: Value) -> Tool {
-    Tool::new(
-        name.to_owned(),
-        description.to_owned(),
-        Arc::new(schema.as_object().cloned().unwrap_or_default()),
-    )
-}
-
-fn arguments(call: &Call) -> serde_json::Map<String, Value> {
-    match &call.op {
-        Op::CallTool(p) => p.arguments.clone().unwrap_or_default(),
-        _ => Default::default(),
-    }
-}
-
-fn answer(value: Value, error: bool) -> CallFuture {
-    let r = if error {
-        CallToolResult::structured_error(value)
-    } else {
-        CallToolResult::structured(value)
-    };
-    done(Ok(ServerResult::CallToolResult(r)))
 }
 
 #[derive(Debug)]
@@ -318,13 +297,4 @@ fn no_session() -> Value {
         "error": "this request belongs to no session, so it has no tool list to change",
         "next": "Call a found tool with fedgate__call_tool {name, arguments}."
     })
-}
-
-/// Tells the caller its tool list changed, on the stream of its call.
-async fn list_changed(call: &Call) {
-    if let Some(d) = &call.downstream
-        && !d.modern
-    {
-        let _ = d.peer.notify_tool_list_changed().await;
-    }
 }

@@ -44,6 +44,9 @@ pub struct Downstream {
     pub modern: bool,
     /// The downstream session (its key in the session hub); `None` for stateless requests.
     pub session: Option<String>,
+    /// The workspace the request names in its `Fedgate-Workspace` header (`[stages]`), as
+    /// sent: the stage gate checks it.
+    pub workspace: Option<String>,
 }
 
 impl Downstream {

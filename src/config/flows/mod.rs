@@ -36,6 +36,17 @@ struct RawFlow {
     export: bool,
     /// The output contract (JSON Schema of the outputs), listed as the tool's `outputSchema`.
     output_schema: Option<toml::Value>,
+    /// The stages of a workflow (`[stages.NAME]`) in which the flow may be started.
+    stage: Option<FlowStage>,
+}
+
+/// A flow's stage requirement: `stage = { workflow = "research", states = ["verifying"] }`
+/// (`workflow` may be left out when one workflow is configured).
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct FlowStage {
+    pub workflow: Option<String>,
+    pub states: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -98,6 +109,8 @@ pub struct FlowDef {
     pub idempotency: Idempotency,
     pub export: bool,
     pub output_schema: Option<Value>,
+    /// The stages in which it may be started (checked against `[stages]` with the config).
+    pub stage: Option<FlowStage>,
     /// Digest of the file's text: a run records the version of the flow it ran.
     pub digest: String,
 }
@@ -350,6 +363,7 @@ pub fn parse(
             idempotency: raw.idempotency,
             export: raw.export,
             output_schema: raw.output_schema.map(to_json),
+            stage: raw.stage,
             digest: digest(text),
         }),
         _ => Err(problems),

@@ -5,6 +5,7 @@ mod auth;
 mod credentials;
 mod hooks;
 mod limits;
+mod stages;
 mod telemetry;
 #[cfg(test)]
 mod tests;
@@ -205,6 +206,19 @@ pub(super) fn validate(
         }
     });
     let views = views::validate_views(&mut cx, &raw.views, &g, &naming);
+    let role_names: Vec<String> = raw.roles.keys().cloned().collect();
+    let stages = crate::config::snapshot::StageSettings {
+        machines: Arc::new(stages::validate_stages(
+            &mut cx,
+            &raw.stages,
+            &role_names,
+            &naming,
+        )),
+        db: std::path::Path::new(file)
+            .parent()
+            .unwrap_or(std::path::Path::new(""))
+            .join(g.stage_db.as_deref().unwrap_or("fedgate-stages.db")),
+    };
     let auth = validate_auth(&mut cx, raw.auth, raw.roles, &mut tiers, &naming, &views);
     let admin = raw.admin.and_then(|a| {
         let at = a.span().start;
@@ -363,7 +377,11 @@ pub(super) fn validate(
         }));
         return Err(all);
     }
-    let flows = flow_settings(file, raw.flows.unwrap_or_default(), &names, &naming);
+    let mut flows = flow_settings(file, raw.flows.unwrap_or_default(), &names, &naming);
+    let mut stages = stages;
+    let mut machines = (*stages.machines).clone();
+    stages::flow_stages(&mut flows.set, &mut machines, &naming);
+    stages.machines = Arc::new(machines);
     let gateway_id = match &g.id {
         Some(id) => id.get_ref().clone(),
         None => format!("fedgate-{:08x}", rand::random::<u32>()),
@@ -372,6 +390,7 @@ pub(super) fn validate(
     warnings.extend(flows.set.warnings.iter().cloned());
     Ok(Snapshot {
         views: Arc::new(views),
+        stages,
         warnings,
         flows,
         cluster,

@@ -124,6 +124,9 @@ pub enum CallError {
     /// A secret under a `block` guardrail, or a guardrail hook's deny or failure.
     #[error("{0}")]
     Guarded(Box<crate::guard::Refusal>),
+    /// The workspace's stage does not allow the call, or the move was refused.
+    #[error("{0}")]
+    Staged(Box<StageRefusal>),
     /// A failure with the plan envelope made for it (set by `observe`, turned into the wire
     /// form by `wire`); everything else reads the cause.
     #[error("{cause}")]
@@ -210,6 +213,7 @@ impl Classify for CallError {
             | CallError::InvalidArguments { .. }
             | CallError::ApprovalRequired { .. }
             | CallError::Plan(_)
+            | CallError::Staged(_)
             | CallError::Cancelled => Side::Downstream,
             CallError::Guarded(r) if r.before_upstream() => Side::Downstream,
             CallError::Guarded(_) => Side::Upstream,
@@ -261,6 +265,7 @@ impl Classify for CallError {
             CallError::ApprovalRequired { .. } => "approval_required",
             CallError::Plan(r) => r.code(),
             CallError::Guarded(r) => r.code(),
+            CallError::Staged(r) => r.code,
             CallError::Planned { cause, .. } => cause.code(),
         }
     }
@@ -481,6 +486,7 @@ impl CallError {
                 McpError::invalid_params(msg, Some(json!({ "reason": r.code() })))
             }
             CallError::Guarded(r) => McpError::invalid_request(msg, Some(r.data())),
+            CallError::Staged(r) => McpError::invalid_request(msg, Some(r.data())),
             CallError::Planned { cause, plan } => {
                 let mut wire = cause.to_mcp();
                 // The plan joins whatever data the error has; data that is not an object (an
@@ -531,6 +537,7 @@ impl CallError {
                 | CallError::NotAuthorized { .. }
                 | CallError::TierRefused { .. }
                 | CallError::IdempotencyConflict
+                | CallError::Staged(_)
         ) || matches!(self, CallError::Guarded(r) if r.before_upstream())
     }
 
@@ -558,6 +565,7 @@ impl CallError {
                 | CallError::ApprovalRequired { .. }
                 | CallError::Plan(_)
                 | CallError::Guarded(_)
+                | CallError::Staged(_)
         ) || matches!(self, CallError::Planned { cause, .. } if cause.is_refusal())
     }
 
@@ -583,5 +591,8 @@ impl CallError {
     }
 }
 
+mod stage;
 #[cfg(test)]
 mod tests;
+
+pub use stage::StageRefusal;

@@ -124,6 +124,7 @@ function start() {
   every(POLL_MS, signal, refreshUpstreams);
   every(POLL_MS, signal, refreshPlans);
   every(POLL_MS, signal, refreshViews);
+  every(POLL_MS, signal, refreshStages);
   every(POLL_MS, signal, refreshRuns);
   every(5000, signal, refreshLatency);
   calls.length = 0;
@@ -164,6 +165,20 @@ async function refreshViews() {
     h("td", {}, x.name, h("div", { class: "sub mono" }, x.path)), h("td", {}, globs(x.tools)),
     h("td", {}, globs(x.prompts)), h("td", {}, globs(x.resources)), h("td", {}, globs(x.pinned)),
     h("td", {}, x.listing), h("td", {}, `${x.tools_selected} tools`))));
+}
+
+async function refreshStages() {
+  const s = await api("/admin/stages");
+  $("stage-workflows").textContent = s.workflows.length
+    ? s.workflows.map((w) => `${w.name}: ${Object.keys(w.states).join(" · ")}`).join("; ") +
+      ` · ${s.bound_sessions} session(s) in a workspace`
+    : "no [stages] configured";
+  const when = (ms) => new Date(ms).toLocaleString();
+  $("stage-rows").replaceChildren(...s.workspaces.map((w) => h("tr", { "data-workspace": w.workspace, "data-state": w.state },
+    h("td", { class: "mono" }, w.workspace), h("td", {}, w.workflow), h("td", {}, pill(w.state)),
+    h("td", {}, ...w.history.map((m) => h("div", { class: "sub" },
+      `${when(m.at_ms)} ${m.from} → ${m.to} by ${m.by}`, m.reason ? ` — ${m.reason}` : "",
+      m.record ? ` (record ${m.record})` : ""))))));
 }
 
 async function acceptPin(p) {

@@ -1,0 +1,161 @@
+//! The stage gate: a call to a tool some workflow gates runs only from a workspace whose
+//! stage allows it; otherwise a `blocked` plan says what the stage is, what it allows and
+//! who may move it on.
+
+use futures::future::BoxFuture;
+
+use super::{Bound, Stages, refusal, status_action, store_down};
+use crate::{
+    names::{STAGE_STATUS, shown},
+    pipeline::{Call, CallError, Exposed, Gate, Op, StageRefusal},
+};
+
+impl Gate for Stages {
+    fn check<'a>(&'a self, call: &'a Call) -> BoxFuture<'a, Result<(), CallError>> {
+        Box::pin(async move { self.decide(call).await.map_err(CallError::Staged) })
+    }
+}
+
+impl Stages {
+    async fn decide(&self, call: &Call) -> Result<(), Box<StageRefusal>> {
+        // A flow's nodes and an approved plan's call run under the call that started them.
+        if call.depth > 0 || !matches!(call.op, Op::CallTool(_)) {
+            return Ok(());
+        }
+        let Some(Exposed::Tool(tool)) = call.target.as_ref().map(|t| &t.exposed) else {
+            return Ok(());
+        };
+        let machines = self.machines.load();
+        let gating: Vec<&String> = machines
+            .iter()
+            .filter(|(_, m)| m.gates(tool))
+            .map(|(n, _)| n)
+            .collect();
+        if gating.is_empty() {
+            return Ok(());
+        }
+        let several = machines.len() > 1;
+        let Some(b) = self.bound_call(call.downstream.as_ref())? else {
+            self.refused(gating[0], "unbound");
+            return Err(refusal(
+                "stage_unbound",
+                format!(
+                    "`{}` belongs to workflow `{}`: this session works in no workspace yet",
+                    shown(tool),
+                    gating[0]
+                ),
+                format!(
+                    "call {STAGE_STATUS} with the workspace your user works in (or send the \
+                     `Fedgate-Workspace` header); its stage decides what you may call"
+                ),
+            ));
+        };
+        let Some(m) = machines
+            .get(&b.workflow)
+            .filter(|_| gating.contains(&&b.workflow))
+        else {
+            self.refused(gating[0], "call");
+            return Err(self.located(
+                refusal(
+                    "stage_blocked",
+                    format!(
+                        "`{}` belongs to workflow `{}`, not to `{}` of workspace `{}`",
+                        shown(tool),
+                        gating[0],
+                        b.workflow,
+                        b.workspace
+                    ),
+                    format!("work in a workspace of workflow `{}` for it", gating[0]),
+                ),
+                &b,
+                None,
+                several,
+            ));
+        };
+        let state = self.instance(&b, m).await.map_err(store_down)?.state;
+        if m.allows(&state, tool) {
+            return Ok(());
+        }
+        self.refused(&b.workflow, "call");
+        let where_ = m.states_allowing(tool);
+        // A stored state a reload removed allows none of the gated tools.
+        let here = m.states.get(&state);
+        let moves: Vec<String> = m
+            .exits(&state)
+            .map(|t| {
+                format!(
+                    "to `{}` by {}{}",
+                    t.to,
+                    if t.roles.is_empty() {
+                        "anyone".to_owned()
+                    } else {
+                        format!("role {}", t.roles.join(" or "))
+                    },
+                    match (t.reason, t.record) {
+                        (true, true) => " with a reason and a record id",
+                        (true, false) => " with a reason",
+                        (false, true) => " with a record id",
+                        (false, false) => "",
+                    }
+                )
+            })
+            .collect();
+        Err(self.located(
+            refusal(
+                "stage_blocked",
+                format!(
+                    "the current stage of workspace `{}` is `{state}`{}: `{}` is not available \
+                     in it (it is in {})",
+                    b.workspace,
+                    here.and_then(|h| h.description.as_deref())
+                        .map(|d| format!(" ({d})"))
+                        .unwrap_or_default(),
+                    shown(tool),
+                    if where_.is_empty() {
+                        "no stage".to_owned()
+                    } else {
+                        where_.join(", ")
+                    }
+                ),
+                format!(
+                    "this stage allows {}; it moves on {}. Call {STAGE_STATUS} to see the stage, \
+                     finish its work, and ask whoever holds the role to move it on",
+                    match here {
+                        Some(h) if !h.globs.is_empty() => h.globs.join(", "),
+                        _ => "none of the workflow's tools".to_owned(),
+                    },
+                    if moves.is_empty() {
+                        "never: it is final".to_owned()
+                    } else {
+                        moves.join("; ")
+                    }
+                ),
+            ),
+            &b,
+            Some(state),
+            several,
+        ))
+    }
+
+    pub(super) fn refused(&self, workflow: &str, kind: &str) {
+        self.metrics
+            .refusals
+            .with_label_values(&[workflow, kind])
+            .inc();
+    }
+
+    /// `r` about workspace `b` (in `state`), with `stage_status` as the next action.
+    pub(super) fn located(
+        &self,
+        mut r: Box<StageRefusal>,
+        b: &Bound,
+        state: Option<String>,
+        several: bool,
+    ) -> Box<StageRefusal> {
+        r.workflow = Some(b.workflow.clone());
+        r.workspace = Some(b.workspace.clone());
+        r.state = state;
+        r.next = Some(status_action(b, several));
+        r
+    }
+}
