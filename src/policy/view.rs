@@ -18,7 +18,7 @@ pub struct Scope {
     resources: GlobSet,
 }
 
-fn compile(globs: &[String]) -> GlobSet {
+pub(crate) fn compile(globs: &[String]) -> GlobSet {
     let mut b = GlobSetBuilder::new();
     // Patterns were validated at config load; a bad one here selects nothing.
     for g in globs {

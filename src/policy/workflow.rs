@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use globset::{Glob, GlobSet, GlobSetBuilder};
+use globset::GlobSet;
+
+use super::view::compile;
 
 /// A state and the tools a session bound to a workspace in it may see and call.
 #[derive(Debug, Clone)]
@@ -85,16 +87,6 @@ fn shown(exits: &[String]) -> String {
     } else {
         exits.join(", ")
     }
-}
-
-fn compile(globs: &[String]) -> GlobSet {
-    let mut b = GlobSetBuilder::new();
-    for g in globs {
-        if let Ok(glob) = Glob::new(g) {
-            b.add(glob);
-        }
-    }
-    b.build().unwrap_or_else(|_| GlobSet::empty())
 }
 
 /// One workflow (`[stages.NAME]`).

@@ -656,3 +656,28 @@ pub fn assert_portable<'a>(names: impl IntoIterator<Item = &'a str>) {
         );
     }
 }
+
+/// Runs a client script of the repository (`program script args…`) and parses the one JSON
+/// object it prints.
+pub fn script_report(program: &str, script: &str, args: &[&str]) -> serde_json::Value {
+    let repo = |p: &str| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(p);
+    let (program, script) = (repo(program), repo(script));
+    assert!(
+        program.exists() && script.exists(),
+        "{} or {} is missing: run `bash scripts/test.sh` (README's test command)",
+        program.display(),
+        script.display()
+    );
+    let out = std::process::Command::new(&program)
+        .arg(&script)
+        .args(args)
+        .output()
+        .expect("run the client script");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "no JSON report ({e}):\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
