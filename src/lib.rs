@@ -11,6 +11,7 @@ pub mod cli;
 pub mod clock;
 pub mod cluster;
 pub mod config;
+pub mod credentials;
 pub mod demo;
 pub mod envelope;
 pub mod error;

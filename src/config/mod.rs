@@ -103,7 +103,7 @@ pub struct RawAdmin {
     pub max_connections: Option<usize>,
 }
 
-/// `[credentials.NAME]`: exactly one of `source` and `oauth`.
+/// `[credentials.NAME]`: exactly one of `source`, `oauth` and `per_user`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawCredential {
@@ -113,6 +113,18 @@ pub struct RawCredential {
     pub source: Option<Spanned<String>>,
     /// A token from an OAuth2 token endpoint.
     pub oauth: Option<RawOAuth>,
+    /// Each person's own token, collected on fedgate's connect page.
+    pub per_user: Option<RawPerUser>,
+}
+
+/// `per_user = { kind = "token", hint = "..." }`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPerUser {
+    /// `token`: the person pastes a personal token on the page.
+    pub kind: Spanned<String>,
+    /// What the page asks the person to paste.
+    pub hint: Option<String>,
 }
 
 /// `oauth = { ... }`
@@ -348,6 +360,18 @@ pub struct RawGateway {
     /// Where the workspaces' stages are kept without `[cluster] redis` (a SQLite file,
     /// relative to the config file; default `fedgate-stages.db`).
     pub stage_db: Option<String>,
+    /// Where per-user credentials are kept without `[cluster] redis` (SQLite, relative to the
+    /// config file; default `fedgate-credentials.db`).
+    pub credential_db: Option<String>,
+    /// Key (secret reference, at least 32 bytes) that seals per-user credentials at rest;
+    /// required when a credential is `per_user`. Every replica needs the same one.
+    pub credential_key: Option<Spanned<String>>,
+    /// Former credential keys: what they sealed still opens, and is sealed again with
+    /// `credential_key` when next used.
+    #[serde(default)]
+    pub credential_keys_retired: Vec<Spanned<String>>,
+    /// The URL people reach this gateway at (for connect links); default the listener's.
+    pub public_url: Option<String>,
 }
 
 /// `[upstreams.NAME]`. Which fields apply depends on `kind`; `validate` reports misplaced ones.

@@ -68,6 +68,8 @@ pub struct Snapshot {
     pub views: Arc<crate::policy::view::Views>,
     /// `[stages.NAME]`: the workflows' state machines, and where their workspaces are kept.
     pub stages: StageSettings,
+    /// Per-user credentials: how they are sealed and kept (`None`: no credential is per user).
+    pub user_credentials: Option<UserCredentialSettings>,
     /// What is accepted but should be written otherwise (today's tool references, …).
     pub warnings: Vec<Diagnostic>,
 }
@@ -385,6 +387,16 @@ impl UpstreamSpec {
     pub fn exposes(&self, tool: &str) -> bool {
         self.allow.as_ref().is_none_or(|a| a.is_match(tool)) && !self.deny.is_match(tool)
     }
+}
+
+/// `[gateway] credential_key`, `credential_keys_retired`, `credential_db`, `public_url`.
+#[derive(Debug, Clone)]
+pub struct UserCredentialSettings {
+    pub key: secret::Secret,
+    pub retired: Vec<secret::Secret>,
+    /// SQLite file, unused with `[cluster] redis`.
+    pub db: std::path::PathBuf,
+    pub public_url: Option<String>,
 }
 
 /// The workflows (`[stages.NAME]`) and the SQLite file of their workspaces (`[gateway]

@@ -30,6 +30,9 @@ pub enum Source {
     ClientCredentials(OAuth),
     /// RFC 8693 token exchange of a subject token (a secret reference) for an upstream token.
     TokenExchange { oauth: OAuth, subject_token: String },
+    /// Each person's own token (`per_user`), collected on fedgate's connect page; it travels
+    /// on that person's requests only (`crate::credentials`), never on shared ones.
+    PerUser { hint: Option<String> },
 }
 
 /// Token endpoint settings; the secret stays a reference until used.
@@ -63,6 +66,14 @@ impl Credential {
             cache: Mutex::new(None),
             fetching: tokio::sync::Mutex::new(()),
             http: reqwest::Client::new(),
+        }
+    }
+
+    /// Each caller brings their own token (`per_user`); `Some(hint)` says what to paste.
+    pub fn per_user(&self) -> Option<Option<&str>> {
+        match &self.source {
+            Source::PerUser { hint } => Some(hint.as_deref()),
+            _ => None,
         }
     }
 
@@ -112,6 +123,9 @@ impl Credential {
         let name = &self.name;
         match &self.source {
             Source::Reference(r) => secret::resolve(r).map(|s| (s, None)),
+            Source::PerUser { .. } => Err(format!(
+                "credential `{name}` is per user: it has no token of its own"
+            )),
             Source::Exec(argv) => {
                 let (program, args) = argv.split_first().ok_or("empty exec command")?;
                 let out = tokio::process::Command::new(program)

@@ -44,6 +44,7 @@ pub struct Metrics {
     pub cluster: super::cluster_metrics::ClusterMetrics,
     pub search: super::search_metrics::SearchMetrics,
     pub stages: super::stage_metrics::StageMetrics,
+    pub credentials: super::credential_metrics::CredentialMetrics,
 }
 
 impl Metrics {
@@ -231,6 +232,7 @@ impl Metrics {
             super::cluster_metrics::ClusterMetrics::register(&registry, DURATION_BUCKETS)?;
         let search = super::search_metrics::SearchMetrics::register(&registry)?;
         let stages = super::stage_metrics::StageMetrics::register(&registry)?;
+        let credentials = super::credential_metrics::CredentialMetrics::register(&registry)?;
         registry.register(Box::new(envelopes.clone()))?;
         registry.register(Box::new(approvals.clone()))?;
         registry.register(Box::new(plans_pending.clone()))?;
@@ -263,6 +265,7 @@ impl Metrics {
             replay_dropped,
             search,
             stages,
+            credentials,
             flows,
             cluster,
         })

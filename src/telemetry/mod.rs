@@ -4,6 +4,7 @@ pub mod audit;
 pub mod benign;
 pub mod call_feed;
 pub mod cluster_metrics;
+pub mod credential_metrics;
 pub mod flow_metrics;
 pub mod metrics;
 pub mod one_line;

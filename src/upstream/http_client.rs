@@ -10,7 +10,7 @@ use std::{collections::HashMap, sync::Arc};
 use futures::stream::BoxStream;
 use http::{HeaderName, HeaderValue};
 use rmcp::{
-    model::ClientJsonRpcMessage,
+    model::{ClientJsonRpcMessage, GetExtensions, ServerJsonRpcMessage},
     transport::streamable_http_client::{
         SseError, StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
         StreamableHttpResponseLimits,
@@ -19,6 +19,7 @@ use rmcp::{
 use sse_stream::Sse;
 
 use crate::{
+    credentials::PersonToken,
     policy::token::{Credential, Placement},
     secret::Secret,
     telemetry::traces,
@@ -44,20 +45,29 @@ pub struct UpstreamHttpClient {
 
 impl UpstreamHttpClient {
     /// The request's headers with the credential in its place (and the token used, to
-    /// invalidate it on a 401).
+    /// invalidate it on a 401). A per-user credential is `person`'s token, on that person's
+    /// requests only; shared requests (initialize, lists) go without one.
     async fn headers(
         &self,
         auth: Option<String>,
         mut custom: Headers,
+        person: Option<&PersonToken>,
     ) -> Result<(Option<String>, Headers, Option<Secret>), Failed> {
         let Some(inj) = &self.injection else {
             return Ok((auth, custom, None));
         };
-        let token = inj.credential.token().await.map_err(|e| {
-            StreamableHttpError::UnexpectedServerResponse(
-                format!("upstream credential unavailable: {e}").into(),
-            )
-        })?;
+        let token = if inj.credential.per_user().is_some() {
+            match person {
+                Some(p) => p.0.clone(),
+                None => return Ok((auth, custom, None)),
+            }
+        } else {
+            inj.credential.token().await.map_err(|e| {
+                StreamableHttpError::UnexpectedServerResponse(
+                    format!("upstream credential unavailable: {e}").into(),
+                )
+            })?
+        };
         match &inj.placement {
             Placement::Bearer => Ok((Some(token.expose().to_owned()), custom, Some(token))),
             Placement::Header(name) => {
@@ -72,19 +82,23 @@ impl UpstreamHttpClient {
         }
     }
 
-    /// Sends with the credential; on 401 refreshes it once and sends again.
-    async fn with_credential<T, F, Fut>(
+    /// Sends with the credential; on 401 refreshes it once and sends again. A person's token
+    /// is not refreshed here: their request is answered with [`PERSON_REJECTED`], so the
+    /// pipeline drops the token and asks the person again (the shared connection stays up).
+    async fn with_credential<F, Fut>(
         &self,
         auth_header: Option<String>,
         custom_headers: Headers,
+        message: &ClientJsonRpcMessage,
         send: F,
-    ) -> Result<T, Failed>
+    ) -> Result<StreamableHttpPostResponse, Failed>
     where
         F: Fn(Option<String>, Headers) -> Fut,
-        Fut: std::future::Future<Output = Result<T, Failed>>,
+        Fut: std::future::Future<Output = Result<StreamableHttpPostResponse, Failed>>,
     {
+        let person = person_of(message);
         let (auth, headers, used) = self
-            .headers(auth_header.clone(), custom_headers.clone())
+            .headers(auth_header.clone(), custom_headers.clone(), person)
             .await?;
         let first = send(auth, headers).await;
         let (Some(inj), Some(used)) = (&self.injection, used) else {
@@ -93,10 +107,38 @@ impl UpstreamHttpClient {
         if !unauthorized(&first) {
             return first;
         }
+        if person.is_some() {
+            return match message {
+                ClientJsonRpcMessage::Request(r) => Ok(StreamableHttpPostResponse::Json(
+                    ServerJsonRpcMessage::error(
+                        rmcp::ErrorData::new(
+                            rmcp::model::ErrorCode(PERSON_REJECTED),
+                            "the upstream refused the caller's own credential",
+                            None,
+                        ),
+                        Some(r.id.clone()),
+                    ),
+                    None,
+                )),
+                _ => first,
+            };
+        }
         // One refresh per 401: the cached token may have been revoked or rotated.
         inj.credential.invalidate(&used);
-        let (auth, headers, _) = self.headers(auth_header, custom_headers).await?;
+        let (auth, headers, _) = self.headers(auth_header, custom_headers, None).await?;
         send(auth, headers).await
+    }
+}
+
+/// The JSON-RPC error code a person's request gets when the upstream answered it 401: the
+/// credential step (`pipeline::connect`) drops that person's token and asks again.
+pub const PERSON_REJECTED: i32 = -32_091;
+
+/// The person whose token a request carries (the credential step put it there).
+fn person_of(message: &ClientJsonRpcMessage) -> Option<&PersonToken> {
+    match message {
+        ClientJsonRpcMessage::Request(r) => r.request.extensions().get::<PersonToken>(),
+        _ => None,
     }
 }
 
@@ -165,7 +207,7 @@ impl StreamableHttpClient for UpstreamHttpClient {
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse, Failed> {
         traces::headers_for(&message, &mut custom_headers);
-        self.with_credential(auth_header, custom_headers, |auth, headers| {
+        self.with_credential(auth_header, custom_headers, &message, |auth, headers| {
             self.inner.post_message_with_response_limits(
                 uri.clone(),
                 message.clone(),
@@ -185,7 +227,7 @@ impl StreamableHttpClient for UpstreamHttpClient {
         auth_header: Option<String>,
         custom_headers: Headers,
     ) -> Result<(), Failed> {
-        let (auth, headers, _) = self.headers(auth_header, custom_headers).await?;
+        let (auth, headers, _) = self.headers(auth_header, custom_headers, None).await?;
         self.inner
             .delete_session(uri, session_id, auth, headers)
             .await
@@ -219,7 +261,7 @@ impl StreamableHttpClient for UpstreamHttpClient {
         custom_headers: Headers,
         max_sse_event_size: usize,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, Failed> {
-        let (auth, headers, _) = self.headers(auth_header, custom_headers).await?;
+        let (auth, headers, _) = self.headers(auth_header, custom_headers, None).await?;
         self.inner
             .get_stream_with_max_sse_event_size(
                 uri,

@@ -1,4 +1,4 @@
-//! `[credentials.NAME]`: secret references, `exec:` commands and OAuth grants.
+//! `[credentials.NAME]`: secret references, `exec:` commands, OAuth grants and per-user tokens.
 
 use std::{collections::BTreeMap, sync::Arc};
 
@@ -29,8 +29,23 @@ pub(super) fn validate_credentials(
                 );
             }
         };
-        let source = match (&c.source, &c.oauth) {
-            (Some(s), None) => {
+        let source = match (&c.source, &c.oauth, &c.per_user) {
+            (None, None, Some(p)) => {
+                if p.kind.get_ref() != "token" {
+                    cx.err_at(
+                        p.kind.span().start,
+                        format!(
+                            "credential `{name}`: per_user kind `{}` is not `token`",
+                            p.kind.get_ref()
+                        ),
+                    );
+                    continue;
+                }
+                Source::PerUser {
+                    hint: p.hint.clone(),
+                }
+            }
+            (Some(s), None, None) => {
                 let v = s.get_ref();
                 if let Some(cmd) = v.strip_prefix("exec:") {
                     let argv: Vec<String> = cmd.split_whitespace().map(str::to_owned).collect();
@@ -46,7 +61,7 @@ pub(super) fn validate_credentials(
                     Source::Reference(v.clone())
                 }
             }
-            (None, Some(o)) => {
+            (None, Some(o), None) => {
                 reference(cx, &o.client_secret);
                 let oauth = OAuth {
                     token_url: o.token_url.clone(),
@@ -77,7 +92,9 @@ pub(super) fn validate_credentials(
             _ => {
                 cx.err_at(
                     at,
-                    format!("credential `{name}`: set exactly one of `source` and `oauth`"),
+                    format!(
+                        "credential `{name}`: set exactly one of `source`, `oauth` and `per_user`"
+                    ),
                 );
                 continue;
             }
@@ -88,4 +105,64 @@ pub(super) fn validate_credentials(
         );
     }
     out
+}
+
+/// How per-user credentials are sealed and kept; `None` when no credential is per user. A
+/// per-user credential without `[gateway] credential_key` is an error: a random key would lose
+/// every person's credential at the next restart.
+pub(super) fn user_credential_settings(
+    cx: &mut Ctx<'_>,
+    g: &crate::config::RawGateway,
+    file: &str,
+    credentials: &BTreeMap<String, Arc<Credential>>,
+) -> Option<crate::config::snapshot::UserCredentialSettings> {
+    let first = credentials.values().find(|c| c.per_user().is_some())?;
+    let resolve = |cx: &mut Ctx<'_>, r: &Spanned<String>, what: &str| match crate::secret::resolve(
+        r.get_ref(),
+    ) {
+        Ok(s) if s.expose().len() >= 32 => Some(s),
+        Ok(_) => {
+            cx.err_at(
+                r.span().start,
+                format!("[gateway] {what} must be at least 32 bytes"),
+            );
+            None
+        }
+        Err(e) => {
+            cx.secret_problem(r.span().start, format!("[gateway] {what}: {e}"));
+            None
+        }
+    };
+    let Some(k) = &g.credential_key else {
+        cx.err_at(
+            0,
+            format!(
+                "credential `{}` is per user: set [gateway] credential_key (a secret reference of at least 32 bytes) to seal people's credentials",
+                first.name
+            ),
+        );
+        return None;
+    };
+    let key = resolve(cx, k, "credential_key")?;
+    let retired = g
+        .credential_keys_retired
+        .iter()
+        .filter_map(|r| resolve(cx, r, "credential_keys_retired"))
+        .collect();
+    Some(crate::config::snapshot::UserCredentialSettings {
+        key,
+        retired,
+        db: std::path::Path::new(file)
+            .parent()
+            .unwrap_or(std::path::Path::new(""))
+            .join(
+                g.credential_db
+                    .as_deref()
+                    .unwrap_or("fedgate-credentials.db"),
+            ),
+        public_url: g
+            .public_url
+            .as_ref()
+            .map(|u| u.trim_end_matches('/').to_owned()),
+    })
 }

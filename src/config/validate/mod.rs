@@ -40,7 +40,7 @@ use crate::{
     },
 };
 use auth::validate_auth;
-use credentials::validate_credentials;
+use credentials::{user_credential_settings, validate_credentials};
 use limits::validate_rate_limits;
 use telemetry::validate_tracing;
 use upstreams::{Across, Tiers, validate_upstream};
@@ -173,6 +173,7 @@ pub(super) fn validate(
         loaded: HashMap::new(),
     };
     let credentials = validate_credentials(&mut cx, &raw.credentials);
+    let user_credentials = user_credential_settings(&mut cx, &g, file, &credentials);
     let hooks = hooks::validate_hooks(&mut cx, &raw.guardrail_hooks);
     for (name, up) in &raw.upstreams {
         if let Some(spec) = validate_upstream(
@@ -391,6 +392,7 @@ pub(super) fn validate(
     Ok(Snapshot {
         views: Arc::new(views),
         stages,
+        user_credentials,
         warnings,
         flows,
         cluster,

@@ -323,6 +323,19 @@ pub(super) fn validate_upstream(
             );
             return None;
         }
+        // A person's token travels per request: only Streamable HTTP carries one per request,
+        // and a peer gateway gets no credential across the hop (it asks its own callers).
+        if cred.per_user().is_some() && kind != "http" {
+            cx.err_at(
+                c.span().start,
+                format!(
+                    "upstream `{name_s}`: per-user credential `{}` needs a Streamable HTTP upstream (kind = \"http\"){}",
+                    cred.name,
+                    if kind == "peer" { "; a peer gateway asks its own callers for theirs" } else { "" }
+                ),
+            );
+            return None;
+        }
         let placement = match &u.credential_header {
             None => Placement::Bearer,
             Some(h) => match HeaderName::try_from(h.as_str()) {

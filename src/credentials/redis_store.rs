@@ -1,0 +1,134 @@
+//! Per-user credentials in Redis (`[cluster] redis`): one hash `user-credentials` whose fields
+//! are `["owner","upstream"]` (JSON, so no name can collide with another) and whose values are
+//! the sealed credential with its time; used connect states are keys set once (`SET NX`) that
+//! expire with the state.
+
+use redis::AsyncCommands;
+
+use super::store::{Connected, CredentialStore, MAX_LISTED, Stored};
+use crate::cluster::redis::Redis;
+
+#[derive(Debug, Clone)]
+pub struct RedisCredentials(pub Redis);
+
+fn down(_: crate::cluster::redis::StoreDown) -> String {
+    "the shared credential store (redis) does not answer".to_owned()
+}
+
+fn field(owner: &str, upstream: &str) -> String {
+    serde_json::json!([owner, upstream]).to_string()
+}
+
+impl RedisCredentials {
+    fn hash(&self) -> String {
+        self.0.key(&["user-credentials"])
+    }
+
+    async fn all(&self) -> Result<Vec<(String, String)>, String> {
+        let hash = self.hash();
+        self.0
+            .run(
+                "credentials_list",
+                |mut c| async move { c.hgetall(&hash).await },
+            )
+            .await
+            .map_err(down)
+    }
+}
+
+#[async_trait::async_trait]
+impl CredentialStore for RedisCredentials {
+    async fn get(&self, owner: &str, upstream: &str) -> Result<Option<Stored>, String> {
+        let (hash, f) = (self.hash(), field(owner, upstream));
+        let raw: Option<String> = self
+            .0
+            .run(
+                "credential_get",
+                |mut c| async move { c.hget(&hash, &f).await },
+            )
+            .await
+            .map_err(down)?;
+        raw.map(|r| {
+            serde_json::from_str(&r).map_err(|e| format!("credential store: unreadable row: {e}"))
+        })
+        .transpose()
+    }
+
+    async fn put(&self, owner: &str, upstream: &str, stored: &Stored) -> Result<(), String> {
+        let (hash, f) = (self.hash(), field(owner, upstream));
+        let v = serde_json::to_string(stored).map_err(|e| e.to_string())?;
+        self.0
+            .run("credential_put", |mut c| async move {
+                c.hset::<_, _, _, ()>(&hash, &f, v).await
+            })
+            .await
+            .map_err(down)
+    }
+
+    async fn remove(&self, owner: &str, upstream: Option<&str>) -> Result<usize, String> {
+        let fields: Vec<String> = match upstream {
+            Some(u) => vec![field(owner, u)],
+            None => self
+                .all()
+                .await?
+                .into_iter()
+                .map(|(f, _)| f)
+                .filter(|f| serde_json::from_str::<[String; 2]>(f).is_ok_and(|[o, _]| o == owner))
+                .collect(),
+        };
+        if fields.is_empty() {
+            return Ok(0);
+        }
+        let hash = self.hash();
+        let n: usize = self
+            .0
+            .run("credential_remove", |mut c| async move {
+                c.hdel(&hash, fields).await
+            })
+            .await
+            .map_err(down)?;
+        Ok(n)
+    }
+
+    async fn list(&self) -> Result<Vec<Connected>, String> {
+        let mut out: Vec<Connected> = self
+            .all()
+            .await?
+            .into_iter()
+            .filter_map(|(f, v)| {
+                let [owner, upstream] = serde_json::from_str::<[String; 2]>(&f).ok()?;
+                let stored: Stored = serde_json::from_str(&v).ok()?;
+                Some(Connected {
+                    owner,
+                    upstream,
+                    connected_at_ms: stored.connected_at_ms,
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.owner, &a.upstream).cmp(&(&b.owner, &b.upstream)));
+        out.truncate(MAX_LISTED);
+        Ok(out)
+    }
+
+    async fn claim(&self, nonce: &str, expires_at_ms: u64) -> Result<bool, String> {
+        let key = self.0.key(&["connect-state", nonce]);
+        let ttl_ms = expires_at_ms
+            .saturating_sub(crate::clock::now_ms())
+            .max(1_000);
+        let set: Option<String> = self
+            .0
+            .run("connect_state_claim", |mut c| async move {
+                redis::cmd("SET")
+                    .arg(&key)
+                    .arg(1)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(ttl_ms)
+                    .query_async(&mut c)
+                    .await
+            })
+            .await
+            .map_err(down)?;
+        Ok(set.is_some())
+    }
+}
