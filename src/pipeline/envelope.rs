@@ -314,6 +314,7 @@ pub fn plan_for(e: &CallError, correlation_id: &str) -> Plan {
             super::error::tier_fix(*refusal, upstream, upstream_tool, tier),
         )),
         CallError::Staged(r) => r.plan(base(Status::Blocked)),
+        CallError::Connect(r) => r.plan(base(Status::Blocked)),
         CallError::Guarded(r) => base(Status::Blocked)
             .error(PlanError::new(code, msg.clone(), r.retryable()).hint(r.hint())),
         CallError::RateLimited { retry_after, .. } => {

@@ -9,7 +9,7 @@
 //!  outer   wire ─ observe(resolve, span, audit, metrics, envelope)
 //!  inner   hop guard ─ authz ─ stage gate ─ trust ─ arguments ─ guard ─ approval ─ rate limit ─ idempotency
 //!          ─ dispatch by target kind
-//!  upstream terminal   retry ─ breaker ─ forward (deadline, progress, cancellation, transport)
+//!  upstream terminal   connect ─ retry ─ breaker ─ forward (deadline, progress, cancellation, transport)
 //! ```
 //!
 //! Order (outer to inner) and why:
@@ -44,7 +44,9 @@
 //!   would run use up a budget, and keys are authenticated identities.
 //! - `idempotency` — a repeated idempotency key gets the recorded answer; before retry, so a
 //!   recorded answer is never re-fetched.
-//! - `dispatch` — the terminal of the call's target kind. For an upstream: `retry` (only calls
+//! - `dispatch` — the terminal of the call's target kind. For an upstream: `connect` (the
+//!   caller's own token for a `per_user` credential, asked for when missing; before the
+//!   breaker, since a person without a token is no upstream failure), `retry` (only calls
 //!   safe to repeat, only after transport failures; outside the breaker, which sees every
 //!   attempt and stops retries), `breaker` (innermost policy, so it sees exactly the attempts
 //!   that reach the upstream) and `forward`.
@@ -54,6 +56,7 @@ mod approval;
 mod arguments;
 mod authz;
 mod breaker;
+mod connect;
 mod dispatch;
 mod envelope;
 mod error;
@@ -107,8 +110,9 @@ pub use approval::{Approvals, ApproveTool, approves, plan_caller};
 pub use arguments::Arguments;
 pub use authz::Authz;
 pub use breaker::Breaker;
+pub use connect::Connect;
 pub use envelope::plan_for;
-pub use error::{CallError, Held, StageRefusal};
+pub use error::{CallError, ConnectRefusal, Held, StageRefusal};
 pub use forward::Forward;
 pub use gate::Gate;
 pub use hop::HopGuard;
@@ -238,6 +242,9 @@ pub struct Call {
     /// Set when an approved plan re-enters the stack: the plan's id (the approval gate lets
     /// the call through; audit and logs name the plan).
     pub approved: Option<String>,
+    /// Set by `connect`: the caller's own token for an upstream whose credential is per user
+    /// (it rides on the outgoing request's extensions, never in its JSON).
+    pub person: Option<crate::credentials::PersonToken>,
 }
 
 impl Call {
@@ -260,6 +267,7 @@ impl Call {
             retry_safe: false,
             approval: None,
             approved: None,
+            person: None,
         }
     }
 }
@@ -315,12 +323,18 @@ pub struct Parts {
     pub max_hops: usize,
     /// The workflows' stages (`[stages.NAME]`), when any are configured.
     pub gate: Option<Arc<dyn Gate>>,
+    /// Per-user upstream credentials, when a credential is `per_user`.
+    pub credentials: Option<Arc<crate::credentials::UserCredentials>>,
 }
 
 /// Builds the stack; see the module doc for the order.
 pub fn build(parts: Parts) -> Stacks {
     // The terminal of upstream targets; own tools answer in `Dispatch` itself.
     let upstream = ServiceBuilder::new()
+        .layer(StepLayer::new(Connect {
+            credentials: parts.credentials.clone(),
+            wait: parts.input_wait,
+        }))
         .layer(StepLayer::new(Retry))
         .layer(StepLayer::new(Breaker))
         .service(Forward::new(roundtrip::exchange::RoundTrip::new(

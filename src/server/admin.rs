@@ -151,6 +151,11 @@ impl Admin {
             .await
             .unwrap_or_else(|| json(StatusCode::NOT_FOUND, &json!({"error": "unknown"})));
         }
+        if parts.starts_with(&["admin", "credentials"]) {
+            return super::admin_credentials::route(&self.core, &method, &parts)
+                .await
+                .unwrap_or_else(|| json(StatusCode::NOT_FOUND, &json!({"error": "unknown"})));
+        }
         if parts.starts_with(&["admin", "flows"]) {
             return super::admin_flows::route(&self.core, &method, &parts, query, &body)
                 .await
@@ -257,6 +262,7 @@ impl Admin {
                 &json!({"error": "unknown admin endpoint", "endpoints": [
                     "GET /admin/upstreams", "POST /admin/upstreams/NAME/breaker/reset",
                     "GET /admin/pins", "POST /admin/pins/accept", "GET /admin/config", "GET /admin/views", "GET /admin/stages",
+                    "GET /admin/credentials", "DELETE /admin/credentials/PERSON[/UPSTREAM]",
                     "GET /admin/plans", "POST /admin/plans/ID/approve", "POST /admin/plans/ID/deny",
                     "POST /admin/reload", "GET /metrics", "GET /admin/flows (and below)",
                     "GET /admin/calls (and below)", "GET /admin/latency", "GET /console",

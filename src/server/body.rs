@@ -21,7 +21,7 @@ const MIN_BODY_RATE: u64 = 1024;
 const MIN_RATE_GRACE: Duration = Duration::from_secs(1);
 
 /// Why a body was not read.
-enum Unread {
+pub(super) enum Unread {
     TooLarge,
     Broken(String),
     /// Not complete within the body timeout.
@@ -32,7 +32,7 @@ enum Unread {
 
 impl Unread {
     /// What a client is told.
-    fn refusal(self, max_body: usize, timeout: Duration) -> WireError {
+    pub(super) fn refusal(self, max_body: usize, timeout: Duration) -> WireError {
         match self {
             Unread::TooLarge => WireError::BodyTooLarge { max: max_body },
             Unread::Broken(why) => WireError::BodyBroken { why },
@@ -59,7 +59,7 @@ pub(super) async fn read_plain(
 
 /// The whole body, read frame by frame: at most `max_body` bytes, within `timeout`, and never
 /// slower than [`MIN_BODY_RATE`] after the grace.
-async fn collect(mut body: Incoming, max_body: usize, timeout: Duration) -> Result<Bytes, Unread> {
+pub(super) async fn collect(mut body: Incoming, max_body: usize, timeout: Duration) -> Result<Bytes, Unread> {
     let start = tokio::time::Instant::now();
     let deadline = start + timeout;
     let mut got = bytes::BytesMut::new();

@@ -55,6 +55,8 @@ pub struct Core {
     /// The workflows' stages and which session works in which workspace (`[stages]`; bound
     /// at start: a reload changes the workflows, not whether there are any).
     pub stages: Option<Arc<Stages>>,
+    /// Per-user upstream credentials (bound at start, like the rest of `[gateway]`).
+    pub credentials: Option<Arc<crate::credentials::UserCredentials>>,
     /// Plans waiting for approval (bound at start, like the rest of `[gateway]`).
     pub plans: Arc<Plans>,
     /// Finished calls for the operator console (when `[admin]` serves it; bound at start).
@@ -130,6 +132,16 @@ impl Core {
             pool.clone(),
             metrics.stages.clone(),
         )?;
+        let credentials = match &snapshot.user_credentials {
+            Some(u) => Some(Arc::new(crate::credentials::UserCredentials::open(
+                crate::credentials::Sealer::new(&u.key, &u.retired)?,
+                &u.db,
+                cluster.redis.clone(),
+                u.public_url.clone(),
+                metrics.credentials.clone(),
+            )?)),
+            None => None,
+        };
         let mut fixed: Vec<Arc<dyn crate::pipeline::OwnTool>> = vec![Arc::new(ApproveTool)];
         if let Some(s) = &stages {
             fixed.extend(s.own_tools());
@@ -146,6 +158,7 @@ impl Core {
             views,
             search,
             stages,
+            credentials,
             flows,
             fixed_tools,
             metrics,
@@ -251,6 +264,7 @@ impl Core {
                 .stages
                 .clone()
                 .map(|s| s as Arc<dyn crate::pipeline::Gate>),
+            credentials: self.credentials.clone(),
         });
         if let Some(stages) = &self.stages {
             stages.set_audit(audit.clone());

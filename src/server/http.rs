@@ -44,6 +44,8 @@ fn unknown_view(name: &str, views: &crate::policy::view::Views) -> Response<Body
         }),
     )
 }
+/// `/connect/<upstream>`: where people connect their own credentials (`per_user`).
+const CONNECT_PREFIX: &str = "/connect/";
 /// The handshake era's session header.
 const SESSION_HEADER: &str = "mcp-session-id";
 
@@ -60,6 +62,10 @@ pub async fn serve(
     close_all: CancellationToken,
 ) -> std::io::Result<()> {
     let local = listener.local_addr()?;
+    if let Some(c) = &core.credentials {
+        let scheme = if settings.tls.is_some() { "https" } else { "http" };
+        c.set_listener_url(format!("{scheme}://{local}"));
+    }
     // Session streams start with a priming event and are buffered for resumption (`replay`).
     let mut sessions = LocalSessionManager::default();
     sessions.session_config.sse_retry = settings.sse_retry;
@@ -271,6 +277,10 @@ impl Edge {
                         &serde_json::json!({"error": "OAuth is not configured"}),
                     ),
                 }
+            }
+            p if p.starts_with(CONNECT_PREFIX) => {
+                let upstream = p[CONNECT_PREFIX.len()..].to_owned();
+                super::connect_page::serve(&core, &upstream, req, body_timeout).await
             }
             "/healthz" => json(StatusCode::OK, &serde_json::json!({"status": "ok"})),
             // With [auth], the details (error texts, server names) are for callers who

@@ -141,6 +141,7 @@ impl Gateway {
             retry_safe: false,
             approval: None,
             approved: None,
+            person: None,
         };
         self.stack.clone().oneshot(call).await
     }

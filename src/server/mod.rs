@@ -1,11 +1,13 @@
 //! The downstream face: the MCP handler, the HTTP listener, stdio, and session bookkeeping.
 
 pub mod admin;
+mod admin_credentials;
 mod admin_flows;
 mod admin_stages;
 mod admin_tools;
 mod admin_views;
 mod body;
+mod connect_page;
 mod console;
 pub mod core;
 mod health;

@@ -9,7 +9,7 @@ use serde_json::json;
 use crate::{
     approval::PlanRefusal,
     envelope::{Ask, Plan, Safety},
-    error::{Classify, Side},
+    error::Classify,
     policy::{arguments::Problem, trust::TierRefusal},
     router::cursor::BadCursor,
     upstream::Phase,
@@ -127,6 +127,9 @@ pub enum CallError {
     /// The workspace's stage does not allow the call, or the move was refused.
     #[error("{0}")]
     Staged(Box<StageRefusal>),
+    /// The upstream needs the caller's own credential (`per_user`).
+    #[error("{0}")]
+    Connect(Box<ConnectRefusal>),
     /// A failure with the plan envelope made for it (set by `observe`, turned into the wire
     /// form by `wire`); everything else reads the cause.
     #[error("{cause}")]
@@ -191,96 +194,6 @@ pub fn tier_fix(refusal: TierRefusal, upstream: &str, tool: &str, tier: &str) ->
 impl From<BadCursor> for CallError {
     fn from(_: BadCursor) -> Self {
         CallError::BadCursor
-    }
-}
-
-impl Classify for CallError {
-    fn side(&self) -> Side {
-        match self {
-            CallError::UnknownTool { .. }
-            | CallError::UnknownPrompt { .. }
-            | CallError::UnknownResource { .. }
-            | CallError::UnknownTask
-            | CallError::BadCursor
-            | CallError::BadRequestState { .. }
-            | CallError::NoClientInput { .. }
-            | CallError::TierRefused { .. }
-            | CallError::RateLimited { .. }
-            | CallError::NotAuthorized { .. }
-            | CallError::IdempotencyConflict
-            | CallError::TooDeep { .. }
-            | CallError::Hop(_)
-            | CallError::InvalidArguments { .. }
-            | CallError::ApprovalRequired { .. }
-            | CallError::Plan(_)
-            | CallError::Staged(_)
-            | CallError::Cancelled => Side::Downstream,
-            CallError::Guarded(r) if r.before_upstream() => Side::Downstream,
-            CallError::Guarded(_) => Side::Upstream,
-            CallError::Planned { cause, .. } => cause.side(),
-            CallError::BreakerOpen { .. }
-            | CallError::Busy { .. }
-            | CallError::StoreUnavailable { .. }
-            | CallError::FlowsElsewhere { .. }
-            | CallError::Internal { .. } => Side::Internal,
-            CallError::ResponseTooLarge { .. } => Side::Upstream,
-            CallError::UpstreamUnavailable { .. }
-            | CallError::UpstreamTimeout { .. }
-            | CallError::UpstreamClosed { .. }
-            | CallError::UpstreamRefused { .. }
-            | CallError::UpstreamFailed { .. } => Side::Upstream,
-        }
-    }
-
-    /// A stable code for audit records and logs.
-    fn code(&self) -> &'static str {
-        match self {
-            CallError::UnknownTool { .. } => "unknown_tool",
-            CallError::UnknownPrompt { .. } => "unknown_prompt",
-            CallError::UnknownResource { .. } => "unknown_resource",
-            CallError::UnknownTask => "unknown_task",
-            CallError::BadCursor => "bad_cursor",
-            CallError::BadRequestState { .. } => "bad_request_state",
-            CallError::Busy { .. } => "busy",
-            CallError::FlowsElsewhere { .. } => "flows_elsewhere",
-            CallError::NoClientInput { .. } => "no_client_input",
-            CallError::Internal { .. } => "internal",
-            CallError::UpstreamUnavailable { .. } => "upstream_unavailable",
-            CallError::UpstreamTimeout { .. } => "timeout",
-            CallError::UpstreamClosed { .. } => "upstream_closed",
-            CallError::UpstreamRefused { .. } => "upstream_error",
-            CallError::UpstreamFailed { .. } => "upstream_failed",
-            CallError::Cancelled => "cancelled",
-            CallError::TooDeep { .. } => "too_deep",
-            CallError::Hop(crate::hops::HopRefusal::Loop { .. }) => "hop_loop",
-            CallError::Hop(crate::hops::HopRefusal::TooFar { .. }) => "hop_limit",
-            CallError::NotAuthorized { .. } => "not_authorized",
-            CallError::IdempotencyConflict => "idempotency_conflict",
-            CallError::ResponseTooLarge { .. } => "response_too_large",
-            CallError::BreakerOpen { .. } => "breaker_open",
-            CallError::RateLimited { .. } => "rate_limited",
-            CallError::StoreUnavailable { .. } => "store_unavailable",
-            CallError::TierRefused { refusal, .. } => refusal.code(),
-            CallError::InvalidArguments { .. } => "invalid_arguments",
-            CallError::ApprovalRequired { .. } => "approval_required",
-            CallError::Plan(r) => r.code(),
-            CallError::Guarded(r) => r.code(),
-            CallError::Staged(r) => r.code,
-            CallError::Planned { cause, .. } => cause.code(),
-        }
-    }
-
-    fn retryable(&self) -> bool {
-        if let CallError::Planned { cause, .. } = self {
-            return cause.retryable();
-        }
-        matches!(
-            self,
-            CallError::UpstreamClosed { .. }
-                | CallError::UpstreamUnavailable { .. }
-                | CallError::UpstreamTimeout { .. }
-                | CallError::UpstreamFailed { .. }
-        )
     }
 }
 
@@ -487,6 +400,7 @@ impl CallError {
             }
             CallError::Guarded(r) => McpError::invalid_request(msg, Some(r.data())),
             CallError::Staged(r) => McpError::invalid_request(msg, Some(r.data())),
+            CallError::Connect(r) => McpError::new(ErrorCode(r.wire_code()), msg, Some(r.data())),
             CallError::Planned { cause, plan } => {
                 let mut wire = cause.to_mcp();
                 // The plan joins whatever data the error has; data that is not an object (an
@@ -538,6 +452,7 @@ impl CallError {
                 | CallError::TierRefused { .. }
                 | CallError::IdempotencyConflict
                 | CallError::Staged(_)
+                | CallError::Connect(_)
         ) || matches!(self, CallError::Guarded(r) if r.before_upstream())
     }
 
@@ -566,6 +481,7 @@ impl CallError {
                 | CallError::Plan(_)
                 | CallError::Guarded(_)
                 | CallError::Staged(_)
+                | CallError::Connect(_)
         ) || matches!(self, CallError::Planned { cause, .. } if cause.is_refusal())
     }
 
@@ -591,8 +507,11 @@ impl CallError {
     }
 }
 
+mod classify;
+mod connect;
 mod stage;
 #[cfg(test)]
 mod tests;
 
+pub use connect::ConnectRefusal;
 pub use stage::StageRefusal;

@@ -102,8 +102,17 @@ impl RoundTrip {
             progress_token,
             ct,
             identity,
+            person,
             ..
         } = call;
+        // The caller's own token (a per-user credential) goes with each request sent for them.
+        let to_request = |op: Op| {
+            let mut r = to_request(op);
+            if let Some(p) = &person {
+                rmcp::model::GetExtensions::extensions_mut(&mut r).insert(p.clone());
+            }
+            r
+        };
         // Only calls that park or resume need it (a digest of the arguments).
         let bind = || binding(&identity.name, upstream, &op);
         let meta = federated(

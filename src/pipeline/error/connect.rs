@@ -1,0 +1,69 @@
+//! A call that needs the caller's own credential for its upstream (`per_user`): where to
+//! connect it, or why it cannot be. The wire error is MCP's URL-required error (-32042) with
+//! the URL elicitation in `data.elicitations`, so clients with URL elicitation open it and
+//! retry; the `blocked` plan says the same to any agent. The token itself is never in it.
+
+use serde_json::{Value, json};
+
+use crate::envelope::{Plan, PlanError};
+
+/// MCP's `URLElicitationRequiredError`.
+pub const URL_ELICITATION_REQUIRED: i32 = -32_042;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectRefusal {
+    /// `credential_required` (connect at `url`), `credential_declined`, `credential_anonymous`,
+    /// `credential_rejected` (the upstream refused the token just given).
+    pub code: &'static str,
+    pub upstream: String,
+    /// The connect link and its elicitation id, for `credential_required`.
+    pub url: Option<(String, String)>,
+    pub message: String,
+}
+
+impl std::fmt::Display for ConnectRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl ConnectRefusal {
+    /// `error.data` of the wire error.
+    pub fn data(&self) -> Value {
+        let mut d = json!({"reason": self.code, "upstream": self.upstream});
+        if let Some((url, id)) = &self.url {
+            d["elicitations"] = json!([{
+                "mode": "url",
+                "elicitationId": id,
+                "url": url,
+                "message": self.message,
+            }]);
+        }
+        d
+    }
+
+    pub fn wire_code(&self) -> i32 {
+        match self.url {
+            Some(_) => URL_ELICITATION_REQUIRED,
+            None => rmcp::model::ErrorCode::INVALID_REQUEST.0,
+        }
+    }
+
+    /// The `blocked` plan: what the person must do, then call again.
+    pub fn plan(&self, base: Plan) -> Plan {
+        let hint = match &self.url {
+            Some((url, _)) => format!(
+                "tell your user: open {url} and connect their `{}` account there (the link works once, for 10 minutes); then call the tool again",
+                self.upstream
+            ),
+            None if self.code == "credential_anonymous" => {
+                "tell your user: sign in to the gateway (an API key or token of their own) to use this upstream".to_owned()
+            }
+            None => format!(
+                "tell your user: `{}` needs their own account connected; call the tool again to get a link",
+                self.upstream
+            ),
+        };
+        base.error(PlanError::new(self.code, self.message.clone(), true).hint(hint))
+    }
+}

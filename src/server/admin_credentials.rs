@@ -1,0 +1,48 @@
+//! `GET /admin/credentials`: who connected which per-user upstream, and when (never a token);
+//! `DELETE /admin/credentials/<person>` revokes all of a person's credentials,
+//! `DELETE /admin/credentials/<person>/<upstream>` one of them.
+
+use http::{Method, StatusCode};
+use serde_json::json;
+
+use super::{core::Core, http::Body, responses::json};
+
+pub(super) async fn route(
+    core: &Core,
+    method: &Method,
+    parts: &[&str],
+) -> Option<http::Response<Body>> {
+    let Some(creds) = &core.credentials else {
+        return Some(match *method {
+            Method::GET => json(StatusCode::OK, &json!({"connections": []})),
+            _ => json(
+                StatusCode::NOT_FOUND,
+                &json!({"error": "no credential is per user"}),
+            ),
+        });
+    };
+    let down = |e: String| {
+        tracing::warn!("credential store: {e}");
+        json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &json!({"error": "the credential store does not answer"}),
+        )
+    };
+    Some(match (method, parts) {
+        (&Method::GET, ["admin", "credentials"]) => match creds.list().await {
+            Ok(list) => json(StatusCode::OK, &json!({"connections": list})),
+            Err(e) => down(e),
+        },
+        (&Method::DELETE, ["admin", "credentials", owner, rest @ ..]) if rest.len() <= 1 => {
+            let upstream = rest.first().copied();
+            match creds.revoke(owner, upstream).await {
+                Ok(n) => {
+                    tracing::info!(upstream, "per-user credentials revoked by the admin API");
+                    json(StatusCode::OK, &json!({"owner": owner, "revoked": n}))
+                }
+                Err(e) => down(e),
+            }
+        }
+        _ => return None,
+    })
+}
