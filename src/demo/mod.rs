@@ -10,6 +10,7 @@ mod flow_tools;
 pub mod guardrail;
 mod handler;
 mod input;
+mod per_user;
 mod research;
 mod schemas;
 mod sse;
@@ -84,6 +85,10 @@ pub struct DemoArgs {
     /// examples/stages) instead of the demo's own.
     #[arg(long)]
     research: bool,
+    /// HTTP only: act as the person whose personal token comes with a call (`person=token`
+    /// lines, read per request); serves `whoami` instead of the demo's own tools.
+    #[arg(long)]
+    user_tokens: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Default)]
@@ -103,6 +108,8 @@ struct State {
     poisoned: bool,
     /// `--research`.
     research: bool,
+    /// `--user-tokens`.
+    user_tokens: Option<std::path::PathBuf>,
     /// What asking for roots at startup gave (with `--roots-at-start`).
     startup_roots: Mutex<Option<String>>,
     peers: Mutex<Vec<Peer<RoleServer>>>,
@@ -145,12 +152,14 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, String> {
             faults: args.faults,
             poisoned: args.poisoned,
             research: args.research,
+            user_tokens: args.user_tokens.clone(),
             evolved: AtomicBool::new(args.evolved),
             ..Default::default()
         }),
     };
     if let Some(addr) = args.http {
-        return serve_http(addr, demo, args.require_bearer_file.clone()).await;
+        let gate = args.user_tokens.clone().map(per_user::gate);
+        return serve_http(addr, demo, args.require_bearer_file.clone(), gate).await;
     }
     if let Some(addr) = args.sse {
         return sse::serve(addr, demo).await;
@@ -167,6 +176,7 @@ async fn serve_http(
     addr: SocketAddr,
     demo: Demo,
     require_bearer: Option<std::path::PathBuf>,
+    gate: Option<crate::server::http::Gate>,
 ) -> Result<ExitCode, String> {
     use rmcp::transport::{
         StreamableHttpServerConfig, StreamableHttpService,
@@ -184,7 +194,7 @@ async fn serve_http(
     println!("demo upstream listening on http://{local}/mcp");
     // `--require-bearer-file`: only `Authorization: Bearer <file content>` gets through, read
     // per request, so a test can rotate the accepted token.
-    let gate = require_bearer.map(|path| -> crate::server::http::Gate {
+    let gate = gate.or(require_bearer.map(|path| -> crate::server::http::Gate {
         Arc::new(move |headers: &http::HeaderMap| {
             let want = std::fs::read_to_string(&path).unwrap_or_default();
             headers
@@ -192,7 +202,7 @@ async fn serve_http(
                 .and_then(|v| v.to_str().ok())
                 .is_some_and(|v| v == format!("Bearer {}", want.trim()))
         })
-    });
+    }));
     crate::server::http::serve_plain(listener, service, gate)
         .await
         .map_err(|e| e.to_string())?;

@@ -35,6 +35,7 @@ fn refusal(code: &'static str, upstream: &str, message: String) -> CallError {
         upstream: upstream.to_owned(),
         url: None,
         message,
+        as_error: false,
     }))
 }
 
@@ -102,6 +103,15 @@ impl Step for Connect {
     }
 }
 
+/// Whether the caller declared elicitation at all.
+fn declared_elicitation(call: &Call) -> bool {
+    call.downstream.as_ref().is_some_and(|d| {
+        d.capabilities
+            .as_ref()
+            .is_some_and(|c| c.elicitation.is_some())
+    })
+}
+
 /// Whether the caller declared URL-mode elicitation.
 fn can_open_urls(call: &Call) -> bool {
     call.downstream.as_ref().is_some_and(|d| {
@@ -133,6 +143,7 @@ async fn obtain(
             upstream: upstream.to_owned(),
             url: Some((ask.url, ask.elicitation_id)),
             message,
+            as_error: declared_elicitation(call),
         })));
     };
     let request: ServerRequest = serde_json::from_value(json!({

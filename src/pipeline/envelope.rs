@@ -158,6 +158,9 @@ pub(super) fn wrap(
 /// Whether a `tools/call` outcome reaches the model as a tool result (something it can
 /// correct or wait out) rather than a JSON-RPC error.
 fn travels_as_result(e: &CallError) -> bool {
+    if let CallError::Connect(r) = e {
+        return !r.as_error;
+    }
     !matches!(
         e,
         CallError::UnknownTool { .. }

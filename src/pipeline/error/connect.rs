@@ -19,6 +19,9 @@ pub struct ConnectRefusal {
     /// The connect link and its elicitation id, for `credential_required`.
     pub url: Option<(String, String)>,
     pub message: String,
+    /// The caller declared elicitation (though not URL mode): it gets MCP's URL-required
+    /// error; callers without elicitation get the plan as a tool result their model reads.
+    pub as_error: bool,
 }
 
 impl std::fmt::Display for ConnectRefusal {

@@ -1,0 +1,283 @@
+//! Per-user upstream credentials (`per_user`) through a real fedgate, a real upstream that acts
+//! as the person whose token comes with a call (`demo-upstream --user-tokens`), real rmcp
+//! clients and the connect page over HTTP (reqwest standing in for the person's browser).
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use rmcp::{
+    ClientHandler, ErrorData as McpError, RoleClient,
+    model::{
+        ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, Implementation,
+        ProtocolVersion,
+    },
+    service::RequestContext,
+};
+use serde_json::{Value, json};
+
+const TIERS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/trust-tiers");
+const ALICE: &str = "fgk_alice_per_user_test_only";
+const BOB: &str = "fgk_bob_per_user_test_only";
+const CAROL: &str = "fgk_carol_per_user_test_only";
+const ADMIN_TOKEN: &str = "admin-per-user-test-only";
+const KEY: &str = "per-user-credential-key-test-only-0123456789";
+
+struct Setup {
+    gw: Gateway,
+    _upstream: UrlProcess,
+    tokens: std::path::PathBuf,
+    /// Holds the config and the credential store (a restart finds them again).
+    dir: tempfile::TempDir,
+}
+
+const ENV: [(&str, &str); 2] = [("FG_CREDENTIAL_KEY", KEY), ("FEDGATE_ADMIN_TOKEN", ADMIN_TOKEN)];
+
+fn serve(dir: &std::path::Path) -> Gateway {
+    Gateway::start_file_env(&dir.join("gateway.toml"), tempfile::tempdir().unwrap(), &ENV)
+}
+
+fn config(upstream_url: &str) -> String {
+    format!(
+        "[gateway]\ntiers_dir = {TIERS:?}\ncredential_key = \"env:FG_CREDENTIAL_KEY\"\ninput_wait_ms = 20000\n\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"env:FEDGATE_ADMIN_TOKEN\"\n\n\
+         [auth]\nanonymous = false\n\
+         [[auth.api_keys]]\nname = \"alice\"\nsha256 = \"{}\"\nroles = [\"dev\"]\n\
+         [[auth.api_keys]]\nname = \"bob\"\nsha256 = \"{}\"\nroles = [\"dev\"]\n\
+         [[auth.api_keys]]\nname = \"carol\"\nsha256 = \"{}\"\nroles = [\"dev\"]\n\n\
+         [roles.dev]\ntools = [\"*\"]\n\n\
+         [credentials.gh_people]\nclass = \"user\"\nper_user = {{ kind = \"token\", hint = \"Your personal gh token\" }}\n\n\
+         [upstreams.gh]\nkind = \"http\"\nurl = \"{upstream_url}\"\ncredential = \"gh_people\"\n",
+        raw::sha(ALICE),
+        raw::sha(BOB),
+        raw::sha(CAROL),
+    )
+}
+
+fn start() -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "alice=gh-alice\nbob=gh-bob\ncarol=gh-carol\n").unwrap();
+    let upstream = UrlProcess::start(&[
+        "demo-upstream",
+        "--name",
+        "gh",
+        "--user-tokens",
+        tokens.to_str().unwrap(),
+        "--http",
+        "127.0.0.1:0",
+    ]);
+    std::fs::write(dir.path().join("gateway.toml"), config(&upstream.url)).unwrap();
+    let gw = serve(dir.path());
+    Setup {
+        gw,
+        _upstream: upstream,
+        tokens,
+        dir,
+    }
+}
+
+/// The connect link of a URL-required refusal, with its plan.
+fn link_of(e: &rmcp::ServiceError) -> (String, Value) {
+    let rmcp::ServiceError::McpError(e) = e else {
+        panic!("not a JSON-RPC error: {e}");
+    };
+    assert_eq!(e.code.0, -32042, "{e:?}");
+    let data = e.data.clone().unwrap();
+    assert_eq!(data["reason"], "credential_required");
+    let url = data["elicitations"][0]["url"].as_str().unwrap().to_owned();
+    let plan = data["io.fedgate/orchestrated_plan"].clone();
+    (url, plan)
+}
+
+/// What a person does in the browser: opens the link, pastes the token, submits.
+async fn connect_in_browser(url: &str, token: &str) -> (u16, String) {
+    let page = reqwest::get(url).await.unwrap();
+    assert_eq!(page.status().as_u16(), 200);
+    let csp = page.headers()["content-security-policy"].to_str().unwrap().to_owned();
+    assert!(csp.contains("default-src 'none'"), "{csp}");
+    let html = page.text().await.unwrap();
+    assert!(html.contains("Your personal gh token"), "{html}");
+    let state = url.split("state=").nth(1).unwrap();
+    let action = url.split('?').next().unwrap();
+    let r = reqwest::Client::new()
+        .post(action)
+        .form(&[("state", state), ("token", token)])
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+async fn admin(gw: &Gateway, method: reqwest::Method, path: &str) -> Value {
+    let r = reqwest::Client::new()
+        .request(method, format!("{}{path}", gw.admin.clone().unwrap()))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    r.json().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_person_connects_their_own_account_once_and_calls_run_as_them() {
+    let s = start();
+    let alice = connect_with_token(&s.gw.url, ALICE, TestClient::new()).await.unwrap();
+    let bob = connect_with_token(&s.gw.url, BOB, TestClient::new()).await.unwrap();
+
+    // No credential yet: a URL-required error with a link, and a blocked plan saying so.
+    let e = call(&alice, "gh__whoami", json!({})).await.unwrap_err();
+    let (alice_link, plan) = link_of(&e);
+    assert_eq!(plan["status"], "blocked");
+    assert!(plan["errors"][0]["hint"].as_str().unwrap().contains(&alice_link));
+
+    // Bad input on the page stores nothing.
+    let (status, body) = connect_in_browser(&alice_link, "has spaces in it").await;
+    assert_eq!(status, 400, "{body}");
+    let forged = alice_link.replace("state=", "state=00");
+    let r = reqwest::get(&forged).await.unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let other = alice_link.replace("/connect/gh?", "/connect/nope?");
+    assert_eq!(reqwest::get(&other).await.unwrap().status().as_u16(), 404);
+
+    let (status, body) = connect_in_browser(&alice_link, "gh-alice").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(!body.contains("gh-alice"));
+    // Single use: the same link does not connect again (not even for someone else's token).
+    let (status, body) = connect_in_browser(&alice_link, "gh-bob").await;
+    assert_eq!(status, 400);
+    assert!(body.contains("used already"), "{body}");
+
+    let r = call(&alice, "gh__whoami", json!({})).await.unwrap();
+    assert_eq!(first_text(&r), "acting as alice");
+    // Bob has his own link, and his calls act as him.
+    let e = call(&bob, "gh__whoami", json!({})).await.unwrap_err();
+    let (bob_link, _) = link_of(&e);
+    assert_ne!(bob_link, alice_link);
+    assert_eq!(connect_in_browser(&bob_link, "gh-bob").await.0, 200);
+    let r = call(&bob, "gh__whoami", json!({})).await.unwrap();
+    assert_eq!(first_text(&r), "acting as bob");
+    let r = call(&alice, "gh__whoami", json!({})).await.unwrap();
+    assert_eq!(first_text(&r), "acting as alice");
+
+    // The admin API lists who connected what, never a token.
+    let listed = admin(&s.gw, reqwest::Method::GET, "/admin/credentials").await;
+    let owners: Vec<&str> = listed["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["owner"].as_str().unwrap())
+        .collect();
+    assert_eq!(owners, ["alice", "bob"]);
+    assert!(!listed.to_string().contains("gh-alice"));
+
+    // Revoked by an operator: alice is asked again; bob is untouched.
+    let gone = admin(&s.gw, reqwest::Method::DELETE, "/admin/credentials/alice").await;
+    assert_eq!(gone["revoked"], 1);
+    link_of(&call(&alice, "gh__whoami", json!({})).await.unwrap_err());
+    assert_eq!(
+        first_text(&call(&bob, "gh__whoami", json!({})).await.unwrap()),
+        "acting as bob"
+    );
+
+    // The provider revokes bob's token (401 upstream): fedgate drops it and asks him again.
+    std::fs::write(&s.tokens, "alice=gh-alice\ncarol=gh-carol\n").unwrap();
+    let e = call(&bob, "gh__whoami", json!({})).await.unwrap_err();
+    link_of(&e);
+    let listed = admin(&s.gw, reqwest::Method::GET, "/admin/credentials").await;
+    assert_eq!(listed["connections"].as_array().unwrap().len(), 0, "{listed}");
+
+    // Nothing of a token reached the log.
+    let log = s.gw.stderr();
+    for t in ["gh-alice", "gh-bob"] {
+        assert!(!log.contains(t), "a token in the log");
+    }
+    let m = s.gw.metrics_as(ALICE).await;
+    assert!(
+        m.contains("fedgate_user_credentials_total{event=\"connected\",upstream=\"gh\"} 2"),
+        "{m}"
+    );
+    assert!(m.contains("fedgate_user_credentials_total{event=\"rejected\",upstream=\"gh\"} 1"));
+}
+
+/// A client that declares URL elicitation and, when asked, opens the link (as its human would)
+/// and pastes `token`.
+#[derive(Clone)]
+struct UrlClient {
+    token: String,
+    asked: Arc<parking_lot::Mutex<Vec<String>>>,
+}
+
+impl ClientHandler for UrlClient {
+    fn get_info(&self) -> ClientConfig {
+        let mut caps = ClientCapabilities::default();
+        caps.elicitation = Some(serde_json::from_value(json!({"url": {}})).unwrap());
+        ClientConfig::new(caps, Implementation::new("url-client", "0"))
+            .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+    }
+
+    async fn create_elicitation(
+        &self,
+        params: ElicitRequestParams,
+        _ctx: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, McpError> {
+        let ElicitRequestParams::UrlElicitationParams { url, .. } = params else {
+            return Ok(serde_json::from_value(json!({"action": "decline"})).unwrap());
+        };
+        self.asked.lock().push(url.clone());
+        let (status, _) = connect_in_browser(&url, &self.token).await;
+        assert_eq!(status, 200);
+        Ok(serde_json::from_value(json!({"action": "accept"})).unwrap())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_with_url_elicitation_is_asked_on_the_call_and_the_call_runs_once_connected() {
+    let mut s = start();
+    let handler = UrlClient {
+        token: "gh-carol".into(),
+        asked: Arc::default(),
+    };
+    let asked = handler.asked.clone();
+    let carol = {
+        use rmcp::{
+            ServiceExt,
+            transport::{
+                StreamableHttpClientTransport,
+                streamable_http_client::StreamableHttpClientTransportConfig,
+            },
+        };
+        let cfg = StreamableHttpClientTransportConfig::with_uri(s.gw.url.clone())
+            .auth_header(CAROL.to_owned());
+        handler
+            .serve(StreamableHttpClientTransport::from_config(cfg))
+            .await
+            .unwrap()
+    };
+    let r = carol
+        .peer()
+        .call_tool(rmcp::model::CallToolRequestParams::new("gh__whoami"))
+        .await
+        .unwrap();
+    assert_eq!(first_text(&r), "acting as carol");
+    assert_eq!(asked.lock().len(), 1);
+    // Connected: the next call asks nothing.
+    let r = carol
+        .peer()
+        .call_tool(rmcp::model::CallToolRequestParams::new("gh__whoami"))
+        .await
+        .unwrap();
+    assert_eq!(first_text(&r), "acting as carol");
+    assert_eq!(asked.lock().len(), 1);
+    drop(carol);
+
+    // A restart keeps it (sealed in SQLite next to the config), and it is sealed there.
+    let db = std::fs::read(s.dir.path().join("fedgate-credentials.db")).unwrap();
+    assert!(!db.windows(8).any(|w| w == b"gh-carol"), "a token in the clear");
+    drop(std::mem::replace(&mut s.gw, serve(s.dir.path())));
+    let again = connect_with_token(&s.gw.url, CAROL, TestClient::new()).await.unwrap();
+    let r = call(&again, "gh__whoami", json!({})).await.unwrap();
+    assert_eq!(first_text(&r), "acting as carol");
+}
