@@ -281,3 +281,103 @@ async fn a_client_with_url_elicitation_is_asked_on_the_call_and_the_call_runs_on
     let r = call(&again, "gh__whoami", json!({})).await.unwrap();
     assert_eq!(first_text(&r), "acting as carol");
 }
+
+/// A stateless-era (2026-07-28) client gets the input-required form: the URL request and a
+/// sealed state; its retry runs the call once the person has connected.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stateless_era_client_gets_the_url_request_as_input_required() {
+    use rmcp::{
+        ClientServiceExt,
+        model::{CallToolRequestParams, CallToolResponse, InputResponses},
+        service::ClientLifecycleMode,
+        transport::{
+            StreamableHttpClientTransport,
+            streamable_http_client::StreamableHttpClientTransportConfig,
+        },
+    };
+    let s = start();
+    let modern = |key: &str, handler: UrlClient| {
+        let cfg = StreamableHttpClientTransportConfig::with_uri(s.gw.url.clone())
+            .auth_header(key.to_owned());
+        handler.serve_with_lifecycle(
+            StreamableHttpClientTransport::from_config(cfg),
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
+    };
+    let handler = UrlClient {
+        token: "gh-carol".into(),
+        asked: Arc::default(),
+    };
+    let asked = handler.asked.clone();
+    let carol = modern(CAROL, handler).await.unwrap();
+
+    // By hand first: the question, then a decline runs nothing.
+    let first = carol
+        .peer()
+        .call_tool_once(CallToolRequestParams::new("gh__whoami"))
+        .await
+        .unwrap();
+    let CallToolResponse::InputRequired(ir) = first else {
+        panic!("expected input_required, got {first:?}");
+    };
+    let asks = serde_json::to_value(ir.input_requests.as_ref().unwrap()).unwrap();
+    let q = &asks["fedgate-connect"];
+    assert_eq!(q["method"], "elicitation/create", "{asks}");
+    assert_eq!(q["params"]["mode"], "url");
+    let url = q["params"]["url"].as_str().unwrap().to_owned();
+    assert!(url.contains("/connect/gh?state="), "{url}");
+    let state = ir.request_state.clone().unwrap();
+    let answer = |action: &str| -> InputResponses {
+        serde_json::from_value(json!({"fedgate-connect": {"action": action}})).unwrap()
+    };
+    let err = carol
+        .peer()
+        .call_tool_once(
+            CallToolRequestParams::new("gh__whoami")
+                .with_input_responses(answer("decline"))
+                .with_request_state(state.clone()),
+        )
+        .await;
+    let text = format!("{err:?}");
+    assert!(text.contains("credential_declined"), "{text}");
+
+    // Bob cannot answer carol's question: he is asked his own.
+    let bob = modern(
+        BOB,
+        UrlClient {
+            token: "gh-bob".into(),
+            asked: Arc::default(),
+        },
+    )
+    .await
+    .unwrap();
+    let stolen = bob
+        .peer()
+        .call_tool_once(
+            CallToolRequestParams::new("gh__whoami")
+                .with_input_responses(answer("accept"))
+                .with_request_state(state),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(stolen, CallToolResponse::InputRequired(_)),
+        "{stolen:?}"
+    );
+
+    // rmcp's client drives the rounds: its human connects on the page, the retry runs as carol.
+    let r = carol
+        .call_tool(CallToolRequestParams::new("gh__whoami"))
+        .await
+        .unwrap();
+    assert_eq!(first_text(&r), "acting as carol");
+    assert_eq!(asked.lock().len(), 1);
+    let r = carol
+        .call_tool(CallToolRequestParams::new("gh__whoami"))
+        .await
+        .unwrap();
+    assert_eq!(first_text(&r), "acting as carol");
+    assert_eq!(asked.lock().len(), 1, "connected once");
+}

@@ -106,6 +106,11 @@ fn bound(owner: &str, upstream: &str) -> Vec<u8> {
 }
 
 const STATE_BINDING: &[u8] = b"connect-state";
+/// A stateless-era caller's `requestState` for a connect question: sealed like a state, with
+/// its own binding (a page state is no retry state and the other way round) and a prefix that
+/// tells it from an upstream's parked state.
+const RETRY_BINDING: &[u8] = b"connect-retry";
+pub const RETRY_PREFIX: &str = "fgc.";
 
 impl UserCredentials {
     pub fn new(
@@ -227,6 +232,38 @@ impl UserCredentials {
             ),
             elicitation_id: nonce,
         })
+    }
+
+    /// The `requestState` that comes back with a stateless-era caller's retry of `ask`.
+    pub fn retry_state(&self, owner: &str, upstream: &str, ask: &Ask) -> Result<String, String> {
+        let ticket = Ticket {
+            owner: owner.to_owned(),
+            upstream: upstream.to_owned(),
+            expires_at_ms: crate::clock::now_ms() + STATE_TTL.as_millis() as u64,
+            nonce: ask.elicitation_id.clone(),
+        };
+        let plain = serde_json::to_vec(&ticket).map_err(|e| e.to_string())?;
+        Ok(format!(
+            "{RETRY_PREFIX}{}",
+            hex::encode(self.sealer.seal(&plain, RETRY_BINDING)?)
+        ))
+    }
+
+    /// Whether a retry state is this person's, for `upstream`, and unexpired.
+    pub fn is_retry_of(&self, state: &str, owner: &str, upstream: &str) -> bool {
+        let Some(sealed) = state
+            .strip_prefix(RETRY_PREFIX)
+            .and_then(|h| hex::decode(h).ok())
+        else {
+            return false;
+        };
+        self.sealer
+            .open(&sealed, RETRY_BINDING)
+            .ok()
+            .and_then(|plain| serde_json::from_slice::<Ticket>(&plain).ok())
+            .is_some_and(|t| {
+                t.owner == owner && t.upstream == upstream && t.expires_at_ms >= crate::clock::now_ms()
+            })
     }
 
     /// The ticket of a state, if it is ours, unexpired and for `upstream` (not yet claimed).
@@ -409,5 +446,20 @@ mod tests {
         c.submit("gh", state_of(&ask.url), "tok").await.unwrap();
         let got = waiter.await.unwrap().unwrap().unwrap();
         assert_eq!(got.expose(), "tok");
+    }
+
+    #[test]
+    fn a_retry_state_answers_only_its_person_and_upstream() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = creds(dir.path());
+        let ask = c.ask("alice", "gh").unwrap();
+        let state = c.retry_state("alice", "gh", &ask).unwrap();
+        assert!(c.is_retry_of(&state, "alice", "gh"));
+        assert!(!c.is_retry_of(&state, "bob", "gh"));
+        assert!(!c.is_retry_of(&state, "alice", "jira"));
+        // The page's state is no retry state, and a retry state opens no page.
+        let page = state_of(&ask.url);
+        assert!(!c.is_retry_of(&format!("{RETRY_PREFIX}{page}"), "alice", "gh"));
+        assert!(c.check_state(&state[RETRY_PREFIX.len()..], "gh").is_err());
     }
 }

@@ -2,21 +2,24 @@
 //! caller's own token. Without one, the caller's human is sent to fedgate's connect page — by
 //! a URL-mode `elicitation/create` on the call's stream when the caller declared URL
 //! elicitation (the call then waits for the page and runs once), else by MCP's URL-required
-//! error with a `blocked` plan. A token the upstream refuses (401) is dropped and asked for
+//! error with a `blocked` plan. A stateless-era caller gets an input-required result with the
+//! URL request, and its retry runs the call once the person has connected. A token the upstream refuses (401) is dropped and asked for
 //! again once. In the upstream terminal before retry and breaker: a person without a token is
 //! no failure of the upstream.
 
 use std::{sync::Arc, time::Duration};
 
-use rmcp::model::{ClientResult, CustomNotification, ServerNotification, ServerRequest};
-use serde_json::json;
+use rmcp::model::{
+    ClientResult, CustomNotification, ServerNotification, ServerRequest, ServerResult,
+};
+use serde_json::{Value, json};
 
 use super::{
-    Call, CallError, CallFuture, ConnectRefusal,
+    Call, CallError, CallFuture, ConnectRefusal, Op,
     step::{CallService, Step},
 };
 use crate::{
-    credentials::{PersonToken, UserCredentials},
+    credentials::{Ask, PersonToken, RETRY_PREFIX, UserCredentials},
     policy::identity::IdentityKind,
     secret::Secret,
     upstream::http_client::PERSON_REJECTED,
@@ -64,6 +67,8 @@ impl Step for Connect {
         };
         let mut inner = inner.clone();
         let wait = self.wait;
+        let mut call = call;
+        let retry = take_retry(&mut call.op);
         Box::pin(async move {
             if call.identity.kind == IdentityKind::Anonymous {
                 return Err(refusal(
@@ -75,10 +80,22 @@ impl Step for Connect {
                 ));
             }
             let owner = call.identity.name.clone();
+            // A stateless-era retry of our question: its answer, if the state is this
+            // person's (else the question is simply asked again).
+            let mut answered = retry
+                .filter(|(state, _)| creds.is_retry_of(state, &owner, &upstream))
+                .map(|(_, accepted)| accepted);
             for attempt in 0..2 {
                 let token = match creds.token(&owner, &upstream).await.map_err(store_down)? {
                     Some(t) => t,
-                    None => obtain(&creds, &call, &upstream, &owner, wait).await?,
+                    None => match answered.take() {
+                        Some(false) => return Err(declined(&upstream)),
+                        Some(true) => connected(&creds, &call, &upstream, wait).await?,
+                        None => match obtain(&creds, &call, &upstream, &owner, wait).await? {
+                            Obtained::Token(t) => t,
+                            Obtained::Ask(question) => return Ok(question),
+                        },
+                    },
                 };
                 let mut c = call.clone();
                 c.person = Some(PersonToken(token));
@@ -103,6 +120,40 @@ impl Step for Connect {
     }
 }
 
+/// The `inputRequests` key of the connect question of a stateless-era caller.
+const INPUT_KEY: &str = "fedgate-connect";
+
+/// Takes our connect answer off a stateless-era retry: the state and whether the human
+/// accepted. Anything else the retry carries (an upstream's parked state) stays.
+fn take_retry(op: &mut Op) -> Option<(String, bool)> {
+    let (state, answers) = match op {
+        Op::CallTool(p) => (&mut p.request_state, &mut p.input_responses),
+        Op::GetPrompt(p) => (&mut p.request_state, &mut p.input_responses),
+        Op::ReadResource(p) => (&mut p.request_state, &mut p.input_responses),
+        _ => return None,
+    };
+    if !state.as_deref()?.starts_with(RETRY_PREFIX) {
+        return None;
+    }
+    let state = state.take()?;
+    let answer = answers.as_mut().and_then(|a| a.remove(INPUT_KEY));
+    if answers.as_ref().is_some_and(|a| a.is_empty()) {
+        *answers = None;
+    }
+    let accepted = answer
+        .and_then(|a| serde_json::to_value(a).ok())
+        .is_some_and(|a| a["action"] == "accept");
+    Some((state, accepted))
+}
+
+fn declined(upstream: &str) -> CallError {
+    refusal(
+        "credential_declined",
+        upstream,
+        format!("connecting your `{upstream}` account was declined; nothing ran"),
+    )
+}
+
 /// Whether the caller declared elicitation at all.
 fn declared_elicitation(call: &Call) -> bool {
     call.downstream.as_ref().is_some_and(|d| {
@@ -115,25 +166,32 @@ fn declared_elicitation(call: &Call) -> bool {
 /// Whether the caller declared URL-mode elicitation.
 fn can_open_urls(call: &Call) -> bool {
     call.downstream.as_ref().is_some_and(|d| {
-        !d.modern
-            && d.capabilities
-                .as_ref()
-                .and_then(|c| c.elicitation.as_ref())
-                .is_some_and(|e| e.url.is_some())
+        d.capabilities
+            .as_ref()
+            .and_then(|c| c.elicitation.as_ref())
+            .is_some_and(|e| e.url.is_some())
     })
 }
 
-/// Gets the person's token: asks them on the call's stream and waits, or refuses with the link.
+enum Obtained {
+    Token(Secret),
+    /// The question for a stateless-era caller: it retries once connected.
+    Ask(ServerResult),
+}
+
+/// Gets the person's token: asks them on the call's stream and waits, answers a stateless-era
+/// caller with the question, or refuses with the link.
 async fn obtain(
     creds: &UserCredentials,
     call: &Call,
     upstream: &str,
     owner: &str,
     wait: Duration,
-) -> Result<Secret, CallError> {
-    let ask = creds.ask(owner, upstream).map_err(|detail| CallError::Internal {
+) -> Result<Obtained, CallError> {
+    let internal = |detail: String| CallError::Internal {
         detail: format!("connect link: {detail}"),
-    })?;
+    };
+    let ask = creds.ask(owner, upstream).map_err(internal)?;
     let message = format!(
         "`{upstream}` acts with your own account: connect it on the page that opens (once); the call goes on after that"
     );
@@ -146,18 +204,20 @@ async fn obtain(
             as_error: declared_elicitation(call),
         })));
     };
-    let request: ServerRequest = serde_json::from_value(json!({
-        "method": "elicitation/create",
-        "params": {
-            "mode": "url",
-            "message": message,
-            "url": ask.url,
-            "elicitationId": ask.elicitation_id,
-        },
-    }))
-    .map_err(|e| CallError::Internal {
-        detail: format!("connect question: {e}"),
-    })?;
+    let params = question(&ask, &message);
+    if d.modern {
+        let state = creds.retry_state(owner, upstream, &ask).map_err(internal)?;
+        return serde_json::from_value(json!({
+            "resultType": "input_required",
+            "inputRequests": {INPUT_KEY: {"method": "elicitation/create", "params": params}},
+            "requestState": state,
+        }))
+        .map(|r| Obtained::Ask(ServerResult::InputRequiredResult(r)))
+        .map_err(|e| internal(e.to_string()));
+    }
+    let request: ServerRequest =
+        serde_json::from_value(json!({"method": "elicitation/create", "params": params}))
+            .map_err(|e| internal(e.to_string()))?;
     let answer = tokio::time::timeout(wait, d.request(request))
         .await
         .map_err(|_| CallError::NoClientInput {
@@ -171,25 +231,40 @@ async fn obtain(
         _ => false,
     };
     if !accepted {
-        return Err(refusal(
-            "credential_declined",
-            upstream,
-            format!("connecting your `{upstream}` account was declined; nothing ran"),
-        ));
+        return Err(declined(upstream));
     }
-    let token = tokio::select! {
-        t = creds.wait_connected(owner, upstream, wait) => t.map_err(store_down)?,
-        _ = call.ct.cancelled() => return Err(CallError::Cancelled),
-    };
-    let Some(token) = token else {
-        return Err(CallError::NoClientInput {
-            detail: format!("`{upstream}` was not connected within {wait:?}"),
-        });
-    };
+    let token = connected(creds, call, upstream, wait).await?;
     let done = ServerNotification::CustomNotification(CustomNotification::new(
         "notifications/elicitation/complete",
         Some(json!({"elicitationId": ask.elicitation_id})),
     ));
     let _ = d.peer.send_notification(done).await;
-    Ok(token)
+    Ok(Obtained::Token(token))
+}
+
+/// The URL-mode elicitation that sends the person to the connect page.
+fn question(ask: &Ask, message: &str) -> Value {
+    json!({
+        "mode": "url",
+        "message": message,
+        "url": ask.url,
+        "elicitationId": ask.elicitation_id,
+    })
+}
+
+/// Waits, at most `wait`, for the person to finish the connect page.
+async fn connected(
+    creds: &UserCredentials,
+    call: &Call,
+    upstream: &str,
+    wait: Duration,
+) -> Result<Secret, CallError> {
+    let owner = &call.identity.name;
+    let token = tokio::select! {
+        t = creds.wait_connected(owner, upstream, wait) => t.map_err(store_down)?,
+        _ = call.ct.cancelled() => return Err(CallError::Cancelled),
+    };
+    token.ok_or_else(|| CallError::NoClientInput {
+        detail: format!("`{upstream}` was not connected within {wait:?}"),
+    })
 }
