@@ -21,14 +21,20 @@ pub const CALL_TOOL: &str = "fedgate__call_tool";
 pub const STAGE_STATUS: &str = "fedgate__stage_status";
 pub const STAGE_ADVANCE: &str = "fedgate__stage_advance";
 
+/// Per-user credentials: a person forgets their own connected accounts.
+pub const DISCONNECT_TOOL: &str = "fedgate__disconnect";
+
 /// The search tools: granted to every caller while they are served (they reveal and run only
 /// what the caller's roles and view allow).
 pub const SEARCH_TOOLS: &[&str] = &[FIND_TOOLS, SELECT_TOOLS, RESET_TOOLS, CALL_TOOL];
 
-/// Tools every caller may call while they are served: the search tools and the stage tools
-/// (a move checks the workflow's roles itself).
+/// Tools every caller may call while they are served: the search tools, the stage tools (a
+/// move checks the workflow's roles itself) and disconnect (it touches only the caller's own).
 pub fn granted_to_all(name: &str) -> bool {
-    SEARCH_TOOLS.contains(&name) || name == STAGE_STATUS || name == STAGE_ADVANCE
+    SEARCH_TOOLS.contains(&name)
+        || name == STAGE_STATUS
+        || name == STAGE_ADVANCE
+        || name == DISCONNECT_TOOL
 }
 
 /// The gateway's built-in tools: a view passes them whatever its globs (they reveal nothing a
@@ -41,6 +47,7 @@ pub const BUILTIN_TOOLS: &[&str] = &[
     CALL_TOOL,
     STAGE_STATUS,
     STAGE_ADVANCE,
+    DISCONNECT_TOOL,
 ];
 
 /// The namespace of the gateway's own tools (`fedgate__approve`, …); no upstream may take it.

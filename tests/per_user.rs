@@ -280,6 +280,18 @@ async fn a_client_with_url_elicitation_is_asked_on_the_call_and_the_call_runs_on
     let again = connect_with_token(&s.gw.url, CAROL, TestClient::new()).await.unwrap();
     let r = call(&again, "gh__whoami", json!({})).await.unwrap();
     assert_eq!(first_text(&r), "acting as carol");
+
+    // `fedgate__disconnect` forgets only the caller's own: bob's touches nothing of carol's.
+    let bob = connect_with_token(&s.gw.url, BOB, TestClient::new()).await.unwrap();
+    let r = call(&bob, "fedgate__disconnect", json!({})).await.unwrap();
+    assert_eq!(r.structured_content.unwrap()["disconnected"], 0);
+    let r = call(&again, "gh__whoami", json!({})).await.unwrap();
+    assert_eq!(first_text(&r), "acting as carol");
+    let r = call(&again, "fedgate__disconnect", json!({"upstream": "gh"}))
+        .await
+        .unwrap();
+    assert_eq!(r.structured_content.unwrap()["disconnected"], 1);
+    link_of(&call(&again, "gh__whoami", json!({})).await.unwrap_err());
 }
 
 /// A stateless-era (2026-07-28) client gets the input-required form: the URL request and a

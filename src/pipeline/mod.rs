@@ -57,6 +57,7 @@ mod arguments;
 mod authz;
 mod breaker;
 mod connect;
+mod disconnect;
 mod dispatch;
 mod envelope;
 mod error;
@@ -107,6 +108,7 @@ use crate::{
 
 pub use crate::telemetry::correlation_id;
 pub use approval::{Approvals, ApproveTool, approves, plan_caller};
+pub use disconnect::DisconnectTool;
 pub use arguments::Arguments;
 pub use authz::Authz;
 pub use breaker::Breaker;

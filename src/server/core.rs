@@ -146,6 +146,9 @@ impl Core {
         if let Some(s) = &stages {
             fixed.extend(s.own_tools());
         }
+        if let Some(c) = &credentials {
+            fixed.push(Arc::new(crate::pipeline::DisconnectTool(c.clone())));
+        }
         let own = own.with(fixed);
         let fixed_tools = own.tools();
         let views = Arc::new(ArcSwap::new(snapshot.views.clone()));
