@@ -32,10 +32,17 @@ struct Setup {
     dir: tempfile::TempDir,
 }
 
-const ENV: [(&str, &str); 2] = [("FG_CREDENTIAL_KEY", KEY), ("FEDGATE_ADMIN_TOKEN", ADMIN_TOKEN)];
+const ENV: [(&str, &str); 2] = [
+    ("FG_CREDENTIAL_KEY", KEY),
+    ("FEDGATE_ADMIN_TOKEN", ADMIN_TOKEN),
+];
 
 fn serve(dir: &std::path::Path) -> Gateway {
-    Gateway::start_file_env(&dir.join("gateway.toml"), tempfile::tempdir().unwrap(), &ENV)
+    Gateway::start_file_env(
+        &dir.join("gateway.toml"),
+        tempfile::tempdir().unwrap(),
+        &ENV,
+    )
 }
 
 fn config(upstream_url: &str) -> String {
@@ -95,7 +102,10 @@ fn link_of(e: &rmcp::ServiceError) -> (String, Value) {
 async fn connect_in_browser(url: &str, token: &str) -> (u16, String) {
     let page = reqwest::get(url).await.unwrap();
     assert_eq!(page.status().as_u16(), 200);
-    let csp = page.headers()["content-security-policy"].to_str().unwrap().to_owned();
+    let csp = page.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_owned();
     assert!(csp.contains("default-src 'none'"), "{csp}");
     let html = page.text().await.unwrap();
     assert!(html.contains("Your personal gh token"), "{html}");
@@ -124,14 +134,23 @@ async fn admin(gw: &Gateway, method: reqwest::Method, path: &str) -> Value {
 #[tokio::test(flavor = "multi_thread")]
 async fn each_person_connects_their_own_account_once_and_calls_run_as_them() {
     let s = start();
-    let alice = connect_with_token(&s.gw.url, ALICE, TestClient::new()).await.unwrap();
-    let bob = connect_with_token(&s.gw.url, BOB, TestClient::new()).await.unwrap();
+    let alice = connect_with_token(&s.gw.url, ALICE, TestClient::new())
+        .await
+        .unwrap();
+    let bob = connect_with_token(&s.gw.url, BOB, TestClient::new())
+        .await
+        .unwrap();
 
     // No credential yet: a URL-required error with a link, and a blocked plan saying so.
     let e = call(&alice, "gh__whoami", json!({})).await.unwrap_err();
     let (alice_link, plan) = link_of(&e);
     assert_eq!(plan["status"], "blocked");
-    assert!(plan["errors"][0]["hint"].as_str().unwrap().contains(&alice_link));
+    assert!(
+        plan["errors"][0]["hint"]
+            .as_str()
+            .unwrap()
+            .contains(&alice_link)
+    );
 
     // Bad input on the page stores nothing.
     let (status, body) = connect_in_browser(&alice_link, "has spaces in it").await;
@@ -187,7 +206,11 @@ async fn each_person_connects_their_own_account_once_and_calls_run_as_them() {
     let e = call(&bob, "gh__whoami", json!({})).await.unwrap_err();
     link_of(&e);
     let listed = admin(&s.gw, reqwest::Method::GET, "/admin/credentials").await;
-    assert_eq!(listed["connections"].as_array().unwrap().len(), 0, "{listed}");
+    assert_eq!(
+        listed["connections"].as_array().unwrap().len(),
+        0,
+        "{listed}"
+    );
 
     // Nothing of a token reached the log.
     let log = s.gw.stderr();
@@ -275,14 +298,21 @@ async fn a_client_with_url_elicitation_is_asked_on_the_call_and_the_call_runs_on
 
     // A restart keeps it (sealed in SQLite next to the config), and it is sealed there.
     let db = std::fs::read(s.dir.path().join("fedgate-credentials.db")).unwrap();
-    assert!(!db.windows(8).any(|w| w == b"gh-carol"), "a token in the clear");
+    assert!(
+        !db.windows(8).any(|w| w == b"gh-carol"),
+        "a token in the clear"
+    );
     drop(std::mem::replace(&mut s.gw, serve(s.dir.path())));
-    let again = connect_with_token(&s.gw.url, CAROL, TestClient::new()).await.unwrap();
+    let again = connect_with_token(&s.gw.url, CAROL, TestClient::new())
+        .await
+        .unwrap();
     let r = call(&again, "gh__whoami", json!({})).await.unwrap();
     assert_eq!(first_text(&r), "acting as carol");
 
     // `fedgate__disconnect` forgets only the caller's own: bob's touches nothing of carol's.
-    let bob = connect_with_token(&s.gw.url, BOB, TestClient::new()).await.unwrap();
+    let bob = connect_with_token(&s.gw.url, BOB, TestClient::new())
+        .await
+        .unwrap();
     let r = call(&bob, "fedgate__disconnect", json!({})).await.unwrap();
     assert_eq!(r.structured_content.unwrap()["disconnected"], 0);
     let r = call(&again, "gh__whoami", json!({})).await.unwrap();
@@ -392,4 +422,60 @@ async fn a_stateless_era_client_gets_the_url_request_as_input_required() {
         .unwrap();
     assert_eq!(first_text(&r), "acting as carol");
     assert_eq!(asked.lock().len(), 1, "connected once");
+}
+
+/// Two replicas on one Redis: a link made by one connects on the other, once; both act as the
+/// person; a revoke on one holds on both; Redis holds only sealed values.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_replicas_share_credentials_through_redis() {
+    let redis = common::stores::RedisServer::start();
+    let s = start();
+    let cfg = s.dir.path().join("gateway.toml");
+    let shared = format!(
+        "{}\n[cluster]\nredis = {:?}\n",
+        std::fs::read_to_string(&cfg).unwrap(),
+        redis.url()
+    );
+    std::fs::write(&cfg, shared).unwrap();
+    let (a, b) = (serve(s.dir.path()), serve(s.dir.path()));
+    let on_a = connect_with_token(&a.url, ALICE, TestClient::new())
+        .await
+        .unwrap();
+    let on_b = connect_with_token(&b.url, ALICE, TestClient::new())
+        .await
+        .unwrap();
+
+    let (link, _) = link_of(&call(&on_a, "gh__whoami", json!({})).await.unwrap_err());
+    let host = |u: &str| u.split("/mcp").next().unwrap().to_owned();
+    let link_on_b = link.replace(&host(&a.url), &host(&b.url));
+    assert_ne!(link_on_b, link);
+    assert_eq!(connect_in_browser(&link_on_b, "gh-alice").await.0, 200);
+    // Used on b: refused on a too.
+    let (status, body) = connect_in_browser(&link, "gh-alice").await;
+    assert_eq!(status, 400);
+    assert!(body.contains("used already"), "{body}");
+    for c in [&on_a, &on_b] {
+        let r = call(c, "gh__whoami", json!({})).await.unwrap();
+        assert_eq!(first_text(&r), "acting as alice");
+    }
+    let stored = redis.query(&["HGETALL", "fedgate:user-credentials"]).await;
+    let stored: Vec<String> = redis::from_redis_value(stored).unwrap();
+    assert_eq!(stored.len(), 2, "alice's one credential: {stored:?}");
+    assert!(
+        stored.iter().all(|v| !v.contains("gh-alice")),
+        "a token in the clear"
+    );
+
+    // Revoked through b's admin API: a asks again.
+    let r = reqwest::Client::new()
+        .delete(format!(
+            "{}/admin/credentials/alice/gh",
+            b.admin.clone().unwrap()
+        ))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    link_of(&call(&on_a, "gh__whoami", json!({})).await.unwrap_err());
 }

@@ -262,7 +262,9 @@ impl UserCredentials {
             .ok()
             .and_then(|plain| serde_json::from_slice::<Ticket>(&plain).ok())
             .is_some_and(|t| {
-                t.owner == owner && t.upstream == upstream && t.expires_at_ms >= crate::clock::now_ms()
+                t.owner == owner
+                    && t.upstream == upstream
+                    && t.expires_at_ms >= crate::clock::now_ms()
             })
     }
 

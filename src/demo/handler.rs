@@ -88,7 +88,9 @@ impl ServerHandler for Demo {
         }
         if let Some(file) = &self.state.user_tokens {
             let parts = ctx.extensions.get::<http::request::Parts>();
-            return Ok(CallToolResponse::Complete(super::per_user::whoami(file, parts)));
+            return Ok(CallToolResponse::Complete(super::per_user::whoami(
+                file, parts,
+            )));
         }
         if self.state.research
             && let Some(r) = super::research::call(&req.name, args)

@@ -93,7 +93,7 @@ impl Step for Connect {
                         Some(true) => connected(&creds, &call, &upstream, wait).await?,
                         None => match obtain(&creds, &call, &upstream, &owner, wait).await? {
                             Obtained::Token(t) => t,
-                            Obtained::Ask(question) => return Ok(question),
+                            Obtained::Ask(question) => return Ok(*question),
                         },
                     },
                 };
@@ -176,7 +176,7 @@ fn can_open_urls(call: &Call) -> bool {
 enum Obtained {
     Token(Secret),
     /// The question for a stateless-era caller: it retries once connected.
-    Ask(ServerResult),
+    Ask(Box<ServerResult>),
 }
 
 /// Gets the person's token: asks them on the call's stream and waits, answers a stateless-era
@@ -212,7 +212,7 @@ async fn obtain(
             "inputRequests": {INPUT_KEY: {"method": "elicitation/create", "params": params}},
             "requestState": state,
         }))
-        .map(|r| Obtained::Ask(ServerResult::InputRequiredResult(r)))
+        .map(|r| Obtained::Ask(Box::new(ServerResult::InputRequiredResult(r))))
         .map_err(|e| internal(e.to_string()));
     }
     let request: ServerRequest =

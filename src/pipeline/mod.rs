@@ -108,11 +108,11 @@ use crate::{
 
 pub use crate::telemetry::correlation_id;
 pub use approval::{Approvals, ApproveTool, approves, plan_caller};
-pub use disconnect::DisconnectTool;
 pub use arguments::Arguments;
 pub use authz::Authz;
 pub use breaker::Breaker;
 pub use connect::Connect;
+pub use disconnect::DisconnectTool;
 pub use envelope::plan_for;
 pub use error::{CallError, ConnectRefusal, Held, StageRefusal};
 pub use forward::Forward;

@@ -93,6 +93,7 @@ fn core(extra: &str) -> Gateway {
         gateway_id: snapshot.gateway.id.as_str().into(),
         max_hops: snapshot.gateway.max_hops,
         gate: None,
+        credentials: None,
     };
     Gateway {
         pool,

@@ -59,7 +59,11 @@ pub(super) async fn read_plain(
 
 /// The whole body, read frame by frame: at most `max_body` bytes, within `timeout`, and never
 /// slower than [`MIN_BODY_RATE`] after the grace.
-pub(super) async fn collect(mut body: Incoming, max_body: usize, timeout: Duration) -> Result<Bytes, Unread> {
+pub(super) async fn collect(
+    mut body: Incoming,
+    max_body: usize,
+    timeout: Duration,
+) -> Result<Bytes, Unread> {
     let start = tokio::time::Instant::now();
     let deadline = start + timeout;
     let mut got = bytes::BytesMut::new();

@@ -124,14 +124,13 @@ pub(super) async fn serve(
             )
         }
         Method::POST => {
-            let bytes = match super::body::collect(req.into_body(), MAX_FORM_BYTES, body_timeout)
-                .await
-            {
-                Ok(b) => b,
-                Err(why) => {
-                    return refused(&why.refusal(MAX_FORM_BYTES, body_timeout).message());
-                }
-            };
+            let bytes =
+                match super::body::collect(req.into_body(), MAX_FORM_BYTES, body_timeout).await {
+                    Ok(b) => b,
+                    Err(why) => {
+                        return refused(&why.refusal(MAX_FORM_BYTES, body_timeout).message());
+                    }
+                };
             let state = field(&bytes, "state").unwrap_or_default();
             let token = field(&bytes, "token").unwrap_or_default();
             match creds.submit(upstream, &state, token.trim()).await {

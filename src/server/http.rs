@@ -63,7 +63,11 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let local = listener.local_addr()?;
     if let Some(c) = &core.credentials {
-        let scheme = if settings.tls.is_some() { "https" } else { "http" };
+        let scheme = if settings.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         c.set_listener_url(format!("{scheme}://{local}"));
     }
     // Session streams start with a priming event and are buffered for resumption (`replay`).

@@ -94,4 +94,3 @@ impl Classify for CallError {
         )
     }
 }
-
