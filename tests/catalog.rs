@@ -4,13 +4,9 @@
 
 mod common;
 
-use std::{path::PathBuf, process::Command};
+use std::process::Command;
 
 use common::*;
-
-fn repo(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
-}
 
 /// PATH with the installed third-party servers first: the PyPI venv's and npm's executables.
 fn path_with_servers() -> String {

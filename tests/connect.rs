@@ -7,10 +7,6 @@ use std::{path::PathBuf, process::Command};
 
 use common::*;
 
-fn repo(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
-}
-
 fn fedgate(args: &[&str]) -> std::process::Output {
     Command::new(FEDGATE).args(args).output().expect("fedgate")
 }

@@ -285,6 +285,7 @@ fn the_compose_trial_refers_to_real_files_and_shares_every_store() {
         "approval plans: shared (Redis)",
         "flow runs: shared (PostgreSQL, leases)",
         "workspaces' stages: shared (Redis)",
+        "per-user credentials: shared (Redis)",
     ] {
         assert!(stdout.contains(line), "{line} in {stdout}");
     }

@@ -108,7 +108,7 @@ async fn connect_in_browser(url: &str, token: &str) -> (u16, String) {
         .to_owned();
     assert!(csp.contains("default-src 'none'"), "{csp}");
     let html = page.text().await.unwrap();
-    assert!(html.contains("Your personal gh token"), "{html}");
+    assert!(html.contains("<form method=\"post\""), "{html}");
     let state = url.split("state=").nth(1).unwrap();
     let action = url.split('?').next().unwrap();
     let r = reqwest::Client::new()
@@ -144,6 +144,13 @@ async fn each_person_connects_their_own_account_once_and_calls_run_as_them() {
     // No credential yet: a URL-required error with a link, and a blocked plan saying so.
     let e = call(&alice, "gh__whoami", json!({})).await.unwrap_err();
     let (alice_link, plan) = link_of(&e);
+    let html = reqwest::get(&alice_link)
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(html.contains("Your personal gh token"), "the hint: {html}");
     assert_eq!(plan["status"], "blocked");
     assert!(
         plan["errors"][0]["hint"]
@@ -478,4 +485,26 @@ async fn two_replicas_share_credentials_through_redis() {
         .unwrap();
     assert_eq!(r.status().as_u16(), 200);
     link_of(&call(&on_a, "gh__whoami", json!({})).await.unwrap_err());
+}
+
+/// examples/per-user as shipped (its launched demo upstream, its published test keys).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_per_user_example_runs_as_documented() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(repo("examples/per-user/gateway.toml"))
+        .unwrap()
+        .replace(
+            "\"examples/per-user/tokens\"",
+            &format!("{:?}", repo("examples/per-user/tokens").to_str().unwrap()),
+        );
+    let cfg = dir.path().join("gateway.toml");
+    std::fs::write(&cfg, text).unwrap();
+    let gw = Gateway::start_file_env(&cfg, dir, &[("FEDGATE_CREDENTIAL_KEY", KEY)]);
+    let alice = connect_with_token(&gw.url, "fgk_example_alice_NOT_A_SECRET", TestClient::new())
+        .await
+        .unwrap();
+    let (link, _) = link_of(&call(&alice, "gh__whoami", json!({})).await.unwrap_err());
+    assert_eq!(connect_in_browser(&link, "gh-example-alice").await.0, 200);
+    let r = call(&alice, "gh__whoami", json!({})).await.unwrap();
+    assert_eq!(first_text(&r), "acting as alice");
 }

@@ -22,10 +22,6 @@ const FEATURES: &[&str] = &[
     "cancellation",
 ];
 
-fn repo(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
-}
-
 /// One gateway with a handshake-era (`old`) and a stateless-era (`new`) demo upstream.
 fn gateway() -> Gateway {
     Gateway::start(&format!(

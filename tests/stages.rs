@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::{path::PathBuf, process::Command};
+use std::process::Command;
 
 use common::{stores::RedisServer, *};
 use serde_json::{Value, json};
@@ -12,10 +12,6 @@ use serde_json::{Value, json};
 const COLLECTOR: &str = "fgk_example_collector_NOT_A_SECRET";
 const REVIEWER: &str = "fgk_example_reviewer_NOT_A_SECRET";
 const PLAN: &str = "io.fedgate/orchestrated_plan";
-
-fn repo(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
-}
 
 /// examples/stages/gateway.toml as shipped, with its trust tiers and flows found from anywhere and
 /// `extra` added (e.g. `[cluster]`).

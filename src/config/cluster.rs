@@ -72,19 +72,18 @@ impl ClusterSettings {
         } else {
             "per replica (SQLite)"
         };
+        let sqlite_or_redis = if self.redis.is_some() {
+            "shared (Redis)"
+        } else {
+            "per replica (SQLite)"
+        };
         vec![
             format!("rate limits: {redis}"),
             format!("idempotency records: {redis}"),
             format!("approval plans: {redis}"),
             format!("flow runs: {postgres}"),
-            format!(
-                "workspaces' stages: {}",
-                if self.redis.is_some() {
-                    "shared (Redis)"
-                } else {
-                    "per replica (SQLite)"
-                }
-            ),
+            format!("workspaces' stages: {sqlite_or_redis}"),
+            format!("per-user credentials: {sqlite_or_redis}"),
         ]
     }
 }

@@ -487,6 +487,11 @@ pub async fn connect_modern(url: &str, handler: TestClient) -> Client {
         .expect("modern client connects")
 }
 
+/// A path inside the repository.
+pub fn repo(path: &str) -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
 pub fn args(v: serde_json::Value) -> JsonObject {
     v.as_object().cloned().unwrap_or_default()
 }

@@ -160,7 +160,7 @@ fn credential_rejections() {
     );
     reported(
         "[credentials.c]\nclass = \"internal\"\n",
-        "set exactly one of `source` and `oauth`",
+        "set exactly one of `source`, `oauth` and `per_user`",
         1,
     );
     reported(
