@@ -508,3 +508,40 @@ async fn the_per_user_example_runs_as_documented() {
     let r = call(&alice, "gh__whoami", json!({})).await.unwrap();
     assert_eq!(first_text(&r), "acting as alice");
 }
+
+/// The official Python SDK in both eras: each person is asked once through URL elicitation
+/// (handshake era: on the call's stream, then `notifications/elicitation/complete`; stateless
+/// era: an input-required result the SDK drives), connects on the page, and acts as themselves.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_python_sdk_connects_each_person_in_both_eras() {
+    let s = start();
+    for (mode, key, person) in [("legacy", ALICE, "alice"), ("modern", BOB, "bob")] {
+        let token = format!("gh-{person}");
+        let r = script_report(
+            "tests/clients/python/.venv/bin/python",
+            "tests/clients/python/per_user.py",
+            &[
+                "--url", &s.gw.url, "--key", key, "--token", &token, "--mode", mode,
+            ],
+        );
+        assert!(r.get("error").is_none(), "{mode}: {r}");
+        let want = if mode == "legacy" {
+            "2025-11-25"
+        } else {
+            "2026-07-28"
+        };
+        assert_eq!(r["protocol"], want, "{r}");
+        let acting = format!("acting as {person}");
+        assert_eq!(r["first"]["text"], acting.as_str(), "{r}");
+        assert_eq!(r["second"]["text"], acting.as_str(), "{r}");
+        assert_eq!(r["asked"].as_array().unwrap().len(), 1, "asked once: {r}");
+        assert_eq!(r["pages"], json!([200, 200]), "{r}");
+        if mode == "legacy" {
+            assert_eq!(
+                r["completed"],
+                json!([r["asked"][0]["elicitation_id"]]),
+                "{r}"
+            );
+        }
+    }
+}
