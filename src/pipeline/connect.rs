@@ -3,8 +3,8 @@
 //! a URL-mode `elicitation/create` on the call's stream when the caller declared URL
 //! elicitation (the call then waits for the page and runs once), else by MCP's URL-required
 //! error with a `blocked` plan. A stateless-era caller gets an input-required result with the
-//! URL request, and its retry runs the call once the person has connected. A token the upstream refuses (401) is dropped and asked for
-//! again once. In the upstream terminal before retry and breaker: a person without a token is
+//! URL request, and its retry runs the call once the person has connected. A token the
+//! upstream refuses (401) is dropped and asked for again once. In the upstream terminal before retry and breaker: a person without a token is
 //! no failure of the upstream.
 
 use std::{sync::Arc, time::Duration};
