@@ -4,8 +4,8 @@
 //! elicitation (the call then waits for the page and runs once), else by MCP's URL-required
 //! error with a `blocked` plan. A stateless-era caller gets an input-required result with the
 //! URL request, and its retry runs the call once the person has connected. A token the
-//! upstream refuses (401) is dropped and asked for again once. In the upstream terminal before retry and breaker: a person without a token is
-//! no failure of the upstream.
+//! upstream refuses (401) is dropped and asked for again once. In the upstream terminal
+//! before retry and breaker: a person without a token is no failure of the upstream.
 
 use std::{sync::Arc, time::Duration};
 
