@@ -117,14 +117,32 @@ pub struct RawCredential {
     pub per_user: Option<RawPerUser>,
 }
 
-/// `per_user = { kind = "token", hint = "..." }`
+/// `per_user = { kind = "token", hint = "..." }` or
+/// `per_user = { kind = "oauth", client_id = "...", client_secret = "env:...", scopes = [...] }`
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawPerUser {
-    /// `token`: the person pastes a personal token on the page.
+    /// `token`: the person pastes a personal token on the page; `oauth`: the person signs in
+    /// at the upstream's authorization server (authorization code with PKCE).
     pub kind: Spanned<String>,
-    /// What the page asks the person to paste.
+    /// What the page asks the person to paste (`token`).
     pub hint: Option<String>,
+    /// `oauth`: the client id fedgate is registered with (a literal, `env:` or `file:`).
+    pub client_id: Option<Spanned<String>>,
+    /// `oauth`: the client secret (`env:NAME` or `file:PATH`); none for a public client.
+    pub client_secret: Option<Spanned<String>>,
+    /// `oauth`: the authorization endpoint; without it (and `token_url`) both are discovered
+    /// from the upstream (RFC 9728 protected-resource metadata, then RFC 8414 / OpenID
+    /// discovery of its authorization server).
+    pub authorization_url: Option<Spanned<String>>,
+    /// `oauth`: the token endpoint (set with `authorization_url`, or neither).
+    pub token_url: Option<Spanned<String>>,
+    /// `oauth`: scopes asked for.
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    /// `oauth`: the RFC 8707 `resource` sent with the requests (default: the `resource` of the
+    /// upstream's protected-resource metadata when discovered, else none).
+    pub resource: Option<String>,
 }
 
 /// `oauth = { ... }`

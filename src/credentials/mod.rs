@@ -4,8 +4,11 @@
 //! and sent only on that person's requests to that upstream.
 //!
 //! A `state` is sealed too: it names the person, the upstream, an expiry and a nonce, so any
-//! replica can open it, and the store lets each nonce through once.
+//! replica can open it, and the store lets each nonce through once. With `kind = "oauth"` the
+//! page sends the person on to the upstream's authorization server (`oauth`) with a second
+//! sealed state that also holds the PKCE verifier; the callback claims the nonce.
 
+pub mod oauth;
 pub mod redis_store;
 pub mod seal;
 pub mod store;
@@ -16,10 +19,14 @@ use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
+pub use oauth::OAuthError;
 pub use seal::Sealer;
 pub use store::{Connected, CredentialStore};
 
-use crate::{secret::Secret, telemetry::credential_metrics::CredentialMetrics};
+use crate::{
+    policy::token::PerUserOAuth, secret::Secret,
+    telemetry::credential_metrics::CredentialMetrics,
+};
 
 /// How long a connect link stays valid.
 pub const STATE_TTL: Duration = Duration::from_secs(600);
@@ -33,10 +40,38 @@ const POLL_EVERY: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone)]
 pub struct PersonToken(pub Secret);
 
-/// What a sealed credential holds.
+/// What a sealed credential holds: the token, and with OAuth the refresh token and expiry.
 #[derive(Serialize, Deserialize)]
 struct Plain {
     token: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    refresh: Option<String>,
+    /// When `token` expires, ms since the epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    expires_at_ms: Option<u64>,
+}
+
+impl Plain {
+    fn granted(g: &oauth::Granted) -> Self {
+        Self {
+            token: g.access.expose().to_owned(),
+            refresh: g.refresh.as_ref().map(|r| r.expose().to_owned()),
+            expires_at_ms: g.expires_at_ms,
+        }
+    }
+
+    fn expiring(&self) -> bool {
+        self.expires_at_ms
+            .is_some_and(|e| crate::clock::now_ms() + oauth::EXPIRY_MARGIN_MS >= e)
+    }
+}
+
+/// An upstream whose per-user credential is OAuth, as the credential steps need it.
+#[derive(Debug, Clone, Copy)]
+pub struct OAuthTarget<'a> {
+    pub settings: &'a PerUserOAuth,
+    /// Where the upstream's protected-resource metadata is discovered.
+    pub upstream_url: &'a str,
 }
 
 /// What a sealed connect state holds.
@@ -53,6 +88,9 @@ pub struct Ticket {
     /// Hex; also the elicitation id.
     #[serde(rename = "n")]
     pub nonce: String,
+    /// The PKCE verifier, in the state sent to an authorization server only.
+    #[serde(rename = "v", default, skip_serializing_if = "Option::is_none")]
+    pub verifier: Option<String>,
 }
 
 /// A request to connect: where to send the person and the id of the elicitation.
@@ -81,6 +119,13 @@ pub enum Refused {
     TokenMalformed,
     #[error("the credential store is not available; try again in a moment")]
     Store,
+    /// The authorization server sent the person back with an error (its code only).
+    #[error("the sign-in did not complete: the authorization server said `{0}`; nothing was stored")]
+    Denied(String),
+    #[error("the authorization server sent back no code")]
+    NoCode,
+    #[error("{0}; nothing was stored")]
+    OAuth(OAuthError),
 }
 
 /// Per-user credentials of every upstream, and the calls waiting for one.
@@ -90,6 +135,10 @@ pub struct UserCredentials {
     /// Where the connect page is reached: `[gateway] public_url`, else the listener's address.
     base_url: parking_lot::RwLock<String>,
     waiters: DashMap<(String, String), Arc<Notify>>,
+    /// One refresh at a time per (person, upstream) on this replica: a rotated refresh token
+    /// is used once.
+    refreshing: DashMap<(String, String), Arc<tokio::sync::Mutex<()>>>,
+    pub oauth: oauth::OAuthClient,
     metrics: CredentialMetrics,
 }
 
@@ -110,6 +159,8 @@ const STATE_BINDING: &[u8] = b"connect-state";
 /// its own binding (a page state is no retry state and the other way round) and a prefix that
 /// tells it from an upstream's parked state.
 const RETRY_BINDING: &[u8] = b"connect-retry";
+/// The state sent to an authorization server (it holds the PKCE verifier).
+const OAUTH_BINDING: &[u8] = b"connect-oauth";
 pub const RETRY_PREFIX: &str = "fgc.";
 
 impl UserCredentials {
@@ -124,6 +175,8 @@ impl UserCredentials {
             store,
             base_url: parking_lot::RwLock::new(public_url.unwrap_or_default()),
             waiters: DashMap::new(),
+            refreshing: DashMap::new(),
+            oauth: oauth::OAuthClient::new(),
             metrics,
         }
     }
@@ -155,9 +208,9 @@ impl UserCredentials {
         self.metrics.count(upstream, event);
     }
 
-    /// The person's token for `upstream`, if they connected it. A value that no longer opens
-    /// (its key was retired and dropped) counts as not connected.
-    pub async fn token(&self, owner: &str, upstream: &str) -> Result<Option<Secret>, String> {
+    /// What the person stored for `upstream`, opened. A value that no longer opens (its key
+    /// was retired and dropped) counts as not connected.
+    async fn stored(&self, owner: &str, upstream: &str) -> Result<Option<Plain>, String> {
         let Some(stored) = self.store.get(owner, upstream).await? else {
             return Ok(None);
         };
@@ -174,16 +227,92 @@ impl UserCredentials {
         };
         if self.sealer.is_stale(&sealed) {
             // Sealed again with the current key: a retired key can then be dropped.
-            let _ = self.put(owner, upstream, &plain.token).await;
+            let _ = self.put(owner, upstream, &plain).await;
         }
-        Ok(Some(Secret::new(plain.token)))
+        Ok(Some(plain))
     }
 
-    async fn put(&self, owner: &str, upstream: &str, token: &str) -> Result<(), String> {
-        let plain = serde_json::to_vec(&Plain {
-            token: token.to_owned(),
-        })
-        .map_err(|e| e.to_string())?;
+    /// The person's token for `upstream`, if they connected it; an OAuth token about to
+    /// expire is refreshed first (a failed refresh means "not connected").
+    pub async fn token(
+        &self,
+        owner: &str,
+        upstream: &str,
+        oauth: Option<OAuthTarget<'_>>,
+    ) -> Result<Option<Secret>, String> {
+        let Some(plain) = self.stored(owner, upstream).await? else {
+            return Ok(None);
+        };
+        match oauth {
+            Some(target) if plain.expiring() => {
+                Ok(self.refresh(owner, upstream, &plain.token, target).await)
+            }
+            _ => Ok(Some(Secret::new(plain.token))),
+        }
+    }
+
+    /// Refreshes the person's OAuth token unless someone did since `used` was read; the new
+    /// (possibly rotated) tokens are stored. `None` when there is nothing to refresh with or
+    /// the authorization server refused: the credential is dropped, the person is asked again.
+    async fn refresh(
+        &self,
+        owner: &str,
+        upstream: &str,
+        used: &str,
+        target: OAuthTarget<'_>,
+    ) -> Option<Secret> {
+        let key = (owner.to_owned(), upstream.to_owned());
+        let lock = self.refreshing.entry(key.clone()).or_default().clone();
+        let fresh = async {
+            let _one = lock.lock().await;
+            let plain = self.stored(owner, upstream).await.ok()??;
+            if plain.token != used && !plain.expiring() {
+                return Some(Secret::new(plain.token));
+            }
+            let refresh = Secret::new(plain.refresh?);
+            let granted = async {
+                let endpoints = self
+                    .oauth
+                    .endpoints(upstream, target.upstream_url, target.settings)
+                    .await?;
+                self.oauth
+                    .refresh(upstream, &endpoints, target.settings, &refresh)
+                    .await
+            }
+            .await;
+            match granted {
+                Ok(mut g) => {
+                    // Not every server rotates: the old refresh token then stays usable.
+                    if g.refresh.is_none() {
+                        g.refresh = Some(refresh);
+                    }
+                    if let Err(e) = self.put(owner, upstream, &Plain::granted(&g)).await {
+                        tracing::warn!(upstream, "credential store: {e}");
+                    }
+                    self.metrics.count(upstream, "refreshed");
+                    Some(g.access)
+                }
+                Err(e) => {
+                    tracing::info!(upstream, "refreshing a person's token failed: {e}");
+                    self.metrics.count(upstream, "refresh_failed");
+                    None
+                }
+            }
+        }
+        .await;
+        drop(lock);
+        self.refreshing
+            .remove_if(&key, |_, l| Arc::strong_count(l) == 1);
+        if fresh.is_none()
+            && let Err(e) = self.store.remove(owner, Some(upstream)).await
+        {
+            tracing::warn!(upstream, "dropping a credential that cannot be refreshed failed: {e}");
+        }
+        fresh
+    }
+
+    async fn put(&self, owner: &str, upstream: &str, plain: &Plain) -> Result<(), String> {
+        let plain = serde_json::to_vec(plain).map_err(|e| e.to_string())?;
         let sealed = self.sealer.seal(&plain, &bound(owner, upstream))?;
         let stored = store::Stored {
             sealed: hex::encode(sealed),
@@ -201,12 +330,27 @@ impl UserCredentials {
         Ok(gone)
     }
 
-    /// The upstream refused the person's credential: it is dropped, so they are asked again.
-    pub async fn rejected(&self, owner: &str, upstream: &str) {
+    /// The upstream refused the person's credential (`used`). An OAuth credential with a
+    /// refresh token is refreshed once (`Some` new token); otherwise it is dropped, so the
+    /// person is asked again.
+    pub async fn rejected(
+        &self,
+        owner: &str,
+        upstream: &str,
+        used: &Secret,
+        oauth: Option<OAuthTarget<'_>>,
+    ) -> Option<Secret> {
         self.metrics.count(upstream, "rejected");
+        if let Some(target) = oauth
+            && let Some(fresh) = self.refresh(owner, upstream, used.expose(), target).await
+            && fresh.expose() != used.expose()
+        {
+            return Some(fresh);
+        }
         if let Err(e) = self.store.remove(owner, Some(upstream)).await {
             tracing::warn!(upstream, "dropping a rejected credential failed: {e}");
         }
+        None
     }
 
     pub async fn list(&self) -> Result<Vec<Connected>, String> {
@@ -221,6 +365,7 @@ impl UserCredentials {
             upstream: upstream.to_owned(),
             expires_at_ms: crate::clock::now_ms() + STATE_TTL.as_millis() as u64,
             nonce: nonce.clone(),
+            verifier: None,
         };
         let plain = serde_json::to_vec(&ticket).map_err(|e| e.to_string())?;
         let state = hex::encode(self.sealer.seal(&plain, STATE_BINDING)?);
@@ -241,6 +386,7 @@ impl UserCredentials {
             upstream: upstream.to_owned(),
             expires_at_ms: crate::clock::now_ms() + STATE_TTL.as_millis() as u64,
             nonce: ask.elicitation_id.clone(),
+            verifier: None,
         };
         let plain = serde_json::to_vec(&ticket).map_err(|e| e.to_string())?;
         Ok(format!(
@@ -270,10 +416,14 @@ impl UserCredentials {
 
     /// The ticket of a state, if it is ours, unexpired and for `upstream` (not yet claimed).
     pub fn check_state(&self, state: &str, upstream: &str) -> Result<Ticket, Refused> {
+        self.open_state(state, upstream, STATE_BINDING)
+    }
+
+    fn open_state(&self, state: &str, upstream: &str, binding: &[u8]) -> Result<Ticket, Refused> {
         let sealed = hex::decode(state.trim()).map_err(|_| Refused::BadState)?;
         let plain = self
             .sealer
-            .open(&sealed, STATE_BINDING)
+            .open(&sealed, binding)
             .map_err(|_| Refused::BadState)?;
         let ticket: Ticket = serde_json::from_slice(&plain).map_err(|_| Refused::BadState)?;
         if ticket.expires_at_ms < crate::clock::now_ms() {
@@ -299,16 +449,34 @@ impl UserCredentials {
         };
         let ticket = self.check_state(state, upstream).map_err(refused)?;
         check_token(token).map_err(refused)?;
+        self.claim(upstream, &ticket).await?;
+        let plain = Plain {
+            token: token.to_owned(),
+            refresh: None,
+            expires_at_ms: None,
+        };
+        self.connect(upstream, ticket, &plain).await
+    }
+
+    /// Lets a state's nonce through once.
+    async fn claim(&self, upstream: &str, ticket: &Ticket) -> Result<(), Refused> {
         match self.store.claim(&ticket.nonce, ticket.expires_at_ms).await {
-            Ok(true) => {}
-            Ok(false) => return Err(refused(Refused::Used)),
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                self.metrics.count(upstream, "refused");
+                Err(Refused::Used)
+            }
             Err(e) => {
                 tracing::warn!(upstream, "credential store: {e}");
                 self.metrics.count(upstream, "failed");
-                return Err(Refused::Store);
+                Err(Refused::Store)
             }
         }
-        if let Err(e) = self.put(&ticket.owner, upstream, token).await {
+    }
+
+    /// Stores what the person connected and wakes the call waiting for it.
+    async fn connect(&self, upstream: &str, ticket: Ticket, plain: &Plain) -> Result<Ticket, Refused> {
+        if let Err(e) = self.put(&ticket.owner, upstream, plain).await {
             tracing::warn!(upstream, "credential store: {e}");
             self.metrics.count(upstream, "failed");
             return Err(Refused::Store);
@@ -321,6 +489,123 @@ impl UserCredentials {
             n.notify_waiters();
         }
         Ok(ticket)
+    }
+
+    /// Where the authorization server sends the person back.
+    pub fn redirect_uri(&self, upstream: &str) -> String {
+        format!(
+            "{}/connect/{upstream}/callback",
+            self.base_url.read().trim_end_matches('/')
+        )
+    }
+
+    /// The page was opened with a valid link of an OAuth upstream: where to send the person to
+    /// sign in. The link is not claimed here (the person may open it twice); the callback
+    /// claims it.
+    pub async fn authorize(
+        &self,
+        upstream: &str,
+        state: &str,
+        target: OAuthTarget<'_>,
+    ) -> Result<String, Refused> {
+        let mut ticket = self.check_state(state, upstream).inspect_err(|_| {
+            self.metrics.count(upstream, "refused");
+        })?;
+        let failed = |e: OAuthError| {
+            tracing::warn!(upstream, "per-user OAuth: {e}");
+            self.metrics.count(upstream, "failed");
+            Refused::OAuth(e)
+        };
+        let endpoints = self
+            .oauth
+            .endpoints(upstream, target.upstream_url, target.settings)
+            .await
+            .map_err(failed)?;
+        let verifier = hex::encode(
+            self.sealer
+                .random::<32>()
+                .map_err(|e| failed(OAuthError::Client(upstream.to_owned(), e)))?,
+        );
+        ticket.verifier = Some(verifier.clone());
+        let sealed = serde_json::to_vec(&ticket)
+            .map_err(|e| e.to_string())
+            .and_then(|plain| self.sealer.seal(&plain, OAUTH_BINDING))
+            .map_err(|e| failed(OAuthError::Client(upstream.to_owned(), e)))?;
+        let url = self
+            .oauth
+            .authorize_url(
+                upstream,
+                &endpoints,
+                target.settings,
+                &self.redirect_uri(upstream),
+                &hex::encode(sealed),
+                &verifier,
+            )
+            .map_err(failed)?;
+        Ok(url.into())
+    }
+
+    /// The authorization server sent the person back: the state opens and is claimed once,
+    /// the code is exchanged (with the PKCE verifier), the tokens are sealed and stored.
+    pub async fn callback(
+        &self,
+        upstream: &str,
+        query: &[(String, String)],
+        target: OAuthTarget<'_>,
+    ) -> Result<Ticket, Refused> {
+        let field = |name: &str| {
+            query
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str())
+        };
+        let refused = |r: Refused| {
+            self.metrics.count(upstream, "refused");
+            r
+        };
+        let ticket = self
+            .open_state(field("state").unwrap_or(""), upstream, OAUTH_BINDING)
+            .map_err(refused)?;
+        if let Some(error) = field("error") {
+            // Only a well-formed error code is repeated to the person.
+            let code = if !error.is_empty()
+                && error.len() <= 64
+                && error.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            {
+                error.to_owned()
+            } else {
+                "an error".to_owned()
+            };
+            return Err(refused(Refused::Denied(code)));
+        }
+        let code = field("code")
+            .filter(|c| !c.is_empty() && c.len() <= oauth::MAX_TOKEN_BYTES)
+            .ok_or_else(|| refused(Refused::NoCode))?;
+        let verifier = ticket.verifier.clone().ok_or_else(|| refused(Refused::BadState))?;
+        self.claim(upstream, &ticket).await?;
+        let failed = |e: OAuthError| {
+            tracing::warn!(upstream, "per-user OAuth: {e}");
+            self.metrics.count(upstream, "failed");
+            Refused::OAuth(e)
+        };
+        let endpoints = self
+            .oauth
+            .endpoints(upstream, target.upstream_url, target.settings)
+            .await
+            .map_err(failed)?;
+        let granted = self
+            .oauth
+            .exchange(
+                upstream,
+                &endpoints,
+                target.settings,
+                code,
+                &self.redirect_uri(upstream),
+                &verifier,
+            )
+            .await
+            .map_err(failed)?;
+        self.connect(upstream, ticket, &Plain::granted(&granted)).await
     }
 
     /// Waits until the person has connected `upstream` (on this replica or another), at most
@@ -338,7 +623,7 @@ impl UserCredentials {
             let woken = notify.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
-            if let Some(t) = self.token(owner, upstream).await? {
+            if let Some(t) = self.token(owner, upstream, None).await? {
                 break Some(t);
             }
             tokio::select! {
@@ -417,7 +702,7 @@ mod tests {
                 .unwrap_err(),
             Refused::TokenTooLong
         );
-        assert_eq!(c.token("alice", "gh").await.unwrap(), None);
+        assert_eq!(c.token("alice", "gh", None).await.unwrap(), None);
         let t = c.submit("gh", state, "tok-a").await.unwrap();
         assert_eq!((t.owner.as_str(), t.nonce), ("alice", ask.elicitation_id));
         assert_eq!(
@@ -425,12 +710,12 @@ mod tests {
             Refused::Used
         );
         assert_eq!(
-            c.token("alice", "gh").await.unwrap().unwrap().expose(),
+            c.token("alice", "gh", None).await.unwrap().unwrap().expose(),
             "tok-a"
         );
-        assert_eq!(c.token("bob", "gh").await.unwrap(), None);
+        assert_eq!(c.token("bob", "gh", None).await.unwrap(), None);
         assert_eq!(c.revoke("alice", None).await.unwrap(), 1);
-        assert_eq!(c.token("alice", "gh").await.unwrap(), None);
+        assert_eq!(c.token("alice", "gh", None).await.unwrap(), None);
     }
 
     #[tokio::test]

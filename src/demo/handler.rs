@@ -86,11 +86,9 @@ impl ServerHandler for Demo {
         if self.state.filler_tools > 0 && req.name.starts_with("tool_") {
             return Ok(CallToolResponse::Complete(text(req.name.to_string())));
         }
-        if let Some(file) = &self.state.user_tokens {
+        if self.state.people {
             let parts = ctx.extensions.get::<http::request::Parts>();
-            return Ok(CallToolResponse::Complete(super::per_user::whoami(
-                file, parts,
-            )));
+            return Ok(CallToolResponse::Complete(super::per_user::whoami(parts)));
         }
         if self.state.research
             && let Some(r) = super::research::call(&req.name, args)

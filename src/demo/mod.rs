@@ -89,6 +89,10 @@ pub struct DemoArgs {
     /// lines, read per request); serves `whoami` instead of the demo's own tools.
     #[arg(long)]
     user_tokens: Option<std::path::PathBuf>,
+    /// HTTP only: act as the person whose OAuth access token (of this issuer, checked at its
+    /// userinfo endpoint) comes with a call; publishes RFC 9728 metadata naming the issuer.
+    #[arg(long, conflicts_with = "user_tokens")]
+    oauth_issuer: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -108,8 +112,8 @@ struct State {
     poisoned: bool,
     /// `--research`.
     research: bool,
-    /// `--user-tokens`.
-    user_tokens: Option<std::path::PathBuf>,
+    /// `--user-tokens` or `--oauth-issuer`: `whoami` only, acting as the caller's person.
+    people: bool,
     /// What asking for roots at startup gave (with `--roots-at-start`).
     startup_roots: Mutex<Option<String>>,
     peers: Mutex<Vec<Peer<RoleServer>>>,
@@ -152,14 +156,19 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, String> {
             faults: args.faults,
             poisoned: args.poisoned,
             research: args.research,
-            user_tokens: args.user_tokens.clone(),
+            people: args.user_tokens.is_some() || args.oauth_issuer.is_some(),
             evolved: AtomicBool::new(args.evolved),
             ..Default::default()
         }),
     };
     if let Some(addr) = args.http {
-        let gate = args.user_tokens.clone().map(per_user::gate);
-        return serve_http(addr, demo, args.require_bearer_file.clone(), gate).await;
+        let (gate, issuer) = match (&args.user_tokens, &args.oauth_issuer) {
+            (Some(file), _) => (Some(per_user::token_gate(file.clone())), None),
+            (None, Some(issuer)) => (Some(per_user::oauth_gate(issuer).await?), Some(issuer)),
+            (None, None) => (None, None),
+        };
+        let bearer_file = args.require_bearer_file.clone();
+        return serve_http(addr, demo, bearer_file, gate, issuer.cloned()).await;
     }
     if let Some(addr) = args.sse {
         return sse::serve(addr, demo).await;
@@ -177,6 +186,7 @@ async fn serve_http(
     demo: Demo,
     require_bearer: Option<std::path::PathBuf>,
     gate: Option<crate::server::http::Gate>,
+    oauth_issuer: Option<String>,
 ) -> Result<ExitCode, String> {
     use rmcp::transport::{
         StreamableHttpServerConfig, StreamableHttpService,
@@ -197,13 +207,20 @@ async fn serve_http(
     let gate = gate.or(require_bearer.map(|path| -> crate::server::http::Gate {
         Arc::new(move |headers: &http::HeaderMap| {
             let want = std::fs::read_to_string(&path).unwrap_or_default();
-            headers
+            let ok = headers
                 .get(http::header::AUTHORIZATION)
                 .and_then(|v| v.to_str().ok())
-                .is_some_and(|v| v == format!("Bearer {}", want.trim()))
+                .is_some_and(|v| v == format!("Bearer {}", want.trim()));
+            let verdict = if ok {
+                crate::server::http::Verdict::Pass
+            } else {
+                crate::server::http::Verdict::Refuse
+            };
+            Box::pin(async move { verdict })
         })
     }));
-    crate::server::http::serve_plain(listener, service, gate)
+    let metadata = oauth_issuer.map(|i| per_user::resource_metadata(local, &i));
+    crate::server::http::serve_plain(listener, service, gate, metadata)
         .await
         .map_err(|e| e.to_string())?;
     Ok(ExitCode::SUCCESS)

@@ -1,14 +1,17 @@
-//! `--user-tokens FILE`: an upstream that acts as a person, like a SaaS MCP server with personal
-//! tokens. FILE holds `person=token` lines, read per request (a test revokes a token at the
-//! "provider" by rewriting it). Requests without `Authorization` pass (discovery: initialize,
-//! lists); a bearer that is not in the file gets 401; `whoami` answers whose token came.
+//! An upstream that acts as a person, like a SaaS MCP server: `--user-tokens FILE` takes
+//! personal tokens (`person=token` lines, read per request, so a test revokes a token at the
+//! "provider" by rewriting it); `--oauth-issuer URL` takes OAuth access tokens of that
+//! authorization server, checked at its userinfo endpoint per request, and publishes RFC 9728
+//! protected-resource metadata naming it. Requests without `Authorization` pass (discovery:
+//! initialize, lists); a bearer nobody vouches for gets 401; `whoami` answers whose it was.
 
-use std::path::{Path, PathBuf};
+use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use rmcp::model::{CallToolResult, Tool};
 use serde_json::json;
 
 use super::tools::{text, tool};
+use crate::server::http::{Gate, PERSON_HEADER, Verdict};
 
 pub(super) const TOOLS: [&str; 1] = ["whoami"];
 
@@ -21,31 +24,100 @@ pub(super) fn tools() -> Vec<Tool> {
     )]
 }
 
-fn person_of(file: &Path, authorization: Option<&str>) -> Option<String> {
-    let token = authorization?.strip_prefix("Bearer ")?.trim();
-    std::fs::read_to_string(file)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .find(|(_, t)| t.trim() == token)
-        .map(|(p, _)| p.trim().to_owned())
+fn bearer(headers: &http::HeaderMap) -> Option<Option<String>> {
+    let v = headers.get(http::header::AUTHORIZATION)?;
+    Some(
+        v.to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(|t| t.trim().to_owned()),
+    )
 }
 
-/// The gate: no credential, or one the file names.
-pub(super) fn gate(file: PathBuf) -> crate::server::http::Gate {
-    std::sync::Arc::new(move |headers: &http::HeaderMap| {
-        match headers.get(http::header::AUTHORIZATION) {
-            None => true,
-            Some(v) => person_of(&file, v.to_str().ok()).is_some(),
-        }
+/// The gate of `--user-tokens`: no credential, or one the file names.
+pub(super) fn token_gate(file: PathBuf) -> Gate {
+    Arc::new(move |headers: &http::HeaderMap| {
+        let verdict = match bearer(headers) {
+            None => Verdict::Pass,
+            Some(token) => std::fs::read_to_string(&file)
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| l.split_once('='))
+                .find(|(_, t)| Some(t.trim()) == token.as_deref())
+                .map_or(Verdict::Refuse, |(p, _)| Verdict::As(p.trim().to_owned())),
+        };
+        Box::pin(async move { verdict })
     })
 }
 
-pub(super) fn whoami(file: &Path, parts: Option<&http::request::Parts>) -> CallToolResult {
-    let auth = parts
-        .and_then(|p| p.headers.get(http::header::AUTHORIZATION))
+/// `--oauth-issuer`: the userinfo endpoint from the issuer's OpenID metadata, and the gate
+/// that asks it whose each bearer is.
+pub(super) async fn oauth_gate(issuer: &str) -> Result<Gate, String> {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let meta: serde_json::Value = http
+        .get(format!(
+            "{}/.well-known/openid-configuration",
+            issuer.trim_end_matches('/')
+        ))
+        .send()
+        .await
+        .map_err(|e| format!("demo upstream: the issuer is unreachable: {e}"))?
+        .json()
+        .await
+        .map_err(|e| format!("demo upstream: the issuer's metadata: {e}"))?;
+    let userinfo = meta["userinfo_endpoint"]
+        .as_str()
+        .ok_or("demo upstream: the issuer has no userinfo endpoint")?
+        .to_owned();
+    Ok(Arc::new(move |headers: &http::HeaderMap| {
+        let token = bearer(headers);
+        let http = http.clone();
+        let userinfo = userinfo.clone();
+        Box::pin(async move {
+            let Some(token) = token else {
+                return Verdict::Pass;
+            };
+            let Some(token) = token else {
+                return Verdict::Refuse;
+            };
+            let Ok(resp) = http.get(&userinfo).bearer_auth(token).send().await else {
+                return Verdict::Refuse;
+            };
+            if !resp.status().is_success() {
+                return Verdict::Refuse;
+            }
+            resp.json::<serde_json::Value>()
+                .await
+                .ok()
+                .and_then(|v| v["sub"].as_str().map(str::to_owned))
+                .map_or(Verdict::Refuse, Verdict::As)
+        })
+    }))
+}
+
+/// RFC 9728 metadata for the server at `local` (its URL and document).
+pub(super) fn resource_metadata(
+    local: std::net::SocketAddr,
+    issuer: &str,
+) -> (String, serde_json::Value) {
+    (
+        format!("http://{local}/.well-known/oauth-protected-resource/mcp"),
+        json!({
+            "resource": format!("http://{local}/mcp"),
+            "authorization_servers": [issuer.trim_end_matches('/')],
+            "bearer_methods_supported": ["header"],
+        }),
+    )
+}
+
+pub(super) fn whoami(parts: Option<&http::request::Parts>) -> CallToolResult {
+    let person = parts
+        .and_then(|p| p.headers.get(PERSON_HEADER))
         .and_then(|v| v.to_str().ok());
-    match person_of(file, auth) {
+    match person {
         Some(p) => text(format!("acting as {p}")),
         None => {
             let mut r = text("no personal token came with this call");

@@ -67,7 +67,7 @@ impl Demo {
 
     /// The tools this server serves: its product tools, and the test tools with `--faults`.
     pub(super) fn tools(&self) -> Vec<Tool> {
-        if self.state.user_tokens.is_some() {
+        if self.state.people {
             return super::per_user::tools();
         }
         if self.state.research {
@@ -82,7 +82,7 @@ impl Demo {
 
     /// Whether `name` is served (a hidden test tool is as unknown as any other name).
     pub(super) fn serves(&self, name: &str) -> bool {
-        if self.state.user_tokens.is_some() {
+        if self.state.people {
             return super::per_user::TOOLS.contains(&name);
         }
         if self.state.research {

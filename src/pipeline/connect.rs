@@ -4,7 +4,8 @@
 //! elicitation (the call then waits for the page and runs once), else by MCP's URL-required
 //! error with a `blocked` plan. A stateless-era caller gets an input-required result with the
 //! URL request, and its retry runs the call once the person has connected. A token the
-//! upstream refuses (401) is dropped and asked for again once. In the upstream terminal
+//! upstream refuses (401) is refreshed once when it is an OAuth token with a refresh token,
+//! else dropped and asked for again once. In the upstream terminal
 //! before retry and breaker: a person without a token is no failure of the upstream.
 
 use std::{sync::Arc, time::Duration};
@@ -19,7 +20,8 @@ use super::{
     step::{CallService, Step},
 };
 use crate::{
-    credentials::{Ask, PersonToken, RETRY_PREFIX, UserCredentials},
+    config::snapshot::TransportSpec,
+    credentials::{Ask, OAuthTarget, PersonToken, RETRY_PREFIX, UserCredentials},
     policy::identity::IdentityKind,
     secret::Secret,
     upstream::http_client::PERSON_REJECTED,
@@ -55,14 +57,22 @@ impl Step for Connect {
             .target
             .as_ref()
             .and_then(|t| t.upstream())
-            .filter(|u| {
-                u.spec()
-                    .credential
-                    .as_ref()
-                    .is_some_and(|i| i.credential.per_user().is_some())
-            })
-            .map(|u| u.name().to_owned());
-        let (Some(creds), Some(upstream)) = (self.credentials.clone(), per_user) else {
+            .and_then(|u| {
+                let spec = u.spec();
+                let credential = &spec.credential.as_ref()?.credential;
+                credential.per_user()?;
+                let oauth = credential.per_user_oauth().map(|o| {
+                    let url = match &spec.transport {
+                        TransportSpec::Http { url, .. } | TransportSpec::Sse { url, .. } => {
+                            url.clone()
+                        }
+                        TransportSpec::Stdio(_) => String::new(),
+                    };
+                    (o.clone(), url)
+                });
+                Some((u.name().to_owned(), oauth))
+            });
+        let (Some(creds), Some((upstream, oauth))) = (self.credentials.clone(), per_user) else {
             return inner.call(call);
         };
         let mut inner = inner.clone();
@@ -85,8 +95,16 @@ impl Step for Connect {
             let mut answered = retry
                 .filter(|(state, _)| creds.is_retry_of(state, &owner, &upstream))
                 .map(|(_, accepted)| accepted);
+            let target = oauth.as_ref().map(|(settings, url)| OAuthTarget {
+                settings,
+                upstream_url: url,
+            });
             for attempt in 0..2 {
-                let token = match creds.token(&owner, &upstream).await.map_err(store_down)? {
+                let mut token = match creds
+                    .token(&owner, &upstream, target)
+                    .await
+                    .map_err(store_down)?
+                {
                     Some(t) => t,
                     None => match answered.take() {
                         Some(false) => return Err(declined(&upstream)),
@@ -97,18 +115,32 @@ impl Step for Connect {
                         },
                     },
                 };
-                let mut c = call.clone();
-                c.person = Some(PersonToken(token));
-                match inner.call(c).await {
-                    Err(CallError::UpstreamRefused { error, .. })
-                        if error.code.0 == PERSON_REJECTED =>
-                    {
-                        creds.rejected(&owner, &upstream).await;
-                        if attempt == 1 {
-                            break;
+                // An OAuth token the upstream refuses is refreshed once before the person is
+                // asked again.
+                let mut refreshed = false;
+                loop {
+                    let mut c = call.clone();
+                    c.person = Some(PersonToken(token.clone()));
+                    match inner.call(c).await {
+                        Err(CallError::UpstreamRefused { error, .. })
+                            if error.code.0 == PERSON_REJECTED =>
+                        {
+                            let fresh = creds
+                                .rejected(&owner, &upstream, &token, target.filter(|_| !refreshed))
+                                .await;
+                            match fresh {
+                                Some(t) => {
+                                    token = t;
+                                    refreshed = true;
+                                }
+                                None => break,
+                            }
                         }
+                        other => return other,
                     }
-                    other => return other,
+                }
+                if attempt == 1 {
+                    break;
                 }
             }
             Err(refusal(

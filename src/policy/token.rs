@@ -32,7 +32,25 @@ pub enum Source {
     TokenExchange { oauth: OAuth, subject_token: String },
     /// Each person's own token (`per_user`), collected on fedgate's connect page; it travels
     /// on that person's requests only (`crate::credentials`), never on shared ones.
-    PerUser { hint: Option<String> },
+    PerUser {
+        hint: Option<String>,
+        /// `kind = "oauth"`: the person signs in at the upstream's authorization server.
+        oauth: Option<std::sync::Arc<PerUserOAuth>>,
+    },
+}
+
+/// A per-user credential obtained with the authorization-code grant and PKCE. Secrets stay
+/// references until used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PerUserOAuth {
+    /// A literal, or an `env:`/`file:` reference.
+    pub client_id: String,
+    /// `env:`/`file:` reference; `None` for a public client.
+    pub client_secret: Option<String>,
+    /// Both set, or both discovered from the upstream.
+    pub endpoints: Option<(String, String)>,
+    pub scopes: Vec<String>,
+    pub resource: Option<String>,
 }
 
 /// Token endpoint settings; the secret stays a reference until used.
@@ -72,7 +90,15 @@ impl Credential {
     /// Each caller brings their own token (`per_user`); `Some(hint)` says what to paste.
     pub fn per_user(&self) -> Option<Option<&str>> {
         match &self.source {
-            Source::PerUser { hint } => Some(hint.as_deref()),
+            Source::PerUser { hint, .. } => Some(hint.as_deref()),
+            _ => None,
+        }
+    }
+
+    /// The OAuth settings of a per-user credential of `kind = "oauth"`.
+    pub fn per_user_oauth(&self) -> Option<&std::sync::Arc<PerUserOAuth>> {
+        match &self.source {
+            Source::PerUser { oauth, .. } => oauth.as_ref(),
             _ => None,
         }
     }

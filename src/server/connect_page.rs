@@ -1,10 +1,12 @@
 //! `/connect/<upstream>?state=…`: the page where a person connects their own account for an
 //! upstream whose credential is per user. It is reached from a browser, which carries no API
 //! key: the sealed, single-use, short-lived `state` names the person. GET shows a form; POST
-//! stores the pasted token (sealed) and the waiting call goes on. The page has no script and
-//! a CSP that allows none; nothing it answers holds a token.
+//! stores the pasted token (sealed) and the waiting call goes on. For an OAuth upstream GET
+//! sends the person on to the authorization server, which sends them back to
+//! `/connect/<upstream>/callback`, where the code is exchanged and the tokens stored. The page
+//! has no script and a CSP that allows none; nothing it answers holds a token.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
@@ -12,6 +14,11 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 
 use super::{core::Core, http::Body};
+use crate::{
+    config::snapshot::TransportSpec,
+    credentials::{OAuthTarget, Refused},
+    policy::token::PerUserOAuth,
+};
 
 /// A form submission is a state and a token: far less than this.
 const MAX_FORM_BYTES: usize = 16 * 1024;
@@ -63,18 +70,108 @@ fn refused(why: &str) -> Response<Body> {
     )
 }
 
-/// The hint of `upstream`'s per-user credential, if it has one.
-fn per_user_hint(core: &Core, upstream: &str) -> Option<Option<String>> {
-    core.pool
+/// How `upstream`'s per-user credential is connected.
+enum Kind {
+    /// The person pastes a token; what the page asks for.
+    Token(Option<String>),
+    /// The person signs in at the authorization server; the upstream's URL.
+    OAuth(Arc<PerUserOAuth>, String),
+}
+
+fn per_user_kind(core: &Core, upstream: &str) -> Option<Kind> {
+    let u = core
+        .pool
         .upstreams()
         .iter()
-        .find(|u| u.name() == upstream)
-        .and_then(|u| {
-            u.spec()
-                .credential
-                .as_ref()
-                .and_then(|i| i.credential.per_user().map(|h| h.map(str::to_owned)))
-        })
+        .find(|u| u.name() == upstream)?
+        .clone();
+    let spec = u.spec();
+    let credential = &spec.credential.as_ref()?.credential;
+    let hint = credential.per_user()?.map(str::to_owned);
+    Some(match credential.per_user_oauth() {
+        Some(o) => {
+            let url = match &spec.transport {
+                TransportSpec::Http { url, .. } | TransportSpec::Sse { url, .. } => url.clone(),
+                TransportSpec::Stdio(_) => String::new(),
+            };
+            Kind::OAuth(o.clone(), url)
+        }
+        None => Kind::Token(hint),
+    })
+}
+
+fn connected(upstream: &str) -> Response<Body> {
+    page(
+        StatusCode::OK,
+        &format!("{upstream} is connected"),
+        "<p>You can close this page; your call goes on.</p>",
+    )
+}
+
+/// Sends the browser on (to the authorization server).
+fn redirect(to: &str) -> Response<Body> {
+    let mut r = page(
+        StatusCode::FOUND,
+        "Signing in",
+        "<p>Continue at the authorization server.</p>",
+    );
+    match header::HeaderValue::from_str(to) {
+        Ok(v) => {
+            r.headers_mut().insert(header::LOCATION, v);
+            r
+        }
+        Err(_) => refused("the authorization server's address is not usable"),
+    }
+}
+
+/// The OAuth side of the page: GET `/connect/<u>?state=` redirects to sign in, GET
+/// `/connect/<u>/callback` finishes.
+async fn serve_oauth(
+    creds: &crate::credentials::UserCredentials,
+    upstream: &str,
+    callback: bool,
+    settings: &PerUserOAuth,
+    upstream_url: &str,
+    req: &Request<Incoming>,
+) -> Response<Body> {
+    if req.method() != Method::GET {
+        return page(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "Not allowed",
+            "<p>Open the link you were given.</p>",
+        );
+    }
+    let target = OAuthTarget {
+        settings,
+        upstream_url,
+    };
+    let query = req.uri().query().unwrap_or("").as_bytes();
+    if callback {
+        let fields: Vec<(String, String)> = form_urlencoded::parse(query)
+            .take(32)
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        return match creds.callback(upstream, &fields, target).await {
+            Ok(_) => connected(upstream),
+            Err(why) => oauth_refused(&why),
+        };
+    }
+    let state = field(query, "state").unwrap_or_default();
+    match creds.authorize(upstream, &state, target).await {
+        Ok(url) => redirect(&url),
+        Err(why) => oauth_refused(&why),
+    }
+}
+
+/// The authorization server was unreachable or answered nonsense: 502, else 400.
+fn oauth_refused(why: &Refused) -> Response<Body> {
+    let mut r = refused(&why.to_string());
+    if let Refused::OAuth(e) = why
+        && !matches!(e, crate::credentials::OAuthError::Refused(_))
+    {
+        *r.status_mut() = StatusCode::BAD_GATEWAY;
+    }
+    r
 }
 
 fn field(query: &[u8], name: &str) -> Option<String> {
@@ -89,13 +186,30 @@ pub(super) async fn serve(
     req: Request<Incoming>,
     body_timeout: Duration,
 ) -> Response<Body> {
-    let (Some(creds), Some(hint)) = (core.credentials.as_ref(), per_user_hint(core, upstream))
-    else {
+    let (upstream, callback) = match upstream.strip_suffix("/callback") {
+        Some(u) => (u, true),
+        None => (upstream, false),
+    };
+    let kind = per_user_kind(core, upstream);
+    let (Some(creds), Some(kind)) = (core.credentials.as_ref(), kind) else {
         return page(
             StatusCode::NOT_FOUND,
             "Nothing to connect",
             "<p>No upstream of this gateway is connected per person under that name.</p>",
         );
+    };
+    let hint = match kind {
+        Kind::OAuth(settings, url) => {
+            return serve_oauth(creds, upstream, callback, &settings, &url, &req).await;
+        }
+        Kind::Token(_) if callback => {
+            return page(
+                StatusCode::NOT_FOUND,
+                "Nothing to connect",
+                "<p>This upstream is connected with a token, not by signing in.</p>",
+            );
+        }
+        Kind::Token(hint) => hint,
     };
     match *req.method() {
         Method::GET => {
@@ -134,11 +248,7 @@ pub(super) async fn serve(
             let state = field(&bytes, "state").unwrap_or_default();
             let token = field(&bytes, "token").unwrap_or_default();
             match creds.submit(upstream, &state, token.trim()).await {
-                Ok(_) => page(
-                    StatusCode::OK,
-                    &format!("{upstream} is connected"),
-                    "<p>You can close this page; your call goes on.</p>",
-                ),
+                Ok(_) => connected(upstream),
                 Err(why) => refused(&why.to_string()),
             }
         }

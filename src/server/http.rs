@@ -381,20 +381,36 @@ fn seal_new_session(mut r: Response<Body>, sealed: &SealedSessions, who: &str) -
     r
 }
 
+/// What a built-in test server's gate decided about a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Pass,
+    /// Passes, acting as this person: the request reaches the server with [`PERSON_HEADER`].
+    As(String),
+    Refuse,
+}
+
+/// The header a gate's [`Verdict::As`] puts on a request (one the client sent is removed).
+pub const PERSON_HEADER: &str = "x-fedgate-test-person";
+
 /// Decides whether a request's headers are authorized (built-in test servers only).
-pub type Gate = Arc<dyn Fn(&http::HeaderMap) -> bool + Send + Sync>;
+pub type Gate =
+    Arc<dyn Fn(&http::HeaderMap) -> futures::future::BoxFuture<'static, Verdict> + Send + Sync>;
 
 /// Serves an rmcp Streamable HTTP service on every path of `listener`, forever. Used by the
 /// built-in test servers (demo upstream, conformance fixture), which need no routing; requests
-/// the `gate` refuses get 401 with a Bearer challenge.
+/// the `gate` refuses get 401 with a Bearer challenge, naming `resource_metadata` (RFC 9728,
+/// served at `/.well-known/oauth-protected-resource…`) when there is one.
 pub async fn serve_plain<S>(
     listener: TcpListener,
     service: StreamableHttpService<S, LocalSessionManager>,
     gate: Option<Gate>,
+    resource_metadata: Option<(String, serde_json::Value)>,
 ) -> std::io::Result<()>
 where
     S: rmcp::ServerHandler + Send + 'static,
 {
+    let resource_metadata = Arc::new(resource_metadata);
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
@@ -402,13 +418,44 @@ where
         let _ = stream.set_nodelay(true);
         let service = service.clone();
         let gate = gate.clone();
+        let metadata = resource_metadata.clone();
         tokio::spawn(async move {
-            let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+            let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
                 let mut service = service.clone();
                 let gate = gate.clone();
+                let metadata = metadata.clone();
                 async move {
-                    if gate.is_some_and(|g| !g(req.headers())) {
-                        return Ok(unauthorized(&AuthError::Invalid));
+                    if let Some((_, m)) = metadata.as_ref()
+                        && req
+                            .uri()
+                            .path()
+                            .starts_with("/.well-known/oauth-protected-resource")
+                    {
+                        return Ok(json(StatusCode::OK, m));
+                    }
+                    req.headers_mut().remove(PERSON_HEADER);
+                    let verdict = match gate {
+                        Some(g) => g(req.headers()).await,
+                        None => Verdict::Pass,
+                    };
+                    match verdict {
+                        Verdict::Pass => {}
+                        Verdict::As(person) => {
+                            if let Ok(v) = http::HeaderValue::from_str(&person) {
+                                req.headers_mut().insert(PERSON_HEADER, v);
+                            }
+                        }
+                        Verdict::Refuse => {
+                            let mut r = unauthorized(&AuthError::Invalid);
+                            if let Some((url, _)) = metadata.as_ref()
+                                && let Ok(v) = http::HeaderValue::from_str(&format!(
+                                    r#"Bearer error="invalid_token", resource_metadata="{url}""#
+                                ))
+                            {
+                                r.headers_mut().insert(http::header::WWW_AUTHENTICATE, v);
+                            }
+                            return Ok(r);
+                        }
                     }
                     tower::Service::call(&mut service, req).await
                 }

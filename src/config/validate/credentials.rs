@@ -7,8 +7,98 @@ use toml::Spanned;
 use super::Ctx;
 use crate::{
     config::RawCredential,
-    policy::token::{Credential, OAuth, Source},
+    config::RawPerUser,
+    policy::token::{Credential, OAuth, PerUserOAuth, Source},
 };
+
+/// The first `oauth`-only field set on a per_user credential of kind `token`.
+fn oauth_fields_of_token_kind(p: &RawPerUser) -> Option<&'static str> {
+    [
+        ("client_id", p.client_id.is_some()),
+        ("client_secret", p.client_secret.is_some()),
+        ("authorization_url", p.authorization_url.is_some()),
+        ("token_url", p.token_url.is_some()),
+        ("scopes", !p.scopes.is_empty()),
+        ("resource", p.resource.is_some()),
+    ]
+    .into_iter()
+    .find_map(|(f, set)| set.then_some(f))
+}
+
+fn http_url(cx: &mut Ctx<'_>, name: &str, field: &str, v: &Spanned<String>) -> bool {
+    let ok = reqwest::Url::parse(v.get_ref())
+        .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
+    if !ok {
+        cx.err_at(
+            v.span().start,
+            format!("credential `{name}`: `{field}` is not an http(s) URL"),
+        );
+    }
+    ok
+}
+
+/// `per_user = { kind = "oauth", ... }`: a client id, a secret reference (if any), and both
+/// endpoints or neither (then they are discovered from the upstream).
+fn per_user_oauth(cx: &mut Ctx<'_>, name: &str, p: &RawPerUser) -> Option<PerUserOAuth> {
+    let Some(client_id) = &p.client_id else {
+        cx.err_at(
+            p.kind.span().start,
+            format!("credential `{name}`: per_user kind `oauth` needs `client_id`"),
+        );
+        return None;
+    };
+    if let Some(s) = &p.client_secret
+        && !(s.get_ref().starts_with("env:") || s.get_ref().starts_with("file:"))
+    {
+        cx.err_at(
+            s.span().start,
+            format!("credential `{name}`: secrets are references: `env:NAME` or `file:PATH`"),
+        );
+        return None;
+    }
+    if p.hint.is_some() {
+        cx.err_at(
+            p.kind.span().start,
+            format!("credential `{name}`: `hint` belongs to per_user kind `token` (the person pastes nothing with `oauth`)"),
+        );
+        return None;
+    }
+    let endpoints = match (&p.authorization_url, &p.token_url) {
+        (None, None) => None,
+        (Some(a), Some(t)) => {
+            let ok = http_url(cx, name, "authorization_url", a) & http_url(cx, name, "token_url", t);
+            if !ok {
+                return None;
+            }
+            Some((a.get_ref().clone(), t.get_ref().clone()))
+        }
+        (Some(one), None) | (None, Some(one)) => {
+            cx.err_at(
+                one.span().start,
+                format!("credential `{name}`: set both `authorization_url` and `token_url`, or neither (to discover them from the upstream)"),
+            );
+            return None;
+        }
+    };
+    if let Some(bad) = p
+        .scopes
+        .iter()
+        .find(|s| s.is_empty() || !s.bytes().all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\'))
+    {
+        cx.err_at(
+            p.kind.span().start,
+            format!("credential `{name}`: scope `{}` is not a valid OAuth scope", bad.escape_debug()),
+        );
+        return None;
+    }
+    Some(PerUserOAuth {
+        client_id: client_id.get_ref().clone(),
+        client_secret: p.client_secret.as_ref().map(|s| s.get_ref().clone()),
+        endpoints,
+        scopes: p.scopes.clone(),
+        resource: p.resource.clone(),
+    })
+}
 
 pub(super) fn validate_credentials(
     cx: &mut Ctx<'_>,
@@ -31,18 +121,33 @@ pub(super) fn validate_credentials(
         };
         let source = match (&c.source, &c.oauth, &c.per_user) {
             (None, None, Some(p)) => {
-                if p.kind.get_ref() != "token" {
-                    cx.err_at(
-                        p.kind.span().start,
-                        format!(
-                            "credential `{name}`: per_user kind `{}` is not `token`",
-                            p.kind.get_ref()
-                        ),
-                    );
-                    continue;
-                }
+                let oauth = match p.kind.get_ref().as_str() {
+                    "token" => {
+                        if let Some(f) = oauth_fields_of_token_kind(p) {
+                            cx.err_at(
+                                p.kind.span().start,
+                                format!("credential `{name}`: `{f}` belongs to per_user kind `oauth`, not `token`"),
+                            );
+                        }
+                        None
+                    }
+                    "oauth" => match per_user_oauth(cx, name, p) {
+                        Some(o) => Some(Arc::new(o)),
+                        None => continue,
+                    },
+                    other => {
+                        cx.err_at(
+                            p.kind.span().start,
+                            format!(
+                                "credential `{name}`: per_user kind `{other}` is not `token` or `oauth`"
+                            ),
+                        );
+                        continue;
+                    }
+                };
                 Source::PerUser {
                     hint: p.hint.clone(),
+                    oauth,
                 }
             }
             (Some(s), None, None) => {

@@ -1,0 +1,501 @@
+//! `per_user = { kind = "oauth" }`: the authorization-code grant with PKCE (S256) against the
+//! upstream's authorization server, for each person. Endpoints come from config, or are
+//! discovered once per upstream: RFC 9728 protected-resource metadata on the upstream's origin
+//! (or named by its `WWW-Authenticate` challenge), then RFC 8414 authorization-server metadata
+//! (OpenID discovery as the fallback). Refresh tokens are used when an access token expires or
+//! is refused, and a rotated one replaces the old.
+//!
+//! Every request to an authorization server has a timeout, follows no redirect and reads a
+//! bounded body; no error text carries a token or the client secret.
+
+use std::{sync::Arc, time::Duration};
+
+use base64::Engine as _;
+use dashmap::DashMap;
+use reqwest::Url;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use crate::{policy::token::PerUserOAuth, secret::Secret};
+
+/// Longest an authorization server (or the upstream's metadata) may take to answer.
+const TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest metadata or token response read.
+const MAX_BODY: usize = 64 * 1024;
+/// An access token is refreshed this long before it expires.
+pub const EXPIRY_MARGIN_MS: u64 = 30_000;
+/// Longest access or refresh token kept.
+pub const MAX_TOKEN_BYTES: usize = 16 * 1024;
+
+/// Why an OAuth step failed; shown on the connect page and in logs, never holding a secret.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OAuthError {
+    #[error("the authorization server of `{0}` could not be found: {1}")]
+    Discovery(String, String),
+    #[error("the authorization server could not be reached: {0}")]
+    Unreachable(String),
+    #[error("the authorization server answered {0}")]
+    Refused(String),
+    #[error("the authorization server's answer was not understood: {0}")]
+    Garbage(String),
+    #[error("the client credentials of `{0}` are not available: {1}")]
+    Client(String, String),
+}
+
+/// Where a person signs in and where codes and refresh tokens are exchanged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoints {
+    pub authorization: Url,
+    pub token: Url,
+    /// The RFC 8707 `resource` sent with every request (config, else the upstream's
+    /// protected-resource metadata).
+    pub resource: Option<String>,
+}
+
+/// What a token endpoint gave: the access token, the refresh token (if any) and when the
+/// access token expires (ms since the epoch).
+#[derive(Debug)]
+pub struct Granted {
+    pub access: Secret,
+    pub refresh: Option<Secret>,
+    pub expires_at_ms: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct TokenResponse {
+    access_token: String,
+    #[serde(default)]
+    token_type: Option<String>,
+    #[serde(default)]
+    expires_in: Option<u64>,
+    #[serde(default)]
+    refresh_token: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct TokenError {
+    error: String,
+}
+
+#[derive(Deserialize)]
+struct ResourceMetadata {
+    #[serde(default)]
+    resource: Option<String>,
+    #[serde(default)]
+    authorization_servers: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct ServerMetadata {
+    issuer: String,
+    authorization_endpoint: String,
+    token_endpoint: String,
+    #[serde(default)]
+    code_challenge_methods_supported: Option<Vec<String>>,
+}
+
+/// The OAuth client of every per-user upstream, with the endpoints it discovered.
+#[derive(Debug)]
+pub struct OAuthClient {
+    http: reqwest::Client,
+    /// (upstream, upstream URL) → endpoints; only successes are kept.
+    discovered: DashMap<(String, String), Arc<Endpoints>>,
+}
+
+impl Default for OAuthClient {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The PKCE challenge (S256) of a verifier.
+pub fn challenge(verifier: &str) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()))
+}
+
+fn resolve(what: &str, reference: &str, upstream: &str) -> Result<Secret, OAuthError> {
+    if crate::secret::is_reference(reference) {
+        crate::secret::resolve(reference)
+            .map_err(|e| OAuthError::Client(upstream.to_owned(), format!("{what}: {e}")))
+    } else {
+        Ok(Secret::new(reference.to_owned()))
+    }
+}
+
+fn is_token(t: &str) -> bool {
+    !t.is_empty() && t.len() <= MAX_TOKEN_BYTES && t.bytes().all(|b| b.is_ascii_graphic())
+}
+
+impl OAuthClient {
+    pub fn new() -> Self {
+        let http = reqwest::Client::builder()
+            .timeout(TIMEOUT)
+            .connect_timeout(TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap_or_default();
+        Self {
+            http,
+            discovered: DashMap::new(),
+        }
+    }
+
+    /// GET `url` as bounded JSON.
+    async fn get_json<T: serde::de::DeserializeOwned>(&self, url: &Url) -> Result<T, String> {
+        let resp = self
+            .http
+            .get(url.clone())
+            .header(http::header::ACCEPT, "application/json")
+            .send()
+            .await
+            .map_err(|e| e.without_url().to_string())?;
+        if !resp.status().is_success() {
+            return Err(format!("{url} answered {}", resp.status()));
+        }
+        let body = bounded(resp).await?;
+        serde_json::from_slice(&body).map_err(|e| format!("{url}: {e}"))
+    }
+
+    /// The endpoints for `upstream` (at `upstream_url`): configured, cached, or discovered.
+    pub async fn endpoints(
+        &self,
+        upstream: &str,
+        upstream_url: &str,
+        settings: &PerUserOAuth,
+    ) -> Result<Arc<Endpoints>, OAuthError> {
+        if let Some((a, t)) = &settings.endpoints {
+            let parse = |u: &str| {
+                Url::parse(u).map_err(|e| OAuthError::Discovery(upstream.to_owned(), e.to_string()))
+            };
+            return Ok(Arc::new(Endpoints {
+                authorization: parse(a)?,
+                token: parse(t)?,
+                resource: settings.resource.clone(),
+            }));
+        }
+        let key = (upstream.to_owned(), upstream_url.to_owned());
+        if let Some(e) = self.discovered.get(&key) {
+            return Ok(e.clone());
+        }
+        let found = Arc::new(
+            self.discover(upstream_url, settings)
+                .await
+                .map_err(|why| OAuthError::Discovery(upstream.to_owned(), why))?,
+        );
+        self.discovered.insert(key, found.clone());
+        Ok(found)
+    }
+
+    async fn discover(
+        &self,
+        upstream_url: &str,
+        settings: &PerUserOAuth,
+    ) -> Result<Endpoints, String> {
+        let upstream = Url::parse(upstream_url).map_err(|e| e.to_string())?;
+        let prm = self.resource_metadata(&upstream).await?;
+        let issuer = prm
+            .authorization_servers
+            .first()
+            .ok_or("the upstream's protected-resource metadata names no authorization server")?;
+        let issuer_url = Url::parse(issuer).map_err(|e| format!("issuer `{issuer}`: {e}"))?;
+        let meta = self.server_metadata(&issuer_url).await?;
+        if meta.issuer.trim_end_matches('/') != issuer.trim_end_matches('/') {
+            return Err(format!(
+                "the metadata of `{issuer}` names another issuer (`{}`)",
+                meta.issuer
+            ));
+        }
+        // OAuth 2.1 and MCP: no PKCE S256, no authorization (a downgrade is refused).
+        if !meta
+            .code_challenge_methods_supported
+            .as_ref()
+            .is_some_and(|m| m.iter().any(|m| m == "S256"))
+        {
+            return Err(format!("`{issuer}` does not advertise PKCE with S256"));
+        }
+        let parse = |what: &str, u: &str| Url::parse(u).map_err(|e| format!("{what} `{u}`: {e}"));
+        Ok(Endpoints {
+            authorization: parse("authorization_endpoint", &meta.authorization_endpoint)?,
+            token: parse("token_endpoint", &meta.token_endpoint)?,
+            resource: settings.resource.clone().or(prm.resource),
+        })
+    }
+
+    /// RFC 9728: `/.well-known/oauth-protected-resource` with the upstream's path inserted,
+    /// then at the root, then the metadata URL of the upstream's own 401 challenge.
+    async fn resource_metadata(&self, upstream: &Url) -> Result<ResourceMetadata, String> {
+        let mut tried = Vec::new();
+        for url in well_known(upstream, "oauth-protected-resource") {
+            match self.get_json::<ResourceMetadata>(&url).await {
+                Ok(m) => return Ok(m),
+                Err(e) => tried.push(e),
+            }
+        }
+        let challenge = self
+            .http
+            .post(upstream.clone())
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .header(http::header::ACCEPT, "application/json, text/event-stream")
+            .body(r#"{"jsonrpc":"2.0","id":0,"method":"ping"}"#)
+            .send()
+            .await
+            .ok()
+            .filter(|r| r.status() == reqwest::StatusCode::UNAUTHORIZED)
+            .and_then(|r| {
+                r.headers()
+                    .get_all(http::header::WWW_AUTHENTICATE)
+                    .iter()
+                    .filter_map(|v| v.to_str().ok())
+                    .find_map(resource_metadata_param)
+            });
+        if let Some(url) = challenge.and_then(|u| Url::parse(&u).ok()) {
+            return self.get_json(&url).await;
+        }
+        Err(format!(
+            "no protected-resource metadata ({})",
+            tried.join("; ")
+        ))
+    }
+
+    /// RFC 8414 metadata (path inserted, as the RFC says), then OpenID discovery (inserted,
+    /// then appended, as issuers with paths publish it).
+    async fn server_metadata(&self, issuer: &Url) -> Result<ServerMetadata, String> {
+        let mut urls = well_known(issuer, "oauth-authorization-server");
+        urls.truncate(1);
+        urls.extend(well_known(issuer, "openid-configuration").into_iter().take(1));
+        if let Ok(appended) = Url::parse(&format!(
+            "{}/.well-known/openid-configuration",
+            issuer.as_str().trim_end_matches('/')
+        )) && !urls.contains(&appended)
+        {
+            urls.push(appended);
+        }
+        let mut tried = Vec::new();
+        for url in urls {
+            match self.get_json::<ServerMetadata>(&url).await {
+                Ok(m) => return Ok(m),
+                Err(e) => tried.push(e),
+            }
+        }
+        Err(format!(
+            "no authorization-server metadata ({})",
+            tried.join("; ")
+        ))
+    }
+
+    /// Where to send the person: the authorization endpoint with PKCE and our `state`.
+    pub fn authorize_url(
+        &self,
+        upstream: &str,
+        endpoints: &Endpoints,
+        settings: &PerUserOAuth,
+        redirect_uri: &str,
+        state: &str,
+        verifier: &str,
+    ) -> Result<Url, OAuthError> {
+        let client_id = resolve("client id", &settings.client_id, upstream)?;
+        let mut url = endpoints.authorization.clone();
+        {
+            let mut q = url.query_pairs_mut();
+            q.append_pair("response_type", "code")
+                .append_pair("client_id", client_id.expose())
+                .append_pair("redirect_uri", redirect_uri)
+                .append_pair("state", state)
+                .append_pair("code_challenge", &challenge(verifier))
+                .append_pair("code_challenge_method", "S256");
+            if !settings.scopes.is_empty() {
+                q.append_pair("scope", &settings.scopes.join(" "));
+            }
+            if let Some(r) = &endpoints.resource {
+                q.append_pair("resource", r);
+            }
+        }
+        Ok(url)
+    }
+
+    /// Exchanges an authorization code.
+    pub async fn exchange(
+        &self,
+        upstream: &str,
+        endpoints: &Endpoints,
+        settings: &PerUserOAuth,
+        code: &str,
+        redirect_uri: &str,
+        verifier: &str,
+    ) -> Result<Granted, OAuthError> {
+        let mut form = vec![
+            ("grant_type", "authorization_code".to_owned()),
+            ("code", code.to_owned()),
+            ("redirect_uri", redirect_uri.to_owned()),
+            ("code_verifier", verifier.to_owned()),
+        ];
+        if let Some(r) = &endpoints.resource {
+            form.push(("resource", r.clone()));
+        }
+        self.token_request(upstream, endpoints, settings, form)
+            .await
+    }
+
+    /// Uses a refresh token; the answer may carry a rotated one.
+    pub async fn refresh(
+        &self,
+        upstream: &str,
+        endpoints: &Endpoints,
+        settings: &PerUserOAuth,
+        refresh: &Secret,
+    ) -> Result<Granted, OAuthError> {
+        let mut form = vec![
+            ("grant_type", "refresh_token".to_owned()),
+            ("refresh_token", refresh.expose().to_owned()),
+        ];
+        if let Some(r) = &endpoints.resource {
+            form.push(("resource", r.clone()));
+        }
+        self.token_request(upstream, endpoints, settings, form)
+            .await
+    }
+
+    async fn token_request(
+        &self,
+        upstream: &str,
+        endpoints: &Endpoints,
+        settings: &PerUserOAuth,
+        mut form: Vec<(&'static str, String)>,
+    ) -> Result<Granted, OAuthError> {
+        let client_id = resolve("client id", &settings.client_id, upstream)?;
+        let mut req = self.http.post(endpoints.token.clone());
+        match &settings.client_secret {
+            // client_secret_basic, with the id and secret form-encoded first (RFC 6749 2.3.1).
+            Some(reference) => {
+                let secret = resolve("client secret", reference, upstream)?;
+                let enc = |s: &str| form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
+                req = req.basic_auth(enc(client_id.expose()), Some(enc(secret.expose())));
+            }
+            None => form.push(("client_id", client_id.expose().to_owned())),
+        }
+        let resp = req
+            .header(http::header::ACCEPT, "application/json")
+            .form(&form)
+            .send()
+            .await
+            .map_err(|e| OAuthError::Unreachable(e.without_url().to_string()))?;
+        let status = resp.status();
+        let body = bounded(resp).await.map_err(OAuthError::Unreachable)?;
+        if !status.is_success() {
+            let code = serde_json::from_slice::<TokenError>(&body)
+                .ok()
+                .map(|e| e.error)
+                .filter(|e| e.len() <= 64 && e.bytes().all(|b| b.is_ascii_graphic()))
+                .unwrap_or_else(|| "an error".to_owned());
+            return Err(OAuthError::Refused(format!("{status} ({code})")));
+        }
+        let t: TokenResponse = serde_json::from_slice(&body)
+            .map_err(|_| OAuthError::Garbage("no token response (JSON with access_token)".into()))?;
+        if t.token_type
+            .as_deref()
+            .is_some_and(|k| !k.eq_ignore_ascii_case("bearer"))
+        {
+            return Err(OAuthError::Garbage("the token is not a bearer token".into()));
+        }
+        if !is_token(&t.access_token) || t.refresh_token.as_deref().is_some_and(|r| !is_token(r)) {
+            return Err(OAuthError::Garbage("the token is empty, too long or malformed".into()));
+        }
+        Ok(Granted {
+            access: Secret::new(t.access_token),
+            refresh: t.refresh_token.map(Secret::new),
+            expires_at_ms: t
+                .expires_in
+                .map(|s| crate::clock::now_ms().saturating_add(s.saturating_mul(1000))),
+        })
+    }
+}
+
+/// Reads at most `MAX_BODY` bytes of a response.
+async fn bounded(mut resp: reqwest::Response) -> Result<Vec<u8>, String> {
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(|e| e.without_url().to_string())? {
+        if body.len() + chunk.len() > MAX_BODY {
+            return Err(format!("an answer of more than {MAX_BODY} bytes"));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// `https://host/.well-known/<name><path>` (RFC 8414/9728 path insertion), then the root one
+/// when the URL has a path.
+fn well_known(base: &Url, name: &str) -> Vec<Url> {
+    let path = base.path().trim_end_matches('/');
+    let mut out = Vec::new();
+    let mut at = |p: &str| {
+        let mut u = base.clone();
+        u.set_path(p);
+        u.set_query(None);
+        u.set_fragment(None);
+        if !out.contains(&u) {
+            out.push(u);
+        }
+    };
+    at(&format!("/.well-known/{name}{path}"));
+    at(&format!("/.well-known/{name}"));
+    out
+}
+
+/// The `resource_metadata` parameter of a Bearer challenge.
+fn resource_metadata_param(challenge: &str) -> Option<String> {
+    let at = challenge.find("resource_metadata=")? + "resource_metadata=".len();
+    let rest = &challenge[at..];
+    let value = match rest.strip_prefix('"') {
+        Some(quoted) => quoted.split('"').next()?,
+        None => rest.split([',', ' ']).next()?,
+    };
+    Some(value.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pkce_challenge_is_rfc_7636s_example() {
+        // RFC 7636 appendix B.
+        assert_eq!(
+            challenge("dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"),
+            "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGaSJTYXw"
+        );
+    }
+
+    #[test]
+    fn well_known_urls_insert_the_path_first() {
+        let u = Url::parse("https://as.example/tenant/x/?q=1").unwrap();
+        let got: Vec<String> = well_known(&u, "oauth-authorization-server")
+            .iter()
+            .map(Url::to_string)
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "https://as.example/.well-known/oauth-authorization-server/tenant/x",
+                "https://as.example/.well-known/oauth-authorization-server"
+            ]
+        );
+        let root = Url::parse("https://as.example").unwrap();
+        assert_eq!(well_known(&root, "openid-configuration").len(), 1);
+    }
+
+    #[test]
+    fn a_challenge_names_its_metadata() {
+        assert_eq!(
+            resource_metadata_param(
+                r#"Bearer error="invalid_token", resource_metadata="http://u/.well-known/oauth-protected-resource""#
+            )
+            .as_deref(),
+            Some("http://u/.well-known/oauth-protected-resource")
+        );
+        assert_eq!(
+            resource_metadata_param("Bearer resource_metadata=http://u/m, realm=x").as_deref(),
+            Some("http://u/m")
+        );
+        assert_eq!(resource_metadata_param(r#"Bearer realm="x""#), None);
+    }
+}
