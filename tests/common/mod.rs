@@ -168,6 +168,16 @@ impl Gateway {
         Self::spawn_at(cfg, dir, &[], listen)
     }
 
+    /// Like `start_file_env`, listening on `listen`.
+    pub fn start_file_env_at(
+        cfg: &Path,
+        dir: tempfile::TempDir,
+        env: &[(&str, &str)],
+        listen: &str,
+    ) -> Gateway {
+        Self::spawn_at(cfg, dir, env, listen)
+    }
+
     fn spawn(cfg: &Path, dir: tempfile::TempDir, env: &[(&str, &str)]) -> Gateway {
         Self::spawn_at(cfg, dir, env, "127.0.0.1:0")
     }
