@@ -171,6 +171,43 @@ fn credential_rejections() {
 }
 
 #[test]
+fn per_user_oauth_rejections() {
+    let cred = |fields: &str| format!("[credentials.c]\nclass = \"user\"\nper_user = {{ {fields} }}\n");
+    reported(&cred("kind = \"oauth\""), "per_user kind `oauth` needs `client_id`", 3);
+    reported(
+        &cred("kind = \"oauth\", client_id = \"i\", client_secret = \"plain\""),
+        "secrets are references",
+        3,
+    );
+    reported(
+        &cred("kind = \"oauth\", client_id = \"i\", token_url = \"https://as/token\""),
+        "set both `authorization_url` and `token_url`, or neither",
+        3,
+    );
+    reported(
+        &cred("kind = \"oauth\", client_id = \"i\", authorization_url = \"ftp://as\", token_url = \"https://as/token\""),
+        "`authorization_url` is not an http(s) URL",
+        3,
+    );
+    reported(
+        &cred("kind = \"oauth\", client_id = \"i\", scopes = [\"a b\"]"),
+        "scope `a b` is not a valid OAuth scope",
+        3,
+    );
+    reported(
+        &cred("kind = \"oauth\", client_id = \"i\", hint = \"paste\""),
+        "`hint` belongs to per_user kind `token`",
+        3,
+    );
+    reported(
+        &cred("kind = \"token\", client_id = \"i\""),
+        "`client_id` belongs to per_user kind `oauth`",
+        3,
+    );
+    reported(&cred("kind = \"saml\""), "per_user kind `saml` is not `token` or `oauth`", 3);
+}
+
+#[test]
 fn rate_limit_rejections() {
     reported(
         "[[rate_limits]]\nby = [\"moon\"]\nper_second = 1\n",
