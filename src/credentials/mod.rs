@@ -24,8 +24,7 @@ pub use seal::Sealer;
 pub use store::{Connected, CredentialStore};
 
 use crate::{
-    policy::token::PerUserOAuth, secret::Secret,
-    telemetry::credential_metrics::CredentialMetrics,
+    policy::token::PerUserOAuth, secret::Secret, telemetry::credential_metrics::CredentialMetrics,
 };
 
 /// How long a connect link stays valid.
@@ -120,7 +119,9 @@ pub enum Refused {
     #[error("the credential store is not available; try again in a moment")]
     Store,
     /// The authorization server sent the person back with an error (its code only).
-    #[error("the sign-in did not complete: the authorization server said `{0}`; nothing was stored")]
+    #[error(
+        "the sign-in did not complete: the authorization server said `{0}`; nothing was stored"
+    )]
     Denied(String),
     #[error("the authorization server sent back no code")]
     NoCode,
@@ -306,7 +307,10 @@ impl UserCredentials {
         if fresh.is_none()
             && let Err(e) = self.store.remove(owner, Some(upstream)).await
         {
-            tracing::warn!(upstream, "dropping a credential that cannot be refreshed failed: {e}");
+            tracing::warn!(
+                upstream,
+                "dropping a credential that cannot be refreshed failed: {e}"
+            );
         }
         fresh
     }
@@ -475,7 +479,12 @@ impl UserCredentials {
     }
 
     /// Stores what the person connected and wakes the call waiting for it.
-    async fn connect(&self, upstream: &str, ticket: Ticket, plain: &Plain) -> Result<Ticket, Refused> {
+    async fn connect(
+        &self,
+        upstream: &str,
+        ticket: Ticket,
+        plain: &Plain,
+    ) -> Result<Ticket, Refused> {
         if let Err(e) = self.put(&ticket.owner, upstream, plain).await {
             tracing::warn!(upstream, "credential store: {e}");
             self.metrics.count(upstream, "failed");
@@ -570,7 +579,9 @@ impl UserCredentials {
             // Only a well-formed error code is repeated to the person.
             let code = if !error.is_empty()
                 && error.len() <= 64
-                && error.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                && error
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_')
             {
                 error.to_owned()
             } else {
@@ -581,7 +592,10 @@ impl UserCredentials {
         let code = field("code")
             .filter(|c| !c.is_empty() && c.len() <= oauth::MAX_TOKEN_BYTES)
             .ok_or_else(|| refused(Refused::NoCode))?;
-        let verifier = ticket.verifier.clone().ok_or_else(|| refused(Refused::BadState))?;
+        let verifier = ticket
+            .verifier
+            .clone()
+            .ok_or_else(|| refused(Refused::BadState))?;
         self.claim(upstream, &ticket).await?;
         let failed = |e: OAuthError| {
             tracing::warn!(upstream, "per-user OAuth: {e}");
@@ -605,7 +619,8 @@ impl UserCredentials {
             )
             .await
             .map_err(failed)?;
-        self.connect(upstream, ticket, &Plain::granted(&granted)).await
+        self.connect(upstream, ticket, &Plain::granted(&granted))
+            .await
     }
 
     /// Waits until the person has connected `upstream` (on this replica or another), at most
@@ -710,7 +725,11 @@ mod tests {
             Refused::Used
         );
         assert_eq!(
-            c.token("alice", "gh", None).await.unwrap().unwrap().expose(),
+            c.token("alice", "gh", None)
+                .await
+                .unwrap()
+                .unwrap()
+                .expose(),
             "tok-a"
         );
         assert_eq!(c.token("bob", "gh", None).await.unwrap(), None);

@@ -262,7 +262,11 @@ impl OAuthClient {
     async fn server_metadata(&self, issuer: &Url) -> Result<ServerMetadata, String> {
         let mut urls = well_known(issuer, "oauth-authorization-server");
         urls.truncate(1);
-        urls.extend(well_known(issuer, "openid-configuration").into_iter().take(1));
+        urls.extend(
+            well_known(issuer, "openid-configuration")
+                .into_iter()
+                .take(1),
+        );
         if let Ok(appended) = Url::parse(&format!(
             "{}/.well-known/openid-configuration",
             issuer.as_str().trim_end_matches('/')
@@ -368,7 +372,8 @@ impl OAuthClient {
             // client_secret_basic, with the id and secret form-encoded first (RFC 6749 2.3.1).
             Some(reference) => {
                 let secret = resolve("client secret", reference, upstream)?;
-                let enc = |s: &str| form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
+                let enc =
+                    |s: &str| form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
                 req = req.basic_auth(enc(client_id.expose()), Some(enc(secret.expose())));
             }
             None => form.push(("client_id", client_id.expose().to_owned())),
@@ -389,16 +394,21 @@ impl OAuthClient {
                 .unwrap_or_else(|| "an error".to_owned());
             return Err(OAuthError::Refused(format!("{status} ({code})")));
         }
-        let t: TokenResponse = serde_json::from_slice(&body)
-            .map_err(|_| OAuthError::Garbage("no token response (JSON with access_token)".into()))?;
+        let t: TokenResponse = serde_json::from_slice(&body).map_err(|_| {
+            OAuthError::Garbage("no token response (JSON with access_token)".into())
+        })?;
         if t.token_type
             .as_deref()
             .is_some_and(|k| !k.eq_ignore_ascii_case("bearer"))
         {
-            return Err(OAuthError::Garbage("the token is not a bearer token".into()));
+            return Err(OAuthError::Garbage(
+                "the token is not a bearer token".into(),
+            ));
         }
         if !is_token(&t.access_token) || t.refresh_token.as_deref().is_some_and(|r| !is_token(r)) {
-            return Err(OAuthError::Garbage("the token is empty, too long or malformed".into()));
+            return Err(OAuthError::Garbage(
+                "the token is empty, too long or malformed".into(),
+            ));
         }
         Ok(Granted {
             access: Secret::new(t.access_token),
@@ -413,7 +423,11 @@ impl OAuthClient {
 /// Reads at most `MAX_BODY` bytes of a response.
 async fn bounded(mut resp: reqwest::Response) -> Result<Vec<u8>, String> {
     let mut body = Vec::new();
-    while let Some(chunk) = resp.chunk().await.map_err(|e| e.without_url().to_string())? {
+    while let Some(chunk) = resp
+        .chunk()
+        .await
+        .map_err(|e| e.without_url().to_string())?
+    {
         if body.len() + chunk.len() > MAX_BODY {
             return Err(format!("an answer of more than {MAX_BODY} bytes"));
         }

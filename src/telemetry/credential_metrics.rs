@@ -7,7 +7,9 @@ use prometheus::{IntCounterVec, Opts, Registry};
 pub struct CredentialMetrics {
     /// `upstream`, `event`: `asked` (a person was sent to the connect page), `connected`,
     /// `revoked`, `rejected` (the upstream refused a person's credential), `refused` (a bad
-    /// page submission: forged, used or expired state, malformed token), `failed` (the store).
+    /// page submission: forged, used or expired state, malformed token; a sign-in the
+    /// authorization server ended with an error), `refreshed`, `refresh_failed` (an OAuth
+    /// refresh), `failed` (the store, or an authorization server that did not answer).
     pub events: IntCounterVec,
 }
 
@@ -16,7 +18,7 @@ impl CredentialMetrics {
         let events = IntCounterVec::new(
             Opts::new(
                 "fedgate_user_credentials_total",
-                "Per-user upstream credentials: asked, connected, revoked, rejected, refused, failed",
+                "Per-user upstream credentials: asked, connected, revoked, rejected, refused, refreshed, refresh_failed, failed",
             ),
             &["upstream", "event"],
         )?;

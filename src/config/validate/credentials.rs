@@ -66,7 +66,8 @@ fn per_user_oauth(cx: &mut Ctx<'_>, name: &str, p: &RawPerUser) -> Option<PerUse
     let endpoints = match (&p.authorization_url, &p.token_url) {
         (None, None) => None,
         (Some(a), Some(t)) => {
-            let ok = http_url(cx, name, "authorization_url", a) & http_url(cx, name, "token_url", t);
+            let ok =
+                http_url(cx, name, "authorization_url", a) & http_url(cx, name, "token_url", t);
             if !ok {
                 return None;
             }
@@ -80,14 +81,18 @@ fn per_user_oauth(cx: &mut Ctx<'_>, name: &str, p: &RawPerUser) -> Option<PerUse
             return None;
         }
     };
-    if let Some(bad) = p
-        .scopes
-        .iter()
-        .find(|s| s.is_empty() || !s.bytes().all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\'))
-    {
+    if let Some(bad) = p.scopes.iter().find(|s| {
+        s.is_empty()
+            || !s
+                .bytes()
+                .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\')
+    }) {
         cx.err_at(
             p.kind.span().start,
-            format!("credential `{name}`: scope `{}` is not a valid OAuth scope", bad.escape_debug()),
+            format!(
+                "credential `{name}`: scope `{}` is not a valid OAuth scope",
+                bad.escape_debug()
+            ),
         );
         return None;
     }

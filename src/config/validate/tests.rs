@@ -172,8 +172,13 @@ fn credential_rejections() {
 
 #[test]
 fn per_user_oauth_rejections() {
-    let cred = |fields: &str| format!("[credentials.c]\nclass = \"user\"\nper_user = {{ {fields} }}\n");
-    reported(&cred("kind = \"oauth\""), "per_user kind `oauth` needs `client_id`", 3);
+    let cred =
+        |fields: &str| format!("[credentials.c]\nclass = \"user\"\nper_user = {{ {fields} }}\n");
+    reported(
+        &cred("kind = \"oauth\""),
+        "per_user kind `oauth` needs `client_id`",
+        3,
+    );
     reported(
         &cred("kind = \"oauth\", client_id = \"i\", client_secret = \"plain\""),
         "secrets are references",
@@ -185,7 +190,9 @@ fn per_user_oauth_rejections() {
         3,
     );
     reported(
-        &cred("kind = \"oauth\", client_id = \"i\", authorization_url = \"ftp://as\", token_url = \"https://as/token\""),
+        &cred(
+            "kind = \"oauth\", client_id = \"i\", authorization_url = \"ftp://as\", token_url = \"https://as/token\"",
+        ),
         "`authorization_url` is not an http(s) URL",
         3,
     );
@@ -204,7 +211,11 @@ fn per_user_oauth_rejections() {
         "`client_id` belongs to per_user kind `oauth`",
         3,
     );
-    reported(&cred("kind = \"saml\""), "per_user kind `saml` is not `token` or `oauth`", 3);
+    reported(
+        &cred("kind = \"saml\""),
+        "per_user kind `saml` is not `token` or `oauth`",
+        3,
+    );
 }
 
 #[test]

@@ -125,6 +125,7 @@ function start() {
   every(POLL_MS, signal, refreshPlans);
   every(POLL_MS, signal, refreshViews);
   every(POLL_MS, signal, refreshStages);
+  every(POLL_MS, signal, refreshConnections);
   every(POLL_MS, signal, refreshRuns);
   every(5000, signal, refreshLatency);
   calls.length = 0;
@@ -179,6 +180,27 @@ async function refreshStages() {
     h("td", {}, ...w.history.map((m) => h("div", { class: "sub" },
       `${when(m.at_ms)} ${m.from} → ${m.to} by ${m.by}`, m.reason ? ` — ${m.reason}` : "",
       m.record ? ` (record ${m.record})` : ""))))));
+}
+
+// Who connected which per-user upstream (tokens never leave the gateway); an operator
+// revokes one, and the person is asked to connect again on their next call.
+async function refreshConnections() {
+  const c = await api("/admin/credentials");
+  $("connection-count").textContent = `${c.connections.length} per-user credential(s)`;
+  $("connection-rows").replaceChildren(...c.connections.map((x) => {
+    const revoke = async () => {
+      try {
+        await api(`/admin/credentials/${encodeURIComponent(x.owner)}/${encodeURIComponent(x.upstream)}`, { method: "DELETE" });
+        $("connection-error").textContent = "";
+      } catch (e) {
+        $("connection-error").textContent = `revoke: ${e.message}`;
+      }
+      refreshConnections();
+    };
+    return h("tr", { "data-owner": x.owner, "data-upstream": x.upstream },
+      h("td", {}, x.owner), h("td", {}, x.upstream), h("td", {}, new Date(x.connected_at_ms).toLocaleString()),
+      h("td", {}, h("button", { type: "button", class: "revoke", onclick: revoke }, "Revoke")));
+  }));
 }
 
 async function acceptPin(p) {
