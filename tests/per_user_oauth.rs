@@ -150,15 +150,17 @@ struct Setup {
     _upstreams: Vec<UrlProcess>,
 }
 
-/// A gateway with three OAuth upstreams: `gh` discovers its authorization server from the
-/// upstream; `jira` names a token endpoint that is down; `wiki` discovers from an upstream
-/// that publishes no metadata.
+/// A gateway with four OAuth upstreams: `gh` discovers its authorization server from the
+/// upstream; `jira` names a token endpoint that is down; `docs` one that answers JSON that is
+/// no token response (fedgate's own `/healthz`, a public client); `wiki` discovers from an
+/// upstream that publishes no metadata.
 fn start() -> Setup {
     let port = free_port();
     let base = format!("http://127.0.0.1:{port}");
     let auth = AuthServer::start(&[
         format!("{base}/connect/gh/callback"),
         format!("{base}/connect/jira/callback"),
+        format!("{base}/connect/docs/callback"),
     ]);
     let gh = UrlProcess::start(&[
         "demo-upstream",
@@ -181,10 +183,13 @@ fn start() -> Setup {
          per_user = {{ kind = \"oauth\", client_id = \"fedgate\", client_secret = \"env:FG_OAUTH_SECRET\", scopes = [\"openid\", \"offline_access\"] }}\n\n\
          [credentials.jira_people]\nclass = \"user\"\n\
          per_user = {{ kind = \"oauth\", client_id = \"fedgate\", client_secret = \"env:FG_OAUTH_SECRET\", scopes = [\"openid\"], authorization_url = \"{issuer}/auth\", token_url = \"{down}\" }}\n\n\
+         [credentials.docs_people]\nclass = \"user\"\n\
+         per_user = {{ kind = \"oauth\", client_id = \"fedgate\", scopes = [\"openid\"], authorization_url = \"{issuer}/auth\", token_url = \"{base}/healthz\" }}\n\n\
          [credentials.wiki_people]\nclass = \"user\"\n\
          per_user = {{ kind = \"oauth\", client_id = \"fedgate\", scopes = [\"openid\"] }}\n\n\
          [upstreams.gh]\nkind = \"http\"\nurl = \"{gh}\"\ncredential = \"gh_people\"\n\
          [upstreams.jira]\nkind = \"http\"\nurl = \"{gh}\"\ncredential = \"jira_people\"\n\
+         [upstreams.docs]\nkind = \"http\"\nurl = \"{gh}\"\ncredential = \"docs_people\"\n\
          [upstreams.wiki]\nkind = \"http\"\nurl = \"{wiki}\"\ncredential = \"wiki_people\"\n",
         raw::sha(ALICE),
         raw::sha(BOB),
@@ -373,6 +378,13 @@ async fn forged_callbacks_and_unreachable_or_absent_authorization_servers_are_cl
         visit.body
     );
     link_of(&call(&alice, "jira__whoami", json!({})).await.unwrap_err());
+
+    // The token endpoint answers something that is no token response.
+    let link = link_of(&call(&alice, "docs__whoami", json!({})).await.unwrap_err());
+    let visit = browse(&link, "alice").await;
+    assert_eq!(visit.status, 502, "{}", visit.body);
+    assert!(visit.body.contains("was not understood"), "{}", visit.body);
+    link_of(&call(&alice, "docs__whoami", json!({})).await.unwrap_err());
 
     // The upstream publishes no protected-resource metadata: discovery fails clearly.
     let link = link_of(
