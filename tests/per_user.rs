@@ -48,6 +48,7 @@ fn serve(dir: &std::path::Path) -> Gateway {
 fn config(upstream_url: &str) -> String {
     format!(
         "[gateway]\ntiers_dir = {TIERS:?}\ncredential_key = \"env:FG_CREDENTIAL_KEY\"\ninput_wait_ms = 20000\n\n\
+         [flows]\ndir = \"flows\"\n\n\
          [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"env:FEDGATE_ADMIN_TOKEN\"\n\n\
          [auth]\nanonymous = false\n\
          [[auth.api_keys]]\nname = \"alice\"\nsha256 = \"{}\"\nroles = [\"dev\"]\n\
@@ -76,6 +77,14 @@ fn start() -> Setup {
         "127.0.0.1:0",
     ]);
     std::fs::write(dir.path().join("gateway.toml"), config(&upstream.url)).unwrap();
+    std::fs::create_dir(dir.path().join("flows")).unwrap();
+    std::fs::write(
+        dir.path().join("flows/me.toml"),
+        "id = \"me\"\ndescription = \"Who gh acts as for the run's caller\"\n\n\
+         [[nodes]]\nid = \"who\"\ntool = \"gh__whoami\"\n\n\
+         [outputs]\nwho = \"{{who.output}}\"\n",
+    )
+    .unwrap();
     let gw = serve(dir.path());
     Setup {
         gw,
@@ -594,4 +603,52 @@ async fn the_console_lists_connected_accounts_and_an_operator_revokes_one() {
         .map(|c| c["owner"].as_str().unwrap())
         .collect();
     assert_eq!(owners, ["bob"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flow_node_parks_until_its_caller_connects_and_then_runs_as_them() {
+    let s = start();
+    let alice = connect_with_token(&s.gw.url, ALICE, TestClient::new())
+        .await
+        .unwrap();
+    // The run parks at once: its plan says what to tell the person, with the link.
+    let r = call(&alice, "flows__me", json!({})).await.unwrap();
+    assert_eq!(r.is_error, Some(true));
+    let meta = r.meta.clone().unwrap();
+    let run = meta.0["io.fedgate/flow_run"].as_str().unwrap().to_owned();
+    let plan = &meta.0["io.fedgate/orchestrated_plan"];
+    assert_eq!(plan["status"], "blocked", "{plan}");
+    assert_eq!(plan["errors"][0]["code"], "credential_required", "{plan}");
+    let message = plan["errors"][0]["message"].as_str().unwrap();
+    let link = message
+        .split_whitespace()
+        .find(|w| w.contains("/connect/gh?state="))
+        .unwrap_or_else(|| panic!("no link in {message}"))
+        .to_owned();
+    let parked = admin(
+        &s.gw,
+        reqwest::Method::GET,
+        &format!("/admin/flows/runs/{run}"),
+    )
+    .await;
+    assert_eq!(
+        parked["state"]["nodes"]["who"]["status"], "BLOCKED",
+        "{parked}"
+    );
+
+    // The person connects; the node runs by itself, as them, and the run succeeds.
+    assert_eq!(connect_in_browser(&link, "gh-alice").await.0, 200);
+    let done = admin(
+        &s.gw,
+        reqwest::Method::GET,
+        &format!("/admin/flows/runs/{run}?wait_ms=20000"),
+    )
+    .await;
+    assert_eq!(done["state"]["finished"], "succeeded", "{done}");
+    assert!(
+        done["state"]["outputs"]
+            .to_string()
+            .contains("acting as alice"),
+        "{done}"
+    );
 }

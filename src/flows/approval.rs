@@ -378,7 +378,23 @@ fn parked(
                 .trim_end_matches('.');
             waiting.push(format!("node `{node}` (plan {id}): {held_text}"));
         }
-        if n.status == super::events::NodeStatus::Blocked {
+        if n.status == super::events::NodeStatus::Blocked
+            && let Some(reason) = n
+                .error
+                .as_deref()
+                .filter(|e| e.starts_with(super::node::CONNECT_WAIT))
+        {
+            plan = plan.error(
+                PlanError::new(
+                    "credential_required",
+                    format!("node `{node}` {reason}"),
+                    true,
+                )
+                .hint(format!(
+                    "tell your user: open the link in this message and connect their account there; run {run_id} goes on by itself once they have (fedgate flows status {run_id} shows it)"
+                )),
+            );
+        } else if n.status == super::events::NodeStatus::Blocked {
             plan = plan.error(
                 PlanError::new("needs_decision", n.error.clone().unwrap_or_default(), true).hint(
                     format!(
@@ -389,10 +405,18 @@ fn parked(
         }
     }
     if waiting.is_empty() {
-        plan.instruction = Some(format!(
-            "Flow `{}` (run {run_id}) waits for an operator's decision.",
-            flow.id
-        ));
+        let connect = plan.errors.iter().any(|e| e.code == "credential_required");
+        plan.instruction = Some(if connect {
+            format!(
+                "Flow `{}` (run {run_id}) waits for your user to connect an account: give them the link; the run goes on by itself once they have.",
+                flow.id
+            )
+        } else {
+            format!(
+                "Flow `{}` (run {run_id}) waits for an operator's decision.",
+                flow.id
+            )
+        });
         return plan;
     }
     plan.status = Status::Ok;

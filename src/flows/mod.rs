@@ -61,6 +61,9 @@ pub struct Engine {
     defs: ArcSwap<BTreeMap<String, Arc<FlowDef>>>,
     stack: OnceLock<Stacks>,
     pool: OnceLock<Arc<Pool>>,
+    /// Per-user credentials: a node waiting for its caller to connect an account wakes when
+    /// they have.
+    credentials: OnceLock<Arc<crate::credentials::UserCredentials>>,
     auth: Arc<ArcSwap<Authenticator>>,
     permits: Arc<Semaphore>,
     /// Per upstream (by name), created on first use.
@@ -162,6 +165,7 @@ impl Engine {
             defs: ArcSwap::default(),
             stack: OnceLock::new(),
             pool: OnceLock::new(),
+            credentials: OnceLock::new(),
             auth,
             permits: Arc::new(Semaphore::new(settings.parallelism)),
             upstream_permits: DashMap::new(),
@@ -253,6 +257,15 @@ impl Engine {
             self.watch_plans();
         }
         let _ = self.pool.set(pool);
+    }
+
+    /// The per-user credentials nodes may wait for.
+    pub fn bind_credentials(&self, credentials: Arc<crate::credentials::UserCredentials>) {
+        let _ = self.credentials.set(credentials);
+    }
+
+    pub(crate) fn credentials(&self) -> Option<Arc<crate::credentials::UserCredentials>> {
+        self.credentials.get().cloned()
     }
 
     pub(crate) fn shared_plans(&self) -> Option<&crate::approval::shared::SharedPlans> {

@@ -34,7 +34,17 @@ pub enum Attempt {
     /// Held for approval: the plan says who approves it (the same `ok` plan a held direct
     /// call gets).
     NeedsApproval(Value),
+    /// The run's caller has not connected their own account for `upstream` (a per-user
+    /// credential): the node waits until they have, at `url`.
+    NeedsConnect {
+        upstream: String,
+        url: String,
+    },
 }
+
+/// How a node waiting for its caller to connect an account is described (its BLOCKED reason
+/// starts so; a resumed run re-drives such nodes).
+pub const CONNECT_WAIT: &str = "waits for its caller to connect";
 
 impl Attempt {
     /// A refusal or failure of the call, typed: its plan, and whether a retry may pass.
@@ -42,6 +52,15 @@ impl Attempt {
         let plan = plan_for(e, correlation_id).to_value();
         if matches!(e, CallError::ApprovalRequired { .. }) {
             return Attempt::NeedsApproval(plan);
+        }
+        if let CallError::Connect(r) = e
+            && r.code == "credential_required"
+            && let Some((url, _)) = &r.url
+        {
+            return Attempt::NeedsConnect {
+                upstream: r.upstream.clone(),
+                url: url.clone(),
+            };
         }
         Attempt::Failed {
             error: e.wire_message(),

@@ -274,6 +274,9 @@ impl Core {
         }
         if let Some(flows) = &self.flows {
             flows.bind(stack.clone(), self.pool.clone());
+            if let Some(c) = &self.credentials {
+                flows.bind_credentials(c.clone());
+            }
         }
         stack.client
     }

@@ -102,6 +102,10 @@ pub enum Msg {
         node: String,
         event: crate::approval::events::PlanEvent,
     },
+    /// The run's caller connected the account a BLOCKED node waits for.
+    Connected {
+        node: String,
+    },
 }
 
 /// Drives the run from `events` to its end; returns the final state. `tx` and `rx` are the
@@ -278,7 +282,8 @@ impl Driver {
     /// A resumed run: nodes that were RUNNING or RETRYING when the gateway stopped are
     /// re-driven with the same idempotency key, unless they write and nothing can tell
     /// whether the write happened (then they are BLOCKED for a decision); nodes that waited
-    /// for approval ask again with a new plan. Returns the plans they waited on, to end.
+    /// for approval ask again with a new plan, and so do nodes that waited for their caller to
+    /// connect an account. Returns the plans they waited on, to end.
     fn recover(&mut self) -> Vec<String> {
         let flow = self.run.flow.clone();
         let mut superseded = Vec::new();
@@ -307,6 +312,18 @@ impl Driver {
                     {
                         superseded.push(id);
                     }
+                    self.stage(Event::NodeReady { node: n.id.clone() })
+                }
+                // Waiting for its caller to connect an account: asked again (a new link, or
+                // it runs if they connected meanwhile).
+                NodeStatus::Blocked
+                    if self
+                        .state
+                        .nodes
+                        .get(&n.id)
+                        .and_then(|s| s.error.as_deref())
+                        .is_some_and(|e| e.starts_with(node::CONNECT_WAIT)) =>
+                {
                     self.stage(Event::NodeReady { node: n.id.clone() })
                 }
                 _ => {}
@@ -440,6 +457,11 @@ impl Driver {
                 let event = self.outcome(&node, attempt).await?;
                 self.stage(event);
             }
+            Msg::Connected { node } => {
+                if self.state.node(&node) == NodeStatus::Blocked {
+                    self.stage(Event::NodeReady { node });
+                }
+            }
             Msg::RetryDue { node } => {
                 if self.state.node(&node) == NodeStatus::Retrying {
                     self.stage(Event::NodeReady { node });
@@ -474,6 +496,17 @@ impl Driver {
                 Event::NodeAwaitingApproval {
                     node: node.to_owned(),
                     plan,
+                }
+            }
+            Attempt::NeedsConnect { upstream, url } => {
+                self.await_connection(node, &upstream);
+                Event::NodeBlocked {
+                    node: node.to_owned(),
+                    reason: format!(
+                        "{} their `{upstream}` account: open {url} (the link works once, for {} minutes); the node runs as soon as they have",
+                        node::CONNECT_WAIT,
+                        crate::credentials::STATE_TTL.as_secs() / 60
+                    ),
                 }
             }
             Attempt::Failed { .. } if self.run.ct.is_cancelled() => Event::NodeCancelled {
@@ -514,6 +547,29 @@ impl Driver {
                 }
             }
         })
+    }
+
+    /// Wakes the node once the run's caller has connected `upstream` (on any replica), while
+    /// the link is valid; later, an operator decides (re-run or skip) or a resumed run asks
+    /// again.
+    fn await_connection(&self, node: &str, upstream: &str) {
+        let Some(creds) = self.run.engine.credentials() else {
+            return;
+        };
+        let (tx, node, upstream) = (self.tx.clone(), node.to_owned(), upstream.to_owned());
+        let owner = self.run.identity.name.clone();
+        let stop = self.run.ct.clone();
+        tokio::spawn(async move {
+            let wait = crate::credentials::STATE_TTL;
+            tokio::select! {
+                got = creds.wait_connected(&owner, &upstream, wait) => {
+                    if matches!(got, Ok(Some(_))) {
+                        let _ = tx.send(Msg::Connected { node });
+                    }
+                }
+                _ = stop.cancelled() => {}
+            }
+        });
     }
 
     /// Inline, or as an artifact when larger than `[flows] artifact_bytes`.
