@@ -407,3 +407,37 @@ async fn forged_callbacks_and_unreachable_or_absent_authorization_servers_are_cl
     assert_eq!(metric(&metrics, "wiki", "failed"), 1);
     assert_eq!(metric(&metrics, "jira", "connected"), 0);
 }
+
+/// The official Python SDK in both eras against the OAuth upstream: each person is asked once
+/// through URL elicitation, signs in at the authorization server (httpx following the
+/// redirects as the browser), and both calls act as them.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_python_sdk_signs_each_person_in_in_both_eras() {
+    let s = start();
+    for (mode, key, person) in [("legacy", ALICE, "alice"), ("modern", BOB, "bob")] {
+        let r = script_report(
+            "tests/clients/python/.venv/bin/python",
+            "tests/clients/python/per_user.py",
+            &[
+                "--url",
+                &s.gw.url,
+                "--key",
+                key,
+                "--sign-in-as",
+                person,
+                "--mode",
+                mode,
+            ],
+        );
+        assert!(r.get("error").is_none(), "{mode}: {r}");
+        let acting = format!("acting as {person}");
+        assert_eq!(r["first"]["text"], acting.as_str(), "{r}");
+        assert_eq!(r["second"]["text"], acting.as_str(), "{r}");
+        assert_eq!(r["asked"].as_array().unwrap().len(), 1, "asked once: {r}");
+        assert_eq!(r["pages"], json!([200]), "signed in and back: {r}");
+        if mode == "legacy" {
+            assert_eq!(r["completed"], json!([r["asked"][0]["elicitation_id"]]), "{r}");
+        }
+    }
+    assert_eq!(s.auth.stats().await["token_requests"]["authorization_code"], 2);
+}

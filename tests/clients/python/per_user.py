@@ -1,10 +1,14 @@
 """Per-user credentials through fedgate with the official Python SDK, in either era.
 
-Usage: python per_user.py --url URL --key API_KEY --token UPSTREAM_TOKEN --mode legacy|modern
+Usage: python per_user.py --url URL --key API_KEY (--token UPSTREAM_TOKEN | --sign-in-as NAME)
+       --mode legacy|modern
 
 The client declares URL-mode elicitation (the SDK does when an elicitation callback is set).
 Asked to connect, it does what its person would: opens the link (httpx stands in for the
-browser), pastes the token on fedgate's page and accepts. Then it calls `gh__whoami` again.
+browser) and either pastes the token on fedgate's page, or (`--sign-in-as`, an OAuth upstream)
+follows the redirects to the authorization server, signs in there as NAME (the test server
+reads an `X-Test-User` header) and back to fedgate's callback; then accepts. Then it calls
+`gh__whoami` again.
 
 Prints one JSON object on stdout.
 """
@@ -29,8 +33,9 @@ TIMEOUT = 30.0
 class Person:
     """Answers URL elicitations by connecting on the page; remembers what it saw."""
 
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str | None, sign_in_as: str | None) -> None:
         self.token = token
+        self.sign_in_as = sign_in_as
         self.asked: list[dict[str, Any]] = []
         self.pages: list[int] = []
         self.completed: list[str] = []
@@ -42,6 +47,12 @@ class Person:
         self.asked.append({"url": url, "elicitation_id": params.elicitation_id, "message": params.message})
         parts = urlsplit(url)
         state = parse_qs(parts.query)["state"][0]
+        if self.sign_in_as is not None:
+            headers = {"X-Test-User": self.sign_in_as}
+            async with httpx2.AsyncClient(timeout=TIMEOUT, follow_redirects=True, headers=headers) as browser:
+                page = await browser.get(url)
+                self.pages.append(page.status_code)
+            return types.ElicitResult(action="accept")
         async with httpx2.AsyncClient(timeout=TIMEOUT) as browser:
             page = await browser.get(url)
             self.pages.append(page.status_code)
@@ -65,10 +76,11 @@ async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--url", required=True)
     ap.add_argument("--key", required=True)
-    ap.add_argument("--token", required=True)
+    ap.add_argument("--token")
+    ap.add_argument("--sign-in-as")
     ap.add_argument("--mode", choices=["legacy", "modern"], required=True)
     a = ap.parse_args()
-    person = Person(a.token)
+    person = Person(a.token, a.sign_in_as)
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {a.key}"}, timeout=TIMEOUT)
     report: dict[str, Any] = {"client": "python"}
     try:
