@@ -436,8 +436,15 @@ async fn the_python_sdk_signs_each_person_in_in_both_eras() {
         assert_eq!(r["asked"].as_array().unwrap().len(), 1, "asked once: {r}");
         assert_eq!(r["pages"], json!([200]), "signed in and back: {r}");
         if mode == "legacy" {
-            assert_eq!(r["completed"], json!([r["asked"][0]["elicitation_id"]]), "{r}");
+            assert_eq!(
+                r["completed"],
+                json!([r["asked"][0]["elicitation_id"]]),
+                "{r}"
+            );
         }
     }
-    assert_eq!(s.auth.stats().await["token_requests"]["authorization_code"], 2);
+    assert_eq!(
+        s.auth.stats().await["token_requests"]["authorization_code"],
+        2
+    );
 }
