@@ -28,11 +28,11 @@ impl Step for Arguments {
             return inner.call(call);
         };
         let (check, schema): (Arc<ArgCheck>, Arc<rmcp::model::JsonObject>) = match &target.kind {
-            TargetKind::Upstream(up) => {
-                if !up.spec().tool_policy(&p.name).validate_arguments {
+            TargetKind::Upstream(route) => {
+                if !route.spec.tool_policy(&p.name).validate_arguments {
                     return inner.call(call);
                 }
-                let lists = up.lists();
+                let lists = &route.lists;
                 match (lists.check(&p.name), lists.tool(&p.name)) {
                     (Some(c), Some(t)) => (c.clone(), t.input_schema.clone()),
                     _ => return inner.call(call),

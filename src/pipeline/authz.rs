@@ -57,9 +57,7 @@ fn hidden(pool: &Pool, call: &Call) -> Result<(), CallError> {
         return Ok(());
     };
     // The gateway's own tools have no tier; role globs alone decide.
-    let reachable = target
-        .upstream()
-        .is_none_or(|u| access.tier(u.spec().tier.rank));
+    let reachable = target.route().is_none_or(|r| access.tier(r.spec.tier.rank));
     match &target.exposed {
         // A peer gateway decides the plans it holds for its callers (each bound to the caller
         // it claimed), whatever its roles list; it is never shown the tool.

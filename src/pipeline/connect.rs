@@ -53,25 +53,19 @@ fn store_down(e: String) -> CallError {
 
 impl Step for Connect {
     fn run<S: CallService>(&self, inner: &mut S, call: Call) -> CallFuture {
-        let per_user = call
-            .target
-            .as_ref()
-            .and_then(|t| t.upstream())
-            .and_then(|u| {
-                let spec = u.spec();
-                let credential = &spec.credential.as_ref()?.credential;
-                credential.per_user()?;
-                let oauth = credential.per_user_oauth().map(|o| {
-                    let url = match &spec.transport {
-                        TransportSpec::Http { url, .. } | TransportSpec::Sse { url, .. } => {
-                            url.clone()
-                        }
-                        TransportSpec::Stdio(_) => String::new(),
-                    };
-                    (o.clone(), url)
-                });
-                Some((u.name().to_owned(), oauth))
+        let per_user = call.target.as_ref().and_then(|t| t.route()).and_then(|r| {
+            let (u, spec) = (&r.upstream, &r.spec);
+            let credential = &spec.credential.as_ref()?.credential;
+            credential.per_user()?;
+            let oauth = credential.per_user_oauth().map(|o| {
+                let url = match &spec.transport {
+                    TransportSpec::Http { url, .. } | TransportSpec::Sse { url, .. } => url.clone(),
+                    TransportSpec::Stdio(_) => String::new(),
+                };
+                (o.clone(), url)
             });
+            Some((u.name().to_owned(), oauth))
+        });
         let (Some(creds), Some((upstream, oauth))) = (self.credentials.clone(), per_user) else {
             return inner.call(call);
         };

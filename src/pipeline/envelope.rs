@@ -42,16 +42,16 @@ pub(super) fn wrapping(call: &Call, target: Option<&Target>, default: Mode) -> W
         follow_up: None,
         output_schema: false,
     };
-    if let Some(TargetKind::Upstream(up)) = target.map(|t| &t.kind) {
-        let spec = up.spec();
+    if let Some(TargetKind::Upstream(route)) = target.map(|t| &t.kind) {
+        let spec = &route.spec;
         match &call.op {
             Op::CallTool(p) => {
                 let policy = spec.tool_policy(&p.name);
                 w.mode = policy.envelope;
                 if w.mode != Mode::Off {
                     w.follow_up = policy.settings.and_then(|s| s.follow_up.clone());
-                    w.output_schema = up
-                        .lists()
+                    w.output_schema = route
+                        .lists
                         .tool(&p.name)
                         .is_some_and(|t| t.output_schema.is_some());
                 }

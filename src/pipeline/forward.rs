@@ -53,13 +53,10 @@ impl Forward {
                 upstream: String::new(),
                 detail: "call reached forward without a route".into(),
             })?;
-        let up = target
-            .upstream()
-            .cloned()
-            .ok_or_else(|| CallError::Internal {
-                detail: "a call for the gateway's own tool reached forward".into(),
-            })?;
-        let spec = up.spec();
+        let route = target.route().cloned().ok_or_else(|| CallError::Internal {
+            detail: "a call for the gateway's own tool reached forward".into(),
+        })?;
+        let (up, spec) = (route.upstream, route.spec);
         let conn = up.connection().ok_or_else(|| {
             let s = up.status();
             CallError::UpstreamUnavailable {

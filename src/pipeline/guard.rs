@@ -38,10 +38,14 @@ impl Step for Guard {
         };
         // The gateway's own tools carry no upstream's data (a flow's nodes are guarded one by
         // one as they call their upstreams).
-        let Some(up) = target.upstream() else {
+        let Some(route) = target.route() else {
             return inner.call(call);
         };
-        let spec = up.spec();
+        let (up, spec, lists) = (
+            route.upstream.clone(),
+            route.spec.clone(),
+            route.lists.clone(),
+        );
         let mut policy = spec.guardrails;
         // A caller whose roles may not see secrets gets them masked whatever the upstream.
         policy.results = policy.results.max(call.identity.access.results_floor());
@@ -50,7 +54,7 @@ impl Step for Guard {
         };
         let upstream = up.name().to_owned();
         // The tool's compiled schema, for arguments a hook rewrites.
-        let checks = (!spec.guardrail_hooks.is_empty()).then(|| up.lists());
+        let checks = (!spec.guardrail_hooks.is_empty()).then_some(lists);
         let mut found = Vec::new();
         let args = match &mut call.op {
             Op::CallTool(p) => p.arguments.as_mut(),

@@ -173,12 +173,33 @@ impl Op {
     }
 }
 
+/// An upstream target resolved once per call: the upstream with its spec and tool lists as
+/// they were when the call was resolved. Every step decides on this one snapshot, so a reload
+/// between two steps cannot apply two specs to one call (trust with the old tier, retry with
+/// the new policy); the next call sees the new one.
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub upstream: Arc<Upstream>,
+    pub spec: Arc<crate::config::snapshot::UpstreamSpec>,
+    pub lists: Arc<crate::router::catalog::Lists>,
+}
+
+impl Route {
+    pub fn of(upstream: Arc<Upstream>) -> Self {
+        Route {
+            spec: upstream.spec(),
+            lists: upstream.lists(),
+            upstream,
+        }
+    }
+}
+
 /// What answers a resolved call.
 #[derive(Debug, Clone)]
 pub enum TargetKind {
     /// An upstream MCP server; held, not looked up again: a reload may replace the upstream
     /// set mid-call.
-    Upstream(Arc<Upstream>),
+    Upstream(Route),
     /// One of the gateway's own tools.
     Gateway(Arc<dyn OwnTool>),
 }
@@ -197,8 +218,13 @@ pub struct Target {
 impl Target {
     /// The upstream, for targets that are one.
     pub fn upstream(&self) -> Option<&Arc<Upstream>> {
+        self.route().map(|r| &r.upstream)
+    }
+
+    /// The upstream with the spec and lists this call decides on.
+    pub fn route(&self) -> Option<&Route> {
         match &self.kind {
-            TargetKind::Upstream(u) => Some(u),
+            TargetKind::Upstream(r) => Some(r),
             TargetKind::Gateway(_) => None,
         }
     }

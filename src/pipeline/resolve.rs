@@ -111,7 +111,7 @@ pub(super) fn resolve(pool: &Pool, own: &OwnTools, call: &mut Call) -> Result<Ta
         })?;
     Ok(Target {
         owner: upstream.shared_name(),
-        kind: TargetKind::Upstream(upstream),
+        kind: TargetKind::Upstream(super::Route::of(upstream)),
         exposed,
     })
 }
@@ -249,8 +249,12 @@ fn is_read(pool: &Pool, exposed: &str) -> bool {
         return false;
     };
     let op = Op::CallTool(rmcp::model::CallToolRequestParams::new(route.name.clone()));
-    super::trust::decide(up, &Exposed::Tool(exposed.to_owned()), &op)
-        .is_ok_and(|d| d.class == crate::policy::trust::CallClass::Read)
+    super::trust::decide(
+        &super::Route::of(up.clone()),
+        &Exposed::Tool(exposed.to_owned()),
+        &op,
+    )
+    .is_ok_and(|d| d.class == crate::policy::trust::CallClass::Read)
 }
 
 /// Whether `args` would do for `tool`: every key is a property of its schema and every

@@ -19,8 +19,8 @@ impl Step for Retry {
         let policy = call
             .target
             .as_ref()
-            .and_then(|t| t.upstream())
-            .map(|u| u.spec().retry);
+            .and_then(|t| t.route())
+            .map(|r| r.spec.retry);
         let Some(policy) = policy.filter(|p| call.retry_safe && p.attempts > 1) else {
             return inner.call(call);
         };

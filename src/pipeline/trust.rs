@@ -1,6 +1,7 @@
 //! Trust: classify the call (read/write/long) by its upstream's tier, refuse what the tier does
 //! not allow, and set the per-class timeout the forward step applies.
 
+use crate::pipeline::Route;
 use std::time::Duration;
 
 use super::{
@@ -32,7 +33,7 @@ impl Step for Trust {
                         approval: None,
                     })
                 }
-                TargetKind::Upstream(up) => decide(up, &t.exposed, &call.op),
+                TargetKind::Upstream(route) => decide(route, &t.exposed, &call.op),
             },
         };
         match decided {
@@ -59,9 +60,9 @@ pub(super) struct Decision {
     pub approval: Option<Approval>,
 }
 
-/// The tier's decision on a call to `up` (also used when an approved plan re-enters).
-pub(super) fn decide(up: &Upstream, exposed: &Exposed, op: &Op) -> Result<Decision, CallError> {
-    let spec = up.spec();
+/// The tier's decision on a call to `route` (also used when an approved plan re-enters).
+pub(super) fn decide(route: &Route, exposed: &Exposed, op: &Op) -> Result<Decision, CallError> {
+    let (up, spec) = (&route.upstream, &route.spec);
     let Op::CallTool(p) = op else {
         // Prompts, resources and completions read.
         return Ok(Decision {
@@ -71,8 +72,7 @@ pub(super) fn decide(up: &Upstream, exposed: &Exposed, op: &Op) -> Result<Decisi
             approval: None,
         });
     };
-    let lists = up.lists();
-    let tool = lists.tool(&p.name);
+    let tool = route.lists.tool(&p.name);
     let class = trust::decide(&spec.tier, spec.declared(), tool, &p.name).map_err(|refusal| {
         CallError::TierRefused {
             tool: match exposed {
@@ -108,7 +108,12 @@ pub fn classify(
     let route = catalog.tool(exposed)?;
     let up = catalog.upstream(route.member()?)?.clone();
     let op = Op::CallTool(rmcp::model::CallToolRequestParams::new(route.name.clone()));
-    let d = decide(&up, &Exposed::Tool(exposed.to_owned()), &op).ok()?;
+    let d = decide(
+        &Route::of(up.clone()),
+        &Exposed::Tool(exposed.to_owned()),
+        &op,
+    )
+    .ok()?;
     Some((d.retry_safe, up))
 }
 
@@ -120,11 +125,13 @@ pub fn verdict(pool: &crate::upstream::pool::Pool, exposed: &str) -> Option<&'st
     let route = catalog.tool(exposed)?;
     let up = catalog.upstream(route.member()?)?.clone();
     let op = Op::CallTool(rmcp::model::CallToolRequestParams::new(route.name.clone()));
-    Some(match decide(&up, &Exposed::Tool(exposed.to_owned()), &op) {
-        Err(_) => "write refused",
-        Ok(d) if d.class == CallClass::Read => "read",
-        Ok(d) if d.class == CallClass::Long => "long-running",
-        Ok(d) if d.approval.is_some() => "write, needs approval",
-        Ok(_) => "write",
-    })
+    Some(
+        match decide(&Route::of(up), &Exposed::Tool(exposed.to_owned()), &op) {
+            Err(_) => "write refused",
+            Ok(d) if d.class == CallClass::Read => "read",
+            Ok(d) if d.class == CallClass::Long => "long-running",
+            Ok(d) if d.approval.is_some() => "write, needs approval",
+            Ok(_) => "write",
+        },
+    )
 }

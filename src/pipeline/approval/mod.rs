@@ -13,6 +13,7 @@ mod relay;
 mod shared;
 mod tool;
 
+use crate::pipeline::Route;
 use std::{sync::Arc, time::Duration};
 
 use rmcp::model::{CallToolResult, ContentBlock, MetaObject, RequestStateCodec, ServerResult};
@@ -35,7 +36,7 @@ use crate::{
     names::APPROVE_TOOL,
     policy::{idempotency::META_KEY as IDEMPOTENCY_KEY, identity::Identity, trust::Approval},
     telemetry::{audit::Audit, metrics::Metrics},
-    upstream::{Upstream, pool::Pool},
+    upstream::pool::Pool,
 };
 
 pub use elicit::approves;
@@ -99,10 +100,10 @@ impl Step for Approvals {
                     Err(e) => done(Err(e)),
                 }
             }
-            Some(TargetKind::Upstream(up))
+            Some(TargetKind::Upstream(route))
                 if call.approval.is_some() && call.approved.is_none() =>
             {
-                match self.hold(up, &call) {
+                match self.hold(route, &call) {
                     Ok(held) => self.after_hold(inner, call, held),
                     Err(e) => done(Err(e)),
                 }
@@ -139,10 +140,10 @@ impl Approvals {
                     Next::Settle(f) => settled(f, id).await,
                 }
             }),
-            Some(TargetKind::Upstream(up))
+            Some(TargetKind::Upstream(route))
                 if call.approval.is_some() && call.approved.is_none() =>
             {
-                let held = match self.hold(up, &call) {
+                let held = match self.hold(route, &call) {
                     Ok(h) => h,
                     Err(e) => return done(Err(e)),
                 };
@@ -291,20 +292,20 @@ fn not_started(e: &CallError) -> bool {
 impl Approvals {
     /// Makes the plan of a call that needs approval; held as an `ok` plan that was not run,
     /// or put to the caller's human as a question.
-    fn hold(&self, up: &Upstream, call: &Call) -> Result<Held, CallError> {
+    fn hold(&self, route: &Route, call: &Call) -> Result<Held, CallError> {
+        let up = &route.upstream;
         let Op::CallTool(p) = &call.op else {
             return Err(CallError::Internal {
                 detail: "only tool calls are held for approval".into(),
             });
         };
-        let spec = up.spec();
+        let spec = &route.spec;
         let policy = spec.tool_policy(&p.name);
         let tool = match call.target.as_ref().map(|t| &t.exposed) {
             Some(Exposed::Tool(n)) => n.clone(),
             _ => p.name.to_string(),
         };
-        let lists = up.lists();
-        let def = lists.tool(&p.name);
+        let def = route.lists.tool(&p.name);
         let arguments = p.arguments.clone().unwrap_or_default();
         let schema = def.map(|t| Value::Object((*t.input_schema).clone()));
         let summary = summarize(&arguments, schema.as_ref());
@@ -328,7 +329,7 @@ impl Approvals {
                 arguments,
                 summary: summary.clone(),
                 idempotency_key: call.meta.get(IDEMPOTENCY_KEY).cloned(),
-                policy_version: version(up, &p.name),
+                policy_version: version(route, &p.name),
                 approvers: policy.approvers.to_vec(),
                 safety,
             })
@@ -522,8 +523,9 @@ impl Approvals {
     fn take(&self, id: &str, me: &str) -> Result<PendingPlan, CallError> {
         let pool = self.pool.clone();
         let taken = self.plans.take(id, me, |plan| {
-            current(&pool, plan)
-                .is_some_and(|up| version(&up, &plan.upstream_tool) == plan.policy_version)
+            current(&pool, plan).is_some_and(|up| {
+                version(&Route::of(up), &plan.upstream_tool) == plan.policy_version
+            })
         });
         if taken.as_ref().err() == Some(&PlanRefusal::Invalidated) {
             self.count("invalidated");

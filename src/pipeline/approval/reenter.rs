@@ -1,6 +1,7 @@
 //! An approved plan on its way back in: the upstream it was made for as configured now, the
 //! policy version it binds, and the frozen call rebuilt one level deeper under its caller.
 
+use crate::pipeline::Route;
 use std::sync::Arc;
 
 use rmcp::model::CallToolRequestParams;
@@ -14,11 +15,11 @@ use crate::{
 
 /// What a plan binds beside caller, tool and arguments: the upstream's policy for the tool
 /// and the tool's definition (its schema and annotations decide class and safety).
-pub(super) fn version(up: &Upstream, tool: &str) -> String {
-    let def = up.lists().tool(tool).map(fingerprint).unwrap_or_default();
+pub(super) fn version(route: &Route, tool: &str) -> String {
+    let def = route.lists.tool(tool).map(fingerprint).unwrap_or_default();
     format!(
         "{}:{}",
-        up.spec().policy_version(tool),
+        route.spec.policy_version(tool),
         def.get(..24).unwrap_or(&def)
     )
 }
@@ -48,13 +49,14 @@ pub(super) fn reenter(
         call.meta.insert(IDEMPOTENCY_KEY.into(), key.clone());
     }
     let exposed = Exposed::Tool(plan.tool.clone());
+    let route = Route::of(up);
     call.target = Some(Target {
-        owner: up.shared_name(),
-        kind: TargetKind::Upstream(up.clone()),
+        owner: route.upstream.shared_name(),
+        kind: TargetKind::Upstream(route.clone()),
         exposed: exposed.clone(),
     });
     authz::check(pool, &call)?;
-    let d = trust::decide(&up, &exposed, &call.op)?;
+    let d = trust::decide(&route, &exposed, &call.op)?;
     call.class = Some(d.class);
     call.timeout = d.timeout;
     call.retry_safe = d.retry_safe;

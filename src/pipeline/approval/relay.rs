@@ -7,6 +7,7 @@
 //! decide it), and the peer's answer comes back the same way. A flow run here that parked on
 //! the peer's plan hears of the outcome like of a local plan's.
 
+use crate::pipeline::Route;
 use std::{collections::BTreeSet, sync::Arc};
 
 use rmcp::model::{CallToolResult, ContentBlock, ServerResult};
@@ -28,8 +29,8 @@ impl Approvals {
     /// A call on its way to its upstream; a peer's answer gets plans this gateway's callers
     /// can decide (see `relay`).
     pub(super) fn pass<S: CallService>(&self, inner: &mut S, call: Call) -> CallFuture {
-        let peer = match call.target.as_ref().and_then(|t| t.upstream()) {
-            Some(up) if up.spec().peer => up.clone(),
+        let peer = match call.target.as_ref().and_then(|t| t.route()) {
+            Some(r) if r.spec.peer => r.upstream.clone(),
             _ => return inner.call(call),
         };
         let (pool, fut) = (self.pool.clone(), inner.call(call));
@@ -88,11 +89,12 @@ pub(super) fn decision_for_peer(
         args.insert("plan_id".into(), Value::String(remote.to_owned()));
         p.arguments = Some(args);
     }
-    let spec = up.spec();
+    let route = Route::of(up);
+    let spec = route.spec.clone();
     call.target = Some(Target {
-        owner: up.shared_name(),
-        exposed: Exposed::Tool(format!("{}/{APPROVE_TOOL}", up.name())),
-        kind: TargetKind::Upstream(up),
+        owner: route.upstream.shared_name(),
+        exposed: Exposed::Tool(format!("{}/{APPROVE_TOOL}", route.upstream.name())),
+        kind: TargetKind::Upstream(route),
     });
     call.class = Some(CallClass::Write);
     call.timeout = Some(trust::timeout(&spec.tier, CallClass::Long));

@@ -92,8 +92,8 @@ impl RoundTrip {
         let peer = call
             .target
             .as_ref()
-            .and_then(|t| t.upstream())
-            .is_some_and(|u| u.spec().peer)
+            .and_then(|t| t.route())
+            .is_some_and(|r| r.spec.peer)
             .then(|| call.correlation_id.clone());
         let Call {
             op,
