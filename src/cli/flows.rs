@@ -124,11 +124,11 @@ pub async fn run(config: &Path, command: FlowsCommand) -> Result<ExitCode, Strin
                 loop {
                     tokio::select! {
                         state = &mut done => {
-                            let state = state.map_err(|e| e.to_string())??;
+                            let state = state.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
                             return Ok((run_id, state));
                         }
                         settled = engine.settle(&run_id, after) => {
-                            let (state, parked) = settled?;
+                            let (state, parked) = settled.map_err(|e| e.to_string())?;
                             after = state.seq;
                             if parked && !ask_here(&engine, &state).await {
                                 return Err(format!(
@@ -159,6 +159,7 @@ pub async fn run(config: &Path, command: FlowsCommand) -> Result<ExitCode, Strin
                             .replay(&run_id, allow_writes)
                             .await
                             .map(|r| serde_json::to_value(r).unwrap_or(Value::Null))
+                            .map_err(|e| e.to_string())
                     })
                     .await?
                 }
@@ -204,8 +205,14 @@ pub async fn run(config: &Path, command: FlowsCommand) -> Result<ExitCode, Strin
                 return Ok(print_run(&run_id, &v));
             }
             in_process(&snapshot, |engine| async move {
-                let done = engine.rerun(&run_id, &node).await?;
-                let state = done.await.map_err(|e| e.to_string())??;
+                let done = engine
+                    .rerun(&run_id, &node)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let state = done
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| e.to_string())?;
                 Ok((run_id, state))
             })
             .await
@@ -215,7 +222,11 @@ pub async fn run(config: &Path, command: FlowsCommand) -> Result<ExitCode, Strin
             if admin(&snapshot, &path, None).await?.is_none() {
                 let snapshot = snapshot.clone();
                 with_engine(&snapshot, |engine| async move {
-                    engine.cancel_run(&run_id).await.map(|_| Value::Null)
+                    engine
+                        .cancel_run(&run_id)
+                        .await
+                        .map(|_| Value::Null)
+                        .map_err(|e| e.to_string())
                 })
                 .await?;
             }
@@ -333,7 +344,7 @@ fn operator() -> Identity {
 /// The run log the gateway of this config uses (it claims nothing: this process only reads).
 fn open_log(snapshot: &Snapshot) -> Result<Arc<dyn crate::flows::log::RunLog>, String> {
     let metrics = crate::telemetry::metrics::Metrics::new()?;
-    crate::flows::log::open(snapshot, "cli", &metrics.cluster, false)
+    crate::flows::log::open(snapshot, "cli", &metrics.cluster, false).map_err(|e| e.to_string())
 }
 
 fn list(snapshot: &Snapshot) -> Result<ExitCode, String> {

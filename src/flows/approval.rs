@@ -7,6 +7,7 @@
 //! becomes the node's outcome, and what `fedgate__approve` answers is the flow's next result:
 //! its end, or the next plan it parks on.
 
+use crate::flows::error::RunError;
 use std::sync::{Arc, Weak};
 
 use rmcp::model::CallToolResult;
@@ -175,7 +176,7 @@ impl Engine {
 
     /// Waits until the run has come to rest parked (with more than `after` events) or has
     /// stopped being driven; returns its state and whether it is parked.
-    pub async fn settle(&self, run_id: &str, after: u64) -> Result<(RunState, bool), String> {
+    pub async fn settle(&self, run_id: &str, after: u64) -> Result<(RunState, bool), RunError> {
         loop {
             let mut ended = self.ended.subscribe();
             ended.borrow_and_update();
@@ -209,7 +210,7 @@ pub(crate) async fn decide(
     hop: Map<String, Value>,
     plan_id: &str,
     approve: bool,
-) -> Result<(), String> {
+) -> Result<(), CallError> {
     use tower::ServiceExt;
     let mut args = rmcp::model::JsonObject::new();
     args.insert("plan_id".into(), Value::String(plan_id.to_owned()));
@@ -227,8 +228,8 @@ pub(crate) async fn decide(
         call.meta.insert(k, v);
     }
     match stack.oneshot(call).await {
-        Err(e @ CallError::Plan(_)) => Err(e.wire_message()),
-        Err(e) if e.never_reached_upstream() => Err(e.wire_message()),
+        Err(e @ CallError::Plan(_)) => Err(e),
+        Err(e) if e.never_reached_upstream() => Err(e),
         _ => Ok(()),
     }
 }

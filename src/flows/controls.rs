@@ -6,6 +6,7 @@ use super::{
     Engine, driver,
     events::{self, RunState},
 };
+use crate::flows::error::RunError;
 
 impl Engine {
     /// Cancels a run this process drives; false when it drives no such run.
@@ -21,7 +22,7 @@ impl Engine {
 
     /// Cancels a run wherever it is: its scheduler stops it, or — a run nothing drives (its
     /// flow no longer loads, say) — its cancellation is recorded here. A finished run stays.
-    pub async fn cancel_run(&self, run_id: &str) -> Result<(), String> {
+    pub async fn cancel_run(&self, run_id: &str) -> Result<(), RunError> {
         if self.cancel(run_id) {
             return Ok(());
         }
@@ -45,13 +46,13 @@ impl Engine {
     }
 
     /// Decides a BLOCKED node of a run this process drives: run it again, or skip it.
-    pub async fn decide(&self, run_id: &str, node: &str, rerun: bool) -> Result<(), String> {
+    pub async fn decide(&self, run_id: &str, node: &str, rerun: bool) -> Result<(), RunError> {
         let (_, events) = self.load(run_id).await?;
         if RunState::fold(&events).node(node) != events::NodeStatus::Blocked {
-            return Err(format!(
-                "node `{}` of run {run_id} is not waiting for a decision",
-                crate::names::shown(node)
-            ));
+            return Err(RunError::NotDeciding {
+                run: run_id.to_owned(),
+                node: crate::names::shown(node),
+            });
         }
         let decision = if rerun {
             events::Event::NodeReady {
@@ -66,9 +67,9 @@ impl Engine {
         let live = self
             .live
             .get(run_id)
-            .ok_or_else(|| format!("run {run_id} is not driven by this gateway"))?;
+            .ok_or_else(|| RunError::NotDriven(run_id.to_owned()))?;
         live.mail
             .send(driver::Msg::Decided(vec![decision]))
-            .map_err(|_| format!("run {run_id} ended"))
+            .map_err(|_| RunError::Ended(run_id.to_owned()))
     }
 }

@@ -2,6 +2,7 @@
 //! here; a shared store for several replicas implements the same trait). Calls block: the
 //! engine makes them from `spawn_blocking`.
 
+use crate::flows::error::RunError;
 use std::{path::Path, sync::Arc};
 
 use parking_lot::Mutex;
@@ -69,7 +70,7 @@ pub fn open(
     replica: &str,
     metrics: &crate::telemetry::cluster_metrics::ClusterMetrics,
     drive: bool,
-) -> Result<Arc<dyn RunLog>, String> {
+) -> Result<Arc<dyn RunLog>, RunError> {
     match &snapshot.cluster.postgres {
         Some(url) => {
             let owner = format!("{replica}/{:08x}", rand::random::<u32>());
@@ -79,23 +80,20 @@ pub fn open(
                 snapshot.cluster.lease,
                 metrics.clone(),
             )
-            .map_err(|e| format!("[cluster] postgres: {e}"))?;
+            .map_err(|e| LogError(format!("[cluster] postgres: {e}")))?;
             Ok(Arc::new(log))
         }
-        None => Ok(SqliteLog::open_as(&snapshot.flows.db, drive).map_err(|e| e.to_string())?),
+        None => Ok(SqliteLog::open_as(&snapshot.flows.db, drive)?),
     }
 }
 
 /// Runs a run-log operation on a blocking thread (the log's calls block).
-pub async fn blocking<T, F>(f: F) -> Result<T, String>
+pub async fn blocking<T, F>(f: F) -> Result<T, RunError>
 where
     T: Send + 'static,
     F: FnOnce() -> Result<T, LogError> + Send + 'static,
 {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())
+    Ok(tokio::task::spawn_blocking(f).await??)
 }
 
 /// What the engine needs of a run log.

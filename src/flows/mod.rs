@@ -6,6 +6,7 @@
 mod approval;
 mod controls;
 pub mod driver;
+pub mod error;
 pub mod events;
 mod leases;
 pub mod lint;
@@ -19,6 +20,7 @@ mod task;
 pub mod tool;
 mod wait;
 
+use crate::flows::error::RunError;
 use std::{
     collections::BTreeMap,
     sync::{Arc, OnceLock},
@@ -101,8 +103,8 @@ pub enum StartError {
     UnknownFlow(String),
     #[error("inputs do not match the flow's input schema: {0}")]
     BadInputs(String),
-    #[error("{0}")]
-    Log(String),
+    #[error(transparent)]
+    Log(RunError),
     /// Another process drives the run log.
     #[error("{0}")]
     Elsewhere(String),
@@ -148,7 +150,7 @@ fn caller_of(identity: &Identity) -> Caller {
 #[derive(Debug)]
 pub struct Started {
     pub run_id: String,
-    pub done: oneshot::Receiver<Result<RunState, String>>,
+    pub done: oneshot::Receiver<Result<RunState, RunError>>,
 }
 
 impl Engine {
@@ -159,7 +161,7 @@ impl Engine {
         metrics: FlowMetrics,
         tasks: crate::tasks::TaskHandles,
         plans: Arc<crate::approval::Plans>,
-    ) -> Result<Arc<Self>, String> {
+    ) -> Result<Arc<Self>, RunError> {
         let engine = Arc::new(Self {
             log,
             defs: ArcSwap::default(),
@@ -227,19 +229,18 @@ impl Engine {
 
     /// The newest runs with their states: at most `limit` (and never more than
     /// [`log::MAX_RUNS_LISTED`]: each run's events are read to fold its state).
-    pub async fn runs(&self, limit: usize) -> Result<Vec<(RunRecord, RunState)>, String> {
+    pub async fn runs(&self, limit: usize) -> Result<Vec<(RunRecord, RunState)>, RunError> {
         let log = self.log.clone();
-        tokio::task::spawn_blocking(move || -> Result<_, String> {
-            let runs = log.runs(limit).map_err(|e| e.to_string())?;
+        tokio::task::spawn_blocking(move || -> Result<_, RunError> {
+            let runs = log.runs(limit)?;
             runs.into_iter()
                 .map(|r| {
-                    let events = log.events(&r.run_id).map_err(|e| e.to_string())?;
+                    let events = log.events(&r.run_id)?;
                     Ok((r, RunState::fold(&events)))
                 })
                 .collect()
         })
-        .await
-        .map_err(|e| e.to_string())?
+        .await?
     }
 
     pub fn flows(&self) -> Vec<Arc<FlowDef>> {
@@ -386,7 +387,7 @@ impl Engine {
         inputs: Value,
         caller: Caller,
         replay_of: Option<String>,
-    ) -> Result<RunRecord, String> {
+    ) -> Result<RunRecord, RunError> {
         let record = RunRecord {
             run_id: format!("run-{:024x}", rand::random::<u128>() >> 32),
             flow: flow.id.clone(),
@@ -408,7 +409,7 @@ impl Engine {
         record: RunRecord,
         identity: Identity,
         opts: Drive,
-    ) -> oneshot::Receiver<Result<RunState, String>> {
+    ) -> oneshot::Receiver<Result<RunState, RunError>> {
         let (tx, rx) = oneshot::channel();
         let ct = CancellationToken::new();
         let stop = self.stop.child_token();
@@ -469,14 +470,14 @@ impl Engine {
     pub async fn resume(
         self: &Arc<Self>,
         run_id: &str,
-    ) -> Result<oneshot::Receiver<Result<RunState, String>>, String> {
+    ) -> Result<oneshot::Receiver<Result<RunState, RunError>>, RunError> {
         if self.live.contains_key(run_id) {
-            return Err("the run is being driven already".into());
+            return Err(RunError::Driven);
         }
         let (record, events) = self.load(run_id).await?;
         let flow = self
             .flow(&record.flow)
-            .ok_or_else(|| format!("flow `{}` is not loaded", record.flow))?;
+            .ok_or_else(|| RunError::FlowNotLoaded(record.flow.clone()))?;
         if flow.digest != record.digest {
             tracing::warn!(run = %run_id, flow = %flow.id, "the flow file changed since the run started; it resumes with the current definition");
         }
@@ -494,19 +495,17 @@ impl Engine {
     }
 
     /// A run's record and events.
-    pub async fn load(&self, run_id: &str) -> Result<(RunRecord, Vec<events::Stamped>), String> {
+    pub async fn load(&self, run_id: &str) -> Result<(RunRecord, Vec<events::Stamped>), RunError> {
         let log = self.log.clone();
         let id = run_id.to_owned();
-        tokio::task::spawn_blocking(move || -> Result<_, String> {
+        tokio::task::spawn_blocking(move || -> Result<_, RunError> {
             let record = log
-                .run(&id)
-                .map_err(|e| e.to_string())?
-                .ok_or_else(|| format!("no run `{}`", crate::names::shown(&id)))?;
-            let events = log.events(&id).map_err(|e| e.to_string())?;
+                .run(&id)?
+                .ok_or_else(|| RunError::NoRun(crate::names::shown(&id)))?;
+            let events = log.events(&id)?;
             Ok((record, events))
         })
-        .await
-        .map_err(|e| e.to_string())?
+        .await?
     }
 
     /// Appends events to a run nothing drives (a cancellation, a rerun), stamped now.
@@ -514,7 +513,7 @@ impl Engine {
         &self,
         run_id: &str,
         batch: Vec<events::Event>,
-    ) -> Result<(), String> {
+    ) -> Result<(), RunError> {
         let (log, id) = (self.log.clone(), run_id.to_owned());
         log::blocking(move || log.append(&id, chrono::Utc::now().timestamp_millis(), &batch))
             .await

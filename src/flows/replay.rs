@@ -12,6 +12,7 @@
 //! A rerun appends events to a finished run: the node and everything downstream of it become
 //! PENDING again, the run reopens, and the scheduler drives it to a new end.
 
+use crate::flows::error::RunError;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -55,17 +56,18 @@ impl Engine {
         self: &Arc<Self>,
         run_id: &str,
         allow_writes: bool,
-    ) -> Result<ReplayReport, String> {
+    ) -> Result<ReplayReport, RunError> {
         let (record, events) = self.load(run_id).await?;
         let recorded = RunState::fold(&events);
         if recorded.finished.is_none() {
-            return Err(format!(
-                "run {run_id} has not finished; replay it when it has"
+            return Err(RunError::Unfinished(
+                run_id.to_owned(),
+                "replay it when it has",
             ));
         }
         let flow = self
             .flow(&record.flow)
-            .ok_or_else(|| format!("flow `{}` is not loaded", record.flow))?;
+            .ok_or_else(|| RunError::FlowNotLoaded(record.flow.clone()))?;
         let identity = self.caller_identity(&record.caller);
         let replay = self
             .create(
@@ -89,7 +91,7 @@ impl Engine {
                 ..Drive::default()
             },
         );
-        let replayed = done.await.map_err(|e| e.to_string())??;
+        let replayed = done.await??;
         let mut divergences = Vec::new();
         for n in &flow.nodes {
             let (a, b) = (recorded.node(&n.id), replayed.node(&n.id));
@@ -129,23 +131,23 @@ impl Engine {
         self: &Arc<Self>,
         run_id: &str,
         node: &str,
-    ) -> Result<oneshot::Receiver<Result<RunState, String>>, String> {
+    ) -> Result<oneshot::Receiver<Result<RunState, RunError>>, RunError> {
         let (record, events) = self.load(run_id).await?;
         let state = RunState::fold(&events);
         if state.finished.is_none() {
-            return Err(format!(
-                "run {run_id} has not finished; rerun a node once it has"
+            return Err(RunError::Unfinished(
+                run_id.to_owned(),
+                "rerun a node once it has",
             ));
         }
         let flow = self
             .flow(&record.flow)
-            .ok_or_else(|| format!("flow `{}` is not loaded", record.flow))?;
+            .ok_or_else(|| RunError::FlowNotLoaded(record.flow.clone()))?;
         if !flow.nodes.iter().any(|n| n.id == node) {
-            return Err(format!(
-                "flow `{}` has no node `{}`",
-                flow.id,
-                crate::names::shown(node)
-            ));
+            return Err(RunError::NoNode {
+                flow: flow.id.clone(),
+                node: crate::names::shown(node),
+            });
         }
         let again = downstream_of(&flow, node);
         let mut batch = vec![Event::RunReopened];

@@ -3,6 +3,7 @@
 //! its status comes from the run log — so a task survives a restart of the gateway, and any
 //! replica reading the same log answers `tasks/get`.
 
+use crate::flows::error::RunError;
 use rmcp::model::{DetailedTask, JsonObject, Task, TaskPayload, TaskStatus};
 
 use super::{
@@ -28,7 +29,7 @@ impl Engine {
     }
 
     /// The task a run is, from its events.
-    pub async fn task(&self, run_id: &str, correlation_id: &str) -> Result<DetailedTask, String> {
+    pub async fn task(&self, run_id: &str, correlation_id: &str) -> Result<DetailedTask, RunError> {
         let (record, events) = self.load(run_id).await?;
         let state = super::events::RunState::fold(&events);
         let created = iso(record.created_ms);
@@ -40,7 +41,7 @@ impl Engine {
             Some(_) => {
                 let flow = self
                     .flow(&record.flow)
-                    .ok_or_else(|| format!("flow `{}` is not loaded", record.flow))?;
+                    .ok_or_else(|| RunError::FlowNotLoaded(record.flow.clone()))?;
                 let result = super::report::result(&flow, run_id, &state, correlation_id);
                 let result = match serde_json::to_value(result) {
                     Ok(serde_json::Value::Object(m)) => m,

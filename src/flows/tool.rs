@@ -137,7 +137,9 @@ impl OwnTool for FlowTool {
                 let task = engine
                     .task(&run_id, &call.correlation_id)
                     .await
-                    .map_err(|detail| CallError::Internal { detail })?;
+                    .map_err(|e| CallError::Internal {
+                        detail: e.to_string(),
+                    })?;
                 let mut task = task.task;
                 task.task_id = handle;
                 return Ok(ServerResult::CreateTaskResult(CreateTaskResult::new(task)));

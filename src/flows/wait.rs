@@ -3,6 +3,7 @@
 //! drives it (a shared log).
 
 use super::{Engine, RunRecord, RunState, events};
+use crate::flows::error::RunError;
 
 impl Engine {
     /// Waits until the run has finished, or has come to rest parked with more than `after`
@@ -13,7 +14,7 @@ impl Engine {
         run_id: &str,
         after: u64,
         timeout: std::time::Duration,
-    ) -> Result<(RunState, bool), String> {
+    ) -> Result<(RunState, bool), RunError> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let mut ended = self.ended.subscribe();
@@ -66,7 +67,7 @@ impl Engine {
         &self,
         run_id: &str,
         timeout: std::time::Duration,
-    ) -> Result<(RunRecord, Vec<events::Stamped>, RunState), String> {
+    ) -> Result<(RunRecord, Vec<events::Stamped>, RunState), RunError> {
         let mut ended = self.ended.subscribe();
         let deadline = tokio::time::Instant::now() + timeout;
         loop {

@@ -2,6 +2,7 @@
 //! not), runs and their events, and starting, cancelling, replaying and re-running runs.
 //! Runs started here run as the operator (`admin`, full access).
 
+use crate::flows::error::RunError;
 use std::{sync::Arc, time::Duration};
 
 use bytes::Bytes;
@@ -153,12 +154,24 @@ pub(crate) fn operator() -> Identity {
     Identity::unrestricted("admin", IdentityKind::Local)
 }
 
-fn result(r: Result<Value, String>) -> Response<Body> {
-    match r {
-        Ok(v) => json(StatusCode::OK, &v),
-        Err(e) if e.starts_with("no run") => json(StatusCode::NOT_FOUND, &json!({"error": e})),
-        Err(e) => json(StatusCode::CONFLICT, &json!({"error": e})),
-    }
+fn result(r: Result<Value, RunError>) -> Response<Body> {
+    let e = match r {
+        Ok(v) => return json(StatusCode::OK, &v),
+        Err(e) => e,
+    };
+    let status = match &e {
+        RunError::NoRun(_) | RunError::FlowNotLoaded(_) | RunError::NoNode { .. } => {
+            StatusCode::NOT_FOUND
+        }
+        RunError::Unfinished(..)
+        | RunError::NotDeciding { .. }
+        | RunError::NotDriven(_)
+        | RunError::Ended(_)
+        | RunError::Driven
+        | RunError::LeftHere => StatusCode::CONFLICT,
+        RunError::Log(_) | RunError::Stopped(_) => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    json(status, &json!({"error": e.to_string()}))
 }
 
 /// An admin request's JSON body (`{}` when empty); a 400 answer for one that is not JSON.
@@ -191,7 +204,7 @@ fn list_flows(core: &Core, engine: &Engine) -> Response<Body> {
     )
 }
 
-async fn list_runs(engine: &Engine, limit: usize) -> Result<Value, String> {
+async fn list_runs(engine: &Engine, limit: usize) -> Result<Value, RunError> {
     let runs = engine.runs(limit).await?;
     Ok(Value::Array(
         runs.into_iter()
@@ -216,4 +229,38 @@ fn graph(engine: &Engine, id: &str) -> Value {
         .map(|n| json!({"id": n.id, "tool": n.tool, "depends_on": n.depends_on}))
         .collect();
     json!({"nodes": nodes})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_answer_by_kind() {
+        let status = |e: RunError| result(Err(e)).status();
+        assert_eq!(status(RunError::NoRun("r".into())), StatusCode::NOT_FOUND);
+        assert_eq!(
+            status(RunError::NoNode {
+                flow: "f".into(),
+                node: "n".into()
+            }),
+            StatusCode::NOT_FOUND
+        );
+        assert_eq!(
+            status(RunError::NotDeciding {
+                run: "r".into(),
+                node: "n".into()
+            }),
+            StatusCode::CONFLICT
+        );
+        assert_eq!(
+            status(RunError::Unfinished("r".into(), "later")),
+            StatusCode::CONFLICT
+        );
+        assert_eq!(
+            status(RunError::Log(crate::flows::log::LogError("down".into()))),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(result(Ok(json!({}))).status(), StatusCode::OK);
+    }
 }

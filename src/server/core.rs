@@ -112,14 +112,18 @@ impl Core {
             snapshot.gateway.max_pending_plans,
         ));
         let flows = match snapshot.flows.dir {
-            Some(_) => Some(crate::flows::Engine::open(
-                &snapshot.flows,
-                crate::flows::log::open(snapshot, &snapshot.gateway.id, &metrics.cluster, true)?,
-                auth.clone(),
-                metrics.flows.clone(),
-                TaskHandles::new(seal.clone()),
-                plans.clone(),
-            )?),
+            Some(_) => Some(
+                crate::flows::Engine::open(
+                    &snapshot.flows,
+                    crate::flows::log::open(snapshot, &snapshot.gateway.id, &metrics.cluster, true)
+                        .map_err(|e| e.to_string())?,
+                    auth.clone(),
+                    metrics.flows.clone(),
+                    TaskHandles::new(seal.clone()),
+                    plans.clone(),
+                )
+                .map_err(|e| e.to_string())?,
+            ),
             None => None,
         };
         if let (Some(engine), Some(shared)) = (&flows, crate::approval::shared::of(&cluster)) {

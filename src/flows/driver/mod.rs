@@ -6,6 +6,7 @@
 //! and report back over a channel; the ready queue is bounded by the flow's parallelism and
 //! the engine's global permits.
 
+use crate::flows::error::RunError;
 use std::{collections::HashMap, sync::Arc};
 
 use serde_json::{Map, Value, json};
@@ -115,7 +116,7 @@ pub async fn drive(
     events: Vec<Stamped>,
     tx: mpsc::UnboundedSender<Msg>,
     mut rx: mpsc::UnboundedReceiver<Msg>,
-) -> Result<RunState, String> {
+) -> Result<RunState, RunError> {
     let mut d = Driver {
         state: RunState::fold(&events),
         outputs: HashMap::new(),
@@ -155,11 +156,11 @@ pub async fn drive(
         tokio::select! {
             msg = rx.recv() => match msg {
                 Some(m) => d.handle(m).await?,
-                None => return Err("scheduler channel closed".into()),
+                None => return Err(RunError::Stopped("scheduler channel closed".into())),
             },
             _ = d.run.ct.cancelled(), if !d.state.cancel_requested => {}
             _ = d.run.stop.cancelled() => {
-                return Err("stopped driving the run here; it resumes from its events".into());
+                return Err(RunError::LeftHere);
             }
         }
     }
@@ -194,7 +195,7 @@ impl Driver {
     }
 
     /// Appends the staged events in one transaction.
-    async fn flush(&mut self) -> Result<(), String> {
+    async fn flush(&mut self) -> Result<(), RunError> {
         if self.staged.is_empty() {
             return Ok(());
         }
@@ -430,7 +431,7 @@ impl Driver {
     }
 
     /// Stages what a message means; the next step records it.
-    async fn handle(&mut self, msg: Msg) -> Result<(), String> {
+    async fn handle(&mut self, msg: Msg) -> Result<(), RunError> {
         match msg {
             Msg::Decided(events) => {
                 for e in events {
@@ -476,9 +477,12 @@ impl Driver {
         Ok(())
     }
 
-    async fn outcome(&mut self, node: &str, attempt: Attempt) -> Result<Event, String> {
+    async fn outcome(&mut self, node: &str, attempt: Attempt) -> Result<Event, RunError> {
         let Some(def) = self.run.flow.nodes.iter().find(|n| n.id == node) else {
-            return Err(format!("no node `{node}`"));
+            return Err(RunError::NoNode {
+                flow: self.run.flow.id.clone(),
+                node: node.to_owned(),
+            });
         };
         Ok(match attempt {
             Attempt::Succeeded(value) => {
@@ -573,13 +577,13 @@ impl Driver {
     }
 
     /// Inline, or as an artifact when larger than `[flows] artifact_bytes`.
-    async fn store(&self, node: &str, value: &Value) -> Result<Output, String> {
+    async fn store(&self, node: &str, value: &Value) -> Result<Output, RunError> {
         let bytes = crate::json_size::encoded_len(value);
         if bytes <= self.run.engine.artifact_bytes {
             return Ok(Output::Inline(value.clone()));
         }
         let id = format!("{}/{node}/{}", self.run.record.run_id, self.state.seq + 1);
-        let body = serde_json::to_vec(value).map_err(|e| e.to_string())?;
+        let body = serde_json::to_vec(value)?;
         let (log, run_id, art) = (
             self.run.engine.log.clone(),
             self.run.record.run_id.clone(),
