@@ -9,6 +9,19 @@ pub mod redis;
 
 use crate::{config::cluster::ClusterSettings, telemetry::cluster_metrics::ClusterMetrics};
 
+/// Why a store did not answer — a shared one (Redis) or the embedded one of this replica
+/// (SQLite). Callers decide on the fact (a fail mode, a `store` refusal); the words are for
+/// the log and name the store (`what`: "credential", "stage").
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    #[error("the shared {0} store (redis) does not answer")]
+    Down(&'static str),
+    #[error("{0} store: {1}")]
+    Local(&'static str, String),
+    #[error("{0} store: unreadable value: {1}")]
+    Unreadable(&'static str, String),
+}
+
 /// The shared stores this replica uses.
 #[derive(Debug, Clone, Default)]
 pub struct Cluster {

@@ -20,7 +20,18 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
 pub use oauth::OAuthError;
-pub use seal::Sealer;
+pub use seal::{SealError, Sealer};
+
+use crate::cluster::StoreError;
+
+/// Why a credential could not be read, stored or asked for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CredentialError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Seal(#[from] SealError),
+}
 pub use store::{Connected, CredentialStore};
 
 use crate::{
@@ -189,7 +200,7 @@ impl UserCredentials {
         redis: Option<crate::cluster::redis::Redis>,
         public_url: Option<String>,
         metrics: CredentialMetrics,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, CredentialError> {
         let store: Arc<dyn CredentialStore> = match redis {
             Some(r) => Arc::new(redis_store::RedisCredentials(r)),
             None => Arc::new(store::SqliteCredentials::open(path)?),
@@ -211,7 +222,7 @@ impl UserCredentials {
 
     /// What the person stored for `upstream`, opened. A value that no longer opens (its key
     /// was retired and dropped) counts as not connected.
-    async fn stored(&self, owner: &str, upstream: &str) -> Result<Option<Plain>, String> {
+    async fn stored(&self, owner: &str, upstream: &str) -> Result<Option<Plain>, CredentialError> {
         let Some(stored) = self.store.get(owner, upstream).await? else {
             return Ok(None);
         };
@@ -240,7 +251,7 @@ impl UserCredentials {
         owner: &str,
         upstream: &str,
         oauth: Option<OAuthTarget<'_>>,
-    ) -> Result<Option<Secret>, String> {
+    ) -> Result<Option<Secret>, CredentialError> {
         let Some(plain) = self.stored(owner, upstream).await? else {
             return Ok(None);
         };
@@ -288,7 +299,7 @@ impl UserCredentials {
                         g.refresh = Some(refresh);
                     }
                     if let Err(e) = self.put(owner, upstream, &Plain::granted(&g)).await {
-                        tracing::warn!(upstream, "credential store: {e}");
+                        tracing::warn!(upstream, "per-user credentials: {e}");
                     }
                     self.metrics.count(upstream, "refreshed");
                     Some(g.access)
@@ -315,18 +326,22 @@ impl UserCredentials {
         fresh
     }
 
-    async fn put(&self, owner: &str, upstream: &str, plain: &Plain) -> Result<(), String> {
-        let plain = serde_json::to_vec(plain).map_err(|e| e.to_string())?;
+    async fn put(&self, owner: &str, upstream: &str, plain: &Plain) -> Result<(), CredentialError> {
+        let plain = serde_json::to_vec(plain).map_err(|e| SealError::Encode(e.to_string()))?;
         let sealed = self.sealer.seal(&plain, &bound(owner, upstream))?;
         let stored = store::Stored {
             sealed: hex::encode(sealed),
             connected_at_ms: crate::clock::now_ms(),
         };
-        self.store.put(owner, upstream, &stored).await
+        Ok(self.store.put(owner, upstream, &stored).await?)
     }
 
     /// Forgets one or all of a person's credentials; how many there were.
-    pub async fn revoke(&self, owner: &str, upstream: Option<&str>) -> Result<usize, String> {
+    pub async fn revoke(
+        &self,
+        owner: &str,
+        upstream: Option<&str>,
+    ) -> Result<usize, CredentialError> {
         let gone = self.store.remove(owner, upstream).await?;
         if gone > 0 {
             self.metrics.count(upstream.unwrap_or("*"), "revoked");
@@ -357,12 +372,12 @@ impl UserCredentials {
         None
     }
 
-    pub async fn list(&self) -> Result<Vec<Connected>, String> {
-        self.store.list().await
+    pub async fn list(&self) -> Result<Vec<Connected>, CredentialError> {
+        Ok(self.store.list().await?)
     }
 
     /// A new connect link for `owner` and `upstream`.
-    pub fn ask(&self, owner: &str, upstream: &str) -> Result<Ask, String> {
+    pub fn ask(&self, owner: &str, upstream: &str) -> Result<Ask, SealError> {
         let nonce = hex::encode(self.sealer.random::<16>()?);
         let ticket = Ticket {
             owner: owner.to_owned(),
@@ -371,7 +386,7 @@ impl UserCredentials {
             nonce: nonce.clone(),
             verifier: None,
         };
-        let plain = serde_json::to_vec(&ticket).map_err(|e| e.to_string())?;
+        let plain = serde_json::to_vec(&ticket).map_err(|e| SealError::Encode(e.to_string()))?;
         let state = hex::encode(self.sealer.seal(&plain, STATE_BINDING)?);
         self.metrics.count(upstream, "asked");
         Ok(Ask {
@@ -384,7 +399,7 @@ impl UserCredentials {
     }
 
     /// The `requestState` that comes back with a stateless-era caller's retry of `ask`.
-    pub fn retry_state(&self, owner: &str, upstream: &str, ask: &Ask) -> Result<String, String> {
+    pub fn retry_state(&self, owner: &str, upstream: &str, ask: &Ask) -> Result<String, SealError> {
         let ticket = Ticket {
             owner: owner.to_owned(),
             upstream: upstream.to_owned(),
@@ -392,7 +407,7 @@ impl UserCredentials {
             nonce: ask.elicitation_id.clone(),
             verifier: None,
         };
-        let plain = serde_json::to_vec(&ticket).map_err(|e| e.to_string())?;
+        let plain = serde_json::to_vec(&ticket).map_err(|e| SealError::Encode(e.to_string()))?;
         Ok(format!(
             "{RETRY_PREFIX}{}",
             hex::encode(self.sealer.seal(&plain, RETRY_BINDING)?)
@@ -471,7 +486,7 @@ impl UserCredentials {
                 Err(Refused::Used)
             }
             Err(e) => {
-                tracing::warn!(upstream, "credential store: {e}");
+                tracing::warn!(upstream, "per-user credentials: {e}");
                 self.metrics.count(upstream, "failed");
                 Err(Refused::Store)
             }
@@ -486,7 +501,7 @@ impl UserCredentials {
         plain: &Plain,
     ) -> Result<Ticket, Refused> {
         if let Err(e) = self.put(&ticket.owner, upstream, plain).await {
-            tracing::warn!(upstream, "credential store: {e}");
+            tracing::warn!(upstream, "per-user credentials: {e}");
             self.metrics.count(upstream, "failed");
             return Err(Refused::Store);
         }
@@ -533,13 +548,13 @@ impl UserCredentials {
         let verifier = hex::encode(
             self.sealer
                 .random::<32>()
-                .map_err(|e| failed(OAuthError::Client(upstream.to_owned(), e)))?,
+                .map_err(|e| failed(OAuthError::Client(upstream.to_owned(), e.to_string())))?,
         );
         ticket.verifier = Some(verifier.clone());
         let sealed = serde_json::to_vec(&ticket)
-            .map_err(|e| e.to_string())
+            .map_err(|e| SealError::Encode(e.to_string()))
             .and_then(|plain| self.sealer.seal(&plain, OAUTH_BINDING))
-            .map_err(|e| failed(OAuthError::Client(upstream.to_owned(), e)))?;
+            .map_err(|e| failed(OAuthError::Client(upstream.to_owned(), e.to_string())))?;
         let url = self
             .oauth
             .authorize_url(
@@ -630,7 +645,7 @@ impl UserCredentials {
         owner: &str,
         upstream: &str,
         within: Duration,
-    ) -> Result<Option<Secret>, String> {
+    ) -> Result<Option<Secret>, CredentialError> {
         let key = (owner.to_owned(), upstream.to_owned());
         let notify = self.waiters.entry(key.clone()).or_default().clone();
         let deadline = tokio::time::Instant::now() + within;

@@ -3,6 +3,7 @@
 //! the sealed credential with its time; used connect states are keys set once (`SET NX`) that
 //! expire with the state.
 
+use crate::cluster::StoreError;
 use redis::AsyncCommands;
 
 use super::store::{Connected, CredentialStore, MAX_LISTED, Stored};
@@ -11,8 +12,8 @@ use crate::cluster::redis::Redis;
 #[derive(Debug, Clone)]
 pub struct RedisCredentials(pub Redis);
 
-fn down(_: crate::cluster::redis::StoreDown) -> String {
-    "the shared credential store (redis) does not answer".to_owned()
+fn down(_: crate::cluster::redis::StoreDown) -> StoreError {
+    StoreError::Down("credential")
 }
 
 fn field(owner: &str, upstream: &str) -> String {
@@ -24,7 +25,7 @@ impl RedisCredentials {
         self.0.key(&["user-credentials"])
     }
 
-    async fn all(&self) -> Result<Vec<(String, String)>, String> {
+    async fn all(&self) -> Result<Vec<(String, String)>, StoreError> {
         let hash = self.hash();
         self.0
             .run(
@@ -38,7 +39,7 @@ impl RedisCredentials {
 
 #[async_trait::async_trait]
 impl CredentialStore for RedisCredentials {
-    async fn get(&self, owner: &str, upstream: &str) -> Result<Option<Stored>, String> {
+    async fn get(&self, owner: &str, upstream: &str) -> Result<Option<Stored>, StoreError> {
         let (hash, f) = (self.hash(), field(owner, upstream));
         let raw: Option<String> = self
             .0
@@ -49,14 +50,16 @@ impl CredentialStore for RedisCredentials {
             .await
             .map_err(down)?;
         raw.map(|r| {
-            serde_json::from_str(&r).map_err(|e| format!("credential store: unreadable row: {e}"))
+            serde_json::from_str(&r)
+                .map_err(|e| StoreError::Unreadable("credential", e.to_string()))
         })
         .transpose()
     }
 
-    async fn put(&self, owner: &str, upstream: &str, stored: &Stored) -> Result<(), String> {
+    async fn put(&self, owner: &str, upstream: &str, stored: &Stored) -> Result<(), StoreError> {
         let (hash, f) = (self.hash(), field(owner, upstream));
-        let v = serde_json::to_string(stored).map_err(|e| e.to_string())?;
+        let v = serde_json::to_string(stored)
+            .map_err(|e| StoreError::Unreadable("credential", e.to_string()))?;
         self.0
             .run("credential_put", |mut c| async move {
                 c.hset::<_, _, _, ()>(&hash, &f, v).await
@@ -65,7 +68,7 @@ impl CredentialStore for RedisCredentials {
             .map_err(down)
     }
 
-    async fn remove(&self, owner: &str, upstream: Option<&str>) -> Result<usize, String> {
+    async fn remove(&self, owner: &str, upstream: Option<&str>) -> Result<usize, StoreError> {
         let fields: Vec<String> = match upstream {
             Some(u) => vec![field(owner, u)],
             None => self
@@ -90,7 +93,7 @@ impl CredentialStore for RedisCredentials {
         Ok(n)
     }
 
-    async fn list(&self) -> Result<Vec<Connected>, String> {
+    async fn list(&self) -> Result<Vec<Connected>, StoreError> {
         let mut out: Vec<Connected> = self
             .all()
             .await?
@@ -110,7 +113,7 @@ impl CredentialStore for RedisCredentials {
         Ok(out)
     }
 
-    async fn claim(&self, nonce: &str, expires_at_ms: u64) -> Result<bool, String> {
+    async fn claim(&self, nonce: &str, expires_at_ms: u64) -> Result<bool, StoreError> {
         let key = self.0.key(&["connect-state", nonce]);
         let ttl_ms = expires_at_ms
             .saturating_sub(crate::clock::now_ms())

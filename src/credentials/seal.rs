@@ -22,9 +22,9 @@ struct Key {
 
 impl Key {
     /// Any secret of at least 32 bytes: the AEAD key is its SHA-256 under a fixed label.
-    fn derive(secret: &Secret) -> Result<Self, String> {
+    fn derive(secret: &Secret) -> Result<Self, SealError> {
         if secret.expose().len() < 32 {
-            return Err("a credential key needs at least 32 bytes".into());
+            return Err(SealError::ShortKey);
         }
         let raw: [u8; 32] = Sha256::new()
             .chain_update(b"fedgate credential key v1\0")
@@ -34,8 +34,7 @@ impl Key {
         let digest = Sha256::digest(raw);
         let mut id = [0u8; ID_LEN];
         id.copy_from_slice(&digest[..ID_LEN]);
-        let key = UnboundKey::new(&AES_256_GCM, &raw)
-            .map_err(|_| "the credential key could not be used".to_string())?;
+        let key = UnboundKey::new(&AES_256_GCM, &raw).map_err(|_| SealError::UnusableKey)?;
         Ok(Self {
             id,
             key: LessSafeKey::new(key),
@@ -56,6 +55,21 @@ impl std::fmt::Debug for Sealer {
     }
 }
 
+/// Why sealing (or making a key or a nonce) failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SealError {
+    #[error("a credential key needs at least 32 bytes")]
+    ShortKey,
+    #[error("the credential key could not be used")]
+    UnusableKey,
+    #[error("no randomness")]
+    NoRandomness,
+    #[error("sealing failed")]
+    Failed,
+    #[error("the value could not be encoded: {0}")]
+    Encode(String),
+}
+
 /// A sealed value could not be opened: tampered, bound to something else, or sealed with a
 /// key this gateway does not have.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -63,7 +77,7 @@ impl std::fmt::Debug for Sealer {
 pub struct Unopenable;
 
 impl Sealer {
-    pub fn new(current: &Secret, retired: &[Secret]) -> Result<Self, String> {
+    pub fn new(current: &Secret, retired: &[Secret]) -> Result<Self, SealError> {
         Ok(Self {
             current: Key::derive(current)?,
             retired: retired.iter().map(Key::derive).collect::<Result<_, _>>()?,
@@ -72,11 +86,11 @@ impl Sealer {
     }
 
     /// `id ‖ nonce ‖ ciphertext+tag`, bound to `bound_to`.
-    pub fn seal(&self, plain: &[u8], bound_to: &[u8]) -> Result<Vec<u8>, String> {
+    pub fn seal(&self, plain: &[u8], bound_to: &[u8]) -> Result<Vec<u8>, SealError> {
         let mut nonce = [0u8; NONCE_LEN];
         self.rng
             .fill(&mut nonce)
-            .map_err(|_| "no randomness for a nonce".to_string())?;
+            .map_err(|_| SealError::NoRandomness)?;
         let mut body = plain.to_vec();
         self.current
             .key
@@ -85,7 +99,7 @@ impl Sealer {
                 Aad::from(bound_to),
                 &mut body,
             )
-            .map_err(|_| "sealing failed".to_string())?;
+            .map_err(|_| SealError::Failed)?;
         let mut out = Vec::with_capacity(ID_LEN + NONCE_LEN + body.len());
         out.extend_from_slice(&self.current.id);
         out.extend_from_slice(&nonce);
@@ -119,11 +133,9 @@ impl Sealer {
     }
 
     /// Random bytes (connect states, elicitation ids).
-    pub fn random<const N: usize>(&self) -> Result<[u8; N], String> {
+    pub fn random<const N: usize>(&self) -> Result<[u8; N], SealError> {
         let mut b = [0u8; N];
-        self.rng
-            .fill(&mut b)
-            .map_err(|_| "no randomness".to_string())?;
+        self.rng.fill(&mut b).map_err(|_| SealError::NoRandomness)?;
         Ok(b)
     }
 }

@@ -2,6 +2,7 @@
 //! states already used (a `state` opens one page submission, once). SQLite here, beside the
 //! run log; Redis with `[cluster] redis` (`redis_store`), so every replica uses them.
 
+use crate::cluster::StoreError;
 use std::path::Path;
 
 use parking_lot::Mutex;
@@ -28,14 +29,14 @@ pub const MAX_LISTED: usize = 1000;
 
 #[async_trait::async_trait]
 pub trait CredentialStore: Send + Sync + std::fmt::Debug {
-    async fn get(&self, owner: &str, upstream: &str) -> Result<Option<Stored>, String>;
-    async fn put(&self, owner: &str, upstream: &str, stored: &Stored) -> Result<(), String>;
+    async fn get(&self, owner: &str, upstream: &str) -> Result<Option<Stored>, StoreError>;
+    async fn put(&self, owner: &str, upstream: &str, stored: &Stored) -> Result<(), StoreError>;
     /// Removes one upstream's credential of `owner`, or all of them; how many went.
-    async fn remove(&self, owner: &str, upstream: Option<&str>) -> Result<usize, String>;
+    async fn remove(&self, owner: &str, upstream: Option<&str>) -> Result<usize, StoreError>;
     /// By owner and upstream, at most [`MAX_LISTED`].
-    async fn list(&self) -> Result<Vec<Connected>, String>;
+    async fn list(&self) -> Result<Vec<Connected>, StoreError>;
     /// Marks a connect state used; false when it was used before.
-    async fn claim(&self, nonce: &str, expires_at_ms: u64) -> Result<bool, String>;
+    async fn claim(&self, nonce: &str, expires_at_ms: u64) -> Result<bool, StoreError>;
 }
 
 const SCHEMA: &str = "
@@ -50,24 +51,24 @@ CREATE TABLE IF NOT EXISTS used_connect_states (
 #[derive(Debug)]
 pub struct SqliteCredentials(Mutex<rusqlite::Connection>);
 
-fn db(e: rusqlite::Error) -> String {
-    format!("credential store: {e}")
+fn db(e: rusqlite::Error) -> StoreError {
+    StoreError::Local("credential", e.to_string())
 }
 
 impl SqliteCredentials {
-    pub fn open(path: &Path) -> Result<Self, String> {
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
         let c = rusqlite::Connection::open(path)
-            .map_err(|e| format!("credential store {}: {e}", path.display()))?;
+            .map_err(|e| StoreError::Local("credential", format!("{}: {e}", path.display())))?;
         c.pragma_update(None, "journal_mode", "WAL")
             .and_then(|_| c.execute_batch(SCHEMA))
-            .map_err(|e| format!("credential store {}: {e}", path.display()))?;
+            .map_err(|e| StoreError::Local("credential", format!("{}: {e}", path.display())))?;
         Ok(Self(Mutex::new(c)))
     }
 }
 
 #[async_trait::async_trait]
 impl CredentialStore for SqliteCredentials {
-    async fn get(&self, owner: &str, upstream: &str) -> Result<Option<Stored>, String> {
+    async fn get(&self, owner: &str, upstream: &str) -> Result<Option<Stored>, StoreError> {
         self.0
             .lock()
             .query_row(
@@ -85,7 +86,7 @@ impl CredentialStore for SqliteCredentials {
             .map_err(db)
     }
 
-    async fn put(&self, owner: &str, upstream: &str, stored: &Stored) -> Result<(), String> {
+    async fn put(&self, owner: &str, upstream: &str, stored: &Stored) -> Result<(), StoreError> {
         self.0
             .lock()
             .execute(
@@ -103,7 +104,7 @@ impl CredentialStore for SqliteCredentials {
             .map_err(db)
     }
 
-    async fn remove(&self, owner: &str, upstream: Option<&str>) -> Result<usize, String> {
+    async fn remove(&self, owner: &str, upstream: Option<&str>) -> Result<usize, StoreError> {
         let c = self.0.lock();
         match upstream {
             Some(u) => c.execute(
@@ -118,7 +119,7 @@ impl CredentialStore for SqliteCredentials {
         .map_err(db)
     }
 
-    async fn list(&self) -> Result<Vec<Connected>, String> {
+    async fn list(&self) -> Result<Vec<Connected>, StoreError> {
         let c = self.0.lock();
         let mut q = c
             .prepare(
@@ -138,7 +139,7 @@ impl CredentialStore for SqliteCredentials {
         .map_err(db)
     }
 
-    async fn claim(&self, nonce: &str, expires_at_ms: u64) -> Result<bool, String> {
+    async fn claim(&self, nonce: &str, expires_at_ms: u64) -> Result<bool, StoreError> {
         let c = self.0.lock();
         // Used states are kept only until they would have expired anyway.
         c.execute(

@@ -44,8 +44,8 @@ fn refusal(code: &'static str, upstream: &str, message: String) -> CallError {
     }))
 }
 
-fn store_down(e: String) -> CallError {
-    tracing::warn!("credential store: {e}");
+fn store_down(e: crate::credentials::CredentialError) -> CallError {
+    tracing::warn!("per-user credentials: {e}");
     CallError::StoreUnavailable {
         feature: "per-user credentials",
     }
@@ -214,10 +214,10 @@ async fn obtain(
     owner: &str,
     wait: Duration,
 ) -> Result<Obtained, CallError> {
-    let internal = |detail: String| CallError::Internal {
+    let internal = |detail: &dyn std::fmt::Display| CallError::Internal {
         detail: format!("connect link: {detail}"),
     };
-    let ask = creds.ask(owner, upstream).map_err(internal)?;
+    let ask = creds.ask(owner, upstream).map_err(|e| internal(&e))?;
     let message = format!(
         "`{upstream}` acts with your own account: connect it on the page that opens (once); the call goes on after that"
     );
@@ -232,18 +232,20 @@ async fn obtain(
     };
     let params = question(&ask, &message);
     if d.modern {
-        let state = creds.retry_state(owner, upstream, &ask).map_err(internal)?;
+        let state = creds
+            .retry_state(owner, upstream, &ask)
+            .map_err(|e| internal(&e))?;
         return serde_json::from_value(json!({
             "resultType": "input_required",
             "inputRequests": {INPUT_KEY: {"method": "elicitation/create", "params": params}},
             "requestState": state,
         }))
         .map(|r| Obtained::Ask(Box::new(ServerResult::InputRequiredResult(r))))
-        .map_err(|e| internal(e.to_string()));
+        .map_err(|e| internal(&e));
     }
     let request: ServerRequest =
         serde_json::from_value(json!({"method": "elicitation/create", "params": params}))
-            .map_err(|e| internal(e.to_string()))?;
+            .map_err(|e| internal(&e))?;
     let answer = tokio::time::timeout(wait, d.request(request))
         .await
         .map_err(|_| CallError::NoClientInput {

@@ -60,7 +60,7 @@ impl OwnTool for DisconnectTool {
                     .await
                 }
                 Err(e) => {
-                    tracing::warn!("credential store: {e}");
+                    tracing::warn!("per-user credentials: {e}");
                     own::answer(
                         json!({"error": "the credential store is not available; try again"}),
                         true,

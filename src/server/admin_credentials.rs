@@ -21,8 +21,8 @@ pub(super) async fn route(
             ),
         });
     };
-    let down = |e: String| {
-        tracing::warn!("credential store: {e}");
+    let down = |e: crate::credentials::CredentialError| {
+        tracing::warn!("per-user credentials: {e}");
         json(
             StatusCode::SERVICE_UNAVAILABLE,
             &json!({"error": "the credential store does not answer"}),

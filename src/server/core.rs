@@ -135,15 +135,20 @@ impl Core {
             &cluster,
             pool.clone(),
             metrics.stages.clone(),
-        )?;
+        )
+        .map_err(|e| e.to_string())?;
         let credentials = match &snapshot.user_credentials {
-            Some(u) => Some(Arc::new(crate::credentials::UserCredentials::open(
-                crate::credentials::Sealer::new(&u.key, &u.retired)?,
-                &u.db,
-                cluster.redis.clone(),
-                u.public_url.clone(),
-                metrics.credentials.clone(),
-            )?)),
+            Some(u) => Some(Arc::new(
+                crate::credentials::UserCredentials::open(
+                    crate::credentials::Sealer::new(&u.key, &u.retired)
+                        .map_err(|e| e.to_string())?,
+                    &u.db,
+                    cluster.redis.clone(),
+                    u.public_url.clone(),
+                    metrics.credentials.clone(),
+                )
+                .map_err(|e| e.to_string())?,
+            )),
             None => None,
         };
         let mut fixed: Vec<Arc<dyn crate::pipeline::OwnTool>> = vec![Arc::new(ApproveTool)];

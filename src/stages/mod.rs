@@ -10,6 +10,7 @@ mod redis_store;
 pub mod store;
 mod tools;
 
+use crate::cluster::StoreError;
 use std::{borrow::Cow, sync::Arc};
 
 use arc_swap::ArcSwap;
@@ -67,7 +68,7 @@ impl Stages {
         cluster: &Cluster,
         pool: Arc<Pool>,
         metrics: StageMetrics,
-    ) -> Result<Option<Arc<Self>>, String> {
+    ) -> Result<Option<Arc<Self>>, StoreError> {
         if settings.machines.is_empty() {
             return Ok(None);
         }
@@ -122,7 +123,7 @@ impl Stages {
     }
 
     /// Every workspace that moved, with its history.
-    pub async fn list(&self) -> Result<Vec<store::Listed>, String> {
+    pub async fn list(&self) -> Result<Vec<store::Listed>, StoreError> {
         self.store.list().await
     }
 
@@ -227,7 +228,7 @@ impl Stages {
     }
 
     /// The workspace's instance (its initial state before a first move).
-    async fn instance(&self, b: &Bound, m: &Machine) -> Result<Instance, String> {
+    async fn instance(&self, b: &Bound, m: &Machine) -> Result<Instance, StoreError> {
         Ok(self
             .store
             .get(&b.workflow, &b.workspace)
@@ -274,8 +275,8 @@ impl Stages {
 }
 
 /// The answer to a store that did not answer: nothing is allowed until it does.
-fn store_down(e: String) -> Box<StageRefusal> {
-    tracing::warn!("stage store: {e}");
+fn store_down(e: StoreError) -> Box<StageRefusal> {
+    tracing::warn!("{e}");
     refusal(
         "stage_store",
         "the stage store does not answer: fedgate cannot tell this workspace's stage".into(),

@@ -3,6 +3,7 @@
 //! workspaces that moved. A move is a compare-and-set on the exact value read, so of two
 //! replicas moving one workspace at once, one wins and the other is told the stage moved.
 
+use crate::cluster::StoreError;
 use std::sync::LazyLock;
 
 use redis::AsyncCommands;
@@ -27,8 +28,8 @@ return 0
 #[derive(Debug, Clone)]
 pub struct RedisStages(pub Redis);
 
-fn down(_: crate::cluster::redis::StoreDown) -> String {
-    "the shared stage store (redis) does not answer".to_owned()
+fn down(_: crate::cluster::redis::StoreDown) -> StoreError {
+    StoreError::Down("stage")
 }
 
 impl RedisStages {
@@ -36,7 +37,7 @@ impl RedisStages {
         self.0.key(&["stage", workflow, workspace])
     }
 
-    async fn raw(&self, workflow: &str, workspace: &str) -> Result<Option<String>, String> {
+    async fn raw(&self, workflow: &str, workspace: &str) -> Result<Option<String>, StoreError> {
         let key = self.key(workflow, workspace);
         self.0
             .run("stage_get", |mut c| async move { c.get(&key).await })
@@ -45,13 +46,13 @@ impl RedisStages {
     }
 }
 
-fn parse(raw: &str) -> Result<Instance, String> {
-    serde_json::from_str(raw).map_err(|e| format!("stage store: unreadable instance: {e}"))
+fn parse(raw: &str) -> Result<Instance, StoreError> {
+    serde_json::from_str(raw).map_err(|e| StoreError::Unreadable("stage", e.to_string()))
 }
 
 #[async_trait::async_trait]
 impl StageStore for RedisStages {
-    async fn get(&self, workflow: &str, workspace: &str) -> Result<Option<Instance>, String> {
+    async fn get(&self, workflow: &str, workspace: &str) -> Result<Option<Instance>, StoreError> {
         self.raw(workflow, workspace)
             .await?
             .map(|r| parse(&r))
@@ -64,7 +65,7 @@ impl StageStore for RedisStages {
         workspace: &str,
         initial: &str,
         m: &Move,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, StoreError> {
         let old = self.raw(workflow, workspace).await?;
         let mut instance = match &old {
             Some(r) => parse(r)?,
@@ -78,8 +79,10 @@ impl StageStore for RedisStages {
         }
         instance.state = m.to.clone();
         instance.history.push(m.clone());
-        let new = serde_json::to_string(&instance).map_err(|e| e.to_string())?;
-        let member = serde_json::to_string(&[workflow, workspace]).map_err(|e| e.to_string())?;
+        let new = serde_json::to_string(&instance)
+            .map_err(|e| StoreError::Unreadable("stage", e.to_string()))?;
+        let member = serde_json::to_string(&[workflow, workspace])
+            .map_err(|e| StoreError::Unreadable("stage", e.to_string()))?;
         let (key, index) = (self.key(workflow, workspace), self.0.key(&["stages"]));
         let expected = old.unwrap_or_default();
         let written: i64 = self
@@ -98,7 +101,7 @@ impl StageStore for RedisStages {
         Ok(written == 1)
     }
 
-    async fn list(&self) -> Result<Vec<Listed>, String> {
+    async fn list(&self) -> Result<Vec<Listed>, StoreError> {
         let index = self.0.key(&["stages"]);
         let mut members: Vec<String> = self
             .0

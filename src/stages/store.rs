@@ -2,6 +2,7 @@
 //! move with who made it, why and on which record. SQLite here; Redis/PostgreSQL for
 //! `[cluster] redis` (`redis_store`), so every replica sees the same stage.
 
+use crate::cluster::StoreError;
 use std::path::Path;
 
 use parking_lot::Mutex;
@@ -42,7 +43,7 @@ pub struct Listed {
 #[async_trait::async_trait]
 pub trait StageStore: Send + Sync + std::fmt::Debug {
     /// The instance, `None` before its first move.
-    async fn get(&self, workflow: &str, workspace: &str) -> Result<Option<Instance>, String>;
+    async fn get(&self, workflow: &str, workspace: &str) -> Result<Option<Instance>, StoreError>;
     /// Records `m` if the workspace is still in `m.from` (absent counts as `initial`); false
     /// when another move came first.
     async fn advance(
@@ -51,9 +52,9 @@ pub trait StageStore: Send + Sync + std::fmt::Debug {
         workspace: &str,
         initial: &str,
         m: &Move,
-    ) -> Result<bool, String>;
+    ) -> Result<bool, StoreError>;
     /// Workspaces that moved at least once, by workflow and workspace, at most [`MAX_LISTED`].
-    async fn list(&self) -> Result<Vec<Listed>, String>;
+    async fn list(&self) -> Result<Vec<Listed>, StoreError>;
 }
 
 const SCHEMA: &str = "
@@ -72,18 +73,18 @@ CREATE TABLE IF NOT EXISTS stage_moves (
 pub struct SqliteStages(Mutex<rusqlite::Connection>);
 
 impl SqliteStages {
-    pub fn open(path: &Path) -> Result<Self, String> {
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
         let c = rusqlite::Connection::open(path)
-            .map_err(|e| format!("stage store {}: {e}", path.display()))?;
+            .map_err(|e| StoreError::Local("stage", format!("{}: {e}", path.display())))?;
         c.pragma_update(None, "journal_mode", "WAL")
             .and_then(|_| c.execute_batch(SCHEMA))
-            .map_err(|e| format!("stage store {}: {e}", path.display()))?;
+            .map_err(|e| StoreError::Local("stage", format!("{}: {e}", path.display())))?;
         Ok(Self(Mutex::new(c)))
     }
 }
 
-fn db(e: rusqlite::Error) -> String {
-    format!("stage store: {e}")
+fn db(e: rusqlite::Error) -> StoreError {
+    StoreError::Local("stage", e.to_string())
 }
 
 impl SqliteStages {
@@ -91,7 +92,7 @@ impl SqliteStages {
         c: &rusqlite::Connection,
         workflow: &str,
         workspace: &str,
-    ) -> Result<Option<Instance>, String> {
+    ) -> Result<Option<Instance>, StoreError> {
         let state: Option<String> = c
             .query_row(
                 "SELECT state FROM stage_instances WHERE workflow = ?1 AND workspace = ?2",
@@ -127,11 +128,11 @@ impl SqliteStages {
 
 #[async_trait::async_trait]
 impl StageStore for SqliteStages {
-    async fn get(&self, workflow: &str, workspace: &str) -> Result<Option<Instance>, String> {
+    async fn get(&self, workflow: &str, workspace: &str) -> Result<Option<Instance>, StoreError> {
         Self::read(&self.0.lock(), workflow, workspace)
     }
 
-    async fn list(&self) -> Result<Vec<Listed>, String> {
+    async fn list(&self) -> Result<Vec<Listed>, StoreError> {
         let c = self.0.lock();
         let mut q = c
             .prepare(
@@ -165,7 +166,7 @@ impl StageStore for SqliteStages {
         workspace: &str,
         initial: &str,
         m: &Move,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, StoreError> {
         let mut c = self.0.lock();
         let tx = c.transaction().map_err(db)?;
         let now: String = tx
