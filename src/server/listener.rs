@@ -91,7 +91,12 @@ pub(super) async fn serve<H, F>(
                         tracing::warn!(listener = name, "accept failed: {e}; retrying with backoff");
                     }
                     failing += 1;
-                    let pause = Duration::from_millis(10u64 << failing.min(7)).min(Duration::from_secs(1));
+                    let pause = crate::policy::retry::backoff(
+                        u32::try_from(failing).unwrap_or(u32::MAX),
+                        Duration::from_millis(20),
+                        Duration::from_secs(1),
+                        Duration::ZERO,
+                    );
                     tokio::select! {
                         _ = tokio::time::sleep(pause) => {}
                         _ = stop_accepting.cancelled() => return,

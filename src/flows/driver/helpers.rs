@@ -11,16 +11,8 @@ use crate::config::flows::Retry;
 
 /// `min(max, base·2ⁿ) + random(0, jitter)` after the n-th failed attempt (n from 1).
 pub(super) fn backoff(r: Retry, attempts: u32) -> Duration {
-    let exp = r
-        .base_ms
-        .saturating_mul(1u64 << attempts.saturating_sub(1).min(30))
-        .min(r.max_ms);
-    let jitter = if r.jitter_ms == 0 {
-        0
-    } else {
-        rand::random::<u64>() % (r.jitter_ms + 1)
-    };
-    Duration::from_millis(exp + jitter)
+    let ms = Duration::from_millis;
+    crate::policy::retry::backoff(attempts, ms(r.base_ms), ms(r.max_ms), ms(r.jitter_ms))
 }
 
 /// A node status as a metric label.
