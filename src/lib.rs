@@ -15,7 +15,6 @@ pub mod credentials;
 pub mod demo;
 pub mod envelope;
 pub mod error;
-pub mod fixture;
 pub mod flows;
 pub mod guard;
 pub mod hops;

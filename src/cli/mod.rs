@@ -113,9 +113,6 @@ enum Command {
     /// Run the demo guardrail service (answers the guardrail hook protocol; for tests).
     #[command(hide = true)]
     DemoGuardrail(crate::demo::guardrail::GuardrailArgs),
-    /// Run the conformance fixture MCP server (the suite's expected tools, prompts and resources).
-    #[command(hide = true)]
-    ConformanceFixture(crate::fixture::FixtureArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -132,7 +129,7 @@ pub fn run() -> ExitCode {
         &cli.log_format,
         matches!(
             cli.command,
-            Command::DemoUpstream(_) | Command::ConformanceFixture(_) | Command::DemoGuardrail(_)
+            Command::DemoUpstream(_) | Command::DemoGuardrail(_)
         ),
     );
     let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -174,7 +171,6 @@ pub fn run() -> ExitCode {
             Command::Plans { config, command } => plans::run(&config, command).await,
             Command::DemoUpstream(args) => crate::demo::run(args).await,
             Command::DemoGuardrail(args) => crate::demo::guardrail::run(args).await,
-            Command::ConformanceFixture(args) => crate::fixture::run(args).await,
         }
     });
     match result {

@@ -383,7 +383,7 @@ async fn duplicate_resource_uris_are_reported_not_shadowed_silently() {
 #[allow(deprecated)] // resources/subscribe is handshake-era only
 #[tokio::test(flavor = "multi_thread")]
 async fn unlisted_resource_uris_go_to_the_default_upstream() {
-    let fixture = UrlProcess::start(&["conformance-fixture", "--http", "127.0.0.1:0"]);
+    let fixture = UrlProcess::fixture();
     let fx = format!(
         "[upstreams.fx]\nkind = \"http\"\nurl = \"{}\"\nprefix = \"never\"\n",
         fixture.url

@@ -147,7 +147,7 @@ fn totals(r: &BTreeMap<String, (u32, u32)>) -> (u32, u32) {
 }
 
 fn compare(requirements: &str, era: &str) {
-    let fixture = UrlProcess::start(&["conformance-fixture", "--http", "127.0.0.1:0"]);
+    let fixture = UrlProcess::fixture();
     let dir = tempfile::tempdir().unwrap();
     let selection = ["--requirements", requirements];
     let (direct, fixture_ok) = run_suite(&fixture.url, &selection, &dir.path().join("direct"));

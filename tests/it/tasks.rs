@@ -24,7 +24,7 @@ fn config(fixture: &UrlProcess) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_upstream_task_reaches_the_caller_as_a_handle_only_it_can_use() {
-    let fixture = UrlProcess::start(&["conformance-fixture", "--http", "127.0.0.1:0"]);
+    let fixture = UrlProcess::fixture();
     let gw = Gateway::start(&config(&fixture));
     let url = gw.url.as_str();
 
@@ -117,7 +117,7 @@ async fn an_upstream_task_reaches_the_caller_as_a_handle_only_it_can_use() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_task_asks_for_input_and_takes_the_answers_through_update() {
-    let fixture = UrlProcess::start(&["conformance-fixture", "--http", "127.0.0.1:0"]);
+    let fixture = UrlProcess::fixture();
     let gw = Gateway::start(&config(&fixture));
     let url = gw.url.as_str();
     let created = raw_call(url, ANN, "fx__confirm_delete", json!({"filename": "a.txt"})).await;
@@ -170,7 +170,7 @@ async fn a_task_asks_for_input_and_takes_the_answers_through_update() {
 /// their calls run synchronously, and a tool that needs a task is refused upstream.
 #[tokio::test(flavor = "multi_thread")]
 async fn handshake_era_callers_never_see_tasks() {
-    let fixture = UrlProcess::start(&["conformance-fixture", "--http", "127.0.0.1:0"]);
+    let fixture = UrlProcess::fixture();
     let gw = Gateway::start(&config(&fixture));
     let post = |session: Option<String>, body: Value| {
         let url = gw.url.clone();

@@ -36,6 +36,8 @@ fn install_crypto_provider() {
 }
 
 pub const FEDGATE: &str = env!("CARGO_BIN_EXE_fedgate");
+/// The test servers the product does not ship (the conformance fixture).
+pub const TESTKIT: &str = env!("CARGO_BIN_EXE_fedgate-testkit");
 
 /// A free loopback port (bound then released; the OS does not hand it out again at once).
 pub fn free_port() -> u16 {
@@ -69,7 +71,16 @@ pub struct UrlProcess {
 
 impl UrlProcess {
     pub fn start(args: &[&str]) -> UrlProcess {
-        let mut child = Command::new(FEDGATE)
+        Self::start_program(FEDGATE, args)
+    }
+
+    /// The conformance fixture of `fedgate-testkit`.
+    pub fn fixture() -> UrlProcess {
+        Self::start_program(TESTKIT, &["conformance-fixture", "--http", "127.0.0.1:0"])
+    }
+
+    fn start_program(program: &str, args: &[&str]) -> UrlProcess {
+        let mut child = Command::new(program)
             .args(args)
             .stdout(Stdio::piped())
             .spawn()
