@@ -10,7 +10,10 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "fedgate-testkit", about = "Test MCP servers for fedgate's tests")]
+#[command(
+    name = "fedgate-testkit",
+    about = "Test MCP servers for fedgate's tests"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
