@@ -233,18 +233,23 @@ pub fn is_name_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')
 }
 
-/// Checks an exposed tool name against SEP-986; the error completes "exposed name `x` ...".
-pub fn check_tool_name(name: &str) -> Result<(), String> {
+/// How a tool name breaks SEP-986; the words complete "exposed name `x` ...".
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadToolName {
+    #[error("is {0} characters long; MCP tool names are 1-{MAX_TOOL_NAME_CHARS}")]
+    Length(usize),
+    #[error("contains `{0}`; MCP tool names use only A-Z a-z 0-9 _ - .")]
+    Char(char),
+}
+
+/// Checks an exposed tool name against SEP-986.
+pub fn check_tool_name(name: &str) -> Result<(), BadToolName> {
     let len = name.chars().count();
     if len == 0 || len > MAX_TOOL_NAME_CHARS {
-        return Err(format!(
-            "is {len} characters long; MCP tool names are 1-{MAX_TOOL_NAME_CHARS}"
-        ));
+        return Err(BadToolName::Length(len));
     }
     if let Some(bad) = name.chars().find(|c| !is_name_char(*c)) {
-        return Err(format!(
-            "contains `{bad}`; MCP tool names use only A-Z a-z 0-9 _ - ."
-        ));
+        return Err(BadToolName::Char(bad));
     }
     Ok(())
 }

@@ -53,19 +53,30 @@ pub fn looks_secret(name: &str) -> bool {
         || lower.ends_with("_auth")
 }
 
-/// Resolves a reference; the error names the reference, never a value.
-pub fn resolve(reference: &str) -> Result<Secret, String> {
+/// Why a secret reference did not resolve; it names the reference, never a value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SecretError {
+    #[error("environment variable `{0}` is not set")]
+    EnvUnset(String),
+    #[error("cannot read secret file `{0}`: {1}")]
+    File(String, String),
+    #[error("secrets are references: use `env:NAME` or `file:PATH`, never the value itself")]
+    NotAReference,
+}
+
+/// Resolves a reference.
+pub fn resolve(reference: &str) -> Result<Secret, SecretError> {
     if let Some(name) = reference.strip_prefix("env:") {
         return std::env::var(name)
             .map(|v| Secret(v.trim_end().to_owned()))
-            .map_err(|_| format!("environment variable `{name}` is not set"));
+            .map_err(|_| SecretError::EnvUnset(name.to_owned()));
     }
     if let Some(path) = reference.strip_prefix("file:") {
         return std::fs::read_to_string(path)
             .map(|v| Secret(v.trim_end().to_owned()))
-            .map_err(|e| format!("cannot read secret file `{path}`: {e}"));
+            .map_err(|e| SecretError::File(path.to_owned(), e.to_string()));
     }
-    Err("secrets are references: use `env:NAME` or `file:PATH`, never the value itself".into())
+    Err(SecretError::NotAReference)
 }
 
 /// A URL without the secrets it may carry: userinfo (`user:password@`) and the values of

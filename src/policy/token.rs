@@ -19,6 +19,29 @@ const EXEC_CACHE: Duration = Duration::from_secs(300);
 /// Longest an OAuth token endpoint may take.
 const TOKEN_ENDPOINT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Why a credential has no token now; names the credential, never a secret.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenError {
+    #[error("credential `{0}`: {1}")]
+    Secret(String, secret::SecretError),
+    #[error("credential `{0}`: client secret: {1}")]
+    ClientSecret(String, secret::SecretError),
+    #[error("credential `{0}`: subject token: {1}")]
+    SubjectToken(String, secret::SecretError),
+    #[error("credential `{0}` is per user: it has no token of its own")]
+    PerUser(String),
+    #[error("credential `{0}`: empty exec command")]
+    EmptyExec(String),
+    #[error("credential `{name}`: cannot run `{program}`: {detail}")]
+    ExecFailed {
+        name: String,
+        program: String,
+        detail: String,
+    },
+    #[error("credential `{name}`: token endpoint {detail}")]
+    Endpoint { name: String, detail: String },
+}
+
 /// Where a credential comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
@@ -117,7 +140,7 @@ impl Credential {
 
     /// The current token, from the cache while it is fresh; a stale one is fetched once
     /// however many calls need it at that moment.
-    pub async fn token(&self) -> Result<Secret, String> {
+    pub async fn token(&self) -> Result<Secret, TokenError> {
         if let Some(t) = self.cached() {
             return Ok(t);
         }
@@ -145,25 +168,29 @@ impl Credential {
         }
     }
 
-    async fn fetch(&self) -> Result<(Secret, Option<Duration>), String> {
+    async fn fetch(&self) -> Result<(Secret, Option<Duration>), TokenError> {
         let name = &self.name;
         match &self.source {
-            Source::Reference(r) => secret::resolve(r).map(|s| (s, None)),
-            Source::PerUser { .. } => Err(format!(
-                "credential `{name}` is per user: it has no token of its own"
-            )),
+            Source::Reference(r) => secret::resolve(r)
+                .map(|s| (s, None))
+                .map_err(|e| TokenError::Secret(name.clone(), e)),
+            Source::PerUser { .. } => Err(TokenError::PerUser(name.clone())),
             Source::Exec(argv) => {
-                let (program, args) = argv.split_first().ok_or("empty exec command")?;
+                let (program, args) = argv
+                    .split_first()
+                    .ok_or_else(|| TokenError::EmptyExec(name.clone()))?;
+                let failed = |detail: String| TokenError::ExecFailed {
+                    name: name.clone(),
+                    program: program.clone(),
+                    detail,
+                };
                 let out = tokio::process::Command::new(program)
                     .args(args)
                     .output()
                     .await
-                    .map_err(|e| format!("credential `{name}`: cannot run `{program}`: {e}"))?;
+                    .map_err(|e| failed(e.to_string()))?;
                 if !out.status.success() {
-                    return Err(format!(
-                        "credential `{name}`: `{program}` exited with {}",
-                        out.status
-                    ));
+                    return Err(failed(format!("it exited with {}", out.status)));
                 }
                 let token = String::from_utf8_lossy(&out.stdout).trim().to_owned();
                 Ok((Secret::new(token), Some(EXEC_CACHE)))
@@ -180,7 +207,7 @@ impl Credential {
                 subject_token,
             } => {
                 let subject = secret::resolve(subject_token)
-                    .map_err(|e| format!("credential `{name}`: subject token: {e}"))?;
+                    .map_err(|e| TokenError::SubjectToken(name.clone(), e))?;
                 let mut form = vec![
                     (
                         "grant_type",
@@ -211,10 +238,14 @@ impl Credential {
         &self,
         o: &OAuth,
         form: Vec<(&'static str, String)>,
-    ) -> Result<(Secret, Option<Duration>), String> {
+    ) -> Result<(Secret, Option<Duration>), TokenError> {
         let name = &self.name;
         let client_secret = secret::resolve(&o.client_secret)
-            .map_err(|e| format!("credential `{name}`: client secret: {e}"))?;
+            .map_err(|e| TokenError::ClientSecret(name.clone(), e))?;
+        let endpoint = |detail: String| TokenError::Endpoint {
+            name: name.clone(),
+            detail,
+        };
         let resp = self
             .http
             .post(&o.token_url)
@@ -223,26 +254,19 @@ impl Credential {
             .timeout(TOKEN_ENDPOINT_TIMEOUT)
             .send()
             .await
-            .map_err(|e| {
-                format!(
-                    "credential `{name}`: token endpoint unreachable: {}",
-                    e.without_url()
-                )
-            })?;
+            .map_err(|e| endpoint(format!("unreachable: {}", e.without_url())))?;
         let status = resp.status();
         if !status.is_success() {
-            return Err(format!(
-                "credential `{name}`: token endpoint answered {status}"
-            ));
+            return Err(endpoint(format!("answered {status}")));
         }
         let body: serde_json::Value = resp
             .json()
             .await
-            .map_err(|_| format!("credential `{name}`: token endpoint sent no JSON"))?;
+            .map_err(|_| endpoint("sent no JSON".into()))?;
         let token = body
             .get("access_token")
             .and_then(|t| t.as_str())
-            .ok_or_else(|| format!("credential `{name}`: no access_token in the token response"))?;
+            .ok_or_else(|| endpoint("answered without access_token".into()))?;
         let lifetime = body
             .get("expires_in")
             .and_then(|e| e.as_u64())

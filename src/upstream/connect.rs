@@ -1,5 +1,6 @@
 //! Opening one connection to an upstream: transport by kind, then the era's handshake.
 
+use super::error::UpstreamError;
 use std::{collections::HashMap, sync::Arc};
 
 use http::{HeaderName, HeaderValue};
@@ -48,9 +49,9 @@ fn lifecycle(era: Era) -> ClientLifecycleMode {
 
 /// Spawns a stdio upstream process.
 /// Spawns a stdio upstream process; its credential, if any, goes into its environment.
-pub async fn spawn_stdio(spec: &UpstreamSpec) -> Result<ProcessGuard, String> {
+pub async fn spawn_stdio(spec: &UpstreamSpec) -> Result<ProcessGuard, UpstreamError> {
     let TransportSpec::Stdio(p) = &spec.transport else {
-        return Err("not a stdio upstream".into());
+        return Err(UpstreamError::NotStdio);
     };
     let mut process = p.clone();
     if let Some(inj) = &spec.credential {
@@ -58,8 +59,10 @@ pub async fn spawn_stdio(spec: &UpstreamSpec) -> Result<ProcessGuard, String> {
         let token = inj.credential.token().await?;
         process.env.insert(var, token.expose().to_owned());
     }
-    spawn::spawn(&spec.name, &process, true)
-        .map_err(|e| format!("cannot start `{}`: {e}", p.command))
+    spawn::spawn(&spec.name, &process, true).map_err(|e| UpstreamError::Spawn {
+        command: p.command.clone(),
+        detail: e.to_string(),
+    })
 }
 
 /// How much earlier than the startup timeout a stdio handshake gives up: room for the
@@ -71,9 +74,17 @@ pub async fn connect_stdio(
     spec: &UpstreamSpec,
     proc: &mut ProcessGuard,
     client: UpstreamClient,
-) -> Result<Established, String> {
-    let stdout = proc.child.stdout.take().ok_or("child has no stdout")?;
-    let stdin = proc.child.stdin.take().ok_or("child has no stdin")?;
+) -> Result<Established, UpstreamError> {
+    let stdout = proc
+        .child
+        .stdout
+        .take()
+        .ok_or(UpstreamError::NoPipe("stdout"))?;
+    let stdin = proc
+        .child
+        .stdin
+        .take()
+        .ok_or(UpstreamError::NoPipe("stdin"))?;
     let table = client.inflight.clone();
     let non_json = super::stdout_watch::NonJson::default();
     let limit = transport_limit(spec).unwrap_or(rmcp::transport::async_rw::DEFAULT_MAX_LINE_LENGTH);
@@ -89,11 +100,17 @@ pub async fn connect_stdio(
         .saturating_sub(HANDSHAKE_MARGIN)
         .max(spec.startup_timeout / 2);
     match tokio::time::timeout(limit, handshake(spec, client, transport)).await {
-        Ok(r) => r.map_err(|e| format!("{e}{}", non_json.suffix())),
-        Err(_) => Err(format!(
-            "no MCP handshake within {limit:?}{}",
-            non_json.suffix()
-        )),
+        Ok(r) => r.map_err(|e| match e {
+            UpstreamError::Handshake { detail, .. } => UpstreamError::Handshake {
+                detail,
+                stdout: non_json.suffix(),
+            },
+            other => other,
+        }),
+        Err(_) => Err(UpstreamError::NoHandshake {
+            limit,
+            stdout: non_json.suffix(),
+        }),
     }
 }
 
@@ -103,11 +120,12 @@ pub async fn connect_http(
     url: &str,
     headers: &std::collections::BTreeMap<String, String>,
     client: UpstreamClient,
-) -> Result<Established, String> {
+) -> Result<Established, UpstreamError> {
     let mut custom = HashMap::new();
     for (k, v) in headers {
-        let name = HeaderName::try_from(k.as_str()).map_err(|e| format!("header `{k}`: {e}"))?;
-        let value = HeaderValue::try_from(v.as_str()).map_err(|e| format!("header `{k}`: {e}"))?;
+        let bad = |e: &dyn std::fmt::Display| UpstreamError::Header(k.clone(), e.to_string());
+        let name = HeaderName::try_from(k.as_str()).map_err(|e| bad(&e))?;
+        let value = HeaderValue::try_from(v.as_str()).map_err(|e| bad(&e))?;
         custom.insert(name, value);
     }
     let mut config =
@@ -145,29 +163,34 @@ pub(super) fn transport_limit(spec: &UpstreamSpec) -> Option<usize> {
 /// rmcp's default client disables connection pooling (a new TCP connection per request); a
 /// gateway forwarding many calls keeps connections alive, and never follows redirects with the
 /// credentials it injects.
-fn http_client(spec: &UpstreamSpec) -> Result<reqwest::Client, String> {
+fn http_client(spec: &UpstreamSpec) -> Result<reqwest::Client, UpstreamError> {
     let builder = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none());
     let builder = match &spec.tls {
-        Some(tls) => builder.tls_backend_preconfigured(crate::config::tls::client_config(tls)?),
+        Some(tls) => builder.tls_backend_preconfigured(
+            crate::config::tls::client_config(tls).map_err(UpstreamError::HttpClient)?,
+        ),
         None => builder,
     };
     builder
         .build()
-        .map_err(|e| format!("cannot build the HTTP client: {e}"))
+        .map_err(|e| UpstreamError::HttpClient(e.to_string()))
 }
 
 async fn handshake<T>(
     spec: &UpstreamSpec,
     client: UpstreamClient,
     transport: T,
-) -> Result<Established, String>
+) -> Result<Established, UpstreamError>
 where
     T: rmcp::transport::Transport<RoleClient> + 'static,
 {
     let service = client
         .serve_with_lifecycle(transport, lifecycle(spec.era))
         .await
-        .map_err(|e| format!("handshake failed: {}", crate::error::plain(&e)))?;
+        .map_err(|e| UpstreamError::Handshake {
+            detail: crate::error::plain(&e),
+            stdout: String::new(),
+        })?;
     // One connection serves many clients: rmcp's response cache would mix them up.
     service
         .peer()
@@ -204,7 +227,7 @@ pub async fn connect_sse(
     url: &str,
     headers: &std::collections::BTreeMap<String, String>,
     client: UpstreamClient,
-) -> Result<Established, String> {
+) -> Result<Established, UpstreamError> {
     // Legacy SSE: the credential is fixed for the connection (taken at connect).
     let mut headers = headers.clone();
     if let Some(inj) = &spec.credential {
@@ -221,7 +244,7 @@ pub async fn connect_sse(
     // The upstream's own client: its `tls` (private CA, client certificate), no redirects.
     let inner = super::sse::SseTransport::connect(http_client(spec)?, url, &headers)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| UpstreamError::Sse(e.to_string()))?;
     let table = client.inflight.clone();
     let mut legacy = spec.clone();
     legacy.era = Era::Legacy;

@@ -5,7 +5,10 @@
 
 use std::net::SocketAddr;
 
-use super::spawn::{ProcessGuard, spawn};
+use super::{
+    error::UpstreamError,
+    spawn::{ProcessGuard, spawn},
+};
 use crate::config::{ProcessSpec, UpstreamSpec};
 
 /// Starts the launch process unless the one started before still runs.
@@ -14,7 +17,7 @@ pub(super) async fn ensure(
     launch: &ProcessSpec,
     url: &str,
     launched: &mut Option<ProcessGuard>,
-) -> Result<(), String> {
+) -> Result<(), UpstreamError> {
     let running = match launched.as_mut() {
         Some(p) => matches!(p.child.try_wait(), Ok(None)),
         None => false,
@@ -23,16 +26,17 @@ pub(super) async fn ensure(
         return Ok(());
     }
     if let Some(addr) = taken(url).await {
-        return Err(format!(
-            "{addr} is already in use by another process; fedgate launches `{}` for this \
-             upstream and will not talk to a server it did not start (stop the other process or \
-             change the port)",
-            launch.command
-        ));
+        return Err(UpstreamError::AddressTaken {
+            addr,
+            command: launch.command.clone(),
+        });
     }
     *launched = Some(
         spawn(&spec.name, launch, false)
-            .map_err(|e| format!("cannot launch `{}`: {e}", launch.command))?,
+            .map_err(|e| UpstreamError::Launch {
+                command: launch.command.clone(),
+                detail: e.to_string(),
+            })?,
     );
     Ok(())
 }
@@ -43,7 +47,7 @@ pub(super) async fn ensure(
 pub(super) async fn wait_listening(
     url: &str,
     launched: &mut Option<ProcessGuard>,
-) -> Result<(), String> {
+) -> Result<(), UpstreamError> {
     let Some(target) = reqwest::Url::parse(url)
         .ok()
         .and_then(|u| Some((u.host_str()?.to_owned(), u.port_or_known_default()?)))
@@ -63,9 +67,10 @@ pub(super) async fn wait_listening(
                 .as_ref()
                 .map(|p| p.stderr_tail.suffix())
                 .unwrap_or_default();
-            return Err(format!(
-                "the launched process exited ({status}) before it listened{tail}"
-            ));
+            return Err(UpstreamError::LaunchedExited {
+                status: status.to_string(),
+                tail,
+            });
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(std::time::Duration::from_millis(200));
@@ -73,11 +78,9 @@ pub(super) async fn wait_listening(
 }
 
 /// After connecting: the launched process must still run, or whoever answered is not it.
-pub(super) fn still_running(launched: &mut Option<ProcessGuard>) -> Result<(), String> {
+pub(super) fn still_running(launched: &mut Option<ProcessGuard>) -> Result<(), UpstreamError> {
     match launched.as_mut().map(|p| p.child.try_wait()) {
-        Some(Ok(Some(status))) => Err(format!(
-            "the launched process exited ({status}) while another server answered on its address"
-        )),
+        Some(Ok(Some(status))) => Err(UpstreamError::Impostor(status.to_string())),
         _ => Ok(()),
     }
 }

@@ -1,6 +1,7 @@
 //! Upstream MCP servers (F1): processes and connections, supervision, readiness.
 
 pub mod client;
+pub mod error;
 mod connect;
 mod events;
 mod health_probe;

@@ -1,6 +1,7 @@
 //! One task per upstream: connect, serve, notice the end, restart with backoff and jitter.
 #![allow(deprecated)] // logging/setLevel is deprecated by SEP-2577 but handshake-era upstreams use it
 
+use super::error::UpstreamError;
 use std::{sync::Arc, time::Duration};
 
 use rmcp::{
@@ -66,7 +67,7 @@ pub(super) async fn run(pool: Arc<Pool>, up: Arc<Upstream>) {
                 }
                 reason
             }
-            Ok(Err(e)) => e,
+            Ok(Err(e)) => e.to_string(),
             Err(_) => format!("did not become ready within {:?}", spec.startup_timeout),
         };
         if shutdown.is_cancelled() {
@@ -143,7 +144,7 @@ async fn establish(
     up: &Upstream,
     client: UpstreamClient,
     launched: &mut Option<ProcessGuard>,
-) -> Result<(Established, Option<ProcessGuard>), String> {
+) -> Result<(Established, Option<ProcessGuard>), UpstreamError> {
     let spec = &up.spec();
     match &spec.transport {
         TransportSpec::Stdio(_) => {
@@ -195,14 +196,15 @@ async fn establish(
 
 /// A server that dies during its start usually says why on stderr: its exit status and last
 /// lines tell more than the handshake error they caused.
-async fn with_exit(error: String, proc: &mut ProcessGuard) -> String {
+async fn with_exit(error: UpstreamError, proc: &mut ProcessGuard) -> UpstreamError {
     match tokio::time::timeout(EXIT_STATUS_WAIT, proc.child.wait()).await {
         Ok(Ok(status)) => {
             proc.stderr_tail.settle(EXIT_STATUS_WAIT).await;
-            format!(
-                "process exited ({status}){}; {error}",
-                proc.stderr_tail.suffix()
-            )
+            UpstreamError::Exited {
+                status: status.to_string(),
+                tail: proc.stderr_tail.suffix(),
+                cause: Box::new(error),
+            }
         }
         _ => error,
     }

@@ -103,9 +103,11 @@ pub(super) fn validate_auth(
     let jwt = raw.jwt.map(|j| {
         let mut keys = Vec::new();
         if let Some(s) = &j.hs256_secret {
-            let key = secret::resolve(s.get_ref()).and_then(|secret| {
-                DecodingKey::from_secret(secret.expose().as_bytes()).map_err(|e| e.to_string())
-            });
+            let key = secret::resolve(s.get_ref())
+                .map_err(|e| e.to_string())
+                .and_then(|secret| {
+                    DecodingKey::from_secret(secret.expose().as_bytes()).map_err(|e| e.to_string())
+                });
             match key {
                 Ok(key) => keys.push((None, Algorithm::HS256, key)),
                 Err(e) => cx.secret_problem(s.span().start, format!("auth.jwt.hs256_secret: {e}")),
