@@ -87,35 +87,76 @@ static CLIENT: LazyLock<Option<reqwest::Client>> = LazyLock::new(|| {
         .ok()
 });
 
-/// Asks `hook` about `payload`; an error says why the hook gave no usable decision (never
-/// with the token).
-pub async fn ask(hook: &Hook, phase: Phase, payload: &Value) -> Result<Decision, String> {
-    let client = CLIENT
-        .as_ref()
-        .ok_or_else(|| "no HTTP client could be built".to_owned())?;
+/// Why a hook gave no usable decision (never with its token); the words complete "the hook
+/// ...".
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HookError {
+    #[error("has no HTTP client (none could be built)")]
+    NoClient,
+    #[error("its token cannot be read: {0}")]
+    Token(crate::secret::SecretError),
+    #[error("unreachable: {0}")]
+    Unreachable(String),
+    #[error("answered HTTP {0}")]
+    Status(u16),
+    #[error("broke off its answer: {0}")]
+    BrokeOff(String),
+    #[error("its answer is longer than {MAX_ANSWER} bytes")]
+    TooLong,
+    #[error("did not answer within {0} ms")]
+    Timeout(u128),
+    #[error("answered with what is not JSON ({0})")]
+    NotJson(String),
+    #[error("answered without a `decision` (pass, mutate or deny)")]
+    NoDecision,
+    #[error("answered mutate without an `arguments` object")]
+    NoArguments,
+    #[error("answered mutate with a `result` that is not an object")]
+    ResultNotObject,
+    #[error("answered mutate without a `result`")]
+    NoResult,
+    #[error("answered decision `{0}` (pass, mutate or deny)")]
+    UnknownDecision(String),
+    #[error("answered mutate for a read, which has no arguments to change")]
+    MutatedRead,
+    #[error("answered mutate with prompt arguments that are not all strings")]
+    PromptArgumentsNotStrings,
+    #[error(
+        "answered mutate with arguments the tool's schema refuses ({count} problem(s), first at `{first}`)"
+    )]
+    SchemaRefuses { count: usize, first: String },
+    #[error("answered mutate for a result that cannot be replaced")]
+    NotReplaceable,
+    #[error("answered mutate with a result that is not a {method} result ({detail})")]
+    WrongResult { method: String, detail: String },
+}
+
+/// Asks `hook` about `payload`.
+pub async fn ask(hook: &Hook, phase: Phase, payload: &Value) -> Result<Decision, HookError> {
+    let client = CLIENT.as_ref().ok_or(HookError::NoClient)?;
     let mut req = client.post(&hook.url).json(payload);
     if let Some(reference) = &hook.token {
         let token = crate::secret::resolve(reference)
-            .map_err(|e| format!("its token cannot be read: {e}"))?;
+            .map_err(HookError::Token)?;
         req = req.bearer_auth(token.expose());
     }
     let exchange = async {
         let mut resp = req
             .send()
             .await
-            .map_err(|e| format!("unreachable: {}", plain(e)))?;
+            .map_err(|e| HookError::Unreachable(plain(e)))?;
         let status = resp.status();
         if !status.is_success() {
-            return Err(format!("answered HTTP {}", status.as_u16()));
+            return Err(HookError::Status(status.as_u16()));
         }
         let mut body = Vec::new();
         while let Some(chunk) = resp
             .chunk()
             .await
-            .map_err(|e| format!("broke off its answer: {}", plain(e)))?
+            .map_err(|e| HookError::BrokeOff(plain(e)))?
         {
             if body.len() + chunk.len() > MAX_ANSWER {
-                return Err(format!("its answer is longer than {MAX_ANSWER} bytes"));
+                return Err(HookError::TooLong);
             }
             body.extend_from_slice(&chunk);
         }
@@ -123,7 +164,7 @@ pub async fn ask(hook: &Hook, phase: Phase, payload: &Value) -> Result<Decision,
     };
     let body = tokio::time::timeout(hook.timeout, exchange)
         .await
-        .map_err(|_| format!("did not answer within {} ms", hook.timeout.as_millis()))??;
+        .map_err(|_| HookError::Timeout(hook.timeout.as_millis()))??;
     decode(&body, phase)
 }
 
@@ -141,13 +182,13 @@ fn plain(e: reqwest::Error) -> String {
 }
 
 /// A hook's answer as a decision, or why it is not one.
-pub fn decode(body: &[u8], phase: Phase) -> Result<Decision, String> {
-    let v: Value = serde_json::from_slice(body)
-        .map_err(|e| format!("answered with what is not JSON ({e})"))?;
+pub fn decode(body: &[u8], phase: Phase) -> Result<Decision, HookError> {
+    let v: Value =
+        serde_json::from_slice(body).map_err(|e| HookError::NotJson(e.to_string()))?;
     let decision = v
         .get("decision")
         .and_then(Value::as_str)
-        .ok_or("answered without a `decision` (pass, mutate or deny)")?;
+        .ok_or(HookError::NoDecision)?;
     match (decision, phase) {
         ("pass", _) => Ok(Decision::Pass),
         ("deny", _) => {
@@ -167,16 +208,15 @@ pub fn decode(body: &[u8], phase: Phase) -> Result<Decision, String> {
         }
         ("mutate", Phase::Request) => match v.get("arguments") {
             Some(Value::Object(m)) => Ok(Decision::Arguments(m.clone())),
-            _ => Err("answered mutate without an `arguments` object".into()),
+            _ => Err(HookError::NoArguments),
         },
         ("mutate", Phase::Response) => match v.get("result") {
             Some(r @ Value::Object(_)) => Ok(Decision::Result(Box::new(r.clone()))),
-            Some(_) => Err("answered mutate with a `result` that is not an object".into()),
-            None => Err("answered mutate without a `result`".into()),
+            Some(_) => Err(HookError::ResultNotObject),
+            None => Err(HookError::NoResult),
         },
-        (other, _) => Err(format!(
-            "answered decision `{}` (pass, mutate or deny)",
-            other.chars().take(40).collect::<String>()
+        (other, _) => Err(HookError::UnknownDecision(
+            other.chars().take(40).collect::<String>(),
         )),
     }
 }

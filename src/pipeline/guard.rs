@@ -6,6 +6,7 @@
 //! is asked to approve a call that carries a secret, and a held plan keeps the masked
 //! arguments).
 
+use crate::guard::hook::HookError;
 use std::sync::Arc;
 
 use rmcp::model::{ContentBlock, ServerResult};
@@ -169,13 +170,11 @@ fn acceptable(
     args: &serde_json::Map<String, Value>,
     lists: Option<&crate::router::catalog::Lists>,
     upstream_tool: &str,
-) -> Result<(), String> {
+) -> Result<(), HookError> {
     match method {
-        "resources/read" => {
-            Err("answered mutate for a read, which has no arguments to change".into())
-        }
+        "resources/read" => Err(HookError::MutatedRead),
         "prompts/get" if !args.values().all(Value::is_string) => {
-            Err("answered mutate with prompt arguments that are not all strings".into())
+            Err(HookError::PromptArgumentsNotStrings)
         }
         "tools/call" => {
             let problems = lists
@@ -183,12 +182,10 @@ fn acceptable(
                 .map(|c| c.check(&Value::Object(args.clone())))
                 .unwrap_or_default();
             match problems.first() {
-                Some(first) => Err(format!(
-                    "answered mutate with arguments the tool's schema refuses ({} problem(s), \
-                     first at `{}`)",
-                    problems.len(),
-                    first.pointer
-                )),
+                Some(first) => Err(HookError::SchemaRefuses {
+                    count: problems.len(),
+                    first: first.pointer.clone(),
+                }),
                 None => Ok(()),
             }
         }
@@ -197,7 +194,7 @@ fn acceptable(
 }
 
 /// Puts a hook's new result in place of `result`, read as the same kind of result.
-fn replace(result: &mut ServerResult, new: Value, method: &str) -> Result<(), String> {
+fn replace(result: &mut ServerResult, new: Value, method: &str) -> Result<(), HookError> {
     let read = match result {
         ServerResult::CallToolResult(_) => {
             serde_json::from_value(new).map(ServerResult::CallToolResult)
@@ -208,10 +205,11 @@ fn replace(result: &mut ServerResult, new: Value, method: &str) -> Result<(), St
         ServerResult::ReadResourceResult(_) => {
             serde_json::from_value(new).map(ServerResult::ReadResourceResult)
         }
-        _ => return Err("answered mutate for a result that cannot be replaced".into()),
+        _ => return Err(HookError::NotReplaceable),
     };
-    *result = read.map_err(|e| {
-        format!("answered mutate with a result that is not a {method} result ({e})")
+    *result = read.map_err(|e| HookError::WrongResult {
+        method: method.to_owned(),
+        detail: e.to_string(),
     })?;
     Ok(())
 }
@@ -254,7 +252,7 @@ async fn ask(
     payload: &Value,
     metrics: &Metrics,
     asked: &mut Vec<Value>,
-) -> Result<Decision, String> {
+) -> Result<Decision, HookError> {
     let started = tokio::time::Instant::now();
     let answer = hook::ask(hook, phase, payload).await;
     let decision = answer.as_ref().map_or("error", Decision::as_str);
@@ -276,9 +274,10 @@ fn failed(
     hook: &Hook,
     phase: Phase,
     tool: &str,
-    why: String,
+    why: HookError,
     asked: &mut Vec<Value>,
 ) -> Result<(), CallError> {
+    let why = why.to_string();
     if hook.fail_open {
         if first_skip_in_a_while(&hook.name) {
             tracing::warn!(hook = %hook.name, phase = phase.as_str(), "guardrail hook skipped (fails open): {why}; further skips within 30 s are counted, not logged");
