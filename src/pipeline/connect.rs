@@ -251,7 +251,9 @@ async fn obtain(
         .map_err(|_| CallError::NoClientInput {
             detail: format!("no answer to the connect request within {wait:?}"),
         })?
-        .map_err(|detail| CallError::NoClientInput { detail })?;
+        .map_err(|e| CallError::NoClientInput {
+            detail: e.to_string(),
+        })?;
     let accepted = match answer {
         ClientResult::ElicitResult(r) => {
             serde_json::to_value(r).unwrap_or_default()["action"] == "accept"

@@ -2,6 +2,7 @@
 //! downstream call that caused them; list changes and resource updates go to the supervisor.
 #![allow(deprecated)] // sampling, roots and logging are deprecated by SEP-2577 but still in use
 
+use crate::upstream::inflight::NoInput;
 use std::sync::Arc;
 
 use rmcp::{
@@ -64,7 +65,7 @@ impl UpstreamClient {
         request: ServerRequest,
     ) -> Result<ClientResult, McpError> {
         let (key, d) = self.downstream(ctx)?;
-        let failed = |e: String| {
+        let failed = |e: NoInput| {
             McpError::internal_error(
                 format!(
                     "the client did not answer the request of upstream `{}`: {e}",
@@ -93,7 +94,7 @@ impl UpstreamClient {
         );
         let value = answer
             .await
-            .map_err(|_| failed("the call ended before the client answered".into()))?
+            .map_err(|_| failed(NoInput::Client("the call ended before the client answered".into())))?
             .map_err(failed)?;
         client_result(method, value)
     }

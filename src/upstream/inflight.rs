@@ -49,10 +49,26 @@ pub struct Downstream {
     pub workspace: Option<String>,
 }
 
+/// Why a request for client input got no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoInput {
+    #[error("relay task failed: {0}")]
+    Relay(String),
+    /// The client answered with an error, or the session ended (rmcp's words).
+    #[error("{0}")]
+    Client(String),
+    #[error("a stateless-era client cannot be asked for input during {0}")]
+    NotDuring(String),
+    #[error("fedgate has too many calls waiting for input")]
+    Busy,
+    #[error("the client did not provide the input in time")]
+    TimedOut,
+}
+
 impl Downstream {
     /// Sends a request to a handshake-era caller on the stream of its call, and waits for the
     /// answer.
-    pub async fn request(&self, mut request: ServerRequest) -> Result<ClientResult, String> {
+    pub async fn request(&self, mut request: ServerRequest) -> Result<ClientResult, NoInput> {
         request
             .extensions_mut()
             .insert(OriginatingRequestId(self.request_id.clone()));
@@ -63,8 +79,8 @@ impl Downstream {
             peer.send_request(request).await
         }))
         .await
-        .map_err(|e| format!("relay task failed: {e}"))?
-        .map_err(|e| e.to_string())
+        .map_err(|e| NoInput::Relay(e.to_string()))?
+        .map_err(|e| NoInput::Client(e.to_string()))
     }
 }
 
@@ -73,7 +89,7 @@ impl Downstream {
 #[derive(Debug)]
 pub struct InputAsk {
     pub request: InputRequest,
-    pub reply: oneshot::Sender<Result<serde_json::Value, String>>,
+    pub reply: oneshot::Sender<Result<serde_json::Value, NoInput>>,
 }
 
 /// What the upstream sends back for one call besides its response.

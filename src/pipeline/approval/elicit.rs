@@ -96,7 +96,9 @@ pub(super) async fn ask(call: &Call, held: &Held, wait: Duration) -> Result<bool
         .map_err(|_| CallError::NoClientInput {
             detail: format!("no answer to the approval question within {wait:?}"),
         })?
-        .map_err(|detail| CallError::NoClientInput { detail })?;
+        .map_err(|e| CallError::NoClientInput {
+            detail: e.to_string(),
+        })?;
     let answer = match answer {
         ClientResult::ElicitResult(r) => serde_json::to_value(r).unwrap_or_default(),
         other => serde_json::to_value(other).unwrap_or_default(),

@@ -3,6 +3,7 @@
 //! caller's retry resumes a parked call.
 #![allow(deprecated)] // resources/(un)subscribe are legacy-only and still forwarded
 
+use crate::upstream::inflight::NoInput;
 use std::{sync::Arc, time::Duration};
 
 use rmcp::model::{
@@ -162,10 +163,9 @@ impl RoundTrip {
                 Outcome::Input(p, asks) => {
                     // Only tools/call, prompts/get and resources/read may answer input_required.
                     for ask in asks {
-                        let _ = ask.reply.send(Err(format!(
-                            "a stateless-era client cannot be asked for input during {}",
-                            op.method()
-                        )));
+                        let _ = ask
+                            .reply
+                            .send(Err(NoInput::NotDuring(op.method().to_string())));
                     }
                     pending = p;
                 }

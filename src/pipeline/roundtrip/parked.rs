@@ -10,6 +10,7 @@
 //! parked call on this replica; it resumes it once. A parked call that is not resumed in time
 //! is released: the upstream's request is answered with an error and its call is cancelled.
 
+use crate::upstream::inflight::NoInput;
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use parking_lot::Mutex;
@@ -34,7 +35,7 @@ struct Ticket {
 struct Parked<P> {
     call: P,
     /// The upstream's pending requests, keyed as in `inputRequests`.
-    waiting: Vec<(String, oneshot::Sender<Result<serde_json::Value, String>>)>,
+    waiting: Vec<(String, oneshot::Sender<Result<serde_json::Value, NoInput>>)>,
     expires: Instant,
 }
 
@@ -92,7 +93,7 @@ impl<P> ParkingLot<P> {
             for ask in asks {
                 let _ = ask
                     .reply
-                    .send(Err("fedgate has too many calls waiting for input".into()));
+                    .send(Err(NoInput::Busy));
             }
             let busy = CallError::Busy {
                 what: "calls waiting for client input".into(),
@@ -197,7 +198,7 @@ impl<P> ParkingLot<P> {
             .filter_map(|id| calls.remove(&id))
             .map(|p| {
                 for (_, reply) in p.waiting {
-                    let _ = reply.send(Err("the client did not provide the input in time".into()));
+                    let _ = reply.send(Err(NoInput::TimedOut));
                 }
                 p.call
             })
@@ -221,7 +222,7 @@ mod tests {
 
     fn ask() -> (
         InputAsk,
-        oneshot::Receiver<Result<serde_json::Value, String>>,
+        oneshot::Receiver<Result<serde_json::Value, NoInput>>,
     ) {
         let (reply, rx) = oneshot::channel();
         (
