@@ -343,7 +343,7 @@ fn operator() -> Identity {
 
 /// The run log the gateway of this config uses (it claims nothing: this process only reads).
 fn open_log(snapshot: &Snapshot) -> Result<Arc<dyn crate::flows::log::RunLog>, String> {
-    let metrics = crate::telemetry::metrics::Metrics::new()?;
+    let metrics = crate::telemetry::metrics::Metrics::new().map_err(|e| e.to_string())?;
     crate::flows::log::open(snapshot, "cli", &metrics.cluster, false).map_err(|e| e.to_string())
 }
 

@@ -77,7 +77,11 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, String
     core.start();
     let pool = core.pool.clone();
     let audit = match &snapshot.audit {
-        Some(cfg) => Some(Audit::start(cfg, Some(core.metrics.audit_dropped.clone())).await?),
+        Some(cfg) => Some(
+            Audit::start(cfg, Some(core.metrics.audit_dropped.clone()))
+                .await
+                .map_err(|e| e.to_string())?,
+        ),
         None => None,
     };
     let gateway = Gateway::new(
@@ -199,7 +203,11 @@ pub async fn stdio(path: &Path, view: Option<&str>) -> Result<ExitCode, String> 
     let pool = core.pool.clone();
     pool.wait_settled(settle_bound(&snapshot)).await;
     let audit = match &snapshot.audit {
-        Some(cfg) => Some(Audit::start(cfg, Some(core.metrics.audit_dropped.clone())).await?),
+        Some(cfg) => Some(
+            Audit::start(cfg, Some(core.metrics.audit_dropped.clone()))
+                .await
+                .map_err(|e| e.to_string())?,
+        ),
         None => None,
     };
     let mut gateway = Gateway::new(core.clone(), snapshot.gateway.page_size.get(), audit);
@@ -231,7 +239,11 @@ pub async fn stdio(path: &Path, view: Option<&str>) -> Result<ExitCode, String> 
 
 /// Starts the OTLP exporter when tracing is configured; it flushes when the guard drops.
 fn start_tracing(s: &Snapshot) -> Result<Option<traces::TracingGuard>, String> {
-    s.tracing.as_ref().map(traces::start).transpose()
+    s.tracing
+        .as_ref()
+        .map(traces::start)
+        .transpose()
+        .map_err(|e| e.to_string())
 }
 
 /// Stops every upstream and waits (bounded) until their processes are gone.

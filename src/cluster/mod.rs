@@ -1,6 +1,7 @@
 //! Shared state across replicas (F16), on existing distributed engines: Redis for rate limits,
-//! idempotency records (here) and approval plans (`approval::shared`); PostgreSQL for flow runs (`flows::pg_log`, as
-//! the flows own their run log). Without `[cluster]` none of this exists and every store is the
+//! idempotency records (here), approval plans (`approval::shared`), workspaces' stages
+//! (`stages::redis_store`) and per-user credentials (`credentials::redis_store`); PostgreSQL
+//! for flow runs (`flows::pg_log`, as the flows own their run log). Without `[cluster]` none of this exists and every store is the
 //! embedded, per-process one.
 
 pub mod idempotency;

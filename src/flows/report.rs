@@ -1,4 +1,4 @@
-//! What a finished run says: the `flows.<id>` tool's result (outputs on success, a `partial`
+//! What a finished run says: the `flows__<id>` tool's result (outputs on success, a `partial`
 //! or `error` plan envelope with per-node results otherwise) and the timeline `fedgate flows
 //! show` prints.
 

@@ -1,4 +1,4 @@
-//! `flows.<id>`: each loaded flow as one of the gateway's own tools, with the flow's input
+//! `flows__<id>`: each loaded flow as one of the gateway's own tools, with the flow's input
 //! schema and output contract. A call starts a run and waits for it, with a progress
 //! notification per finished node; cancelling the call cancels the run.
 

@@ -136,8 +136,7 @@ pub async fn ask(hook: &Hook, phase: Phase, payload: &Value) -> Result<Decision,
     let client = CLIENT.as_ref().ok_or(HookError::NoClient)?;
     let mut req = client.post(&hook.url).json(payload);
     if let Some(reference) = &hook.token {
-        let token = crate::secret::resolve(reference)
-            .map_err(HookError::Token)?;
+        let token = crate::secret::resolve(reference).map_err(HookError::Token)?;
         req = req.bearer_auth(token.expose());
     }
     let exchange = async {
@@ -183,8 +182,7 @@ fn plain(e: reqwest::Error) -> String {
 
 /// A hook's answer as a decision, or why it is not one.
 pub fn decode(body: &[u8], phase: Phase) -> Result<Decision, HookError> {
-    let v: Value =
-        serde_json::from_slice(body).map_err(|e| HookError::NotJson(e.to_string()))?;
+    let v: Value = serde_json::from_slice(body).map_err(|e| HookError::NotJson(e.to_string()))?;
     let decision = v
         .get("decision")
         .and_then(Value::as_str)
@@ -324,7 +322,7 @@ mod tests {
             ),
             (br#"{"decision":"mutate"}"#, Response, "without a `result`"),
         ] {
-            let err = decode(body, phase).unwrap_err();
+            let err = decode(body, phase).unwrap_err().to_string();
             assert!(err.contains(says), "{err}");
         }
         let long = format!(r#"{{"decision":"deny","reason":"{}"}}"#, "x".repeat(10_000));

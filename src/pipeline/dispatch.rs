@@ -1,6 +1,6 @@
 //! Dispatch: the inner stack's terminal, chosen by the kind of target a call resolved to — an
-//! upstream's own stack (retry → breaker → forward) or one of the gateway's own tools. Flows and
-//! peer gateways join here as further kinds.
+//! upstream's own stack (connect → retry → breaker → forward) or one of the gateway's own tools
+//! (flows are own tools; peer gateways are upstreams of `kind = "peer"`).
 
 use std::task::{Context, Poll};
 

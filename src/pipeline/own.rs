@@ -1,4 +1,4 @@
-//! The gateway's own tools (`fedgate.<name>`): listed with the upstreams' tools, filtered by
+//! The gateway's own tools (`fedgate__<name>`): listed with the upstreams' tools, filtered by
 //! roles like any other, and called through the same stack — only their terminal differs.
 
 use std::{collections::HashMap, fmt::Debug, sync::Arc};
@@ -50,7 +50,7 @@ pub async fn list_changed(call: &Call) {
 
 /// One tool the gateway answers itself.
 pub trait OwnTool: Send + Sync + Debug {
-    /// The definition callers see; its name is already namespaced (`fedgate.<name>`).
+    /// The definition callers see; its name is already namespaced (`fedgate__<name>`).
     fn definition(&self) -> Tool;
     /// Read, write or long: the class the trust step records (own tools have no tier).
     fn class(&self) -> CallClass {

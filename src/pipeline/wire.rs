@@ -1,5 +1,5 @@
 //! Wire: outermost, the one place a call's typed failure becomes what the client sees — a
-//! JSON-RPC error in the caller's protocol era. (The plan envelope of F11 takes this slot.)
+//! JSON-RPC error in the caller's protocol era (the plan envelope is added in `observe`).
 //! Everything inside it keeps the typed [`CallError`], so audit, metrics and spans record the
 //! real reason.
 

@@ -36,9 +36,14 @@ pub struct Problem {
     pub missing: Option<String>,
 }
 
+/// Why a JSON Schema does not compile (the validator's words, cut short).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadSchema(pub String);
+
 impl ArgCheck {
-    /// Compiles `schema`; the error says why it does not compile.
-    pub fn compile(schema: &Value) -> Result<Self, String> {
+    /// Compiles `schema`.
+    pub fn compile(schema: &Value) -> Result<Self, BadSchema> {
         let mut options = jsonschema::options().should_validate_formats(true);
         if schema.get("$schema").is_none() {
             options = options.with_draft(Draft::Draft202012);
@@ -46,7 +51,7 @@ impl ArgCheck {
         options
             .build(schema)
             .map(|validator| Self { validator })
-            .map_err(|e| cut(e.to_string()))
+            .map_err(|e| BadSchema(cut(e.to_string())))
     }
 
     /// The problems of `args` (empty when they match).

@@ -315,31 +315,41 @@ fn jwt_reason(e: &jsonwebtoken::errors::Error) -> String {
 }
 
 /// Reads RS256/ES256 keys from a JWKS file.
-pub fn load_jwks(path: &str) -> Result<Vec<(Option<String>, Algorithm, DecodingKey)>, String> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| format!("cannot read JWKS `{path}`: {e}"))?;
-    let set: JwkSet = serde_json::from_str(&text).map_err(|e| format!("JWKS `{path}`: {e}"))?;
+/// Why a JWKS file gave no keys.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JwksError {
+    #[error("cannot read JWKS `{0}`: {1}")]
+    Read(String, String),
+    #[error("JWKS `{0}`: {1}")]
+    Invalid(String, String),
+    #[error("JWKS `{0}`: algorithm {1} is not supported (RS256, ES256)")]
+    Algorithm(String, String),
+    #[error("JWKS `{0}`: a key without `alg` must be RSA or EC")]
+    KeyType(String),
+}
+
+pub fn load_jwks(path: &str) -> Result<Vec<(Option<String>, Algorithm, DecodingKey)>, JwksError> {
+    let invalid = |e: &dyn std::fmt::Display| JwksError::Invalid(path.to_owned(), e.to_string());
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| JwksError::Read(path.to_owned(), e.to_string()))?;
+    let set: JwkSet = serde_json::from_str(&text).map_err(|e| invalid(&e))?;
     let mut keys = Vec::new();
     for jwk in &set.keys {
         let alg = match jwk.common.key_algorithm.map(|a| a.to_string()) {
             Some(a) if a == "RS256" => Algorithm::RS256,
             Some(a) if a == "ES256" => Algorithm::ES256,
             Some(a) => {
-                return Err(format!(
-                    "JWKS `{path}`: algorithm {a} is not supported (RS256, ES256)"
-                ));
+                return Err(JwksError::Algorithm(path.to_owned(), a));
             }
             None => match &jwk.algorithm {
                 jsonwebtoken::jwk::AlgorithmParameters::RSA(_) => Algorithm::RS256,
                 jsonwebtoken::jwk::AlgorithmParameters::EllipticCurve(_) => Algorithm::ES256,
                 _ => {
-                    return Err(format!(
-                        "JWKS `{path}`: a key without `alg` must be RSA or EC"
-                    ));
+                    return Err(JwksError::KeyType(path.to_owned()));
                 }
             },
         };
-        let key = DecodingKey::from_jwk(jwk).map_err(|e| format!("JWKS `{path}`: {e}"))?;
+        let key = DecodingKey::from_jwk(jwk).map_err(|e| invalid(&e))?;
         keys.push((jwk.common.key_id.clone(), alg, key));
     }
     Ok(keys)

@@ -314,7 +314,7 @@ mod tests {
             "internal".into(),
             Source::Exec(vec!["false".into()]),
         );
-        let err = failing.token().await.unwrap_err();
+        let err = failing.token().await.unwrap_err().to_string();
         assert!(
             err.contains("credential `x`") && err.contains("exited"),
             "{err}"
@@ -329,6 +329,7 @@ mod tests {
                 .token()
                 .await
                 .unwrap_err()
+                .to_string()
                 .contains("FEDGATE_SURELY_UNSET_TOKEN")
         );
         assert!(

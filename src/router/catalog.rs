@@ -53,7 +53,7 @@ impl Lists {
                 Ok(c) => {
                     self.checks.insert(t.name.to_string(), Arc::new(c));
                 }
-                Err(e) => self.broken_schemas.push((t.name.to_string(), e)),
+                Err(e) => self.broken_schemas.push((t.name.to_string(), e.0)),
             }
         }
         self

@@ -103,7 +103,7 @@ impl Core {
             })
             .map_err(|e| format!("[gateway] state_key: {e}"))?,
         );
-        let metrics = Arc::new(Metrics::new()?);
+        let metrics = Arc::new(Metrics::new().map_err(|e| e.to_string())?);
         let cluster = crate::cluster::Cluster::open(&snapshot.cluster, &metrics.cluster)?;
         let hub = Arc::new(Hub::default());
         let auth = Arc::new(ArcSwap::new(snapshot.auth.clone()));

@@ -204,7 +204,7 @@ impl ServerHandler for Gateway {
             .with_server_info(Implementation::new("fedgate", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "fedgate aggregates several MCP servers; tool and prompt names are \
-                 namespaced as `<upstream>.<name>`.",
+                 namespaced as `<upstream>__<name>` (the configured separator).",
             )
     }
 

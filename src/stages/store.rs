@@ -1,5 +1,5 @@
 //! Where stage instances live: one row per (workflow, workspace) with its state, and every
-//! move with who made it, why and on which record. SQLite here; Redis/PostgreSQL for
+//! move with who made it, why and on which record. SQLite here; Redis for
 //! `[cluster] redis` (`redis_store`), so every replica sees the same stage.
 
 use crate::cluster::StoreError;

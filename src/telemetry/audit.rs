@@ -74,13 +74,15 @@ impl Audit {
     pub async fn start(
         cfg: &AuditConfig,
         dropped_metric: Option<prometheus::IntCounter>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, super::TelemetryError> {
         let file = tokio::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&cfg.path)
             .await
-            .map_err(|e| format!("cannot open audit log `{}`: {e}", cfg.path.display()))?;
+            .map_err(|e| {
+                super::TelemetryError::Audit(cfg.path.display().to_string(), e.to_string())
+            })?;
         let (tx, rx) = mpsc::channel(cfg.queue.max(1));
         let dropped = Arc::new(AtomicU64::new(0));
         tokio::spawn(write_loop(

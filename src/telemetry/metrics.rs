@@ -48,8 +48,8 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    pub fn new() -> Result<Self, String> {
-        Self::build().map_err(|e| format!("cannot set up metrics: {e}"))
+    pub fn new() -> Result<Self, super::TelemetryError> {
+        Self::build().map_err(|e| super::TelemetryError::Metrics(e.to_string()))
     }
 
     fn build() -> Result<Self, prometheus::Error> {

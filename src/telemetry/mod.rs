@@ -17,3 +17,14 @@ pub mod traces;
 pub fn correlation_id() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
+
+/// Why a telemetry sink could not be set up at start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TelemetryError {
+    #[error("cannot set up metrics: {0}")]
+    Metrics(String),
+    #[error("cannot open audit log `{0}`: {1}")]
+    Audit(String, String),
+    #[error("cannot set up the OTLP trace exporter: {0}")]
+    Traces(String),
+}

@@ -79,7 +79,7 @@ impl Drop for TracingGuard {
 }
 
 /// Installs the OTLP exporter as the global tracer provider.
-pub fn start(cfg: &TracingConfig) -> Result<TracingGuard, String> {
+pub fn start(cfg: &TracingConfig) -> Result<TracingGuard, super::TelemetryError> {
     let mut builder = opentelemetry_otlp::SpanExporter::builder().with_http();
     if let Some(endpoint) = &cfg.endpoint {
         builder = builder.with_endpoint(format!("{}/v1/traces", endpoint.trim_end_matches('/')));
@@ -91,7 +91,7 @@ pub fn start(cfg: &TracingConfig) -> Result<TracingGuard, String> {
     }
     let exporter = builder
         .build()
-        .map_err(|e| format!("cannot set up the OTLP trace exporter: {e}"))?;
+        .map_err(|e| super::TelemetryError::Traces(e.to_string()))?;
     let provider = SdkTracerProvider::builder()
         .with_batch_exporter(exporter)
         .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(

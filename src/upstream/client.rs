@@ -94,7 +94,11 @@ impl UpstreamClient {
         );
         let value = answer
             .await
-            .map_err(|_| failed(NoInput::Client("the call ended before the client answered".into())))?
+            .map_err(|_| {
+                failed(NoInput::Client(
+                    "the call ended before the client answered".into(),
+                ))
+            })?
             .map_err(failed)?;
         client_result(method, value)
     }

@@ -30,7 +30,10 @@ pub enum UpstreamError {
     #[error(
         "{addr} is already in use by another process; fedgate launches `{command}` for this upstream and will not talk to a server it did not start (stop the other process or change the port)"
     )]
-    AddressTaken { addr: std::net::SocketAddr, command: String },
+    AddressTaken {
+        addr: std::net::SocketAddr,
+        command: String,
+    },
     #[error("cannot launch `{command}`: {detail}")]
     Launch { command: String, detail: String },
     #[error("the launched process exited ({status}) before it listened{tail}")]

@@ -32,11 +32,10 @@ pub(super) async fn ensure(
         });
     }
     *launched = Some(
-        spawn(&spec.name, launch, false)
-            .map_err(|e| UpstreamError::Launch {
-                command: launch.command.clone(),
-                detail: e.to_string(),
-            })?,
+        spawn(&spec.name, launch, false).map_err(|e| UpstreamError::Launch {
+            command: launch.command.clone(),
+            detail: e.to_string(),
+        })?,
     );
     Ok(())
 }

@@ -1,8 +1,8 @@
 //! Upstream MCP servers (F1): processes and connections, supervision, readiness.
 
 pub mod client;
-pub mod error;
 mod connect;
+pub mod error;
 mod events;
 mod health_probe;
 pub mod http_client;

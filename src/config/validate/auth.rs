@@ -116,7 +116,7 @@ pub(super) fn validate_auth(
         if let Some(f) = &j.jwks_file {
             match load_jwks(f.get_ref()) {
                 Ok(k) => keys.extend(k),
-                Err(e) => cx.err_at(f.span().start, e),
+                Err(e) => cx.err_at(f.span().start, e.to_string()),
             }
         }
         if j.hs256_secret.is_none() && j.jwks_file.is_none() {

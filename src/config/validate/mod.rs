@@ -255,7 +255,10 @@ pub(super) fn validate(
             // A reading command still knows where the admin API is, and why it cannot use it.
             Err(e) if cx.reading => {
                 cx.secret_problem(at, format!("[admin] token: {e}"));
-                Some(settings(secret::Secret::new(String::new()), Some(e.to_string())))
+                Some(settings(
+                    secret::Secret::new(String::new()),
+                    Some(e.to_string()),
+                ))
             }
             Ok(_) => {
                 cx.err_at(at, "[admin] token is empty".into());

@@ -2,7 +2,8 @@
 //! run log (then applying them to its state): PENDING → READY (dependencies final, condition
 //! true) → RUNNING → SUCCEEDED | FAILED, with RETRYING between attempts, SKIPPED (condition
 //! false, or a dependency that did not succeed), CANCELLED, and BLOCKED for a write a crash
-//! interrupted at an upstream that cannot tell whether it happened. Node attempts run as tasks
+//! interrupted at an upstream that cannot tell whether it happened, or for the run's caller to
+//! connect their own account of a per-user upstream. Node attempts run as tasks
 //! and report back over a channel; the ready queue is bounded by the flow's parallelism and
 //! the engine's global permits.
 
@@ -562,7 +563,8 @@ impl Driver {
         };
         let (tx, node, upstream) = (self.tx.clone(), node.to_owned(), upstream.to_owned());
         let owner = self.run.identity.name.clone();
-        let stop = self.run.ct.clone();
+        // Ends with the run, or when this process stops driving it (shutdown).
+        let (cancelled, stopped) = (self.run.ct.clone(), self.run.engine.stop.clone());
         tokio::spawn(async move {
             let wait = crate::credentials::STATE_TTL;
             tokio::select! {
@@ -571,7 +573,8 @@ impl Driver {
                         let _ = tx.send(Msg::Connected { node });
                     }
                 }
-                _ = stop.cancelled() => {}
+                _ = cancelled.cancelled() => {}
+                _ = stopped.cancelled() => {}
             }
         });
     }

@@ -91,9 +91,7 @@ impl<P> ParkingLot<P> {
         let mut calls = self.calls.lock();
         if calls.len() >= self.max {
             for ask in asks {
-                let _ = ask
-                    .reply
-                    .send(Err(NoInput::Busy));
+                let _ = ask.reply.send(Err(NoInput::Busy));
             }
             let busy = CallError::Busy {
                 what: "calls waiting for client input".into(),
