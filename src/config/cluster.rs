@@ -1,6 +1,7 @@
 //! `[cluster]`: the shared stores several replicas use (F16). Without the section every store
 //! is embedded and per process, as on a single gateway.
 
+use crate::config::Invalid;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -89,26 +90,29 @@ impl ClusterSettings {
 }
 
 /// A store URL: literal when it carries no password, else only as a secret reference.
-fn url(value: &str, schemes: &[&str], what: &str) -> Result<Secret, String> {
+fn url(value: &str, schemes: &[&str], what: &str) -> Result<Secret, Invalid> {
     let resolved = if value.starts_with("env:") || value.starts_with("file:") {
-        secret::resolve(value).map_err(|e| format!("[cluster] {what}: {e}"))?
+        secret::resolve(value).map_err(|e| Invalid(format!("[cluster] {what}: {e}")))?
     } else {
-        let parsed = reqwest::Url::parse(value)
-            .map_err(|_| format!("[cluster] {what} is not a URL or a secret reference"))?;
+        let parsed = reqwest::Url::parse(value).map_err(|_| {
+            Invalid(format!(
+                "[cluster] {what} is not a URL or a secret reference"
+            ))
+        })?;
         if parsed.password().is_some() {
-            return Err(format!(
+            return Err(Invalid(format!(
                 "[cluster] {what}: the URL holds a password; put it in a secret reference (`env:NAME` or `file:PATH`)"
-            ));
+            )));
         }
         Secret::new(value.to_owned())
     };
     let scheme_ok =
         reqwest::Url::parse(resolved.expose()).is_ok_and(|u| schemes.contains(&u.scheme()));
     if !scheme_ok {
-        return Err(format!(
+        return Err(Invalid(format!(
             "[cluster] {what}: expected a {} URL",
             schemes.join(" or ")
-        ));
+        )));
     }
     Ok(resolved)
 }
@@ -117,7 +121,7 @@ fn url(value: &str, schemes: &[&str], what: &str) -> Result<Secret, String> {
 pub fn validate(raw: RawCluster) -> Result<ClusterSettings, Vec<String>> {
     let mut errors = Vec::new();
     let d = ClusterSettings::default();
-    let mut take = |r: Result<Secret, String>| r.map_err(|e| errors.push(e)).ok();
+    let mut take = |r: Result<Secret, Invalid>| r.map_err(|e| errors.push(e.0)).ok();
     let redis = raw
         .redis
         .as_deref()

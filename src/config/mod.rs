@@ -19,6 +19,18 @@ mod parse_problems;
 mod validate;
 pub use validate::WARNING;
 
+/// Why a configured value is refused: the message of a `file:line` diagnostic (or of
+/// `fedgate import`'s refusal).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Invalid(pub String);
+
+impl From<&str> for Invalid {
+    fn from(s: &str) -> Self {
+        Invalid(s.to_owned())
+    }
+}
+
 use std::{collections::BTreeMap, path::Path};
 
 use serde::Deserialize;

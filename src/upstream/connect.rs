@@ -167,7 +167,7 @@ fn http_client(spec: &UpstreamSpec) -> Result<reqwest::Client, UpstreamError> {
     let builder = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none());
     let builder = match &spec.tls {
         Some(tls) => builder.tls_backend_preconfigured(
-            crate::config::tls::client_config(tls).map_err(UpstreamError::HttpClient)?,
+            crate::config::tls::client_config(tls).map_err(|e| UpstreamError::HttpClient(e.0))?,
         ),
         None => builder,
     };

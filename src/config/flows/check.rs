@@ -1,6 +1,7 @@
 //! A flow's graph checks: node ids, `depends_on`, cycles (named), tool namespaces, and that
 //! every template references the inputs or an ancestor of the node that uses it.
 
+use crate::config::Invalid;
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 use super::{
@@ -24,7 +25,7 @@ pub(super) fn tool_reference(
     tool: &str,
     upstreams: &[String],
     naming: &Naming,
-) -> Result<(String, Option<String>), String> {
+) -> Result<(String, Option<String>), Invalid> {
     let known = |ns: &str| upstreams.iter().any(|u| u == ns);
     let shown = crate::names::shown(tool);
     let list = upstreams.join(", ");
@@ -34,10 +35,10 @@ pub(super) fn tool_reference(
             if known(ns) {
                 Ok((exposed, None))
             } else {
-                Err(format!(
+                Err(Invalid(format!(
                     "tool `{shown}`: `{}` is no configured upstream (upstreams: {list})",
                     crate::names::shown(ns)
-                ))
+                )))
             }
         }
         Reference::Legacy { exposed, canonical } => {
@@ -52,9 +53,9 @@ pub(super) fn tool_reference(
                     )),
                 ))
             } else {
-                Err(format!(
+                Err(Invalid(format!(
                     "tool `{shown}` is in no configured upstream's namespace (upstreams: {list})"
-                ))
+                )))
             }
         }
         Reference::Bare(_) => {
@@ -65,7 +66,7 @@ pub(super) fn tool_reference(
                 let name = rest.trim_start_matches(['.', '_', '-', ':']);
                 (name.len() < rest.len() && !name.is_empty()).then(|| format!("{u}/{name}"))
             });
-            Err(match other {
+            Err(Invalid(match other {
                 Some(canonical) => format!(
                     "tool `{shown}`: the separator is `{sep}`, so that name is in no upstream's \
                      namespace; write `{}` (the canonical form, whatever the separator)",
@@ -75,7 +76,7 @@ pub(super) fn tool_reference(
                     "tool `{shown}` is in no configured upstream's namespace (upstreams: {list}); \
                      write it as `upstream/tool`"
                 ),
-            })
+            }))
         }
     }
 }

@@ -5,6 +5,7 @@
 pub mod check;
 pub mod template;
 
+use crate::config::Invalid;
 use std::{collections::BTreeMap, path::Path, sync::Arc};
 
 use serde::Deserialize;
@@ -142,21 +143,21 @@ impl std::fmt::Debug for Condition {
 }
 
 impl Condition {
-    pub fn compile(source: &str) -> Result<Self, String> {
+    pub fn compile(source: &str) -> Result<Self, Invalid> {
         jmespath::compile(source)
             .map(|expr| Self {
                 source: source.to_owned(),
                 expr,
             })
-            .map_err(|e| one_line(&e.to_string()))
+            .map_err(|e| Invalid(one_line(&e.to_string())))
     }
 
     /// Whether the condition holds in `scope`; an evaluation error says why.
-    pub fn holds(&self, scope: &Value) -> Result<bool, String> {
+    pub fn holds(&self, scope: &Value) -> Result<bool, Invalid> {
         self.expr
             .search(scope)
             .map(|v| v.is_truthy())
-            .map_err(|e| one_line(&e.to_string()))
+            .map_err(|e| Invalid(one_line(&e.to_string())))
     }
 }
 

@@ -2,6 +2,7 @@
 //! A string that is one template keeps the referenced JSON value's type; a template inside a
 //! longer string interpolates the value as text (strings as they are, anything else as JSON).
 
+use crate::config::Invalid;
 use serde_json::{Map, Value};
 
 /// Where a reference points: the run's inputs, or a node's output.
@@ -47,7 +48,7 @@ pub struct Missing {
 
 impl Template {
     /// Parses templates in `value`; the error names the malformed reference.
-    pub fn parse(value: &Value) -> Result<Self, String> {
+    pub fn parse(value: &Value) -> Result<Self, Invalid> {
         Ok(match value {
             Value::String(s) => parse_string(s)?,
             Value::Array(items) => {
@@ -56,7 +57,7 @@ impl Template {
             Value::Object(map) => Template::Object(
                 map.iter()
                     .map(|(k, v)| Ok((k.clone(), Self::parse(v)?)))
-                    .collect::<Result<_, String>>()?,
+                    .collect::<Result<_, Invalid>>()?,
             ),
             other => Template::Literal(other.clone()),
         })
@@ -145,15 +146,15 @@ fn lookup<'a>(scope: &'a Value, r: &Ref) -> Result<&'a Value, Missing> {
     Ok(at)
 }
 
-fn parse_string(s: &str) -> Result<Template, String> {
+fn parse_string(s: &str) -> Result<Template, Invalid> {
     let mut pieces = Vec::new();
     let mut rest = s;
     while let Some(open) = rest.find("{{") {
         let Some(close) = rest[open..].find("}}") else {
-            return Err(format!(
+            return Err(Invalid(format!(
                 "`{{{{` without `}}}}` in \"{}\"",
                 crate::names::shown(s)
-            ));
+            )));
         };
         if open > 0 {
             pieces.push(Piece::Text(rest[..open].to_owned()));
@@ -172,22 +173,22 @@ fn parse_string(s: &str) -> Result<Template, String> {
     })
 }
 
-fn parse_ref(text: &str) -> Result<Ref, String> {
+fn parse_ref(text: &str) -> Result<Ref, Invalid> {
     let segs: Vec<&str> = text.split('.').collect();
     if segs.iter().any(|s| s.is_empty()) {
-        return Err(format!(
+        return Err(Invalid(format!(
             "`{{{{{}}}}}` is not a reference (inputs.<path> or <node>.output.<path>)",
             crate::names::shown(text)
-        ));
+        )));
     }
     let (root, path) = match segs.as_slice() {
         ["inputs", path @ ..] => (Root::Inputs, path),
         [node, "output", path @ ..] => (Root::Node((*node).to_owned()), path),
         _ => {
-            return Err(format!(
+            return Err(Invalid(format!(
                 "`{{{{{}}}}}` is not a reference (inputs.<path> or <node>.output.<path>)",
                 crate::names::shown(text)
-            ));
+            )));
         }
     };
     Ok(Ref {

@@ -2,6 +2,7 @@
 //! `${userHome}`, …): resolved where fedgate can, turned into secret references where a secret
 //! belongs, refused otherwise — a placeholder is never sent to a server as written.
 
+use crate::config::Invalid;
 use std::{collections::BTreeMap, path::Path};
 
 /// What an imported file's variables resolve against.
@@ -43,23 +44,26 @@ impl Vars {
 
     /// Expands `s`. A secret (`${input:…}`, or `${env:…}` when `secret_ok`) may only end the
     /// string, after plain text; any other placeholder is resolved here or is an error.
-    pub fn expand(&self, s: &str, secret_ok: bool) -> Result<Expanded, String> {
+    pub fn expand(&self, s: &str, secret_ok: bool) -> Result<Expanded, Invalid> {
         let mut out = String::new();
         let mut rest = s;
         while let Some(at) = rest.find("${") {
             out.push_str(&rest[..at]);
             let after = &rest[at + 2..];
             let Some(end) = after.find('}') else {
-                return Err(format!("unclosed `${{` in `{}`", crate::names::shown(s)));
+                return Err(Invalid(format!(
+                    "unclosed `${{` in `{}`",
+                    crate::names::shown(s)
+                )));
             };
             let name = &after[..end];
             let tail = &after[end + 1..];
             if let Some(id) = name.strip_prefix("input:") {
                 if !tail.is_empty() || !secret_ok {
-                    return Err(format!(
+                    return Err(Invalid(format!(
                         "`${{{name}}}` is asked of the user by the client; fedgate can pass it \
                          only as a whole `env` value or a header's token"
-                    ));
+                    )));
                 }
                 let what = self
                     .inputs
@@ -83,10 +87,10 @@ impl Vars {
                 match std::env::var(var) {
                     Ok(v) => out.push_str(&v),
                     Err(_) => {
-                        return Err(format!(
+                        return Err(Invalid(format!(
                             "`${{env:{var}}}` is not set here, and fedgate cannot read it later in \
                              that place"
-                        ));
+                        )));
                     }
                 }
             } else {
@@ -99,8 +103,8 @@ impl Vars {
     }
 
     /// `${workspaceFolder}` and the other variables with one value at import time.
-    fn builtin(&self, name: &str) -> Result<String, String> {
-        let home = || std::env::var("HOME").map_err(|_| "HOME is not set".to_owned());
+    fn builtin(&self, name: &str) -> Result<String, Invalid> {
+        let home = || std::env::var("HOME").map_err(|_| Invalid::from("HOME is not set"));
         match name {
             "workspaceFolder" | "workspaceRoot" => self
                 .workspace
@@ -114,10 +118,10 @@ impl Vars {
                 .ok_or_else(|| "`${workspaceFolderBasename}`: no workspace folder".into()),
             "userHome" => home(),
             "pathSeparator" | "/" => Ok("/".into()),
-            other => Err(format!(
+            other => Err(Invalid(format!(
                 "unknown variable `${{{}}}`",
                 crate::names::shown(other)
-            )),
+            ))),
         }
     }
 }
