@@ -2,11 +2,12 @@
 //! the binary, added to a gateway.toml as an upstream with the tier, read-only tools, declared
 //! writes and credential references that fit them.
 
+use super::CliError;
 use std::{path::Path, process::ExitCode};
 
 use crate::server_catalog::{self, Entry};
 
-pub fn catalog(word: Option<&str>) -> Result<ExitCode, String> {
+pub fn catalog(word: Option<&str>) -> Result<ExitCode, CliError> {
     let entries = match word {
         Some(w) => server_catalog::search(w)?,
         None => server_catalog::all()?.into_iter().collect(),
@@ -51,14 +52,14 @@ pub struct AddArgs {
     args: Vec<String>,
 }
 
-pub fn add(a: AddArgs) -> Result<ExitCode, String> {
+pub fn add(a: AddArgs) -> Result<ExitCode, CliError> {
     let all = server_catalog::all()?;
     let Some(entry) = all.get(&a.name) else {
         let hint = crate::names::did_you_mean(&a.name, all.keys().map(String::as_str));
-        return Err(format!(
+        return Err(CliError::Message(format!(
             "no server `{}` in the catalog{hint} (`fedgate catalog` lists them, `fedgate catalog search WORD` finds one)",
             crate::names::shown(&a.name)
-        ));
+        )));
     };
     let alias = a.alias.clone().unwrap_or_else(|| a.name.clone());
     if let Some(why) = crate::names::unportable(&alias).or_else(|| {
@@ -66,13 +67,13 @@ pub fn add(a: AddArgs) -> Result<ExitCode, String> {
             .contains("__")
             .then(|| "contains the separator `__`".to_owned())
     }) {
-        return Err(format!(
+        return Err(CliError::Message(format!(
             "upstream name `{}` {why}: use --as with A-Z a-z 0-9 _ -",
             crate::names::shown(&alias)
-        ));
+        )));
     }
     if let (Some(needs), true) = (&entry.needs_args, a.args.is_empty()) {
-        return Err(format!("`{}` needs {needs}", a.name));
+        return Err(CliError::Message(format!("`{}` needs {needs}", a.name)));
     }
     let (table, notes) = upstream_table(&a.name, &alias, entry, &a.args)?;
     if a.print {
@@ -85,7 +86,12 @@ pub fn add(a: AddArgs) -> Result<ExitCode, String> {
     let old = match std::fs::read_to_string(&a.config) {
         Ok(t) => Some(t),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(format!("cannot read {}: {e}", a.config.display())),
+        Err(e) => {
+            return Err(CliError::Message(format!(
+                "cannot read {}: {e}",
+                a.config.display()
+            )));
+        }
     };
     let base = old
         .clone()
@@ -98,10 +104,10 @@ pub fn add(a: AddArgs) -> Result<ExitCode, String> {
         .and_then(|u| u.get(&alias))
         .is_some()
     {
-        return Err(format!(
+        return Err(CliError::Message(format!(
             "{} already has an upstream `{alias}`: add it under another name with --as",
             a.config.display()
-        ));
+        )));
     }
     let text = format!("{}\n{}\n", base.trim_end(), table.trim_end());
     write_checked(&a.config, old.as_deref(), &text)?;
@@ -122,7 +128,7 @@ fn upstream_table(
     alias: &str,
     e: &Entry,
     extra: &[String],
-) -> Result<(String, Vec<String>), String> {
+) -> Result<(String, Vec<String>), CliError> {
     let (command, args) = e.command(|bin| crate::config::command::found(bin, None), extra);
     let mut notes = Vec::new();
     if Some(&command) == e.bin.as_ref() {
@@ -176,17 +182,17 @@ fn upstream_table(
 }
 
 /// Writes `text` to `config` only if it loads, keeping the old file as `<config>.bak`.
-fn write_checked(config: &Path, old: Option<&str>, text: &str) -> Result<(), String> {
+fn write_checked(config: &Path, old: Option<&str>, text: &str) -> Result<(), CliError> {
     super::replace_file::replace(config, old, text, |tmp| {
         crate::config::load_for_reading(tmp)
             .map(drop)
             .map_err(|diags| {
                 let all: Vec<String> = diags.iter().map(|d| format!("  {d}")).collect();
-                format!(
+                CliError::Message(format!(
                     "the config would not load with it, so {} is unchanged:\n{}",
                     config.display(),
                     all.join("\n")
-                )
+                ))
             })
     })
     .map(drop)

@@ -1,8 +1,9 @@
 //! `fedgate check FILE`
 
+use super::CliError;
 use std::{path::Path, process::ExitCode};
 
-pub fn check(file: &Path) -> Result<ExitCode, String> {
+pub fn check(file: &Path) -> Result<ExitCode, CliError> {
     match crate::config::load(file) {
         Ok(snapshot) => {
             for w in &snapshot.warnings {

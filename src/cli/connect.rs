@@ -2,6 +2,7 @@
 //! (Claude Desktop, Cursor, VS Code), merged without touching the other servers — their text is
 //! kept byte for byte — with a backup of the file as it was.
 
+use super::CliError;
 use std::{
     path::{Path, PathBuf},
     process::ExitCode,
@@ -68,7 +69,7 @@ fn client(name: &str) -> Client {
 }
 
 /// Where the client reads its servers.
-fn default_file(name: &str) -> Result<PathBuf, String> {
+fn default_file(name: &str) -> Result<PathBuf, CliError> {
     let home = || {
         std::env::var_os("HOME")
             .map(PathBuf::from)
@@ -89,7 +90,7 @@ fn default_file(name: &str) -> Result<PathBuf, String> {
     })
 }
 
-pub fn connect(args: ConnectArgs) -> Result<ExitCode, String> {
+pub fn connect(args: ConnectArgs) -> Result<ExitCode, CliError> {
     let c = client(&args.client);
     let entry = entry(&args, &c)?;
     let file = target(&args)?;
@@ -101,7 +102,8 @@ pub fn connect(args: ConnectArgs) -> Result<ExitCode, String> {
         );
         return Ok(ExitCode::SUCCESS);
     }
-    let raw = serde_json::value::to_raw_value(&entry).map_err(|e| e.to_string())?;
+    let raw =
+        serde_json::value::to_raw_value(&entry).map_err(|e| CliError::Message(e.to_string()))?;
     if let Changed::Yes(backup) = change(&file, c.key, |servers| {
         servers.insert(args.name.clone(), raw);
         true
@@ -111,14 +113,14 @@ pub fn connect(args: ConnectArgs) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn disconnect(args: ConnectArgs) -> Result<ExitCode, String> {
+pub fn disconnect(args: ConnectArgs) -> Result<ExitCode, CliError> {
     let c = client(&args.client);
     let file = target(&args)?;
     if !file.exists() {
-        return Err(format!(
+        return Err(CliError::Message(format!(
             "{}: no such file, nothing to remove",
             file.display()
-        ));
+        )));
     }
     // Nothing to remove: the file stays as it is, not even rewritten.
     match change(&file, c.key, |servers| {
@@ -144,18 +146,18 @@ struct Entry {
 }
 
 /// The entry for this gateway: a URL, or the command that starts `fedgate stdio`.
-fn entry(args: &ConnectArgs, c: &Client) -> Result<Entry, String> {
+fn entry(args: &ConnectArgs, c: &Client) -> Result<Entry, CliError> {
     let config =
         std::path::absolute(&args.config).map_err(|e| format!("{}: {e}", args.config.display()))?;
     // The config must load: a client would otherwise start a gateway that exits at once.
     let snapshot = super::serve::load_for_reading(&config)?;
     if let Some(url) = &args.url {
         if !c.urls {
-            return Err(format!(
+            return Err(CliError::Message(format!(
                 "{} starts the servers of its config file over stdio (remote servers are added in \
                  its settings); use --stdio",
                 args.client
-            ));
+            )));
         }
         let url = if url.is_empty() {
             let scheme = if snapshot.gateway.tls.is_some() {
@@ -204,15 +206,17 @@ fn change(
     file: &Path,
     key: &str,
     edit: impl FnOnce(&mut Servers) -> bool,
-) -> Result<Changed, String> {
+) -> Result<Changed, CliError> {
     let shown = file.display();
     let old = match std::fs::read_to_string(file) {
         Ok(text) => Some(text),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(format!("cannot read {shown}: {e}")),
+        Err(e) => return Err(CliError::Message(format!("cannot read {shown}: {e}"))),
     };
     if old.is_some() && std::fs::metadata(file).is_ok_and(|m| m.permissions().readonly()) {
-        return Err(format!("{shown} is read-only: nothing was changed"));
+        return Err(CliError::Message(format!(
+            "{shown} is read-only: nothing was changed"
+        )));
     }
     let top: IndexMap<String, Box<RawValue>> = match old.as_deref() {
         Some(text) if !text.trim().is_empty() => serde_json::from_str(text)
@@ -229,7 +233,8 @@ fn change(
     }
     let mut out: IndexMap<String, Node> = top.into_iter().map(|(k, v)| (k, Node::Raw(v))).collect();
     out.insert(key.to_owned(), Node::Servers(servers));
-    let mut text = serde_json::to_string_pretty(&out).map_err(|e| e.to_string())?;
+    let mut text =
+        serde_json::to_string_pretty(&out).map_err(|e| CliError::Message(e.to_string()))?;
     text.push('\n');
     super::replace_file::replace(file, old.as_deref(), &text, |_| Ok(())).map(Changed::Yes)
 }
@@ -252,7 +257,7 @@ fn report(file: &Path, name: &str, verb: &str, backup: Option<PathBuf>) {
 }
 
 /// The client's file: `--file`, else where the client reads it.
-fn target(args: &ConnectArgs) -> Result<PathBuf, String> {
+fn target(args: &ConnectArgs) -> Result<PathBuf, CliError> {
     match &args.file {
         Some(f) => Ok(f.clone()),
         None => default_file(&args.client),

@@ -4,6 +4,7 @@
 //! gateway's admin API when `[admin]` is configured and the gateway answers (it drives its
 //! runs); otherwise they run in this process, with the upstreams started here, and wait.
 
+use super::CliError;
 use std::{path::Path, process::ExitCode, sync::Arc, time::Duration};
 
 use clap::Subcommand;
@@ -64,12 +65,15 @@ pub enum FlowsCommand {
     },
 }
 
-pub async fn run(config: &Path, command: FlowsCommand) -> Result<ExitCode, String> {
+pub async fn run(config: &Path, command: FlowsCommand) -> Result<ExitCode, CliError> {
     // Reading a run needs no secret; what needs the serving gateway says so when it cannot
     // reach it (see `admin`).
     let snapshot = super::serve::load_for_reading(config)?;
     if snapshot.flows.dir.is_none() {
-        return Err(format!("{}: no [flows] dir configured", config.display()));
+        return Err(CliError::Message(format!(
+            "{}: no [flows] dir configured",
+            config.display()
+        )));
     }
     match command {
         FlowsCommand::List => list(&snapshot),
@@ -115,7 +119,7 @@ pub async fn run(config: &Path, command: FlowsCommand) -> Result<ExitCode, Strin
                 let started = engine
                     .start(&id, inputs, operator(), 0, None, Default::default())
                     .await
-                    .map_err(|e| e.to_string())?;
+                    .map_err(CliError::from)?;
                 println!("run {}", started.run_id);
                 let run_id = started.run_id.clone();
                 let mut done = started.done;
@@ -124,16 +128,16 @@ pub async fn run(config: &Path, command: FlowsCommand) -> Result<ExitCode, Strin
                 loop {
                     tokio::select! {
                         state = &mut done => {
-                            let state = state.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
+                            let state = state.map_err(CliError::from)?.map_err(CliError::from)?;
                             return Ok((run_id, state));
                         }
                         settled = engine.settle(&run_id, after) => {
-                            let (state, parked) = settled.map_err(|e| e.to_string())?;
+                            let (state, parked) = settled.map_err(CliError::from)?;
                             after = state.seq;
                             if parked && !ask_here(&engine, &state).await {
-                                return Err(format!(
+                                return Err(CliError::Message(format!(
                                     "run {run_id} waits for approval; nobody answered. It asks again when a gateway with this config starts (or run `fedgate flows run` again)"
-                                ));
+                                )));
                             }
                         }
                     }
@@ -159,7 +163,7 @@ pub async fn run(config: &Path, command: FlowsCommand) -> Result<ExitCode, Strin
                             .replay(&run_id, allow_writes)
                             .await
                             .map(|r| serde_json::to_value(r).unwrap_or(Value::Null))
-                            .map_err(|e| e.to_string())
+                            .map_err(CliError::from)
                     })
                     .await?
                 }
@@ -205,14 +209,11 @@ pub async fn run(config: &Path, command: FlowsCommand) -> Result<ExitCode, Strin
                 return Ok(print_run(&run_id, &v));
             }
             in_process(&snapshot, |engine| async move {
-                let done = engine
-                    .rerun(&run_id, &node)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let done = engine.rerun(&run_id, &node).await.map_err(CliError::from)?;
                 let state = done
                     .await
-                    .map_err(|e| e.to_string())?
-                    .map_err(|e| e.to_string())?;
+                    .map_err(CliError::from)?
+                    .map_err(CliError::from)?;
                 Ok((run_id, state))
             })
             .await
@@ -226,7 +227,7 @@ pub async fn run(config: &Path, command: FlowsCommand) -> Result<ExitCode, Strin
                         .cancel_run(&run_id)
                         .await
                         .map(|_| Value::Null)
-                        .map_err(|e| e.to_string())
+                        .map_err(CliError::from)
                 })
                 .await?;
             }
@@ -244,9 +245,9 @@ pub async fn run(config: &Path, command: FlowsCommand) -> Result<ExitCode, Strin
                     println!("node {node}: {decision}");
                     Ok(ExitCode::SUCCESS)
                 }
-                None => {
-                    Err("deciding a node needs the serving gateway's admin API ([admin])".into())
-                }
+                None => Err(CliError::Message(
+                    "deciding a node needs the serving gateway's admin API ([admin])".to_owned(),
+                )),
             }
         }
     }
@@ -254,7 +255,7 @@ pub async fn run(config: &Path, command: FlowsCommand) -> Result<ExitCode, Strin
 
 /// Waits for a run the serving gateway drives; each time it parks on a plan, says which and
 /// how to decide it.
-async fn wait_served(snapshot: &Snapshot, run_id: &str) -> Result<ExitCode, String> {
+async fn wait_served(snapshot: &Snapshot, run_id: &str) -> Result<ExitCode, CliError> {
     let deadline = tokio::time::Instant::now() + WAIT;
     let mut after = 0;
     let mut told = std::collections::BTreeSet::new();
@@ -342,12 +343,12 @@ fn operator() -> Identity {
 }
 
 /// The run log the gateway of this config uses (it claims nothing: this process only reads).
-fn open_log(snapshot: &Snapshot) -> Result<Arc<dyn crate::flows::log::RunLog>, String> {
-    let metrics = crate::telemetry::metrics::Metrics::new().map_err(|e| e.to_string())?;
-    crate::flows::log::open(snapshot, "cli", &metrics.cluster, false).map_err(|e| e.to_string())
+fn open_log(snapshot: &Snapshot) -> Result<Arc<dyn crate::flows::log::RunLog>, CliError> {
+    let metrics = crate::telemetry::metrics::Metrics::new().map_err(CliError::from)?;
+    crate::flows::log::open(snapshot, "cli", &metrics.cluster, false).map_err(CliError::from)
 }
 
-fn list(snapshot: &Snapshot) -> Result<ExitCode, String> {
+fn list(snapshot: &Snapshot) -> Result<ExitCode, CliError> {
     let naming = snapshot.gateway.naming();
     for f in &snapshot.flows.set.flows {
         println!(
@@ -362,12 +363,12 @@ fn list(snapshot: &Snapshot) -> Result<ExitCode, String> {
         eprintln!("{d}");
     }
     let log = open_log(snapshot)?;
-    let runs = log.runs(20).map_err(|e| e.to_string())?;
+    let runs = log.runs(20).map_err(CliError::from)?;
     if !runs.is_empty() {
         println!("\nnewest runs:");
     }
     for r in runs {
-        let state = RunState::fold(&log.events(&r.run_id).map_err(|e| e.to_string())?);
+        let state = RunState::fold(&log.events(&r.run_id).map_err(CliError::from)?);
         println!(
             "  {}  {:<20} {}{}",
             r.run_id,
@@ -385,13 +386,13 @@ fn list(snapshot: &Snapshot) -> Result<ExitCode, String> {
     })
 }
 
-fn show(snapshot: &Snapshot, run_id: &str, as_json: bool) -> Result<ExitCode, String> {
+fn show(snapshot: &Snapshot, run_id: &str, as_json: bool) -> Result<ExitCode, CliError> {
     let log = open_log(snapshot)?;
     let record = log
         .run(run_id)
-        .map_err(|e| e.to_string())?
+        .map_err(CliError::from)?
         .ok_or_else(|| format!("no run `{}`", crate::names::shown(run_id)))?;
-    let events = log.events(run_id).map_err(|e| e.to_string())?;
+    let events = log.events(run_id).map_err(CliError::from)?;
     let state = RunState::fold(&events);
     if as_json {
         println!(
@@ -441,13 +442,13 @@ async fn admin(
     snapshot: &Snapshot,
     path: &str,
     body: Option<Value>,
-) -> Result<Option<Value>, String> {
+) -> Result<Option<Value>, CliError> {
     let Some(a) = &snapshot.admin else {
         return Ok(None);
     };
     // Never fall back to driving runs here while a gateway may serve them: say why not.
     if let Some(why) = &a.token_missing {
-        return Err(no_token(why));
+        return Err(no_token(why).into());
     }
     let url = format!("http://{}/admin/flows/{path}", a.listen);
     let resp = reqwest::Client::new()
@@ -460,7 +461,7 @@ async fn admin(
     let resp = match resp {
         Ok(r) => r,
         Err(e) if e.is_connect() => return Ok(None),
-        Err(e) => return Err(format!("admin API: {e}")),
+        Err(e) => return Err(CliError::Message(format!("admin API: {e}"))),
     };
     answer(resp).await.map(Some)
 }
@@ -470,10 +471,10 @@ fn no_token(why: &str) -> String {
     format!("this needs the serving gateway's admin API, and [admin] token: {why}")
 }
 
-async fn admin_get(snapshot: &Snapshot, path: &str) -> Result<Value, String> {
+async fn admin_get(snapshot: &Snapshot, path: &str) -> Result<Value, CliError> {
     let a = snapshot.admin.as_ref().ok_or("no [admin] configured")?;
     if let Some(why) = &a.token_missing {
-        return Err(no_token(why));
+        return Err(no_token(why).into());
     }
     let resp = reqwest::Client::new()
         .get(format!("http://{}/admin/flows/{path}", a.listen))
@@ -485,24 +486,21 @@ async fn admin_get(snapshot: &Snapshot, path: &str) -> Result<Value, String> {
     answer(resp).await
 }
 
-async fn answer(resp: reqwest::Response) -> Result<Value, String> {
+async fn answer(resp: reqwest::Response) -> Result<Value, CliError> {
     let status = resp.status();
     let v: Value = resp.json().await.map_err(|e| format!("admin API: {e}"))?;
     if status.is_success() {
         Ok(v)
     } else {
-        Err(v["error"]
-            .as_str()
-            .unwrap_or("admin API refused")
-            .to_owned())
+        Err(v["error"].as_str().unwrap_or("admin API refused").into())
     }
 }
 
 /// Starts the upstreams here and gives `f` the engine; stops them after.
-async fn with_engine<F, Fut, T>(snapshot: &Snapshot, f: F) -> Result<T, String>
+async fn with_engine<F, Fut, T>(snapshot: &Snapshot, f: F) -> Result<T, CliError>
 where
     F: FnOnce(Arc<Engine>) -> Fut,
-    Fut: std::future::Future<Output = Result<T, String>>,
+    Fut: std::future::Future<Output = Result<T, CliError>>,
 {
     let core = Core::new(snapshot)?;
     core.start();
@@ -515,17 +513,17 @@ where
 }
 
 /// Runs a command that drives a run here, then prints its timeline and outputs.
-async fn in_process<F, Fut>(snapshot: &Snapshot, f: F) -> Result<ExitCode, String>
+async fn in_process<F, Fut>(snapshot: &Snapshot, f: F) -> Result<ExitCode, CliError>
 where
     F: FnOnce(Arc<Engine>) -> Fut,
-    Fut: std::future::Future<Output = Result<(String, RunState), String>>,
+    Fut: std::future::Future<Output = Result<(String, RunState), CliError>>,
 {
     let (run_id, state) = with_engine(snapshot, f).await?;
     let log = open_log(snapshot)?;
-    let events = log.events(&run_id).map_err(|e| e.to_string())?;
+    let events = log.events(&run_id).map_err(CliError::from)?;
     let flow = log
         .run(&run_id)
-        .map_err(|e| e.to_string())?
+        .map_err(CliError::from)?
         .map(|r| r.flow)
         .unwrap_or_default();
     print!("{}", report::timeline(&run_id, &flow, &events, &state));

@@ -1,5 +1,6 @@
 //! `fedgate tools` and `fedgate call`: run the upstreams in-process and look at them.
 
+use super::CliError;
 use std::{path::Path, process::ExitCode};
 
 use rmcp::model::{CallToolRequestParams, JsonObject, ServerResult};
@@ -15,7 +16,7 @@ use crate::{
 /// Longest description shown in the table.
 const DESCRIPTION_CHARS: usize = 60;
 
-pub async fn tools(path: &Path, json: bool) -> Result<ExitCode, String> {
+pub async fn tools(path: &Path, json: bool) -> Result<ExitCode, CliError> {
     let snapshot = load(path)?;
     let core = Core::new(&snapshot)?;
     core.start();
@@ -131,7 +132,7 @@ pub async fn call(
     tool: &str,
     args: &str,
     bearer: Option<&str>,
-) -> Result<ExitCode, String> {
+) -> Result<ExitCode, CliError> {
     let args: JsonObject =
         serde_json::from_str(args).map_err(|e| format!("--args is not a JSON object: {e}"))?;
     let snapshot = load(path)?;
@@ -145,7 +146,7 @@ pub async fn call(
             snapshot
                 .auth
                 .authenticate(&headers)
-                .map_err(|e| e.to_string())?
+                .map_err(CliError::from)?
         }
     };
     let core = Core::new(&snapshot)?;
@@ -198,6 +199,6 @@ pub async fn call(
             );
             Ok(ExitCode::SUCCESS)
         }
-        Err(e) => Err(e.message.into_owned()),
+        Err(e) => Err(e.message.into_owned().into()),
     }
 }

@@ -2,6 +2,8 @@
 //! `connect`, `catalog`, `add`, and the demo
 //! upstream.
 
+mod error;
+pub use error::CliError;
 mod add;
 mod check;
 mod connect;
@@ -169,8 +171,10 @@ pub fn run() -> ExitCode {
             Command::Disconnect(args) => connect::disconnect(args),
             Command::Flows { config, command } => flows::run(&config, command).await,
             Command::Plans { config, command } => plans::run(&config, command).await,
-            Command::DemoUpstream(args) => crate::demo::run(args).await,
-            Command::DemoGuardrail(args) => crate::demo::guardrail::run(args).await,
+            Command::DemoUpstream(args) => crate::demo::run(args).await.map_err(CliError::from),
+            Command::DemoGuardrail(args) => crate::demo::guardrail::run(args)
+                .await
+                .map_err(CliError::from),
         }
     });
     match result {

@@ -3,6 +3,7 @@
 //! go through its admin API; without one answering they say so, and `fedgate flows run --wait`
 //! asks in the terminal instead.
 
+use super::CliError;
 use std::{path::Path, process::ExitCode, time::Duration};
 
 use clap::Subcommand;
@@ -27,7 +28,7 @@ pub enum PlansCommand {
 /// How long one admin request may take.
 const TIMEOUT: Duration = Duration::from_secs(30);
 
-pub async fn run(config: &Path, command: PlansCommand) -> Result<ExitCode, String> {
+pub async fn run(config: &Path, command: PlansCommand) -> Result<ExitCode, CliError> {
     let snapshot = load_for_reading(config)?;
     let admin = snapshot.admin.as_ref().ok_or_else(|| {
         format!(
@@ -36,10 +37,10 @@ pub async fn run(config: &Path, command: PlansCommand) -> Result<ExitCode, Strin
         )
     })?;
     if let Some(why) = &admin.token_missing {
-        return Err(format!(
+        return Err(CliError::Message(format!(
             "cannot reach the serving gateway's admin API: [admin] token: {why}; plans live in \
              the serving gateway"
-        ));
+        )));
     }
     let base = format!("http://{}/admin/plans", admin.listen);
     let client = reqwest::Client::new();
@@ -75,10 +76,10 @@ pub async fn run(config: &Path, command: PlansCommand) -> Result<ExitCode, Strin
             .as_str()
             .map(|s| format!(" (plan is {s})"))
             .unwrap_or_default();
-        return Err(format!(
+        return Err(CliError::Message(format!(
             "{}{state}",
             body["error"].as_str().unwrap_or("the admin API refused")
-        ));
+        )));
     }
     match command {
         PlansCommand::List { json: true } => println!("{body}"),
@@ -94,15 +95,15 @@ pub async fn run(config: &Path, command: PlansCommand) -> Result<ExitCode, Strin
 }
 
 /// A plan id as one URL path segment (ids are `plan_` and hex; anything else is refused here).
-fn segment(id: &str) -> Result<&str, String> {
+fn segment(id: &str) -> Result<&str, CliError> {
     if !id.is_empty() && id.len() <= 64 && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
     {
         Ok(id)
     } else {
-        Err(format!(
+        Err(CliError::Message(format!(
             "`{}` is not a plan id (plan ids look like plan_0123…)",
             crate::names::shown(id)
-        ))
+        )))
     }
 }
 

@@ -1,5 +1,6 @@
 //! `fedgate serve` and `fedgate stdio`.
 
+use super::CliError;
 use std::{path::Path, process::ExitCode, sync::Arc, time::Duration};
 
 use tokio::net::TcpListener;
@@ -16,12 +17,12 @@ use crate::{
 /// How long shutdown waits for upstream processes to be stopped.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
-pub(super) fn load(path: &Path) -> Result<Snapshot, String> {
+pub(super) fn load(path: &Path) -> Result<Snapshot, CliError> {
     config::load(path).map_err(invalid)
 }
 
 /// For commands that only read: secrets not resolvable here are warnings (printed).
-pub(super) fn load_for_reading(path: &Path) -> Result<Snapshot, String> {
+pub(super) fn load_for_reading(path: &Path) -> Result<Snapshot, CliError> {
     let snapshot = config::load_for_reading(path).map_err(invalid)?;
     for w in &snapshot.warnings {
         eprintln!("warning: {w}");
@@ -29,12 +30,12 @@ pub(super) fn load_for_reading(path: &Path) -> Result<Snapshot, String> {
     Ok(snapshot)
 }
 
-fn invalid(diags: Vec<config::Diagnostic>) -> String {
+fn invalid(diags: Vec<config::Diagnostic>) -> CliError {
     let mut msg = String::from("invalid config:");
     for d in diags {
         msg.push_str(&format!("\n  {d}"));
     }
-    msg
+    CliError::Message(msg)
 }
 
 /// The longest startup timeout of any upstream: the bound for "settled".
@@ -46,7 +47,7 @@ pub(super) fn settle_bound(s: &Snapshot) -> Duration {
         .unwrap_or_default()
 }
 
-pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, String> {
+pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, CliError> {
     let mut snapshot = load(path)?;
     let _traces = start_tracing(&snapshot)?;
     if let Some(l) = listen {
@@ -80,7 +81,7 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, String
         Some(cfg) => Some(
             Audit::start(cfg, Some(core.metrics.audit_dropped.clone()))
                 .await
-                .map_err(|e| e.to_string())?,
+                .map_err(CliError::from)?,
         ),
         None => None,
     };
@@ -180,7 +181,7 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, String
     Ok(ExitCode::SUCCESS)
 }
 
-pub async fn stdio(path: &Path, view: Option<&str>) -> Result<ExitCode, String> {
+pub async fn stdio(path: &Path, view: Option<&str>) -> Result<ExitCode, CliError> {
     let snapshot = load(path)?;
     let scope = match view {
         None => None,
@@ -206,7 +207,7 @@ pub async fn stdio(path: &Path, view: Option<&str>) -> Result<ExitCode, String> 
         Some(cfg) => Some(
             Audit::start(cfg, Some(core.metrics.audit_dropped.clone()))
                 .await
-                .map_err(|e| e.to_string())?,
+                .map_err(CliError::from)?,
         ),
         None => None,
     };
@@ -234,16 +235,16 @@ pub async fn stdio(path: &Path, view: Option<&str>) -> Result<ExitCode, String> 
         flows.close();
     }
     stop(&pool).await;
-    result.map(|_| ExitCode::SUCCESS)
+    Ok(result.map(|_| ExitCode::SUCCESS)?)
 }
 
 /// Starts the OTLP exporter when tracing is configured; it flushes when the guard drops.
-fn start_tracing(s: &Snapshot) -> Result<Option<traces::TracingGuard>, String> {
+fn start_tracing(s: &Snapshot) -> Result<Option<traces::TracingGuard>, CliError> {
     s.tracing
         .as_ref()
         .map(traces::start)
         .transpose()
-        .map_err(|e| e.to_string())
+        .map_err(CliError::from)
 }
 
 /// Stops every upstream and waits (bounded) until their processes are gone.

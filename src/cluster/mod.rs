@@ -23,6 +23,16 @@ pub enum StoreError {
     Unreadable(&'static str, String),
 }
 
+/// Why a shared store could not be set up or subscribed to.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClusterError {
+    /// `[cluster] redis` is unusable (the URL is shown without its secrets).
+    #[error("[cluster] redis: {0}")]
+    Redis(String),
+    #[error("subscribing to `{0}`: {1}")]
+    Subscribe(String, String),
+}
+
 /// The shared stores this replica uses.
 #[derive(Debug, Clone, Default)]
 pub struct Cluster {
@@ -30,7 +40,10 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    pub fn open(settings: &ClusterSettings, metrics: &ClusterMetrics) -> Result<Self, String> {
+    pub fn open(
+        settings: &ClusterSettings,
+        metrics: &ClusterMetrics,
+    ) -> Result<Self, ClusterError> {
         let redis = match &settings.redis {
             Some(url) => Some(redis::Redis::open(url.expose(), settings, metrics.clone())?),
             None => None,

@@ -50,20 +50,16 @@ impl Redis {
         url: &str,
         settings: &ClusterSettings,
         metrics: ClusterMetrics,
-    ) -> Result<Self, String> {
-        let client = redis::Client::open(url).map_err(|e| {
-            format!(
-                "[cluster] redis: {}",
-                crate::secret::redact_url(&e.to_string())
-            )
-        })?;
+    ) -> Result<Self, super::ClusterError> {
+        let client = redis::Client::open(url)
+            .map_err(|e| super::ClusterError::Redis(crate::secret::redact_url(&e.to_string())))?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(settings.timeout))
             .set_response_timeout(Some(settings.timeout))
             .set_number_of_retries(1)
             .set_max_delay(Duration::from_secs(2));
         let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
-            .map_err(|e| format!("[cluster] redis: {e}"))?;
+            .map_err(|e| super::ClusterError::Redis(e.to_string()))?;
         Ok(Self {
             conn,
             client: Arc::new(client),
@@ -130,7 +126,10 @@ impl Redis {
 
     /// The messages published on `channel` (under the key prefix) from now on, on a
     /// connection of their own; the stream ends when that connection drops.
-    pub async fn subscribe(&self, channel: &str) -> Result<redis::aio::PubSubStream, String> {
+    pub async fn subscribe(
+        &self,
+        channel: &str,
+    ) -> Result<redis::aio::PubSubStream, super::ClusterError> {
         let channel = self.key(&[channel]);
         let connect = async {
             let mut ps = self.client.get_async_pubsub().await?;
@@ -139,8 +138,14 @@ impl Redis {
         };
         match tokio::time::timeout(self.timeout, connect).await {
             Ok(Ok(s)) => Ok(s),
-            Ok(Err(e)) => Err(crate::secret::redact_url(&e.to_string())),
-            Err(_) => Err(format!("no answer within {:?}", self.timeout)),
+            Ok(Err(e)) => Err(super::ClusterError::Subscribe(
+                channel,
+                crate::secret::redact_url(&e.to_string()),
+            )),
+            Err(_) => Err(super::ClusterError::Subscribe(
+                channel,
+                format!("no answer within {:?}", self.timeout),
+            )),
         }
     }
 

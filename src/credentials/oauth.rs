@@ -42,6 +42,23 @@ pub enum OAuthError {
     Client(String, String),
 }
 
+/// Why one discovery step found nothing usable (folded into [`OAuthError::Discovery`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+struct NotFound(String);
+
+impl From<String> for NotFound {
+    fn from(s: String) -> Self {
+        NotFound(s)
+    }
+}
+
+impl From<&str> for NotFound {
+    fn from(s: &str) -> Self {
+        NotFound(s.to_owned())
+    }
+}
+
 /// Where a person signs in and where codes and refresh tokens are exchanged.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoints {
@@ -141,7 +158,7 @@ impl OAuthClient {
     }
 
     /// GET `url` as bounded JSON.
-    async fn get_json<T: serde::de::DeserializeOwned>(&self, url: &Url) -> Result<T, String> {
+    async fn get_json<T: serde::de::DeserializeOwned>(&self, url: &Url) -> Result<T, NotFound> {
         let resp = self
             .http
             .get(url.clone())
@@ -150,10 +167,10 @@ impl OAuthClient {
             .await
             .map_err(|e| e.without_url().to_string())?;
         if !resp.status().is_success() {
-            return Err(format!("{url} answered {}", resp.status()));
+            return Err(NotFound(format!("{url} answered {}", resp.status())));
         }
         let body = bounded(resp).await?;
-        serde_json::from_slice(&body).map_err(|e| format!("{url}: {e}"))
+        serde_json::from_slice(&body).map_err(|e| NotFound(format!("{url}: {e}")))
     }
 
     /// The endpoints for `upstream` (at `upstream_url`): configured, cached, or discovered.
@@ -180,7 +197,7 @@ impl OAuthClient {
         let found = Arc::new(
             self.discover(upstream_url, settings)
                 .await
-                .map_err(|why| OAuthError::Discovery(upstream.to_owned(), why))?,
+                .map_err(|why| OAuthError::Discovery(upstream.to_owned(), why.0))?,
         );
         self.discovered.insert(key, found.clone());
         Ok(found)
@@ -190,7 +207,7 @@ impl OAuthClient {
         &self,
         upstream_url: &str,
         settings: &PerUserOAuth,
-    ) -> Result<Endpoints, String> {
+    ) -> Result<Endpoints, NotFound> {
         let upstream = Url::parse(upstream_url).map_err(|e| e.to_string())?;
         let prm = self.resource_metadata(&upstream).await?;
         let issuer = prm
@@ -200,10 +217,10 @@ impl OAuthClient {
         let issuer_url = Url::parse(issuer).map_err(|e| format!("issuer `{issuer}`: {e}"))?;
         let meta = self.server_metadata(&issuer_url).await?;
         if meta.issuer.trim_end_matches('/') != issuer.trim_end_matches('/') {
-            return Err(format!(
+            return Err(NotFound(format!(
                 "the metadata of `{issuer}` names another issuer (`{}`)",
                 meta.issuer
-            ));
+            )));
         }
         // OAuth 2.1 and MCP: no PKCE S256, no authorization (a downgrade is refused).
         if !meta
@@ -211,7 +228,9 @@ impl OAuthClient {
             .as_ref()
             .is_some_and(|m| m.iter().any(|m| m == "S256"))
         {
-            return Err(format!("`{issuer}` does not advertise PKCE with S256"));
+            return Err(NotFound(format!(
+                "`{issuer}` does not advertise PKCE with S256"
+            )));
         }
         let parse = |what: &str, u: &str| Url::parse(u).map_err(|e| format!("{what} `{u}`: {e}"));
         Ok(Endpoints {
@@ -223,12 +242,12 @@ impl OAuthClient {
 
     /// RFC 9728: `/.well-known/oauth-protected-resource` with the upstream's path inserted,
     /// then at the root, then the metadata URL of the upstream's own 401 challenge.
-    async fn resource_metadata(&self, upstream: &Url) -> Result<ResourceMetadata, String> {
+    async fn resource_metadata(&self, upstream: &Url) -> Result<ResourceMetadata, NotFound> {
         let mut tried = Vec::new();
         for url in well_known(upstream, "oauth-protected-resource") {
             match self.get_json::<ResourceMetadata>(&url).await {
                 Ok(m) => return Ok(m),
-                Err(e) => tried.push(e),
+                Err(e) => tried.push(e.0),
             }
         }
         let challenge = self
@@ -251,15 +270,15 @@ impl OAuthClient {
         if let Some(url) = challenge.and_then(|u| Url::parse(&u).ok()) {
             return self.get_json(&url).await;
         }
-        Err(format!(
+        Err(NotFound(format!(
             "no protected-resource metadata ({})",
             tried.join("; ")
-        ))
+        )))
     }
 
     /// RFC 8414 metadata (path inserted, as the RFC says), then OpenID discovery (inserted,
     /// then appended, as issuers with paths publish it).
-    async fn server_metadata(&self, issuer: &Url) -> Result<ServerMetadata, String> {
+    async fn server_metadata(&self, issuer: &Url) -> Result<ServerMetadata, NotFound> {
         let mut urls = well_known(issuer, "oauth-authorization-server");
         urls.truncate(1);
         urls.extend(
@@ -278,13 +297,13 @@ impl OAuthClient {
         for url in urls {
             match self.get_json::<ServerMetadata>(&url).await {
                 Ok(m) => return Ok(m),
-                Err(e) => tried.push(e),
+                Err(e) => tried.push(e.0),
             }
         }
-        Err(format!(
+        Err(NotFound(format!(
             "no authorization-server metadata ({})",
             tried.join("; ")
-        ))
+        )))
     }
 
     /// Where to send the person: the authorization endpoint with PKCE and our `state`.
@@ -385,7 +404,9 @@ impl OAuthClient {
             .await
             .map_err(|e| OAuthError::Unreachable(e.without_url().to_string()))?;
         let status = resp.status();
-        let body = bounded(resp).await.map_err(OAuthError::Unreachable)?;
+        let body = bounded(resp)
+            .await
+            .map_err(|e| OAuthError::Unreachable(e.0))?;
         if !status.is_success() {
             let code = serde_json::from_slice::<TokenError>(&body)
                 .ok()
@@ -421,7 +442,7 @@ impl OAuthClient {
 }
 
 /// Reads at most `MAX_BODY` bytes of a response.
-async fn bounded(mut resp: reqwest::Response) -> Result<Vec<u8>, String> {
+async fn bounded(mut resp: reqwest::Response) -> Result<Vec<u8>, NotFound> {
     let mut body = Vec::new();
     while let Some(chunk) = resp
         .chunk()
@@ -429,7 +450,7 @@ async fn bounded(mut resp: reqwest::Response) -> Result<Vec<u8>, String> {
         .map_err(|e| e.without_url().to_string())?
     {
         if body.len() + chunk.len() > MAX_BODY {
-            return Err(format!("an answer of more than {MAX_BODY} bytes"));
+            return Err(NotFound(format!("an answer of more than {MAX_BODY} bytes")));
         }
         body.extend_from_slice(&chunk);
     }

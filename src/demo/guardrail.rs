@@ -9,6 +9,7 @@
 //! - anything else → pass. `GET /last` shows the last payload it got (tests check what hooks
 //!   are told).
 
+use super::DemoError;
 use std::{convert::Infallible, net::SocketAddr, process::ExitCode, sync::Arc, time::Duration};
 
 use bytes::Bytes;
@@ -25,7 +26,7 @@ pub struct GuardrailArgs {
     listen: SocketAddr,
 }
 
-pub async fn run(args: GuardrailArgs) -> Result<ExitCode, String> {
+pub async fn run(args: GuardrailArgs) -> Result<ExitCode, DemoError> {
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("demo guardrail: cannot listen on {}: {e}", args.listen))?;

@@ -17,6 +17,23 @@ mod sse;
 mod tools;
 pub use tools::filler_word;
 
+/// Why a demo server could not start or serve (the operator's terminal shows it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct DemoError(pub String);
+
+impl From<String> for DemoError {
+    fn from(s: String) -> Self {
+        DemoError(s)
+    }
+}
+
+impl From<&str> for DemoError {
+    fn from(s: &str) -> Self {
+        DemoError(s.to_owned())
+    }
+}
+
 use std::{
     collections::BTreeMap,
     net::SocketAddr,
@@ -130,7 +147,7 @@ struct Demo {
     state: Arc<State>,
 }
 
-pub async fn run(args: DemoArgs) -> Result<ExitCode, String> {
+pub async fn run(args: DemoArgs) -> Result<ExitCode, DemoError> {
     if args.start_delay_ms > 0 {
         tokio::time::sleep(Duration::from_millis(args.start_delay_ms)).await;
     }
@@ -187,7 +204,7 @@ async fn serve_http(
     require_bearer: Option<std::path::PathBuf>,
     gate: Option<crate::server::http::Gate>,
     oauth_issuer: Option<String>,
-) -> Result<ExitCode, String> {
+) -> Result<ExitCode, DemoError> {
     use rmcp::transport::{
         StreamableHttpServerConfig, StreamableHttpService,
         streamable_http_server::session::local::LocalSessionManager,

@@ -5,6 +5,7 @@
 //! protected-resource metadata naming it. Requests without `Authorization` pass (discovery:
 //! initialize, lists); a bearer nobody vouches for gets 401; `whoami` answers whose it was.
 
+use super::DemoError;
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use rmcp::model::{CallToolResult, Tool};
@@ -52,7 +53,7 @@ pub(super) fn token_gate(file: PathBuf) -> Gate {
 
 /// `--oauth-issuer`: the userinfo endpoint from the issuer's OpenID metadata, and the gate
 /// that asks it whose each bearer is.
-pub(super) async fn oauth_gate(issuer: &str) -> Result<Gate, String> {
+pub(super) async fn oauth_gate(issuer: &str) -> Result<Gate, DemoError> {
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
         .build()

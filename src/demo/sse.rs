@@ -1,6 +1,7 @@
 //! Legacy HTTP+SSE serving for the demo upstream, so the `sse` upstream kind can be tested
 //! against a real server: GET /sse opens a session, POST /message?sessionId=… feeds it.
 
+use super::DemoError;
 use std::{convert::Infallible, net::SocketAddr, process::ExitCode, sync::Arc};
 
 use bytes::Bytes;
@@ -19,7 +20,7 @@ use super::Demo;
 type Body = BoxBody<Bytes, Infallible>;
 type Sessions = Arc<DashMap<String, mpsc::UnboundedSender<RxJsonRpcMessage<RoleServer>>>>;
 
-pub async fn serve(addr: SocketAddr, demo: Demo) -> Result<ExitCode, String> {
+pub async fn serve(addr: SocketAddr, demo: Demo) -> Result<ExitCode, DemoError> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| format!("demo upstream: cannot listen on {addr}: {e}"))?;

@@ -235,7 +235,7 @@ impl Admin {
                 ),
                 Err(why) => json(
                     StatusCode::UNPROCESSABLE_ENTITY,
-                    &json!({"error": "the new config is invalid; the running config stays", "diagnostics": why}),
+                    &json!({"error": "the new config is invalid; the running config stays", "diagnostics": why.to_string()}),
                 ),
             },
             (Method::GET, ["admin", "plans"]) => {

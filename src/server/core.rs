@@ -90,20 +90,23 @@ impl Drop for InFlight {
 }
 
 impl Core {
-    pub fn new(snapshot: &Snapshot) -> Result<Arc<Self>, String> {
+    pub fn new(snapshot: &Snapshot) -> Result<Arc<Self>, super::error::StartError> {
         Self::with_own_tools(snapshot, OwnTools::default())
     }
 
     /// A gateway that also answers `own` tools itself.
-    pub fn with_own_tools(snapshot: &Snapshot, own: OwnTools) -> Result<Arc<Self>, String> {
+    pub fn with_own_tools(
+        snapshot: &Snapshot,
+        own: OwnTools,
+    ) -> Result<Arc<Self>, super::error::StartError> {
         let seal = Arc::new(
             RequestStateCodec::try_new(match &snapshot.gateway.state_key {
                 Some(k) => k.expose().as_bytes().to_vec(),
                 None => rand::random::<[u8; 32]>().to_vec(),
             })
-            .map_err(|e| format!("[gateway] state_key: {e}"))?,
+            .map_err(|e| super::error::StartError::StateKey(e.to_string()))?,
         );
-        let metrics = Arc::new(Metrics::new().map_err(|e| e.to_string())?);
+        let metrics = Arc::new(Metrics::new()?);
         let cluster = crate::cluster::Cluster::open(&snapshot.cluster, &metrics.cluster)?;
         let hub = Arc::new(Hub::default());
         let auth = Arc::new(ArcSwap::new(snapshot.auth.clone()));
@@ -112,18 +115,14 @@ impl Core {
             snapshot.gateway.max_pending_plans,
         ));
         let flows = match snapshot.flows.dir {
-            Some(_) => Some(
-                crate::flows::Engine::open(
-                    &snapshot.flows,
-                    crate::flows::log::open(snapshot, &snapshot.gateway.id, &metrics.cluster, true)
-                        .map_err(|e| e.to_string())?,
-                    auth.clone(),
-                    metrics.flows.clone(),
-                    TaskHandles::new(seal.clone()),
-                    plans.clone(),
-                )
-                .map_err(|e| e.to_string())?,
-            ),
+            Some(_) => Some(crate::flows::Engine::open(
+                &snapshot.flows,
+                crate::flows::log::open(snapshot, &snapshot.gateway.id, &metrics.cluster, true)?,
+                auth.clone(),
+                metrics.flows.clone(),
+                TaskHandles::new(seal.clone()),
+                plans.clone(),
+            )?),
             None => None,
         };
         if let (Some(engine), Some(shared)) = (&flows, crate::approval::shared::of(&cluster)) {
@@ -135,20 +134,15 @@ impl Core {
             &cluster,
             pool.clone(),
             metrics.stages.clone(),
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
         let credentials = match &snapshot.user_credentials {
-            Some(u) => Some(Arc::new(
-                crate::credentials::UserCredentials::open(
-                    crate::credentials::Sealer::new(&u.key, &u.retired)
-                        .map_err(|e| e.to_string())?,
-                    &u.db,
-                    cluster.redis.clone(),
-                    u.public_url.clone(),
-                    metrics.credentials.clone(),
-                )
-                .map_err(|e| e.to_string())?,
-            )),
+            Some(u) => Some(Arc::new(crate::credentials::UserCredentials::open(
+                crate::credentials::Sealer::new(&u.key, &u.retired)?,
+                &u.db,
+                cluster.redis.clone(),
+                u.public_url.clone(),
+                metrics.credentials.clone(),
+            )?)),
             None => None,
         };
         let mut fixed: Vec<Arc<dyn crate::pipeline::OwnTool>> = vec![Arc::new(ApproveTool)];

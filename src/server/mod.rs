@@ -10,6 +10,7 @@ mod body;
 mod connect_page;
 mod console;
 pub mod core;
+pub mod error;
 mod health;
 pub mod http;
 mod listener;

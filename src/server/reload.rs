@@ -49,12 +49,12 @@ impl Reloader {
     }
 
     /// Loads the config file again and applies it; on any error the running config stays.
-    pub async fn reload(&self, trigger: &str) -> Result<Applied, String> {
+    pub async fn reload(&self, trigger: &str) -> Result<Applied, super::error::ReloadError> {
         let _one = self.one_at_a_time.lock().await;
         let path = self.path.clone();
         let loaded = tokio::task::spawn_blocking(move || config::load(&path))
             .await
-            .map_err(|e| format!("reload task failed: {e}"))?;
+            .map_err(|e| super::error::ReloadError::Task(e.to_string()))?;
         let mut next = match loaded {
             Ok(s) => s,
             Err(diags) => {
@@ -68,7 +68,7 @@ impl Reloader {
                     trigger,
                     "config reload refused, the running config stays: {why}"
                 );
-                return Err(why);
+                return Err(super::error::ReloadError::Invalid(why));
             }
         };
         let cur = self.current();

@@ -5,14 +5,15 @@ use rmcp::ServiceExt;
 use super::mcp::Gateway;
 
 /// Serves one client on stdio until it disconnects.
-pub async fn serve(gateway: Gateway) -> Result<(), String> {
+pub async fn serve(gateway: Gateway) -> Result<(), super::error::StdioError> {
+    use super::error::StdioError;
     let running = gateway
         .serve(rmcp::transport::stdio())
         .await
-        .map_err(|e| format!("stdio client did not initialize: {e}"))?;
+        .map_err(|e| StdioError::Initialize(e.to_string()))?;
     running
         .waiting()
         .await
-        .map_err(|e| format!("stdio session ended abnormally: {e}"))?;
+        .map_err(|e| StdioError::Ended(e.to_string()))?;
     Ok(())
 }

@@ -46,16 +46,21 @@ pub enum Runner {
     Docker,
 }
 
+/// The built-in catalog did not parse (a build defect; a unit test checks it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the built-in server catalog does not parse: {0}")]
+pub struct BrokenCatalog(String);
+
 /// Every entry, by name. The catalog is part of the binary and checked by a unit test, so a
 /// parse failure is a build defect; it still answers with an error, never a panic.
-pub fn all() -> Result<BTreeMap<String, Entry>, String> {
+pub fn all() -> Result<BTreeMap<String, Entry>, BrokenCatalog> {
     toml::from_str::<File>(SERVERS)
         .map(|f| f.servers)
-        .map_err(|e| format!("the built-in server catalog does not parse: {e}"))
+        .map_err(|e| BrokenCatalog(e.to_string()))
 }
 
 /// Entries whose name, description or package contains `word` (case-insensitive).
-pub fn search(word: &str) -> Result<Vec<(String, Entry)>, String> {
+pub fn search(word: &str) -> Result<Vec<(String, Entry)>, BrokenCatalog> {
     let w = word.to_lowercase();
     Ok(all()?
         .into_iter()
