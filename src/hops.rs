@@ -47,7 +47,7 @@ impl HopRefusal {
     }
 }
 
-/// The path a request arrived with (strings only, at most [`MAX_PATH_READ`]).
+/// The path a request arrived with (strings only, at most `MAX_PATH_READ`).
 pub fn path(meta: &RequestMetaObject) -> Vec<String> {
     meta.get(PATH_KEY)
         .and_then(Value::as_array)

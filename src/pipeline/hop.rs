@@ -11,7 +11,7 @@ use super::{
 /// Deepest nesting of calls within one client call.
 pub(super) const MAX_CALL_DEPTH: u8 = 8;
 
-/// Hop guard: refuse calls nested deeper than [`MAX_CALL_DEPTH`], and federated requests
+/// Hop guard: refuse calls nested deeper than `MAX_CALL_DEPTH`, and federated requests
 /// that already passed this gateway or went as far as `max_hops` (see `crate::hops`).
 #[derive(Debug, Clone)]
 pub struct HopGuard {

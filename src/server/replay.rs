@@ -398,7 +398,7 @@ impl Replay {
 
     /// The stream of the session's request whose first event (the priming event) is `first`,
     /// with that stream bound to `session` and the priming event held back until the next
-    /// event is ready (or [`PRIMING_HOLD`] passed), so both go out in one write.
+    /// event is ready (or `PRIMING_HOLD` passed), so both go out in one write.
     pub fn bound_stream<S>(
         self: &Arc<Self>,
         session: String,

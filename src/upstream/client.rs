@@ -105,7 +105,7 @@ impl UpstreamClient {
 }
 
 /// The server-to-client request an input request stands for (the inverse of
-/// [`input_request`]); `None` for kinds fedgate does not know.
+/// `input_request`); `None` for kinds fedgate does not know.
 pub fn server_request(input: InputRequest) -> Option<ServerRequest> {
     match input {
         InputRequest::CreateMessage(r) => Some(ServerRequest::CreateMessageRequest(r)),
