@@ -20,8 +20,8 @@ pub enum NodeStatus {
     Skipped,
     Cancelled,
     AwaitingApproval,
-    /// A write whose outcome a crash left unknown, at an upstream that cannot tell: someone
-    /// decides to re-run or skip it.
+    /// A write whose outcome a crash left unknown, at an upstream that cannot tell (someone
+    /// decides to re-run or skip it), or a node waiting for its caller to connect an account.
     Blocked,
 }
 
@@ -276,5 +276,142 @@ impl RunState {
 
     fn entry(&mut self, id: &str) -> &mut NodeState {
         self.nodes.entry(id.to_owned()).or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn stamp(events: Vec<Event>) -> Vec<Stamped> {
+        events
+            .into_iter()
+            .enumerate()
+            .map(|(i, event)| Stamped {
+                seq: i as u64 + 1,
+                at_ms: 1000 + i as i64,
+                event,
+            })
+            .collect()
+    }
+
+    fn node(id: &str) -> String {
+        id.to_owned()
+    }
+
+    #[test]
+    fn a_retried_node_keeps_its_attempts_and_ends_with_its_output() {
+        let events = stamp(vec![
+            Event::NodeReady { node: node("a") },
+            Event::NodeRunning {
+                node: node("a"),
+                attempt: 1,
+            },
+            Event::NodeRetrying {
+                node: node("a"),
+                error: "timeout".into(),
+                delay_ms: 100,
+            },
+            Event::NodeReady { node: node("a") },
+            Event::NodeRunning {
+                node: node("a"),
+                attempt: 2,
+            },
+            Event::NodeSucceeded {
+                node: node("a"),
+                output: Output::Inline(json!({"ok": true})),
+            },
+        ]);
+        let state = RunState::fold(&events);
+        let a = &state.nodes["a"];
+        assert_eq!(a.status, NodeStatus::Succeeded);
+        assert_eq!(a.attempts, 2);
+        assert_eq!(a.error, None, "success clears the retry's error");
+        assert_eq!(a.started_ms, Some(1001), "started at its first attempt");
+        assert_eq!(a.finished_ms, Some(1005));
+        assert_eq!(state.seq, 6);
+        assert_eq!(state.node("never-seen"), NodeStatus::Pending);
+    }
+
+    #[test]
+    fn waits_for_approval_or_a_connection_are_not_final_and_resume_as_ready() {
+        let events = stamp(vec![
+            Event::NodeAwaitingApproval {
+                node: node("w"),
+                plan: json!({"status": "ok"}),
+            },
+            Event::NodeBlocked {
+                node: node("c"),
+                reason: "waits for its caller to connect their `gh` account".into(),
+            },
+        ]);
+        let mut state = RunState::fold(&events);
+        for (id, status) in [
+            ("w", NodeStatus::AwaitingApproval),
+            ("c", NodeStatus::Blocked),
+        ] {
+            assert_eq!(state.node(id), status);
+            assert!(!status.is_final(), "{id} waits, it has not ended");
+        }
+        assert_eq!(state.nodes["w"].plan, Some(json!({"status": "ok"})));
+        state.apply(2000, &Event::NodeReady { node: node("c") });
+        assert_eq!(state.node("c"), NodeStatus::Ready);
+    }
+
+    #[test]
+    fn a_reset_starts_a_new_generation_and_a_reopened_run_is_unfinished() {
+        let events = stamp(vec![
+            Event::NodeRunning {
+                node: node("a"),
+                attempt: 1,
+            },
+            Event::NodeFailed {
+                node: node("a"),
+                error: "boom".into(),
+                plan: None,
+            },
+            Event::CancelRequested,
+            Event::RunFinished {
+                status: RunStatus::Failed,
+                outputs: None,
+                error: Some("1 of 1 nodes failed".into()),
+            },
+            Event::RunReopened,
+            Event::NodeReset { node: node("a") },
+        ]);
+        let state = RunState::fold(&events);
+        let a = &state.nodes["a"];
+        assert_eq!(a.status, NodeStatus::Pending);
+        assert_eq!(a.generation, 1);
+        assert_eq!((a.attempts, a.error.as_deref()), (0, None));
+        assert_eq!(state.finished, None);
+        assert!(!state.cancel_requested);
+    }
+
+    /// The run log stores events as JSON: their names are a format other replicas and older
+    /// logs read.
+    #[test]
+    fn events_keep_their_stored_form() {
+        let e = Stamped {
+            seq: 3,
+            at_ms: 7,
+            event: Event::NodeBlocked {
+                node: node("n"),
+                reason: "r".into(),
+            },
+        };
+        let v = serde_json::to_value(&e).unwrap();
+        assert_eq!(
+            v,
+            json!({"seq": 3, "at_ms": 7, "event": "node_blocked", "node": "n", "reason": "r"})
+        );
+        let back: Stamped = serde_json::from_value(v).unwrap();
+        assert_eq!(back.event, e.event);
+        assert_eq!(
+            serde_json::to_value(NodeStatus::AwaitingApproval).unwrap(),
+            json!("AWAITING_APPROVAL")
+        );
     }
 }
