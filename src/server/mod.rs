@@ -16,6 +16,8 @@ pub mod http;
 mod listener;
 pub mod mcp;
 mod priming;
+#[cfg(test)]
+mod protocol_tests;
 pub mod reload;
 pub mod replay;
 mod request_of;
