@@ -17,7 +17,6 @@ use crate::{
         idempotency::{self as shared, SharedClaim},
         redis::Redis,
     },
-    config::cluster::FailMode,
     pipeline::CallError,
     policy::idempotency::{Claim, IdempotencyStore, META_KEY},
     telemetry::audit::hash_arguments,
@@ -118,12 +117,9 @@ impl Step for Idempotency {
                         }
                         Ok(SharedClaim::Conflict) => return Err(CallError::IdempotencyConflict),
                         Err(_) => {
-                            redis.fell_back("idempotency");
-                            if redis.fail == FailMode::Closed {
-                                return Err(CallError::StoreUnavailable {
-                                    feature: "idempotency records",
-                                });
-                            }
+                            redis
+                                .fall_back("idempotency", "idempotency records")
+                                .map_err(|feature| CallError::StoreUnavailable { feature })?;
                             None
                         }
                     };

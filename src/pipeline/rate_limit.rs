@@ -13,7 +13,6 @@ use arc_swap::ArcSwap;
 
 use crate::{
     cluster::{rate_limit as shared, redis::Redis},
-    config::cluster::FailMode,
     pipeline::CallError,
     policy::rate_limit::{Limited, RateLimits},
     telemetry::metrics::Metrics,
@@ -60,15 +59,10 @@ impl Step for RateLimit {
             let decided = match shared::check(&redis, &applied).await {
                 Ok(decided) => decided,
                 Err(_) => {
-                    redis.fell_back("rate_limits");
-                    match redis.fail {
-                        FailMode::Local => limits.check(&call.identity.name, &owner, &item),
-                        FailMode::Closed => {
-                            return Err(CallError::StoreUnavailable {
-                                feature: "rate limits",
-                            });
-                        }
-                    }
+                    redis
+                        .fall_back("rate_limits", "rate limits")
+                        .map_err(|feature| CallError::StoreUnavailable { feature })?;
+                    limits.check(&call.identity.name, &owner, &item)
                 }
             };
             drop(applied);

@@ -8,7 +8,6 @@ use crate::{
         PlanRefusal, Plans,
         shared::{Imported, SharedPlans},
     },
-    config::cluster::FailMode,
     pipeline::CallError,
 };
 
@@ -30,15 +29,7 @@ pub(super) async fn around<T>(
             other => other,
         })),
         // The decision stands on this replica; the shared copy catches up on its next write.
-        Err(_) => {
-            shared.redis().fell_back("approvals");
-            match shared.redis().fail {
-                FailMode::Local => out,
-                FailMode::Closed => Err(CallError::StoreUnavailable {
-                    feature: "approval plans",
-                }),
-            }
-        }
+        Err(_) => without_redis(shared, || out),
     }
 }
 
@@ -46,13 +37,11 @@ fn without_redis<T>(
     shared: &SharedPlans,
     op: impl FnOnce() -> Result<T, CallError>,
 ) -> Result<T, CallError> {
-    shared.redis().fell_back("approvals");
-    match shared.redis().fail {
-        FailMode::Local => op(),
-        FailMode::Closed => Err(CallError::StoreUnavailable {
-            feature: "approval plans",
-        }),
-    }
+    shared
+        .redis()
+        .fall_back("approvals", "approval plans")
+        .map_err(|feature| CallError::StoreUnavailable { feature })?;
+    op()
 }
 
 /// Shares a plan this replica just made.
