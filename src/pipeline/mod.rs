@@ -276,9 +276,9 @@ pub struct Call {
 }
 
 impl Call {
-    /// A call with no downstream session behind it (a flow node, an approval a run makes, the
-    /// CLI's `fedgate call`), made as `identity` at nesting `depth`; not resolved yet.
-    pub fn without_session(op: Op, identity: Identity, depth: u8) -> Self {
+    /// A call made as `identity` at nesting `depth`, not resolved yet and with no decision
+    /// made: the one place a call is built (a client's adds its session with `from_client`).
+    pub fn new(op: Op, identity: Identity, depth: u8) -> Self {
         Call {
             op,
             meta: Default::default(),
@@ -297,6 +297,27 @@ impl Call {
             approved: None,
             person: None,
         }
+    }
+
+    /// A call with no downstream session behind it (a flow node, an approval a run makes, the
+    /// CLI's `fedgate call`).
+    pub fn without_session(op: Op, identity: Identity, depth: u8) -> Self {
+        Self::new(op, identity, depth)
+    }
+
+    /// The call as a client's request: its session, `_meta`, cancellation and trace context.
+    pub fn from_client(
+        mut self,
+        downstream: Downstream,
+        meta: RequestMetaObject,
+        ct: CancellationToken,
+        trace: opentelemetry::Context,
+    ) -> Self {
+        self.downstream = Some(downstream);
+        self.meta = meta;
+        self.ct = ct;
+        self.trace = trace;
+        self
     }
 }
 

@@ -21,7 +21,7 @@ use tower::ServiceExt;
 
 use crate::{
     pipeline::TaskRequest,
-    pipeline::{self, Call, CallError, CallStack, Op, to_wire},
+    pipeline::{Call, CallError, CallStack, Op, to_wire},
     policy::{
         authz::Access,
         identity::{Identity, IdentityKind},
@@ -117,32 +117,22 @@ impl Gateway {
         ctx: &RequestContext<RoleServer>,
         ct: tokio_util::sync::CancellationToken,
     ) -> Result<ServerResult, McpError> {
-        let call = Call {
-            op,
-            meta: ctx.meta.clone(),
-            downstream: Some(Downstream {
-                peer: ctx.peer.clone(),
-                request_id: ctx.id.clone(),
-                log_level: self.log_level(ctx),
-                capabilities: ctx.client_capabilities(),
-                modern: is_modern(ctx),
-                session: session_of(&ctx.extensions),
-                workspace: workspace_of(&ctx.extensions),
-            }),
-            progress_token: ctx.meta.get_progress_token(),
-            ct,
-            identity: self.identity(ctx),
-            correlation_id: pipeline::correlation_id(),
-            trace: caller_context(ctx),
-            depth: 0,
-            target: None,
-            class: None,
-            timeout: None,
-            retry_safe: false,
-            approval: None,
-            approved: None,
-            person: None,
+        let downstream = Downstream {
+            peer: ctx.peer.clone(),
+            request_id: ctx.id.clone(),
+            log_level: self.log_level(ctx),
+            capabilities: ctx.client_capabilities(),
+            modern: is_modern(ctx),
+            session: session_of(&ctx.extensions),
+            workspace: workspace_of(&ctx.extensions),
         };
+        let mut call = Call::new(op, self.identity(ctx), 0).from_client(
+            downstream,
+            ctx.meta.clone(),
+            ct,
+            caller_context(ctx),
+        );
+        call.progress_token = ctx.meta.get_progress_token();
         self.stack.clone().oneshot(call).await
     }
 
