@@ -127,6 +127,7 @@ impl OwnTool for FlowTool {
                         note: None,
                     },
                     StartError::Elsewhere(detail) => CallError::FlowsElsewhere { detail },
+                    StartError::Log(e) => run_failed("", e),
                     other => CallError::Internal {
                         detail: other.to_string(),
                     },
@@ -137,9 +138,7 @@ impl OwnTool for FlowTool {
                 let task = engine
                     .task(&run_id, &call.correlation_id)
                     .await
-                    .map_err(|e| CallError::Internal {
-                        detail: e.to_string(),
-                    })?;
+                    .map_err(|e| run_failed(&run_id, e))?;
                 let mut task = task.task;
                 task.task_id = handle;
                 return Ok(ServerResult::CreateTaskResult(CreateTaskResult::new(task)));
@@ -182,12 +181,8 @@ impl OwnTool for FlowTool {
                 notify_progress(&call, n).await;
             }
             let state = state
-                .map_err(|e| CallError::Internal {
-                    detail: format!("flow run {run_id}: {e}"),
-                })?
-                .map_err(|e| CallError::Internal {
-                    detail: format!("flow run {run_id}: {e}"),
-                })?;
+                .map_err(|e| run_failed(&run_id, e.into()))?
+                .map_err(|e| run_failed(&run_id, e))?;
             Ok(ServerResult::CallToolResult(super::report::result(
                 &flow,
                 &run_id,
@@ -303,5 +298,21 @@ async fn notify_progress(call: &Call, n: super::driver::NodeDone) {
                 super::driver::status_label(n.status)
             ));
         let _ = d.peer.notify_progress(p).await;
+    }
+}
+
+/// A run that failed for a reason of the gateway's: a run log that does not answer is a
+/// store the caller may retry against; anything else is internal.
+fn run_failed(run_id: &str, e: crate::flows::error::RunError) -> CallError {
+    match e {
+        crate::flows::error::RunError::Log(e) => {
+            tracing::warn!(run = run_id, "flow run log: {e}");
+            CallError::StoreUnavailable {
+                feature: "flow runs",
+            }
+        }
+        other => CallError::Internal {
+            detail: format!("flow run {run_id}: {other}"),
+        },
     }
 }

@@ -61,11 +61,9 @@ impl OwnTool for DisconnectTool {
                 }
                 Err(e) => {
                     tracing::warn!("per-user credentials: {e}");
-                    own::answer(
-                        json!({"error": "the credential store is not available; try again"}),
-                        true,
-                    )
-                    .await
+                    Err(super::CallError::StoreUnavailable {
+                        feature: "per-user credentials",
+                    })
                 }
             }
         })

@@ -105,6 +105,20 @@ impl Federation {
             .collect()
     }
 
+    /// The audit records of `gw` once one matches `wanted`: each gateway writes its audit log
+    /// from a writer task, after the answer went out, so a record may trail the result a
+    /// little. Bounded; the records as they are when it gives up.
+    async fn audit_once(&self, gw: &str, wanted: impl Fn(&Value) -> bool) -> Vec<Value> {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let records = self.audit(gw);
+            if records.iter().any(&wanted) || tokio::time::Instant::now() >= deadline {
+                return records;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
     async fn admin_b(&self, method: &str, path: &str) -> (u16, Value) {
         let url = format!(
             "{}/admin/{path}",
@@ -228,13 +242,17 @@ async fn a_client_of_a_runs_bs_flow_through_c_under_one_correlation_id() {
 
     // One call across three gateways: one correlation id in every audit log.
     let at_a = f
-        .audit("a")
+        .audit_once("a", |r| r["name"] == "b__flows__report")
+        .await
         .into_iter()
         .find(|r| r["name"] == "b__flows__report")
         .expect("A's record");
     let id = at_a["correlation_id"].as_str().expect("id").to_owned();
     let at_b: Vec<Value> = f
-        .audit("b")
+        .audit_once("b", |r| {
+            r["correlation_id"] == id.as_str() && r["name"] == "flows__report"
+        })
+        .await
         .into_iter()
         .filter(|r| r["correlation_id"] == id.as_str())
         .collect();
@@ -249,7 +267,8 @@ async fn a_client_of_a_runs_bs_flow_through_c_under_one_correlation_id() {
         "B's node call: {at_b:?}"
     );
     let at_c = f
-        .audit("c")
+        .audit_once("c", |r| r["correlation_id"] == id.as_str())
+        .await
         .into_iter()
         .find(|r| r["correlation_id"] == id.as_str())
         .expect("C's record");
@@ -857,10 +876,12 @@ async fn a_flow_on_a_parked_on_bs_plan_goes_on_once_as_caller_approves_it() {
         Some(json!({"wrote": "via a"})),
         "the run on A went on with B's answer: {done:?}"
     );
+    let executed = |r: &Value| r["decision"] == "plan_executed" && r["outcome"] == "ok";
     let ran = f
-        .audit("b")
+        .audit_once("b", executed)
+        .await
         .iter()
-        .filter(|r| r["decision"] == "plan_executed" && r["outcome"] == "ok")
+        .filter(|r| executed(r))
         .count();
     assert_eq!(ran, 1);
 }
