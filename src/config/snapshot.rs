@@ -216,6 +216,14 @@ impl TransportSpec {
             TransportSpec::Sse { .. } => "sse",
         }
     }
+
+    /// The URL of a remote upstream.
+    pub fn url(&self) -> Option<&str> {
+        match self {
+            TransportSpec::Http { url, .. } | TransportSpec::Sse { url, .. } => Some(url),
+            TransportSpec::Stdio(_) => None,
+        }
+    }
 }
 
 /// TLS to an upstream: the CA that signs its certificate, and the client certificate fedgate

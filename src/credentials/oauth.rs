@@ -442,19 +442,15 @@ impl OAuthClient {
 }
 
 /// Reads at most `MAX_BODY` bytes of a response.
-async fn bounded(mut resp: reqwest::Response) -> Result<Vec<u8>, NotFound> {
-    let mut body = Vec::new();
-    while let Some(chunk) = resp
-        .chunk()
+async fn bounded(resp: reqwest::Response) -> Result<Vec<u8>, NotFound> {
+    crate::json_size::read_bounded(resp, MAX_BODY)
         .await
-        .map_err(|e| e.without_url().to_string())?
-    {
-        if body.len() + chunk.len() > MAX_BODY {
-            return Err(NotFound(format!("an answer of more than {MAX_BODY} bytes")));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
+        .map_err(|e| match e {
+            crate::json_size::Unread::Broken(e) => NotFound(e.without_url().to_string()),
+            crate::json_size::Unread::TooLong => {
+                NotFound(format!("an answer of more than {MAX_BODY} bytes"))
+            }
+        })
 }
 
 /// `https://host/.well-known/<name><path>` (RFC 8414/9728 path insertion), then the root one

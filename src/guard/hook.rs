@@ -140,7 +140,7 @@ pub async fn ask(hook: &Hook, phase: Phase, payload: &Value) -> Result<Decision,
         req = req.bearer_auth(token.expose());
     }
     let exchange = async {
-        let mut resp = req
+        let resp = req
             .send()
             .await
             .map_err(|e| HookError::Unreachable(plain(e)))?;
@@ -148,18 +148,12 @@ pub async fn ask(hook: &Hook, phase: Phase, payload: &Value) -> Result<Decision,
         if !status.is_success() {
             return Err(HookError::Status(status.as_u16()));
         }
-        let mut body = Vec::new();
-        while let Some(chunk) = resp
-            .chunk()
+        crate::json_size::read_bounded(resp, MAX_ANSWER)
             .await
-            .map_err(|e| HookError::BrokeOff(plain(e)))?
-        {
-            if body.len() + chunk.len() > MAX_ANSWER {
-                return Err(HookError::TooLong);
-            }
-            body.extend_from_slice(&chunk);
-        }
-        Ok(body)
+            .map_err(|e| match e {
+                crate::json_size::Unread::Broken(e) => HookError::BrokeOff(plain(e)),
+                crate::json_size::Unread::TooLong => HookError::TooLong,
+            })
     };
     let body = tokio::time::timeout(hook.timeout, exchange)
         .await

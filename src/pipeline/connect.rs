@@ -20,7 +20,6 @@ use super::{
     step::{CallService, Step},
 };
 use crate::{
-    config::snapshot::TransportSpec,
     credentials::{Ask, OAuthTarget, PersonToken, RETRY_PREFIX, UserCredentials},
     policy::identity::IdentityKind,
     secret::Secret,
@@ -58,11 +57,10 @@ impl Step for Connect {
             let credential = &spec.credential.as_ref()?.credential;
             credential.per_user()?;
             let oauth = credential.per_user_oauth().map(|o| {
-                let url = match &spec.transport {
-                    TransportSpec::Http { url, .. } | TransportSpec::Sse { url, .. } => url.clone(),
-                    TransportSpec::Stdio(_) => String::new(),
-                };
-                (o.clone(), url)
+                (
+                    o.clone(),
+                    spec.transport.url().unwrap_or_default().to_owned(),
+                )
             });
             Some((u.name().to_owned(), oauth))
         });
@@ -93,7 +91,8 @@ impl Step for Connect {
                 settings,
                 upstream_url: url,
             });
-            for attempt in 0..2 {
+            // The credential connected first, then the one asked for once it was refused.
+            for _ in 0..2 {
                 let mut token = match creds
                     .token(&owner, &upstream, target)
                     .await
@@ -132,9 +131,6 @@ impl Step for Connect {
                         }
                         other => return other,
                     }
-                }
-                if attempt == 1 {
-                    break;
                 }
             }
             Err(refusal(

@@ -15,7 +15,6 @@ use hyper::body::Incoming;
 
 use super::{core::Core, http::Body};
 use crate::{
-    config::snapshot::TransportSpec,
     credentials::{OAuthTarget, Refused},
     policy::token::PerUserOAuth,
 };
@@ -89,13 +88,10 @@ fn per_user_kind(core: &Core, upstream: &str) -> Option<Kind> {
     let credential = &spec.credential.as_ref()?.credential;
     let hint = credential.per_user()?.map(str::to_owned);
     Some(match credential.per_user_oauth() {
-        Some(o) => {
-            let url = match &spec.transport {
-                TransportSpec::Http { url, .. } | TransportSpec::Sse { url, .. } => url.clone(),
-                TransportSpec::Stdio(_) => String::new(),
-            };
-            Kind::OAuth(o.clone(), url)
-        }
+        Some(o) => Kind::OAuth(
+            o.clone(),
+            spec.transport.url().unwrap_or_default().to_owned(),
+        ),
         None => Kind::Token(hint),
     })
 }

@@ -74,11 +74,9 @@ pub(super) async fn run(pool: Arc<Pool>, up: Arc<Upstream>) {
             break;
         }
         // Client libraries print the URL in their errors: not its userinfo or secret query.
-        let outcome = match &spec.transport {
-            TransportSpec::Http { url, .. } | TransportSpec::Sse { url, .. } => {
-                crate::secret::hide_url_secrets(&outcome, url)
-            }
-            TransportSpec::Stdio(_) => outcome,
+        let outcome = match spec.transport.url() {
+            Some(url) => crate::secret::hide_url_secrets(&outcome, url),
+            None => outcome,
         };
         consecutive += 1;
         // Past `max_restarts` in a row the upstream is failed, but parked, not abandoned: it
