@@ -145,7 +145,9 @@ impl Engine {
         }
         let (engine, run_id) = (self.clone(), run_id.to_owned());
         tokio::spawn(async move {
-            let claim = hop.get(crate::hops::CALLER_KEY).and_then(Value::as_str);
+            let claim = hop
+                .get(crate::federation::hops::CALLER_KEY)
+                .and_then(Value::as_str);
             let caller = crate::pipeline::plan_caller(&identity, claim);
             let outcome = decide(stack, identity, depth, hop.clone(), &plan_id, true).await;
             engine.approving.remove(&plan_id);

@@ -95,7 +95,7 @@ pub async fn attempt(n: NodeCall) -> Attempt {
     if let Some(key) = n.key {
         meta.0.insert(IDEMPOTENCY_KEY.into(), Value::String(key));
     }
-    let correlation = crate::hops::correlation(&meta).unwrap_or_else(correlation_id);
+    let correlation = crate::federation::hops::correlation(&meta).unwrap_or_else(correlation_id);
     let plan_correlation = correlation.clone();
     let mut call =
         Call::without_session(Op::CallTool(params), n.identity, n.depth.saturating_add(1));

@@ -68,10 +68,7 @@ impl OwnTool for FlowTool {
         }
         tool.annotations = Some(ToolAnnotations::new().read_only(false));
         if self.flow.export {
-            let mut meta = rmcp::model::MetaObject::new();
-            meta.0
-                .insert(crate::hops::EXPORT_META_KEY.into(), Value::Bool(true));
-            tool.meta = Some(meta);
+            crate::federation::export::mark(&mut tool);
         }
         tool
     }
@@ -103,10 +100,10 @@ impl OwnTool for FlowTool {
             });
             let (progress, mut finished) = mpsc::unbounded_channel();
             let progress = (!as_task).then_some(progress);
-            let mut hop = federation_meta(&call);
+            let mut hop = crate::federation::outbound::carried(&call.meta);
             // Node calls are recorded under the flow call's correlation id.
             hop.insert(
-                crate::hops::CORRELATION_KEY.into(),
+                crate::federation::hops::CORRELATION_KEY.into(),
                 Value::String(call.correlation_id.clone()),
             );
             let started = engine
@@ -249,20 +246,11 @@ async fn task_request(
     }
 }
 
-/// The call's federation `_meta` (hop path, caller claim): what the run's calls carry.
-fn federation_meta(call: &Call) -> serde_json::Map<String, Value> {
-    call.meta
-        .iter()
-        .filter(|(k, _)| k.starts_with(crate::hops::META_PREFIX))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
-}
-
 /// Approves (or denies) plan `plan_id` as the task's caller, on its own: the task's caller
 /// polls for the outcome.
 fn decide(stack: TypedStack, call: &Call, plan_id: &str, approve: bool) {
     let (identity, depth, plan_id) = (call.identity.clone(), call.depth, plan_id.to_owned());
-    let hop = federation_meta(call);
+    let hop = crate::federation::outbound::carried(&call.meta);
     tokio::spawn(async move {
         if let Err(e) =
             super::approval::decide(stack, identity, depth, hop, &plan_id, approve).await

@@ -11,6 +11,8 @@ use super::{
 use crate::{
     names::{APPROVE_TOOL, shown},
     pipeline::CallError,
+    policy::authz::Access,
+    router::catalog::Owner,
     upstream::pool::Pool,
 };
 
@@ -71,7 +73,7 @@ fn hidden(pool: &Pool, call: &Call) -> Result<(), CallError> {
         Exposed::Resource(uri) if !reachable => Err(CallError::UnknownResource { uri: shown(uri) }),
         Exposed::Tool(name)
             if !access.tool(name)
-                || (target.upstream().is_none() && !pool.visible_tool(access, name)) =>
+                || (target.upstream().is_none() && !visible(pool, access, name)) =>
         {
             Err(unknown(pool, access, name, arguments(&call.op)))
         }
@@ -83,4 +85,36 @@ fn hidden(pool: &Pool, call: &Call) -> Result<(), CallError> {
         }
         _ => Ok(()),
     }
+}
+
+/// Whether a caller with `access` may see the exposed tool `name` (its role globs, and the
+/// trust tier of the upstream behind it): the one visibility decision `tools/list`, search,
+/// stages, the admin API and this step share.
+pub fn visible(pool: &Pool, access: &Access, name: &str) -> bool {
+    access.tool(name) && {
+        let catalog = pool.catalog();
+        match catalog.tool(name).map(|r| r.owner) {
+            // The gateway's own tools have no tier: role globs alone decide — and
+            // `fedgate__approve` is there only for callers who have plans to approve.
+            // A peer gateway sees the flows exported to it, nothing else of the gateway's.
+            Some(Owner::Gateway) if access.is_peer() => catalog
+                .tool_def(name)
+                .is_some_and(crate::federation::export::is_exported),
+            Some(Owner::Gateway) => name != APPROVE_TOOL || approves(pool, access),
+            Some(Owner::Member(i)) => catalog
+                .upstream(i)
+                .is_some_and(|u| access.tier(u.spec().tier.rank)),
+            None => false,
+        }
+    }
+}
+
+/// Whether `access` can use `fedgate__approve`: it reaches an upstream where some call needs
+/// approval (a peer gateway may hold any call), or holds a role that approves some.
+fn approves(pool: &Pool, access: &Access) -> bool {
+    pool.upstreams().iter().any(|u| {
+        let spec = u.spec();
+        (access.tier(spec.tier.rank) && spec.may_hold_calls())
+            || access.has_any_role(&spec.approver_roles())
+    })
 }

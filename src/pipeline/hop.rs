@@ -12,7 +12,7 @@ use super::{
 pub(super) const MAX_CALL_DEPTH: u8 = 8;
 
 /// Hop guard: refuse calls nested deeper than `MAX_CALL_DEPTH`, and federated requests
-/// that already passed this gateway or went as far as `max_hops` (see `crate::hops`).
+/// that already passed this gateway or went as far as `max_hops` (see `crate::federation::hops`).
 #[derive(Debug, Clone)]
 pub struct HopGuard {
     /// This gateway's id in request paths.
@@ -35,9 +35,11 @@ impl Step for HopGuard {
         // refused as loops, nor stretch the path of what this gateway forwards.
         if call.depth == 0 {
             if !call.identity.access.is_peer() {
-                call.meta.remove(crate::hops::PATH_KEY);
+                call.meta.remove(crate::federation::hops::PATH_KEY);
             }
-            if let Err(refused) = crate::hops::enter(&mut call.meta, &self.id, self.max_hops) {
+            if let Err(refused) =
+                crate::federation::hops::enter(&mut call.meta, &self.id, self.max_hops)
+            {
                 return done(Err(CallError::Hop(refused)));
             }
         }

@@ -109,7 +109,7 @@ use crate::{
 pub use crate::telemetry::correlation_id;
 pub use approval::{Approvals, ApproveTool, approves, plan_caller};
 pub use arguments::Arguments;
-pub use authz::Authz;
+pub use authz::{Authz, visible};
 pub use breaker::Breaker;
 pub use connect::Connect;
 pub use disconnect::DisconnectTool;

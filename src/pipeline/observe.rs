@@ -56,7 +56,7 @@ impl Step for Observe {
         if let Some(id) = traces::trace_id(&cx) {
             call.correlation_id = id;
         } else if call.identity.access.is_peer()
-            && let Some(id) = crate::hops::correlation(&call.meta)
+            && let Some(id) = crate::federation::hops::correlation(&call.meta)
         {
             // A peer's call is one call across gateways: one id in every audit log.
             call.correlation_id = id;
@@ -104,7 +104,7 @@ impl Step for Observe {
                 .identity
                 .access
                 .is_peer()
-                .then(|| crate::hops::caller_claim(&call.meta))
+                .then(|| crate::federation::hops::caller_claim(&call.meta))
                 .flatten(),
             guardrails: None,
         });

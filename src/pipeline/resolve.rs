@@ -175,7 +175,9 @@ pub(super) fn suggest(
 ) -> CallError {
     let catalog = pool.catalog();
     let sep = pool.separator();
-    let closest = catalog.closest_tools(name, sep, CLOSEST_NAMES, |n| pool.visible_tool(access, n));
+    let closest = catalog.closest_tools(name, sep, CLOSEST_NAMES, |n| {
+        super::visible(pool, access, n)
+    });
     let mut recover: Vec<_> = closest
         .iter()
         .filter(|n| is_read(pool, n) || mistyped(name, n, sep))
@@ -188,7 +190,7 @@ pub(super) fn suggest(
         })
         .collect();
     // With tool search on, the tool may exist outside this session's list: search for it.
-    if catalog.tool(FIND_TOOLS).is_some() && pool.visible_tool(access, FIND_TOOLS) {
+    if catalog.tool(FIND_TOOLS).is_some() && super::visible(pool, access, FIND_TOOLS) {
         let query = shown(name)
             .split(|c: char| !c.is_alphanumeric())
             .filter(|w| !w.is_empty())

@@ -155,7 +155,11 @@ async fn own_tools_are_listed_and_answered_through_the_whole_stack() {
     let catalog = core.pool.catalog();
     assert!(catalog.tool_def("fedgate.whoami").is_some(), "listed");
     let ann = caller("ann", &["fedgate.*"]);
-    assert!(core.pool.visible_tool(&ann.access, "fedgate.whoami"));
+    assert!(crate::pipeline::visible(
+        &core.pool,
+        &ann.access,
+        "fedgate.whoami"
+    ));
     let answer = core
         .stack()
         .oneshot(call(ann, "fedgate.whoami", 0))
@@ -173,7 +177,11 @@ async fn own_tools_are_listed_and_answered_through_the_whole_stack() {
 async fn an_own_tool_the_roles_do_not_grant_is_an_unknown_name() {
     let core = core("");
     let bob = caller("bob", &["demo.*"]);
-    assert!(!core.pool.visible_tool(&bob.access, "fedgate.whoami"));
+    assert!(!crate::pipeline::visible(
+        &core.pool,
+        &bob.access,
+        "fedgate.whoami"
+    ));
     let refused = core
         .stack()
         .oneshot(call(bob, "fedgate.whoami", 0))

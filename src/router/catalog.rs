@@ -243,10 +243,7 @@ impl<T> Catalog<T> {
                 let (exposed, original) = naming.expose(&spec.name, spec.prefix, alias);
                 if let Err(why) = namespace::check_tool_name(&exposed) {
                     let hint = if spec.peer {
-                        format!(
-                            "; a peer's names are `{}{separator}<its name>`: give the peer a shorter name, or `rename` the tool",
-                            spec.name
-                        )
+                        crate::federation::import::name_hint(&spec.name, separator)
                     } else {
                         String::new()
                     };
@@ -266,11 +263,7 @@ impl<T> Catalog<T> {
                 let mut t = tool.clone();
                 t.name = exposed.clone().into();
                 if spec.peer {
-                    let meta = t.meta.get_or_insert_with(Default::default);
-                    meta.0.insert(
-                        crate::hops::IMPORTED_META_KEY.into(),
-                        serde_json::Value::String(spec.name.clone()),
-                    );
+                    crate::federation::import::mark(&mut t, &spec.name);
                 }
                 if let Some(d) = spec.descriptions.get(tool.name.as_ref()) {
                     t.description = Some(d.clone().into());

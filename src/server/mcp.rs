@@ -290,7 +290,7 @@ impl ServerHandler for Gateway {
         let who = self.identity(&ctx);
         let access = who.access.clone();
         let items = visible(&catalog.tools, access.sees_all(), |x| {
-            self.core.pool.visible_tool(&access, &x.name)
+            crate::pipeline::visible(&self.core.pool, &access, &x.name)
         });
         let session = session_of(&ctx.extensions);
         let items = self.core.search.listed(&access, session.as_deref(), items);

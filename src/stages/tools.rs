@@ -86,7 +86,9 @@ impl Stages {
             .tools
             .iter()
             .map(|t| t.name.as_ref())
-            .filter(|n| m.gates(n) && m.allows(state, n) && self.pool.visible_tool(access, n))
+            .filter(|n| {
+                m.gates(n) && m.allows(state, n) && crate::pipeline::visible(&self.pool, access, n)
+            })
             .collect();
         let moves: Vec<Value> = m
             .exits(state)

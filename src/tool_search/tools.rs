@@ -74,7 +74,8 @@ impl OwnTool for FindTools {
         let view = ToolSearch::view(&views, access);
         let index = search.index();
         let (found, total) = index.search(query, limit, |t| {
-            !BUILTIN_TOOLS.contains(&t.name.as_ref()) && search.pool.visible_tool(access, &t.name)
+            !BUILTIN_TOOLS.contains(&t.name.as_ref())
+                && crate::pipeline::visible(&search.pool, access, &t.name)
         });
         let tools: Vec<Value> = found
             .into_iter()
@@ -161,7 +162,8 @@ impl OwnTool for SelectTools {
             let unknown: Vec<String> = names
                 .iter()
                 .filter(|n| {
-                    BUILTIN_TOOLS.contains(&n.as_str()) || !search.pool.visible_tool(access, n)
+                    BUILTIN_TOOLS.contains(&n.as_str())
+                        || !crate::pipeline::visible(&search.pool, access, n)
                 })
                 .map(|n| shown(n))
                 .collect();

@@ -10,10 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Catalog, Changed, Downstreams, Phase, Upstream, supervisor};
 use crate::{
-    config::Snapshot,
-    names as namespace,
-    policy::{authz::Access, pinning::Pins},
-    router::catalog::{Member, Owner},
+    config::Snapshot, names as namespace, policy::pinning::Pins, router::catalog::Member,
     telemetry::metrics::Metrics,
 };
 
@@ -85,41 +82,6 @@ impl Pool {
         for up in self.upstreams.load().iter() {
             tokio::spawn(supervisor::run(self.clone(), up.clone()));
         }
-    }
-
-    /// Whether a caller with `access` may see the exposed tool `name` (its role globs, and the
-    /// trust tier of the upstream behind it).
-    pub fn visible_tool(&self, access: &Access, name: &str) -> bool {
-        access.tool(name) && {
-            let catalog = self.catalog();
-            match catalog.tool(name).map(|r| r.owner) {
-                // The gateway's own tools have no tier: role globs alone decide — and
-                // `fedgate__approve` is there only for callers who have plans to approve.
-                // A peer gateway sees the flows exported to it, nothing else of the gateway's.
-                Some(Owner::Gateway) if access.is_peer() => {
-                    catalog
-                        .tool_def(name)
-                        .and_then(|t| t.meta.as_ref())
-                        .and_then(|m| m.0.get(crate::hops::EXPORT_META_KEY))
-                        == Some(&serde_json::Value::Bool(true))
-                }
-                Some(Owner::Gateway) => name != namespace::APPROVE_TOOL || self.approves(access),
-                Some(Owner::Member(i)) => catalog
-                    .upstream(i)
-                    .is_some_and(|u| access.tier(u.spec().tier.rank)),
-                None => false,
-            }
-        }
-    }
-
-    /// Whether `access` can use `fedgate__approve`: it reaches an upstream where some call needs
-    /// approval (a peer gateway may hold any call), or holds a role that approves some.
-    fn approves(&self, access: &Access) -> bool {
-        self.upstreams().iter().any(|u| {
-            let spec = u.spec();
-            (access.tier(spec.tier.rank) && spec.may_hold_calls())
-                || access.has_any_role(&spec.approver_roles())
-        })
     }
 
     /// The configured upstreams, in config order.

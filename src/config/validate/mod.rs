@@ -471,7 +471,10 @@ pub(super) fn validate(
                 g.shutdown_grace_ms.unwrap_or(DEFAULT_SHUTDOWN_GRACE_MS),
             ),
             id: gateway_id,
-            max_hops: g.max_hops.unwrap_or(crate::hops::DEFAULT_MAX_HOPS).max(1),
+            max_hops: g
+                .max_hops
+                .unwrap_or(crate::federation::hops::DEFAULT_MAX_HOPS)
+                .max(1),
         },
         upstreams,
     })

@@ -61,7 +61,7 @@ pub struct Run {
     pub replay: Option<Arc<Replay>>,
     /// Published whenever the scheduler waits.
     pub quiet: tokio::sync::watch::Sender<Quiet>,
-    /// Federation `_meta` its node calls carry (see `crate::hops`).
+    /// Federation `_meta` its node calls carry (see `crate::federation::hops`).
     pub hop: Map<String, Value>,
 }
 

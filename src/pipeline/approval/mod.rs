@@ -213,7 +213,7 @@ pub fn plan_caller(identity: &Identity, claim: Option<&str>) -> String {
 fn caller_of(call: &Call) -> String {
     plan_caller(
         &call.identity,
-        crate::hops::caller_claim(&call.meta).as_deref(),
+        crate::federation::hops::caller_claim(&call.meta).as_deref(),
     )
 }
 

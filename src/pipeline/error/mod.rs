@@ -73,7 +73,7 @@ pub enum CallError {
     TooDeep { depth: u8, max: u8 },
     /// A federated request that already passed this gateway, or went too far.
     #[error("{0}")]
-    Hop(crate::hops::HopRefusal),
+    Hop(crate::federation::hops::HopRefusal),
     #[error("idempotency key reused with different arguments; use a new key for a new call")]
     IdempotencyConflict,
     #[error(

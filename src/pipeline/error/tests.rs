@@ -56,7 +56,7 @@ fn clients_get_plain_messages_for_every_error_kind() {
         },
         CallError::Cancelled,
         CallError::TooDeep { depth: 9, max: 8 },
-        CallError::Hop(crate::hops::HopRefusal::Loop {
+        CallError::Hop(crate::federation::hops::HopRefusal::Loop {
             id: "a".into(),
             path: vec!["a".into()],
         }),

@@ -116,7 +116,7 @@ impl RoundTrip {
         };
         // Only calls that park or resume need it (a digest of the arguments).
         let bind = || binding(&identity.name, upstream, &op);
-        let meta = federated(
+        let meta = crate::federation::outbound::to_upstream(
             hop_meta(meta, conn.era, downstream.as_ref()),
             peer,
             &identity,
@@ -309,29 +309,6 @@ async fn ask_caller(
         answers.insert(key.clone(), value);
     }
     Ok(answers)
-}
-
-/// A peer gets the hop path, the call's correlation id and a claim naming the original caller
-/// (a peer's own claim passes on; anyone else is named by this gateway); other upstreams get
-/// none of them.
-fn federated(
-    mut meta: RequestMetaObject,
-    peer: Option<String>,
-    identity: &crate::policy::identity::Identity,
-) -> RequestMetaObject {
-    use crate::hops::{CALLER_KEY, CORRELATION_KEY, META_PREFIX};
-    let Some(correlation_id) = peer else {
-        meta.retain(|k, _| !k.starts_with(META_PREFIX));
-        return meta;
-    };
-    meta.insert(
-        CORRELATION_KEY.into(),
-        serde_json::Value::String(correlation_id),
-    );
-    if !identity.access.is_peer() || !meta.contains_key(CALLER_KEY) {
-        meta.insert(CALLER_KEY.into(), serde_json::Value::String(identity.key()));
-    }
-    meta
 }
 
 /// The downstream `_meta` minus what belongs to the downstream hop only. A stateless-era

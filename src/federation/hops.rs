@@ -1,4 +1,4 @@
-//! Federation across gateways (F13): the path of gateway ids a request has passed, and the
+//! Hop paths and caller claims: the path of gateway ids a request has passed, and the
 //! claim of who the original caller was, both in the request's `_meta`. A gateway refuses a
 //! request whose path already holds its own id (a loop) or is as long as its hop limit, and
 //! adds its id before passing a request on to a peer. The caller claim is recorded (audit,
