@@ -9,7 +9,6 @@
 pub mod approval;
 pub mod cli;
 pub mod clock;
-pub mod cluster;
 pub mod config;
 pub mod credentials;
 pub mod demo;
@@ -27,6 +26,7 @@ pub mod secret;
 pub mod server;
 pub mod server_catalog;
 pub mod stages;
+pub mod stores;
 pub mod tasks;
 pub mod telemetry;
 pub mod tool_search;

@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use super::{PendingPlan, PlanState, Plans};
 use crate::{
     clock::now_ms,
-    cluster::{
+    stores::{
         Cluster,
         redis::{Redis, StoreDown},
     },
@@ -240,4 +240,67 @@ impl SharedPlans {
 /// The shared plans of a replica whose `[cluster]` names Redis.
 pub fn of(cluster: &Cluster) -> Option<SharedPlans> {
     cluster.redis.clone().map(SharedPlans::new)
+}
+
+/// Where the copy of a plan that every decision is checked against lives: Redis
+/// ([`SharedPlans`]) or nowhere but this replica ([`ThisReplica`]). A decision runs on this
+/// replica's `Plans` between an `import` and a `write_back`.
+#[async_trait::async_trait]
+pub trait PlanStore: Send + Sync + std::fmt::Debug {
+    /// Brings plan `id` of `plans` in line with the store's copy; the base of the write-back.
+    async fn import(&self, plans: &Plans, id: &str) -> Result<Imported, StoreDown>;
+    /// Writes `plans`' state of `id` back; `false` when the copy changed since `imported`.
+    async fn write_back(
+        &self,
+        plans: &Plans,
+        id: &str,
+        imported: Imported,
+    ) -> Result<bool, StoreDown>;
+    /// The store's copy of plan `id`, as a write-back base, without importing it.
+    async fn current(&self, id: &str) -> Result<Imported, StoreDown>;
+}
+
+#[async_trait::async_trait]
+impl PlanStore for SharedPlans {
+    async fn import(&self, plans: &Plans, id: &str) -> Result<Imported, StoreDown> {
+        SharedPlans::import(self, plans, id).await
+    }
+    async fn write_back(
+        &self,
+        plans: &Plans,
+        id: &str,
+        imported: Imported,
+    ) -> Result<bool, StoreDown> {
+        SharedPlans::write_back(self, plans, id, imported).await
+    }
+    async fn current(&self, id: &str) -> Result<Imported, StoreDown> {
+        SharedPlans::current(self, id).await
+    }
+}
+
+/// No copy but this replica's own plans: every write-back stands.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ThisReplica;
+
+#[async_trait::async_trait]
+impl PlanStore for ThisReplica {
+    async fn import(&self, _: &Plans, _: &str) -> Result<Imported, StoreDown> {
+        Ok(Imported::absent())
+    }
+    async fn write_back(&self, _: &Plans, _: &str, _: Imported) -> Result<bool, StoreDown> {
+        Ok(true)
+    }
+    async fn current(&self, _: &str) -> Result<Imported, StoreDown> {
+        Ok(Imported::absent())
+    }
+}
+
+/// The plan store of `cluster`.
+pub fn store(cluster: &Cluster) -> crate::stores::Store<dyn PlanStore> {
+    cluster.store(
+        std::sync::Arc::new(ThisReplica),
+        |r| std::sync::Arc::new(SharedPlans::new(r)),
+        "approvals",
+        "approval plans",
+    )
 }

@@ -23,7 +23,7 @@ use tokio::sync::Notify;
 pub use oauth::OAuthError;
 pub use seal::{SealError, Sealer};
 
-use crate::cluster::StoreError;
+use crate::stores::StoreError;
 
 /// Why a credential could not be read, stored or asked for.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -198,7 +198,7 @@ impl UserCredentials {
     pub fn open(
         sealer: Sealer,
         path: &Path,
-        redis: Option<crate::cluster::redis::Redis>,
+        redis: Option<crate::stores::redis::Redis>,
         public_url: Option<String>,
         metrics: CredentialMetrics,
     ) -> Result<Self, CredentialError> {

@@ -3,16 +3,16 @@
 //! the sealed credential with its time; used connect states are keys set once (`SET NX`) that
 //! expire with the state.
 
-use crate::cluster::StoreError;
+use crate::stores::StoreError;
 use redis::AsyncCommands;
 
 use super::store::{Connected, CredentialStore, MAX_LISTED, Stored};
-use crate::cluster::redis::Redis;
+use crate::stores::redis::Redis;
 
 #[derive(Debug, Clone)]
 pub struct RedisCredentials(pub Redis);
 
-fn down(_: crate::cluster::redis::StoreDown) -> StoreError {
+fn down(_: crate::stores::redis::StoreDown) -> StoreError {
     StoreError::Down("credential")
 }
 

@@ -2,7 +2,7 @@
 //! states already used (a `state` opens one page submission, once). SQLite here, beside the
 //! run log; Redis with `[cluster] redis` (`redis_store`), so every replica uses them.
 
-use crate::cluster::StoreError;
+use crate::stores::StoreError;
 use std::path::Path;
 
 use parking_lot::Mutex;

@@ -13,7 +13,8 @@ use crate::{
     envelope::META_KEY as PLAN_KEY,
     names::APPROVE_TOOL,
     pipeline::{Call, CallError, Op, TypedStack, correlation_id, plan_for},
-    policy::{idempotency::META_KEY as IDEMPOTENCY_KEY, identity::Identity},
+    policy::identity::Identity,
+    stores::idempotency::META_KEY as IDEMPOTENCY_KEY,
 };
 
 /// How long a node that hit its own timeout waits for its cancelled call to wind down (the

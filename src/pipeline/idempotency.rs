@@ -2,7 +2,7 @@
 //! tool and arguments, within the TTL) gets the recorded answer without reaching the upstream;
 //! a duplicate that arrives while the first still runs waits for its answer, so concurrent
 //! duplicates run once. With `[cluster] redis` the same holds across replicas: the key is
-//! claimed in Redis too (see `cluster::idempotency`).
+//! claimed in Redis too (see `stores::idempotency`).
 
 use std::sync::Arc;
 
@@ -13,12 +13,11 @@ use super::{
     step::{CallService, Step, done},
 };
 use crate::{
-    cluster::{
-        idempotency::{self as shared, SharedClaim},
-        redis::Redis,
-    },
     pipeline::CallError,
-    policy::idempotency::{Claim, IdempotencyStore, META_KEY},
+    stores::{
+        Store,
+        idempotency::{Claim, IdempotencyStore, META_KEY, SharedClaim, SharedRecords},
+    },
     telemetry::audit::hash_arguments,
 };
 
@@ -26,8 +25,8 @@ use crate::{
 #[derive(Debug, Clone)]
 pub struct Idempotency {
     pub store: Arc<IdempotencyStore>,
-    /// Records shared by every replica, when `[cluster] redis` is set.
-    pub redis: Option<Redis>,
+    /// The records every replica shares (`[cluster] redis`), or this replica's alone.
+    pub records: Store<dyn SharedRecords>,
 }
 
 impl Step for Idempotency {
@@ -91,39 +90,25 @@ impl Step for Idempotency {
                 })
             }
             Claim::Lead(leader) => {
-                let Some(redis) = self.redis.clone() else {
-                    let fut = inner.call(call);
-                    return Box::pin(async move {
-                        let result = fut.await;
-                        // Only final answers are recorded: an input-required round is not the
-                        // call's result, and replaying it would never let the call finish.
-                        if let Ok(r) = &result
-                            && !matches!(r, rmcp::model::ServerResult::InputRequiredResult(_))
-                        {
-                            leader.finish(r.clone());
-                        }
-                        result
-                    });
-                };
-                let ttl = self.store.ttl();
+                let (records, ttl) = (self.records.clone(), self.store.ttl());
                 let mut inner = inner.clone();
                 Box::pin(async move {
-                    let shared_lead = match shared::claim(&redis, &scoped, &args, ttl).await {
-                        Ok(SharedClaim::Lead(lead)) => Some(lead),
-                        Ok(SharedClaim::Recorded(result)) => {
+                    let claimed = records
+                        .run(|r| r.claim(&scoped, &args, ttl))
+                        .await
+                        .map_err(|u| CallError::StoreUnavailable { feature: u.0 })?;
+                    let shared_lead = match claimed {
+                        SharedClaim::Lead(lead) => lead,
+                        SharedClaim::Recorded(result) => {
                             tracing::info!(identity = %call.identity.name, "idempotency key seen on another replica: recorded result returned");
                             leader.finish((*result).clone());
                             return Ok(*result);
                         }
-                        Ok(SharedClaim::Conflict) => return Err(CallError::IdempotencyConflict),
-                        Err(_) => {
-                            redis
-                                .fall_back("idempotency", "idempotency records")
-                                .map_err(|feature| CallError::StoreUnavailable { feature })?;
-                            None
-                        }
+                        SharedClaim::Conflict => return Err(CallError::IdempotencyConflict),
                     };
                     let result = inner.call(call).await;
+                    // Only final answers are recorded: an input-required round is not the
+                    // call's result, and replaying it would never let the call finish.
                     if let Ok(r) = &result
                         && !matches!(r, rmcp::model::ServerResult::InputRequiredResult(_))
                     {

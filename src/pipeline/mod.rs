@@ -96,11 +96,11 @@ use crate::{
     approval::Plans,
     envelope::Mode,
     policy::{
-        idempotency::IdempotencyStore,
         identity::Identity,
         rate_limit::RateLimits,
         trust::{Approval, CallClass},
     },
+    stores::idempotency::IdempotencyStore,
     telemetry::{audit::Audit, metrics::Metrics},
     upstream::inflight::Downstream,
     upstream::{Upstream, pool::Pool},
@@ -358,7 +358,7 @@ pub struct Parts {
     pub max_parked_calls: usize,
     pub audit: Option<Audit>,
     /// The shared stores (`[cluster]`).
-    pub cluster: crate::cluster::Cluster,
+    pub cluster: crate::stores::Cluster,
     /// The operator console's call feed.
     pub feed: Option<crate::telemetry::call_feed::CallFeed>,
     /// The gateway's own tools (their definitions are in the pool's catalog).
@@ -399,7 +399,7 @@ pub fn build(parts: Parts) -> Stacks {
         audit: parts.audit.clone(),
         seal: parts.seal.clone(),
         input_wait: parts.input_wait,
-        shared: crate::approval::shared::of(&parts.cluster),
+        store: crate::approval::shared::store(&parts.cluster),
     };
     crate::approval::record::start_sweeper(
         &approvals.plans,
@@ -426,10 +426,10 @@ pub fn build(parts: Parts) -> Stacks {
         .layer(StepLayer::new(RateLimit {
             limits: parts.limits.clone(),
             metrics: parts.metrics.clone(),
-            redis: parts.cluster.redis.clone(),
+            store: crate::stores::rate_limits::store(&parts.cluster),
         }))
         .layer(StepLayer::new(Idempotency {
-            redis: parts.cluster.redis.clone(),
+            records: crate::stores::idempotency::store(&parts.cluster),
             store: parts.idempotency.clone(),
         }))
         .service(dispatch::Dispatch::new(upstream));

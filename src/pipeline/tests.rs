@@ -15,10 +15,10 @@ use crate::{
     pipeline::Call,
     policy::{
         authz::{Role, Roles},
-        idempotency::IdempotencyStore,
         identity::{Identity, IdentityKind},
         rate_limit::RateLimits,
     },
+    stores::idempotency::IdempotencyStore,
     telemetry::metrics::Metrics,
     upstream::{NoDownstreams, pool::Pool},
 };

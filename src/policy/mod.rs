@@ -4,7 +4,6 @@
 pub mod arguments;
 pub mod authz;
 pub mod breaker;
-pub mod idempotency;
 pub mod identity;
 pub mod pinning;
 pub mod rate_limit;

@@ -96,7 +96,7 @@ fn visible(core: &Core, id: &Identity) -> Value {
     let tools: Vec<Value> = catalog
         .tools
         .iter()
-        .filter(|t| crate::pipeline::visible(&pool, &id.access, &t.name))
+        .filter(|t| crate::pipeline::visible(pool, &id.access, &t.name))
         .map(|t| {
             json!({
                 "name": t.name,

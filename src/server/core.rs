@@ -16,9 +16,10 @@ use crate::{
     envelope::Mode,
     pipeline::{self, ApproveTool, CallStack, OwnTools},
     policy::view::Views,
-    policy::{idempotency::IdempotencyStore, identity::Authenticator, rate_limit::RateLimits},
+    policy::{identity::Authenticator, rate_limit::RateLimits},
     router::cursor::Cursors,
     stages::Stages,
+    stores::idempotency::IdempotencyStore,
     tasks::TaskHandles,
     telemetry::{audit::Audit, call_feed::CallFeed, metrics::Metrics},
     tool_search::ToolSearch,
@@ -62,7 +63,7 @@ pub struct Core {
     /// Finished calls for the operator console (when `[admin]` serves it; bound at start).
     pub feed: Option<CallFeed>,
     /// The shared stores of `[cluster]` (bound at start).
-    pub cluster: crate::cluster::Cluster,
+    pub cluster: crate::stores::Cluster,
     /// The HTTP listener's sessions, counted for the gauge (initialized or not).
     sessions: std::sync::OnceLock<Arc<super::resumable::Resumable>>,
     envelope: Mode,
@@ -107,7 +108,7 @@ impl Core {
             .map_err(|e| super::error::StartError::StateKey(e.to_string()))?,
         );
         let metrics = Arc::new(Metrics::new()?);
-        let cluster = crate::cluster::Cluster::open(&snapshot.cluster, &metrics.cluster)?;
+        let cluster = crate::stores::Cluster::open(&snapshot.cluster, &metrics.cluster)?;
         let hub = Arc::new(Hub::default());
         let auth = Arc::new(ArcSwap::new(snapshot.auth.clone()));
         let plans = Arc::new(Plans::new(

@@ -3,9 +3,9 @@
 //! client.
 
 use crate::{
-    cluster::{ClusterError, StoreError},
     credentials::{CredentialError, SealError},
     flows::error::RunError,
+    stores::{ClusterError, StoreError},
     telemetry::TelemetryError,
 };
 

@@ -10,7 +10,7 @@ mod redis_store;
 pub mod store;
 mod tools;
 
-use crate::cluster::StoreError;
+use crate::stores::StoreError;
 use std::{borrow::Cow, sync::Arc};
 
 use arc_swap::ArcSwap;
@@ -21,10 +21,10 @@ use tokio::sync::broadcast;
 
 use crate::policy::workflow::{Machine, valid_workspace};
 use crate::{
-    cluster::Cluster,
     config::snapshot::{Machines, StageSettings},
     names::{STAGE_STATUS, shown},
     pipeline::StageRefusal,
+    stores::Cluster,
     telemetry::{audit::Audit, stage_metrics::StageMetrics},
     upstream::{inflight::Downstream, pool::Pool},
 };
@@ -55,7 +55,7 @@ pub struct Stages {
     metrics: StageMetrics,
     audit: parking_lot::Mutex<Option<Audit>>,
     /// Moves travel between replicas through it (`cluster_moves`).
-    redis: Option<crate::cluster::redis::Redis>,
+    redis: Option<crate::stores::redis::Redis>,
     /// This replica, in the moves it publishes.
     origin: String,
 }

@@ -3,13 +3,13 @@
 //! workspaces that moved. A move is a compare-and-set on the exact value read, so of two
 //! replicas moving one workspace at once, one wins and the other is told the stage moved.
 
-use crate::cluster::StoreError;
+use crate::stores::StoreError;
 use std::sync::LazyLock;
 
 use redis::AsyncCommands;
 
 use super::store::{Instance, Listed, MAX_LISTED, Move, StageStore};
-use crate::cluster::redis::Redis;
+use crate::stores::redis::Redis;
 
 static CAS: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(
@@ -28,7 +28,7 @@ return 0
 #[derive(Debug, Clone)]
 pub struct RedisStages(pub Redis);
 
-fn down(_: crate::cluster::redis::StoreDown) -> StoreError {
+fn down(_: crate::stores::redis::StoreDown) -> StoreError {
     StoreError::Down("stage")
 }
 

@@ -2,7 +2,7 @@
 //! move with who made it, why and on which record. SQLite here; Redis for
 //! `[cluster] redis` (`redis_store`), so every replica sees the same stage.
 
-use crate::cluster::StoreError;
+use crate::stores::StoreError;
 use std::path::Path;
 
 use parking_lot::Mutex;

@@ -29,12 +29,13 @@ use crate::{
         Decider, Decision, NewPlan, PendingPlan, PlanRefusal, Plans,
         events::{PlanEvent, RanError},
         record::{plan_record, sync_metrics},
-        shared::SharedPlans,
+        shared::PlanStore,
     },
     envelope::{META_KEY, Plan, Safety, Status},
     error::Classify,
     names::APPROVE_TOOL,
-    policy::{idempotency::META_KEY as IDEMPOTENCY_KEY, identity::Identity, trust::Approval},
+    policy::{identity::Identity, trust::Approval},
+    stores::idempotency::META_KEY as IDEMPOTENCY_KEY,
     telemetry::{audit::Audit, metrics::Metrics},
     upstream::pool::Pool,
 };
@@ -54,8 +55,9 @@ pub struct Approvals {
     pub seal: Arc<RequestStateCodec>,
     /// How long a handshake-era caller's human may take to answer an approval question.
     pub input_wait: Duration,
-    /// The plans of every replica, when `[cluster] redis` is set.
-    pub shared: Option<SharedPlans>,
+    /// The copy of plans every replica checks decisions against (`[cluster] redis`), or
+    /// this replica's alone.
+    pub store: crate::stores::Store<dyn PlanStore>,
 }
 
 /// An approved call on its way in, with what its answer needs.
@@ -80,51 +82,11 @@ impl Step for Approvals {
             }
             _ => {}
         }
-        if let Some(shared) = self.shared.clone() {
-            return self.run_shared(inner, call, shared);
-        }
+        let (this, mut inner) = (self.clone(), inner.clone());
         // A stateless-era caller's retry that answers an approval question.
         if let Some((id, approved)) = elicit::answer(&self.seal, &call) {
-            return match self.answered(call, &id, approved) {
-                Ok(run) => self.execute(inner, run),
-                Err(e) => done(Err(e)),
-            };
-        }
-        match call.target.as_ref().map(|t| &t.kind) {
-            Some(TargetKind::Gateway(_)) if is_approve(&call) => {
-                let id = plan_id_arg(&call);
-                match self.approve(call) {
-                    Ok(Next::Answer(r)) => done(Ok(ServerResult::CallToolResult(r))),
-                    Ok(Next::Run(run)) => self.execute(inner, *run),
-                    Ok(Next::Settle(f)) => Box::pin(settled(f, id)),
-                    Err(e) => done(Err(e)),
-                }
-            }
-            Some(TargetKind::Upstream(route))
-                if call.approval.is_some() && call.approved.is_none() =>
-            {
-                match self.hold(route, &call) {
-                    Ok(held) => self.after_hold(inner, call, held),
-                    Err(e) => done(Err(e)),
-                }
-            }
-            _ => inner.call(call),
-        }
-    }
-}
-
-impl Approvals {
-    /// The same decisions, on the plans every replica shares.
-    fn run_shared<S: CallService>(
-        &self,
-        inner: &mut S,
-        call: Call,
-        shared: SharedPlans,
-    ) -> CallFuture {
-        let (this, mut inner) = (self.clone(), inner.clone());
-        if let Some((id, approved)) = elicit::answer(&self.seal, &call) {
             return Box::pin(async move {
-                let run = shared::around(&shared, &this.plans, &id, || {
+                let run = shared::around(&this.store, &this.plans, &id, || {
                     this.answered(call, &id, approved)
                 })
                 .await?;
@@ -134,7 +96,7 @@ impl Approvals {
         match call.target.as_ref().map(|t| &t.kind) {
             Some(TargetKind::Gateway(_)) if is_approve(&call) => Box::pin(async move {
                 let id = plan_id_arg(&call);
-                match shared::around(&shared, &this.plans, &id, || this.approve(call)).await? {
+                match shared::around(&this.store, &this.plans, &id, || this.approve(call)).await? {
                     Next::Answer(r) => Ok(ServerResult::CallToolResult(r)),
                     Next::Run(run) => this.execute(&mut inner, *run).await,
                     Next::Settle(f) => settled(f, id).await,
@@ -148,14 +110,16 @@ impl Approvals {
                     Err(e) => return done(Err(e)),
                 };
                 Box::pin(async move {
-                    shared::publish(&shared, &this.plans, &held.id).await?;
+                    shared::publish(&this.store, &this.plans, &held.id).await?;
                     this.after_hold(&mut inner, call, held).await
                 })
             }
             _ => inner.call(call),
         }
     }
+}
 
+impl Approvals {
     /// A held call: the caller gets the plan, or its human is asked.
     fn after_hold<S: CallService>(&self, inner: &mut S, call: Call, held: Held) -> CallFuture {
         let caps = call
@@ -185,15 +149,10 @@ impl Approvals {
                     plan: Box::new(held),
                 });
             };
-            let run = match &this.shared {
-                Some(sh) => {
-                    shared::around(sh, &this.plans, &held.id, || {
-                        this.answered(call, &held.id, approved)
-                    })
-                    .await?
-                }
-                None => this.answered(call, &held.id, approved)?,
-            };
+            let run = shared::around(&this.store, &this.plans, &held.id, || {
+                this.answered(call, &held.id, approved)
+            })
+            .await?;
             this.execute(&mut inner, run).await
         })
     }
@@ -467,9 +426,7 @@ impl Approvals {
             match &result {
                 Err(e) if !run.continuing && not_started(e) => {
                     this.plans.restore(&run.plan.id);
-                    if let Some(sh) = &this.shared {
-                        shared::restored(sh, &this.plans, &run.plan.id).await;
-                    }
+                    shared::restored(&this.store, &this.plans, &run.plan.id).await;
                 }
                 _ if !run.continuing => {
                     // The executed call's own record: its outcome and latency.

@@ -9,7 +9,8 @@ use rmcp::model::CallToolRequestParams;
 use super::super::{Call, CallError, Exposed, Op, Target, TargetKind, authz, trust};
 use crate::{
     approval::PendingPlan,
-    policy::{idempotency::META_KEY as IDEMPOTENCY_KEY, pinning::fingerprint},
+    policy::pinning::fingerprint,
+    stores::idempotency::META_KEY as IDEMPOTENCY_KEY,
     upstream::{Upstream, pool::Pool},
 };
 

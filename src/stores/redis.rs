@@ -158,73 +158,11 @@ impl Redis {
         .await
     }
 
-    /// Redis did not answer for `feature` (its metric label; `name` is how refusals name
-    /// it): the one place the fail mode decides and the fallback is counted. `Ok` when this
-    /// replica decides alone (`fail = "local"`), `Err(name)` when it refuses (`"closed"`).
-    pub fn fall_back(&self, feature: &'static str, name: &'static str) -> Result<(), &'static str> {
-        let mode = match self.fail {
-            FailMode::Local => "local",
-            FailMode::Closed => "closed",
-        };
+    /// Counts one fallback of `feature` in `mode` (the decision is `stores::fallback`'s).
+    pub(super) fn count_fallback(&self, feature: &'static str, mode: &'static str) {
         self.metrics
             .fallbacks
             .with_label_values(&[feature, mode])
             .inc();
-        match self.fail {
-            FailMode::Local => Ok(()),
-            FailMode::Closed => Err(name),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A client that never connects (nothing listens on port 1; `open` is lazy).
-    fn redis(fail: FailMode) -> (Redis, ClusterMetrics) {
-        let metrics = crate::telemetry::metrics::Metrics::new()
-            .expect("metrics")
-            .cluster;
-        let settings = ClusterSettings {
-            fail,
-            ..Default::default()
-        };
-        let r = Redis::open("redis://127.0.0.1:1/", &settings, metrics.clone()).expect("lazy");
-        (r, metrics)
-    }
-
-    #[tokio::test]
-    async fn the_fail_mode_decides_once_and_every_fallback_is_counted() {
-        let (local, metrics) = redis(FailMode::Local);
-        assert_eq!(local.fall_back("rate_limits", "rate limits"), Ok(()));
-        assert_eq!(local.fall_back("rate_limits", "rate limits"), Ok(()));
-        let counted = |m: &ClusterMetrics, feature: &str, mode: &str| {
-            m.fallbacks.with_label_values(&[feature, mode]).get()
-        };
-        assert_eq!(counted(&metrics, "rate_limits", "local"), 2);
-
-        let (closed, metrics) = redis(FailMode::Closed);
-        assert_eq!(
-            closed.fall_back("approvals", "approval plans"),
-            Err("approval plans")
-        );
-        assert_eq!(counted(&metrics, "approvals", "closed"), 1);
-        assert_eq!(counted(&metrics, "approvals", "local"), 0);
-    }
-
-    #[tokio::test]
-    async fn an_unreachable_store_is_store_down_within_the_deadline() {
-        let (r, metrics) = redis(FailMode::Local);
-        let got: Result<Option<String>, StoreDown> = r
-            .run("get", |mut c| async move {
-                redis::AsyncCommands::get(&mut c, "k").await
-            })
-            .await;
-        assert_eq!(got, Err(StoreDown));
-        assert_eq!(
-            metrics.op_errors.with_label_values(&["redis", "get"]).get(),
-            1
-        );
     }
 }

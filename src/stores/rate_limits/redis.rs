@@ -11,8 +11,11 @@ use std::{sync::LazyLock, time::Duration};
 
 use redis::Script;
 
-use super::redis::{Redis, StoreDown};
-use crate::policy::rate_limit::{Limited, RuleSpec};
+use super::{Key, RateLimitStore};
+use crate::{
+    policy::rate_limit::{Limited, RateLimits, RuleSpec},
+    stores::redis::{Redis, StoreDown},
+};
 
 static GCRA: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -39,18 +42,34 @@ return {0, 0}
     )
 });
 
+/// The limiter of every replica, in Redis.
+#[derive(Debug, Clone)]
+pub struct InRedis(pub Redis);
+
+#[async_trait::async_trait]
+impl RateLimitStore for InRedis {
+    async fn take(
+        &self,
+        limits: &RateLimits,
+        key: Key<'_>,
+    ) -> Result<Result<(), Limited>, StoreDown> {
+        let applied: Vec<Applied<'_>> = limits
+            .applicable(key.identity, key.owner, key.item)
+            .map(|(rule, key)| Applied { rule, key })
+            .collect();
+        check(&self.0, &applied).await
+    }
+}
+
 /// One rule's key and timing for this call.
-pub struct Applied<'a> {
+struct Applied<'a> {
     pub rule: &'a RuleSpec,
     pub key: String,
 }
 
 /// Takes a cell from every rule in `applied`, in Redis: `Ok(Err(limited))` names the first
 /// rule without one.
-pub async fn check(
-    redis: &Redis,
-    applied: &[Applied<'_>],
-) -> Result<Result<(), Limited>, StoreDown> {
+async fn check(redis: &Redis, applied: &[Applied<'_>]) -> Result<Result<(), Limited>, StoreDown> {
     if applied.is_empty() {
         return Ok(Ok(()));
     }

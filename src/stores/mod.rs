@@ -4,9 +4,12 @@
 //! for flow runs (`flows::pg_log`, as the flows own their run log). Without `[cluster]` none of this exists and every store is the
 //! embedded, per-process one.
 
+pub mod fallback;
 pub mod idempotency;
-pub mod rate_limit;
+pub mod rate_limits;
 pub mod redis;
+
+pub use fallback::{Fallback, Store, Unavailable};
 
 use crate::{config::cluster::ClusterSettings, telemetry::cluster_metrics::ClusterMetrics};
 
@@ -49,5 +52,27 @@ impl Cluster {
             None => None,
         };
         Ok(Self { redis })
+    }
+
+    /// A store of this replica: `local` alone, or — with `[cluster] redis` — the shared
+    /// implementation `shared` makes, with `local` as its fallback (`feature` labels its
+    /// fallbacks, `name` is how a refusal names it).
+    pub fn store<S: ?Sized>(
+        &self,
+        local: std::sync::Arc<S>,
+        shared: impl FnOnce(redis::Redis) -> std::sync::Arc<S>,
+        feature: &'static str,
+        name: &'static str,
+    ) -> Store<S> {
+        match &self.redis {
+            None => Store::local(local),
+            Some(r) => Store::shared(Fallback::new(
+                shared(r.clone()),
+                local,
+                r.clone(),
+                feature,
+                name,
+            )),
+        }
     }
 }

@@ -12,7 +12,8 @@ use rmcp::model::{CallToolResult, ServerResult};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::redis::{Redis, StoreDown};
+use super::{SharedClaim, SharedRecords};
+use crate::stores::redis::{Redis, StoreDown};
 
 /// Largest result recorded in Redis (its JSON).
 pub const MAX_RESULT_BYTES: usize = 1 << 20;
@@ -37,13 +38,20 @@ enum Mark {
     },
 }
 
-/// What a call with a key does, decided across replicas.
-#[derive(Debug)]
-pub enum SharedClaim {
-    /// Run it, then [`SharedLead::finish`].
-    Lead(SharedLead),
-    Recorded(Box<ServerResult>),
-    Conflict,
+/// Idempotency records every replica shares, in Redis.
+#[derive(Debug, Clone)]
+pub struct InRedis(pub Redis);
+
+#[async_trait::async_trait]
+impl SharedRecords for InRedis {
+    async fn claim(
+        &self,
+        scoped: &str,
+        args: &str,
+        ttl: Duration,
+    ) -> Result<SharedClaim, StoreDown> {
+        claim(&self.0, scoped, args, ttl).await
+    }
 }
 
 /// This call leads its key across replicas; dropped without `finish`, it removes its mark so a
@@ -66,7 +74,7 @@ fn key_of(redis: &Redis, scoped: &str) -> String {
 
 /// Claims `scoped` for a call with arguments digest `args`; a recorded result lives `ttl`.
 /// Waits while another replica runs the same call.
-pub async fn claim(
+async fn claim(
     redis: &Redis,
     scoped: &str,
     args: &str,
@@ -97,14 +105,14 @@ pub async fn claim(
             .await?;
         if set.is_some() {
             let renew = renew(redis.clone(), key.clone(), mark.clone());
-            return Ok(SharedClaim::Lead(SharedLead {
+            return Ok(SharedClaim::Lead(Some(SharedLead {
                 redis: redis.clone(),
                 key,
                 args: args.to_owned(),
                 mark: Some(mark),
                 ttl,
                 _renew: tokio_util::task::AbortOnDropHandle::new(tokio::spawn(renew)),
-            }));
+            })));
         }
         let k = key.clone();
         let held: Option<String> = redis
