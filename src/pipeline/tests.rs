@@ -47,7 +47,32 @@ impl OwnTool for Whoami {
     }
 }
 
-/// A gateway without upstreams whose own tool is `fedgate.whoami`.
+/// Answers with the hop path the call carries (`a>b`); exported, so peers see it.
+#[derive(Debug)]
+struct HopPath;
+
+impl OwnTool for HopPath {
+    fn definition(&self) -> Tool {
+        let mut tool = Tool::new(
+            "fedgate.path",
+            "Tells the path of gateways the call passed.",
+            Arc::new(serde_json::Map::new()),
+        );
+        crate::federation::export::mark(&mut tool);
+        tool
+    }
+
+    fn call(&self, call: Call) -> CallFuture {
+        let text = crate::federation::hops::path(&call.meta).join(">");
+        Box::pin(async move {
+            Ok(ServerResult::CallToolResult(CallToolResult::success(vec![
+                ContentBlock::text(text),
+            ])))
+        })
+    }
+}
+
+/// A gateway without upstreams whose own tools are `fedgate.whoami` and `fedgate.path`.
 struct Gateway {
     pool: Arc<Pool>,
     metrics: Arc<Metrics>,
@@ -62,7 +87,7 @@ impl Gateway {
 
 fn core(extra: &str) -> Gateway {
     let snapshot = load_str("t.toml", extra).expect("valid config");
-    let own = OwnTools::new(vec![Arc::new(Whoami)]);
+    let own = OwnTools::new(vec![Arc::new(Whoami), Arc::new(HopPath)]);
     let metrics = Arc::new(Metrics::new().expect("metrics"));
     let pool = Pool::new(
         &snapshot,
@@ -239,5 +264,92 @@ async fn calls_nested_too_deep_are_refused_first() {
     assert_eq!(
         deep["errors"][0]["code"], "too_deep",
         "past the limit: {deep}"
+    );
+}
+
+/// A call from `who` (a peer gateway when `peer`) that arrives with the hop path `path`.
+fn arriving(who: Identity, peer: bool, tool: &str, path: &[&str]) -> Call {
+    let who = if peer {
+        Identity {
+            access: Arc::new((*who.access).clone().as_peer()),
+            ..who
+        }
+    } else {
+        who
+    };
+    let mut c = call(who, tool, 0);
+    c.meta.insert(
+        crate::federation::hops::PATH_KEY.into(),
+        serde_json::json!(path),
+    );
+    c
+}
+
+const GATEWAY_B: &str = "[gateway]\nid = \"gw-b\"\nmax_hops = 3\n";
+
+#[tokio::test]
+async fn a_peers_path_grows_by_this_gateway_and_a_clients_path_claims_nothing() {
+    let core = core(GATEWAY_B);
+    let peer = || caller("gw-a", &["fedgate.*"]);
+    let passed = core
+        .stack()
+        .oneshot(arriving(peer(), true, "fedgate.path", &["gw-a"]))
+        .await
+        .expect("a peer's call passes");
+    assert_eq!(text(passed), "gw-a>gw-b");
+    // A client's own path is dropped: it cannot get its calls refused as loops, nor stretch
+    // what this gateway passes on.
+    let client = core
+        .stack()
+        .oneshot(arriving(peer(), false, "fedgate.path", &["gw-b", "x", "y"]))
+        .await
+        .expect("a client's call passes");
+    assert_eq!(text(client), "gw-b");
+}
+
+#[tokio::test]
+async fn loops_and_long_paths_are_refused_before_any_policy() {
+    let core = core(GATEWAY_B);
+    let peer = || caller("gw-a", &["fedgate.*"]);
+    // `fedgate.whoami` is not exported: authz would call it unknown, so the hop guard ran first.
+    let looped = plan(
+        core.stack()
+            .oneshot(arriving(
+                peer(),
+                true,
+                "fedgate.whoami",
+                &["gw-a", "gw-b", "gw-c"],
+            ))
+            .await,
+    );
+    assert_eq!(looped["errors"][0]["code"], "hop_loop", "{looped}");
+    let far = plan(
+        core.stack()
+            .oneshot(arriving(
+                peer(),
+                true,
+                "fedgate.path",
+                &["gw-a", "gw-c", "gw-d"],
+            ))
+            .await,
+    );
+    assert_eq!(far["errors"][0]["code"], "hop_limit", "{far}");
+    // One gateway fewer is within the limit.
+    let near = core
+        .stack()
+        .oneshot(arriving(peer(), true, "fedgate.path", &["gw-a", "gw-c"]))
+        .await
+        .expect("within the limit");
+    assert_eq!(text(near), "gw-a>gw-c>gw-b");
+    // Without a loop the same call meets authz: not exported, so unknown to a peer.
+    let unexported = core
+        .stack()
+        .oneshot(arriving(peer(), true, "fedgate.whoami", &["gw-a"]))
+        .await
+        .expect_err("refused by authz");
+    assert!(
+        unexported.message.contains("unknown tool `fedgate.whoami`"),
+        "{}",
+        unexported.message
     );
 }
