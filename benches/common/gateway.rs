@@ -9,6 +9,8 @@ use std::{
 };
 
 pub const FEDGATE: &str = env!("CARGO_BIN_EXE_fedgate");
+/// The demo with its test modes (`--filler-tools`, `--start-delay-ms`).
+pub const TESTKIT: &str = env!("CARGO_BIN_EXE_fedgate-testkit");
 
 pub fn env_num(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -67,7 +69,7 @@ pub fn demo_upstreams(n: usize, prefix: &str, args: impl Fn(usize) -> String) ->
     (0..n)
         .map(|i| {
             format!(
-                "[upstreams.{prefix}{i}]\nkind = \"stdio\"\ncommand = {FEDGATE:?}\nargs = [\"demo-upstream\", \"--faults\", \"--name\", \"{prefix}{i}\"{}]\nera = \"legacy\"\n\n",
+                "[upstreams.{prefix}{i}]\nkind = \"stdio\"\ncommand = {TESTKIT:?}\nargs = [\"demo-upstream\", \"--faults\", \"--name\", \"{prefix}{i}\"{}]\nera = \"legacy\"\n\n",
                 args(i)
             )
         })

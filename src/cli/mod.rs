@@ -112,9 +112,6 @@ enum Command {
     /// Run the built-in demo MCP server (the shipped config's upstream).
     #[command(hide = true)]
     DemoUpstream(crate::demo::DemoArgs),
-    /// Run the demo guardrail service (answers the guardrail hook protocol; for tests).
-    #[command(hide = true)]
-    DemoGuardrail(crate::demo::guardrail::GuardrailArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -129,10 +126,7 @@ pub fn run() -> ExitCode {
     let cli = Cli::parse();
     init_logging(
         &cli.log_format,
-        matches!(
-            cli.command,
-            Command::DemoUpstream(_) | Command::DemoGuardrail(_)
-        ),
+        matches!(cli.command, Command::DemoUpstream(_)),
     );
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(
@@ -171,8 +165,7 @@ pub fn run() -> ExitCode {
             Command::Disconnect(args) => connect::disconnect(args),
             Command::Flows { config, command } => flows::run(&config, command).await,
             Command::Plans { config, command } => plans::run(&config, command).await,
-            Command::DemoUpstream(args) => crate::demo::run(args).await.map_err(CliError::from),
-            Command::DemoGuardrail(args) => crate::demo::guardrail::run(args)
+            Command::DemoUpstream(args) => crate::demo::run(args, Default::default())
                 .await
                 .map_err(CliError::from),
         }

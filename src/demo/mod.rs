@@ -48,6 +48,7 @@ use std::{
 use parking_lot::Mutex;
 use rmcp::{RoleServer, ServiceExt, service::Peer};
 
+/// The demo as the product ships it: the shipped config's and the examples' upstream.
 #[derive(Debug, Clone, clap::Args)]
 pub struct DemoArgs {
     /// Serve Streamable HTTP on this address instead of stdio.
@@ -62,6 +63,29 @@ pub struct DemoArgs {
     /// URI scheme of its resources (default: the name).
     #[arg(long)]
     scheme: Option<String>,
+    /// Also serve the fault-injection and protocol-probe tools the tests use (`crash`, `freeze`,
+    /// `huge`, `pid`, `stray`, …); without it the server offers only its product tools.
+    #[arg(long)]
+    faults: bool,
+    /// Serve a poisoned tool (`fetch_page`: hidden tag characters and an exfiltration
+    /// instruction in its description), and make `evolve` poison `echo`'s description.
+    #[arg(long)]
+    poisoned: bool,
+    /// Serve the research-decision tools (`collect`, `verify`, `compare`, `decide`;
+    /// examples/stages) instead of the demo's own.
+    #[arg(long)]
+    research: bool,
+    /// HTTP only: act as the person whose personal token comes with a call (`person=token`
+    /// lines, read per request); serves `whoami` instead of the demo's own tools.
+    #[arg(long)]
+    user_tokens: Option<std::path::PathBuf>,
+}
+
+/// What only the tests ask of the demo (slow or failing starts, crashes, changed or broken
+/// definitions, a bearer gate, an OAuth resource server, a filler catalogue): flags of
+/// `fedgate-testkit demo-upstream`, never of `fedgate`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct TestModes {
     /// Wait this long before serving (a slow upstream).
     #[arg(long, default_value_t = 0)]
     start_delay_ms: u64,
@@ -90,22 +114,6 @@ pub struct DemoArgs {
     /// catalogue for scale measurements.
     #[arg(long, default_value_t = 0)]
     filler_tools: usize,
-    /// Also serve the fault-injection and protocol-probe tools the tests use (`crash`, `freeze`,
-    /// `huge`, `pid`, `stray`, …); without it the server offers only its product tools.
-    #[arg(long)]
-    faults: bool,
-    /// Serve a poisoned tool (`fetch_page`: hidden tag characters and an exfiltration
-    /// instruction in its description), and make `evolve` poison `echo`'s description.
-    #[arg(long)]
-    poisoned: bool,
-    /// Serve the research-decision tools (`collect`, `verify`, `compare`, `decide`;
-    /// examples/stages) instead of the demo's own.
-    #[arg(long)]
-    research: bool,
-    /// HTTP only: act as the person whose personal token comes with a call (`person=token`
-    /// lines, read per request); serves `whoami` instead of the demo's own tools.
-    #[arg(long)]
-    user_tokens: Option<std::path::PathBuf>,
     /// HTTP only: act as the person whose OAuth access token (of this issuer, checked at its
     /// userinfo endpoint) comes with a call; publishes RFC 9728 metadata naming the issuer.
     #[arg(long, conflicts_with = "user_tokens")]
@@ -147,15 +155,16 @@ struct Demo {
     state: Arc<State>,
 }
 
-pub async fn run(args: DemoArgs) -> Result<ExitCode, DemoError> {
-    if args.start_delay_ms > 0 {
-        tokio::time::sleep(Duration::from_millis(args.start_delay_ms)).await;
+/// Serves the demo; `modes` is [`TestModes::default`] for the product.
+pub async fn run(args: DemoArgs, modes: TestModes) -> Result<ExitCode, DemoError> {
+    if modes.start_delay_ms > 0 {
+        tokio::time::sleep(Duration::from_millis(modes.start_delay_ms)).await;
     }
-    if args.fail_start {
+    if modes.fail_start {
         eprintln!("demo upstream: failing to start as asked (--fail-start)");
         return Ok(ExitCode::from(2));
     }
-    if let Some(path) = args.fail_start_while.as_ref().filter(|p| p.exists()) {
+    if let Some(path) = modes.fail_start_while.as_ref().filter(|p| p.exists()) {
         eprintln!(
             "demo upstream: failing to start while {} exists",
             path.display()
@@ -166,25 +175,25 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, DemoError> {
         name: args.name.clone(),
         scheme: args.scheme.clone().unwrap_or_else(|| args.name.clone()),
         state: Arc::new(State {
-            crash_after: args.crash_after,
-            broken_schema: args.broken_schema,
-            roots_at_start: args.roots_at_start,
-            filler_tools: args.filler_tools,
+            crash_after: modes.crash_after,
+            broken_schema: modes.broken_schema,
+            roots_at_start: modes.roots_at_start,
+            filler_tools: modes.filler_tools,
             faults: args.faults,
             poisoned: args.poisoned,
             research: args.research,
-            people: args.user_tokens.is_some() || args.oauth_issuer.is_some(),
-            evolved: AtomicBool::new(args.evolved),
+            people: args.user_tokens.is_some() || modes.oauth_issuer.is_some(),
+            evolved: AtomicBool::new(modes.evolved),
             ..Default::default()
         }),
     };
     if let Some(addr) = args.http {
-        let (gate, issuer) = match (&args.user_tokens, &args.oauth_issuer) {
+        let (gate, issuer) = match (&args.user_tokens, &modes.oauth_issuer) {
             (Some(file), _) => (Some(per_user::token_gate(file.clone())), None),
             (None, Some(issuer)) => (Some(per_user::oauth_gate(issuer).await?), Some(issuer)),
             (None, None) => (None, None),
         };
-        let bearer_file = args.require_bearer_file.clone();
+        let bearer_file = modes.require_bearer_file.clone();
         return serve_http(addr, demo, bearer_file, gate, issuer.cloned()).await;
     }
     if let Some(addr) = args.sse {

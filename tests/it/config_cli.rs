@@ -708,7 +708,7 @@ async fn import_turns_client_variables_into_references_or_refuses_them() {
     let dir = tempfile::tempdir().unwrap();
     let accepted = dir.path().join("accepted-token");
     std::fs::write(&accepted, "tok-from-the-input").unwrap();
-    let api = UrlProcess::start(&[
+    let api = UrlProcess::testkit(&[
         "demo-upstream",
         "--faults",
         "--name",

@@ -890,7 +890,7 @@ async fn a_flow_on_a_parked_on_bs_plan_goes_on_once_as_caller_approves_it() {
 /// told the peer as the upstream; a hook that cannot answer refuses the peer's tool too.
 #[tokio::test(flavor = "multi_thread")]
 async fn calls_to_a_peer_go_through_as_guardrail_hooks() {
-    let guardrail = UrlProcess::start(&["demo-guardrail"]);
+    let guardrail = UrlProcess::testkit(&["demo-guardrail"]);
     let f = start_with(
         "[[auth.client_certs]]\nsubject = \"gateway-b\"\nroles = []\npeer = true\n",
         &format!(

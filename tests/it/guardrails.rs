@@ -495,8 +495,8 @@ async fn last_payload(server: &UrlProcess) -> Value {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn hooks_pass_mutate_or_deny_in_order_and_fail_closed_or_open() {
-    let first = UrlProcess::start(&["demo-guardrail"]);
-    let second = UrlProcess::start(&["demo-guardrail"]);
+    let first = UrlProcess::testkit(&["demo-guardrail"]);
+    let second = UrlProcess::testkit(&["demo-guardrail"]);
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("flows")).unwrap();
     std::fs::write(dir.path().join("flows/hooked.toml"), HOOKED_FLOW).unwrap();

@@ -162,7 +162,7 @@ fn start() -> Setup {
         format!("{base}/connect/jira/callback"),
         format!("{base}/connect/docs/callback"),
     ]);
-    let gh = UrlProcess::start(&[
+    let gh = UrlProcess::testkit(&[
         "demo-upstream",
         "--name",
         "gh",

@@ -104,7 +104,7 @@ async fn oauth_tokens_are_injected_cached_and_refreshed_on_401() {
     let dir = tempfile::tempdir().unwrap();
     let accepted = dir.path().join("accepted-token");
     std::fs::write(&accepted, "tok-1").unwrap();
-    let api = UrlProcess::start(&[
+    let api = UrlProcess::testkit(&[
         "demo-upstream",
         "--faults",
         "--name",
@@ -317,7 +317,7 @@ async fn response_limits_hold_with_an_injected_credential() {
          [timeouts]\nread_ms = 30000\nwrite_ms = 30000\nlong_ms = 30000\n",
     )
     .unwrap();
-    let api = UrlProcess::start(&[
+    let api = UrlProcess::testkit(&[
         "demo-upstream",
         "--faults",
         "--name",

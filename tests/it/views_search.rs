@@ -20,7 +20,7 @@ fn filler_word(i: usize) -> String {
 /// `u00/tool_000` pinned; view `small` (every tool of `u01`, listed in full, one description
 /// replaced).
 fn big_catalog(extra: &str) -> (Gateway, UrlProcess) {
-    let demo = UrlProcess::start(&[
+    let demo = UrlProcess::testkit(&[
         "demo-upstream",
         "--filler-tools",
         "100",

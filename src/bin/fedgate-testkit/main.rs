@@ -1,7 +1,9 @@
-//! `fedgate-testkit`: MCP servers the tests run and the product does not ship. Today the
-//! conformance fixture (`conformance-fixture --http ADDR`): the tools, prompts and resources
-//! the official conformance suite calls, in both protocol eras. It is a binary of its own so
-//! that `fedgate` carries none of it.
+//! `fedgate-testkit`: servers the tests run and the product does not ship: the conformance
+//! fixture (`conformance-fixture --http ADDR`: the tools, prompts and resources the official
+//! conformance suite calls, in both protocol eras), the demo upstream with its test modes
+//! (`demo-upstream`: the product's flags plus slow or failing starts, crashes, changed
+//! definitions, bearer and OAuth gates, filler catalogues) and the guardrail hook service
+//! (`demo-guardrail`). It is a binary of its own so that `fedgate` offers none of it.
 
 mod fixture;
 
@@ -23,6 +25,18 @@ struct Cli {
 enum Command {
     /// Run the conformance fixture MCP server (the suite's expected tools, prompts and resources).
     ConformanceFixture(fixture::FixtureArgs),
+    /// Run the demo MCP server, with the test modes.
+    DemoUpstream(Box<DemoUpstream>),
+    /// Run the demo guardrail service (answers the guardrail hook protocol).
+    DemoGuardrail(fedgate::demo::guardrail::GuardrailArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct DemoUpstream {
+    #[command(flatten)]
+    demo: fedgate::demo::DemoArgs,
+    #[command(flatten)]
+    modes: fedgate::demo::TestModes,
 }
 
 fn main() -> ExitCode {
@@ -47,7 +61,13 @@ fn main() -> ExitCode {
     };
     let result = rt.block_on(async {
         match cli.command {
-            Command::ConformanceFixture(args) => fixture::run(args).await,
+            Command::ConformanceFixture(args) => fixture::run(args).await.map_err(|e| e.to_string()),
+            Command::DemoUpstream(a) => fedgate::demo::run(a.demo.clone(), a.modes.clone())
+                .await
+                .map_err(|e| e.to_string()),
+            Command::DemoGuardrail(args) => fedgate::demo::guardrail::run(args)
+                .await
+                .map_err(|e| e.to_string()),
         }
     });
     match result {

@@ -47,7 +47,8 @@ pub fn free_port() -> u16 {
         .expect("free port")
 }
 
-/// TOML for a stdio demo upstream, its test tools (`--faults`) included.
+/// TOML for a stdio demo upstream, its test tools (`--faults`) included; served by
+/// `fedgate-testkit`, so `extra_args` may hold its test modes (`--crash-after`, …).
 pub fn stdio_upstream(name: &str, extra_args: &[&str], extra_toml: &str) -> String {
     let mut args = vec![
         "demo-upstream".to_owned(),
@@ -58,7 +59,7 @@ pub fn stdio_upstream(name: &str, extra_args: &[&str], extra_toml: &str) -> Stri
     args.extend(extra_args.iter().map(|s| s.to_string()));
     format!(
         "[upstreams.{name}]\nkind = \"stdio\"\ncommand = {cmd:?}\nargs = {args:?}\n{extra_toml}\n",
-        cmd = FEDGATE
+        cmd = TESTKIT
     )
 }
 
@@ -72,6 +73,11 @@ pub struct UrlProcess {
 impl UrlProcess {
     pub fn start(args: &[&str]) -> UrlProcess {
         Self::start_program(FEDGATE, args)
+    }
+
+    /// A `fedgate-testkit` subcommand (the demo with its test modes, the guardrail service).
+    pub fn testkit(args: &[&str]) -> UrlProcess {
+        Self::start_program(TESTKIT, args)
     }
 
     /// The conformance fixture of `fedgate-testkit`.
