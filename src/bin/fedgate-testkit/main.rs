@@ -61,7 +61,9 @@ fn main() -> ExitCode {
     };
     let result = rt.block_on(async {
         match cli.command {
-            Command::ConformanceFixture(args) => fixture::run(args).await.map_err(|e| e.to_string()),
+            Command::ConformanceFixture(args) => {
+                fixture::run(args).await.map_err(|e| e.to_string())
+            }
             Command::DemoUpstream(a) => fedgate::demo::run(a.demo.clone(), a.modes.clone())
                 .await
                 .map_err(|e| e.to_string()),

@@ -17,6 +17,8 @@ use tokio_util::sync::CancellationToken;
 mod ending;
 mod helpers;
 mod spawn;
+#[cfg(test)]
+mod tests;
 
 use ending::missing_message;
 pub use helpers::status_label;
