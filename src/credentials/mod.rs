@@ -1,6 +1,6 @@
 //! Per-user upstream credentials (`[credentials.NAME] per_user`): each person's own token for
 //! an upstream, collected on a page fedgate serves (`/connect/<upstream>?state=…`), sealed at
-//! rest (`seal`), kept in SQLite or Redis (`store`, `redis_store`) so every replica uses it,
+//! rest (`seal`), kept in SQLite or Redis (`stores::credentials`) so every replica uses it,
 //! and sent only on that person's requests to that upstream.
 //!
 //! A `state` is sealed too: it names the person, the upstream, an expiry and a nonce, so any
@@ -9,10 +9,8 @@
 //! sealed state that also holds the PKCE verifier; the callback claims the nonce.
 
 pub mod oauth;
-pub mod redis_store;
 pub mod seal;
 mod sign_in;
-pub mod store;
 
 use std::{path::Path, sync::Arc, time::Duration};
 
@@ -33,7 +31,7 @@ pub enum CredentialError {
     #[error(transparent)]
     Seal(#[from] SealError),
 }
-pub use store::{Connected, CredentialStore};
+pub use crate::stores::credentials::{self as store, Connected, CredentialStore};
 
 use crate::{
     policy::token::PerUserOAuth, secret::Secret, telemetry::credential_metrics::CredentialMetrics,
@@ -203,7 +201,7 @@ impl UserCredentials {
         metrics: CredentialMetrics,
     ) -> Result<Self, CredentialError> {
         let store: Arc<dyn CredentialStore> = match redis {
-            Some(r) => Arc::new(redis_store::RedisCredentials(r)),
+            Some(r) => Arc::new(store::redis::RedisCredentials(r)),
             None => Arc::new(store::SqliteCredentials::open(path)?),
         };
         Ok(Self::new(sealer, store, public_url, metrics))

@@ -6,8 +6,7 @@
 
 mod cluster_moves;
 mod gate;
-mod redis_store;
-pub mod store;
+pub use crate::stores::stages as store;
 mod tools;
 
 use crate::stores::StoreError;
@@ -73,7 +72,7 @@ impl Stages {
             return Ok(None);
         }
         let store: Arc<dyn StageStore> = match &cluster.redis {
-            Some(r) => Arc::new(redis_store::RedisStages(r.clone())),
+            Some(r) => Arc::new(store::redis::RedisStages(r.clone())),
             None => Arc::new(store::SqliteStages::open(&settings.db)?),
         };
         Ok(Some(Arc::new(Self {

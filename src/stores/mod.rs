@@ -1,13 +1,28 @@
-//! Shared state across replicas (F16), on existing distributed engines: Redis for rate limits,
-//! idempotency records (here), approval plans (`approval::shared`), workspaces' stages
-//! (`stages::redis_store`) and per-user credentials (`credentials::redis_store`); PostgreSQL
-//! for flow runs (`flows::pg_log`, as the flows own their run log). Without `[cluster]` none of this exists and every store is the
-//! embedded, per-process one.
+//! The stores (F16), one trait per store with this replica's implementation and a shared
+//! one on an existing distributed engine:
+//!
+//! | store | trait | this replica | every replica |
+//! |---|---|---|---|
+//! | rate limits | `rate_limits::RateLimitStore` | `PerReplica` (governor) | `rate_limits::redis::InRedis` |
+//! | idempotency records | `idempotency::SharedRecords` | `ThisReplica` (memory, `idempotency::local`) | `idempotency::redis::InRedis` |
+//! | approval plans | `approval::shared::PlanStore` | `ThisReplica` (`approval::Plans`) | `SharedPlans` (Redis) |
+//! | per-user credentials | `credentials::CredentialStore` | SQLite | `credentials::redis` |
+//! | workspaces' stages | `stages::StageStore` | SQLite | `stages::redis` |
+//! | flow runs | `flows::log::RunLog` | SQLite | PostgreSQL (`flows::log::PgLog`) |
+//!
+//! The first three are held as a [`Store`]: the shared implementation behind a [`Fallback`],
+//! the one place `[cluster] fail` decides (this replica's store, or a refusal) and counts.
+//! Credentials, stages and flow runs have no per-replica fallback: a replica that wrote them
+//! alone would disagree with the others, so an outage refuses, whatever `fail` says. The plan
+//! and run-log traits live beside their types (`approval`, `flows`), which this module cannot
+//! depend on. Without `[cluster]` every store is the embedded, per-process one.
 
+pub mod credentials;
 pub mod fallback;
 pub mod idempotency;
 pub mod rate_limits;
 pub mod redis;
+pub mod stages;
 
 pub use fallback::{Fallback, Store, Unavailable};
 

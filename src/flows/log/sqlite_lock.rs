@@ -4,7 +4,7 @@
 //! serving gateway's config, a second `serve` — reads it but drives nothing: it resumes no run
 //! and records none, and says which process does. The lock goes with its process (the kernel
 //! releases it), so a crashed driver leaves nothing to clean up. A shared PostgreSQL log has
-//! leases per run instead (`pg_log`).
+//! leases per run instead (`postgres`).
 
 use std::{
     fs::{File, OpenOptions, TryLockError},
@@ -12,7 +12,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use super::log::LogError;
+use super::LogError;
 
 /// Who drives the runs of a log, as this process found it.
 #[derive(Debug)]

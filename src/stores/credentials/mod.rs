@@ -1,6 +1,8 @@
 //! Where sealed per-user credentials live: one row per (person, upstream), and the connect
 //! states already used (a `state` opens one page submission, once). SQLite here, beside the
-//! run log; Redis with `[cluster] redis` (`redis_store`), so every replica uses them.
+//! run log; Redis with `[cluster] redis` (`redis`), so every replica uses them.
+
+pub mod redis;
 
 use crate::stores::StoreError;
 use std::path::Path;

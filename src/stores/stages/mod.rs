@@ -1,6 +1,8 @@
 //! Where stage instances live: one row per (workflow, workspace) with its state, and every
 //! move with who made it, why and on which record. SQLite here; Redis for
-//! `[cluster] redis` (`redis_store`), so every replica sees the same stage.
+//! `[cluster] redis` (`redis`), so every replica sees the same stage.
+
+pub mod redis;
 
 use crate::stores::StoreError;
 use std::path::Path;

@@ -12,10 +12,8 @@ use parking_lot::Mutex;
 use postgres::{Client, NoTls};
 use tokio::time::Instant;
 
-use super::{
-    events::{Event, Stamped},
-    log::{Claimed, LogError, RUN_COLUMNS, Row, RunLog, RunRecord, to_record},
-};
+use super::{Claimed, LogError, RUN_COLUMNS, Row, RunLog, RunRecord, to_record};
+use crate::flows::events::{Event, Stamped};
 use crate::telemetry::cluster_metrics::ClusterMetrics;
 
 /// Bumped when the tables below change.
@@ -355,7 +353,7 @@ impl RunLog for PgLog {
     }
 
     fn runs(&self, limit: usize) -> Result<Vec<RunRecord>, LogError> {
-        let limit = super::log::listed(limit);
+        let limit = super::listed(limit);
         let rows = self.with("runs", move |c| {
             c.query(
                 &format!(

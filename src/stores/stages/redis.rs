@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 
 use redis::AsyncCommands;
 
-use super::store::{Instance, Listed, MAX_LISTED, Move, StageStore};
+use super::{Instance, Listed, MAX_LISTED, Move, StageStore};
 use crate::stores::redis::Redis;
 
 static CAS: LazyLock<redis::Script> = LazyLock::new(|| {

@@ -6,7 +6,7 @@
 use crate::stores::StoreError;
 use redis::AsyncCommands;
 
-use super::store::{Connected, CredentialStore, MAX_LISTED, Stored};
+use super::{Connected, CredentialStore, MAX_LISTED, Stored};
 use crate::stores::redis::Redis;
 
 #[derive(Debug, Clone)]
