@@ -113,7 +113,7 @@ impl Step for Connect {
                 let mut refreshed = false;
                 loop {
                     let mut c = call.clone();
-                    c.person = Some(PersonToken(token.clone()));
+                    c.decided.act_as(PersonToken(token.clone()));
                     match inner.call(c).await {
                         Err(CallError::UpstreamRefused { error, .. })
                             if error.code.0 == PERSON_REJECTED =>

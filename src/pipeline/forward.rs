@@ -70,10 +70,10 @@ impl Forward {
         {
             return done;
         }
-        let timeout = call.timeout.unwrap_or(spec.call_timeout);
+        let timeout = call.decided.timeout().unwrap_or(spec.call_timeout);
         let name: &str = &target.owner;
         // A long-running call may write too: only reads are certain to have done nothing.
-        let write = call.class.is_some_and(|c| c != CallClass::Read);
+        let write = call.decided.class().is_some_and(|c| c != CallClass::Read);
         let mut call = call;
         let cx = client_span(&call, name, spec.transport.kind());
         // The upstream continues the trace under this attempt's span (and an HTTP upstream also

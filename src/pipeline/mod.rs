@@ -57,6 +57,7 @@ mod arguments;
 mod authz;
 mod breaker;
 mod connect;
+mod decisions;
 mod disconnect;
 mod dispatch;
 mod envelope;
@@ -95,11 +96,7 @@ use rmcp::{ErrorData as McpError, model::RequestStateCodec};
 use crate::{
     approval::Plans,
     envelope::Mode,
-    policy::{
-        identity::Identity,
-        rate_limit::RateLimits,
-        trust::{Approval, CallClass},
-    },
+    policy::{identity::Identity, rate_limit::RateLimits},
     stores::idempotency::IdempotencyStore,
     telemetry::{audit::Audit, metrics::Metrics},
     upstream::inflight::Downstream,
@@ -112,6 +109,7 @@ pub use arguments::Arguments;
 pub use authz::{Authz, visible};
 pub use breaker::Breaker;
 pub use connect::Connect;
+pub use decisions::{Classified, Decisions};
 pub use disconnect::DisconnectTool;
 pub use envelope::plan_for;
 pub use error::{CallError, ConnectRefusal, Held, StageRefusal};
@@ -259,20 +257,9 @@ pub struct Call {
     pub depth: u8,
     /// Set by `resolve`.
     pub target: Option<Target>,
-    /// Set by `trust`: the call's class and the tier's deadline for it.
-    pub class: Option<CallClass>,
-    pub timeout: Option<std::time::Duration>,
-    /// Set by `trust`: repeating the call cannot do harm (a read, or idempotent by annotation
-    /// at a tier that trusts annotations).
-    pub retry_safe: bool,
-    /// Set by `trust`: the call needs approval before it runs, and how it is obtained.
-    pub approval: Option<Approval>,
-    /// Set when an approved plan re-enters the stack: the plan's id (the approval gate lets
-    /// the call through; audit and logs name the plan).
-    pub approved: Option<String>,
-    /// Set by `connect`: the caller's own token for an upstream whose credential is per user
-    /// (it rides on the outgoing request's extensions, never in its JSON).
-    pub person: Option<crate::credentials::PersonToken>,
+    /// What the steps decided (class, deadline, approval, the person it acts as): written
+    /// only by the steps, each through its own method.
+    pub decided: Decisions,
 }
 
 impl Call {
@@ -290,12 +277,7 @@ impl Call {
             trace: opentelemetry::Context::new(),
             depth,
             target: None,
-            class: None,
-            timeout: None,
-            retry_safe: false,
-            approval: None,
-            approved: None,
-            person: None,
+            decided: Decisions::default(),
         }
     }
 

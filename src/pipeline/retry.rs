@@ -21,24 +21,26 @@ impl Step for Retry {
             .as_ref()
             .and_then(|t| t.route())
             .map(|r| r.spec.retry);
-        let Some(policy) = policy.filter(|p| call.retry_safe && p.attempts > 1) else {
+        let Some(policy) = policy.filter(|p| call.decided.retry_safe() && p.attempts > 1) else {
             return inner.call(call);
         };
         let mut inner = inner.clone();
         // Retries share the call's deadline: every attempt gets what is left of it, and no
         // retry starts that could not finish in time.
-        let deadline = call.timeout.map(|t| Instant::now() + t);
+        let deadline = call.decided.timeout().map(|t| Instant::now() + t);
         Box::pin(async move {
             let mut attempt = 1;
             loop {
                 let mut this_try = call.clone();
                 if let Some(d) = deadline {
-                    this_try.timeout = Some(d.saturating_duration_since(Instant::now()));
+                    this_try
+                        .decided
+                        .remaining(d.saturating_duration_since(Instant::now()));
                 }
                 let result = inner.call(this_try).await.map_err(|mut e| {
                     // A timeout is the call's, not the attempt's remainder of it.
                     if let (CallError::UpstreamTimeout { after, .. }, Some(full)) =
-                        (&mut e, call.timeout)
+                        (&mut e, call.decided.timeout())
                     {
                         *after = full;
                     }

@@ -2,7 +2,6 @@
 //! not allow, and set the per-class timeout the forward step applies.
 
 use crate::pipeline::Route;
-use std::time::Duration;
 
 use super::{
     Call, CallFuture, Exposed, Op, TargetKind,
@@ -10,7 +9,8 @@ use super::{
 };
 use crate::{
     pipeline::CallError,
-    policy::trust::{self, Approval, CallClass},
+    pipeline::Classified,
+    policy::trust::{self, CallClass},
     upstream::Upstream,
 };
 
@@ -26,7 +26,7 @@ impl Step for Trust {
             Some(t) => match &t.kind {
                 TargetKind::Gateway(tool) => {
                     let class = tool.class();
-                    Ok(Decision {
+                    Ok(Classified {
                         class,
                         timeout: None,
                         retry_safe: class == CallClass::Read,
@@ -38,10 +38,7 @@ impl Step for Trust {
         };
         match decided {
             Ok(d) => {
-                call.class = Some(d.class);
-                call.timeout = d.timeout;
-                call.retry_safe = d.retry_safe;
-                call.approval = d.approval;
+                call.decided.classify(d);
                 inner.call(call)
             }
             Err(e) => done(Err(e)),
@@ -49,23 +46,12 @@ impl Step for Trust {
     }
 }
 
-/// What the tier says of one call.
-pub(super) struct Decision {
-    pub class: CallClass,
-    pub timeout: Option<Duration>,
-    /// Repeating the call cannot do harm: a read, or idempotent by annotation at a tier that
-    /// trusts annotations.
-    pub retry_safe: bool,
-    /// The call must be approved before it runs (tool setting, or the tier's for writes).
-    pub approval: Option<Approval>,
-}
-
 /// The tier's decision on a call to `route` (also used when an approved plan re-enters).
-pub(super) fn decide(route: &Route, exposed: &Exposed, op: &Op) -> Result<Decision, CallError> {
+pub(super) fn decide(route: &Route, exposed: &Exposed, op: &Op) -> Result<Classified, CallError> {
     let (up, spec) = (&route.upstream, &route.spec);
     let Op::CallTool(p) = op else {
         // Prompts, resources and completions read.
-        return Ok(Decision {
+        return Ok(Classified {
             class: CallClass::Read,
             timeout: Some(trust::timeout(&spec.tier, CallClass::Read)),
             retry_safe: true,
@@ -89,7 +75,7 @@ pub(super) fn decide(route: &Route, exposed: &Exposed, op: &Op) -> Result<Decisi
         .and_then(|t| t.annotations.as_ref())
         .and_then(|a| a.idempotent_hint)
         == Some(true);
-    Ok(Decision {
+    Ok(Classified {
         class,
         timeout: Some(trust::timeout(&spec.tier, class)),
         retry_safe: class == CallClass::Read || (spec.tier.trust_annotations && idempotent),

@@ -77,7 +77,7 @@ impl Step for Approvals {
                     return self.relay(inner, call, up, remote);
                 }
             }
-            Some(TargetKind::Upstream(_)) if call.approval.is_none() => {
+            Some(TargetKind::Upstream(_)) if call.decided.approval().is_none() => {
                 return self.pass(inner, call);
             }
             _ => {}
@@ -103,7 +103,7 @@ impl Step for Approvals {
                 }
             }),
             Some(TargetKind::Upstream(route))
-                if call.approval.is_some() && call.approved.is_none() =>
+                if call.decided.approval().is_some() && call.decided.approved().is_none() =>
             {
                 let held = match self.hold(route, &call) {
                     Ok(h) => h,
@@ -127,7 +127,7 @@ impl Approvals {
             .as_ref()
             .and_then(|d| d.capabilities.as_ref());
         // Plans with approvers are decided by someone else: the caller gets the plan.
-        if call.approval != Some(Approval::Elicit)
+        if call.decided.approval() != Some(Approval::Elicit)
             || !held.approvers.is_empty()
             || !elicit::can_elicit(caps)
         {

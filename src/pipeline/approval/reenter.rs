@@ -58,11 +58,8 @@ pub(super) fn reenter(
     });
     authz::check(pool, &call)?;
     let d = trust::decide(&route, &exposed, &call.op)?;
-    call.class = Some(d.class);
-    call.timeout = d.timeout;
-    call.retry_safe = d.retry_safe;
-    call.approval = d.approval;
-    call.approved = Some(plan.id.clone());
+    call.decided.classify(d);
+    call.decided.approve(plan.id.clone());
     call.depth = call.depth.saturating_add(1);
     Ok(call)
 }

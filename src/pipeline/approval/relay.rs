@@ -14,6 +14,7 @@ use rmcp::model::{CallToolResult, ContentBlock, ServerResult};
 use serde_json::Value;
 
 use super::{
+    super::Classified,
     super::{Call, CallError, CallFuture, Exposed, Op, Target, TargetKind, step::CallService},
     Approvals, Decision, decision_arg, plan_id_arg,
 };
@@ -96,11 +97,13 @@ pub(super) fn decision_for_peer(
         exposed: Exposed::Tool(format!("{}/{APPROVE_TOOL}", route.upstream.name())),
         kind: TargetKind::Upstream(route),
     });
-    call.class = Some(CallClass::Write);
-    call.timeout = Some(trust::timeout(&spec.tier, CallClass::Long));
-    call.retry_safe = false;
-    call.approval = None;
-    call.approved = Some(relayed.to_owned());
+    call.decided.classify(Classified {
+        class: CallClass::Write,
+        timeout: Some(trust::timeout(&spec.tier, CallClass::Long)),
+        retry_safe: false,
+        approval: None,
+    });
+    call.decided.approve(relayed.to_owned());
     call
 }
 

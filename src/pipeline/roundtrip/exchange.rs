@@ -103,9 +103,10 @@ impl RoundTrip {
             progress_token,
             ct,
             identity,
-            person,
+            decided,
             ..
         } = call;
+        let person = decided.person().cloned();
         // The caller's own token (a per-user credential) goes with each request sent for them.
         let to_request = |op: Op| {
             let mut r = to_request(op);
