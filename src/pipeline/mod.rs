@@ -139,19 +139,7 @@ pub enum Op {
     Task(TaskCall),
 }
 
-/// A `tasks/*` request on its way to the upstream running the task.
-#[derive(Debug, Clone)]
-pub struct TaskCall {
-    pub route: crate::tasks::TaskRoute,
-    pub request: TaskRequest,
-}
-
-#[derive(Debug, Clone)]
-pub enum TaskRequest {
-    Get,
-    Update(rmcp::model::InputResponses),
-    Cancel,
-}
+pub use crate::tasks::{TaskCall, TaskRequest};
 
 impl Op {
     pub fn method(&self) -> &'static str {
@@ -162,11 +150,7 @@ impl Op {
             Op::Complete(_) => "completion/complete",
             Op::Subscribe(_) => "resources/subscribe",
             Op::Unsubscribe(_) => "resources/unsubscribe",
-            Op::Task(t) => match t.request {
-                TaskRequest::Get => "tasks/get",
-                TaskRequest::Update(_) => "tasks/update",
-                TaskRequest::Cancel => "tasks/cancel",
-            },
+            Op::Task(t) => t.request.method(),
         }
     }
 }

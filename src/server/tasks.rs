@@ -112,10 +112,7 @@ impl Gateway {
         request: TaskRequest,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        let method = match request {
-            TaskRequest::Update(_) => "tasks/update",
-            _ => "tasks/cancel",
-        };
+        let method = request.method();
         match self.task_request(&handle, request, ctx).await? {
             ServerResult::TaskAckResult(_) | ServerResult::EmptyResult(_) => Ok(()),
             other => Err(unexpected(method, &other)),
