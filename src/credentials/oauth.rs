@@ -8,7 +8,7 @@
 //! Every request to an authorization server has a timeout, follows no redirect and reads a
 //! bounded body; no error text carries a token or the client secret.
 
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 
 use base64::Engine as _;
 use dashmap::DashMap;
@@ -18,10 +18,8 @@ use sha2::{Digest, Sha256};
 
 use crate::{policy::token::PerUserOAuth, secret::Secret};
 
-/// Longest an authorization server (or the upstream's metadata) may take to answer.
-const TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest metadata or token response read.
-const MAX_BODY: usize = 64 * 1024;
+const MAX_BODY: usize = crate::policy::token::MAX_TOKEN_RESPONSE;
 /// An access token is refreshed this long before it expires.
 pub const EXPIRY_MARGIN_MS: u64 = 30_000;
 /// Longest access or refresh token kept.
@@ -145,14 +143,8 @@ fn is_token(t: &str) -> bool {
 
 impl OAuthClient {
     pub fn new() -> Self {
-        let http = reqwest::Client::builder()
-            .timeout(TIMEOUT)
-            .connect_timeout(TIMEOUT)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .unwrap_or_default();
         Self {
-            http,
+            http: crate::policy::token::authorization_server_client(),
             discovered: DashMap::new(),
         }
     }

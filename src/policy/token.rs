@@ -18,6 +18,20 @@ const EXPIRY_MARGIN: Duration = Duration::from_secs(30);
 const EXEC_CACHE: Duration = Duration::from_secs(300);
 /// Longest an OAuth token endpoint may take.
 const TOKEN_ENDPOINT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest answer read from an authorization server.
+pub const MAX_TOKEN_RESPONSE: usize = 64 * 1024;
+
+/// The HTTP client for authorization servers (token endpoints, discovery): a deadline on
+/// every request, no redirect followed (a token request redirected elsewhere would carry the
+/// client's credentials there). Bodies are read with `json_size::read_bounded`.
+pub fn authorization_server_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(TOKEN_ENDPOINT_TIMEOUT)
+        .connect_timeout(TOKEN_ENDPOINT_TIMEOUT)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap_or_default()
+}
 
 /// Why a credential has no token now; names the credential, never a secret.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -106,7 +120,7 @@ impl Credential {
             source,
             cache: Mutex::new(None),
             fetching: tokio::sync::Mutex::new(()),
-            http: reqwest::Client::new(),
+            http: authorization_server_client(),
         }
     }
 
@@ -251,7 +265,6 @@ impl Credential {
             .post(&o.token_url)
             .basic_auth(&o.client_id, Some(client_secret.expose()))
             .form(&form)
-            .timeout(TOKEN_ENDPOINT_TIMEOUT)
             .send()
             .await
             .map_err(|e| endpoint(format!("unreachable: {}", e.without_url())))?;
@@ -259,10 +272,11 @@ impl Credential {
         if !status.is_success() {
             return Err(endpoint(format!("answered {status}")));
         }
-        let body: serde_json::Value = resp
-            .json()
+        let body: serde_json::Value = crate::json_size::read_bounded(resp, MAX_TOKEN_RESPONSE)
             .await
-            .map_err(|_| endpoint("sent no JSON".into()))?;
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .ok_or_else(|| endpoint("sent no JSON (or more than 64 KiB)".into()))?;
         let token = body
             .get("access_token")
             .and_then(|t| t.as_str())
@@ -287,6 +301,7 @@ pub enum Placement {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     #[tokio::test]
     async fn file_and_exec_sources() {
@@ -336,5 +351,78 @@ mod tests {
             !format!("{cred:?}").contains("rotated"),
             "Debug never shows a token"
         );
+    }
+
+    /// A token endpoint on loopback that answers every request with `answer` (raw HTTP) and
+    /// counts the requests it got.
+    async fn endpoint(answer: String) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/token", listener.local_addr().unwrap());
+        let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = hits.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf).await;
+                let _ = s.write_all(answer.as_bytes()).await;
+            }
+        });
+        (url, hits)
+    }
+
+    fn client_credentials(token_url: String) -> Credential {
+        Credential::new(
+            "cc".into(),
+            "internal".into(),
+            Source::ClientCredentials(OAuth {
+                token_url,
+                client_id: "gw".into(),
+                client_secret: "env:PATH".into(),
+                scope: None,
+                audience: None,
+            }),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_token_endpoint_that_redirects_is_not_followed() {
+        // Where the redirect points: it must never see the client's credentials.
+        let (elsewhere, elsewhere_hits) = endpoint(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 24\r\n\r\n{\"access_token\":\"stolen\"}".into(),
+        )
+        .await;
+        let (url, hits) = endpoint(format!(
+            "HTTP/1.1 307 Temporary Redirect\r\nlocation: {elsewhere}\r\ncontent-length: 0\r\n\r\n"
+        ))
+        .await;
+        let err = client_credentials(url)
+            .token()
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("307"), "{err}");
+        assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(elsewhere_hits.load(std::sync::atomic::Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn an_oversized_token_response_is_refused() {
+        let big = format!(
+            "{{\"access_token\":\"{}\"}}",
+            "x".repeat(MAX_TOKEN_RESPONSE)
+        );
+        let (url, _) = endpoint(format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{big}",
+            big.len()
+        ))
+        .await;
+        let err = client_credentials(url)
+            .token()
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("64 KiB"), "{err}");
     }
 }
