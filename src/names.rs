@@ -94,7 +94,7 @@ pub fn unportable(name: &str) -> Option<String> {
 }
 
 /// Which names the gateway may expose (`[gateway] names`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum NameRule {
     /// `^[a-zA-Z0-9_-]{1,64}$`: what the function-calling APIs of OpenAI and Anthropic accept,
@@ -220,7 +220,8 @@ pub fn portable_form(name: &str) -> String {
 }
 
 /// How an upstream's names are exposed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum PrefixMode {
     /// `upstream<sep>name`
     Always,

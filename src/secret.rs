@@ -28,6 +28,69 @@ impl fmt::Display for Secret {
     }
 }
 
+/// A secret serializes as `<redacted>`: no config dump, API answer or record can carry one.
+impl serde::Serialize for Secret {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str("<redacted>")
+    }
+}
+
+/// A configured value that may hold a secret (a header value, a process' environment value):
+/// a reference (`env:NAME`, `file:PATH`) is shown as written, a literal never — in Debug,
+/// Display and Serialize alike. [`Configured::raw`] is for the one place that uses it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Configured(String);
+
+impl Configured {
+    pub fn new(value: String) -> Self {
+        Self(value)
+    }
+
+    /// The value as configured (a reference or a literal), to use, never to show.
+    pub fn raw(&self) -> &str {
+        &self.0
+    }
+
+    fn shown(&self) -> &str {
+        if is_reference(&self.0) {
+            &self.0
+        } else {
+            "<redacted>"
+        }
+    }
+}
+
+impl From<String> for Configured {
+    fn from(value: String) -> Self {
+        Self(value)
+    }
+}
+
+/// The values of a configured table (`env`, `headers`) as [`Configured`].
+pub fn configured(
+    table: std::collections::BTreeMap<String, String>,
+) -> std::collections::BTreeMap<String, Configured> {
+    table.into_iter().map(|(k, v)| (k, Configured(v))).collect()
+}
+
+impl fmt::Debug for Configured {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.shown())
+    }
+}
+
+impl fmt::Display for Configured {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.shown())
+    }
+}
+
+impl serde::Serialize for Configured {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.shown())
+    }
+}
+
 /// Whether a value is a secret reference (`env:NAME`, `file:PATH`) rather than a literal.
 pub fn is_reference(value: &str) -> bool {
     value.starts_with("env:") || value.starts_with("file:")
@@ -123,6 +186,24 @@ pub fn hide_url_secrets(text: &str, url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secrets_and_literal_values_never_serialize_in_clear() {
+        let dump = serde_json::json!({
+            "secret": Secret::new("s3cr3t".into()),
+            "literal": Configured::new("Bearer s3cr3t".into()),
+            "reference": Configured::new("env:API_TOKEN".into()),
+        });
+        let text = dump.to_string();
+        assert!(!text.contains("s3cr3t"), "{text}");
+        assert_eq!(dump["reference"], "env:API_TOKEN");
+        assert_eq!(dump["literal"], "<redacted>");
+        assert_eq!(
+            format!("{:?}", Configured::new("x1".into())),
+            "\"<redacted>\""
+        );
+        assert_eq!(Configured::new("x1".into()).raw(), "x1");
+    }
 
     #[test]
     fn secrets_are_never_printed() {

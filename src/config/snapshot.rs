@@ -110,7 +110,7 @@ impl GatewaySettings {
 }
 
 /// `[gateway]` after validation.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct GatewaySettings {
     pub listen: SocketAddr,
     pub separator: String,
@@ -120,10 +120,20 @@ pub struct GatewaySettings {
     pub allowed_origins: Vec<String>,
     pub allowed_hosts: Vec<String>,
     pub max_body_bytes: usize,
+    #[serde(
+        rename = "idempotency_ttl_ms",
+        serialize_with = "crate::clock::serialize_millis"
+    )]
     pub idempotency_ttl: Duration,
     pub idempotency_max_bytes: usize,
     /// HTTPS (with client verification when a client CA is configured).
+    /// Whether the listener serves TLS (the loaded keys have no form to show).
+    #[serde(serialize_with = "shown::is_some")]
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    #[serde(
+        rename = "shutdown_grace_ms",
+        serialize_with = "crate::clock::serialize_millis"
+    )]
     pub shutdown_grace: Duration,
     /// This gateway's id in federated request paths.
     pub id: String,
@@ -132,16 +142,44 @@ pub struct GatewaySettings {
     pub watch_config: bool,
     /// Signs cursors and `requestState`; `None` = a random key per process.
     pub state_key: Option<secret::Secret>,
+    #[serde(
+        rename = "cursor_ttl_ms",
+        serialize_with = "crate::clock::serialize_millis"
+    )]
     pub cursor_ttl: Duration,
+    #[serde(
+        rename = "session_ttl_ms",
+        serialize_with = "crate::clock::serialize_millis"
+    )]
     pub session_ttl: Duration,
+    #[serde(
+        rename = "input_wait_ms",
+        serialize_with = "crate::clock::serialize_millis"
+    )]
     pub input_wait: Duration,
     pub max_parked_calls: usize,
     /// Envelope mode of calls that resolve to no upstream, and of upstreams that set none.
     pub envelope: Mode,
+    #[serde(
+        rename = "plan_ttl_ms",
+        serialize_with = "crate::clock::serialize_millis"
+    )]
     pub plan_ttl: Duration,
     pub max_pending_plans: usize,
+    #[serde(
+        rename = "header_read_timeout_ms",
+        serialize_with = "crate::clock::serialize_millis"
+    )]
     pub header_read_timeout: Duration,
+    #[serde(
+        rename = "body_read_timeout_ms",
+        serialize_with = "crate::clock::serialize_millis"
+    )]
     pub body_read_timeout: Duration,
+    #[serde(
+        rename = "tls_handshake_timeout_ms",
+        serialize_with = "crate::clock::serialize_millis"
+    )]
     pub tls_handshake_timeout: Duration,
     pub max_connections: usize,
     /// `/metrics` on the main listener needs no credentials even with `[auth]`.
@@ -151,21 +189,27 @@ pub struct GatewaySettings {
     /// declaring resources, if exactly one).
     pub resource_default: Option<String>,
     /// `None`: session streams carry no priming event and no `retry`.
+    #[serde(
+        rename = "sse_retry_ms",
+        serialize_with = "crate::clock::serialize_millis_opt"
+    )]
     pub sse_retry: Option<Duration>,
     /// Bounds of each session stream's resumption buffer.
     pub replay: ReplayLimits,
 }
 
 /// Bounds of each session stream's resumption buffer (`[gateway] replay_*`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct ReplayLimits {
     pub events: usize,
     pub bytes: usize,
+    #[serde(rename = "ttl_ms", serialize_with = "crate::clock::serialize_millis")]
     pub ttl: Duration,
 }
 
 /// Which lifecycle fedgate uses towards an upstream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Era {
     /// Probe `server/discover`; fall back to `initialize`.
     Auto,
@@ -176,34 +220,40 @@ pub enum Era {
 }
 
 /// Crash restarts: `min(max, base * 2^n)` plus jitter, at most `max_restarts` in a row.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, serde::Serialize)]
 pub struct RestartPolicy {
     pub max_restarts: u32,
+    #[serde(rename = "base_ms", serialize_with = "crate::clock::serialize_millis")]
     pub base: Duration,
+    #[serde(rename = "max_ms", serialize_with = "crate::clock::serialize_millis")]
     pub max: Duration,
 }
 
 /// A process fedgate runs: a stdio upstream, or the server behind an http/sse upstream.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct ProcessSpec {
     pub command: String,
     pub args: Vec<String>,
-    pub env: BTreeMap<String, String>,
+    /// Literal values never show (`secret::Configured`); references do.
+    pub env: BTreeMap<String, secret::Configured>,
     pub cwd: Option<String>,
 }
 
 /// How fedgate reaches an upstream.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
 pub enum TransportSpec {
     Stdio(ProcessSpec),
     Http {
+        #[serde(serialize_with = "shown::url")]
         url: String,
-        headers: BTreeMap<String, String>,
+        headers: BTreeMap<String, secret::Configured>,
         launch: Option<ProcessSpec>,
     },
     Sse {
+        #[serde(serialize_with = "shown::url")]
         url: String,
-        headers: BTreeMap<String, String>,
+        headers: BTreeMap<String, secret::Configured>,
         launch: Option<ProcessSpec>,
     },
 }
@@ -228,29 +278,46 @@ impl TransportSpec {
 
 /// TLS to an upstream: the CA that signs its certificate, and the client certificate fedgate
 /// presents. Files are read at each connect (a rotated certificate is picked up on restart).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct UpstreamTls {
     pub ca: std::path::PathBuf,
     pub cert: Option<std::path::PathBuf>,
     pub key: Option<std::path::PathBuf>,
 }
 
-/// One upstream after validation.
-#[derive(Debug, Clone)]
+/// One upstream after validation. Serialized for the admin API's config dump: every field
+/// shows unless marked, and what may hold a secret is a type that cannot show it.
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct UpstreamSpec {
     pub name: String,
     pub transport: TransportSpec,
     pub prefix: PrefixMode,
     pub era: Era,
+    /// Compiled globs keep no patterns to show.
+    #[serde(skip)]
     pub allow: Option<GlobSet>,
+    #[serde(skip)]
     pub deny: GlobSet,
     pub rename: BTreeMap<String, String>,
     pub descriptions: BTreeMap<String, String>,
+    #[serde(
+        rename = "startup_timeout_ms",
+        serialize_with = "crate::clock::serialize_millis"
+    )]
     pub startup_timeout: Duration,
+    #[serde(
+        rename = "call_timeout_ms",
+        serialize_with = "crate::clock::serialize_millis"
+    )]
     pub call_timeout: Duration,
     /// How often a handshake-era remote upstream is pinged (`None`: never).
+    #[serde(
+        rename = "health_interval_ms",
+        serialize_with = "crate::clock::serialize_millis_opt"
+    )]
     pub health_interval: Option<Duration>,
     pub restart: RestartPolicy,
+    #[serde(serialize_with = "shown::tier")]
     pub tier: Arc<Tier>,
     pub writable: BTreeSet<String>,
     pub read_only: BTreeSet<String>,
@@ -266,6 +333,7 @@ pub struct UpstreamSpec {
     /// Secrets in arguments and results: the tier's, with the upstream's overrides.
     pub guardrails: crate::guard::Policy,
     /// External guardrail hooks asked about this upstream's tool calls, in order.
+    #[serde(serialize_with = "shown::hooks")]
     pub guardrail_hooks: Vec<std::sync::Arc<crate::guard::hook::Hook>>,
     /// The upstream honours `_meta.idempotencyKey`.
     pub idempotency_keys: bool,
@@ -311,9 +379,11 @@ pub struct ToolPolicy<'a> {
 }
 
 /// A credential and where it goes.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct Injection {
+    #[serde(serialize_with = "shown::credential")]
     pub credential: Arc<Credential>,
+    #[serde(serialize_with = "shown::placement")]
     pub placement: Placement,
     /// stdio: the environment variable set at spawn.
     pub env_var: Option<String>,
@@ -417,3 +487,57 @@ pub struct StageSettings {
 
 /// The workflows by name.
 pub type Machines = Arc<std::collections::BTreeMap<String, Arc<crate::policy::workflow::Machine>>>;
+
+/// How the config dump shows what has no plain form (or must not show it).
+mod shown {
+    use std::sync::Arc;
+
+    use serde::{Serialize, Serializer};
+
+    use crate::policy::{
+        token::{Credential, Placement},
+        trust::Tier,
+    };
+
+    /// A URL without its userinfo or secret-looking query values.
+    pub fn url<S: Serializer>(u: &str, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&crate::secret::redact_url(u))
+    }
+
+    pub fn tier<S: Serializer>(t: &Arc<Tier>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&t.name)
+    }
+
+    /// Hooks by name (their URLs and tokens are in `[guardrail_hooks]`).
+    pub fn hooks<S: Serializer>(
+        h: &[Arc<crate::guard::hook::Hook>],
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        s.collect_seq(h.iter().map(|h| h.name.as_str()))
+    }
+
+    /// A credential by name and class: its source and cached token never show.
+    pub fn credential<S: Serializer>(c: &Arc<Credential>, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Named<'a> {
+            name: &'a str,
+            class: &'a str,
+        }
+        Named {
+            name: &c.name,
+            class: &c.class,
+        }
+        .serialize(s)
+    }
+
+    pub fn is_some<T, S: Serializer>(v: &Option<T>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bool(v.is_some())
+    }
+
+    pub fn placement<S: Serializer>(p: &Placement, s: S) -> Result<S::Ok, S::Error> {
+        match p {
+            Placement::Bearer => s.serialize_str("bearer"),
+            Placement::Header(h) => s.serialize_str(h.as_str()),
+        }
+    }
+}

@@ -12,12 +12,16 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 /// Breaker settings (per upstream).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BreakerConfig {
     pub consecutive_failures: u32,
     pub failure_ratio: f64,
     pub window: u32,
     pub min_calls: u32,
+    #[serde(
+        rename = "cooldown_ms",
+        serialize_with = "crate::clock::serialize_millis"
+    )]
     pub cooldown: Duration,
     pub half_open_probes: u32,
     /// Which outcomes count as failures (`count_is_error = true` adds `is_error`).

@@ -5,12 +5,18 @@
 use std::time::Duration;
 
 /// Per-upstream retry settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct RetryPolicy {
     /// Attempts in total (1 = no retry).
     pub attempts: u32,
+    #[serde(rename = "base_ms", serialize_with = "crate::clock::serialize_millis")]
     pub base: Duration,
+    #[serde(rename = "max_ms", serialize_with = "crate::clock::serialize_millis")]
     pub max: Duration,
+    #[serde(
+        rename = "jitter_ms",
+        serialize_with = "crate::clock::serialize_millis"
+    )]
     pub jitter: Duration,
 }
 

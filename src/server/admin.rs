@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     approval::{Decision, operator::Operator},
-    config::{Snapshot, TransportSpec},
+    config::Snapshot,
     server::{core::Core, reload::Reloader},
     telemetry::audit::Audit,
 };
@@ -347,45 +347,16 @@ impl Admin {
 }
 
 /// The effective configuration without secrets: references and names only.
+/// A settings value as JSON (plain data: nothing in it fails to serialize).
+fn shown<T: serde::Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).unwrap_or_default()
+}
+
 fn redacted(s: &Snapshot) -> Value {
-    let upstreams: Vec<Value> = s
-        .upstreams
-        .iter()
-        .map(|u| {
-            let transport = match &u.transport {
-                TransportSpec::Stdio(p) => json!({"kind": "stdio", "command": p.command, "args": p.args,
-                    "env": p.env.keys().collect::<Vec<_>>()}),
-                TransportSpec::Http { url, headers, .. } => json!({"kind": "http", "url": crate::secret::redact_url(url),
-                    "headers": headers.keys().collect::<Vec<_>>()}),
-                TransportSpec::Sse { url, headers, .. } => json!({"kind": "sse", "url": crate::secret::redact_url(url),
-                    "headers": headers.keys().collect::<Vec<_>>()}),
-            };
-            json!({
-                "name": u.name,
-                "transport": transport,
-                "tier": u.tier.name,
-                "prefix": format!("{:?}", u.prefix).to_lowercase(),
-                "era": format!("{:?}", u.era).to_lowercase(),
-                "writable": u.writable,
-                "read_only": u.read_only,
-                "long_running": u.long_running,
-                "credential": u.credential.as_ref().map(|c| json!({"name": c.credential.name, "class": c.credential.class})),
-                "call_timeout_ms": u.call_timeout.as_millis() as u64,
-                "envelope": u.envelope,
-                "validate_arguments": u.validate_arguments,
-                "tools": u.tools,
-            })
-        })
-        .collect();
+    // The gateway and upstream settings serialize themselves: every field shows unless its
+    // type says how (a secret cannot show in clear; see `secret::Configured`).
     json!({
-        "gateway": {
-            "listen": s.gateway.listen.to_string(),
-            "separator": s.gateway.separator,
-            "page_size": s.gateway.page_size.get(),
-            "tls": s.gateway.tls.is_some(),
-            "envelope": s.gateway.envelope,
-            "plan_ttl_ms": s.gateway.plan_ttl.as_millis() as u64,
-        },
+        "gateway": shown(&s.gateway),
         "auth": {
             "open": s.auth.open,
             "anonymous": s.auth.anonymous.is_some(),
@@ -404,6 +375,6 @@ fn redacted(s: &Snapshot) -> Value {
             "lease_ms": s.cluster.lease.as_millis() as u64,
             "shared": s.cluster.describe(),
         },
-        "upstreams": upstreams,
+        "upstreams": s.upstreams.iter().map(|u| shown(&**u)).collect::<Vec<_>>(),
     })
 }

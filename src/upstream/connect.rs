@@ -57,7 +57,7 @@ pub async fn spawn_stdio(spec: &UpstreamSpec) -> Result<ProcessGuard, UpstreamEr
     if let Some(inj) = &spec.credential {
         let var = inj.env_var.clone().unwrap_or_else(|| "MCP_TOKEN".into());
         let token = inj.credential.token().await?;
-        process.env.insert(var, token.expose().to_owned());
+        process.env.insert(var, token.expose().to_owned().into());
     }
     spawn::spawn(&spec.name, &process, true).map_err(|e| UpstreamError::Spawn {
         command: p.command.clone(),
@@ -118,14 +118,14 @@ pub async fn connect_stdio(
 pub async fn connect_http(
     spec: &UpstreamSpec,
     url: &str,
-    headers: &std::collections::BTreeMap<String, String>,
+    headers: &std::collections::BTreeMap<String, crate::secret::Configured>,
     client: UpstreamClient,
 ) -> Result<Established, UpstreamError> {
     let mut custom = HashMap::new();
     for (k, v) in headers {
         let bad = |e: &dyn std::fmt::Display| UpstreamError::Header(k.clone(), e.to_string());
         let name = HeaderName::try_from(k.as_str()).map_err(|e| bad(&e))?;
-        let value = HeaderValue::try_from(v.as_str()).map_err(|e| bad(&e))?;
+        let value = HeaderValue::try_from(v.raw()).map_err(|e| bad(&e))?;
         custom.insert(name, value);
     }
     let mut config =
@@ -225,11 +225,14 @@ where
 pub async fn connect_sse(
     spec: &UpstreamSpec,
     url: &str,
-    headers: &std::collections::BTreeMap<String, String>,
+    headers: &std::collections::BTreeMap<String, crate::secret::Configured>,
     client: UpstreamClient,
 ) -> Result<Established, UpstreamError> {
     // Legacy SSE: the credential is fixed for the connection (taken at connect).
-    let mut headers = headers.clone();
+    let mut headers: std::collections::BTreeMap<String, String> = headers
+        .iter()
+        .map(|(k, v)| (k.clone(), v.raw().to_owned()))
+        .collect();
     if let Some(inj) = &spec.credential {
         let token = inj.credential.token().await?;
         let (name, value) = match &inj.placement {

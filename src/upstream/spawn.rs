@@ -123,6 +123,7 @@ pub fn spawn(
     // `env:NAME` / `file:PATH` values are resolved now, at each start (rotation needs no
     // reload); the error names the reference, never a value.
     for (k, v) in &spec.env {
+        let v = v.raw();
         if crate::secret::is_reference(v) {
             let value = crate::secret::resolve(v).map_err(|why| {
                 std::io::Error::other(format!("environment variable `{k}` of the process: {why}"))

@@ -33,7 +33,7 @@ async fn admin_api() {
         "[gateway]\ntiers_dir = {TIERS:?}\n\n[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"env:FEDGATE_ADMIN_TOKEN\"\n\n\
          [auth]\nanonymous = true\nanonymous_roles = [\"all\"]\n[auth.jwt]\nhs256_secret = \"env:JWT_SECRET\"\n\n\
          [roles.all]\ntools = [\"*\"]\n\n[credentials.c]\nclass = \"internal\"\nsource = \"env:CRED\"\n\n\
-         [upstreams.remote]\nkind = \"http\"\nurl = \"http://ops:url-password-test-only@127.0.0.1:9/mcp?token=query-token-test-only&region=eu\"\n\n{}",
+         [upstreams.remote]\nkind = \"http\"\nurl = \"http://ops:url-password-test-only@127.0.0.1:9/mcp?token=query-token-test-only&region=eu\"\nheaders = {{ \"x-api-key\" = \"header-literal-test-only\", \"x-ref\" = \"env:SOME_REF\" }}\n\n{}",
         stdio_upstream(
             "p",
             &[],
@@ -154,12 +154,35 @@ async fn admin_api() {
         cfg.contains("http://redacted@127.0.0.1:9/mcp?token=redacted&region=eu"),
         "{cfg}"
     );
+    // Every field of an upstream shows (nobody keeps a list of them); what may hold a
+    // secret shows only as a reference.
+    let dump: serde_json::Value = serde_json::from_str(&cfg).unwrap();
+    let remote = dump["upstreams"]
+        .as_array()
+        .and_then(|u| u.iter().find(|u| u["name"] == "remote"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        remote["transport"]["headers"]["x-ref"], "env:SOME_REF",
+        "{remote}"
+    );
+    assert_eq!(
+        remote["transport"]["headers"]["x-api-key"], "<redacted>",
+        "{remote}"
+    );
+    assert_eq!(
+        (remote["peer"].as_bool(), remote["tls"].is_null()),
+        (Some(false), true),
+        "{remote}"
+    );
+    assert_eq!(dump["gateway"]["tls"], false, "{dump}");
     for secret in [
         ADMIN_TOKEN,
         JWT_SECRET,
         CRED,
         "url-password-test-only",
         "query-token-test-only",
+        "header-literal-test-only",
     ] {
         assert!(!cfg.contains(secret), "`{secret}` in the config dump");
         assert!(!gw.stderr().contains(secret), "`{secret}` in the log");

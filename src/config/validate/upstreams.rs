@@ -119,7 +119,7 @@ pub(super) fn validate_upstream(
                     Some(TransportSpec::Stdio(ProcessSpec {
                         command: c.get_ref().clone(),
                         args: u.args.clone(),
-                        env: u.env.clone(),
+                        env: crate::secret::configured(u.env.clone()),
                         cwd: u.cwd.clone(),
                     }))
                 }
@@ -158,7 +158,7 @@ pub(super) fn validate_upstream(
                             format!("upstream `{name_s}`: `{s}` is not an http(s) URL"),
                         );
                     }
-                    let (url, headers) = (s.clone(), u.headers.clone());
+                    let (url, headers) = (s.clone(), crate::secret::configured(u.headers.clone()));
                     Some(if kind == "http" || kind == "peer" {
                         TransportSpec::Http {
                             url,
@@ -552,7 +552,7 @@ fn process_from_launch(l: RawLaunch) -> ProcessSpec {
     ProcessSpec {
         command: l.command,
         args: l.args,
-        env: l.env,
+        env: crate::secret::configured(l.env),
         cwd: None,
     }
 }
