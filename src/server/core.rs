@@ -40,9 +40,9 @@ pub struct Core {
     pub idempotency: Arc<IdempotencyStore>,
     /// Signs cursors, session ids and MRTR `requestState` (`[gateway] state_key`).
     pub seal: Arc<RequestStateCodec>,
-    pub cursors: Cursors,
+    cursors: Cursors,
     /// Task handles of upstreams' tasks (sealed with `seal`).
-    pub tasks: TaskHandles,
+    tasks: TaskHandles,
     /// The gateway's own tools.
     own: OwnTools,
     /// Flows and their run log (when `[flows] dir` is set).
@@ -246,6 +246,20 @@ impl Core {
         if let Some(stages) = &self.stages {
             tell_moves(stages, &self.hub, self.pool.shutdown_token());
             stages.listen_to_replicas(self.pool.shutdown_token());
+        }
+    }
+
+    /// What the MCP handler answers with.
+    pub fn mcp_parts(&self) -> super::parts::McpParts {
+        super::parts::McpParts {
+            pool: self.pool.clone(),
+            hub: self.hub.clone(),
+            auth: self.auth.clone(),
+            search: self.search.clone(),
+            stages: self.stages.clone(),
+            cursors: self.cursors.clone(),
+            tasks: self.tasks.clone(),
+            flows: self.flows.clone(),
         }
     }
 

@@ -29,6 +29,7 @@ use crate::{
     router::cursor::BadCursor,
     server::{
         core::Core,
+        parts::McpParts,
         request_of::{
             caller_context, is_modern, request_span, session_key, session_of, workspace_of,
         },
@@ -41,7 +42,7 @@ use crate::{
 
 #[derive(Debug, Clone)]
 pub struct Gateway {
-    pub(super) core: Arc<Core>,
+    pub(super) parts: McpParts,
     stack: CallStack,
     page_size: usize,
     local: Identity,
@@ -49,10 +50,9 @@ pub struct Gateway {
 
 impl Gateway {
     pub fn new(core: Arc<Core>, page_size: usize, audit: Option<Audit>) -> Self {
-        let stack = core.stack(audit);
         Self {
-            core,
-            stack,
+            parts: core.mcp_parts(),
+            stack: core.stack(audit),
             page_size,
             local: Identity::unrestricted("local", IdentityKind::Local),
         }
@@ -67,7 +67,7 @@ impl Gateway {
     /// Whether the caller may get updates of a resource: its roles allow the URI and reach the
     /// trust tier of the upstream serving it.
     fn may_watch(&self, access: &Access, uri: &str) -> bool {
-        let catalog = self.core.pool.catalog();
+        let catalog = self.parts.pool.catalog();
         access.resource(uri) && self.reaches(access, &catalog, catalog.resource(uri))
     }
 
@@ -94,7 +94,7 @@ impl Gateway {
             ctx.meta.log_level()
         } else {
             Some(
-                self.core
+                self.parts
                     .hub
                     .log_level(&session_key(&ctx.extensions))
                     .unwrap_or(LoggingLevel::Debug),
@@ -140,7 +140,7 @@ impl Gateway {
     /// so only then may a shared cache serve it to anyone (`public`). Lists change whenever
     /// an upstream's do, so they are not to be reused (`ttlMs: 0`).
     fn list_scope(&self) -> (Option<u64>, Option<CacheScope>) {
-        let scope = if self.core.auth.load().open {
+        let scope = if self.parts.auth.load().open {
             CacheScope::Public
         } else {
             CacheScope::Private
@@ -207,7 +207,7 @@ impl ServerHandler for Gateway {
         requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
         let mut accepted = requested.clone();
-        let catalog = self.core.pool.catalog();
+        let catalog = self.parts.pool.catalog();
         accepted.resource_subscriptions = requested.resource_subscriptions.as_ref().map(|uris| {
             uris.iter()
                 .filter(|u| catalog.resource(u).is_some())
@@ -221,7 +221,7 @@ impl ServerHandler for Gateway {
     /// subscription is made upstream (`resources/subscribe` on a handshake-era upstream, the
     /// listen filter of a stateless-era one) by the first subscriber and dropped by the last.
     async fn listen(&self, ctx: SubscriptionContext) -> Result<(), McpError> {
-        let hub = &self.core.hub;
+        let hub = &self.parts.hub;
         let id = hub.add_listener(ctx.sink().clone());
         let key = Hub::listener_key(id);
         let rctx = ctx.request_context();
@@ -255,7 +255,7 @@ impl ServerHandler for Gateway {
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
         // rmcp checks `Mcp-Param-*` headers against the tool's input schema.
-        self.core.pool.catalog().tool_def(name).cloned()
+        self.parts.pool.catalog().tool_def(name).cloned()
     }
 
     async fn set_level(
@@ -265,7 +265,7 @@ impl ServerHandler for Gateway {
     ) -> Result<(), McpError> {
         // Upstream connections are shared by all sessions, so the level is applied by fedgate
         // when it relays messages, not forwarded.
-        self.core
+        self.parts
             .hub
             .set_log_level(&session_key(&ctx.extensions), request.level);
         Ok(())
@@ -273,10 +273,10 @@ impl ServerHandler for Gateway {
 
     async fn on_initialized(&self, ctx: NotificationContext<RoleServer>) {
         let key = session_key(&ctx.extensions);
-        self.core.hub.register(&key, ctx.peer.clone());
+        self.parts.hub.register(&key, ctx.peer.clone());
         // A new session is a moment to let go of what closed ones left behind.
-        for uri in self.core.hub.take_released() {
-            self.core.pool.release_subscription(&uri);
+        for uri in self.parts.hub.take_released() {
+            self.parts.pool.release_subscription(&uri);
         }
     }
 
@@ -286,15 +286,15 @@ impl ServerHandler for Gateway {
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let _span = request_span("tools/list", &ctx);
-        let catalog = self.core.pool.catalog();
+        let catalog = self.parts.pool.catalog();
         let who = self.identity(&ctx);
         let access = who.access.clone();
         let items = visible(&catalog.tools, access.sees_all(), |x| {
-            crate::pipeline::visible(&self.core.pool, &access, &x.name)
+            crate::pipeline::visible(&self.parts.pool, &access, &x.name)
         });
         let session = session_of(&ctx.extensions);
-        let items = self.core.search.listed(&access, session.as_deref(), items);
-        let items = match &self.core.stages {
+        let items = self.parts.search.listed(&access, session.as_deref(), items);
+        let items = match &self.parts.stages {
             Some(stages) => stages
                 .listed(
                     session.as_deref(),
@@ -307,7 +307,7 @@ impl ServerHandler for Gateway {
         };
         let c = request.as_ref().and_then(|r| r.cursor.as_deref());
         let (items, next) = self
-            .core
+            .parts
             .cursors
             .page(
                 "tools",
@@ -330,7 +330,7 @@ impl ServerHandler for Gateway {
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
         let _span = request_span("prompts/list", &ctx);
-        let catalog = self.core.pool.catalog();
+        let catalog = self.parts.pool.catalog();
         let who = self.identity(&ctx);
         let access = who.access.clone();
         let items = visible(&catalog.prompts, access.sees_all(), |x| {
@@ -343,7 +343,7 @@ impl ServerHandler for Gateway {
         });
         let c = request.as_ref().and_then(|r| r.cursor.as_deref());
         let (items, next) = self
-            .core
+            .parts
             .cursors
             .page(
                 "prompts",
@@ -366,7 +366,7 @@ impl ServerHandler for Gateway {
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
         let _span = request_span("resources/list", &ctx);
-        let catalog = self.core.pool.catalog();
+        let catalog = self.parts.pool.catalog();
         let who = self.identity(&ctx);
         let access = who.access.clone();
         let items = visible(&catalog.resources, access.sees_all(), |x| {
@@ -374,7 +374,7 @@ impl ServerHandler for Gateway {
         });
         let c = request.as_ref().and_then(|r| r.cursor.as_deref());
         let (items, next) = self
-            .core
+            .parts
             .cursors
             .page(
                 "resources",
@@ -397,7 +397,7 @@ impl ServerHandler for Gateway {
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
         let _span = request_span("resources/templates/list", &ctx);
-        let catalog = self.core.pool.catalog();
+        let catalog = self.parts.pool.catalog();
         let who = self.identity(&ctx);
         let access = who.access.clone();
         let items = visible(&catalog.templates, access.sees_all(), |x| {
@@ -406,7 +406,7 @@ impl ServerHandler for Gateway {
         });
         let c = request.as_ref().and_then(|r| r.cursor.as_deref());
         let (items, next) = self
-            .core
+            .parts
             .cursors
             .page(
                 "resource_templates",
@@ -460,7 +460,7 @@ impl ServerHandler for Gateway {
             ServerResult::ReadResourceResult(mut r) => {
                 // Reads pass fedgate's authorization: with `[auth]`, a shared cache must not
                 // hand one caller's answer to another.
-                if !self.core.auth.load().open {
+                if !self.parts.auth.load().open {
                     r.cache_scope = Some(CacheScope::Private);
                 }
                 Ok(ReadResourceResponse::Complete(r))
@@ -521,11 +521,11 @@ impl ServerHandler for Gateway {
             };
             return Err(to_wire(&unknown, is_modern(&ctx)));
         }
-        self.core.hub.register(&key, ctx.peer.clone());
-        if self.core.hub.subscribe(&key, &request.uri) {
+        self.parts.hub.register(&key, ctx.peer.clone());
+        if self.parts.hub.subscribe(&key, &request.uri) {
             let uri = request.uri.clone();
             if let Err(e) = self.run(Op::Subscribe(request), &ctx).await {
-                self.core.hub.unsubscribe(&key, &uri);
+                self.parts.hub.unsubscribe(&key, &uri);
                 return Err(e);
             }
         }
@@ -539,7 +539,7 @@ impl ServerHandler for Gateway {
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         let key = session_key(&ctx.extensions);
-        if self.core.hub.unsubscribe(&key, &request.uri) {
+        if self.parts.hub.unsubscribe(&key, &request.uri) {
             self.run(Op::Unsubscribe(request), &ctx).await?;
         }
         Ok(())

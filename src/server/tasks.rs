@@ -21,12 +21,12 @@ impl Gateway {
     /// Whether some ready upstream offers the tasks extension.
     pub(super) fn offers_tasks(&self) -> bool {
         let flows = self
-            .core
+            .parts
             .flows
             .as_ref()
             .is_some_and(|f| !f.flows().is_empty());
         flows
-            || self.core.pool.upstreams().iter().any(|u| {
+            || self.parts.pool.upstreams().iter().any(|u| {
                 u.connection().is_some_and(|c| {
                     c.peer
                         .peer_info()
@@ -43,7 +43,7 @@ impl Gateway {
         tool: &str,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<CreateTaskResult, McpError> {
-        let catalog = self.core.pool.catalog();
+        let catalog = self.parts.pool.catalog();
         // The gateway's own tools (flows) hand out their own handles.
         if catalog
             .tool(tool)
@@ -72,7 +72,7 @@ impl Gateway {
             tool: tool.to_owned(),
             task_id: std::mem::take(&mut r.task.task_id),
         };
-        r.task.task_id = self.core.tasks.seal(&self.identity(ctx).name, &route);
+        r.task.task_id = self.parts.tasks.seal(&self.identity(ctx).name, &route);
         Ok(r)
     }
 
@@ -85,7 +85,7 @@ impl Gateway {
         ctx: &RequestContext<RoleServer>,
     ) -> Result<ServerResult, McpError> {
         let route = self
-            .core
+            .parts
             .tasks
             .open(&self.identity(ctx).name, handle)
             .map_err(|_| to_wire(&CallError::UnknownTask, true))?;
