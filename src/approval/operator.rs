@@ -52,7 +52,7 @@ impl Operator<'_> {
             Decision::Deny => ("denied", "plan_denied"),
         };
         if let Some(m) = self.metrics {
-            m.approvals.with_label_values(&[outcome]).inc();
+            m.plans_ended(outcome, 1);
         }
         tracing::info!(plan = %plan.id, tool = %plan.tool, "plan {outcome} by the operator");
         if let Some(audit) = self.audit {

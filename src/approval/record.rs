@@ -36,10 +36,7 @@ pub fn start_sweeper(plans: &Arc<Plans>, metrics: Arc<Metrics>, audit: Option<Au
 pub fn sync_metrics(plans: &Plans, metrics: &Metrics, audit: Option<&Audit>) {
     let expired = plans.take_expired();
     if !expired.is_empty() {
-        metrics
-            .approvals
-            .with_label_values(&["expired"])
-            .inc_by(expired.len() as u64);
+        metrics.plans_ended("expired", expired.len() as u64);
     }
     if let Some(audit) = audit {
         for plan in &expired {

@@ -90,10 +90,7 @@ pub(super) fn wrap(
     match result {
         Err(e) => {
             let plan = plan_for(&e, &w.correlation_id);
-            metrics
-                .envelopes
-                .with_label_values(&[plan.status.as_str(), e.code()])
-                .inc();
+            metrics.envelope(plan.status.as_str(), e.code());
             if w.tool_call && travels_as_result(&e) {
                 Ok(ServerResult::CallToolResult(refusal_result(
                     &plan,
@@ -129,13 +126,10 @@ pub(super) fn wrap(
                 p.follow_up = w.follow_up.clone();
                 p
             };
-            metrics
-                .envelopes
-                .with_label_values(&[
-                    plan.status.as_str(),
-                    if failed { "tool_error" } else { "ok" },
-                ])
-                .inc();
+            metrics.envelope(
+                plan.status.as_str(),
+                if failed { "tool_error" } else { "ok" },
+            );
             let v = plan.to_value();
             if w.mode == Mode::Always {
                 r.content.push(ContentBlock::text(v.to_string()));

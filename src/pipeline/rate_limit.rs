@@ -65,10 +65,7 @@ impl Step for RateLimit {
 
 impl RateLimit {
     fn refuse(&self, limited: Limited) -> CallError {
-        self.metrics
-            .rate_limited
-            .with_label_values(&[limited.rule.as_str()])
-            .inc();
+        self.metrics.rate_limited_by(&limited.rule);
         CallError::RateLimited {
             rule: limited.rule,
             retry_after: limited.retry_after,

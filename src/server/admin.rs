@@ -71,11 +71,7 @@ pub async fn serve(
         header_timeout: gateway.header_read_timeout,
         tls: None,
         tls_timeout: gateway.tls_handshake_timeout,
-        refused: admin
-            .core
-            .metrics
-            .connections_refused
-            .with_label_values(&["admin"]),
+        refused: admin.core.metrics.refused_on("admin"),
     };
     let handle = move |req, _cert_names| {
         let admin = admin.clone();

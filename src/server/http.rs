@@ -108,11 +108,7 @@ pub async fn serve(
         header_timeout: settings.header_read_timeout,
         tls: settings.tls.clone().map(tokio_rustls::TlsAcceptor::from),
         tls_timeout: settings.tls_handshake_timeout,
-        refused: edge
-            .core
-            .metrics
-            .connections_refused
-            .with_label_values(&["mcp"]),
+        refused: edge.core.metrics.refused_on("mcp"),
     };
     let handle = move |req, cert_names: Arc<Vec<String>>| edge.clone().route(req, cert_names);
     super::listener::serve(listener, limits, handle, stop_accepting, close_all).await;

@@ -138,10 +138,7 @@ impl Stages {
     }
 
     pub(super) fn refused(&self, workflow: &str, kind: &str) {
-        self.metrics
-            .refusals
-            .with_label_values(&[workflow, kind])
-            .inc();
+        self.metrics.refused(workflow, kind);
     }
 
     /// `r` about workspace `b` (in `state`), with `stage_status` as the next action.

@@ -248,10 +248,7 @@ impl OwnTool for StageAdvance {
 impl Stages {
     /// What a move leaves behind: the metric, the audit record, the sessions told.
     fn moved_on(&self, call: &Call, b: &Bound, mv: &Move) {
-        self.metrics
-            .transitions
-            .with_label_values(&[&b.workflow, &mv.from, &mv.to])
-            .inc();
+        self.metrics.moved(&b.workflow, &mv.from, &mv.to);
         tracing::info!(workflow = %b.workflow, workspace = %b.workspace, from = %mv.from,
             to = %mv.to, by = %mv.by, "stage moved");
         if let Some(audit) = self.audit.lock().as_ref() {

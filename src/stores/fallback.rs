@@ -172,7 +172,7 @@ mod tests {
     }
 
     fn counted(m: &ClusterMetrics, feature: &str, mode: &str) -> u64 {
-        m.fallbacks.with_label_values(&[feature, mode]).get()
+        m.fallbacks_of(feature, mode)
     }
 
     #[tokio::test]
@@ -257,9 +257,6 @@ mod tests {
             })
             .await;
         assert_eq!(got, Err(StoreDown));
-        assert_eq!(
-            metrics.op_errors.with_label_values(&["redis", "get"]).get(),
-            1
-        );
+        assert_eq!(metrics.failures_of("redis", "get"), 1);
     }
 }

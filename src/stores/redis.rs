@@ -93,9 +93,7 @@ impl Redis {
         let started = Instant::now();
         let result = tokio::time::timeout(self.timeout, f(self.conn.clone())).await;
         self.metrics
-            .op_duration
-            .with_label_values(&["redis", op])
-            .observe(started.elapsed().as_secs_f64());
+            .op("redis", op, started.elapsed().as_secs_f64());
         let error = match result {
             Ok(Ok(v)) => {
                 if self.down.swap(false, Ordering::Relaxed) {
@@ -106,10 +104,7 @@ impl Redis {
             Ok(Err(e)) => e.to_string(),
             Err(_) => format!("no answer within {:?}", self.timeout),
         };
-        self.metrics
-            .op_errors
-            .with_label_values(&["redis", op])
-            .inc();
+        self.metrics.op_failed("redis", op);
         if !self.down.swap(true, Ordering::Relaxed) {
             let then = match self.fail {
                 FailMode::Local => {
@@ -160,9 +155,6 @@ impl Redis {
 
     /// Counts one fallback of `feature` in `mode` (the decision is `stores::fallback`'s).
     pub(super) fn count_fallback(&self, feature: &'static str, mode: &'static str) {
-        self.metrics
-            .fallbacks
-            .with_label_values(&[feature, mode])
-            .inc();
+        self.metrics.fell_back(feature, mode);
     }
 }

@@ -12,6 +12,33 @@ pub struct ClusterMetrics {
 }
 
 impl ClusterMetrics {
+    /// One operation of `store` (`redis`, `postgres`) took `seconds`.
+    pub fn op(&self, store: &'static str, op: &str, seconds: f64) {
+        self.op_duration
+            .with_label_values(&[store, op])
+            .observe(seconds);
+    }
+
+    /// One operation of `store` failed or timed out.
+    pub fn op_failed(&self, store: &'static str, op: &str) {
+        self.op_errors.with_label_values(&[store, op]).inc();
+    }
+
+    /// One decision of `feature` made without the shared store (`mode`: `local`, `closed`).
+    pub fn fell_back(&self, feature: &str, mode: &str) {
+        self.fallbacks.with_label_values(&[feature, mode]).inc();
+    }
+
+    /// How many decisions of `feature` were made so (`mode`: `local`, `closed`).
+    pub fn fallbacks_of(&self, feature: &str, mode: &str) -> u64 {
+        self.fallbacks.with_label_values(&[feature, mode]).get()
+    }
+
+    /// How many operations of `store` failed.
+    pub fn failures_of(&self, store: &'static str, op: &str) -> u64 {
+        self.op_errors.with_label_values(&[store, op]).get()
+    }
+
     pub(super) fn register(
         registry: &Registry,
         buckets: &[f64],

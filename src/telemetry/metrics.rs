@@ -290,6 +290,53 @@ impl Metrics {
         }
     }
 
+    /// An upstream restarted after a crash or a failed start.
+    pub fn upstream_restarted(&self, upstream: &str) {
+        self.upstream_restarts.with_label_values(&[upstream]).inc();
+    }
+
+    /// An upstream's lists were fetched again.
+    pub fn lists_refreshed(&self, upstream: &str) {
+        self.list_cache_refresh.with_label_values(&[upstream]).inc();
+    }
+
+    /// An upstream's connection state and its breaker's (`closed`, `half_open`, `open`).
+    pub fn upstream_state(&self, upstream: &str, up: bool, breaker: &str) {
+        self.upstream_up
+            .with_label_values(&[upstream])
+            .set(i64::from(up));
+        self.breaker_state
+            .with_label_values(&[upstream])
+            .set(breaker_gauge(breaker));
+    }
+
+    /// A tool breaker's state (`closed`, `half_open`, `open`).
+    pub fn tool_breaker(&self, upstream: &str, tool: &str, state: &str) {
+        self.tool_breaker_state
+            .with_label_values(&[upstream, tool])
+            .set(breaker_gauge(state));
+    }
+
+    /// The counter of connections `listener` (`mcp`, `admin`) refused past its cap.
+    pub fn refused_on(&self, listener: &'static str) -> prometheus::IntCounter {
+        self.connections_refused.with_label_values(&[listener])
+    }
+
+    /// A call refused by rate-limit rule `rule`.
+    pub fn rate_limited_by(&self, rule: &str) {
+        self.rate_limited.with_label_values(&[rule]).inc();
+    }
+
+    /// `n` plans ended so (`approved`, `denied`, `expired`, `invalidated`).
+    pub fn plans_ended(&self, outcome: &str, n: u64) {
+        self.approvals.with_label_values(&[outcome]).inc_by(n);
+    }
+
+    /// A plan envelope written, by its status and error code (`ok` / `tool_error` for results).
+    pub fn envelope(&self, status: &str, code: &str) {
+        self.envelopes.with_label_values(&[status, code]).inc();
+    }
+
     /// Records the result of a reload.
     pub fn reloaded(&self, ok: bool) {
         self.config_reloads
@@ -334,5 +381,14 @@ impl Metrics {
             tracing::warn!("metrics encoding failed: {e}");
         }
         String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+/// The gauge value of a breaker state: 2 open, 1 half open, 0 closed.
+fn breaker_gauge(state: &str) -> i64 {
+    match state {
+        "open" => 2,
+        "half_open" => 1,
+        _ => 0,
     }
 }

@@ -12,6 +12,16 @@ pub struct SearchMetrics {
 }
 
 impl SearchMetrics {
+    /// A search answered (`outcome`: `found`, `none`).
+    pub fn searched(&self, outcome: &str) {
+        self.searches.with_label_values(&[outcome]).inc();
+    }
+
+    /// A working-set change (`kind`: `select`, `reset`; `outcome`: `ok`, `refused`).
+    pub fn working_set(&self, kind: &str, outcome: &str) {
+        self.selections.with_label_values(&[kind, outcome]).inc();
+    }
+
     pub(super) fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
         let searches = IntCounterVec::new(
             Opts::new(

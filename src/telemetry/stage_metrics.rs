@@ -13,6 +13,18 @@ pub struct StageMetrics {
 }
 
 impl StageMetrics {
+    /// A workspace of `workflow` moved from stage `from` to `to`.
+    pub fn moved(&self, workflow: &str, from: &str, to: &str) {
+        self.transitions
+            .with_label_values(&[workflow, from, to])
+            .inc();
+    }
+
+    /// A call refused by `workflow`'s stage gate (`kind`: why).
+    pub fn refused(&self, workflow: &str, kind: &str) {
+        self.refusals.with_label_values(&[workflow, kind]).inc();
+    }
+
     pub(super) fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
         let transitions = IntCounterVec::new(
             Opts::new(

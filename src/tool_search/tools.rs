@@ -93,7 +93,7 @@ impl OwnTool for FindTools {
             })
             .collect();
         let outcome = if tools.is_empty() { "none" } else { "found" };
-        search.metrics.searches.with_label_values(&[outcome]).inc();
+        search.metrics.searched(outcome);
         let next = if tools.is_empty() {
             "No tool matched; try other words (a verb and an object: \"create issue\")."
         } else {
@@ -146,11 +146,7 @@ impl OwnTool for SelectTools {
                 .collect();
             let replace = args.get("replace").and_then(Value::as_bool) == Some(true);
             let refused = |why: Value| {
-                search
-                    .metrics
-                    .selections
-                    .with_label_values(&["select", "refused"])
-                    .inc();
+                search.metrics.working_set("select", "refused");
                 Ok(ServerResult::CallToolResult(
                     CallToolResult::structured_error(why),
                 ))
@@ -198,11 +194,7 @@ impl OwnTool for SelectTools {
                 }));
             }
             search.sets.insert(session, set.clone());
-            search
-                .metrics
-                .selections
-                .with_label_values(&["select", "ok"])
-                .inc();
+            search.metrics.working_set("select", "ok");
             list_changed(&call).await;
             Ok(ServerResult::CallToolResult(CallToolResult::structured(
                 json!({
@@ -230,11 +222,7 @@ impl OwnTool for ResetTools {
         let search = self.0.clone();
         Box::pin(async move {
             let Some(session) = session(&call) else {
-                search
-                    .metrics
-                    .selections
-                    .with_label_values(&["reset", "refused"])
-                    .inc();
+                search.metrics.working_set("reset", "refused");
                 return Ok(ServerResult::CallToolResult(
                     CallToolResult::structured_error(no_session()),
                 ));
@@ -244,11 +232,7 @@ impl OwnTool for ResetTools {
                 .remove(&session)
                 .map(|(_, s)| s.len())
                 .unwrap_or(0);
-            search
-                .metrics
-                .selections
-                .with_label_values(&["reset", "ok"])
-                .inc();
+            search.metrics.working_set("reset", "ok");
             if dropped > 0 {
                 list_changed(&call).await;
             }

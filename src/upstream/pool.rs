@@ -148,25 +148,13 @@ impl Pool {
     pub fn refresh_gauges(&self) {
         let now = tokio::time::Instant::now();
         for u in self.upstreams.load().iter() {
-            let up = i64::from(u.connection().is_some());
-            self.metrics
-                .upstream_up
-                .with_label_values(&[u.name()])
-                .set(up);
-            let gauge = |s: &str| match s {
-                "open" => 2,
-                "half_open" => 1,
-                _ => 0,
-            };
-            self.metrics
-                .breaker_state
-                .with_label_values(&[u.name()])
-                .set(gauge(u.breaker.status(now).state));
+            self.metrics.upstream_state(
+                u.name(),
+                u.connection().is_some(),
+                u.breaker.status(now).state,
+            );
             for (tool, s) in u.tool_breakers.states(now) {
-                self.metrics
-                    .tool_breaker_state
-                    .with_label_values(&[u.name(), tool.as_str()])
-                    .set(gauge(s.state));
+                self.metrics.tool_breaker(u.name(), &tool, s.state);
             }
         }
     }

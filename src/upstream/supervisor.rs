@@ -125,10 +125,7 @@ pub(super) async fn run(pool: Arc<Pool>, up: Arc<Upstream>) {
             _ = shutdown.cancelled() => break,
         }
         up.update(|s| s.restarts += 1);
-        pool.metrics()
-            .upstream_restarts
-            .with_label_values(&[up.name()])
-            .inc();
+        pool.metrics().upstream_restarted(up.name());
     }
     if let Some(p) = launched.take() {
         p.stop().await;
@@ -281,10 +278,7 @@ async fn serve(
         s.tools = tools;
     });
     tracing::info!(upstream = %up.name(), era = ?era, protocol = %protocol_version, tools, "upstream ready");
-    pool.metrics()
-        .list_cache_refresh
-        .with_label_values(&[up.name()])
-        .inc();
+    pool.metrics().lists_refreshed(up.name());
     pool.status_changed();
 
     let listener = (era == DetectedEra::Stateless).then(|| {
@@ -445,10 +439,7 @@ async fn handle_event(
     let tools = lists.tools.len();
     up.lists.store(Arc::new(lists));
     up.update(|s| s.tools = tools);
-    pool.metrics()
-        .list_cache_refresh
-        .with_label_values(&[up.name()])
-        .inc();
+    pool.metrics().lists_refreshed(up.name());
     pool.rebuild(changed);
 }
 

@@ -187,9 +187,7 @@ impl PgLog {
             Err(_) => Err(LogError("postgres: the connection thread ended".into())),
         };
         self.metrics
-            .op_duration
-            .with_label_values(&["postgres", op])
-            .observe(started.elapsed().as_secs_f64());
+            .op("postgres", op, started.elapsed().as_secs_f64());
         if out.is_err() {
             self.failed(op);
         }
@@ -197,10 +195,7 @@ impl PgLog {
     }
 
     fn failed(&self, op: &'static str) {
-        self.metrics
-            .op_errors
-            .with_label_values(&["postgres", op])
-            .inc();
+        self.metrics.op_failed("postgres", op);
     }
 
     fn lease_ms(&self) -> i64 {

@@ -492,7 +492,7 @@ impl Approvals {
     }
 
     fn count(&self, outcome: &str) {
-        self.metrics.approvals.with_label_values(&[outcome]).inc();
+        self.metrics.plans_ended(outcome, 1);
     }
 
     /// The answer to a recorded decision, and its metric and audit record.
