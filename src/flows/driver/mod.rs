@@ -3,11 +3,9 @@
 //! true) → RUNNING → SUCCEEDED | FAILED, with RETRYING between attempts, SKIPPED (condition
 //! false, or a dependency that did not succeed), CANCELLED, and BLOCKED for a write a crash
 //! interrupted at an upstream that cannot tell whether it happened, or for the run's caller to
-//! connect their own account of a per-user upstream. Node attempts run as tasks
-//! and report back over a channel; the ready queue is bounded by the flow's parallelism and
-//! the engine's global permits.
+//! connect their own account of a per-user upstream. Node attempts run as tasks and report
+//! back over a channel; the ready queue is bounded by the flow's parallelism and global permits.
 
-use crate::flows::error::RunError;
 use std::{collections::HashMap, sync::Arc};
 
 use serde_json::{Map, Value, json};
@@ -32,6 +30,7 @@ use super::{
 };
 use crate::{
     config::flows::{FlowDef, Idempotency, NodeDef},
+    flows::error::RunError,
     policy::identity::Identity,
 };
 
