@@ -504,11 +504,11 @@ where
 {
     let core = Core::new(snapshot)?;
     core.start();
-    core.pool.wait_settled(settle_bound(snapshot)).await;
+    core.pool().wait_settled(settle_bound(snapshot)).await;
     let _stack = core.stack(None);
-    let engine = core.flows.clone().ok_or("no [flows] dir configured")?;
+    let engine = core.flows().cloned().ok_or("no [flows] dir configured")?;
     let result = f(engine).await;
-    stop(&core.pool).await;
+    stop(core.pool()).await;
     result
 }
 

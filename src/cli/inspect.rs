@@ -20,7 +20,7 @@ pub async fn tools(path: &Path, json: bool) -> Result<ExitCode, CliError> {
     let snapshot = load(path)?;
     let core = Core::new(&snapshot)?;
     core.start();
-    let pool = &core.pool;
+    let pool = core.pool();
     pool.wait_settled(settle_bound(&snapshot)).await;
     let catalog = pool.catalog();
     let not_ready: Vec<(String, crate::upstream::Status)> = pool
@@ -151,7 +151,7 @@ pub async fn call(
     };
     let core = Core::new(&snapshot)?;
     core.start();
-    let pool = &core.pool;
+    let pool = core.pool();
     pool.wait_settled(settle_bound(&snapshot)).await;
     let stack = core.stack(None);
     let call = Call::without_session(

@@ -76,19 +76,20 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, CliErr
     let core = Core::new(&snapshot)?;
     crate::server::core::report_flow_problems(&snapshot);
     core.start();
-    let pool = core.pool.clone();
+    let pool = core.pool().clone();
     let audit = match &snapshot.audit {
         Some(cfg) => Some(
-            Audit::start(cfg, Some(core.metrics.audit_dropped.clone()))
+            Audit::start(cfg, Some(core.metrics().audit_dropped.clone()))
                 .await
                 .map_err(CliError::from)?,
         ),
         None => None,
     };
+    let stack = core.stack(audit.clone());
     let gateway = Gateway::new(
-        core.clone(),
+        core.mcp_parts(),
+        stack.clone(),
         snapshot.gateway.page_size.get(),
-        audit.clone(),
     );
     let reloader = Reloader::new(path, core.clone(), snapshot.clone());
     let stop_accepting = CancellationToken::new();
@@ -98,14 +99,14 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, CliErr
     }
     let close_all = CancellationToken::new();
     let server = tokio::spawn({
-        let core = core.clone();
+        let parts = core.edge_parts();
         let settings = snapshot.gateway.clone();
         let (stop_accepting, close_all) = (stop_accepting.clone(), close_all.clone());
         async move {
             http::serve(
                 listener,
                 gateway,
-                core,
+                parts,
                 &settings,
                 stop_accepting,
                 close_all,
@@ -114,7 +115,7 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, CliErr
         }
     });
     pool.wait_settled(settle_bound(&snapshot)).await;
-    if let Some(flows) = &core.flows {
+    if let Some(flows) = core.flows() {
         flows.report_catalog_problems();
         flows.resume_all().await;
         flows.start_leases();
@@ -134,7 +135,7 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, CliErr
                 .map_err(|e| format!("cannot read the admin address: {e}"))?;
             tokio::spawn(crate::server::admin::serve(
                 l,
-                core.clone(),
+                core.admin_parts(stack),
                 reloader.clone(),
                 audit.clone(),
                 close_all.clone(),
@@ -172,7 +173,7 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, CliErr
         );
     }
     close_all.cancel();
-    if let Some(flows) = &core.flows {
+    if let Some(flows) = core.flows() {
         flows.close();
     }
     stop(&pool).await;
@@ -201,21 +202,25 @@ pub async fn stdio(path: &Path, view: Option<&str>) -> Result<ExitCode, CliError
     let _traces = start_tracing(&snapshot)?;
     let core = Core::new(&snapshot)?;
     core.start();
-    let pool = core.pool.clone();
+    let pool = core.pool().clone();
     pool.wait_settled(settle_bound(&snapshot)).await;
     let audit = match &snapshot.audit {
         Some(cfg) => Some(
-            Audit::start(cfg, Some(core.metrics.audit_dropped.clone()))
+            Audit::start(cfg, Some(core.metrics().audit_dropped.clone()))
                 .await
                 .map_err(CliError::from)?,
         ),
         None => None,
     };
-    let mut gateway = Gateway::new(core.clone(), snapshot.gateway.page_size.get(), audit);
+    let mut gateway = Gateway::new(
+        core.mcp_parts(),
+        core.stack(audit),
+        snapshot.gateway.page_size.get(),
+    );
     if let Some(scope) = scope {
         gateway = gateway.through(scope);
     }
-    if let Some(flows) = &core.flows {
+    if let Some(flows) = core.flows() {
         flows.resume_all().await;
         flows.start_leases();
     }
@@ -231,7 +236,7 @@ pub async fn stdio(path: &Path, view: Option<&str>) -> Result<ExitCode, CliError
         _ = wait_for_signal() => Ok(()),
     };
     stop_watching.cancel();
-    if let Some(flows) = &core.flows {
+    if let Some(flows) = core.flows() {
         flows.close();
     }
     stop(&pool).await;

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     approval::{Decision, operator::Operator},
     config::Snapshot,
-    server::{core::Core, reload::Reloader},
+    server::{parts::AdminParts, reload::Reloader},
     telemetry::audit::Audit,
 };
 
@@ -28,7 +28,7 @@ const MAX_ADMIN_BODY_BYTES: usize = 1 << 20;
 
 #[derive(Clone)]
 struct Admin {
-    core: Arc<Core>,
+    parts: AdminParts,
     reloader: Arc<Reloader>,
     token: Arc<str>,
     /// Plan decisions are audited like the calls they decide.
@@ -42,7 +42,7 @@ struct Admin {
 /// Serves the admin API until `shutdown` is cancelled.
 pub async fn serve(
     listener: TcpListener,
-    core: Arc<Core>,
+    parts: AdminParts,
     reloader: Arc<Reloader>,
     audit: Option<Audit>,
     shutdown: CancellationToken,
@@ -58,7 +58,7 @@ pub async fn serve(
         return;
     };
     let admin = Admin {
-        core,
+        parts,
         reloader,
         token,
         audit,
@@ -71,7 +71,7 @@ pub async fn serve(
         header_timeout: gateway.header_read_timeout,
         tls: None,
         tls_timeout: gateway.tls_handshake_timeout,
-        refused: admin.core.metrics.refused_on("admin"),
+        refused: admin.parts.metrics.refused_on("admin"),
     };
     let handle = move |req, _cert_names| {
         let admin = admin.clone();
@@ -96,7 +96,7 @@ impl Admin {
     }
 
     async fn route(self, req: Request<Incoming>) -> Response<Body> {
-        if self.core.feed.is_some()
+        if self.parts.feed.is_some()
             && let Some(page) = super::console::asset(req.method(), req.uri().path())
         {
             return page;
@@ -127,7 +127,7 @@ impl Admin {
         let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
         let query = head.uri.query().unwrap_or("");
         if let Some(r) = super::console::route(
-            self.core.feed.as_ref(),
+            self.parts.feed.as_ref(),
             &method,
             &parts,
             query,
@@ -136,31 +136,24 @@ impl Admin {
             return r;
         }
         if parts.starts_with(&["admin", "tools"]) {
-            return super::admin_tools::route(
-                &self.core,
-                self.audit.as_ref(),
-                &method,
-                &parts,
-                query,
-                &body,
-            )
-            .await
-            .unwrap_or_else(|| json(StatusCode::NOT_FOUND, &json!({"error": "unknown"})));
+            return super::admin_tools::route(&self.parts, &method, &parts, query, &body)
+                .await
+                .unwrap_or_else(|| json(StatusCode::NOT_FOUND, &json!({"error": "unknown"})));
         }
         if parts.starts_with(&["admin", "credentials"]) {
-            return super::admin_credentials::route(&self.core, &method, &parts)
+            return super::admin_credentials::route(&self.parts, &method, &parts)
                 .await
                 .unwrap_or_else(|| json(StatusCode::NOT_FOUND, &json!({"error": "unknown"})));
         }
         if parts.starts_with(&["admin", "flows"]) {
-            return super::admin_flows::route(&self.core, &method, &parts, query, &body)
+            return super::admin_flows::route(&self.parts, &method, &parts, query, &body)
                 .await
                 .unwrap_or_else(|| json(StatusCode::NOT_FOUND, &json!({"error": "unknown"})));
         }
         match (method, parts.as_slice()) {
             (Method::GET, ["admin", "upstreams"]) => {
                 let ups: serde_json::Map<String, Value> = self
-                    .core
+                    .parts
                     .pool
                     .upstreams()
                     .iter()
@@ -175,7 +168,7 @@ impl Admin {
             }
             (Method::POST, ["admin", "upstreams", name, "breaker", "reset"]) => {
                 match self
-                    .core
+                    .parts
                     .pool
                     .upstreams()
                     .iter()
@@ -197,7 +190,7 @@ impl Admin {
                 }
             }
             (Method::GET, ["admin", "pins"]) => {
-                let catalog = self.core.pool.catalog();
+                let catalog = self.parts.pool.catalog();
                 let held: Vec<_> = catalog
                     .conflicts
                     .iter()
@@ -210,10 +203,10 @@ impl Admin {
             }
             (Method::POST, ["admin", "pins", "accept"]) => self.accept_pin(&body),
             (Method::GET, ["admin", "views"]) => {
-                json(StatusCode::OK, &super::admin_views::views(&self.core))
+                json(StatusCode::OK, &super::admin_views::views(&self.parts))
             }
             (Method::GET, ["admin", "stages"]) => {
-                let (ok, v) = super::admin_stages::stages(&self.core).await;
+                let (ok, v) = super::admin_stages::stages(&self.parts).await;
                 let status = if ok {
                     StatusCode::OK
                 } else {
@@ -236,11 +229,11 @@ impl Admin {
             },
             (Method::GET, ["admin", "plans"]) => {
                 // Every replica's, when they share Redis (this replica's while it is down).
-                let shared = match crate::approval::shared::of(&self.core.cluster) {
+                let shared = match crate::approval::shared::of(&self.parts.cluster) {
                     Some(sh) => sh.pending().await.ok(),
                     None => None,
                 };
-                let plans = shared.unwrap_or_else(|| self.core.plans.pending());
+                let plans = shared.unwrap_or_else(|| self.parts.plans.pending());
                 json(
                     StatusCode::OK,
                     &serde_json::to_value(plans).unwrap_or_default(),
@@ -250,8 +243,8 @@ impl Admin {
                 self.decide_plan(id, verb).await
             }
             (Method::GET, ["metrics"]) => {
-                self.core.refresh_gauges();
-                Response::new(Full::new(Bytes::from(self.core.metrics.render())).boxed())
+                self.parts.gauges.refresh();
+                Response::new(Full::new(Bytes::from(self.parts.metrics.render())).boxed())
             }
             _ => json(
                 StatusCode::NOT_FOUND,
@@ -275,11 +268,11 @@ impl Admin {
         } else {
             Decision::Deny
         };
-        let shared = crate::approval::shared::of(&self.core.cluster);
+        let shared = crate::approval::shared::of(&self.parts.cluster);
         let own = crate::server::admin_flows::operator().key();
         let operator = Operator {
             name: crate::approval::operator::OPERATOR,
-            plans: &self.core.plans,
+            plans: &self.parts.plans,
             shared: shared.as_ref(),
             approve_any: self
                 .reloader
@@ -288,7 +281,7 @@ impl Admin {
                 .as_ref()
                 .is_none_or(|a| a.approve_plans),
             own: &own,
-            metrics: Some(&self.core.metrics),
+            metrics: Some(&self.parts.metrics),
             audit: self.audit.as_ref(),
         };
         match operator.decide(id, decision).await {
@@ -298,7 +291,7 @@ impl Admin {
                         "tool": plan.tool, "state": plan.state_label()}),
             ),
             Err(e) => {
-                let state = self.core.plans.get(id).map(|p| p.state_label());
+                let state = self.parts.plans.get(id).map(|p| p.state_label());
                 json(
                     if e.is_conflict() {
                         StatusCode::CONFLICT
@@ -322,7 +315,7 @@ impl Admin {
                 &json!({"error": "send {\"upstream\": …, \"tool\": …, \"fingerprint\": …} (see GET /admin/pins)"}),
             );
         };
-        let held = self.core.pool.catalog().conflicts.iter().any(|c| {
+        let held = self.parts.pool.catalog().conflicts.iter().any(|c| {
             c.upstream == upstream
                 && c.item == tool
                 && c.fingerprint.as_deref() == Some(fingerprint.as_str())
@@ -333,7 +326,7 @@ impl Admin {
                 &json!({"error": "no held-back definition with that fingerprint (GET /admin/pins)"}),
             );
         }
-        self.core.pool.accept_pin(&upstream, &tool, &fingerprint);
+        self.parts.pool.accept_pin(&upstream, &tool, &fingerprint);
         tracing::warn!(upstream = %upstream, tool = %tool, fingerprint = %fingerprint, "tool definition accepted by the admin API");
         json(
             StatusCode::OK,

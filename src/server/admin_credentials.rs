@@ -5,14 +5,14 @@
 use http::{Method, StatusCode};
 use serde_json::json;
 
-use super::{core::Core, http::Body, responses::json};
+use super::{http::Body, parts::AdminParts, responses::json};
 
 pub(super) async fn route(
-    core: &Core,
+    admin: &AdminParts,
     method: &Method,
     parts: &[&str],
 ) -> Option<http::Response<Body>> {
-    let Some(creds) = &core.credentials else {
+    let Some(creds) = &admin.credentials else {
         return Some(match *method {
             Method::GET => json(StatusCode::OK, &json!({"connections": []})),
             _ => json(

@@ -3,7 +3,7 @@
 //! Runs started here run as the operator (`admin`, full access).
 
 use crate::flows::error::RunError;
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Response, StatusCode};
@@ -13,7 +13,7 @@ use super::{http::Body, responses::json};
 use crate::{
     flows::{Engine, events::RunState, tool::tool_name},
     policy::identity::{Identity, IdentityKind},
-    server::core::Core,
+    server::parts::AdminParts,
 };
 
 /// Longest a `?wait_ms=` may hold a request.
@@ -23,7 +23,7 @@ const DEFAULT_LIMIT: usize = 50;
 
 /// The flow endpoints; `None` for any other path.
 pub(super) async fn route(
-    core: &Arc<Core>,
+    admin: &AdminParts,
     method: &Method,
     parts: &[&str],
     query: &str,
@@ -32,7 +32,7 @@ pub(super) async fn route(
     let ["admin", "flows", rest @ ..] = parts else {
         return None;
     };
-    let Some(engine) = core.flows.clone() else {
+    let Some(engine) = admin.flows.clone() else {
         return Some(json(
             StatusCode::NOT_FOUND,
             &json!({"error": "no flows: set [flows] dir in the config"}),
@@ -46,7 +46,7 @@ pub(super) async fn route(
             .and_then(|(_, v)| v.parse::<u64>().ok())
     };
     Some(match (method, rest) {
-        (&Method::GET, []) => list_flows(core, &engine),
+        (&Method::GET, []) => list_flows(admin, &engine),
         (&Method::GET, ["runs"]) => {
             let limit = number("limit").map_or(DEFAULT_LIMIT, |n| n as usize);
             result(list_runs(&engine, limit).await)
@@ -187,8 +187,8 @@ pub(super) fn json_body(bytes: &Bytes) -> Result<Value, Box<Response<Body>>> {
     })
 }
 
-fn list_flows(core: &Core, engine: &Engine) -> Response<Body> {
-    let naming = core.pool.naming();
+fn list_flows(admin: &AdminParts, engine: &Engine) -> Response<Body> {
+    let naming = admin.pool.naming();
     let flows: Vec<Value> = engine
         .flows()
         .iter()

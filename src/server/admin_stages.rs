@@ -3,10 +3,10 @@
 
 use serde_json::{Value, json};
 
-use super::core::Core;
+use super::parts::AdminParts;
 
-pub(super) async fn stages(core: &Core) -> (bool, Value) {
-    let Some(stages) = &core.stages else {
+pub(super) async fn stages(admin: &AdminParts) -> (bool, Value) {
+    let Some(stages) = &admin.stages else {
         return (true, json!({"workflows": [], "workspaces": []}));
     };
     let workflows: Vec<Value> = stages

@@ -4,8 +4,6 @@
 //!
 //! `GET /admin/tools/identities`, `GET /admin/tools?as=NAME`, `POST /admin/tools/call`.
 
-use std::sync::Arc;
-
 use http::{Method, Response, StatusCode};
 use rmcp::model::{CallToolRequestParams, ServerResult};
 use serde_json::{Value, json};
@@ -15,16 +13,14 @@ use super::{http::Body, responses::json};
 use crate::{
     pipeline::{self, Call, Op},
     policy::identity::Identity,
-    server::core::Core,
-    telemetry::audit::Audit,
+    server::parts::AdminParts,
 };
 
 /// The name the operator's own identity has in the runner.
 const OPERATOR: &str = "operator";
 
 pub(super) async fn route(
-    core: &Arc<Core>,
-    audit: Option<&Audit>,
+    admin: &AdminParts,
     method: &Method,
     parts: &[&str],
     query: &str,
@@ -35,7 +31,7 @@ pub(super) async fn route(
     };
     Some(match (method, rest) {
         (&Method::GET, ["identities"]) => {
-            let list: Vec<Value> = identities(core)
+            let list: Vec<Value> = identities(admin)
                 .iter()
                 .map(
                     |i| json!({"name": i.name, "kind": i.kind.as_str(), "roles": i.access.roles()}),
@@ -48,13 +44,13 @@ pub(super) async fn route(
                 .find(|(k, _)| k == "as")
                 .map(|(_, v)| v.into_owned())
                 .unwrap_or_else(|| OPERATOR.to_owned());
-            match identity(core, &name) {
-                Some(id) => json(StatusCode::OK, &visible(core, &id)),
+            match identity(admin, &name) {
+                Some(id) => json(StatusCode::OK, &visible(admin, &id)),
                 None => unknown(&name),
             }
         }
         (&Method::POST, ["call"]) => match super::admin_flows::json_body(body) {
-            Ok(v) => call(core, audit, &v).await,
+            Ok(v) => call(admin, &v).await,
             Err(bad) => *bad,
         },
         _ => json(
@@ -66,17 +62,17 @@ pub(super) async fn route(
 }
 
 /// The operator (unrestricted, as `fedgate call`) and every identity the config names.
-fn identities(core: &Core) -> Vec<Identity> {
+fn identities(admin: &AdminParts) -> Vec<Identity> {
     let mut out = vec![Identity {
         name: OPERATOR.into(),
         ..super::admin_flows::operator()
     }];
-    out.extend(core.auth.load().configured());
+    out.extend(admin.auth.load().configured());
     out
 }
 
-fn identity(core: &Core, name: &str) -> Option<Identity> {
-    identities(core).into_iter().find(|i| i.name == name)
+fn identity(admin: &AdminParts, name: &str) -> Option<Identity> {
+    identities(admin).into_iter().find(|i| i.name == name)
 }
 
 fn unknown(name: &str) -> Response<Body> {
@@ -90,8 +86,8 @@ fn unknown(name: &str) -> Response<Body> {
 }
 
 /// The tools `id` would see in `tools/list`, with their schemas and what the tier does.
-fn visible(core: &Core, id: &Identity) -> Value {
-    let pool = &core.pool;
+fn visible(admin: &AdminParts, id: &Identity) -> Value {
+    let pool = &admin.pool;
     let catalog = pool.catalog();
     let tools: Vec<Value> = catalog
         .tools
@@ -111,13 +107,13 @@ fn visible(core: &Core, id: &Identity) -> Value {
 
 /// Runs one tool call through the client stack (authorization, tiers, limits, approvals,
 /// envelope, audit) as the chosen identity.
-async fn call(core: &Arc<Core>, audit: Option<&Audit>, v: &Value) -> Response<Body> {
+async fn call(admin: &AdminParts, v: &Value) -> Response<Body> {
     let bad = |why: String| json(StatusCode::BAD_REQUEST, &json!({"error": why}));
     let Some(tool) = v["tool"].as_str() else {
         return bad("`tool` (a name from GET /admin/tools) is required".into());
     };
     let name = v["as"].as_str().unwrap_or(OPERATOR);
-    let Some(identity) = identity(core, name) else {
+    let Some(identity) = identity(admin, name) else {
         return unknown(name);
     };
     let arguments = match &v["arguments"] {
@@ -125,7 +121,7 @@ async fn call(core: &Arc<Core>, audit: Option<&Audit>, v: &Value) -> Response<Bo
         Value::Null => Default::default(),
         _ => return bad("`arguments` must be a JSON object".into()),
     };
-    let before = core
+    let before = admin
         .feed
         .as_ref()
         .and_then(|f| f.recent(1, |_| true).first().map(|e| e.seq))
@@ -136,7 +132,7 @@ async fn call(core: &Arc<Core>, audit: Option<&Audit>, v: &Value) -> Response<Bo
         0,
     );
     let correlation = call.correlation_id.clone();
-    let answer = core.stack(audit.cloned()).oneshot(call).await;
+    let answer = admin.stack.clone().oneshot(call).await;
     let (outcome, result, plan) = match answer {
         Ok(ServerResult::CallToolResult(r)) => {
             let plan = r
@@ -163,7 +159,7 @@ async fn call(core: &Arc<Core>, audit: Option<&Audit>, v: &Value) -> Response<Bo
     };
     // Its record in the call feed: by correlation id, else (traced calls take the trace id)
     // the first record of this identity and tool since the call began.
-    let record = core.feed.as_ref().and_then(|f| {
+    let record = admin.feed.as_ref().and_then(|f| {
         f.recent(crate::telemetry::call_feed::RECENT_CALLS, |e| {
             e.seq > before
         })

@@ -3,11 +3,11 @@
 
 use serde_json::{Value, json};
 
-use super::core::Core;
+use super::parts::AdminParts;
 
-pub(super) fn views(core: &Core) -> Value {
-    let views = core.views.load();
-    let catalog = core.pool.catalog();
+pub(super) fn views(admin: &AdminParts) -> Value {
+    let views = admin.views.load();
+    let catalog = admin.pool.catalog();
     let s = &views.settings;
     let list: Vec<Value> = views
         .views
@@ -40,7 +40,7 @@ pub(super) fn views(core: &Core) -> Value {
         "max_selected": s.max_selected,
         "pinned": s.pinned_globs,
         "searching": views.searching(),
-        "working_sets": core.search.sessions(),
+        "working_sets": admin.search.sessions(),
         "views": list,
     })
 }

@@ -13,7 +13,7 @@ use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 
-use super::{core::Core, http::Body};
+use super::{http::Body, parts::EdgeParts};
 use crate::{
     credentials::{OAuthTarget, Refused},
     policy::token::PerUserOAuth,
@@ -77,9 +77,8 @@ enum Kind {
     OAuth(Arc<PerUserOAuth>, String),
 }
 
-fn per_user_kind(core: &Core, upstream: &str) -> Option<Kind> {
-    let u = core
-        .pool
+fn per_user_kind(pool: &crate::upstream::pool::Pool, upstream: &str) -> Option<Kind> {
+    let u = pool
         .upstreams()
         .iter()
         .find(|u| u.name() == upstream)?
@@ -177,7 +176,7 @@ fn field(query: &[u8], name: &str) -> Option<String> {
 }
 
 pub(super) async fn serve(
-    core: &Core,
+    parts: &EdgeParts,
     upstream: &str,
     req: Request<Incoming>,
     body_timeout: Duration,
@@ -186,8 +185,8 @@ pub(super) async fn serve(
         Some(u) => (u, true),
         None => (upstream, false),
     };
-    let kind = per_user_kind(core, upstream);
-    let (Some(creds), Some(kind)) = (core.credentials.as_ref(), kind) else {
+    let kind = per_user_kind(&parts.pool, upstream);
+    let (Some(creds), Some(kind)) = (parts.credentials.as_ref(), kind) else {
         return page(
             StatusCode::NOT_FOUND,
             "Nothing to connect",

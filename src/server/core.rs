@@ -5,15 +5,13 @@
 
 use std::{sync::Arc, time::Duration};
 
-use arc_swap::ArcSwap;
-use rmcp::model::RequestStateCodec;
-use tokio::sync::watch;
-
-use super::sessions::Hub;
+use super::{
+    parts::{AdminParts, EdgeParts, Gauges, InFlight, McpParts},
+    sessions::Hub,
+};
 use crate::{
     approval::Plans,
     config::Snapshot,
-    envelope::Mode,
     pipeline::{self, ApproveTool, CallStack, OwnTools},
     policy::view::Views,
     policy::{identity::Authenticator, rate_limit::RateLimits},
@@ -25,70 +23,42 @@ use crate::{
     tool_search::ToolSearch,
     upstream::{pool::Pool, reload::Applied},
 };
+use arc_swap::ArcSwap;
+use rmcp::model::RequestStateCodec;
 
 /// How often rate-limit state of idle keys is dropped.
 const RATE_LIMIT_EVICT_EVERY: Duration = Duration::from_secs(60);
 
 #[derive(Debug)]
 pub struct Core {
-    pub pool: Arc<Pool>,
-    pub metrics: Arc<Metrics>,
-    pub hub: Arc<Hub>,
+    /// What the call stack is built from (the audit sink comes at [`Core::stack`]): the
+    /// pool, metrics, rate limits, idempotency records, sealing key, own tools, plans, the
+    /// shared stores, per-user credentials and the `[gateway]` settings bound at start.
+    pipeline: pipeline::Parts,
+    hub: Arc<Hub>,
     /// How callers are authenticated, as of the last (re)load.
-    pub auth: Arc<ArcSwap<Authenticator>>,
-    pub limits: Arc<ArcSwap<RateLimits>>,
-    pub idempotency: Arc<IdempotencyStore>,
-    /// Signs cursors, session ids and MRTR `requestState` (`[gateway] state_key`).
-    pub seal: Arc<RequestStateCodec>,
+    auth: Arc<ArcSwap<Authenticator>>,
     cursors: Cursors,
-    /// Task handles of upstreams' tasks (sealed with `seal`).
+    /// Task handles of upstreams' tasks (sealed with the state key).
     tasks: TaskHandles,
-    /// The gateway's own tools.
-    own: OwnTools,
     /// Flows and their run log (when `[flows] dir` is set).
-    pub flows: Option<Arc<crate::flows::Engine>>,
+    flows: Option<Arc<crate::flows::Engine>>,
     /// The own tools that are neither flows nor search tools (a reload recomputes those).
     fixed_tools: Vec<Arc<dyn crate::pipeline::OwnTool>>,
     /// `[views]` and the listing settings, as of the last (re)load.
-    pub views: Arc<ArcSwap<Views>>,
+    views: Arc<ArcSwap<Views>>,
     /// Tool search and every session's working set.
-    pub search: Arc<ToolSearch>,
+    search: Arc<ToolSearch>,
     /// The workflows' stages and which session works in which workspace (`[stages]`; bound
     /// at start: a reload changes the workflows, not whether there are any).
-    pub stages: Option<Arc<Stages>>,
-    /// Per-user upstream credentials (bound at start, like the rest of `[gateway]`).
-    pub credentials: Option<Arc<crate::credentials::UserCredentials>>,
-    /// Plans waiting for approval (bound at start, like the rest of `[gateway]`).
-    pub plans: Arc<Plans>,
-    /// Finished calls for the operator console (when `[admin]` serves it; bound at start).
-    pub feed: Option<CallFeed>,
-    /// The shared stores of `[cluster]` (bound at start).
-    pub cluster: crate::stores::Cluster,
-    /// The HTTP listener's sessions, counted for the gauge (initialized or not).
-    sessions: std::sync::OnceLock<Arc<super::resumable::Resumable>>,
-    envelope: Mode,
-    /// `[gateway] id` and `max_hops`.
-    gateway_id: Arc<str>,
-    max_hops: usize,
-    /// Bound at start, like the rest of `[gateway]`.
-    input_wait: Duration,
-    max_parked_calls: usize,
+    stages: Option<Arc<Stages>>,
+    gauges: Gauges,
     /// Requests in flight, for draining on shutdown.
-    in_flight: watch::Sender<usize>,
+    in_flight: InFlight,
 }
 
 /// How often closed sessions' leftovers are swept.
 const SESSION_SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Counts a request as in flight until dropped.
-#[derive(Debug)]
-pub struct InFlight(watch::Sender<usize>);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.send_modify(|n| *n = n.saturating_sub(1));
-    }
-}
 
 impl Core {
     pub fn new(snapshot: &Snapshot) -> Result<Arc<Self>, super::error::StartError> {
@@ -159,50 +129,63 @@ impl Core {
         let search = ToolSearch::new(pool.clone(), views.clone(), metrics.search.clone());
         own.replace(own_tools(&fixed_tools, &search, flows.as_ref(), snapshot));
         pool.set_own_tools(own.definitions());
+        let feed = snapshot
+            .admin
+            .as_ref()
+            .is_some_and(|a| a.console)
+            .then(CallFeed::default);
+        let gauges = Gauges {
+            pool: pool.clone(),
+            metrics: metrics.clone(),
+            plans: plans.clone(),
+            hub: hub.clone(),
+            sessions: Default::default(),
+        };
         Ok(Arc::new(Self {
-            pool,
-            own,
+            pipeline: pipeline::Parts {
+                pool: pool.clone(),
+                metrics,
+                limits: Arc::new(ArcSwap::from_pointee(RateLimits::new(
+                    snapshot.rate_limits.clone(),
+                ))),
+                idempotency: Arc::new(IdempotencyStore::new(
+                    snapshot.gateway.idempotency_ttl,
+                    snapshot.gateway.idempotency_max_bytes,
+                )),
+                seal: seal.clone(),
+                input_wait: snapshot.gateway.input_wait,
+                max_parked_calls: snapshot.gateway.max_parked_calls,
+                audit: None,
+                cluster,
+                feed,
+                own,
+                plans,
+                envelope: snapshot.gateway.envelope,
+                gateway_id: snapshot.gateway.id.as_str().into(),
+                max_hops: snapshot.gateway.max_hops,
+                gate: stages.clone().map(|s| s as Arc<dyn crate::pipeline::Gate>),
+                credentials,
+            },
             views,
             search,
             stages,
-            credentials,
             flows,
             fixed_tools,
-            metrics,
             hub,
             auth,
-            limits: Arc::new(ArcSwap::from_pointee(RateLimits::new(
-                snapshot.rate_limits.clone(),
-            ))),
-            idempotency: Arc::new(IdempotencyStore::new(
-                snapshot.gateway.idempotency_ttl,
-                snapshot.gateway.idempotency_max_bytes,
-            )),
             cursors: Cursors::new(seal.clone(), snapshot.gateway.cursor_ttl),
-            tasks: TaskHandles::new(seal.clone()),
-            seal,
-            input_wait: snapshot.gateway.input_wait,
-            max_parked_calls: snapshot.gateway.max_parked_calls,
-            plans,
-            cluster,
-            sessions: Default::default(),
-            feed: snapshot
-                .admin
-                .as_ref()
-                .is_some_and(|a| a.console)
-                .then(CallFeed::default),
-            envelope: snapshot.gateway.envelope,
-            gateway_id: snapshot.gateway.id.as_str().into(),
-            max_hops: snapshot.gateway.max_hops,
-            in_flight: watch::channel(0).0,
+            tasks: TaskHandles::new(seal),
+            gauges,
+            in_flight: InFlight::default(),
         }))
     }
 
     /// Starts every upstream, and the housekeeping of per-key rate-limit state.
     pub fn start(self: &Arc<Self>) {
-        self.pool.start();
-        let limits = Arc::downgrade(&self.limits);
-        let stop = self.pool.shutdown_token();
+        let pool = &self.pipeline.pool;
+        pool.start();
+        let limits = Arc::downgrade(&self.pipeline.limits);
+        let stop = pool.shutdown_token();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(RATE_LIMIT_EVICT_EVERY);
             loop {
@@ -218,10 +201,10 @@ impl Core {
         });
         // Sessions that closed without unsubscribing: their state goes, and so do upstream
         // subscriptions nobody holds any more.
-        let (hub, pool) = (Arc::downgrade(&self.hub), Arc::downgrade(&self.pool));
+        let (hub, pool) = (Arc::downgrade(&self.hub), Arc::downgrade(pool));
         let search = Arc::downgrade(&self.search);
         let stages = self.stages.as_ref().map(Arc::downgrade);
-        let stop = self.pool.shutdown_token();
+        let stop = self.pipeline.pool.shutdown_token();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(SESSION_SWEEP_EVERY);
             loop {
@@ -244,15 +227,27 @@ impl Core {
             }
         });
         if let Some(stages) = &self.stages {
-            tell_moves(stages, &self.hub, self.pool.shutdown_token());
-            stages.listen_to_replicas(self.pool.shutdown_token());
+            tell_moves(stages, &self.hub, self.pipeline.pool.shutdown_token());
+            stages.listen_to_replicas(self.pipeline.pool.shutdown_token());
         }
     }
 
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.pipeline.pool
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.pipeline.metrics
+    }
+
+    pub fn flows(&self) -> Option<&Arc<crate::flows::Engine>> {
+        self.flows.as_ref()
+    }
+
     /// What the MCP handler answers with.
-    pub fn mcp_parts(&self) -> super::parts::McpParts {
-        super::parts::McpParts {
-            pool: self.pool.clone(),
+    pub fn mcp_parts(&self) -> McpParts {
+        McpParts {
+            pool: self.pipeline.pool.clone(),
             hub: self.hub.clone(),
             auth: self.auth.clone(),
             search: self.search.clone(),
@@ -263,36 +258,53 @@ impl Core {
         }
     }
 
-    /// The call stack over this gateway's parts.
+    /// What the HTTP edge answers with.
+    pub fn edge_parts(&self) -> EdgeParts {
+        EdgeParts {
+            auth: self.auth.clone(),
+            views: self.views.clone(),
+            pool: self.pipeline.pool.clone(),
+            seal: self.pipeline.seal.clone(),
+            credentials: self.pipeline.credentials.clone(),
+            metrics: self.pipeline.metrics.clone(),
+            gauges: self.gauges.clone(),
+            in_flight: self.in_flight.clone(),
+        }
+    }
+
+    /// What the admin API answers with; `stack` is the one [`Core::stack`] built.
+    pub fn admin_parts(&self, stack: CallStack) -> AdminParts {
+        let p = &self.pipeline;
+        AdminParts {
+            pool: p.pool.clone(),
+            metrics: p.metrics.clone(),
+            gauges: self.gauges.clone(),
+            auth: self.auth.clone(),
+            views: self.views.clone(),
+            search: self.search.clone(),
+            plans: p.plans.clone(),
+            cluster: p.cluster.clone(),
+            feed: p.feed.clone(),
+            stages: self.stages.clone(),
+            flows: self.flows.clone(),
+            credentials: p.credentials.clone(),
+            stack,
+        }
+    }
+
+    /// The call stack over this gateway's parts. Build it once per gateway: a stack owns
+    /// the plan sweeper and the lot of parked calls, and flows are bound to it.
     pub fn stack(&self, audit: Option<Audit>) -> CallStack {
         let stack = pipeline::build(pipeline::Parts {
-            pool: self.pool.clone(),
-            metrics: self.metrics.clone(),
-            limits: self.limits.clone(),
-            idempotency: self.idempotency.clone(),
-            seal: self.seal.clone(),
-            input_wait: self.input_wait,
-            max_parked_calls: self.max_parked_calls,
             audit: audit.clone(),
-            feed: self.feed.clone(),
-            cluster: self.cluster.clone(),
-            own: self.own.clone(),
-            plans: self.plans.clone(),
-            envelope: self.envelope,
-            gateway_id: self.gateway_id.clone(),
-            max_hops: self.max_hops,
-            gate: self
-                .stages
-                .clone()
-                .map(|s| s as Arc<dyn crate::pipeline::Gate>),
-            credentials: self.credentials.clone(),
+            ..self.pipeline.clone()
         });
         if let Some(stages) = &self.stages {
-            stages.set_audit(audit.clone());
+            stages.set_audit(audit);
         }
         if let Some(flows) = &self.flows {
-            flows.bind(stack.clone(), self.pool.clone());
-            if let Some(c) = &self.credentials {
+            flows.bind(stack.clone(), self.pipeline.pool.clone());
+            if let Some(c) = &self.pipeline.credentials {
                 flows.bind_credentials(c.clone());
             }
         }
@@ -315,54 +327,27 @@ impl Core {
             report_flow_problems(snapshot);
             engine.set_flows(&snapshot.flows.set);
         }
-        self.own.replace(own_tools(
+        let (own, pool) = (&self.pipeline.own, &self.pipeline.pool);
+        own.replace(own_tools(
             &self.fixed_tools,
             &self.search,
             self.flows.as_ref(),
             snapshot,
         ));
-        self.pool.set_own_tools(self.own.definitions());
+        pool.set_own_tools(own.definitions());
         if let Some(engine) = &self.flows {
             engine.report_catalog_problems();
         }
-        if !self.limits.load().configured_as(&snapshot.rate_limits) {
-            self.limits
-                .store(Arc::new(RateLimits::new(snapshot.rate_limits.clone())));
+        let limits = &self.pipeline.limits;
+        if !limits.load().configured_as(&snapshot.rate_limits) {
+            limits.store(Arc::new(RateLimits::new(snapshot.rate_limits.clone())));
         }
-        self.pool.apply(snapshot)
-    }
-
-    /// Marks a request in flight until the returned guard is dropped.
-    pub fn request_started(&self) -> InFlight {
-        self.in_flight.send_modify(|n| *n += 1);
-        InFlight(self.in_flight.clone())
+        pool.apply(snapshot)
     }
 
     /// Waits (bounded) until no request is in flight; returns whether it got there.
     pub async fn wait_idle(&self, timeout: Duration) -> bool {
-        let mut rx = self.in_flight.subscribe();
-        tokio::time::timeout(timeout, rx.wait_for(|n| *n == 0))
-            .await
-            .is_ok_and(|r| r.is_ok())
-    }
-
-    /// Brings the gauges that mirror state (upstreams, breakers, sessions) up to date.
-    pub fn refresh_gauges(&self) {
-        self.pool.refresh_gauges();
-        // Expired plans are counted and audited by the call stack's sweeper.
-        self.metrics
-            .plans_pending
-            .set(self.plans.count_pending() as i64);
-        let open = self.sessions.get().and_then(|s| s.open_sessions());
-        self.metrics
-            .sessions_active
-            .set(open.unwrap_or_else(|| self.hub.len()) as i64);
-    }
-
-    /// Counts the HTTP listener's sessions in `fedgate_sessions_active`, the ones that never
-    /// sent `notifications/initialized` too.
-    pub(super) fn count_sessions(&self, sessions: Arc<super::resumable::Resumable>) {
-        let _ = self.sessions.set(sessions);
+        self.in_flight.wait_idle(timeout).await
     }
 }
 

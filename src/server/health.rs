@@ -6,11 +6,10 @@ use super::{http::Body, responses::json};
 use crate::upstream::pool::Pool;
 
 /// `/metrics`: the registry in Prometheus' text format.
-pub(super) fn metrics(core: &super::core::Core) -> Response<Body> {
+pub(super) fn metrics(gauges: &super::parts::Gauges) -> Response<Body> {
     use http_body_util::BodyExt;
-    core.refresh_gauges();
     let mut resp =
-        Response::new(http_body_util::Full::new(bytes::Bytes::from(core.metrics.render())).boxed());
+        Response::new(http_body_util::Full::new(bytes::Bytes::from(gauges.render())).boxed());
     resp.headers_mut().insert(
         http::header::CONTENT_TYPE,
         http::HeaderValue::from_static("text/plain; version=0.0.4"),

@@ -18,8 +18,8 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    core::Core,
     mcp::Gateway,
+    parts::EdgeParts,
     replay::{Replay, ResumeRefused},
     responses::{challenge, json, unauthorized},
     resumable::Resumable,
@@ -56,13 +56,13 @@ pub(super) type Body = BoxBody<Bytes, Infallible>;
 pub async fn serve(
     listener: TcpListener,
     gateway: Gateway,
-    core: Arc<Core>,
+    parts: EdgeParts,
     settings: &GatewaySettings,
     stop_accepting: CancellationToken,
     close_all: CancellationToken,
 ) -> std::io::Result<()> {
     let local = listener.local_addr()?;
-    if let Some(c) = &core.credentials {
+    if let Some(c) = &parts.credentials {
         let scheme = if settings.tls.is_some() {
             "https"
         } else {
@@ -75,20 +75,20 @@ pub async fn serve(
     sessions.session_config.sse_retry = settings.sse_retry;
     // rmcp's own copy of a finished request's events is not needed: resumption reads `replay`.
     sessions.session_config.completed_cache_ttl = Duration::ZERO;
-    let replay = Replay::new(settings.replay, core.metrics.replay_dropped.clone());
+    let replay = Replay::new(settings.replay, parts.metrics.replay_dropped.clone());
     let sessions = Arc::new(Resumable::new(
         sessions,
         replay.clone(),
         settings.max_sessions,
     ));
-    core.count_sessions(sessions.clone());
-    let sealed = SealedSessions::new(core.seal.clone(), settings.session_ttl);
+    parts.gauges.count_sessions(sessions.clone());
+    let sealed = SealedSessions::new(parts.seal.clone(), settings.session_ttl);
     let mut config = mcp_config(settings, local, close_all.child_token());
     config.session_store = Some(sealed.clone());
     let mcp = StreamableHttpService::new(move || Ok(gateway.clone()), sessions.clone(), config);
     let edge = Edge {
         mcp,
-        core,
+        parts,
         sealed,
         replay,
         max_body: settings.max_body_bytes,
@@ -108,7 +108,7 @@ pub async fn serve(
         header_timeout: settings.header_read_timeout,
         tls: settings.tls.clone().map(tokio_rustls::TlsAcceptor::from),
         tls_timeout: settings.tls_handshake_timeout,
-        refused: edge.core.metrics.refused_on("mcp"),
+        refused: edge.parts.metrics.refused_on("mcp"),
     };
     let handle = move |req, cert_names: Arc<Vec<String>>| edge.clone().route(req, cert_names);
     super::listener::serve(listener, limits, handle, stop_accepting, close_all).await;
@@ -119,7 +119,7 @@ pub async fn serve(
 #[derive(Clone)]
 struct Edge {
     mcp: StreamableHttpService<Gateway, Resumable>,
-    core: Arc<Core>,
+    parts: EdgeParts,
     sealed: Arc<SealedSessions>,
     replay: Arc<Replay>,
     max_body: usize,
@@ -140,7 +140,7 @@ impl Edge {
     ) -> Response<Body> {
         let Edge {
             mut mcp,
-            core,
+            parts,
             sealed,
             replay,
             max_body,
@@ -153,12 +153,12 @@ impl Edge {
         // Read once per request: a reload swaps it for the next one. A client certificate is
         // mapped per request too, so a reload that drops or narrows it applies to connections
         // that stay open.
-        let auth = core.auth.load_full();
+        let auth = parts.auth.load_full();
         let cert_identity = auth.certificate_identity(&cert_names);
         // DNS rebinding: a page of an attacker's name must not read the other routes either
         // (rmcp checks `/mcp` itself).
         let view = match req.uri().path().strip_prefix(VIEW_PREFIX) {
-            Some(name) => match core.views.load().get(name) {
+            Some(name) => match parts.views.load().get(name) {
                 Some(v) => Some(v.scope.clone()),
                 None if !super::health::host_allowed(&req, &allowed_hosts) => {
                     return WireError::HostNotAllowed.plain();
@@ -169,7 +169,7 @@ impl Edge {
                         .map(Ok)
                         .unwrap_or_else(|| auth.authenticate(req.headers()))
                     {
-                        Ok(_) => unknown_view(name, &core.views.load()),
+                        Ok(_) => unknown_view(name, &parts.views.load()),
                         Err(e) => challenge(&e, auth.resource_metadata.as_ref()),
                     };
                 }
@@ -232,7 +232,7 @@ impl Edge {
                         .get("mcp-method")
                         .is_some_and(|m| m.as_bytes() == b"subscriptions/listen");
                     let in_flight = (req.method() == http::Method::POST && !listening)
-                        .then(|| core.request_started());
+                        .then(|| parts.in_flight.start());
                     // A POST body is read here, bounded in size and time, so a slow or oversized
                     // body gets a clear answer (408, 413) instead of holding the connection.
                     let answer = if req.method() == http::Method::POST {
@@ -280,13 +280,13 @@ impl Edge {
             }
             p if p.starts_with(CONNECT_PREFIX) => {
                 let upstream = p[CONNECT_PREFIX.len()..].to_owned();
-                super::connect_page::serve(&core, &upstream, req, body_timeout).await
+                super::connect_page::serve(&parts, &upstream, req, body_timeout).await
             }
             "/healthz" => json(StatusCode::OK, &serde_json::json!({"status": "ok"})),
             // With [auth], the details (error texts, server names) are for callers who
             // authenticate; probes get the status and each upstream's phase.
             "/readyz" => super::health::readyz(
-                &core.pool,
+                &parts.pool,
                 !auth.open && cert_identity.is_none() && auth.authenticate(req.headers()).is_err(),
             ),
             // With [auth], its labels (upstream and tool names, outcomes) are for callers who
@@ -298,7 +298,7 @@ impl Edge {
                 } else {
                     auth.authenticate(req.headers()).map(|_| ())
                 } {
-                    Ok(()) => super::health::metrics(&core),
+                    Ok(()) => super::health::metrics(&parts.gauges),
                     Err(e) => challenge(&e, auth.resource_metadata.as_ref()),
                 }
             }

@@ -28,7 +28,6 @@ use crate::{
     },
     router::cursor::BadCursor,
     server::{
-        core::Core,
         parts::McpParts,
         request_of::{
             caller_context, is_modern, request_span, session_key, session_of, workspace_of,
@@ -36,7 +35,6 @@ use crate::{
         sessions::Hub,
         unrouted,
     },
-    telemetry::audit::Audit,
     upstream::{Catalog, inflight::Downstream},
 };
 
@@ -49,10 +47,10 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    pub fn new(core: Arc<Core>, page_size: usize, audit: Option<Audit>) -> Self {
+    pub fn new(parts: McpParts, stack: CallStack, page_size: usize) -> Self {
         Self {
-            parts: core.mcp_parts(),
-            stack: core.stack(audit),
+            parts,
+            stack,
             page_size,
             local: Identity::unrestricted("local", IdentityKind::Local),
         }

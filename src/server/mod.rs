@@ -15,7 +15,7 @@ mod health;
 pub mod http;
 mod listener;
 pub mod mcp;
-mod parts;
+pub mod parts;
 mod priming;
 #[cfg(test)]
 mod protocol_tests;

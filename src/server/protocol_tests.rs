@@ -18,7 +18,11 @@ async fn connect(
     let snapshot = crate::config::load_str("t.toml", toml).expect("valid config");
     let core = Core::new(&snapshot).expect("core");
     core.start();
-    let gateway = Gateway::new(core.clone(), snapshot.gateway.page_size.get(), None);
+    let gateway = Gateway::new(
+        core.mcp_parts(),
+        core.stack(None),
+        snapshot.gateway.page_size.get(),
+    );
     let (client_io, server_io) = tokio::io::duplex(64 * 1024);
     tokio::spawn(async move {
         if let Ok(running) = gateway.serve(server_io).await {

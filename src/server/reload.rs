@@ -63,7 +63,7 @@ impl Reloader {
                     .map(ToString::to_string)
                     .collect::<Vec<_>>()
                     .join("; ");
-                self.core.metrics.reloaded(false);
+                self.core.metrics().reloaded(false);
                 tracing::error!(
                     trigger,
                     "config reload refused, the running config stays: {why}"
@@ -108,7 +108,7 @@ impl Reloader {
         };
         let applied = self.core.apply(&next);
         self.current.store(Arc::new(next));
-        self.core.metrics.reloaded(true);
+        self.core.metrics().reloaded(true);
         tracing::info!(
             trigger,
             added = ?applied.added,

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use http::{Response, header};
 use http_body_util::BodyExt;
 
-use super::{core::InFlight, http::Body};
+use super::{http::Body, parts::Started};
 
 /// A response body that keeps its request counted as in flight until it is fully sent.
 ///
@@ -16,7 +16,7 @@ use super::{core::InFlight, http::Body};
 /// stream in one write, instead of waiting a wake-up for rmcp to close the stream.
 pub(super) struct Tracked {
     body: Body,
-    _guard: InFlight,
+    _guard: Started,
     /// The first frame of an SSE stream, read before the headers were handed to hyper.
     first: Option<http_body::Frame<Bytes>>,
     ends_with_response: bool,
@@ -26,7 +26,7 @@ pub(super) struct Tracked {
 impl Tracked {
     /// The response with its body tracked. An SSE stream's headers go out with its first event
     /// (a call's progress or its answer), not alone ahead of it: one write less per call.
-    pub(super) async fn start(r: Response<Body>, guard: InFlight) -> Response<Body> {
+    pub(super) async fn start(r: Response<Body>, guard: Started) -> Response<Body> {
         let sse = r
             .headers()
             .get(header::CONTENT_TYPE)
