@@ -15,7 +15,9 @@
 //! time to scan a 1 MiB result in this process.
 //!
 //! Run: `cargo bench --bench overhead` (optional env: BENCH_SECONDS, default 3 per cell;
-//! FEDGATE_WORKER_THREADS reaches fedgate through the environment).
+//! FEDGATE_WORKER_THREADS reaches fedgate through the environment; FEDGATE_BASELINE_BIN adds
+//! another build of fedgate — e.g. an earlier commit's release binary — to part 1, on the same
+//! config and upstreams, interleaved with the others, and prints this build's ratios to it).
 
 mod floor;
 mod guardrails;
@@ -68,7 +70,11 @@ fn free_port() -> u16 {
 
 /// Starts a process and waits for a stdout line containing `ready`.
 fn start(args: &[&str], ready: &str) -> Proc {
-    let mut child = Command::new(&*FEDGATE)
+    start_bin(&FEDGATE, args, ready)
+}
+
+fn start_bin(bin: &str, args: &[&str], ready: &str) -> Proc {
+    let mut child = Command::new(bin)
         .args(args)
         .env("FEDGATE_LOG", "warn")
         .stdout(Stdio::piped())
@@ -351,6 +357,20 @@ fn main() {
         "fedgate ready",
     );
     let gw_pid = gw.0.id();
+    // The other build, on the same config (its upstreams run this build's demo server).
+    let baseline = std::env::var("FEDGATE_BASELINE_BIN").ok().map(|bin| {
+        let listen = format!("127.0.0.1:{}", free_port());
+        let args = [
+            "serve",
+            "--config",
+            cfg.to_str().unwrap_or_default(),
+            "--listen",
+            &listen,
+        ];
+        let proc = start_bin(&bin, &args, "fedgate ready");
+        let addr: std::net::SocketAddr = listen.parse().unwrap_or_else(|e| panic!("{e}"));
+        (proc, addr)
+    });
     println!(
         "fedgate idle RSS: {:.1} MiB (2 upstreams), of which anonymous {:.1} MiB, file-backed {:.1} MiB",
         status_kib(gw_pid, "VmRSS:") as f64 / 1024.0,
@@ -373,7 +393,14 @@ fn main() {
             "\npart 1: keep-alive HTTP/1.1, one shared session, stdio echo upstream\n{:<18} {:>4} {:>10} {:>9} {:>9} {:>12} {:>6}",
             "target", "c", "calls/s", "p50 µs", "p99 µs", "CPU µs/call", "fail"
         );
+        let before_session = match &baseline {
+            Some((_, addr)) => load::session(*addr)
+                .await
+                .unwrap_or_else(|e| panic!("baseline session: {e}")),
+            None => None,
+        };
         let mut ratios = Vec::new();
+        let mut to_before = Vec::new();
         for conc in [1usize, 8, 64] {
             let (f, f_cpu) =
                 load_cell(floor_addr, floor_session.clone(), "echo", conc, secs, floor_pid).await;
@@ -382,6 +409,18 @@ fn main() {
                 load_cell(gw_addr, gw_session.clone(), "s__echo", conc, secs, gw_pid).await;
             print_load_row("fedgate", conc, &g, g_cpu);
             let rate = |c: &load::Cell| c.calls as f64 / c.secs.max(f64::EPSILON);
+            if let Some((proc, addr)) = &baseline {
+                let (b, b_cpu) =
+                    load_cell(*addr, before_session.clone(), "s__echo", conc, secs, proc.0.id())
+                        .await;
+                print_load_row("fedgate baseline", conc, &b, b_cpu);
+                to_before.push((
+                    conc,
+                    g_cpu / b_cpu.max(f64::EPSILON),
+                    rate(&g) / rate(&b).max(f64::EPSILON),
+                    g.p50_us / b.p50_us.max(f64::EPSILON),
+                ));
+            }
             ratios.push((
                 conc,
                 g_cpu / f_cpu.max(f64::EPSILON),
@@ -394,6 +433,12 @@ fn main() {
         );
         for (conc, cpu, rate, p50) in ratios {
             println!("{:<18} {:>2} {:>12.2}x {:>7.2}x {:>7.2}x", "", conc, cpu, rate, p50);
+        }
+        if !to_before.is_empty() {
+            println!("\nfedgate / baseline  c  CPU per call  calls/s      p50");
+            for (conc, cpu, rate, p50) in to_before {
+                println!("{:<18} {:>2} {:>12.2}x {:>7.2}x {:>7.2}x", "", conc, cpu, rate, p50);
+            }
         }
         println!("\npart 2: rmcp clients");
         let direct = connect(&direct_url).await;
