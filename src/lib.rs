@@ -29,6 +29,7 @@ pub mod stages;
 pub mod stores;
 pub mod tasks;
 pub mod telemetry;
+pub mod to_client;
 pub mod tool_search;
 pub mod upstream;
 

@@ -285,7 +285,7 @@ async fn notify_progress(call: &Call, n: super::driver::NodeDone) {
                 n.node,
                 super::driver::status_label(n.status)
             ));
-        let _ = d.peer.notify_progress(p).await;
+        let _ = d.client.progress(p).await;
     }
 }
 

@@ -264,7 +264,7 @@ async fn obtain(
         "notifications/elicitation/complete",
         Some(json!({"elicitationId": ask.elicitation_id})),
     ));
-    let _ = d.peer.send_notification(done).await;
+    let _ = d.client.notify(done).await;
     Ok(Obtained::Token(token))
 }
 

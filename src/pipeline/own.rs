@@ -44,7 +44,7 @@ pub async fn list_changed(call: &Call) {
     if let Some(d) = &call.downstream
         && !d.modern
     {
-        let _ = d.peer.notify_tool_list_changed().await;
+        let _ = d.client.tools_changed().await;
     }
 }
 

@@ -116,7 +116,7 @@ impl Gateway {
         ct: tokio_util::sync::CancellationToken,
     ) -> Result<ServerResult, McpError> {
         let downstream = Downstream {
-            peer: ctx.peer.clone(),
+            client: Arc::new(ctx.peer.clone()),
             request_id: ctx.id.clone(),
             log_level: self.log_level(ctx),
             capabilities: ctx.client_capabilities(),
@@ -271,7 +271,7 @@ impl ServerHandler for Gateway {
 
     async fn on_initialized(&self, ctx: NotificationContext<RoleServer>) {
         let key = session_key(&ctx.extensions);
-        self.parts.hub.register(&key, ctx.peer.clone());
+        self.parts.hub.register(&key, Arc::new(ctx.peer.clone()));
         // A new session is a moment to let go of what closed ones left behind.
         for uri in self.parts.hub.take_released() {
             self.parts.pool.release_subscription(&uri);
@@ -519,7 +519,7 @@ impl ServerHandler for Gateway {
             };
             return Err(to_wire(&unknown, is_modern(&ctx)));
         }
-        self.parts.hub.register(&key, ctx.peer.clone());
+        self.parts.hub.register(&key, Arc::new(ctx.peer.clone()));
         if self.parts.hub.subscribe(&key, &request.uri) {
             let uri = request.uri.clone();
             if let Err(e) = self.run(Op::Subscribe(request), &ctx).await {

@@ -7,10 +7,11 @@ use crate::upstream::{Changed, Downstreams};
 use dashmap::DashMap;
 use futures::StreamExt;
 use rmcp::{
-    RoleServer,
     model::{LoggingLevel, ResourceUpdatedNotificationParam},
-    service::{Peer, SubscriptionSink},
+    service::SubscriptionSink,
 };
+
+use crate::to_client::ToClient;
 
 /// Subscriber keys of `subscriptions/listen` streams start with this (session ids never do:
 /// rmcp mints UUIDs, stdio is `stdio`).
@@ -19,7 +20,7 @@ const LISTENER_PREFIX: &str = "listen:";
 /// Registry of live downstream sessions, keyed by their `Mcp-Session-Id` (or `stdio`).
 #[derive(Debug, Default)]
 pub struct Hub {
-    sessions: DashMap<String, Peer<RoleServer>>,
+    sessions: DashMap<String, ToClient>,
     /// uri -> sessions subscribed to it
     subscriptions: DashMap<String, Vec<String>>,
     /// Open `subscriptions/listen` streams of stateless-era clients.
@@ -35,9 +36,9 @@ pub struct Hub {
 const NOTIFY_CONCURRENCY: usize = 32;
 
 impl Hub {
-    /// Registers a session's peer under its key.
-    pub fn register(&self, session: &str, peer: Peer<RoleServer>) {
-        self.sessions.insert(session.to_owned(), peer);
+    /// Registers a session's client under its key.
+    pub fn register(&self, session: &str, client: ToClient) {
+        self.sessions.insert(session.to_owned(), client);
     }
 
     pub fn set_log_level(&self, session: &str, level: LoggingLevel) {
@@ -61,9 +62,7 @@ impl Hub {
 
     /// Whether a session of this key is registered and its transport open.
     pub fn is_open(&self, session: &str) -> bool {
-        self.sessions
-            .get(session)
-            .is_some_and(|p| !p.is_transport_closed())
+        self.sessions.get(session).is_some_and(|p| !p.is_closed())
     }
 
     pub fn len(&self) -> usize {
@@ -80,7 +79,7 @@ impl Hub {
     fn prune(&self) {
         let mut gone = Vec::new();
         self.sessions.retain(|k, p| {
-            let open = !p.is_transport_closed();
+            let open = !p.is_closed();
             if !open {
                 gone.push(k.clone());
             }
@@ -124,8 +123,7 @@ impl Hub {
             return;
         }
         self.prune();
-        let peers: Vec<Peer<RoleServer>> =
-            self.sessions.iter().map(|e| e.value().clone()).collect();
+        let peers: Vec<ToClient> = self.sessions.iter().map(|e| e.value().clone()).collect();
         // A listener's sink drops what its accepted filter does not cover.
         let sinks: Vec<SubscriptionSink> =
             self.listeners.iter().map(|e| e.value().clone()).collect();
@@ -136,13 +134,13 @@ impl Hub {
             futures::stream::iter(peers)
                 .for_each_concurrent(NOTIFY_CONCURRENCY, |peer| async move {
                     if changed.tools {
-                        let _ = peer.notify_tool_list_changed().await;
+                        let _ = peer.tools_changed().await;
                     }
                     if changed.prompts {
-                        let _ = peer.notify_prompt_list_changed().await;
+                        let _ = peer.prompts_changed().await;
                     }
                     if changed.resources {
-                        let _ = peer.notify_resource_list_changed().await;
+                        let _ = peer.resources_changed().await;
                     }
                 })
                 .await;
@@ -164,7 +162,7 @@ impl Hub {
 
     /// Tells these sessions their tool lists changed (a workspace's stage moved).
     pub fn notify_tools_changed(&self, sessions: &[String]) {
-        let peers: Vec<Peer<RoleServer>> = sessions
+        let peers: Vec<ToClient> = sessions
             .iter()
             .filter_map(|s| self.sessions.get(s).map(|p| p.clone()))
             .collect();
@@ -174,7 +172,7 @@ impl Hub {
         tokio::spawn(futures::stream::iter(peers).for_each_concurrent(
             NOTIFY_CONCURRENCY,
             |peer| async move {
-                let _ = peer.notify_tool_list_changed().await;
+                let _ = peer.tools_changed().await;
             },
         ));
     }
@@ -211,7 +209,7 @@ impl Hub {
             let p = params.clone();
             if let Some(peer) = self.sessions.get(&id).map(|p| p.clone()) {
                 tokio::spawn(async move {
-                    let _ = peer.notify_resource_updated(p).await;
+                    let _ = peer.resource_updated(p).await;
                 });
             } else if let Some(sink) = Self::listener_id(&id)
                 .and_then(|l| self.listeners.get(&l))

@@ -95,9 +95,9 @@ impl UpstreamClient {
         let value = answer
             .await
             .map_err(|_| {
-                failed(NoInput::Client(
+                failed(NoInput::Unanswered(crate::to_client::Unanswered::Client(
                     "the call ended before the client answered".into(),
-                ))
+                )))
             })?
             .map_err(failed)?;
         client_result(method, value)

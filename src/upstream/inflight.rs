@@ -11,14 +11,9 @@ use std::sync::{
 };
 
 use dashmap::DashMap;
-use rmcp::{
-    RoleServer,
-    model::{
-        ClientCapabilities, ClientResult, GetExtensions, InputRequest, LoggingLevel,
-        LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken, RequestId,
-        ServerRequest,
-    },
-    service::{OriginatingRequestId, Peer},
+use rmcp::model::{
+    ClientCapabilities, ClientResult, InputRequest, LoggingLevel, LoggingMessageNotificationParam,
+    ProgressNotificationParam, ProgressToken, RequestId, ServerRequest,
 };
 use tokio::sync::{mpsc, oneshot};
 
@@ -33,7 +28,8 @@ pub struct CallKey(pub u64);
 /// The downstream side of a forwarded call.
 #[derive(Debug, Clone)]
 pub struct Downstream {
-    pub peer: Peer<RoleServer>,
+    /// The client, whatever transport carries it.
+    pub client: crate::to_client::ToClient,
     pub request_id: RequestId,
     /// Lowest log level the caller wants relayed; `None` = no log messages.
     pub log_level: Option<LoggingLevel>,
@@ -52,11 +48,8 @@ pub struct Downstream {
 /// Why a request for client input got no answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NoInput {
-    #[error("relay task failed: {0}")]
-    Relay(String),
-    /// The client answered with an error, or the session ended (rmcp's words).
-    #[error("{0}")]
-    Client(String),
+    #[error(transparent)]
+    Unanswered(#[from] crate::to_client::Unanswered),
     #[error("a stateless-era client cannot be asked for input during {0}")]
     NotDuring(String),
     #[error("fedgate has too many calls waiting for input")]
@@ -68,19 +61,11 @@ pub enum NoInput {
 impl Downstream {
     /// Sends a request to a handshake-era caller on the stream of its call, and waits for the
     /// answer.
-    pub async fn request(&self, mut request: ServerRequest) -> Result<ClientResult, NoInput> {
-        request
-            .extensions_mut()
-            .insert(OriginatingRequestId(self.request_id.clone()));
-        // Sent from a fresh task so rmcp's task-local does not stamp the upstream's request id;
-        // the task ends with the call (cancelled, timed out), not when the caller answers.
-        let peer = self.peer.clone();
-        tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
-            peer.send_request(request).await
-        }))
-        .await
-        .map_err(|e| NoInput::Relay(e.to_string()))?
-        .map_err(|e| NoInput::Client(e.to_string()))
+    pub async fn request(&self, request: ServerRequest) -> Result<ClientResult, NoInput> {
+        Ok(self
+            .client
+            .request(request, self.request_id.clone())
+            .await?)
     }
 }
 

@@ -210,12 +210,12 @@ async fn relay(downstream: Option<&Downstream>, token: Option<&ProgressToken>, e
             // A caller that sent no progress token asked for no progress.
             if let Some(token) = token {
                 p.progress_token = token.clone();
-                let _ = d.peer.notify_progress(p).await;
+                let _ = d.client.progress(p).await;
             }
         }
         CallEvent::Log(l) => {
             if d.log_level.is_some_and(|min| l.level as u8 >= min as u8) {
-                let _ = d.peer.notify_logging_message(l).await;
+                let _ = d.client.log(l).await;
             }
         }
         // The call is over (or another round is under way): an ask without a call to carry it
