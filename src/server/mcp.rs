@@ -4,7 +4,7 @@
 use std::{borrow::Cow, sync::Arc};
 
 use rmcp::{
-    ErrorData as McpError, RoleServer, ServerHandler,
+    ErrorData as McpError,
     model::{
         CacheScope, CallToolRequestParams, CallToolResponse, CancelTaskParams,
         CompleteRequestParams, CompleteResult, GetPromptRequestParams, GetPromptResponse,
@@ -15,7 +15,6 @@ use rmcp::{
         SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
         UpdateTaskParams,
     },
-    service::{NotificationContext, RequestContext, SubscriptionContext},
 };
 use tower::ServiceExt;
 
@@ -29,10 +28,7 @@ use crate::{
     router::cursor::BadCursor,
     server::{
         parts::McpParts,
-        request_of::{
-            caller_context, is_modern, request_span, session_key, session_of, workspace_of,
-        },
-        sessions::Hub,
+        request_of::{Incoming, request_span},
         unrouted,
     },
     upstream::{Catalog, inflight::Downstream},
@@ -64,7 +60,7 @@ impl Gateway {
 
     /// Whether the caller may get updates of a resource: its roles allow the URI and reach the
     /// trust tier of the upstream serving it.
-    fn may_watch(&self, access: &Access, uri: &str) -> bool {
+    pub(super) fn may_watch(&self, access: &Access, uri: &str) -> bool {
         let catalog = self.parts.pool.catalog();
         access.resource(uri) && self.reaches(access, &catalog, catalog.resource(uri))
     }
@@ -76,67 +72,55 @@ impl Gateway {
     }
 
     /// The caller: set by the HTTP edge; over stdio it is the local operator.
-    pub(super) fn identity(&self, ctx: &RequestContext<RoleServer>) -> Identity {
-        ctx.extensions
-            .get::<http::request::Parts>()
-            .and_then(|p| p.extensions.get::<Identity>())
-            .cloned()
-            .unwrap_or_else(|| self.local.clone())
+    pub(super) fn identity(&self, req: &Incoming) -> Identity {
+        req.identity.clone().unwrap_or_else(|| self.local.clone())
     }
 
     /// The lowest log level this caller wants: per request in the stateless era (none unless
     /// asked), per session in the handshake era (everything until `logging/setLevel`).
-    fn log_level(&self, ctx: &RequestContext<RoleServer>) -> Option<LoggingLevel> {
-        let stateless = ctx.protocol_version().is_some_and(|v| !v.has_initialize());
-        if stateless {
-            ctx.meta.log_level()
+    fn log_level(&self, req: &Incoming) -> Option<LoggingLevel> {
+        if req.stateless {
+            req.meta.log_level()
         } else {
             Some(
                 self.parts
                     .hub
-                    .log_level(&session_key(&ctx.extensions))
+                    .log_level(&req.session_key)
                     .unwrap_or(LoggingLevel::Debug),
             )
         }
     }
 
-    pub(super) async fn run(
-        &self,
-        op: Op,
-        ctx: &RequestContext<RoleServer>,
-    ) -> Result<ServerResult, McpError> {
-        self.run_with(op, ctx, ctx.ct.clone()).await
+    pub(super) async fn run(&self, op: Op, req: &Incoming) -> Result<ServerResult, McpError> {
+        self.run_with(op, req, req.ct.clone()).await
     }
 
     /// `run` with another cancellation token (cleanup after the request has ended).
-    async fn run_with(
+    pub(super) async fn run_with(
         &self,
         op: Op,
-        ctx: &RequestContext<RoleServer>,
+        req: &Incoming,
         ct: tokio_util::sync::CancellationToken,
     ) -> Result<ServerResult, McpError> {
         let downstream = Downstream {
-            client: Arc::new(ctx.peer.clone()),
-            request_id: ctx.id.clone(),
-            log_level: self.log_level(ctx),
-            capabilities: ctx.client_capabilities(),
-            modern: is_modern(ctx),
-            session: session_of(&ctx.extensions),
-            workspace: workspace_of(&ctx.extensions),
+            client: req.client.clone(),
+            request_id: req.id.clone(),
+            log_level: self.log_level(req),
+            capabilities: req.capabilities.clone(),
+            modern: req.modern,
+            session: req.session.clone(),
+            workspace: req.workspace.clone(),
         };
-        let mut call = Call::new(op, self.identity(ctx), 0).from_client(
+        let mut call = Call::new(op, self.identity(req), 0).from_client(
             downstream,
-            ctx.meta.clone(),
+            req.meta.clone(),
             ct,
-            caller_context(ctx),
+            req.parent.clone(),
         );
-        call.progress_token = ctx.meta.get_progress_token();
+        call.progress_token = req.meta.get_progress_token();
         self.stack.clone().oneshot(call).await
     }
 
-    /// Cache hints of a list fedgate serves: filtered per caller unless `[auth]` is absent,
-    /// so only then may a shared cache serve it to anyone (`public`). Lists change whenever
-    /// an upstream's do, so they are not to be reused (`ttlMs: 0`).
     fn list_scope(&self) -> (Option<u64>, Option<CacheScope>) {
         let scope = if self.parts.auth.load().open {
             CacheScope::Public
@@ -160,19 +144,10 @@ fn bad_cursor(e: BadCursor) -> McpError {
     to_wire(&e.into(), false)
 }
 
-impl ServerHandler for Gateway {
-    /// rmcp hands over a request of a known method whose params it could not decode (missing,
-    /// `arguments` not an object, `name` not a string …) as a custom request; that is invalid
-    /// params (-32602), not an unknown method.
-    async fn on_custom_request(
-        &self,
-        request: rmcp::model::CustomRequest,
-        ctx: RequestContext<RoleServer>,
-    ) -> Result<rmcp::model::CustomResult, McpError> {
-        Err(unrouted::custom_request(&request.method, is_modern(&ctx)))
-    }
-
-    fn get_info(&self) -> ServerConfig {
+/// The gateway's answers, whatever transport carried the request.
+impl Gateway {
+    /// What `initialize` answers: the capabilities, who fedgate is, how names read.
+    pub(super) fn info(&self) -> ServerConfig {
         let caps = ServerCapabilities::builder()
             .enable_tools()
             .enable_tool_list_changed()
@@ -200,10 +175,7 @@ impl ServerHandler for Gateway {
     /// `subscriptions/listen`. A resource subscription is accepted when the URI routes to an
     /// upstream (whether the caller may read it is checked in `listen`, which has its
     /// identity; updates it may not see are never delivered).
-    fn accepted_subscription_filter(
-        &self,
-        requested: &SubscriptionFilter,
-    ) -> Option<SubscriptionFilter> {
+    pub(super) fn accepted_filter(&self, requested: &SubscriptionFilter) -> SubscriptionFilter {
         let mut accepted = requested.clone();
         let catalog = self.parts.pool.catalog();
         accepted.resource_subscriptions = requested.resource_subscriptions.as_ref().map(|uris| {
@@ -212,95 +184,50 @@ impl ServerHandler for Gateway {
                 .cloned()
                 .collect()
         });
-        Some(accepted)
+        accepted
     }
 
-    /// One stream, one merged acknowledgement: list changes come from the hub; each resource
-    /// subscription is made upstream (`resources/subscribe` on a handshake-era upstream, the
-    /// listen filter of a stateless-era one) by the first subscriber and dropped by the last.
-    async fn listen(&self, ctx: SubscriptionContext) -> Result<(), McpError> {
-        let hub = &self.parts.hub;
-        let id = hub.add_listener(ctx.sink().clone());
-        let key = Hub::listener_key(id);
-        let rctx = ctx.request_context();
-        let access = self.identity(rctx).access;
-        let mut held = Vec::new();
-        for uri in ctx.accepted().resource_subscriptions.iter().flatten() {
-            if !self.may_watch(&access, uri) {
-                continue;
-            }
-            if hub.subscribe(&key, uri) {
-                let op = Op::Subscribe(SubscribeRequestParams::new(uri.clone()));
-                if let Err(e) = self.run(op, rctx).await {
-                    tracing::info!(uri, "resource subscription failed upstream: {}", e.message);
-                    hub.unsubscribe(&key, uri);
-                    continue;
-                }
-            }
-            held.push(uri.clone());
-        }
-        ctx.cancelled().await;
-        for uri in held {
-            if hub.unsubscribe(&key, &uri) {
-                // The stream's own token is cancelled by now.
-                let op = Op::Unsubscribe(UnsubscribeRequestParams::new(uri));
-                let _ = self.run_with(op, rctx, Default::default()).await;
-            }
-        }
-        hub.remove_listener(id);
-        Ok(())
-    }
-
-    fn get_tool(&self, name: &str) -> Option<Tool> {
-        // rmcp checks `Mcp-Param-*` headers against the tool's input schema.
-        self.parts.pool.catalog().tool_def(name).cloned()
-    }
-
-    async fn set_level(
-        &self,
-        request: SetLevelRequestParams,
-        ctx: RequestContext<RoleServer>,
-    ) -> Result<(), McpError> {
-        // Upstream connections are shared by all sessions, so the level is applied by fedgate
-        // when it relays messages, not forwarded.
-        self.parts
-            .hub
-            .set_log_level(&session_key(&ctx.extensions), request.level);
-        Ok(())
-    }
-
-    async fn on_initialized(&self, ctx: NotificationContext<RoleServer>) {
-        let key = session_key(&ctx.extensions);
-        self.parts.hub.register(&key, Arc::new(ctx.peer.clone()));
+    /// A handshake-era session sent `notifications/initialized`: it hears list changes from now.
+    pub(super) fn initialized(&self, session_key: &str, client: crate::to_client::ToClient) {
+        self.parts.hub.register(session_key, client);
         // A new session is a moment to let go of what closed ones left behind.
         for uri in self.parts.hub.take_released() {
             self.parts.pool.release_subscription(&uri);
         }
     }
 
-    async fn list_tools(
+    pub(super) async fn logging_set_level(
+        &self,
+        request: SetLevelRequestParams,
+        req: &Incoming,
+    ) -> Result<(), McpError> {
+        // Upstream connections are shared by all sessions, so the level is applied by fedgate
+        // when it relays messages, not forwarded.
+        self.parts
+            .hub
+            .set_log_level(&req.session_key.clone(), request.level);
+        Ok(())
+    }
+
+    pub(super) async fn tools_list(
         &self,
         request: Option<PaginatedRequestParams>,
-        ctx: RequestContext<RoleServer>,
+        req: &Incoming,
     ) -> Result<ListToolsResult, McpError> {
-        let _span = request_span("tools/list", &ctx);
+        let _span = request_span("tools/list", req);
         let catalog = self.parts.pool.catalog();
-        let who = self.identity(&ctx);
+        let who = self.identity(req);
         let access = who.access.clone();
         let items = visible(&catalog.tools, access.sees_all(), |x| {
             crate::pipeline::visible(&self.parts.pool, &access, &x.name)
         });
-        let session = session_of(&ctx.extensions);
+        let session = req.session.clone();
         let items = self.parts.search.listed(&access, session.as_deref(), items);
         let items = match &self.parts.stages {
             Some(stages) => stages
-                .listed(
-                    session.as_deref(),
-                    workspace_of(&ctx.extensions).as_deref(),
-                    items,
-                )
+                .listed(session.as_deref(), req.workspace.clone().as_deref(), items)
                 .await
-                .map_err(|r| to_wire(&CallError::Staged(r), is_modern(&ctx)))?,
+                .map_err(|r| to_wire(&CallError::Staged(r), req.modern))?,
             None => items,
         };
         let c = request.as_ref().and_then(|r| r.cursor.as_deref());
@@ -322,14 +249,14 @@ impl ServerHandler for Gateway {
         Ok(r)
     }
 
-    async fn list_prompts(
+    pub(super) async fn prompts_list(
         &self,
         request: Option<PaginatedRequestParams>,
-        ctx: RequestContext<RoleServer>,
+        req: &Incoming,
     ) -> Result<ListPromptsResult, McpError> {
-        let _span = request_span("prompts/list", &ctx);
+        let _span = request_span("prompts/list", req);
         let catalog = self.parts.pool.catalog();
-        let who = self.identity(&ctx);
+        let who = self.identity(req);
         let access = who.access.clone();
         let items = visible(&catalog.prompts, access.sees_all(), |x| {
             access.prompt(&x.name)
@@ -358,14 +285,14 @@ impl ServerHandler for Gateway {
         Ok(r)
     }
 
-    async fn list_resources(
+    pub(super) async fn resources_list(
         &self,
         request: Option<PaginatedRequestParams>,
-        ctx: RequestContext<RoleServer>,
+        req: &Incoming,
     ) -> Result<ListResourcesResult, McpError> {
-        let _span = request_span("resources/list", &ctx);
+        let _span = request_span("resources/list", req);
         let catalog = self.parts.pool.catalog();
-        let who = self.identity(&ctx);
+        let who = self.identity(req);
         let access = who.access.clone();
         let items = visible(&catalog.resources, access.sees_all(), |x| {
             access.resource(&x.uri) && self.reaches(&access, &catalog, catalog.resource(&x.uri))
@@ -389,14 +316,14 @@ impl ServerHandler for Gateway {
         Ok(r)
     }
 
-    async fn list_resource_templates(
+    pub(super) async fn templates_list(
         &self,
         request: Option<PaginatedRequestParams>,
-        ctx: RequestContext<RoleServer>,
+        req: &Incoming,
     ) -> Result<ListResourceTemplatesResult, McpError> {
-        let _span = request_span("resources/templates/list", &ctx);
+        let _span = request_span("resources/templates/list", req);
         let catalog = self.parts.pool.catalog();
-        let who = self.identity(&ctx);
+        let who = self.identity(req);
         let access = who.access.clone();
         let items = visible(&catalog.templates, access.sees_all(), |x| {
             access.resource(&x.uri_template)
@@ -421,40 +348,40 @@ impl ServerHandler for Gateway {
         Ok(r)
     }
 
-    async fn call_tool(
+    pub(super) async fn tools_call(
         &self,
         request: CallToolRequestParams,
-        ctx: RequestContext<RoleServer>,
+        req: &Incoming,
     ) -> Result<CallToolResponse, McpError> {
         let tool = request.name.to_string();
-        match self.run(Op::CallTool(request), &ctx).await? {
+        match self.run(Op::CallTool(request), req).await? {
             ServerResult::CallToolResult(r) => Ok(CallToolResponse::Complete(r)),
             ServerResult::InputRequiredResult(r) => Ok(CallToolResponse::InputRequired(r)),
             ServerResult::CreateTaskResult(r) => {
-                Ok(CallToolResponse::Task(self.expose_task(r, &tool, &ctx)?))
+                Ok(CallToolResponse::Task(self.expose_task(r, &tool, req)?))
             }
             other => Err(unrouted::unexpected("tools/call", &other)),
         }
     }
 
-    async fn get_prompt(
+    pub(super) async fn prompts_get(
         &self,
         request: GetPromptRequestParams,
-        ctx: RequestContext<RoleServer>,
+        req: &Incoming,
     ) -> Result<GetPromptResponse, McpError> {
-        match self.run(Op::GetPrompt(request), &ctx).await? {
+        match self.run(Op::GetPrompt(request), req).await? {
             ServerResult::GetPromptResult(r) => Ok(GetPromptResponse::Complete(r)),
             ServerResult::InputRequiredResult(r) => Ok(GetPromptResponse::InputRequired(r)),
             other => Err(unrouted::unexpected("prompts/get", &other)),
         }
     }
 
-    async fn read_resource(
+    pub(super) async fn resources_read(
         &self,
         request: ReadResourceRequestParams,
-        ctx: RequestContext<RoleServer>,
+        req: &Incoming,
     ) -> Result<ReadResourceResponse, McpError> {
-        match self.run(Op::ReadResource(request), &ctx).await? {
+        match self.run(Op::ReadResource(request), req).await? {
             ServerResult::ReadResourceResult(mut r) => {
                 // Reads pass fedgate's authorization: with `[auth]`, a shared cache must not
                 // hand one caller's answer to another.
@@ -468,61 +395,60 @@ impl ServerHandler for Gateway {
         }
     }
 
-    async fn complete(
+    pub(super) async fn completion(
         &self,
         request: CompleteRequestParams,
-        ctx: RequestContext<RoleServer>,
+        req: &Incoming,
     ) -> Result<CompleteResult, McpError> {
-        match self.run(Op::Complete(request), &ctx).await? {
+        match self.run(Op::Complete(request), req).await? {
             ServerResult::CompleteResult(r) => Ok(r),
             other => Err(unrouted::unexpected("completion/complete", &other)),
         }
     }
 
-    async fn get_task(
+    pub(super) async fn tasks_get(
         &self,
         request: GetTaskParams,
-        ctx: RequestContext<RoleServer>,
+        req: &Incoming,
     ) -> Result<GetTaskResult, McpError> {
-        self.get_task_for(request.task_id, &ctx).await
+        self.get_task_for(request.task_id, req).await
     }
 
-    async fn update_task(
+    pub(super) async fn tasks_update(
         &self,
         request: UpdateTaskParams,
-        ctx: RequestContext<RoleServer>,
+        req: &Incoming,
     ) -> Result<(), McpError> {
         let answers = TaskRequest::Update(request.input_responses);
-        self.ack_task_for(request.task_id, answers, &ctx).await
+        self.ack_task_for(request.task_id, answers, req).await
     }
 
-    async fn cancel_task(
+    pub(super) async fn tasks_cancel(
         &self,
         request: CancelTaskParams,
-        ctx: RequestContext<RoleServer>,
+        req: &Incoming,
     ) -> Result<(), McpError> {
-        self.ack_task_for(request.task_id, TaskRequest::Cancel, &ctx)
+        self.ack_task_for(request.task_id, TaskRequest::Cancel, req)
             .await
     }
 
-    #[allow(deprecated)]
-    async fn subscribe(
+    pub(super) async fn resources_subscribe(
         &self,
         request: SubscribeRequestParams,
-        ctx: RequestContext<RoleServer>,
+        req: &Incoming,
     ) -> Result<(), McpError> {
-        let key = session_key(&ctx.extensions);
+        let key = req.session_key.clone();
         // Every subscriber is authorized, not only the first (which alone reaches upstream).
-        if !self.may_watch(&self.identity(&ctx).access, &request.uri) {
+        if !self.may_watch(&self.identity(req).access, &request.uri) {
             let unknown = CallError::UnknownResource {
                 uri: request.uri.clone(),
             };
-            return Err(to_wire(&unknown, is_modern(&ctx)));
+            return Err(to_wire(&unknown, req.modern));
         }
-        self.parts.hub.register(&key, Arc::new(ctx.peer.clone()));
+        self.parts.hub.register(&key, req.client.clone());
         if self.parts.hub.subscribe(&key, &request.uri) {
             let uri = request.uri.clone();
-            if let Err(e) = self.run(Op::Subscribe(request), &ctx).await {
+            if let Err(e) = self.run(Op::Subscribe(request), req).await {
                 self.parts.hub.unsubscribe(&key, &uri);
                 return Err(e);
             }
@@ -530,15 +456,14 @@ impl ServerHandler for Gateway {
         Ok(())
     }
 
-    #[allow(deprecated)]
-    async fn unsubscribe(
+    pub(super) async fn resources_unsubscribe(
         &self,
         request: UnsubscribeRequestParams,
-        ctx: RequestContext<RoleServer>,
+        req: &Incoming,
     ) -> Result<(), McpError> {
-        let key = session_key(&ctx.extensions);
+        let key = req.session_key.clone();
         if self.parts.hub.unsubscribe(&key, &request.uri) {
-            self.run(Op::Unsubscribe(request), &ctx).await?;
+            self.run(Op::Unsubscribe(request), req).await?;
         }
         Ok(())
     }

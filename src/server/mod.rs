@@ -24,6 +24,7 @@ pub mod replay;
 mod request_of;
 mod responses;
 mod resumable;
+mod rmcp_handler;
 pub mod sealed_sessions;
 pub mod sessions;
 pub mod stdio;

@@ -5,12 +5,11 @@
 //! `-32021` (with `requiredCapabilities`) for a caller that did not declare it in the request.
 
 use rmcp::{
-    ErrorData as McpError, RoleServer,
+    ErrorData as McpError,
     model::{CreateTaskResult, GetTaskResult, ServerResult},
-    service::RequestContext,
 };
 
-use super::{mcp::Gateway, unrouted::unexpected};
+use super::{mcp::Gateway, request_of::Incoming, unrouted::unexpected};
 use crate::{
     pipeline::{CallError, Op, TaskCall, TaskRequest, to_wire},
     router::catalog::Owner,
@@ -41,7 +40,7 @@ impl Gateway {
         &self,
         mut r: CreateTaskResult,
         tool: &str,
-        ctx: &RequestContext<RoleServer>,
+        req: &Incoming,
     ) -> Result<CreateTaskResult, McpError> {
         let catalog = self.parts.pool.catalog();
         // The gateway's own tools (flows) hand out their own handles.
@@ -72,7 +71,7 @@ impl Gateway {
             tool: tool.to_owned(),
             task_id: std::mem::take(&mut r.task.task_id),
         };
-        r.task.task_id = self.parts.tasks.seal(&self.identity(ctx).name, &route);
+        r.task.task_id = self.parts.tasks.seal(&self.identity(req).name, &route);
         Ok(r)
     }
 
@@ -82,22 +81,22 @@ impl Gateway {
         &self,
         handle: &str,
         request: TaskRequest,
-        ctx: &RequestContext<RoleServer>,
+        req: &Incoming,
     ) -> Result<ServerResult, McpError> {
         let route = self
             .parts
             .tasks
-            .open(&self.identity(ctx).name, handle)
+            .open(&self.identity(req).name, handle)
             .map_err(|_| to_wire(&CallError::UnknownTask, true))?;
-        self.run(Op::Task(TaskCall { route, request }), ctx).await
+        self.run(Op::Task(TaskCall { route, request }), req).await
     }
 
     pub(super) async fn get_task_for(
         &self,
         handle: String,
-        ctx: &RequestContext<RoleServer>,
+        req: &Incoming,
     ) -> Result<GetTaskResult, McpError> {
-        match self.task_request(&handle, TaskRequest::Get, ctx).await? {
+        match self.task_request(&handle, TaskRequest::Get, req).await? {
             ServerResult::GetTaskResult(mut r) => {
                 r.task.task.task_id = handle;
                 Ok(r)
@@ -110,10 +109,10 @@ impl Gateway {
         &self,
         handle: String,
         request: TaskRequest,
-        ctx: &RequestContext<RoleServer>,
+        req: &Incoming,
     ) -> Result<(), McpError> {
         let method = request.method();
-        match self.task_request(&handle, request, ctx).await? {
+        match self.task_request(&handle, request, req).await? {
             ServerResult::TaskAckResult(_) | ServerResult::EmptyResult(_) => Ok(()),
             other => Err(unexpected(method, &other)),
         }
