@@ -371,6 +371,9 @@ pub struct RawGateway {
     pub resource_default: Option<Spanned<String>>,
     /// The `retry` a session's SSE streams announce, in milliseconds (0: no priming events).
     pub sse_retry_ms: Option<u64>,
+    /// A session call still unanswered after this many milliseconds is answered on a
+    /// resumable SSE stream; one answered sooner, having sent nothing first, is one JSON body.
+    pub stream_after_ms: Option<u64>,
     /// Most events a session stream keeps for a client that reconnects (`Last-Event-ID`).
     pub replay_events: Option<usize>,
     /// Most bytes a session stream keeps for a client that reconnects.

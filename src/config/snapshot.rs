@@ -194,6 +194,12 @@ pub struct GatewaySettings {
         serialize_with = "crate::clock::serialize_millis_opt"
     )]
     pub sse_retry: Option<Duration>,
+    /// How long a session call may take and still be answered as one JSON body.
+    #[serde(
+        rename = "stream_after_ms",
+        serialize_with = "crate::clock::serialize_millis"
+    )]
+    pub stream_after: Duration,
     /// Bounds of each session stream's resumption buffer.
     pub replay: ReplayLimits,
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response, header};
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
 use super::{http::Body, wire_error::WireError};
@@ -111,7 +111,7 @@ pub(super) async fn read_body(
     req: Request<Incoming>,
     max_body: usize,
     timeout: Duration,
-) -> Result<Request<Full<Bytes>>, Response<Body>> {
+) -> Result<(http::request::Parts, Bytes), Response<Body>> {
     let needs_method = needs_method_header(&req);
     let (mut parts, body) = req.into_parts();
     let bytes = match collect(body, max_body, timeout).await {
@@ -140,7 +140,7 @@ pub(super) async fn read_body(
             parts.headers.insert("mcp-method", m);
         }
     }
-    Ok(Request::from_parts(parts, Full::new(bytes)))
+    Ok((parts, bytes))
 }
 
 /// rmcp refuses a body it cannot decode with a plain-text 415; a client gets a JSON-RPC error

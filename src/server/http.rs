@@ -18,6 +18,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::{
+    direct::{self, Direct},
     mcp::Gateway,
     parts::EdgeParts,
     replay::{Replay, ResumeRefused},
@@ -85,9 +86,19 @@ pub async fn serve(
     let sealed = SealedSessions::new(parts.seal.clone(), settings.session_ttl);
     let mut config = mcp_config(settings, local, close_all.child_token());
     config.session_store = Some(sealed.clone());
+    let direct = Direct::new(
+        gateway.clone(),
+        replay.clone(),
+        sessions.clone(),
+        settings.sse_retry,
+        settings.stream_after,
+        mcp_hosts(settings),
+        close_all.child_token(),
+    );
     let mcp = StreamableHttpService::new(move || Ok(gateway.clone()), sessions.clone(), config);
     let edge = Edge {
         mcp,
+        direct,
         parts,
         sealed,
         replay,
@@ -119,6 +130,8 @@ pub async fn serve(
 #[derive(Clone)]
 struct Edge {
     mcp: StreamableHttpService<Gateway, Resumable>,
+    /// Answers a session's calls without rmcp's session worker (see `direct`).
+    direct: Direct,
     parts: EdgeParts,
     sealed: Arc<SealedSessions>,
     replay: Arc<Replay>,
@@ -140,6 +153,7 @@ impl Edge {
     ) -> Response<Body> {
         let Edge {
             mut mcp,
+            direct,
             parts,
             sealed,
             replay,
@@ -237,14 +251,38 @@ impl Edge {
                     // body gets a clear answer (408, 413) instead of holding the connection.
                     let answer = if req.method() == http::Method::POST {
                         match super::body::read_body(req, max_body, body_timeout).await {
-                            Ok(req) => {
-                                tower::Service::<Request<Full<Bytes>>>::call(&mut mcp, req).await
+                            Ok((head, body)) => {
+                                let edge_direct = &direct;
+                                let direct = match &presented {
+                                    Some(Some(sid)) => edge_direct.answer(&head, &body, sid).await,
+                                    _ => None,
+                                };
+                                match direct {
+                                    Some(r) => Ok(r),
+                                    None => {
+                                        let initialized = direct::is_initialized(&body);
+                                        let req = Request::from_parts(head, Full::new(body));
+                                        let r = tower::Service::<Request<Full<Bytes>>>::call(
+                                            &mut mcp, req,
+                                        )
+                                        .await;
+                                        if let Some(Some(sid)) = &presented
+                                            && initialized
+                                        {
+                                            edge_direct.until_negotiated(sid).await;
+                                        }
+                                        r
+                                    }
+                                }
                             }
                             Err(refusal) => Ok(refusal),
                         }
                     } else {
                         tower::Service::<Request<Incoming>>::call(&mut mcp, req).await
                     };
+                    if deleting && let Some(Some(sid)) = &presented {
+                        direct.ended(sid);
+                    }
                     let answer = match answer {
                         Ok(r) if r.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE => {
                             Ok(super::body::as_jsonrpc_error(r).await)
@@ -307,18 +345,24 @@ impl Edge {
     }
 }
 
-fn mcp_config(
-    settings: &GatewaySettings,
-    local: SocketAddr,
-    ct: CancellationToken,
-) -> StreamableHttpServerConfig {
-    let port = local.port();
+/// The `Host` names `/mcp` answers (DNS rebinding): loopback and `allowed_hosts`.
+fn mcp_hosts(settings: &GatewaySettings) -> Vec<String> {
     let mut hosts = vec![
         "localhost".to_owned(),
         "127.0.0.1".to_owned(),
         "::1".to_owned(),
     ];
     hosts.extend(settings.allowed_hosts.iter().cloned());
+    hosts
+}
+
+fn mcp_config(
+    settings: &GatewaySettings,
+    local: SocketAddr,
+    ct: CancellationToken,
+) -> StreamableHttpServerConfig {
+    let port = local.port();
+    let hosts = mcp_hosts(settings);
     let mut origins = Vec::new();
     for scheme in ["http", "https"] {
         for host in ["127.0.0.1", "localhost", "[::1]"] {

@@ -10,6 +10,7 @@ mod body;
 mod connect_page;
 mod console;
 pub mod core;
+mod direct;
 pub mod error;
 mod health;
 pub mod http;

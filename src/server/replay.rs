@@ -244,7 +244,8 @@ impl Replay {
         Ok(self.follow(stream, from))
     }
 
-    fn store(&self, rmcp_stream: &str, event: &ServerSseMessage) -> String {
+    /// Stores an event of the stream `rmcp_stream` names; answers the id clients see.
+    pub(super) fn store(&self, rmcp_stream: &str, event: &ServerSseMessage) -> String {
         let now = Instant::now();
         let mut s = self.state.lock();
         self.expire(&mut s, now);

@@ -20,7 +20,7 @@ use rmcp::{
 use super::{
     mcp::Gateway,
     request_of::{Incoming, is_modern, session_key},
-    sessions::Hub,
+    sessions::{Hub, Negotiated},
     unrouted,
 };
 use crate::pipeline::Op;
@@ -98,7 +98,21 @@ impl ServerHandler for Gateway {
     }
 
     async fn on_initialized(&self, ctx: NotificationContext<RoleServer>) {
-        self.initialized(&session_key(&ctx.extensions), Arc::new(ctx.peer.clone()));
+        let key = session_key(&ctx.extensions);
+        self.initialized(&key, Arc::new(ctx.peer.clone()));
+        // What the edge needs to answer this session's calls itself (see `direct`).
+        if let Some(info) = ctx.peer.peer_info()
+            && ctx.extensions.get::<http::request::Parts>().is_some()
+        {
+            self.parts.hub.negotiated(
+                &key,
+                Negotiated {
+                    capabilities: info.capabilities.clone(),
+                    version: info.protocol_version.to_string(),
+                    touched: parking_lot::Mutex::new(tokio::time::Instant::now()),
+                },
+            );
+        }
     }
 
     async fn list_tools(

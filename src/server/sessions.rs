@@ -1,13 +1,16 @@
 //! Downstream sessions that want notifications: list changes and resource updates.
 #![allow(deprecated)] // logging is deprecated by SEP-2577 but still served
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{
+    Arc,
+    atomic::{AtomicU64, Ordering},
+};
 
 use crate::upstream::{Changed, Downstreams};
 use dashmap::DashMap;
 use futures::StreamExt;
 use rmcp::{
-    model::{LoggingLevel, ResourceUpdatedNotificationParam},
+    model::{ClientCapabilities, LoggingLevel, ResourceUpdatedNotificationParam},
     service::SubscriptionSink,
 };
 
@@ -28,8 +31,22 @@ pub struct Hub {
     next_listener: AtomicU64,
     /// Handshake-era `logging/setLevel`, per session.
     log_levels: DashMap<String, LoggingLevel>,
+    /// What handshake-era sessions negotiated (the edge's direct path answers their calls).
+    negotiated: DashMap<String, Arc<Negotiated>>,
+    /// Woken whenever a session's negotiation is recorded.
+    recorded: tokio::sync::Notify,
     /// URIs whose subscribers all went away without unsubscribing.
     released: parking_lot::Mutex<Vec<String>>,
+}
+
+/// What a handshake-era session's `initialize` settled.
+#[derive(Debug)]
+pub struct Negotiated {
+    pub capabilities: ClientCapabilities,
+    /// The protocol version its requests name in `MCP-Protocol-Version`.
+    pub version: String,
+    /// When a request last reached rmcp's session worker (which ends idle sessions).
+    pub touched: parking_lot::Mutex<tokio::time::Instant>,
 }
 
 /// List-change notifications sent at once (each waits on its session's channel).
@@ -39,6 +56,35 @@ impl Hub {
     /// Registers a session's client under its key.
     pub fn register(&self, session: &str, client: ToClient) {
         self.sessions.insert(session.to_owned(), client);
+    }
+
+    /// Records what a session negotiated; forgotten with the session.
+    pub fn negotiated(&self, session: &str, n: Negotiated) {
+        self.negotiated.insert(session.to_owned(), Arc::new(n));
+        self.recorded.notify_waiters();
+    }
+
+    /// Waits (at most `limit`) until the session's negotiation is recorded: rmcp acknowledges
+    /// `notifications/initialized` before its worker has handled it.
+    pub async fn until_negotiated(&self, session: &str, limit: std::time::Duration) {
+        let wait = async {
+            loop {
+                let recorded = self.recorded.notified();
+                if self.negotiated.contains_key(session) {
+                    return;
+                }
+                recorded.await;
+            }
+        };
+        let _ = tokio::time::timeout(limit, wait).await;
+    }
+
+    /// What an open handshake-era session negotiated.
+    pub fn negotiation(&self, session: &str) -> Option<Arc<Negotiated>> {
+        if !self.is_open(session) {
+            return None;
+        }
+        self.negotiated.get(session).map(|n| n.clone())
     }
 
     pub fn set_log_level(&self, session: &str, level: LoggingLevel) {
@@ -90,6 +136,7 @@ impl Hub {
         }
         for k in &gone {
             self.log_levels.remove(k);
+            self.negotiated.remove(k);
         }
         let mut released = Vec::new();
         self.subscriptions.retain(|uri, subscribers| {

@@ -1,6 +1,7 @@
-//! Resumable session streams (SEP-1699) through a real fedgate, with a raw HTTP client: the
-//! priming event, a stream dropped before a slow call's answer and resumed with
-//! `Last-Event-ID`, and the resumptions fedgate refuses.
+//! Session answers through a real fedgate, with a raw HTTP client: one JSON body for a call
+//! that sends nothing before its result; otherwise a resumable stream (SEP-1699) — the priming
+//! event, a stream dropped before a slow call's answer and resumed with `Last-Event-ID`, and
+//! the resumptions fedgate refuses.
 
 use crate::common;
 
@@ -192,7 +193,8 @@ async fn resumptions_of_other_streams_or_dropped_events_are_refused() {
     // A stream read to its answer is released at once: there is nothing left to resume.
     let mut resp = a
         .post(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-                     "params": {"name": "demo__echo", "arguments": {"text": "hi"}}}))
+                     "params": {"name": "demo__progress", "arguments": {"steps": 1, "delay_ms": 0},
+                                "_meta": {"progressToken": "q"}}}))
         .await;
     let events = read_until(&mut resp, is_answer).await;
     let last = events.last().and_then(|e| e.id.clone()).unwrap();
@@ -208,4 +210,51 @@ async fn resumptions_of_other_streams_or_dropped_events_are_refused() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     };
     assert_eq!(status, 404, "a delivered stream is not kept");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_that_sends_nothing_before_its_result_is_answered_in_one_json_body() {
+    // However slow this machine, the echo is answered within the minute.
+    let gw = Gateway::start(&format!(
+        "[gateway]\nstream_after_ms = 60000\n{}",
+        stdio_upstream("demo", &[], "")
+    ));
+    let s = Session::open(&gw.url).await;
+    let resp = s
+        .post(json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                     "params": {"name": "demo__echo", "arguments": {"text": "hi"}}}))
+        .await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        resp.headers()["content-type"].to_str().unwrap(),
+        "application/json",
+        "{}",
+        gw.stderr()
+    );
+    let answer: Value = resp.json().await.expect("one JSON-RPC response");
+    assert_eq!(answer["id"], 5, "{answer}");
+    assert_eq!(
+        answer["result"]["content"][0]["text"], "echo: hi",
+        "{answer}"
+    );
+
+    // A call that reports progress first is streamed: the progress, then the answer.
+    let mut resp = s
+        .post(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                     "params": {"name": "demo__progress", "arguments": {"steps": 2, "delay_ms": 0},
+                                "_meta": {"progressToken": "p"}}}))
+        .await;
+    assert!(
+        resp.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let events = read_until(&mut resp, is_answer).await;
+    let progress = events
+        .iter()
+        .filter(|e| e.data.contains("notifications/progress"))
+        .count();
+    assert_eq!(progress, 2, "{events:?}");
+    assert!(events.iter().all(|e| e.id.is_some()), "{events:?}");
 }

@@ -462,6 +462,9 @@ pub(super) fn validate(
                 0 => None,
                 ms => Some(Duration::from_millis(ms)),
             },
+            stream_after: Duration::from_millis(
+                g.stream_after_ms.unwrap_or(DEFAULT_STREAM_AFTER_MS),
+            ),
             replay: crate::config::ReplayLimits {
                 events: g.replay_events.unwrap_or(DEFAULT_REPLAY_EVENTS).max(1),
                 bytes: g.replay_bytes.unwrap_or(DEFAULT_REPLAY_BYTES).max(1),

@@ -1,0 +1,227 @@
+//! A session POST decoded once, by `method` and `id`, into what the direct path answers — or
+//! `None`, and the body goes to rmcp's transport unchanged (which answers everything else,
+//! malformed bodies included, as before).
+
+use rmcp::model::{
+    CallToolRequestParams, ClientJsonRpcMessage, GetPromptRequestParams, PaginatedRequestParams,
+    ReadResourceRequestParams, RequestId, RequestMetaObject,
+};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// The members of a JSON-RPC message the choice needs; `params` stays raw until the method
+/// says what it is.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    jsonrpc: &'a str,
+    #[serde(default)]
+    id: Option<RequestId>,
+    #[serde(default, borrow)]
+    method: Option<&'a str>,
+    #[serde(default, borrow)]
+    params: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    result: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    error: Option<&'a RawValue>,
+}
+
+/// A request the direct path answers.
+#[derive(Debug)]
+pub(super) enum Request {
+    CallTool(CallToolRequestParams),
+    ListTools(Option<PaginatedRequestParams>),
+    ListPrompts(Option<PaginatedRequestParams>),
+    GetPrompt(GetPromptRequestParams),
+    ListResources(Option<PaginatedRequestParams>),
+    ListTemplates(Option<PaginatedRequestParams>),
+    ReadResource(ReadResourceRequestParams),
+}
+
+impl Request {
+    /// `_meta` moves out of the params, as rmcp's decoding does.
+    fn take_meta(&mut self) -> Option<RequestMetaObject> {
+        match self {
+            Request::CallTool(p) => p.meta.take(),
+            Request::GetPrompt(p) => p.meta.take(),
+            Request::ReadResource(p) => p.meta.take(),
+            Request::ListTools(p)
+            | Request::ListPrompts(p)
+            | Request::ListResources(p)
+            | Request::ListTemplates(p) => p.as_mut().and_then(|p| p.meta.take()),
+        }
+    }
+
+    /// What `Mcp-Name` names for this request, if anything.
+    fn name(&self) -> Option<&str> {
+        match self {
+            Request::CallTool(p) => Some(&p.name),
+            Request::GetPrompt(p) => Some(&p.name),
+            Request::ReadResource(p) => Some(&p.uri),
+            _ => None,
+        }
+    }
+}
+
+/// A POST body the direct path takes.
+#[derive(Debug)]
+pub(super) enum Message {
+    Request {
+        id: RequestId,
+        request: Request,
+        meta: RequestMetaObject,
+    },
+    /// The client's answer to a request the direct path sent (its id is one of ours).
+    Answer(ClientJsonRpcMessage),
+    /// `notifications/cancelled` for one of the session's requests.
+    Cancelled(RequestId),
+}
+
+/// Ids of requests the direct path sends to a client start with this.
+pub(super) const OUR_IDS: &str = "fedgate-direct-";
+
+fn params<'de, T: Deserialize<'de>>(raw: Option<&'de RawValue>) -> Option<T> {
+    serde_json::from_str(raw?.get()).ok()
+}
+
+fn optional<'de, T: Deserialize<'de>>(raw: Option<&'de RawValue>) -> Option<Option<T>> {
+    match raw {
+        None => Some(None),
+        Some(r) => serde_json::from_str(r.get()).ok().map(Some),
+    }
+}
+
+#[derive(Deserialize)]
+struct CancelledParams {
+    #[serde(rename = "requestId")]
+    request_id: RequestId,
+}
+
+/// Decodes `body`; `mcp_method` / `mcp_name` are the request's `Mcp-Method` / `Mcp-Name`
+/// headers, which must agree with the body (rmcp answers a disagreement).
+pub(super) fn decode(
+    body: &[u8],
+    mcp_method: Option<&str>,
+    mcp_name: Option<&str>,
+) -> Option<Message> {
+    let e: Envelope<'_> = serde_json::from_slice(body).ok()?;
+    if e.jsonrpc != "2.0" || mcp_method.is_some_and(|m| Some(m) != e.method) {
+        return None;
+    }
+    match (e.id, e.method) {
+        (Some(id), Some(method)) => {
+            let mut request = match method {
+                "tools/call" => Request::CallTool(params(e.params)?),
+                "tools/list" => Request::ListTools(optional(e.params)?),
+                "prompts/list" => Request::ListPrompts(optional(e.params)?),
+                "prompts/get" => Request::GetPrompt(params(e.params)?),
+                "resources/list" => Request::ListResources(optional(e.params)?),
+                "resources/templates/list" => Request::ListTemplates(optional(e.params)?),
+                "resources/read" => Request::ReadResource(params(e.params)?),
+                _ => return None,
+            };
+            if mcp_name.is_some_and(|n| Some(n) != request.name()) {
+                return None;
+            }
+            let meta = request.take_meta().unwrap_or_default();
+            // A request naming its own protocol version is the stateless era's business.
+            if meta.contains_key("io.modelcontextprotocol/protocolVersion") {
+                return None;
+            }
+            Some(Message::Request { id, request, meta })
+        }
+        (Some(RequestId::String(id)), None)
+            if id.starts_with(OUR_IDS) && (e.result.is_some() || e.error.is_some()) =>
+        {
+            serde_json::from_slice(body).ok().map(Message::Answer)
+        }
+        (None, Some("notifications/cancelled")) => {
+            let p: CancelledParams = params(e.params)?;
+            Some(Message::Cancelled(p.request_id))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_is_decoded_with_its_meta_taken_out() {
+        let body = br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"demo__echo","arguments":{"text":"hi"},"_meta":{"progressToken":"p1"}}}"#;
+        let Some(Message::Request { id, request, meta }) =
+            decode(body, Some("tools/call"), Some("demo__echo"))
+        else {
+            panic!("not decoded");
+        };
+        assert_eq!(id, RequestId::Number(7));
+        assert!(meta.get_progress_token().is_some());
+        match request {
+            Request::CallTool(p) => {
+                assert_eq!(p.name, "demo__echo");
+                assert!(p.meta.is_none());
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn what_rmcp_must_answer_is_left_to_it() {
+        for (body, method, name) in [
+            // not JSON, not 2.0, no params where they are required
+            (&b"{"[..], None, None),
+            (br#"{"jsonrpc":"1.0","id":1,"method":"tools/list"}"#, None, None),
+            (br#"{"jsonrpc":"2.0","id":1,"method":"tools/call"}"#, None, None),
+            // arguments not an object
+            (
+                br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":3}}"#,
+                None,
+                None,
+            ),
+            // methods the direct path does not take
+            (br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#, None, None),
+            (br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#, None, None),
+            // headers that disagree with the body
+            (
+                br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+                Some("prompts/list"),
+                None,
+            ),
+            (
+                br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a"}}"#,
+                None,
+                Some("b"),
+            ),
+            // an answer to a request rmcp sent
+            (br#"{"jsonrpc":"2.0","id":3,"result":{}}"#, None, None),
+            // a stateless-era request
+            (
+                br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#,
+                None,
+                None,
+            ),
+        ] {
+            assert!(
+                decode(body, method, name).is_none(),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+    }
+
+    #[test]
+    fn answers_and_cancellations_are_recognised() {
+        let answer = br#"{"jsonrpc":"2.0","id":"fedgate-direct-4","result":{"action":"accept","content":{}}}"#;
+        assert!(matches!(
+            decode(answer, None, None),
+            Some(Message::Answer(_))
+        ));
+        let cancel =
+            br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":9}}"#;
+        assert!(matches!(
+            decode(cancel, None, None),
+            Some(Message::Cancelled(RequestId::Number(9)))
+        ));
+    }
+}
