@@ -255,6 +255,7 @@ impl Edge {
                                 let edge_direct = &direct;
                                 let direct = match &presented {
                                     Some(Some(sid)) => edge_direct.answer(&head, &body, sid).await,
+                                    None if listening => edge_direct.listen(&head, &body).await,
                                     _ => None,
                                 };
                                 match direct {

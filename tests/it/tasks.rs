@@ -237,3 +237,120 @@ fn first_text_of(v: &Value) -> String {
         .unwrap_or_default()
         .to_owned()
 }
+
+/// Opens a stateless-era `subscriptions/listen` as `token` naming `task_ids`; the response.
+async fn listen_for_tasks(url: &str, token: &str, task_ids: &[&str]) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "subscriptions/listen")
+        .header("authorization", format!("Bearer {token}"))
+        .json(
+            &json!({"jsonrpc": "2.0", "id": "sub-1", "method": "subscriptions/listen",
+            "params": {"notifications": {"taskIds": task_ids}, "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+                "io.modelcontextprotocol/clientCapabilities": {"extensions": {TASKS: {}}}}}}),
+        )
+        .send()
+        .await
+        .expect("listen")
+}
+
+/// Reads SSE `data:` messages off `resp` until `stop` holds for one (returned with the rest).
+async fn messages_until(resp: &mut reqwest::Response, stop: impl Fn(&Value) -> bool) -> Vec<Value> {
+    let mut buf = String::new();
+    let mut seen = Vec::new();
+    while let Some(chunk) = resp.chunk().await.expect("stream") {
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buf.find("\n\n") {
+            let event: String = buf.drain(..end + 2).collect();
+            for line in event.lines() {
+                if let Some(data) = line.strip_prefix("data:")
+                    && let Ok(v) = serde_json::from_str::<Value>(data.trim())
+                {
+                    let done = stop(&v);
+                    seen.push(v);
+                    if done {
+                        return seen;
+                    }
+                }
+            }
+        }
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_listen_stream_naming_a_task_hears_its_status_until_it_ends() {
+    let fixture = UrlProcess::fixture();
+    let gw = Gateway::start(&config(&fixture));
+    let url = gw.url.as_str();
+    let created = raw_call(
+        url,
+        ANN,
+        "fx__slow_compute",
+        json!({"seconds": 1, "label": "n"}),
+    )
+    .await;
+    let handle = created["result"]["taskId"]
+        .as_str()
+        .expect("a task handle")
+        .to_owned();
+
+    // Bob's stream may not follow Ann's task: it is acknowledged with no task at all.
+    let mut bobs = listen_for_tasks(url, BOB, &[&handle]).await;
+    let ack = messages_until(&mut bobs, |_| true).await;
+    assert_eq!(
+        ack[0]["method"], "notifications/subscriptions/acknowledged",
+        "{ack:?}"
+    );
+    assert_eq!(
+        ack[0]["params"]["notifications"]["taskIds"],
+        json!([]),
+        "{ack:?}"
+    );
+    drop(bobs);
+
+    // Ann's stream: the acknowledgement names her task (not the made-up one), then the task's
+    // state as tasks/get tells it, under the handle, until it completes with its result.
+    let mut anns = listen_for_tasks(url, ANN, &[&handle, "fgt1.made-up"]).await;
+    assert!(
+        anns.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let seen = messages_until(&mut anns, |m| m["params"]["status"] == "completed").await;
+    assert_eq!(
+        seen[0]["params"]["notifications"]["taskIds"],
+        json!([handle]),
+        "{seen:?}"
+    );
+    assert_eq!(
+        seen[0]["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "sub-1",
+        "{seen:?}"
+    );
+    let tasks: Vec<&Value> = seen[1..].iter().collect();
+    assert!(!tasks.is_empty(), "{seen:?}");
+    for n in &tasks {
+        assert_eq!(n["method"], "notifications/tasks", "{n}");
+        assert_eq!(
+            n["params"]["taskId"], handle,
+            "the handle, never the upstream's id: {n}"
+        );
+        assert_eq!(
+            n["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "sub-1",
+            "{n}"
+        );
+    }
+    let last = tasks.last().unwrap();
+    assert_eq!(last["params"]["status"], "completed", "{last}");
+    assert!(
+        last["params"]["result"]["content"].is_array(),
+        "a completed task carries its result: {last}"
+    );
+    assert_eq!(tasks[0]["params"]["status"], "working", "{seen:?}");
+}

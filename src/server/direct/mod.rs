@@ -12,6 +12,7 @@
 
 mod call_stream;
 mod message;
+mod task_listen;
 
 use std::{
     convert::Infallible,
@@ -212,7 +213,6 @@ impl Direct {
     fn plain(&self, parts: &Parts, negotiated: &Negotiated) -> bool {
         let h = &parts.headers;
         let text = |name| h.get(name).and_then(|v| v.to_str().ok());
-        let host = text(header::HOST.as_str()).map(strip_port);
         let accept = h
             .get_all(header::ACCEPT)
             .iter()
@@ -225,8 +225,7 @@ impl Direct {
                 .next()
                 .is_some_and(|e| e.trim().eq_ignore_ascii_case("application/json"))
         });
-        !h.contains_key(header::ORIGIN)
-            && host.is_some_and(|host| self.hosts.iter().any(|a| a.eq_ignore_ascii_case(host)))
+        self.plain_host(parts)
             && accept.contains("application/json")
             && accept.contains("text/event-stream")
             && !accept.contains("q=0")
@@ -329,19 +328,47 @@ impl Direct {
             .replay
             .bound_stream(session.to_owned(), events)
             .map(|e| Ok::<_, Infallible>(http_body::Frame::data(sse_event(&e))));
-        let mut r = Response::new(BodyExt::boxed(StreamBody::new(events)));
-        let h = r.headers_mut();
-        h.insert(
-            header::CONTENT_TYPE,
-            http::HeaderValue::from_static("text/event-stream"),
-        );
-        h.insert(
-            header::CACHE_CONTROL,
-            http::HeaderValue::from_static("no-cache"),
-        );
-        h.insert("x-accel-buffering", http::HeaderValue::from_static("no"));
-        r
+        event_stream(BodyExt::boxed(StreamBody::new(events)))
     }
+
+    /// Whether `Host` is one `/mcp` answers and no browser `Origin` came with the request.
+    fn plain_host(&self, parts: &Parts) -> bool {
+        let host = parts
+            .headers
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .map(strip_port);
+        !parts.headers.contains_key(header::ORIGIN)
+            && host.is_some_and(|host| self.hosts.iter().any(|a| a.eq_ignore_ascii_case(host)))
+    }
+}
+
+/// An SSE response of stateless-era events (JSON texts, no ids: that era does not resume).
+fn http_sse(events: tokio::sync::mpsc::UnboundedReceiver<String>) -> Response<Body> {
+    let events = futures::stream::unfold(events, |mut rx| async move {
+        rx.recv().await.map(|text| (text, rx))
+    });
+    let events = events.map(|text| {
+        Ok::<_, Infallible>(http_body::Frame::data(Bytes::from(format!(
+            "data: {text}\n\n"
+        ))))
+    });
+    event_stream(BodyExt::boxed(StreamBody::new(events)))
+}
+
+fn event_stream(body: Body) -> Response<Body> {
+    let mut r = Response::new(body);
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(
+        header::CACHE_CONTROL,
+        http::HeaderValue::from_static("no-cache"),
+    );
+    h.insert("x-accel-buffering", http::HeaderValue::from_static("no"));
+    r
 }
 
 /// Whether a POST body is `notifications/initialized`.

@@ -1,0 +1,230 @@
+//! `notifications/tasks` for a stateless-era `subscriptions/listen` that names `taskIds`
+//! (rmcp's subscription filter has no such field, so its transport would drop them).
+//!
+//! The stream acknowledges the handles this caller may read (each opened and read once with
+//! `tasks/get` through the whole stack — authorization, tier, rate limit, audit — as any
+//! `tasks/get` of the caller's would be), then sends each task's state as `tasks/get` would
+//! return it: at once, and again whenever its status or `lastUpdatedAt` changes, until it is
+//! terminal. fedgate reads the state by polling through the stack at the task's
+//! `pollIntervalMs` (bounded), so upstreams that push nothing are covered too. Such a stream
+//! carries task notifications only: list changes and resource updates are accepted on a
+//! stream that does not name `taskIds` (the acknowledgement says what was accepted).
+
+use std::{sync::Arc, time::Duration};
+
+use futures::future::BoxFuture;
+use http::{Response, request::Parts};
+use rmcp::model::{
+    ClientResult, GetTaskParams, NotificationMetaObject, RequestId, RequestMetaObject,
+    ServerJsonRpcMessage, ServerNotification, ServerRequest, TaskStatusNotification,
+    TaskStatusNotificationParams,
+};
+use serde::Deserialize;
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::{Direct, http_sse};
+use crate::{
+    policy::identity::Identity,
+    server::{http::Body, request_of::Incoming},
+    telemetry::traces,
+    to_client::{ClientChannel, NotSent, Unanswered},
+};
+
+/// The protocol version whose listen streams this path serves.
+const VERSION: &str = "2026-07-28";
+/// Bounds of the interval between two reads of a task's state.
+const FASTEST: Duration = Duration::from_millis(200);
+const SLOWEST: Duration = Duration::from_secs(5);
+/// Most task ids one stream follows.
+const MAX_TASKS: usize = 64;
+
+#[derive(Deserialize)]
+struct ListenRequest {
+    jsonrpc: String,
+    id: RequestId,
+    method: String,
+    params: ListenParams,
+}
+
+#[derive(Deserialize)]
+struct ListenParams {
+    #[serde(rename = "_meta")]
+    meta: RequestMetaObject,
+    notifications: Filter,
+}
+
+#[derive(Deserialize)]
+struct Filter {
+    #[serde(rename = "taskIds", default)]
+    task_ids: Vec<String>,
+}
+
+/// A task followed by a listen stream: what was last sent of it, and a state read but not
+/// yet sent.
+struct Followed {
+    handle: String,
+    seen: Option<(rmcp::model::TaskStatus, String)>,
+    next: Option<rmcp::model::GetTaskResult>,
+}
+
+/// Reading a task's state asks the client nothing.
+#[derive(Debug)]
+struct NoClient;
+
+impl ClientChannel for NoClient {
+    fn notify(&self, _: ServerNotification) -> BoxFuture<'static, Result<(), NotSent>> {
+        Box::pin(futures::future::ready(Err(NotSent::Closed)))
+    }
+
+    fn request(
+        &self,
+        _: ServerRequest,
+        _: RequestId,
+    ) -> BoxFuture<'static, Result<ClientResult, Unanswered>> {
+        Box::pin(futures::future::ready(Err(Unanswered::Client(
+            "a task's state is read without a client to ask".to_owned(),
+        ))))
+    }
+
+    fn is_closed(&self) -> bool {
+        false
+    }
+}
+
+impl Direct {
+    /// Serves a stateless-era `subscriptions/listen` that names `taskIds`, or `None`: rmcp's
+    /// transport serves it (any other listen, or one whose headers are not plain).
+    pub(in crate::server) async fn listen(
+        &self,
+        parts: &Parts,
+        body: &[u8],
+    ) -> Option<Response<Body>> {
+        let text = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
+        if text("mcp-method") != Some("subscriptions/listen")
+            || text("mcp-protocol-version") != Some(VERSION)
+            || !self.plain_host(parts)
+        {
+            return None;
+        }
+        let r: ListenRequest = serde_json::from_slice(body).ok()?;
+        let meta = r.params.meta;
+        if r.jsonrpc != "2.0"
+            || r.method != "subscriptions/listen"
+            || r.params.notifications.task_ids.is_empty()
+            || meta.protocol_version().map(|v| v.to_string()).as_deref() != Some(VERSION)
+        {
+            return None;
+        }
+        let capabilities = meta.client_capabilities()?;
+        let closed = CancellationToken::new();
+        let incoming = Incoming {
+            id: r.id.clone(),
+            parent: traces::parent(&meta, Some(&parts.headers)),
+            meta,
+            ct: closed.clone(),
+            client: Arc::new(NoClient),
+            identity: parts.extensions.get::<Identity>().cloned(),
+            session: None,
+            session_key: "local".to_owned(),
+            workspace: None,
+            modern: true,
+            stateless: true,
+            capabilities: Some(capabilities.clone()),
+        };
+        // Only a caller that declared the extension reads tasks; a handle it may not read is
+        // left out of the acknowledgement, as if it named no task.
+        let mut accepted = Vec::new();
+        let mut first = Vec::new();
+        if capabilities.supports_tasks() {
+            for handle in r.params.notifications.task_ids.into_iter().take(MAX_TASKS) {
+                let got = self
+                    .gateway
+                    .tasks_get(GetTaskParams::new(handle.clone()), &incoming)
+                    .await;
+                if let Ok(state) = got
+                    && !accepted.contains(&handle)
+                {
+                    accepted.push(handle);
+                    first.push(state);
+                }
+            }
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let ack = json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/subscriptions/acknowledged",
+            "params": {
+                "notifications": {"taskIds": accepted},
+                "_meta": {"io.modelcontextprotocol/subscriptionId": r.id},
+            },
+        });
+        let _ = tx.send(ack.to_string());
+        let gateway = self.gateway.clone();
+        let subscription = r.id;
+        let mut followed: Vec<Followed> = accepted
+            .into_iter()
+            .zip(first)
+            .map(|(handle, state)| Followed {
+                handle,
+                seen: None,
+                next: Some(state),
+            })
+            .collect();
+        tokio::spawn(async move {
+            let _closed = closed.drop_guard();
+            loop {
+                let mut wait = SLOWEST;
+                let mut still = Vec::with_capacity(followed.len());
+                for mut f in std::mem::take(&mut followed) {
+                    let state = match f.next.take() {
+                        Some(s) => s,
+                        None => {
+                            let params = GetTaskParams::new(f.handle.clone());
+                            match gateway.tasks_get(params, &incoming).await {
+                                Ok(s) => s,
+                                // Expired or no longer readable: nothing more will come of it.
+                                Err(_) => continue,
+                            }
+                        }
+                    };
+                    let task = &state.task.task;
+                    let seen = (task.status, task.last_updated_at.clone());
+                    let terminal = task.status.is_terminal();
+                    let every = task.poll_interval_ms.map_or(SLOWEST, Duration::from_millis);
+                    if f.seen.as_ref() != Some(&seen) {
+                        f.seen = Some(seen);
+                        if tx.send(notification(state.task, &subscription)).is_err() {
+                            return;
+                        }
+                    }
+                    if !terminal {
+                        wait = wait.min(every.clamp(FASTEST, SLOWEST));
+                        still.push(f);
+                    }
+                }
+                followed = still;
+                // Nothing left to follow: the stream stays open until the client ends it.
+                if followed.is_empty() {
+                    tx.closed().await;
+                    return;
+                }
+                tokio::select! {
+                    _ = tx.closed() => return,
+                    _ = tokio::time::sleep(wait) => {}
+                }
+            }
+        });
+        Some(http_sse(rx))
+    }
+}
+
+/// `notifications/tasks` with the task as `tasks/get` returned it, naming the subscription.
+fn notification(task: rmcp::model::DetailedTask, subscription: &RequestId) -> String {
+    let mut meta = NotificationMetaObject::new();
+    meta.set_subscription_id(subscription.clone());
+    let n = TaskStatusNotification::new(TaskStatusNotificationParams::new(task).with_meta(meta));
+    let m = ServerJsonRpcMessage::notification(ServerNotification::TaskStatusNotification(n));
+    serde_json::to_string(&m).unwrap_or_default()
+}
