@@ -256,6 +256,7 @@ impl Edge {
                                 let direct = match &presented {
                                     Some(Some(sid)) => edge_direct.answer(&head, &body, sid).await,
                                     None if listening => edge_direct.listen(&head, &body).await,
+                                    None => edge_direct.answer_stateless(&head, &body).await,
                                     _ => None,
                                 };
                                 match direct {

@@ -64,7 +64,7 @@ impl Incoming {
 }
 
 /// Session key used when the transport has no `Mcp-Session-Id` (stdio, stateless requests).
-const LOCAL_SESSION: &str = "local";
+pub(super) const LOCAL_SESSION: &str = "local";
 
 /// Whether a request speaks the stateless era (its `_meta` carries the protocol version).
 pub(super) fn is_modern(ctx: &RequestContext<RoleServer>) -> bool {

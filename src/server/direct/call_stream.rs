@@ -39,7 +39,9 @@ enum Mode {
 pub(super) struct CallStream {
     mode: Mutex<Mode>,
     shared: Arc<Shared>,
-    session: String,
+    /// `None` for a stateless-era call: its stream has no ids, is not stored (that era does
+    /// not resume) and carries no requests to the client.
+    session: Option<String>,
 }
 
 impl std::fmt::Debug for CallStream {
@@ -53,7 +55,7 @@ impl std::fmt::Debug for CallStream {
 impl CallStream {
     pub(super) fn new(
         shared: Arc<Shared>,
-        session: String,
+        session: Option<String>,
     ) -> (Arc<Self>, oneshot::Receiver<Start>) {
         let (tx, rx) = oneshot::channel();
         let this = Arc::new(Self {
@@ -81,7 +83,9 @@ impl CallStream {
         };
         let (tx, rx) = mpsc::unbounded();
         let key = format!("direct:{}", self.shared.next_stream());
-        if let Some(retry) = self.shared.sse_retry {
+        if let Some(retry) = self.shared.sse_retry
+            && self.session.is_some()
+        {
             self.store_and_send(&tx, &key, ServerSseMessage::priming("", retry));
         }
         let _ = start.send(Start::Sse(rx));
@@ -119,12 +123,14 @@ impl CallStream {
         key: &str,
         mut event: ServerSseMessage,
     ) {
-        let id = self.shared.replay.store(key, &event);
-        if event.message.is_none() {
-            // The priming event names the stream: bind it to the session that opened it.
-            self.shared.replay.bind(&id, &self.session);
+        if let Some(session) = &self.session {
+            let id = self.shared.replay.store(key, &event);
+            if event.message.is_none() {
+                // The priming event names the stream: bind it to the session that opened it.
+                self.shared.replay.bind(&id, session);
+            }
+            event.event_id = Some(id);
         }
-        event.event_id = Some(id);
         let _ = tx.unbounded_send(event);
     }
 }
@@ -140,7 +146,13 @@ impl ClientChannel for CallStream {
         r: ServerRequest,
         _origin: RequestId,
     ) -> BoxFuture<'static, Result<ClientResult, Unanswered>> {
-        let (id, answer) = self.shared.expect_answer(&self.session);
+        let Some(session) = &self.session else {
+            // The stateless era asks for input with an incomplete result, never a request.
+            return Box::pin(futures::future::ready(Err(Unanswered::Client(
+                "a stateless-era call's stream carries no requests".to_owned(),
+            ))));
+        };
+        let (id, answer) = self.shared.expect_answer(session);
         let sent = self.emit(ServerJsonRpcMessage::request(r, id.clone()), false);
         let shared = self.shared.clone();
         Box::pin(async move {
@@ -155,7 +167,9 @@ impl ClientChannel for CallStream {
     }
 
     fn is_closed(&self) -> bool {
-        !self.shared.hub.is_open(&self.session)
+        self.session
+            .as_ref()
+            .is_some_and(|s| !self.shared.hub.is_open(s))
     }
 }
 

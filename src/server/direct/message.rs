@@ -97,15 +97,30 @@ struct CancelledParams {
     request_id: RequestId,
 }
 
+/// Which era a request must speak to be taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Era {
+    /// In a session: `_meta` names no protocol version.
+    Handshake,
+    /// `_meta` names this version, and `Mcp-Method` (and `Mcp-Name` where the method has a
+    /// name) are present.
+    Stateless(&'static str),
+}
+
 /// Decodes `body`; `mcp_method` / `mcp_name` are the request's `Mcp-Method` / `Mcp-Name`
-/// headers, which must agree with the body (rmcp answers a disagreement).
+/// headers, which must agree with the body (rmcp answers a disagreement or an absence).
 pub(super) fn decode(
     body: &[u8],
     mcp_method: Option<&str>,
     mcp_name: Option<&str>,
+    era: Era,
 ) -> Option<Message> {
     let e: Envelope<'_> = serde_json::from_slice(body).ok()?;
     if e.jsonrpc != "2.0" || mcp_method.is_some_and(|m| Some(m) != e.method) {
+        return None;
+    }
+    let stateless = matches!(era, Era::Stateless(_));
+    if stateless && (mcp_method.is_none() || e.id.is_none()) {
         return None;
     }
     match (e.id, e.method) {
@@ -120,15 +135,24 @@ pub(super) fn decode(
                 "resources/read" => Request::ReadResource(params(e.params)?),
                 _ => return None,
             };
-            if mcp_name.is_some_and(|n| Some(n) != request.name()) {
+            let named = request.name();
+            if mcp_name.is_some_and(|n| Some(n) != named)
+                || (stateless && named.is_some() && mcp_name.is_none())
+            {
                 return None;
             }
             let meta = request.take_meta().unwrap_or_default();
-            // A request naming its own protocol version is the stateless era's business.
-            if meta.contains_key("io.modelcontextprotocol/protocolVersion") {
-                return None;
-            }
-            Some(Message::Request { id, request, meta })
+            let version = meta.protocol_version();
+            let fits = match era {
+                Era::Handshake => version.is_none(),
+                Era::Stateless(v) => {
+                    version.is_some_and(|m| m.as_str() == v)
+                        && meta
+                            .missing_required_keys(&rmcp::model::ProtocolVersion::V_2026_07_28)
+                            .is_empty()
+                }
+            };
+            fits.then_some(Message::Request { id, request, meta })
         }
         (Some(RequestId::String(id)), None)
             if id.starts_with(OUR_IDS) && (e.result.is_some() || e.error.is_some()) =>
@@ -151,7 +175,7 @@ mod tests {
     fn a_call_is_decoded_with_its_meta_taken_out() {
         let body = br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"demo__echo","arguments":{"text":"hi"},"_meta":{"progressToken":"p1"}}}"#;
         let Some(Message::Request { id, request, meta }) =
-            decode(body, Some("tools/call"), Some("demo__echo"))
+            decode(body, Some("tools/call"), Some("demo__echo"), Era::Handshake)
         else {
             panic!("not decoded");
         };
@@ -203,7 +227,7 @@ mod tests {
             ),
         ] {
             assert!(
-                decode(body, method, name).is_none(),
+                decode(body, method, name, Era::Handshake).is_none(),
                 "{}",
                 String::from_utf8_lossy(body)
             );
@@ -211,16 +235,47 @@ mod tests {
     }
 
     #[test]
+    fn a_stateless_request_needs_its_headers_and_its_meta() {
+        let meta = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"c","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}"#;
+        let call = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"a__echo",{meta}}}}}"#
+        );
+        let era = Era::Stateless("2026-07-28");
+        let decode = |body: &str, m, n| decode(body.as_bytes(), m, n, era);
+        assert!(decode(&call, Some("tools/call"), Some("a__echo")).is_some());
+        // Mcp-Name missing, Mcp-Method missing: rmcp refuses them.
+        assert!(decode(&call, Some("tools/call"), None).is_none());
+        assert!(decode(&call, None, Some("a__echo")).is_none());
+        // No version in _meta, or another one; required keys missing.
+        let bare = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+        assert!(decode(bare, Some("tools/list"), None).is_none());
+        let other = call.replace("2026-07-28", "2099-01-01");
+        assert!(decode(&other, Some("tools/call"), Some("a__echo")).is_none());
+        let partial = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+        assert!(decode(partial, Some("tools/list"), None).is_none());
+        // And a handshake-era session never takes it.
+        assert!(
+            super::decode(
+                call.as_bytes(),
+                Some("tools/call"),
+                Some("a__echo"),
+                Era::Handshake
+            )
+            .is_none()
+        );
+    }
+
+    #[test]
     fn answers_and_cancellations_are_recognised() {
         let answer = br#"{"jsonrpc":"2.0","id":"fedgate-direct-4","result":{"action":"accept","content":{}}}"#;
         assert!(matches!(
-            decode(answer, None, None),
+            decode(answer, None, None, Era::Handshake),
             Some(Message::Answer(_))
         ));
         let cancel =
             br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":9}}"#;
         assert!(matches!(
-            decode(cancel, None, None),
+            decode(cancel, None, None, Era::Handshake),
             Some(Message::Cancelled(RequestId::Number(9)))
         ));
     }

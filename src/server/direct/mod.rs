@@ -43,7 +43,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::{
     call_stream::{Answer, CallStream, Retry, Start},
-    message::{Message, OUR_IDS, Request},
+    message::{Era, Message, OUR_IDS, Request},
 };
 use super::{
     http::Body,
@@ -59,6 +59,9 @@ use crate::{policy::identity::Identity, telemetry::traces};
 /// rmcp's session worker ends a session it has heard nothing from for five minutes; calls
 /// answered here tell it the session is in use at most this often.
 const TOUCH_EVERY: Duration = Duration::from_secs(30);
+
+/// The stateless era's protocol version (the one fedgate serves).
+const STATELESS: &str = "2026-07-28";
 
 /// What the calls in flight share.
 pub(super) struct Shared {
@@ -155,7 +158,8 @@ impl Direct {
             None => Some(None),
             Some(v) => v.to_str().ok().map(Some),
         };
-        let message = message::decode(body, text("mcp-method")?, text("mcp-name")?)?;
+        let message =
+            message::decode(body, text("mcp-method")?, text("mcp-name")?, Era::Handshake)?;
         match message {
             Message::Answer(m) => {
                 let (id, answer) = match m {
@@ -180,12 +184,68 @@ impl Direct {
             }
             Message::Request { id, request, meta } => {
                 self.touch(session, &negotiated).await;
-                Some(
-                    self.call(parts, session, &negotiated, id, request, meta)
-                        .await,
-                )
+                let call = Call {
+                    id,
+                    request,
+                    meta,
+                    session: Some(session),
+                    capabilities: Some(negotiated.capabilities.clone()),
+                };
+                Some(self.call(parts, call).await)
             }
         }
+    }
+
+    /// Answers a stateless-era request that opens no session, or `None`: rmcp's transport
+    /// answers it (anything but a plain call, list or read with every header the era asks for).
+    pub(super) async fn answer_stateless(
+        &self,
+        parts: &Parts,
+        body: &Bytes,
+    ) -> Option<Response<Body>> {
+        let text = |name: &str| match parts.headers.get(name) {
+            None => Some(None),
+            Some(v) => v.to_str().ok().map(Some),
+        };
+        if text("mcp-protocol-version")? != Some(STATELESS)
+            || !self.plain_media(parts)
+            || parts
+                .headers
+                .keys()
+                .any(|k| k.as_str().starts_with("mcp-param-"))
+        {
+            return None;
+        }
+        let message = message::decode(
+            body,
+            text("mcp-method")?,
+            text("mcp-name")?,
+            Era::Stateless(STATELESS),
+        )?;
+        let Message::Request { id, request, meta } = message else {
+            return None;
+        };
+        // A tool whose arguments are mirrored in `Mcp-Param-*` headers: rmcp checks them.
+        if let Request::CallTool(p) = &request
+            && self
+                .gateway
+                .parts
+                .pool
+                .catalog()
+                .tool_def(&p.name)
+                .is_some_and(|t| names_a_header(&t.input_schema))
+        {
+            return None;
+        }
+        let capabilities = meta.client_capabilities();
+        let call = Call {
+            id,
+            request,
+            meta,
+            session: None,
+            capabilities,
+        };
+        Some(self.call(parts, call).await)
     }
 
     /// Returns once the session's `notifications/initialized` has been handled (the client's
@@ -212,26 +272,10 @@ impl Direct {
     /// other goes to rmcp, which checks it (and answers its refusals) as before.
     fn plain(&self, parts: &Parts, negotiated: &Negotiated) -> bool {
         let h = &parts.headers;
-        let text = |name| h.get(name).and_then(|v| v.to_str().ok());
-        let accept = h
-            .get_all(header::ACCEPT)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .collect::<Vec<_>>()
-            .join(",")
-            .to_ascii_lowercase();
-        let json_body = text(header::CONTENT_TYPE.as_str()).is_some_and(|c| {
-            c.split(';')
-                .next()
-                .is_some_and(|e| e.trim().eq_ignore_ascii_case("application/json"))
-        });
-        self.plain_host(parts)
-            && accept.contains("application/json")
-            && accept.contains("text/event-stream")
-            && !accept.contains("q=0")
-            && json_body
-            && text("mcp-protocol-version") == Some(negotiated.version.as_str())
-            && negotiated.version.as_str() < "2026-07-28"
+        self.plain_media(parts)
+            && h.get("mcp-protocol-version").and_then(|v| v.to_str().ok())
+                == Some(negotiated.version.as_str())
+            && negotiated.version.as_str() < STATELESS
             && !h.keys().any(|k| k.as_str().starts_with("mcp-param-"))
     }
 
@@ -256,44 +300,52 @@ impl Direct {
             .await;
     }
 
-    async fn call(
-        &self,
-        parts: &Parts,
-        session: &str,
-        negotiated: &Negotiated,
-        id: RequestId,
-        request: Request,
-        meta: RequestMetaObject,
-    ) -> Response<Body> {
+    async fn call(&self, parts: &Parts, call: Call<'_>) -> Response<Body> {
+        let Call {
+            id,
+            request,
+            meta,
+            session,
+            capabilities,
+        } = call;
+        let stateless = session.is_none();
         let ct = self.shared.shutdown.child_token();
-        let key = (session.to_owned(), id.clone());
-        self.shared.calls.insert(key.clone(), ct.clone());
-        let (stream, start) = CallStream::new(self.shared.clone(), session.to_owned());
+        // A session's call can be cancelled by `notifications/cancelled`; a stateless one by
+        // closing its response (below).
+        let key = session.map(|s| (s.to_owned(), id.clone()));
+        if let Some(key) = &key {
+            self.shared.calls.insert(key.clone(), ct.clone());
+        }
+        let (stream, start) = CallStream::new(self.shared.clone(), session.map(str::to_owned));
         let incoming = Incoming {
             id: id.clone(),
             parent: traces::parent(&meta, Some(&parts.headers)),
             meta,
-            ct,
+            ct: ct.clone(),
             client: stream.clone(),
             identity: parts.extensions.get::<Identity>().cloned(),
-            session: Some(session.to_owned()),
-            session_key: session.to_owned(),
+            session: session.map(str::to_owned),
+            session_key: session
+                .unwrap_or(super::request_of::LOCAL_SESSION)
+                .to_owned(),
             workspace: parts
                 .headers
                 .get(crate::stages::WORKSPACE_HEADER)
                 .map(|v| v.to_str().unwrap_or("\u{fffd}").to_owned()),
-            modern: false,
-            stateless: false,
-            capabilities: Some(negotiated.capabilities.clone()),
+            modern: stateless,
+            stateless,
+            capabilities,
         };
         let gateway = self.gateway.clone();
         let shared = self.shared.clone();
         let stream_ = stream.clone();
-        // The call is its own task: a client that goes away mid-call does not cancel it (the
-        // spec's rule); its stream stays resumable.
+        // The call is its own task: a session's client that goes away mid-call does not cancel
+        // it (the spec's rule); its stream stays resumable.
         tokio::spawn(async move {
             let answer = answer(&gateway, request, &incoming).await;
-            shared.calls.remove(&key);
+            if let Some(key) = &key {
+                shared.calls.remove(key);
+            }
             let message = match answer {
                 Ok(r) => ServerJsonRpcMessage::response(r, id),
                 Err(e) => ServerJsonRpcMessage::error(e, Some(id)),
@@ -301,17 +353,34 @@ impl Direct {
             let _ = stream_.emit(message, true);
         });
         let mut start = start;
-        let started = match tokio::time::timeout(self.shared.stream_after, &mut start).await {
-            Ok(started) => started,
-            Err(_slow) => {
-                stream.stream_now();
-                start.await
+        let started = match session {
+            // The stateless era does not resume: its answer waits for the result or the first
+            // message, and a client that goes away before either cancels the call.
+            None => {
+                let gone = ct.clone().drop_guard();
+                let started = start.await;
+                gone.disarm();
+                started
             }
+            Some(_) => match tokio::time::timeout(self.shared.stream_after, &mut start).await {
+                Ok(started) => started,
+                Err(_slow) => {
+                    stream.stream_now();
+                    start.await
+                }
+            },
         };
-        match started {
-            Ok(Start::Json(m)) => json(&m),
-            Ok(Start::Sse(events)) => self.sse(session, events),
-            Err(_) => WireError::Internal {
+        match (started, session) {
+            (Ok(Start::Json(m)), None) => {
+                let status = stateless_status(&m);
+                let mut r = json(&m);
+                *r.status_mut() = status;
+                r
+            }
+            (Ok(Start::Json(m)), Some(_)) => json(&m),
+            (Ok(Start::Sse(events)), Some(session)) => self.sse(session, events),
+            (Ok(Start::Sse(events)), None) => stateless_sse(events, ct),
+            (Err(_), _) => WireError::Internal {
                 message: "the call ended without an answer".to_owned(),
             }
             .response(),
@@ -329,6 +398,31 @@ impl Direct {
             .bound_stream(session.to_owned(), events)
             .map(|e| Ok::<_, Infallible>(http_body::Frame::data(sse_event(&e))));
         event_stream(BodyExt::boxed(StreamBody::new(events)))
+    }
+
+    /// `plain_host`, and a JSON body from a client that takes JSON and SSE answers.
+    fn plain_media(&self, parts: &Parts) -> bool {
+        let h = &parts.headers;
+        let accept = h
+            .get_all(header::ACCEPT)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect::<Vec<_>>()
+            .join(",")
+            .to_ascii_lowercase();
+        let json_body = h
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|c| {
+                c.split(';')
+                    .next()
+                    .is_some_and(|e| e.trim().eq_ignore_ascii_case("application/json"))
+            });
+        self.plain_host(parts)
+            && accept.contains("application/json")
+            && accept.contains("text/event-stream")
+            && !accept.contains("q=0")
+            && json_body
     }
 
     /// Whether `Host` is one `/mcp` answers and no browser `Origin` came with the request.
@@ -377,8 +471,8 @@ pub(super) fn is_initialized(body: &[u8]) -> bool {
     body.len() < 256 && body.windows(METHOD.len()).any(|w| w == METHOD)
 }
 
-/// The gateway's answer, shaped for a handshake-era session as rmcp's handler shapes it.
-async fn answer(g: &Gateway, request: Request, r: &Incoming) -> Result<ServerResult, ErrorData> {
+/// The gateway's answer, shaped for the caller's era as rmcp's handler shapes it.
+async fn shaped(g: &Gateway, request: Request, r: &Incoming) -> Result<ServerResult, ErrorData> {
     let mut result = match request {
         Request::CallTool(p) => {
             let answer = g.tools_call(p, r).await?;
@@ -401,6 +495,10 @@ async fn answer(g: &Gateway, request: Request, r: &Incoming) -> Result<ServerRes
         }
         Request::ReadResource(p) => ServerResult::from(g.resources_read(p, r).await?),
     };
+    if r.stateless {
+        result.fill_missing_cache_hints();
+        return Ok(result);
+    }
     if matches!(result, ServerResult::InputRequiredResult(_)) {
         return Err(ErrorData::invalid_request(
             "InputRequiredResult requires negotiated protocol version 2026-07-28 or newer",
@@ -410,6 +508,64 @@ async fn answer(g: &Gateway, request: Request, r: &Incoming) -> Result<ServerRes
     result.strip_result_type_for_legacy_peer();
     result.strip_non_object_output_for_legacy_peer();
     Ok(result)
+}
+
+/// The gateway's answer, as rmcp's handler gives it to each era: the stateless era gets the
+/// standard invalid-params code for a resource that is not found.
+async fn answer(g: &Gateway, request: Request, r: &Incoming) -> Result<ServerResult, ErrorData> {
+    shaped(g, request, r).await.map_err(|mut e| {
+        if r.stateless && e.code == rmcp::model::ErrorCode::RESOURCE_NOT_FOUND {
+            e.code = rmcp::model::ErrorCode::INVALID_PARAMS;
+        }
+        e
+    })
+}
+
+/// The HTTP status of a stateless-era JSON answer, as rmcp's transport sets it (a handshake-era
+/// session's errors are all 200).
+fn stateless_status(m: &ServerJsonRpcMessage) -> StatusCode {
+    use rmcp::model::ErrorCode;
+    let ServerJsonRpcMessage::Error(e) = m else {
+        return StatusCode::OK;
+    };
+    match e.error.code {
+        ErrorCode::UNSUPPORTED_PROTOCOL_VERSION
+        | ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
+        | ErrorCode::HEADER_MISMATCH => StatusCode::BAD_REQUEST,
+        ErrorCode::METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
+        _ => StatusCode::OK,
+    }
+}
+
+/// Whether a tool's input schema mirrors an argument in an `Mcp-Param-*` header.
+fn names_a_header(schema: &serde_json::Map<String, serde_json::Value>) -> bool {
+    schema
+        .iter()
+        .any(|(k, v)| k == "x-mcp-header" || v.as_object().is_some_and(names_a_header))
+}
+
+/// What a directly answered request is.
+struct Call<'a> {
+    id: RequestId,
+    request: Request,
+    meta: RequestMetaObject,
+    /// The handshake-era session it belongs to (`None`: the stateless era).
+    session: Option<&'a str>,
+    capabilities: Option<ClientCapabilities>,
+}
+
+/// The SSE answer of a stateless-era call: events without ids; the client closing it cancels
+/// the call (that era's way to cancel).
+fn stateless_sse(
+    events: futures::channel::mpsc::UnboundedReceiver<ServerSseMessage>,
+    ct: CancellationToken,
+) -> Response<Body> {
+    let gone = ct.drop_guard();
+    let events = events.map(move |e| {
+        let _cancels_when_dropped = &gone;
+        Ok::<_, Infallible>(http_body::Frame::data(sse_event(&e)))
+    });
+    event_stream(BodyExt::boxed(StreamBody::new(events)))
 }
 
 /// `host[:port]` → `host` (IPv6 literals keep their brackets stripped too).
