@@ -8,7 +8,8 @@
 //! /proc) for both, and fedgate's ratios to the floor.
 //!
 //! Part 2, rmcp clients: directly against the demo upstream over Streamable HTTP, through
-//! fedgate to that HTTP upstream, through fedgate to a stdio upstream.
+//! fedgate to that HTTP upstream, through fedgate to a stdio upstream (a handshake-era session,
+//! and a stateless-era client).
 //!
 //! Part 3, guardrails: CPU per call with 1 KiB results through an upstream whose tier turns
 //! every guardrail off and one that masks secrets and marks injected instructions; and the
@@ -132,13 +133,23 @@ fn status_kib(pid: u32, field: &str) -> u64 {
 }
 
 async fn connect(url: &str) -> RunningService<RoleClient, Bench> {
+    connect_as(url, ClientLifecycleMode::Initialize).await
+}
+
+/// A client of the stateless era (`server/discover`, every request self-contained).
+async fn connect_stateless(url: &str) -> RunningService<RoleClient, Bench> {
+    let preferred_versions = vec![rmcp::model::ProtocolVersion::V_2026_07_28];
+    connect_as(url, ClientLifecycleMode::Discover { preferred_versions }).await
+}
+
+async fn connect_as(url: &str, mode: ClientLifecycleMode) -> RunningService<RoleClient, Bench> {
     let cfg =
         StreamableHttpClientTransportConfig::with_uri(url.to_owned()).max_concurrent_requests(128);
     Bench
         .serve_with_lifecycle(
             // Pooled, as real MCP clients keep connections alive (rmcp's default does not).
             StreamableHttpClientTransport::with_client(reqwest::Client::new(), cfg),
-            ClientLifecycleMode::Initialize,
+            mode,
         )
         .await
         .unwrap_or_else(|e| panic!("connect {url}: {e}"))
@@ -443,6 +454,7 @@ fn main() {
         println!("\npart 2: rmcp clients");
         let direct = connect(&direct_url).await;
         let via = connect(&gw_url).await;
+        let via_stateless = connect_stateless(&gw_url).await;
         println!(
             "\n{:<22} {:>4} {:>10} {:>9} {:>9} {:>8} {:>12} {:>6}",
             "target", "c", "calls/s", "p50 µs", "p99 µs", "x direct", "fedgate µs/call", "fail"
@@ -461,12 +473,13 @@ fn main() {
                 "-",
                 base.failures
             );
-            for (label, tool) in [
-                ("fedgate -> http", "h__echo"),
-                ("fedgate -> stdio", "s__echo"),
+            for (label, client, tool) in [
+                ("fedgate -> http", &via, "h__echo"),
+                ("fedgate -> stdio", &via, "s__echo"),
+                ("stateless -> stdio", &via_stateless, "s__echo"),
             ] {
                 let cpu0 = cpu_seconds(gw_pid);
-                let cell = drive(&via, tool, conc, secs, "").await;
+                let cell = drive(client, tool, conc, secs, "").await;
                 let cpu = cpu_seconds(gw_pid) - cpu0;
                 let rate = cell.calls as f64 / cell.secs;
                 let per_call = if cell.calls > 0 {
@@ -490,6 +503,7 @@ fn main() {
         guardrail_cost(&via, gw_pid, secs).await;
         let _ = direct.cancel().await;
         let _ = via.cancel().await;
+        let _ = via_stateless.cancel().await;
     });
     drop(floor);
     let _ = std::fs::remove_dir_all(&dir);
