@@ -16,20 +16,27 @@ use rmcp::{
 use tokio::sync::oneshot;
 
 use super::{Forget, Shared};
+use crate::server::sessions::Negotiated;
 use crate::to_client::{ClientChannel, NotSent, Unanswered};
+
+/// Events a call's stream holds for a client that reads slowly; past it the stream ends (a
+/// session's client resumes from the buffer with `Last-Event-ID`; a stateless-era call ends
+/// with its stream, as that era cancels).
+const BACKLOG: usize = 256;
 
 /// How the answer starts.
 pub(super) enum Start {
     /// The whole answer, nothing came before it.
     Json(Box<ServerJsonRpcMessage>),
     /// An SSE stream of stored events, ending with the answer.
-    Sse(mpsc::UnboundedReceiver<ServerSseMessage>),
+    Sse(mpsc::Receiver<ServerSseMessage>),
 }
 
 enum Mode {
     Waiting(oneshot::Sender<Start>),
     Streaming {
-        tx: mpsc::UnboundedSender<ServerSseMessage>,
+        /// `None` once the client fell [`BACKLOG`] events behind (events are still stored).
+        tx: Option<mpsc::Sender<ServerSseMessage>>,
         /// The stream's key in the resumption buffer.
         key: String,
     },
@@ -42,6 +49,9 @@ pub(super) struct CallStream {
     /// `None` for a stateless-era call: its stream has no ids, is not stored (that era does
     /// not resume) and carries no requests to the client.
     session: Option<String>,
+    /// What the session negotiated: every message of the call tells rmcp's worker the session
+    /// is in use.
+    negotiated: Option<Arc<Negotiated>>,
 }
 
 impl std::fmt::Debug for CallStream {
@@ -55,13 +65,15 @@ impl std::fmt::Debug for CallStream {
 impl CallStream {
     pub(super) fn new(
         shared: Arc<Shared>,
-        session: Option<String>,
+        session: Option<(String, Arc<Negotiated>)>,
     ) -> (Arc<Self>, oneshot::Receiver<Start>) {
         let (tx, rx) = oneshot::channel();
+        let (session, negotiated) = session.unzip();
         let this = Arc::new(Self {
             mode: Mutex::new(Mode::Waiting(tx)),
             shared,
             session,
+            negotiated,
         });
         (this, rx)
     }
@@ -81,12 +93,13 @@ impl CallStream {
         let Mode::Waiting(start) = std::mem::replace(mode, Mode::Done) else {
             return;
         };
-        let (tx, rx) = mpsc::unbounded();
+        let (tx, rx) = mpsc::channel(BACKLOG);
+        let mut tx = Some(tx);
         let key = format!("direct:{}", self.shared.next_stream());
         if let Some(retry) = self.shared.sse_retry
             && self.session.is_some()
         {
-            self.store_and_send(&tx, &key, ServerSseMessage::priming("", retry));
+            self.store_and_send(&mut tx, &key, ServerSseMessage::priming("", retry));
         }
         let _ = start.send(Start::Sse(rx));
         *mode = Mode::Streaming { tx, key };
@@ -94,6 +107,9 @@ impl CallStream {
 
     /// Sends `message`; `last` ends the answer (the call's result or error).
     pub(super) fn emit(&self, message: ServerJsonRpcMessage, last: bool) -> Result<(), NotSent> {
+        if let (Some(session), Some(n)) = (&self.session, &self.negotiated) {
+            self.shared.touch_later(session, n);
+        }
         let mut mode = self.mode.lock();
         if last && matches!(&*mode, Mode::Waiting(_)) {
             if let Mode::Waiting(start) = std::mem::replace(&mut *mode, Mode::Done) {
@@ -104,22 +120,21 @@ impl CallStream {
             return Ok(());
         }
         self.open(&mut mode);
-        match &*mode {
-            Mode::Streaming { tx, key } => {
-                // Stored whether or not the client still listens: it may resume.
-                self.store_and_send(tx, key, ServerSseMessage::from_message(message));
-                if last {
-                    *mode = Mode::Done;
-                }
-                Ok(())
-            }
-            _ => Err(NotSent::Closed),
+        let Mode::Streaming { tx, key } = &mut *mode else {
+            return Err(NotSent::Closed);
+        };
+        // Stored whether or not the client still listens: it may resume.
+        let key = key.clone();
+        self.store_and_send(tx, &key, ServerSseMessage::from_message(message));
+        if last {
+            *mode = Mode::Done;
         }
+        Ok(())
     }
 
     fn store_and_send(
         &self,
-        tx: &mpsc::UnboundedSender<ServerSseMessage>,
+        tx: &mut Option<mpsc::Sender<ServerSseMessage>>,
         key: &str,
         mut event: ServerSseMessage,
     ) {
@@ -131,7 +146,12 @@ impl CallStream {
             }
             event.event_id = Some(id);
         }
-        let _ = tx.unbounded_send(event);
+        if let Some(sender) = tx
+            && sender.try_send(event).is_err()
+        {
+            // Gone, or too far behind: the stream ends here.
+            *tx = None;
+        }
     }
 }
 

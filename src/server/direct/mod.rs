@@ -11,6 +11,7 @@
 //! match the body, bodies rmcp refuses) — so its checks and refusals stay exactly as they were.
 
 mod call_stream;
+mod keep_alive;
 mod message;
 mod task_listen;
 
@@ -81,6 +82,28 @@ pub(super) struct Shared {
 }
 
 impl Shared {
+    /// rmcp's worker ends sessions it hears nothing from; a direct call's request and each of
+    /// its messages count as hearing from the session (a no-op notification to the worker, at
+    /// most every [`TOUCH_EVERY`], sent from a task of its own).
+    fn touch_later(self: &Arc<Self>, session: &str, negotiated: &Negotiated) {
+        {
+            let now = tokio::time::Instant::now();
+            let mut last = negotiated.touched.lock();
+            if now.duration_since(*last) < TOUCH_EVERY {
+                return;
+            }
+            *last = now;
+        }
+        let note = ClientJsonRpcMessage::notification(ClientNotification::CustomNotification(
+            CustomNotification::new("notifications/fedgate/in-use", None),
+        ));
+        let this = self.clone();
+        let session: rmcp::transport::common::server_side_http::SessionId = session.into();
+        tokio::spawn(async move {
+            let _ = this.sessions.accept_message(&session, note).await;
+        });
+    }
+
     fn next_stream(&self) -> u64 {
         self.next.fetch_add(1, Ordering::Relaxed)
     }
@@ -154,8 +177,10 @@ impl Direct {
         if !self.plain(parts, &negotiated) {
             return None;
         }
+        // A header given twice, or not as text, is rmcp's to refuse.
         let text = |name: &str| match parts.headers.get(name) {
             None => Some(None),
+            Some(_) if !single(parts, name) => None,
             Some(v) => v.to_str().ok().map(Some),
         };
         let message =
@@ -183,13 +208,13 @@ impl Direct {
                 Some(accepted())
             }
             Message::Request { id, request, meta } => {
-                self.touch(session, &negotiated).await;
+                self.shared.touch_later(session, &negotiated);
                 let call = Call {
                     id,
                     request,
                     meta,
-                    session: Some(session),
                     capabilities: Some(negotiated.capabilities.clone()),
+                    session: Some((session, negotiated)),
                 };
                 Some(self.call(parts, call).await)
             }
@@ -203,8 +228,10 @@ impl Direct {
         parts: &Parts,
         body: &Bytes,
     ) -> Option<Response<Body>> {
+        // A header given twice, or not as text, is rmcp's to refuse.
         let text = |name: &str| match parts.headers.get(name) {
             None => Some(None),
+            Some(_) if !single(parts, name) => None,
             Some(v) => v.to_str().ok().map(Some),
         };
         if text("mcp-protocol-version")? != Some(STATELESS)
@@ -242,8 +269,8 @@ impl Direct {
             id,
             request,
             meta,
-            session: None,
             capabilities,
+            session: None,
         };
         Some(self.call(parts, call).await)
     }
@@ -279,27 +306,6 @@ impl Direct {
             && !h.keys().any(|k| k.as_str().starts_with("mcp-param-"))
     }
 
-    /// rmcp's worker ends sessions it hears nothing from; a call answered here counts as
-    /// hearing from the session (a no-op notification, at most every [`TOUCH_EVERY`]).
-    async fn touch(&self, session: &str, negotiated: &Negotiated) {
-        {
-            let now = tokio::time::Instant::now();
-            let mut last = negotiated.touched.lock();
-            if now.duration_since(*last) < TOUCH_EVERY {
-                return;
-            }
-            *last = now;
-        }
-        let note = ClientJsonRpcMessage::notification(ClientNotification::CustomNotification(
-            CustomNotification::new("notifications/fedgate/in-use", None),
-        ));
-        let _ = self
-            .shared
-            .sessions
-            .accept_message(&session.into(), note)
-            .await;
-    }
-
     async fn call(&self, parts: &Parts, call: Call<'_>) -> Response<Body> {
         let Call {
             id,
@@ -309,6 +315,7 @@ impl Direct {
             capabilities,
         } = call;
         let stateless = session.is_none();
+        let (session, negotiated) = session.unzip();
         let ct = self.shared.shutdown.child_token();
         // A session's call can be cancelled by `notifications/cancelled`; a stateless one by
         // closing its response (below).
@@ -316,7 +323,10 @@ impl Direct {
         if let Some(key) = &key {
             self.shared.calls.insert(key.clone(), ct.clone());
         }
-        let (stream, start) = CallStream::new(self.shared.clone(), session.map(str::to_owned));
+        let (stream, start) = CallStream::new(
+            self.shared.clone(),
+            session.map(str::to_owned).zip(negotiated),
+        );
         let incoming = Incoming {
             id: id.clone(),
             parent: traces::parent(&meta, Some(&parts.headers)),
@@ -390,26 +400,33 @@ impl Direct {
     fn sse(
         &self,
         session: &str,
-        events: futures::channel::mpsc::UnboundedReceiver<ServerSseMessage>,
+        events: futures::channel::mpsc::Receiver<ServerSseMessage>,
     ) -> Response<Body> {
         let events = self
             .shared
             .replay
             .bound_stream(session.to_owned(), events)
-            .map(|e| Ok::<_, Infallible>(http_body::Frame::data(sse_event(&e))));
-        event_stream(BodyExt::boxed(StreamBody::new(events)))
+            .map(|e| sse_event(&e));
+        event_stream(events)
     }
 
     /// `plain_host`, and a JSON body from a client that takes JSON and SSE answers.
     fn plain_media(&self, parts: &Parts) -> bool {
         let h = &parts.headers;
-        let accept = h
+        // Media ranges as listed; any parameter (a weight among them) leaves the choice to rmcp.
+        let (mut json, mut sse, mut other_params) = (false, false, false);
+        for range in h
             .get_all(header::ACCEPT)
             .iter()
             .filter_map(|v| v.to_str().ok())
-            .collect::<Vec<_>>()
-            .join(",")
-            .to_ascii_lowercase();
+            .flat_map(|v| v.split(','))
+        {
+            let mut parts = range.split(';');
+            let media = parts.next().unwrap_or_default().trim();
+            other_params |= parts.next().is_some();
+            json |= media.eq_ignore_ascii_case("application/json");
+            sse |= media.eq_ignore_ascii_case("text/event-stream");
+        }
         let json_body = h
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
@@ -418,11 +435,7 @@ impl Direct {
                     .next()
                     .is_some_and(|e| e.trim().eq_ignore_ascii_case("application/json"))
             });
-        self.plain_host(parts)
-            && accept.contains("application/json")
-            && accept.contains("text/event-stream")
-            && !accept.contains("q=0")
-            && json_body
+        self.plain_host(parts) && json && sse && !other_params && json_body
     }
 
     /// Whether `Host` is one `/mcp` answers and no browser `Origin` came with the request.
@@ -438,20 +451,28 @@ impl Direct {
 }
 
 /// An SSE response of stateless-era events (JSON texts, no ids: that era does not resume).
-fn http_sse(events: tokio::sync::mpsc::UnboundedReceiver<String>) -> Response<Body> {
+fn http_sse(events: tokio::sync::mpsc::Receiver<String>) -> Response<Body> {
     let events = futures::stream::unfold(events, |mut rx| async move {
         rx.recv().await.map(|text| (text, rx))
     });
-    let events = events.map(|text| {
-        Ok::<_, Infallible>(http_body::Frame::data(Bytes::from(format!(
-            "data: {text}\n\n"
-        ))))
-    });
-    event_stream(BodyExt::boxed(StreamBody::new(events)))
+    event_stream(Box::pin(
+        events.map(|text| Bytes::from(format!("data: {text}\n\n"))),
+    ))
 }
 
-fn event_stream(body: Body) -> Response<Body> {
-    let mut r = Response::new(body);
+/// Whether a request carries at most one `name` header (rmcp refuses duplicates).
+fn single(parts: &Parts, name: &str) -> bool {
+    parts.headers.get_all(name).iter().count() <= 1
+}
+
+/// An SSE response of these events, with keep-alive comments in silences.
+fn event_stream<S>(events: S) -> Response<Body>
+where
+    S: futures::Stream<Item = Bytes> + Unpin + Send + Sync + 'static,
+{
+    let frames =
+        keep_alive::KeepAlive::new(events).map(|b| Ok::<_, Infallible>(http_body::Frame::data(b)));
+    let mut r = Response::new(BodyExt::boxed(StreamBody::new(frames)));
     let h = r.headers_mut();
     h.insert(
         header::CONTENT_TYPE,
@@ -549,23 +570,23 @@ struct Call<'a> {
     id: RequestId,
     request: Request,
     meta: RequestMetaObject,
-    /// The handshake-era session it belongs to (`None`: the stateless era).
-    session: Option<&'a str>,
+    /// The handshake-era session it belongs to and what it negotiated (`None`: the stateless
+    /// era).
+    session: Option<(&'a str, Arc<Negotiated>)>,
     capabilities: Option<ClientCapabilities>,
 }
 
 /// The SSE answer of a stateless-era call: events without ids; the client closing it cancels
 /// the call (that era's way to cancel).
 fn stateless_sse(
-    events: futures::channel::mpsc::UnboundedReceiver<ServerSseMessage>,
+    events: futures::channel::mpsc::Receiver<ServerSseMessage>,
     ct: CancellationToken,
 ) -> Response<Body> {
     let gone = ct.drop_guard();
-    let events = events.map(move |e| {
+    event_stream(events.map(move |e| {
         let _cancels_when_dropped = &gone;
-        Ok::<_, Infallible>(http_body::Frame::data(sse_event(&e)))
-    });
-    event_stream(BodyExt::boxed(StreamBody::new(events)))
+        sse_event(&e)
+    }))
 }
 
 /// `host[:port]` → `host` (IPv6 literals keep their brackets stripped too).

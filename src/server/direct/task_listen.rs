@@ -12,10 +12,10 @@
 
 use std::{sync::Arc, time::Duration};
 
-use futures::future::BoxFuture;
+use futures::{StreamExt, future::BoxFuture};
 use http::{Response, request::Parts};
 use rmcp::model::{
-    ClientResult, GetTaskParams, NotificationMetaObject, RequestId, RequestMetaObject,
+    ClientResult, ErrorCode, GetTaskParams, NotificationMetaObject, RequestId, RequestMetaObject,
     ServerJsonRpcMessage, ServerNotification, ServerRequest, TaskStatusNotification,
     TaskStatusNotificationParams,
 };
@@ -35,10 +35,13 @@ use crate::{
 /// The protocol version whose listen streams this path serves.
 const VERSION: &str = "2026-07-28";
 /// Bounds of the interval between two reads of a task's state.
-const FASTEST: Duration = Duration::from_millis(200);
+const FASTEST: Duration = Duration::from_millis(500);
 const SLOWEST: Duration = Duration::from_secs(5);
-/// Most task ids one stream follows.
-const MAX_TASKS: usize = 64;
+/// Most task ids one stream follows, and how many of them are first read at once.
+const MAX_TASKS: usize = 16;
+const READS_AT_ONCE: usize = 4;
+/// Notifications a stream holds for a client that reads slowly; past it the stream ends.
+const BACKLOG: usize = 64;
 
 #[derive(Deserialize)]
 struct ListenRequest {
@@ -104,7 +107,8 @@ impl Direct {
         let text = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
         if text("mcp-method") != Some("subscriptions/listen")
             || text("mcp-protocol-version") != Some(VERSION)
-            || !self.plain_host(parts)
+            || !self.plain_media(parts)
+            || !super::single(parts, "mcp-method")
         {
             return None;
         }
@@ -128,7 +132,10 @@ impl Direct {
             identity: parts.extensions.get::<Identity>().cloned(),
             session: None,
             session_key: "local".to_owned(),
-            workspace: None,
+            workspace: parts
+                .headers
+                .get(crate::stages::WORKSPACE_HEADER)
+                .map(|v| v.to_str().unwrap_or("\u{fffd}").to_owned()),
             modern: true,
             stateless: true,
             capabilities: Some(capabilities.clone()),
@@ -138,11 +145,18 @@ impl Direct {
         let mut accepted = Vec::new();
         let mut first = Vec::new();
         if capabilities.supports_tasks() {
-            for handle in r.params.notifications.task_ids.into_iter().take(MAX_TASKS) {
-                let got = self
-                    .gateway
-                    .tasks_get(GetTaskParams::new(handle.clone()), &incoming)
-                    .await;
+            let mut named = r.params.notifications.task_ids;
+            named.dedup();
+            let reads = named.into_iter().take(MAX_TASKS).map(|handle| {
+                let params = GetTaskParams::new(handle.clone());
+                let incoming = &incoming;
+                async move { (handle, self.gateway.tasks_get(params, incoming).await) }
+            });
+            let read: Vec<_> = futures::stream::iter(reads)
+                .buffered(READS_AT_ONCE)
+                .collect()
+                .await;
+            for (handle, got) in read {
                 if let Ok(state) = got
                     && !accepted.contains(&handle)
                 {
@@ -151,7 +165,7 @@ impl Direct {
                 }
             }
         }
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(BACKLOG);
         let ack = json!({
             "jsonrpc": "2.0",
             "method": "notifications/subscriptions/acknowledged",
@@ -160,7 +174,8 @@ impl Direct {
                 "_meta": {"io.modelcontextprotocol/subscriptionId": r.id},
             },
         });
-        let _ = tx.send(ack.to_string());
+        let _ = tx.try_send(ack.to_string());
+        let shutdown = self.shared.shutdown.clone();
         let gateway = self.gateway.clone();
         let subscription = r.id;
         let mut followed: Vec<Followed> = accepted
@@ -184,8 +199,15 @@ impl Direct {
                             let params = GetTaskParams::new(f.handle.clone());
                             match gateway.tasks_get(params, &incoming).await {
                                 Ok(s) => s,
-                                // Expired or no longer readable: nothing more will come of it.
-                                Err(_) => continue,
+                                // Expired, or no longer this caller's to read: nothing more
+                                // will come of it.
+                                Err(e) if e.code == ErrorCode::INVALID_PARAMS => continue,
+                                // Anything else (a rate limit, an upstream restarting) may
+                                // pass: read it again later.
+                                Err(_) => {
+                                    still.push(f);
+                                    continue;
+                                }
                             }
                         }
                     };
@@ -195,7 +217,11 @@ impl Direct {
                     let every = task.poll_interval_ms.map_or(SLOWEST, Duration::from_millis);
                     if f.seen.as_ref() != Some(&seen) {
                         f.seen = Some(seen);
-                        if tx.send(notification(state.task, &subscription)).is_err() {
+                        // A client that does not read its stream loses it.
+                        if tx
+                            .try_send(notification(state.task, &subscription))
+                            .is_err()
+                        {
                             return;
                         }
                     }
@@ -207,11 +233,15 @@ impl Direct {
                 followed = still;
                 // Nothing left to follow: the stream stays open until the client ends it.
                 if followed.is_empty() {
-                    tx.closed().await;
+                    tokio::select! {
+                        _ = tx.closed() => {}
+                        _ = shutdown.cancelled() => {}
+                    }
                     return;
                 }
                 tokio::select! {
                     _ = tx.closed() => return,
+                    _ = shutdown.cancelled() => return,
                     _ = tokio::time::sleep(wait) => {}
                 }
             }
