@@ -119,6 +119,19 @@ impl Federation {
         }
     }
 
+    /// How many audit records of `gw` match `what`, once at least `n` do (or after 10 s): a
+    /// record is written after its answer went out, so it may trail the result a little.
+    async fn audit_count(&self, gw: &str, n: usize, what: impl Fn(&Value) -> bool) -> usize {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let count = self.audit(gw).iter().filter(|r| what(r)).count();
+            if count >= n || tokio::time::Instant::now() >= deadline {
+                return count;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
     async fn admin_b(&self, method: &str, path: &str) -> (u16, Value) {
         let url = format!(
             "{}/admin/{path}",
@@ -725,11 +738,12 @@ fn approve_action(r: &rmcp::model::CallToolResult) -> (String, Value) {
 async fn a_plan_held_on_b_is_decided_from_a_through_as_approve_tool() {
     let f = start("");
     let client = connect_legacy(&f.a.url, TestClient::new()).await;
-    let ran_at_b = |f: &Federation| {
-        f.audit("b")
-            .iter()
-            .filter(|r| r["decision"] == "plan_executed" && r["outcome"] == "ok")
-            .count()
+    // Writes B ran, once at least `n` are in its audit log.
+    let ran_at_b = async |f: &Federation, n: usize| {
+        f.audit_count("b", n, |r| {
+            r["decision"] == "plan_executed" && r["outcome"] == "ok"
+        })
+        .await
     };
 
     // A direct write held on B: A's caller gets a plan it can approve on A.
@@ -753,7 +767,7 @@ async fn a_plan_held_on_b_is_decided_from_a_through_as_approve_tool() {
                "_meta": {"io.fedgate/caller": "key:mallory"}}),
     );
     assert!(ok && refused.contains("plan_unknown"), "{refused}");
-    assert_eq!(ran_at_b(&f), 0);
+    assert_eq!(ran_at_b(&f, 0).await, 0);
 
     let done = call(&client, "fedgate__approve", json!({"plan_id": id}))
         .await
@@ -764,7 +778,7 @@ async fn a_plan_held_on_b_is_decided_from_a_through_as_approve_tool() {
         Some(json!({"recorded": "direct"})),
         "{done:?}"
     );
-    assert_eq!(ran_at_b(&f), 1);
+    assert_eq!(ran_at_b(&f, 1).await, 1);
     // Once: a repeat is refused by B, and says so through A.
     let again = call(&client, "fedgate__approve", json!({"plan_id": id}))
         .await
@@ -775,7 +789,7 @@ async fn a_plan_held_on_b_is_decided_from_a_through_as_approve_tool() {
         "plan_used",
         "{again:?}"
     );
-    assert_eq!(ran_at_b(&f), 1);
+    assert_eq!(ran_at_b(&f, 1).await, 1);
 
     // B's flow parked on the write: the same `ok` plan, approved from A; the flow goes on.
     let parked = call(&client, "b__flows__publish", json!({"value": "v7"}))
@@ -799,7 +813,7 @@ async fn a_plan_held_on_b_is_decided_from_a_through_as_approve_tool() {
         Some(json!({"said": "echo: published v7"})),
         "{finished:?}"
     );
-    assert_eq!(ran_at_b(&f), 2);
+    assert_eq!(ran_at_b(&f, 2).await, 2);
 
     // Denied from A: B's run does not write.
     let parked = call(&client, "b__flows__publish", json!({"value": "no"}))
@@ -817,7 +831,7 @@ async fn a_plan_held_on_b_is_decided_from_a_through_as_approve_tool() {
         format!("{denied:?}").contains("denied"),
         "the denial comes back: {denied:?}"
     );
-    assert_eq!(ran_at_b(&f), 2);
+    assert_eq!(ran_at_b(&f, 2).await, 2);
     // An agent that follows the rule text and nothing else gets B's flow done from A.
     let scenario = json!({"tool": "b__flows__publish", "args": {"value": "agent"},
                           "human": {"confirm": true}});
@@ -830,7 +844,7 @@ async fn a_plan_held_on_b_is_decided_from_a_through_as_approve_tool() {
         json!({"said": "echo: published agent"}),
         "{r}"
     );
-    assert_eq!(ran_at_b(&f), 3, "{r}");
+    assert_eq!(ran_at_b(&f, 3).await, 3, "{r}");
 
     // An id naming an upstream that is no peer is no plan here.
     let unknown = call(

@@ -200,12 +200,20 @@ async fn python_sdk_collector_is_gated_reviewer_moves_the_stage_and_a_restart_ke
         m.contains("fedgate_stage_refusals_total{kind=\"advance\",workflow=\"research\"} 3"),
         "{m}"
     );
-    let audit = std::fs::read_to_string(dir.path().join("audit.jsonl")).unwrap();
-    let record: Value = audit
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|v| v["method"] == "stages/advance")
-        .unwrap_or_else(|| panic!("no move in the audit log:\n{audit}"));
+    // The audit writer may trail the answer a little: read until the move is there (bounded).
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    let (audit, found) = loop {
+        let audit = std::fs::read_to_string(dir.path().join("audit.jsonl")).unwrap_or_default();
+        let found = audit
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|v| v["method"] == "stages/advance");
+        if found.is_some() || tokio::time::Instant::now() >= deadline {
+            break (audit, found);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    let record = found.unwrap_or_else(|| panic!("no move in the audit log:\n{audit}"));
     assert_eq!(record["identity"], "rita");
     assert_eq!(record["name"], "research/case-1");
     assert_eq!(record["arguments"]["reason"], "enough evidence collected");
