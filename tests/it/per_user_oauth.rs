@@ -148,6 +148,8 @@ struct Setup {
     gw: Gateway,
     auth: AuthServer,
     _upstreams: Vec<UrlProcess>,
+    /// Holds the "down" token endpoint's port: bound, never listening.
+    _down: tokio::net::TcpSocket,
 }
 
 /// A gateway with four OAuth upstreams: `gh` discovers its authorization server from the
@@ -172,7 +174,16 @@ fn start() -> Setup {
         "127.0.0.1:0",
     ]);
     let plain = UrlProcess::start(&["demo-upstream", "--name", "wiki", "--http", "127.0.0.1:0"]);
-    let down = format!("http://127.0.0.1:{}/token", free_port());
+    // A port bound but not listening refuses connections, and no other test can take it (a
+    // port merely found free could be bound by another test's server meanwhile).
+    let down_socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    down_socket
+        .bind("127.0.0.1:0".parse().expect("address"))
+        .expect("bind");
+    let down = format!(
+        "http://127.0.0.1:{}/token",
+        down_socket.local_addr().expect("bound").port()
+    );
     let config = format!(
         "[gateway]\ntiers_dir = {TIERS:?}\ncredential_key = \"env:FG_CREDENTIAL_KEY\"\n\n\
          [auth]\nanonymous = false\n\
@@ -213,6 +224,7 @@ fn start() -> Setup {
         gw,
         auth,
         _upstreams: vec![gh, plain],
+        _down: down_socket,
     }
 }
 
