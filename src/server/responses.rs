@@ -43,7 +43,11 @@ pub(super) fn unauthorized(e: &AuthError) -> Response<Body> {
 }
 
 pub(super) fn json(status: StatusCode, v: &serde_json::Value) -> Response<Body> {
-    let body = serde_json::to_vec(v).unwrap_or_default();
+    json_body(status, serde_json::to_vec(v).unwrap_or_default())
+}
+
+/// An `application/json` answer of these bytes.
+pub(super) fn json_body(status: StatusCode, body: Vec<u8>) -> Response<Body> {
     let mut resp = Response::new(Full::new(Bytes::from(body)).boxed());
     *resp.status_mut() = status;
     resp.headers_mut().insert(

@@ -11,12 +11,14 @@
 //! match the body, bodies rmcp refuses) — so its checks and refusals stay exactly as they were.
 
 mod call_stream;
+mod http_answers;
 mod keep_alive;
 mod message;
+mod plain;
+mod shape;
 mod task_listen;
 
 use std::{
-    convert::Infallible,
     sync::{
         Arc,
         atomic::{AtomicU64, Ordering},
@@ -27,13 +29,11 @@ use std::{
 use bytes::Bytes;
 use dashmap::DashMap;
 use futures::StreamExt;
-use http::{Response, StatusCode, header, request::Parts};
-use http_body_util::{BodyExt, Empty, Full, StreamBody};
+use http::{Response, StatusCode, request::Parts};
 use rmcp::{
-    ErrorData,
     model::{
-        CallToolResponse, ClientCapabilities, ClientJsonRpcMessage, ClientNotification,
-        CustomNotification, RequestId, RequestMetaObject, ServerJsonRpcMessage, ServerResult,
+        ClientCapabilities, ClientJsonRpcMessage, ClientNotification, CustomNotification,
+        RequestId, RequestMetaObject, ServerJsonRpcMessage,
     },
     transport::{
         common::server_side_http::ServerSseMessage, streamable_http_server::session::SessionManager,
@@ -44,7 +44,10 @@ use tokio_util::sync::CancellationToken;
 
 use self::{
     call_stream::{Answer, CallStream, Retry, Start},
+    http_answers::{accepted, event_stream, json, sse_event, stateless_sse, stateless_status},
     message::{Era, Message, OUR_IDS, Request},
+    plain::single,
+    shape::{answer, names_a_header},
 };
 use super::{
     http::Body,
@@ -295,17 +298,6 @@ impl Direct {
         self.shared.pending.retain(|_, (owner, _)| owner != session);
     }
 
-    /// Whether the request's headers are the plain ones every well-behaved client sends; any
-    /// other goes to rmcp, which checks it (and answers its refusals) as before.
-    fn plain(&self, parts: &Parts, negotiated: &Negotiated) -> bool {
-        let h = &parts.headers;
-        self.plain_media(parts)
-            && h.get("mcp-protocol-version").and_then(|v| v.to_str().ok())
-                == Some(negotiated.version.as_str())
-            && negotiated.version.as_str() < STATELESS
-            && !h.keys().any(|k| k.as_str().starts_with("mcp-param-"))
-    }
-
     async fn call(&self, parts: &Parts, call: Call<'_>) -> Response<Body> {
         let Call {
             id,
@@ -381,13 +373,8 @@ impl Direct {
             },
         };
         match (started, session) {
-            (Ok(Start::Json(m)), None) => {
-                let status = stateless_status(&m);
-                let mut r = json(&m);
-                *r.status_mut() = status;
-                r
-            }
-            (Ok(Start::Json(m)), Some(_)) => json(&m),
+            (Ok(Start::Json(m)), None) => json(stateless_status(&m), &m),
+            (Ok(Start::Json(m)), Some(_)) => json(StatusCode::OK, &m),
             (Ok(Start::Sse(events)), Some(session)) => self.sse(session, events),
             (Ok(Start::Sse(events)), None) => stateless_sse(events, ct),
             (Err(_), _) => WireError::Internal {
@@ -409,160 +396,12 @@ impl Direct {
             .map(|e| sse_event(&e));
         event_stream(events)
     }
-
-    /// `plain_host`, and a JSON body from a client that takes JSON and SSE answers.
-    fn plain_media(&self, parts: &Parts) -> bool {
-        let h = &parts.headers;
-        // Media ranges as listed; any parameter (a weight among them) leaves the choice to rmcp.
-        let (mut json, mut sse, mut other_params) = (false, false, false);
-        for range in h
-            .get_all(header::ACCEPT)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-        {
-            let mut parts = range.split(';');
-            let media = parts.next().unwrap_or_default().trim();
-            other_params |= parts.next().is_some();
-            json |= media.eq_ignore_ascii_case("application/json");
-            sse |= media.eq_ignore_ascii_case("text/event-stream");
-        }
-        let json_body = h
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|c| {
-                c.split(';')
-                    .next()
-                    .is_some_and(|e| e.trim().eq_ignore_ascii_case("application/json"))
-            });
-        self.plain_host(parts) && json && sse && !other_params && json_body
-    }
-
-    /// Whether `Host` is one `/mcp` answers and no browser `Origin` came with the request.
-    fn plain_host(&self, parts: &Parts) -> bool {
-        let host = parts
-            .headers
-            .get(header::HOST)
-            .and_then(|v| v.to_str().ok())
-            .map(strip_port);
-        !parts.headers.contains_key(header::ORIGIN)
-            && host.is_some_and(|host| self.hosts.iter().any(|a| a.eq_ignore_ascii_case(host)))
-    }
-}
-
-/// An SSE response of stateless-era events (JSON texts, no ids: that era does not resume).
-fn http_sse(events: tokio::sync::mpsc::Receiver<String>) -> Response<Body> {
-    let events = futures::stream::unfold(events, |mut rx| async move {
-        rx.recv().await.map(|text| (text, rx))
-    });
-    event_stream(Box::pin(
-        events.map(|text| Bytes::from(format!("data: {text}\n\n"))),
-    ))
-}
-
-/// Whether a request carries at most one `name` header (rmcp refuses duplicates).
-fn single(parts: &Parts, name: &str) -> bool {
-    parts.headers.get_all(name).iter().count() <= 1
-}
-
-/// An SSE response of these events, with keep-alive comments in silences.
-fn event_stream<S>(events: S) -> Response<Body>
-where
-    S: futures::Stream<Item = Bytes> + Unpin + Send + Sync + 'static,
-{
-    let frames =
-        keep_alive::KeepAlive::new(events).map(|b| Ok::<_, Infallible>(http_body::Frame::data(b)));
-    let mut r = Response::new(BodyExt::boxed(StreamBody::new(frames)));
-    let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        http::HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(
-        header::CACHE_CONTROL,
-        http::HeaderValue::from_static("no-cache"),
-    );
-    h.insert("x-accel-buffering", http::HeaderValue::from_static("no"));
-    r
 }
 
 /// Whether a POST body is `notifications/initialized`.
 pub(super) fn is_initialized(body: &[u8]) -> bool {
     const METHOD: &[u8] = b"notifications/initialized";
     body.len() < 256 && body.windows(METHOD.len()).any(|w| w == METHOD)
-}
-
-/// The gateway's answer, shaped for the caller's era as rmcp's handler shapes it.
-async fn shaped(g: &Gateway, request: Request, r: &Incoming) -> Result<ServerResult, ErrorData> {
-    let mut result = match request {
-        Request::CallTool(p) => {
-            let answer = g.tools_call(p, r).await?;
-            let tasks = r.capabilities.as_ref().is_some_and(|c| c.supports_tasks());
-            if matches!(answer, CallToolResponse::Task(_)) && !tasks {
-                return Err(ErrorData::missing_required_client_capability(
-                    ClientCapabilities::builder().enable_tasks().build(),
-                ));
-            }
-            ServerResult::from(answer)
-        }
-        Request::ListTools(p) => ServerResult::ListToolsResult(g.tools_list(p, r).await?),
-        Request::ListPrompts(p) => ServerResult::ListPromptsResult(g.prompts_list(p, r).await?),
-        Request::GetPrompt(p) => ServerResult::from(g.prompts_get(p, r).await?),
-        Request::ListResources(p) => {
-            ServerResult::ListResourcesResult(g.resources_list(p, r).await?)
-        }
-        Request::ListTemplates(p) => {
-            ServerResult::ListResourceTemplatesResult(g.templates_list(p, r).await?)
-        }
-        Request::ReadResource(p) => ServerResult::from(g.resources_read(p, r).await?),
-    };
-    if r.stateless {
-        result.fill_missing_cache_hints();
-        return Ok(result);
-    }
-    if matches!(result, ServerResult::InputRequiredResult(_)) {
-        return Err(ErrorData::invalid_request(
-            "InputRequiredResult requires negotiated protocol version 2026-07-28 or newer",
-            None,
-        ));
-    }
-    result.strip_result_type_for_legacy_peer();
-    result.strip_non_object_output_for_legacy_peer();
-    Ok(result)
-}
-
-/// The gateway's answer, as rmcp's handler gives it to each era: the stateless era gets the
-/// standard invalid-params code for a resource that is not found.
-async fn answer(g: &Gateway, request: Request, r: &Incoming) -> Result<ServerResult, ErrorData> {
-    shaped(g, request, r).await.map_err(|mut e| {
-        if r.stateless && e.code == rmcp::model::ErrorCode::RESOURCE_NOT_FOUND {
-            e.code = rmcp::model::ErrorCode::INVALID_PARAMS;
-        }
-        e
-    })
-}
-
-/// The HTTP status of a stateless-era JSON answer, as rmcp's transport sets it (a handshake-era
-/// session's errors are all 200).
-fn stateless_status(m: &ServerJsonRpcMessage) -> StatusCode {
-    use rmcp::model::ErrorCode;
-    let ServerJsonRpcMessage::Error(e) = m else {
-        return StatusCode::OK;
-    };
-    match e.error.code {
-        ErrorCode::UNSUPPORTED_PROTOCOL_VERSION
-        | ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
-        | ErrorCode::HEADER_MISMATCH => StatusCode::BAD_REQUEST,
-        ErrorCode::METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
-        _ => StatusCode::OK,
-    }
-}
-
-/// Whether a tool's input schema mirrors an argument in an `Mcp-Param-*` header.
-fn names_a_header(schema: &serde_json::Map<String, serde_json::Value>) -> bool {
-    schema
-        .iter()
-        .any(|(k, v)| k == "x-mcp-header" || v.as_object().is_some_and(names_a_header))
 }
 
 /// What a directly answered request is.
@@ -574,92 +413,4 @@ struct Call<'a> {
     /// era).
     session: Option<(&'a str, Arc<Negotiated>)>,
     capabilities: Option<ClientCapabilities>,
-}
-
-/// The SSE answer of a stateless-era call: events without ids; the client closing it cancels
-/// the call (that era's way to cancel).
-fn stateless_sse(
-    events: futures::channel::mpsc::Receiver<ServerSseMessage>,
-    ct: CancellationToken,
-) -> Response<Body> {
-    let gone = ct.drop_guard();
-    event_stream(events.map(move |e| {
-        let _cancels_when_dropped = &gone;
-        sse_event(&e)
-    }))
-}
-
-/// `host[:port]` → `host` (IPv6 literals keep their brackets stripped too).
-fn strip_port(host: &str) -> &str {
-    if let Some(rest) = host.strip_prefix('[') {
-        return rest.split(']').next().unwrap_or(rest);
-    }
-    host.rsplit_once(':').map_or(host, |(h, _)| h)
-}
-
-fn accepted() -> Response<Body> {
-    let mut r = Response::new(Empty::new().boxed());
-    *r.status_mut() = StatusCode::ACCEPTED;
-    r
-}
-
-fn json(m: &ServerJsonRpcMessage) -> Response<Body> {
-    match serde_json::to_vec(m) {
-        Ok(bytes) => {
-            let mut r = Response::new(Full::new(Bytes::from(bytes)).boxed());
-            r.headers_mut().insert(
-                header::CONTENT_TYPE,
-                http::HeaderValue::from_static("application/json"),
-            );
-            r
-        }
-        Err(e) => WireError::Internal {
-            message: format!("the answer could not be encoded: {e}"),
-        }
-        .response(),
-    }
-}
-
-/// One SSE event: `id`, `retry`, and the message as `data` (empty for a priming event).
-fn sse_event(e: &ServerSseMessage) -> Bytes {
-    use std::fmt::Write;
-    let mut out = String::with_capacity(64);
-    if let Some(id) = &e.event_id {
-        let _ = writeln!(out, "id: {id}");
-    }
-    if let Some(retry) = e.retry {
-        let _ = writeln!(out, "retry: {}", retry.as_millis());
-    }
-    out.push_str("data: ");
-    if let Some(m) = &e.message
-        && let Ok(text) = serde_json::to_string(m.as_ref())
-    {
-        out.push_str(&text);
-    }
-    out.push_str("\n\n");
-    Bytes::from(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hosts_lose_their_port() {
-        assert_eq!(strip_port("localhost:8080"), "localhost");
-        assert_eq!(strip_port("127.0.0.1"), "127.0.0.1");
-        assert_eq!(strip_port("[::1]:9"), "::1");
-        assert_eq!(strip_port("gw.example"), "gw.example");
-    }
-
-    #[test]
-    fn an_sse_event_carries_id_retry_and_data() {
-        let priming = ServerSseMessage::priming("3.0", Duration::from_millis(1500));
-        let mut e = priming.clone();
-        e.event_id = Some("3.0".into());
-        assert_eq!(
-            sse_event(&e),
-            Bytes::from_static(b"id: 3.0\nretry: 1500\ndata: \n\n")
-        );
-    }
 }

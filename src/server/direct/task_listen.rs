@@ -24,7 +24,7 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::{Direct, http_sse};
+use super::{Direct, http_answers::http_sse, plain::single};
 use crate::{
     policy::identity::Identity,
     server::{http::Body, request_of::Incoming},
@@ -108,7 +108,7 @@ impl Direct {
         if text("mcp-method") != Some("subscriptions/listen")
             || text("mcp-protocol-version") != Some(VERSION)
             || !self.plain_media(parts)
-            || !super::single(parts, "mcp-method")
+            || !single(parts, "mcp-method")
         {
             return None;
         }
