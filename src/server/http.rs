@@ -130,7 +130,7 @@ pub async fn serve(
 #[derive(Clone)]
 struct Edge {
     mcp: StreamableHttpService<Gateway, Resumable>,
-    /// Answers a session's calls without rmcp's session worker (see `direct`).
+    /// Answers calls, lists and reads of both eras without rmcp's transport (see `direct`).
     direct: Direct,
     parts: EdgeParts,
     sealed: Arc<SealedSessions>,
@@ -252,14 +252,13 @@ impl Edge {
                     let answer = if req.method() == http::Method::POST {
                         match super::body::read_body(req, max_body, body_timeout).await {
                             Ok((head, body)) => {
-                                let edge_direct = &direct;
-                                let direct = match &presented {
-                                    Some(Some(sid)) => edge_direct.answer(&head, &body, sid).await,
-                                    None if listening => edge_direct.listen(&head, &body).await,
-                                    None => edge_direct.answer_stateless(&head, &body).await,
+                                let answered = match &presented {
+                                    Some(Some(sid)) => direct.answer(&head, &body, sid).await,
+                                    None if listening => direct.listen(&head, &body).await,
+                                    None => direct.answer_stateless(&head, &body).await,
                                     _ => None,
                                 };
-                                match direct {
+                                match answered {
                                     Some(r) => Ok(r),
                                     None => {
                                         let initialized = direct::is_initialized(&body);
@@ -271,7 +270,7 @@ impl Edge {
                                         if let Some(Some(sid)) = &presented
                                             && initialized
                                         {
-                                            edge_direct.until_negotiated(sid).await;
+                                            direct.until_negotiated(sid).await;
                                         }
                                         r
                                     }

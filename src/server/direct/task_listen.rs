@@ -131,7 +131,7 @@ impl Direct {
             client: Arc::new(NoClient),
             identity: parts.extensions.get::<Identity>().cloned(),
             session: None,
-            session_key: "local".to_owned(),
+            session_key: crate::server::request_of::LOCAL_SESSION.to_owned(),
             workspace: parts
                 .headers
                 .get(crate::stages::WORKSPACE_HEADER)
