@@ -49,6 +49,9 @@ pub trait ClientChannel: Send + Sync + std::fmt::Debug {
 
     /// Whether the client's transport has closed (its session is gone).
     fn is_closed(&self) -> bool;
+
+    /// Ends the session, for a carrier that holds it itself (rmcp's ends its own).
+    fn close(&self) {}
 }
 
 /// A client, shared by the calls and the session hub that talk to it.

@@ -77,10 +77,12 @@ pub async fn serve(
     // rmcp's own copy of a finished request's events is not needed: resumption reads `replay`.
     sessions.session_config.completed_cache_ttl = Duration::ZERO;
     let replay = Replay::new(settings.replay, parts.metrics.replay_dropped.clone());
+    let idle_session = sessions.session_config.keep_alive;
     let sessions = Arc::new(Resumable::new(
         sessions,
         replay.clone(),
         settings.max_sessions,
+        gateway.parts.hub.clone(),
     ));
     parts.gauges.count_sessions(sessions.clone());
     let sealed = SealedSessions::new(parts.seal.clone(), settings.session_ttl);
@@ -88,12 +90,16 @@ pub async fn serve(
     config.session_store = Some(sealed.clone());
     let direct = Direct::new(
         gateway.clone(),
-        replay.clone(),
-        sessions.clone(),
-        settings.sse_retry,
-        settings.stream_after,
         mcp_hosts(settings),
-        close_all.child_token(),
+        super::direct::Settings {
+            replay: replay.clone(),
+            sessions: sessions.clone(),
+            sealed: sealed.clone(),
+            sse_retry: settings.sse_retry,
+            stream_after: settings.stream_after,
+            idle_session,
+            shutdown: close_all.child_token(),
+        },
     );
     let mcp = StreamableHttpService::new(move || Ok(gateway.clone()), sessions.clone(), config);
     let edge = Edge {
@@ -255,7 +261,10 @@ impl Edge {
                                 let answered = match &presented {
                                     Some(Some(sid)) => direct.answer(&head, &body, sid).await,
                                     None if listening => direct.listen(&head, &body).await,
-                                    None => direct.answer_stateless(&head, &body).await,
+                                    None => match direct.answer_stateless(&head, &body).await {
+                                        Some(r) => Some(r),
+                                        None => direct.initialize(&head, &body).await,
+                                    },
                                     _ => None,
                                 };
                                 match answered {
@@ -279,7 +288,23 @@ impl Edge {
                             Err(refusal) => Ok(refusal),
                         }
                     } else {
-                        tower::Service::<Request<Incoming>>::call(&mut mcp, req).await
+                        let native = match &presented {
+                            Some(Some(sid)) => {
+                                let (head, body) = req.into_parts();
+                                let answered = match head.method {
+                                    http::Method::DELETE => direct.delete(&head, sid).await,
+                                    http::Method::GET => direct.stream(&head, sid).await,
+                                    _ => None,
+                                };
+                                req = Request::from_parts(head, body);
+                                answered
+                            }
+                            _ => None,
+                        };
+                        match native {
+                            Some(r) => Ok(r),
+                            None => tower::Service::<Request<Incoming>>::call(&mut mcp, req).await,
+                        }
                     };
                     if deleting && let Some(Some(sid)) = &presented {
                         direct.ended(sid);

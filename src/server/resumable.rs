@@ -16,7 +16,10 @@ use rmcp::{
     },
 };
 
-use super::replay::{Replay, ResumeRefused};
+use super::{
+    replay::{Replay, ResumeRefused},
+    sessions::Hub,
+};
 
 /// The id of the priming event rmcp puts first on a standalone GET stream when it has no
 /// store to ask (it is never stored).
@@ -28,21 +31,36 @@ pub struct Resumable {
     replay: Arc<Replay>,
     /// `[gateway] max_sessions`.
     max_sessions: usize,
+    /// Counts the sessions the edge holds itself.
+    hub: Arc<Hub>,
 }
 
 impl Resumable {
-    pub fn new(inner: LocalSessionManager, replay: Arc<Replay>, max_sessions: usize) -> Self {
+    pub fn new(
+        inner: LocalSessionManager,
+        replay: Arc<Replay>,
+        max_sessions: usize,
+        hub: Arc<Hub>,
+    ) -> Self {
         let store: Arc<dyn EventStore> = replay.clone();
         Self {
             inner: inner.with_event_store(store),
             replay,
             max_sessions,
+            hub,
         }
     }
 
-    /// Sessions open now, initialized or not (`None` while the map is being written).
+    /// Sessions open now, rmcp's (initialized or not) and the edge's own (`None` while rmcp's
+    /// map is being written).
     pub fn open_sessions(&self) -> Option<usize> {
-        self.inner.sessions.try_read().ok().map(|m| m.len())
+        let rmcp = self.inner.sessions.try_read().ok().map(|m| m.len())?;
+        Some(rmcp + self.hub.native_count())
+    }
+
+    /// Whether rmcp's session manager holds this session.
+    pub async fn rmcp_holds(&self, id: &str) -> bool {
+        self.inner.sessions.read().await.contains_key(id)
     }
 
     fn full(&self) -> bool {

@@ -106,11 +106,11 @@ impl ServerHandler for Gateway {
         {
             self.parts.hub.negotiated(
                 &key,
-                Negotiated {
-                    capabilities: info.capabilities.clone(),
-                    version: info.protocol_version.to_string(),
-                    touched: parking_lot::Mutex::new(tokio::time::Instant::now()),
-                },
+                Negotiated::new(
+                    info.capabilities.clone(),
+                    info.protocol_version.to_string(),
+                    false,
+                ),
             );
         }
     }

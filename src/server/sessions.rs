@@ -33,6 +33,9 @@ pub struct Hub {
     log_levels: DashMap<String, LoggingLevel>,
     /// What handshake-era sessions negotiated (the edge's direct path answers their calls).
     negotiated: DashMap<String, Arc<Negotiated>>,
+    /// Handshake-era sessions the edge holds itself, with no rmcp session worker behind them
+    /// (see `direct::native`); rmcp takes one over when it restores it.
+    native: DashMap<String, ()>,
     /// Woken whenever a session's negotiation is recorded.
     recorded: tokio::sync::Notify,
     /// URIs whose subscribers all went away without unsubscribing.
@@ -45,17 +48,83 @@ pub struct Negotiated {
     pub capabilities: ClientCapabilities,
     /// The protocol version its requests name in `MCP-Protocol-Version`.
     pub version: String,
-    /// When a request last reached rmcp's session worker (which ends idle sessions).
+    /// When a request last reached rmcp's session worker (which ends idle sessions), or, for
+    /// a session the edge holds itself, when it was last used.
     pub touched: parking_lot::Mutex<tokio::time::Instant>,
+    /// Held by the edge alone: no rmcp session worker to keep alive.
+    pub native: bool,
+}
+
+impl Negotiated {
+    /// The session was just used.
+    pub fn touched_now(&self) {
+        *self.touched.lock() = tokio::time::Instant::now();
+    }
+
+    pub fn new(capabilities: ClientCapabilities, version: String, native: bool) -> Self {
+        Self {
+            capabilities,
+            version,
+            touched: parking_lot::Mutex::new(tokio::time::Instant::now()),
+            native,
+        }
+    }
 }
 
 /// List-change notifications sent at once (each waits on its session's channel).
 const NOTIFY_CONCURRENCY: usize = 32;
 
 impl Hub {
-    /// Registers a session's client under its key.
+    /// Registers a session's client under its key (rmcp's, when it takes over a session the
+    /// edge held).
     pub fn register(&self, session: &str, client: ToClient) {
-        self.sessions.insert(session.to_owned(), client);
+        if let Some(old) = self.sessions.insert(session.to_owned(), client)
+            && self.native.remove(session).is_some()
+        {
+            old.close();
+        }
+    }
+
+    /// Records a session the edge holds itself, registered before with [`Self::register`].
+    pub fn hold_natively(&self, session: &str, n: Negotiated) {
+        self.native.insert(session.to_owned(), ());
+        self.negotiated(session, n);
+    }
+
+    /// Whether the edge holds this session itself (no rmcp worker behind it).
+    pub fn is_native(&self, session: &str) -> bool {
+        self.native.contains_key(session)
+    }
+
+    /// How many sessions the edge holds itself.
+    pub fn native_count(&self) -> usize {
+        self.native.len()
+    }
+
+    /// Ends a session the edge holds itself (DELETE, or idle too long): its client is closed
+    /// and forgotten with its log level and subscriptions. False if it held no such session.
+    pub fn end_native(&self, session: &str) -> bool {
+        if self.native.remove(session).is_none() {
+            return false;
+        }
+        if let Some(client) = self.sessions.get(session) {
+            client.close();
+        }
+        self.prune();
+        true
+    }
+
+    /// The sessions the edge holds itself that were last used before `before`.
+    pub fn idle_native(&self, before: tokio::time::Instant) -> Vec<String> {
+        self.native
+            .iter()
+            .filter(|e| {
+                self.negotiated
+                    .get(e.key())
+                    .is_none_or(|n| *n.touched.lock() < before)
+            })
+            .map(|e| e.key().clone())
+            .collect()
     }
 
     /// Records what a session negotiated; forgotten with the session.
@@ -137,6 +206,7 @@ impl Hub {
         for k in &gone {
             self.log_levels.remove(k);
             self.negotiated.remove(k);
+            self.native.remove(k);
         }
         let mut released = Vec::new();
         self.subscriptions.retain(|uri, subscribers| {
@@ -285,5 +355,80 @@ impl Downstreams for Hub {
     }
     fn resource_updated(&self, update: ResourceUpdatedNotificationParam) {
         Hub::resource_updated(self, update);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{sync::atomic::AtomicBool, time::Duration};
+
+    use futures::future::BoxFuture;
+    use rmcp::model::{ClientResult, RequestId, ServerNotification, ServerRequest};
+    use tokio::time::Instant;
+
+    use super::*;
+    use crate::to_client::{ClientChannel, NotSent, Unanswered};
+
+    #[derive(Debug, Default)]
+    struct Probe(AtomicBool);
+
+    impl ClientChannel for Probe {
+        fn notify(&self, _n: ServerNotification) -> BoxFuture<'static, Result<(), NotSent>> {
+            Box::pin(std::future::ready(Ok(())))
+        }
+        fn request(
+            &self,
+            _r: ServerRequest,
+            _o: RequestId,
+        ) -> BoxFuture<'static, Result<ClientResult, Unanswered>> {
+            Box::pin(std::future::ready(Err(Unanswered::Client("probe".into()))))
+        }
+        fn is_closed(&self) -> bool {
+            self.0.load(Ordering::Relaxed)
+        }
+        fn close(&self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn hold(hub: &Hub, session: &str) -> Arc<Probe> {
+        let client = Arc::new(Probe::default());
+        hub.register(session, client.clone());
+        let n = Negotiated::new(ClientCapabilities::default(), "2025-11-25".into(), true);
+        hub.hold_natively(session, n);
+        client
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sessions_the_edge_holds_idle_out_are_handed_over_and_end() {
+        let hub = Hub::default();
+        let native = hold(&hub, "s1");
+        assert_eq!(hub.native_count(), 1);
+        assert!(hub.negotiation("s1").is_some_and(|n| n.native));
+
+        // Idle past the horizon, until used again.
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let horizon = Instant::now() - Duration::from_secs(5);
+        assert_eq!(hub.idle_native(horizon), vec!["s1".to_owned()]);
+        hub.negotiation("s1").expect("open").touched_now();
+        assert!(hub.idle_native(horizon).is_empty());
+
+        // rmcp takes it over: the edge's client is closed, the session stays open, uncounted.
+        let rmcp = Arc::new(Probe::default());
+        hub.register("s1", rmcp.clone());
+        assert!(native.is_closed() && !rmcp.is_closed());
+        assert_eq!(hub.native_count(), 0);
+        assert!(hub.is_open("s1"));
+        assert!(!hub.end_native("s1"), "rmcp's to end now");
+
+        // Ended by the edge: forgotten with its log level.
+        let other = hold(&hub, "s2");
+        hub.set_log_level("s2", LoggingLevel::Error);
+        assert!(hub.end_native("s2"));
+        assert!(other.is_closed());
+        assert!(hub.negotiation("s2").is_none());
+        assert_eq!(hub.log_level("s2"), None);
+        assert_eq!(hub.native_count(), 0);
+        assert!(hub.is_open("s1"));
     }
 }

@@ -42,6 +42,7 @@ mod resilience;
 mod resume;
 mod rmcp_matrix;
 mod sdk_clients;
+mod sessions;
 mod stages;
 mod tasks;
 mod third_party;

@@ -2,9 +2,12 @@
 //! `None`, and the body goes to rmcp's transport unchanged (which answers everything else,
 //! malformed bodies included, as before).
 
+#![allow(deprecated)] // logging/setLevel is deprecated by SEP-2577 but still served
+
 use rmcp::model::{
-    CallToolRequestParams, ClientJsonRpcMessage, GetPromptRequestParams, PaginatedRequestParams,
-    ReadResourceRequestParams, RequestId, RequestMetaObject,
+    CallToolRequestParams, ClientJsonRpcMessage, GetPromptRequestParams, InitializeRequestParams,
+    PaginatedRequestParams, ReadResourceRequestParams, RequestId, RequestMetaObject,
+    SetLevelRequestParams,
 };
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -36,6 +39,8 @@ pub(super) enum Request {
     ListResources(Option<PaginatedRequestParams>),
     ListTemplates(Option<PaginatedRequestParams>),
     ReadResource(ReadResourceRequestParams),
+    Ping,
+    SetLevel(SetLevelRequestParams),
 }
 
 impl Request {
@@ -49,6 +54,8 @@ impl Request {
             | Request::ListPrompts(p)
             | Request::ListResources(p)
             | Request::ListTemplates(p) => p.as_mut().and_then(|p| p.meta.take()),
+            Request::Ping => None,
+            Request::SetLevel(p) => p.meta.take(),
         }
     }
 
@@ -75,6 +82,8 @@ pub(super) enum Message {
     Answer(ClientJsonRpcMessage),
     /// `notifications/cancelled` for one of the session's requests.
     Cancelled(RequestId),
+    /// `notifications/initialized`.
+    Initialized,
 }
 
 /// Ids of requests the direct path sends to a client start with this.
@@ -133,6 +142,9 @@ pub(super) fn decode(
                 "resources/list" => Request::ListResources(optional(e.params)?),
                 "resources/templates/list" => Request::ListTemplates(optional(e.params)?),
                 "resources/read" => Request::ReadResource(params(e.params)?),
+                // A session's ping (a stateless-era one goes to rmcp, which checks its `_meta`).
+                "ping" if !stateless && e.params.is_none() => Request::Ping,
+                "logging/setLevel" if !stateless => Request::SetLevel(params(e.params)?),
                 _ => return None,
             };
             let named = request.name();
@@ -163,8 +175,20 @@ pub(super) fn decode(
             let p: CancelledParams = params(e.params)?;
             Some(Message::Cancelled(p.request_id))
         }
+        (None, Some("notifications/initialized")) if !stateless && e.params.is_none() => {
+            Some(Message::Initialized)
+        }
         _ => None,
     }
+}
+
+/// Decodes an `initialize` request: its id and params.
+pub(super) fn decode_initialize(body: &[u8]) -> Option<(RequestId, InitializeRequestParams)> {
+    let e: Envelope<'_> = serde_json::from_slice(body).ok()?;
+    if e.jsonrpc != "2.0" || e.method != Some("initialize") {
+        return None;
+    }
+    Some((e.id?, params(e.params)?))
 }
 
 #[cfg(test)]
@@ -203,9 +227,12 @@ mod tests {
                 None,
                 None,
             ),
-            // methods the direct path does not take
-            (br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#, None, None),
-            (br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#, None, None),
+            // methods the direct path does not take, or params it does not know
+            (br#"{"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":"loud"}}"#, None, None),
+            (br#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"t"}}"#, None, None),
+            // a ping or initialized notification with params (rmcp checks them)
+            (br#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#, None, None),
+            (br#"{"jsonrpc":"2.0","method":"notifications/initialized","params":3}"#, None, None),
             // headers that disagree with the body
             (
                 br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
@@ -231,6 +258,49 @@ mod tests {
                 "{}",
                 String::from_utf8_lossy(body)
             );
+        }
+    }
+
+    #[test]
+    fn a_session_ping_initialized_and_initialize_are_decoded() {
+        let ping = decode(
+            br#"{"jsonrpc":"2.0","id":9,"method":"ping"}"#,
+            None,
+            None,
+            Era::Handshake,
+        );
+        assert!(matches!(
+            ping,
+            Some(Message::Request {
+                request: Request::Ping,
+                ..
+            })
+        ));
+        let stateless = decode(
+            br#"{"jsonrpc":"2.0","id":9,"method":"ping"}"#,
+            Some("ping"),
+            None,
+            Era::Stateless("2026-07-28"),
+        );
+        assert!(stateless.is_none(), "a stateless ping is rmcp's to check");
+        let done = decode(
+            br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            None,
+            None,
+            Era::Handshake,
+        );
+        assert!(matches!(done, Some(Message::Initialized)));
+        let init = br#"{"jsonrpc":"2.0","id":"a","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{}},"clientInfo":{"name":"c","version":"1"}}}"#;
+        let (id, params) = decode_initialize(init).expect("decoded");
+        assert_eq!(id, RequestId::String("a".into()));
+        assert_eq!(params.protocol_version.as_str(), "2025-11-25");
+        assert!(params.capabilities.elicitation.is_some());
+        for not in [
+            &br#"{"jsonrpc":"2.0","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}"#[..],
+            br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"capabilities":{}}}"#,
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+        ] {
+            assert!(decode_initialize(not).is_none(), "{}", String::from_utf8_lossy(not));
         }
     }
 

@@ -14,6 +14,7 @@ mod call_stream;
 mod http_answers;
 mod keep_alive;
 mod message;
+mod native;
 mod plain;
 mod shape;
 mod task_listen;
@@ -55,6 +56,7 @@ use super::{
     replay::Replay,
     request_of::Incoming,
     resumable::Resumable,
+    sealed_sessions::SealedSessions,
     sessions::{Hub, Negotiated},
     wire_error::WireError,
 };
@@ -63,6 +65,23 @@ use crate::{policy::identity::Identity, telemetry::traces};
 /// rmcp's session worker ends a session it has heard nothing from for five minutes; calls
 /// answered here tell it the session is in use at most this often.
 const TOUCH_EVERY: Duration = Duration::from_secs(30);
+
+/// How often sessions the edge holds are checked for idleness.
+const SWEEP_EVERY: Duration = Duration::from_secs(30);
+
+/// What the direct path of one listener is given.
+pub(super) struct Settings {
+    pub replay: Arc<Replay>,
+    pub sessions: Arc<Resumable>,
+    pub sealed: Arc<SealedSessions>,
+    pub sse_retry: Retry,
+    /// `[gateway] stream_after_ms`.
+    pub stream_after: Duration,
+    /// How long a session may go unused before it ends (rmcp's session keep-alive).
+    pub idle_session: Option<Duration>,
+    /// Cancelled at shutdown.
+    pub shutdown: CancellationToken,
+}
 
 /// The stateless era's protocol version (the one fedgate serves).
 const STATELESS: &str = "2026-07-28";
@@ -75,6 +94,10 @@ pub(super) struct Shared {
     /// `[gateway] stream_after_ms`.
     stream_after: Duration,
     sessions: Arc<Resumable>,
+    /// Opens and seals the ids of sessions the edge holds (see `native`).
+    sealed: Arc<SealedSessions>,
+    /// The clients of sessions the edge holds, by session id.
+    native: DashMap<String, Arc<native::NativeClient>>,
     /// Requests sent to clients, by our id: the session they went to, and who waits.
     pending: DashMap<String, (String, oneshot::Sender<Answer>)>,
     /// Calls in flight, by session and request id.
@@ -88,10 +111,15 @@ impl Shared {
     /// rmcp's worker ends sessions it hears nothing from; a direct call's request and each of
     /// its messages count as hearing from the session (a no-op notification to the worker, at
     /// most every [`TOUCH_EVERY`], sent from a task of its own).
+    /// A session the edge holds has no worker: only the time is kept (see `native`).
     fn touch_later(self: &Arc<Self>, session: &str, negotiated: &Negotiated) {
         {
             let now = tokio::time::Instant::now();
             let mut last = negotiated.touched.lock();
+            if negotiated.native {
+                *last = now;
+                return;
+            }
             if now.duration_since(*last) < TOUCH_EVERY {
                 return;
             }
@@ -105,6 +133,20 @@ impl Shared {
         tokio::spawn(async move {
             let _ = this.sessions.accept_message(&session, note).await;
         });
+    }
+
+    /// The session ended (DELETE, or idle too long): its calls are cancelled, its input
+    /// requests unanswered, and a session the edge held is forgotten.
+    fn end(&self, session: &str) {
+        self.calls.retain(|(s, _), ct| {
+            if s == session {
+                ct.cancel();
+            }
+            s != session
+        });
+        self.pending.retain(|_, (owner, _)| owner != session);
+        self.hub.end_native(session);
+        self.native.remove(session);
     }
 
     fn next_stream(&self) -> u64 {
@@ -141,28 +183,43 @@ pub(super) struct Direct {
 }
 
 impl Direct {
-    pub(super) fn new(
-        gateway: Gateway,
-        replay: Arc<Replay>,
-        sessions: Arc<Resumable>,
-        sse_retry: Retry,
-        stream_after: Duration,
-        hosts: Vec<String>,
-        shutdown: CancellationToken,
-    ) -> Self {
-        let shared = Shared {
+    pub(super) fn new(gateway: Gateway, hosts: Vec<String>, settings: Settings) -> Self {
+        let Settings {
+            replay,
+            sessions,
+            sealed,
+            sse_retry,
+            stream_after,
+            idle_session,
+            shutdown,
+        } = settings;
+        let shared = Arc::new(Shared {
             hub: gateway.parts.hub.clone(),
             replay,
             sse_retry,
             stream_after,
             sessions,
+            sealed,
+            native: DashMap::new(),
             pending: DashMap::new(),
             calls: DashMap::new(),
             next: AtomicU64::new(0),
             shutdown,
-        };
+        });
+        if let Some(idle) = idle_session {
+            let sweeper = shared.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(idle.min(SWEEP_EVERY));
+                loop {
+                    tokio::select! {
+                        _ = sweeper.shutdown.cancelled() => return,
+                        _ = tick.tick() => sweeper.expire_idle(idle),
+                    }
+                }
+            });
+        }
         Self {
-            shared: Arc::new(shared),
+            shared,
             gateway,
             hosts: Arc::new(hosts),
         }
@@ -176,7 +233,11 @@ impl Direct {
         body: &Bytes,
         session: &str,
     ) -> Option<Response<Body>> {
-        let negotiated = self.shared.hub.negotiation(session)?;
+        let negotiated = match self.shared.hub.negotiation(session) {
+            Some(n) => n,
+            None if self.restore(session).await => self.shared.hub.negotiation(session)?,
+            None => return None,
+        };
         if !self.plain(parts, &negotiated) {
             return None;
         }
@@ -205,6 +266,9 @@ impl Direct {
                 let _ = waiting.send(answer);
                 Some(accepted())
             }
+            // The edge holds what `initialize` negotiated from the start (rmcp's sessions are
+            // here only once their `notifications/initialized` was handled).
+            Message::Initialized => Some(accepted()),
             Message::Cancelled(id) => {
                 let (_, ct) = self.shared.calls.remove(&(session.to_owned(), id))?;
                 ct.cancel();
@@ -287,15 +351,10 @@ impl Direct {
             .await;
     }
 
-    /// The session ended (DELETE): its calls are cancelled, its input requests unanswered.
+    /// The session ended (DELETE): its calls are cancelled, its input requests unanswered,
+    /// and a session the edge held is forgotten.
     pub(super) fn ended(&self, session: &str) {
-        self.shared.calls.retain(|(s, _), ct| {
-            if s == session {
-                ct.cancel();
-            }
-            s != session
-        });
-        self.shared.pending.retain(|_, (owner, _)| owner != session);
+        self.shared.end(session);
     }
 
     async fn call(&self, parts: &Parts, call: Call<'_>) -> Response<Body> {

@@ -36,6 +36,11 @@ pub(super) async fn shaped(
             ServerResult::ListResourceTemplatesResult(g.templates_list(p, r).await?)
         }
         Request::ReadResource(p) => ServerResult::from(g.resources_read(p, r).await?),
+        Request::Ping => ServerResult::empty(()),
+        Request::SetLevel(p) => {
+            g.logging_set_level(p, r).await?;
+            ServerResult::empty(())
+        }
     };
     if r.stateless {
         result.fill_missing_cache_hints();

@@ -1,0 +1,324 @@
+//! Handshake-era sessions the edge holds itself. A plain `initialize` is answered here and the
+//! session is a small record in the hub (what it negotiated, when it was last used, a client
+//! handle with a GET stream while the client has one open) — no rmcp session worker, channels
+//! or tasks behind it. Its calls, lists and reads take the direct path; its
+//! `notifications/initialized`, `ping`, `logging/setLevel`, GET stream and DELETE are answered
+//! here too, and a sealed id of a session this replica does not hold (opened on another
+//! replica, or ended here after idling) is restored here the same way.
+//!
+//! Anything else for such a session — a GET stream's resumption, `tasks/*`, subscriptions,
+//! completion, any request rmcp must check — goes to rmcp's transport, which finds no session
+//! of that id and restores it from the sealed id exactly as it restores a session opened on
+//! another replica; from then on rmcp holds it (the hub hands the session's client over in
+//! [`Hub::register`](crate::server::sessions::Hub::register)).
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use bytes::Bytes;
+use futures::{StreamExt, future::BoxFuture};
+use http::{Response, StatusCode, request::Parts};
+use parking_lot::Mutex;
+use rmcp::{
+    ServerHandler,
+    model::{ClientResult, RequestId, ServerJsonRpcMessage, ServerNotification, ServerRequest},
+    transport::{
+        common::server_side_http::{ServerSseMessage, session_id},
+        streamable_http_server::session::store::{SessionState, SessionStore},
+    },
+};
+use tokio::sync::mpsc;
+
+use super::{
+    Direct, STATELESS, Shared,
+    http_answers::{accepted, event_stream, json, sse_event},
+    message,
+    plain::single,
+};
+use crate::{
+    policy::identity::Identity,
+    server::{http::Body, replay::Replay, resumable::STANDALONE_PRIMING_ID, sessions::Negotiated},
+    to_client::{ClientChannel, NotSent, Unanswered},
+};
+
+/// How many notifications may wait for a slow GET stream; past it they are dropped from the
+/// stream (still buffered: the client resumes them with `Last-Event-ID`).
+const STREAM_BACKLOG: usize = 64;
+
+/// The client of a session the edge holds: open until the session ends. Its notifications go
+/// on its GET stream once the client opened one (each stored for resumption, under the key
+/// rmcp's worker uses, so a takeover continues the same stream); before that there is nowhere
+/// to send them and they are dropped, as rmcp's worker drops them.
+#[derive(Debug)]
+pub(super) struct NativeClient {
+    session: String,
+    replay: Arc<Replay>,
+    closed: AtomicBool,
+    /// The open GET stream's sender; `Some` once one was opened (closed when it ended).
+    stream: Mutex<Option<mpsc::Sender<ServerSseMessage>>>,
+}
+
+impl NativeClient {
+    fn new(session: &str, replay: Arc<Replay>) -> Self {
+        Self {
+            session: session.to_owned(),
+            replay,
+            closed: AtomicBool::new(false),
+            stream: Mutex::new(None),
+        }
+    }
+
+    /// Whether its GET stream is open (the client listens: the session is in use).
+    fn listening(&self) -> bool {
+        self.stream
+            .lock()
+            .as_ref()
+            .is_some_and(|tx| !tx.is_closed())
+    }
+
+    /// The events of a new GET stream (one that was open before ends).
+    fn open_stream(&self) -> mpsc::Receiver<ServerSseMessage> {
+        let (tx, rx) = mpsc::channel(STREAM_BACKLOG);
+        *self.stream.lock() = Some(tx);
+        rx
+    }
+}
+
+impl ClientChannel for NativeClient {
+    fn notify(&self, n: ServerNotification) -> BoxFuture<'static, Result<(), NotSent>> {
+        if self.is_closed() {
+            return Box::pin(std::future::ready(Err(NotSent::Closed)));
+        }
+        if let Some(tx) = self.stream.lock().as_ref() {
+            let mut event = ServerSseMessage::from_message(ServerJsonRpcMessage::notification(n));
+            let key = format!("{}:common", self.session);
+            event.event_id = Some(self.replay.store(&key, &event));
+            let _ = tx.try_send(event);
+        }
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn request(
+        &self,
+        _r: ServerRequest,
+        _origin: RequestId,
+    ) -> BoxFuture<'static, Result<ClientResult, Unanswered>> {
+        // A call's requests travel on the call's own stream (`CallStream`), never here.
+        Box::pin(std::future::ready(Err(Unanswered::Client(
+            "the session has no stream to carry a request".to_owned(),
+        ))))
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Relaxed)
+    }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::Relaxed);
+        // Its GET stream ends (rmcp serves the next one after a takeover).
+        self.stream.lock().take();
+    }
+}
+
+impl Direct {
+    /// Answers a plain `initialize` (a POST without a session id) by opening a session the edge
+    /// holds, or `None`: rmcp's transport answers it (and checks whatever is unusual in it).
+    pub(in crate::server) async fn initialize(
+        &self,
+        parts: &Parts,
+        body: &Bytes,
+    ) -> Option<Response<Body>> {
+        let h = &parts.headers;
+        let text = |name: &str| match h.get(name) {
+            None => Some(None),
+            Some(_) if !single(parts, name) => None,
+            Some(v) => v.to_str().ok().map(Some),
+        };
+        let method = text("mcp-method")?;
+        if method.is_some_and(|m| m != "initialize")
+            || text("mcp-name")?.is_some()
+            || !self.plain_media(parts)
+            || h.keys().any(|k| k.as_str().starts_with("mcp-param-"))
+        {
+            return None;
+        }
+        let (id, params) = message::decode_initialize(body)?;
+        let requested = params.protocol_version.to_string();
+        if requested.as_str() >= STATELESS
+            || params
+                .meta
+                .as_ref()
+                .is_some_and(|m| m.protocol_version().is_some())
+        {
+            return None;
+        }
+        let result = ServerHandler::negotiate_initialize(&self.gateway, &params).ok()?;
+        // rmcp refuses a version header that is not the one asked for, or not one it knows.
+        if text("mcp-protocol-version")?
+            .is_some_and(|v| v != requested || result.protocol_version.as_str() != v)
+        {
+            return None;
+        }
+        let who = parts.extensions.get::<Identity>()?.name.clone();
+        let sid = session_id();
+        let negotiated = Negotiated::new(
+            params.capabilities.clone(),
+            result.protocol_version.to_string(),
+            true,
+        );
+        // What the sealed id carries, so rmcp (or another replica) can restore the session.
+        SessionStore::store(&*self.shared.sealed, &sid, &SessionState::new(params))
+            .await
+            .ok()?;
+        self.hold(&sid, negotiated);
+        tracing::debug!(session = %sid, client = %who, "session opened by the edge");
+        let answer =
+            ServerJsonRpcMessage::response(rmcp::model::ServerResult::InitializeResult(result), id);
+        let mut r = json(StatusCode::OK, &answer);
+        let v = http::HeaderValue::from_str(&sid).ok()?;
+        r.headers_mut().insert("mcp-session-id", v);
+        Some(r)
+    }
+
+    /// Opens a session neither the edge nor rmcp holds on this replica from what its sealed
+    /// id carries (the edge verified the id, its owner and its age). False if it cannot be
+    /// (rmcp holds it, or nothing is known of it).
+    pub(super) async fn restore(&self, session: &str) -> bool {
+        if self.shared.sessions.rmcp_holds(session).await {
+            return false;
+        }
+        let Ok(Some(state)) = SessionStore::load(&*self.shared.sealed, session).await else {
+            return false;
+        };
+        let params = state.initialize_params;
+        let Ok(result) = ServerHandler::negotiate_initialize(&self.gateway, &params) else {
+            return false;
+        };
+        let negotiated = Negotiated::new(
+            params.capabilities,
+            result.protocol_version.to_string(),
+            true,
+        );
+        self.hold(session, negotiated);
+        tracing::debug!(session, "session restored by the edge");
+        true
+    }
+
+    /// Answers a DELETE of a session the edge holds, or `None`: rmcp's transport answers it
+    /// (the edge then forgets the session all the same, see [`Direct::ended`]).
+    pub(in crate::server) async fn delete(
+        &self,
+        parts: &Parts,
+        session: &str,
+    ) -> Option<Response<Body>> {
+        let negotiated = self.shared.hub.negotiation(session)?;
+        let version = parts
+            .headers
+            .get("mcp-protocol-version")
+            .map(|v| v.to_str().ok());
+        if !negotiated.native
+            || !self.plain_host(parts)
+            || !single(parts, "mcp-protocol-version")
+            || version.is_some_and(|v| v != Some(negotiated.version.as_str()))
+        {
+            return None;
+        }
+        // Refused from now on on this replica, as rmcp's DELETE does.
+        let _ = SessionStore::delete(&*self.shared.sealed, session).await;
+        self.ended(session);
+        Some(accepted())
+    }
+}
+
+impl Direct {
+    /// Records a session the edge holds from now on.
+    fn hold(&self, session: &str, negotiated: Negotiated) {
+        let client = Arc::new(NativeClient::new(session, self.shared.replay.clone()));
+        self.shared
+            .native
+            .insert(session.to_owned(), client.clone());
+        self.gateway.initialized(session, client);
+        self.shared.hub.hold_natively(session, negotiated);
+    }
+
+    /// Answers a GET that opens the standalone stream of a session the edge holds (or can
+    /// restore), or `None`: rmcp's transport answers it (a resumption with `Last-Event-ID`
+    /// among others, after taking the session over).
+    pub(in crate::server) async fn stream(
+        &self,
+        parts: &Parts,
+        session: &str,
+    ) -> Option<Response<Body>> {
+        let h = &parts.headers;
+        let sse = h
+            .get_all(http::header::ACCEPT)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|r| {
+                let mut p = r.split(';');
+                let media = p.next().unwrap_or_default().trim();
+                media.eq_ignore_ascii_case("text/event-stream") && p.next().is_none()
+            });
+        if !sse || h.contains_key("last-event-id") || !self.plain_host(parts) {
+            return None;
+        }
+        let negotiated = match self.shared.hub.negotiation(session) {
+            Some(n) => n,
+            None if self.restore(session).await => self.shared.hub.negotiation(session)?,
+            None => return None,
+        };
+        let version = h.get("mcp-protocol-version").map(|v| v.to_str().ok());
+        if !negotiated.native
+            || !single(parts, "mcp-protocol-version")
+            || version.is_some_and(|v| v != Some(negotiated.version.as_str()))
+        {
+            return None;
+        }
+        let client = self.shared.native.get(session).map(|c| c.clone())?;
+        if client.is_closed() {
+            return None;
+        }
+        negotiated.touched_now();
+        let events = client.open_stream();
+        let events =
+            futures::stream::unfold(
+                events,
+                |mut rx| async move { rx.recv().await.map(|e| (e, rx)) },
+            );
+        // rmcp's standalone stream starts with a priming event that is never stored.
+        let priming = self
+            .shared
+            .sse_retry
+            .map(|retry| ServerSseMessage::priming(STANDALONE_PRIMING_ID, retry));
+        let events = futures::stream::iter(priming)
+            .chain(events)
+            .map(|e| sse_event(&e))
+            .take_until(self.shared.shutdown.clone().cancelled_owned());
+        Some(event_stream(Box::pin(events)))
+    }
+}
+
+impl Shared {
+    /// Ends the sessions the edge holds that were idle for `idle` (rmcp's workers end theirs
+    /// alike); a client coming back with the sealed id gets its session restored.
+    pub(super) fn expire_idle(&self, idle: Duration) {
+        let Some(before) = tokio::time::Instant::now().checked_sub(idle) else {
+            return;
+        };
+        for session in self.hub.idle_native(before) {
+            if self.native.get(&session).is_some_and(|c| c.listening()) {
+                continue;
+            }
+            tracing::debug!(session, "idle session ended by the edge");
+            self.end(&session);
+        }
+        // Clients rmcp took over.
+        self.native.retain(|_, c| !c.is_closed());
+    }
+}

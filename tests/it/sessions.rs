@@ -1,0 +1,231 @@
+//! Handshake-era sessions the edge holds itself (no rmcp session worker behind them), over raw
+//! HTTP so every answer's shape is visible: `initialize` answered as one JSON body, calls,
+//! `ping`, `logging/setLevel` and the GET stream served by the edge, a request only rmcp serves
+//! handing the session over to it with the stream's buffer intact, and DELETE ending it.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::*;
+
+const INIT: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
+
+struct Raw {
+    http: reqwest::Client,
+    url: String,
+    sid: String,
+}
+
+impl Raw {
+    /// Opens a session with a plain `initialize`; the answer must be one JSON body.
+    async fn open(url: &str) -> Raw {
+        let http = reqwest::Client::new();
+        let r = http
+            .post(url)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .body(INIT)
+            .send()
+            .await
+            .expect("initialize");
+        assert_eq!(r.status().as_u16(), 200);
+        assert_eq!(
+            r.headers()["content-type"],
+            "application/json",
+            "the edge answers initialize as one JSON body (rmcp's transport answers with SSE)"
+        );
+        let sid = r.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+        let body: serde_json::Value = r.json().await.expect("JSON");
+        assert_eq!(body["id"], 0);
+        assert_eq!(body["result"]["protocolVersion"], "2025-11-25", "{body}");
+        assert_eq!(body["result"]["serverInfo"]["name"], "fedgate", "{body}");
+        let raw = Raw {
+            http,
+            url: url.to_owned(),
+            sid,
+        };
+        let done = raw
+            .post(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+            .await;
+        assert_eq!(done.status().as_u16(), 202);
+        raw
+    }
+
+    async fn post(&self, body: &str) -> reqwest::Response {
+        self.http
+            .post(&self.url)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .header("mcp-session-id", &self.sid)
+            .header("mcp-protocol-version", "2025-11-25")
+            .body(body.to_owned())
+            .send()
+            .await
+            .expect("POST")
+    }
+
+    /// A request's answer: one JSON body, or (a call slower than `stream_after_ms`) the last
+    /// event of an SSE stream.
+    async fn ask(&self, body: &str) -> serde_json::Value {
+        let r = self.post(body).await;
+        assert_eq!(r.status().as_u16(), 200);
+        let sse = r.headers()["content-type"] == "text/event-stream";
+        let text = r.text().await.expect("body");
+        let json = match sse {
+            true => text
+                .lines()
+                .filter_map(|l| l.strip_prefix("data: "))
+                .filter(|d| !d.is_empty())
+                .last()
+                .unwrap_or_default(),
+            false => &text,
+        };
+        serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {text}"))
+    }
+
+    async fn get(&self, last_event_id: Option<&str>) -> reqwest::Response {
+        let mut r = self
+            .http
+            .get(&self.url)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", &self.sid)
+            .header("mcp-protocol-version", "2025-11-25");
+        if let Some(id) = last_event_id {
+            r = r.header("last-event-id", id);
+        }
+        r.send().await.expect("GET")
+    }
+
+    async fn delete(&self) -> reqwest::Response {
+        self.http
+            .delete(&self.url)
+            .header("mcp-session-id", &self.sid)
+            .header("mcp-protocol-version", "2025-11-25")
+            .send()
+            .await
+            .expect("DELETE")
+    }
+}
+
+/// Reads an SSE body until a whole event's data contains `needle`; that event's id (its
+/// fields may come in any order). Bounded.
+async fn event_with(stream: &mut reqwest::Response, seen: &mut String, needle: &str) -> String {
+    let read = async {
+        loop {
+            while let Some(end) = seen.find("\n\n") {
+                let event: String = seen.drain(..end + 2).collect();
+                if event.contains(needle) {
+                    return event
+                        .lines()
+                        .find_map(|l| l.strip_prefix("id: "))
+                        .map(str::to_owned)
+                        .unwrap_or_else(|| panic!("an event id in {event}"));
+                }
+            }
+            let chunk = stream.chunk().await.expect("stream").expect("stream open");
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), read)
+        .await
+        .unwrap_or_else(|_| panic!("no event with {needle}; read: {seen}"))
+}
+
+fn sessions_active(metrics: &str) -> &str {
+    metrics
+        .lines()
+        .find(|l| l.starts_with("fedgate_sessions_active "))
+        .unwrap_or("no gauge")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_plain_session_is_held_by_the_edge_until_a_request_only_rmcp_serves() {
+    let gw = Gateway::start(&format!(
+        "[gateway]\n{}",
+        stdio_upstream("demo", &[], "era = \"legacy\"")
+    ));
+    let s = Raw::open(&gw.url).await;
+    assert_eq!(
+        sessions_active(&gw.metrics().await),
+        "fedgate_sessions_active 1"
+    );
+
+    let pong = s.post(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).await;
+    assert_eq!(pong.headers()["content-type"], "application/json");
+    let pong: serde_json::Value = pong.json().await.expect("JSON");
+    assert_eq!(
+        pong,
+        serde_json::json!({"jsonrpc":"2.0","id":1,"result":{}})
+    );
+    let level = s
+        .ask(r#"{"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"error"}}"#)
+        .await;
+    assert_eq!(level["result"], serde_json::json!({}), "{level}");
+
+    // The GET stream is the edge's: a priming event, then the session's notifications with ids.
+    let mut stream = s.get(None).await;
+    assert_eq!(stream.status().as_u16(), 200);
+    assert_eq!(stream.headers()["content-type"], "text/event-stream");
+    let mut seen = String::new();
+    let toggle = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"demo__toggle_extra","arguments":{}}}"#;
+    let toggled = s.ask(toggle).await;
+    assert!(toggled["result"].is_object(), "{toggled}");
+    let first = event_with(&mut stream, &mut seen, "notifications/tools/list_changed").await;
+    assert_ne!(
+        first, "0",
+        "a notification's id is stored, not the priming id"
+    );
+
+    // `tasks/get` is rmcp's: it takes the session over (restoring it from the sealed id) and
+    // answers as its transport does (SSE); the edge's stream ends and the client resumes on
+    // rmcp's, from the same buffer.
+    let task = s
+        .post(r#"{"jsonrpc":"2.0","id":4,"method":"tasks/get","params":{"taskId":"none"}}"#)
+        .await;
+    assert_eq!(task.status().as_u16(), 200);
+    assert_eq!(task.headers()["content-type"], "text/event-stream");
+    let task = task.text().await.expect("answer");
+    assert!(task.contains(r#""id":4"#), "{task}");
+    let ended = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Ok(Some(_)) = stream.chunk().await {}
+    })
+    .await;
+    assert!(ended.is_ok(), "the edge's stream ends at the takeover");
+    let mut resumed = s.get(Some(&first)).await;
+    assert_eq!(resumed.status().as_u16(), 200);
+    let toggled = s.ask(&toggle.replace("\"id\":3", "\"id\":5")).await;
+    assert!(toggled["result"].is_object(), "{toggled}");
+    let mut seen = String::new();
+    let next = event_with(&mut resumed, &mut seen, "notifications/tools/list_changed").await;
+    assert_ne!(next, first);
+    // Still one session: rmcp's now, no longer the edge's.
+    assert_eq!(
+        sessions_active(&gw.metrics().await),
+        "fedgate_sessions_active 1"
+    );
+    assert_eq!(s.delete().await.status().as_u16(), 204);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_the_edge_holds_ends_with_delete() {
+    let gw = Gateway::start(&format!("[gateway]\n{}", stdio_upstream("demo", &[], "")));
+    let s = Raw::open(&gw.url).await;
+    let echo = s
+        .ask(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"demo__echo","arguments":{"text":"hi"}}}"#)
+        .await;
+    assert_eq!(echo["result"]["content"][0]["text"], "echo: hi", "{echo}");
+    assert_eq!(
+        sessions_active(&gw.metrics().await),
+        "fedgate_sessions_active 1"
+    );
+    assert_eq!(s.delete().await.status().as_u16(), 204);
+    assert_eq!(
+        sessions_active(&gw.metrics().await),
+        "fedgate_sessions_active 0"
+    );
+    // Ended for good: neither the edge nor rmcp restores it.
+    let after = s.post(r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#).await;
+    assert_eq!(after.status().as_u16(), 404);
+    assert_eq!(s.delete().await.status().as_u16(), 404);
+}
