@@ -75,9 +75,9 @@ impl Raw {
         let json = match sse {
             true => text
                 .lines()
+                .rev()
                 .filter_map(|l| l.strip_prefix("data: "))
-                .filter(|d| !d.is_empty())
-                .last()
+                .find(|d| !d.is_empty())
                 .unwrap_or_default(),
             false => &text,
         };
