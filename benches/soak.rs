@@ -168,14 +168,14 @@ fn main() {
             ids.len(),
             rss_kib(pid) as f64 / 1024.0
         );
-        // The same sessions on a bare rmcp Streamable HTTP server (the demo upstream): what rmcp's
-        // session alone costs, so fedgate's own share is the difference.
+        // The same sessions on a bare rmcp Streamable HTTP server (the demo upstream), for
+        // reference: what a session costs in rmcp's session manager.
         let bare = gateway::start_demo_http();
         let (bare_ids, bare_per_session) =
             idle_sessions(&http, &bare.url, bare.child.id(), sessions).await;
         println!(
-            "  bare rmcp server: {bare_per_session:.1} KiB per idle session; fedgate's own share: {:.1} KiB",
-            per_session - bare_per_session
+            "  bare rmcp server: {bare_per_session:.1} KiB per idle session; fedgate / bare rmcp: {:.2}x",
+            per_session / bare_per_session
         );
         drop((bare_ids, bare));
 

@@ -75,6 +75,8 @@ pub const DEFAULT_MAX_SESSIONS: usize = 10_000;
 pub const DEFAULT_SSE_RETRY_MS: u64 = 3_000;
 /// A session call unanswered this long gets a resumable stream instead of a JSON body.
 pub const DEFAULT_STREAM_AFTER_MS: u64 = 50;
+/// rmcp's session keep-alive: five minutes.
+pub const DEFAULT_SESSION_IDLE_MS: u64 = 300_000;
 /// Events a session stream keeps for a reconnecting client.
 pub const DEFAULT_REPLAY_EVENTS: usize = 64;
 /// Bytes a session stream keeps for a reconnecting client.

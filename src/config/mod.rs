@@ -374,6 +374,9 @@ pub struct RawGateway {
     /// A session call still unanswered after this many milliseconds is answered on a
     /// resumable SSE stream; one answered sooner, having sent nothing first, is one JSON body.
     pub stream_after_ms: Option<u64>,
+    /// A handshake-era session unused this many milliseconds ends on its replica (its sealed
+    /// id restores it while `session_ttl_ms` allows).
+    pub session_idle_ms: Option<u64>,
     /// Most events a session stream keeps for a client that reconnects (`Last-Event-ID`).
     pub replay_events: Option<usize>,
     /// Most bytes a session stream keeps for a client that reconnects.

@@ -200,6 +200,12 @@ pub struct GatewaySettings {
         serialize_with = "crate::clock::serialize_millis"
     )]
     pub stream_after: Duration,
+    /// How long a handshake-era session may go unused before it ends on its replica.
+    #[serde(
+        rename = "session_idle_ms",
+        serialize_with = "crate::clock::serialize_millis"
+    )]
+    pub session_idle: Duration,
     /// Bounds of each session stream's resumption buffer.
     pub replay: ReplayLimits,
 }

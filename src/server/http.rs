@@ -77,7 +77,7 @@ pub async fn serve(
     // rmcp's own copy of a finished request's events is not needed: resumption reads `replay`.
     sessions.session_config.completed_cache_ttl = Duration::ZERO;
     let replay = Replay::new(settings.replay, parts.metrics.replay_dropped.clone());
-    let idle_session = sessions.session_config.keep_alive;
+    sessions.session_config.keep_alive = Some(settings.session_idle);
     let sessions = Arc::new(Resumable::new(
         sessions,
         replay.clone(),
@@ -97,7 +97,7 @@ pub async fn serve(
             sealed: sealed.clone(),
             sse_retry: settings.sse_retry,
             stream_after: settings.stream_after,
-            idle_session,
+            idle_session: settings.session_idle,
             shutdown: close_all.child_token(),
         },
     );

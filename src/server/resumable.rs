@@ -63,7 +63,8 @@ impl Resumable {
         self.inner.sessions.read().await.contains_key(id)
     }
 
-    fn full(&self) -> bool {
+    /// Whether `max_sessions` are open.
+    pub fn full(&self) -> bool {
         self.open_sessions().is_some_and(|n| n >= self.max_sessions)
     }
 

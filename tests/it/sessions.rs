@@ -229,3 +229,40 @@ async fn a_session_the_edge_holds_ends_with_delete() {
     assert_eq!(after.status().as_u16(), 404);
     assert_eq!(s.delete().await.status().as_u16(), 404);
 }
+
+/// A session unused for `session_idle_ms` ends on its replica, unless its client listens on a
+/// GET stream; a request with the ended session's id restores it at the edge.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idle_session_ends_unless_it_listens_and_its_id_restores_it() {
+    let gw = Gateway::start(&format!(
+        "[gateway]\nsession_idle_ms = 300\n\n{}",
+        stdio_upstream("demo", &[], "")
+    ));
+    let idle = Raw::open(&gw.url).await;
+    let listening = Raw::open(&gw.url).await;
+    let stream = listening.get(None).await;
+    assert_eq!(stream.status().as_u16(), 200);
+    assert_eq!(
+        sessions_active(&gw.metrics().await),
+        "fedgate_sessions_active 2"
+    );
+    // The sweeper's tick is the only signal: poll the gauge, bounded.
+    let swept = tokio::time::timeout(Duration::from_secs(10), async {
+        while sessions_active(&gw.metrics().await) != "fedgate_sessions_active 1" {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(swept.is_ok(), "the idle session did not end");
+    let pong = idle
+        .post(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#)
+        .await;
+    assert_eq!(pong.status().as_u16(), 200);
+    assert_eq!(pong.headers()["content-type"], "application/json");
+    assert_eq!(
+        sessions_active(&gw.metrics().await),
+        "fedgate_sessions_active 2",
+        "restored from its id"
+    );
+    drop(stream);
+}

@@ -465,6 +465,9 @@ pub(super) fn validate(
             stream_after: Duration::from_millis(
                 g.stream_after_ms.unwrap_or(DEFAULT_STREAM_AFTER_MS),
             ),
+            session_idle: Duration::from_millis(
+                g.session_idle_ms.unwrap_or(DEFAULT_SESSION_IDLE_MS).max(1),
+            ),
             replay: crate::config::ReplayLimits {
                 events: g.replay_events.unwrap_or(DEFAULT_REPLAY_EVENTS).max(1),
                 bytes: g.replay_bytes.unwrap_or(DEFAULT_REPLAY_BYTES).max(1),

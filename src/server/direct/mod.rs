@@ -77,8 +77,8 @@ pub(super) struct Settings {
     pub sse_retry: Retry,
     /// `[gateway] stream_after_ms`.
     pub stream_after: Duration,
-    /// How long a session may go unused before it ends (rmcp's session keep-alive).
-    pub idle_session: Option<Duration>,
+    /// How long a session may go unused before it ends (rmcp's workers are told the same).
+    pub idle_session: Duration,
     /// Cancelled at shutdown.
     pub shutdown: CancellationToken,
 }
@@ -206,18 +206,16 @@ impl Direct {
             next: AtomicU64::new(0),
             shutdown,
         });
-        if let Some(idle) = idle_session {
-            let sweeper = shared.clone();
-            tokio::spawn(async move {
-                let mut tick = tokio::time::interval(idle.min(SWEEP_EVERY));
-                loop {
-                    tokio::select! {
-                        _ = sweeper.shutdown.cancelled() => return,
-                        _ = tick.tick() => sweeper.expire_idle(idle),
-                    }
+        let sweeper = shared.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(idle_session.min(SWEEP_EVERY));
+            loop {
+                tokio::select! {
+                    _ = sweeper.shutdown.cancelled() => return,
+                    _ = tick.tick() => sweeper.expire_idle(idle_session),
                 }
-            });
-        }
+            }
+        });
         Self {
             shared,
             gateway,

@@ -189,7 +189,8 @@ impl Direct {
     /// id carries (the edge verified the id, its owner and its age). False if it cannot be
     /// (rmcp holds it, or nothing is known of it).
     pub(super) async fn restore(&self, session: &str) -> bool {
-        if self.shared.sessions.rmcp_holds(session).await {
+        // At `max_sessions`, rmcp's restore refuses it (as it refuses any new session).
+        if self.shared.sessions.full() || self.shared.sessions.rmcp_holds(session).await {
             return false;
         }
         let Ok(Some(state)) = SessionStore::load(&*self.shared.sealed, session).await else {
@@ -312,7 +313,9 @@ impl Shared {
             return;
         };
         for session in self.hub.idle_native(before) {
-            if self.native.get(&session).is_some_and(|c| c.listening()) {
+            // A client listening on its GET stream, or waiting for a call, is using it.
+            let listening = self.native.get(&session).is_some_and(|c| c.listening());
+            if listening || self.calls.iter().any(|c| c.key().0 == session) {
                 continue;
             }
             tracing::debug!(session, "idle session ended by the edge");
