@@ -70,14 +70,17 @@ impl Resumable {
 
     /// A 503 with a JSON-RPC error for a request that would open a session while
     /// `max_sessions` are open: a handshake-era POST without a session id (a stateless-era
-    /// request names its method in `Mcp-Method` and opens none).
+    /// request names its method in `Mcp-Method` and opens none, unless it is `initialize`).
     pub fn refuse_new<B>(
         &self,
         req: &http::Request<B>,
     ) -> Option<http::Response<super::http::Body>> {
         let opens = req.method() == http::Method::POST
             && !req.headers().contains_key("mcp-session-id")
-            && !req.headers().contains_key("mcp-method");
+            && req
+                .headers()
+                .get("mcp-method")
+                .is_none_or(|m| m.as_bytes() == b"initialize");
         if !opens || !self.full() {
             return None;
         }
@@ -170,10 +173,15 @@ impl SessionManager for Resumable {
         }
     }
 
+    /// Refused at `max_sessions`, unless rmcp takes over a session the edge holds (the count
+    /// does not grow).
     async fn restore_session(
         &self,
         id: SessionId,
     ) -> Result<RestoreOutcome<Self::Transport>, Self::Error> {
+        if self.full() && !self.hub.is_native(&id) {
+            return Err(ResumableError::Full(self.max_sessions));
+        }
         Ok(self.inner.restore_session(id).await?)
     }
 

@@ -106,11 +106,7 @@ impl ServerHandler for Gateway {
         {
             self.parts.hub.negotiated(
                 &key,
-                Negotiated::new(
-                    info.capabilities.clone(),
-                    info.protocol_version.to_string(),
-                    false,
-                ),
+                Negotiated::new(info.capabilities.clone(), info.protocol_version.to_string()),
             );
         }
     }

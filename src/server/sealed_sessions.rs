@@ -2,10 +2,11 @@
 //! without a shared store: the `Mcp-Session-Id` a client sees is sealed session state.
 //!
 //! rmcp keeps sessions in memory and can restore one from a `SessionStore` by replaying its
-//! `initialize`. fedgate's store holds nothing for long: when rmcp persists a new session,
-//! the HTTP edge seals (HMAC, `[gateway] state_key`) the session's internal id, its
-//! `initialize` parameters, the caller it belongs to and the time, and hands that out as the
-//! session id. On every request the edge opens the sealed id, checks caller and age, and gives
+//! `initialize`; the edge holds plain sessions itself (`direct::native`) and restores them from
+//! the same store. fedgate's store holds nothing for long: when a new session is stored (by
+//! rmcp or the edge), the HTTP edge seals (HMAC, `[gateway] state_key`) the session's internal
+//! id, its `initialize` parameters, the caller it belongs to and the time, and hands that out
+//! as the session id. On every request the edge opens the sealed id, checks caller and age, and gives
 //! rmcp the internal id; on a replica that does not know the session, the store answers
 //! rmcp's restore lookup with the parameters the client just presented.
 //!
@@ -13,7 +14,7 @@
 //! info). Not restored: a `logging/setLevel` level, resource subscriptions, a standalone GET
 //! stream (the client reopens it) and requests in flight on the other replica. A DELETE ends
 //! the session for good on the replica that receives it (its id is refused there from then
-//! on); another replica still holding or restoring a copy ends it after rmcp's idle timeout.
+//! on); another replica still holding or restoring a copy ends it after `session_idle_ms`.
 //! Every replica needs the same `state_key`.
 //!
 //! Opening a sealed id (base64, HMAC, JSON) is the costliest step of a small call, and a client

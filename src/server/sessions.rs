@@ -51,8 +51,6 @@ pub struct Negotiated {
     /// When a request last reached rmcp's session worker (which ends idle sessions), or, for
     /// a session the edge holds itself, when it was last used.
     pub touched: parking_lot::Mutex<tokio::time::Instant>,
-    /// Held by the edge alone: no rmcp session worker to keep alive.
-    pub native: bool,
 }
 
 impl Negotiated {
@@ -61,12 +59,11 @@ impl Negotiated {
         *self.touched.lock() = tokio::time::Instant::now();
     }
 
-    pub fn new(capabilities: ClientCapabilities, version: String, native: bool) -> Self {
+    pub fn new(capabilities: ClientCapabilities, version: String) -> Self {
         Self {
             capabilities,
             version,
             touched: parking_lot::Mutex::new(tokio::time::Instant::now()),
-            native,
         }
     }
 }
@@ -394,7 +391,7 @@ mod tests {
     fn hold(hub: &Hub, session: &str) -> Arc<Probe> {
         let client = Arc::new(Probe::default());
         hub.register(session, client.clone());
-        let n = Negotiated::new(ClientCapabilities::default(), "2025-11-25".into(), true);
+        let n = Negotiated::new(ClientCapabilities::default(), "2025-11-25".into());
         hub.hold_natively(session, n);
         client
     }
@@ -404,7 +401,7 @@ mod tests {
         let hub = Hub::default();
         let native = hold(&hub, "s1");
         assert_eq!(hub.native_count(), 1);
-        assert!(hub.negotiation("s1").is_some_and(|n| n.native));
+        assert!(hub.negotiation("s1").is_some() && hub.is_native("s1"));
 
         // Idle past the horizon, until used again.
         tokio::time::advance(Duration::from_secs(10)).await;

@@ -167,6 +167,9 @@ async fn a_plain_session_is_held_by_the_edge_until_a_request_only_rmcp_serves() 
     let mut stream = s.get(None).await;
     assert_eq!(stream.status().as_u16(), 200);
     assert_eq!(stream.headers()["content-type"], "text/event-stream");
+    // A second GET while one is open only keeps alive; the first keeps the events.
+    let second = s.get(None).await;
+    assert_eq!(second.status().as_u16(), 200);
     let mut seen = String::new();
     let toggle = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"demo__toggle_extra","arguments":{}}}"#;
     let toggled = s.ask(toggle).await;
@@ -265,4 +268,28 @@ async fn an_idle_session_ends_unless_it_listens_and_its_id_restores_it() {
         "restored from its id"
     );
     drop(stream);
+}
+
+/// `max_sessions` holds for an `initialize` that names its method in `Mcp-Method` too.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_initialize_naming_its_method_is_counted_against_max_sessions() {
+    let gw = Gateway::start(&format!(
+        "[gateway]\nmax_sessions = 1\n\n{}",
+        stdio_upstream("demo", &[], "")
+    ));
+    let _only = Raw::open(&gw.url).await;
+    let refused = reqwest::Client::new()
+        .post(&gw.url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-method", "initialize")
+        .body(INIT)
+        .send()
+        .await
+        .expect("initialize");
+    assert_eq!(refused.status().as_u16(), 503);
+    assert_eq!(
+        sessions_active(&gw.metrics().await),
+        "fedgate_sessions_active 1"
+    );
 }

@@ -1,14 +1,15 @@
-//! The direct path: a handshake-era session's calls, lists and reads answered by the edge
-//! itself — decoded once, handed straight to the gateway's answers (`mcp.rs`), written in one
-//! go (`call_stream`) — instead of through rmcp's session worker, its channels and its SSE
+//! The direct path: calls, lists and reads of both eras answered by the edge itself — decoded
+//! once, handed straight to the gateway's answers (`mcp.rs`), written in one go
+//! (`call_stream`) — instead of through rmcp's session worker, its channels and its SSE
 //! framing of every answer. The client's answers to input requests of such calls and its
-//! `notifications/cancelled` for them come here too.
+//! `notifications/cancelled` for them come here too. A plain `initialize` opens a session the
+//! edge holds itself, with its GET stream, `ping`, `logging/setLevel` and DELETE (`native`).
 //!
-//! rmcp's transport still owns everything else and every request the direct path does not
-//! take whole: `initialize`, GET streams and their resumption, DELETE, the stateless era,
-//! sessions restored from a sealed id on another replica, and any request that is not
-//! plainly well-formed (a browser `Origin`, an unusual `Host` or `Accept`, headers that do not
-//! match the body, bodies rmcp refuses) — so its checks and refusals stay exactly as they were.
+//! rmcp's transport still owns every request the direct path does not take whole:
+//! `server/discover`, a GET stream's resumption, `tasks/*`, subscriptions, completion (taking
+//! over a session the edge held, from its sealed id), and any request that is not plainly
+//! well-formed (a browser `Origin`, an unusual `Host` or `Accept`, headers that do not match
+//! the body, bodies rmcp refuses) — so its checks and refusals stay exactly as they were.
 
 mod call_stream;
 mod http_answers;
@@ -62,8 +63,8 @@ use super::{
 };
 use crate::{policy::identity::Identity, telemetry::traces};
 
-/// rmcp's session worker ends a session it has heard nothing from for five minutes; calls
-/// answered here tell it the session is in use at most this often.
+/// rmcp's session worker ends a session it has heard nothing from for `session_idle_ms`; calls
+/// answered here tell it the session is in use at most this often (or a third of that time).
 const TOUCH_EVERY: Duration = Duration::from_secs(30);
 
 /// How often sessions the edge holds are checked for idleness.
@@ -94,6 +95,8 @@ pub(super) struct Shared {
     /// `[gateway] stream_after_ms`.
     stream_after: Duration,
     sessions: Arc<Resumable>,
+    /// How often a direct call tells rmcp's worker its session is in use.
+    touch_every: Duration,
     /// Opens and seals the ids of sessions the edge holds (see `native`).
     sealed: Arc<SealedSessions>,
     /// The clients of sessions the edge holds, by session id.
@@ -110,17 +113,17 @@ pub(super) struct Shared {
 impl Shared {
     /// rmcp's worker ends sessions it hears nothing from; a direct call's request and each of
     /// its messages count as hearing from the session (a no-op notification to the worker, at
-    /// most every [`TOUCH_EVERY`], sent from a task of its own).
+    /// most every `touch_every`, sent from a task of its own).
     /// A session the edge holds has no worker: only the time is kept (see `native`).
     fn touch_later(self: &Arc<Self>, session: &str, negotiated: &Negotiated) {
         {
             let now = tokio::time::Instant::now();
             let mut last = negotiated.touched.lock();
-            if negotiated.native {
+            if self.hub.is_native(session) {
                 *last = now;
                 return;
             }
-            if now.duration_since(*last) < TOUCH_EVERY {
+            if now.duration_since(*last) < self.touch_every {
                 return;
             }
             *last = now;
@@ -199,6 +202,7 @@ impl Direct {
             sse_retry,
             stream_after,
             sessions,
+            touch_every: TOUCH_EVERY.min(idle_session / 3),
             sealed,
             native: DashMap::new(),
             pending: DashMap::new(),

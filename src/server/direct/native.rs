@@ -46,8 +46,8 @@ use crate::{
     to_client::{ClientChannel, NotSent, Unanswered},
 };
 
-/// How many notifications may wait for a slow GET stream; past it they are dropped from the
-/// stream (still buffered: the client resumes them with `Last-Event-ID`).
+/// How many notifications may wait for a slow GET stream; past it the stream ends (every event
+/// is buffered: the client resumes with `Last-Event-ID`, as from any broken stream).
 const STREAM_BACKLOG: usize = 64;
 
 /// The client of a session the edge holds: open until the session ends. Its notifications go
@@ -94,12 +94,17 @@ impl ClientChannel for NativeClient {
         if self.is_closed() {
             return Box::pin(std::future::ready(Err(NotSent::Closed)));
         }
-        if let Some(tx) = self.stream.lock().as_ref() {
+        let mut stream = self.stream.lock();
+        if let Some(tx) = stream.as_ref() {
             let mut event = ServerSseMessage::from_message(ServerJsonRpcMessage::notification(n));
             let key = format!("{}:common", self.session);
             event.event_id = Some(self.replay.store(&key, &event));
-            let _ = tx.try_send(event);
+            if let Err(mpsc::error::TrySendError::Full(_)) = tx.try_send(event) {
+                // Ends the stream; later events are still stored for the resumption.
+                *stream = Some(mpsc::channel(1).0);
+            }
         }
+        drop(stream);
         Box::pin(std::future::ready(Ok(())))
     }
 
@@ -147,6 +152,10 @@ impl Direct {
         {
             return None;
         }
+        // Past `max_sessions` rmcp answers (the edge's 503 came first unless requests raced).
+        if self.shared.sessions.full() {
+            return None;
+        }
         let (id, params) = message::decode_initialize(body)?;
         let requested = params.protocol_version.to_string();
         if requested.as_str() >= STATELESS
@@ -169,7 +178,6 @@ impl Direct {
         let negotiated = Negotiated::new(
             params.capabilities.clone(),
             result.protocol_version.to_string(),
-            true,
         );
         // What the sealed id carries, so rmcp (or another replica) can restore the session.
         SessionStore::store(&*self.shared.sealed, &sid, &SessionState::new(params))
@@ -189,7 +197,7 @@ impl Direct {
     /// id carries (the edge verified the id, its owner and its age). False if it cannot be
     /// (rmcp holds it, or nothing is known of it).
     pub(super) async fn restore(&self, session: &str) -> bool {
-        // At `max_sessions`, rmcp's restore refuses it (as it refuses any new session).
+        // At `max_sessions` rmcp's restore refuses it too (`Resumable::restore_session`).
         if self.shared.sessions.full() || self.shared.sessions.rmcp_holds(session).await {
             return false;
         }
@@ -200,11 +208,13 @@ impl Direct {
         let Ok(result) = ServerHandler::negotiate_initialize(&self.gateway, &params) else {
             return false;
         };
-        let negotiated = Negotiated::new(
-            params.capabilities,
-            result.protocol_version.to_string(),
-            true,
-        );
+        // A concurrent request restored it meanwhile (here, or in rmcp): that one stands.
+        if self.shared.hub.negotiation(session).is_some()
+            || self.shared.sessions.rmcp_holds(session).await
+        {
+            return self.shared.hub.negotiation(session).is_some();
+        }
+        let negotiated = Negotiated::new(params.capabilities, result.protocol_version.to_string());
         self.hold(session, negotiated);
         tracing::debug!(session, "session restored by the edge");
         true
@@ -222,7 +232,7 @@ impl Direct {
             .headers
             .get("mcp-protocol-version")
             .map(|v| v.to_str().ok());
-        if !negotiated.native
+        if !self.shared.hub.is_native(session)
             || !self.plain_host(parts)
             || !single(parts, "mcp-protocol-version")
             || version.is_some_and(|v| v != Some(negotiated.version.as_str()))
@@ -245,6 +255,13 @@ impl Direct {
             .insert(session.to_owned(), client.clone());
         self.gateway.initialized(session, client);
         self.shared.hub.hold_natively(session, negotiated);
+    }
+
+    /// rmcp's standalone stream starts with a priming event that is never stored.
+    fn standalone_priming(&self) -> Option<ServerSseMessage> {
+        self.shared
+            .sse_retry
+            .map(|retry| ServerSseMessage::priming(STANDALONE_PRIMING_ID, retry))
     }
 
     /// Answers a GET that opens the standalone stream of a session the edge holds (or can
@@ -275,7 +292,7 @@ impl Direct {
             None => return None,
         };
         let version = h.get("mcp-protocol-version").map(|v| v.to_str().ok());
-        if !negotiated.native
+        if !self.shared.hub.is_native(session)
             || !single(parts, "mcp-protocol-version")
             || version.is_some_and(|v| v != Some(negotiated.version.as_str()))
         {
@@ -286,18 +303,22 @@ impl Direct {
             return None;
         }
         negotiated.touched_now();
+        // A second GET while one is open gets a stream that only keeps alive (as rmcp's
+        // shadow streams); the first keeps the session's events.
+        if client.listening() {
+            let quiet = futures::stream::iter(self.standalone_priming())
+                .map(|e| sse_event(&e))
+                .chain(futures::stream::pending())
+                .take_until(self.shared.shutdown.clone().cancelled_owned());
+            return Some(event_stream(Box::pin(quiet)));
+        }
         let events = client.open_stream();
         let events =
             futures::stream::unfold(
                 events,
                 |mut rx| async move { rx.recv().await.map(|e| (e, rx)) },
             );
-        // rmcp's standalone stream starts with a priming event that is never stored.
-        let priming = self
-            .shared
-            .sse_retry
-            .map(|retry| ServerSseMessage::priming(STANDALONE_PRIMING_ID, retry));
-        let events = futures::stream::iter(priming)
+        let events = futures::stream::iter(self.standalone_priming())
             .chain(events)
             .map(|e| sse_event(&e))
             .take_until(self.shared.shutdown.clone().cancelled_owned());
