@@ -369,13 +369,11 @@ pub struct RawGateway {
     /// Upstream that serves `resources/read` and `resources/(un)subscribe` for URIs no upstream
     /// lists and no template matches (unset: the only ready upstream with resources, if one).
     pub resource_default: Option<Spanned<String>>,
-    /// The `retry` a session's SSE streams announce, in milliseconds (0: no priming events).
+    /// The `retry` (ms) a session's SSE streams announce (0: no priming events).
     pub sse_retry_ms: Option<u64>,
-    /// A session call still unanswered after this many milliseconds is answered on a
-    /// resumable SSE stream; one answered sooner, having sent nothing first, is one JSON body.
+    /// A session call unanswered this long (ms) gets a resumable SSE stream, else one JSON body.
     pub stream_after_ms: Option<u64>,
-    /// A handshake-era session unused this many milliseconds ends on its replica (its sealed
-    /// id restores it while `session_ttl_ms` allows).
+    /// A handshake-era session unused this long (ms) ends on its replica; its id restores it.
     pub session_idle_ms: Option<u64>,
     /// Most events a session stream keeps for a client that reconnects (`Last-Event-ID`).
     pub replay_events: Option<usize>,
