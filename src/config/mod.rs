@@ -366,8 +366,7 @@ pub struct RawGateway {
     pub public_metrics: Option<bool>,
     /// Most handshake-era sessions open at once; more `initialize` requests get 503.
     pub max_sessions: Option<usize>,
-    /// Upstream that serves `resources/read` and `resources/(un)subscribe` for URIs no upstream
-    /// lists and no template matches (unset: the only ready upstream with resources, if one).
+    /// Upstream for resource URIs nothing lists or matches (unset: the only one with resources).
     pub resource_default: Option<Spanned<String>>,
     /// The `retry` (ms) a session's SSE streams announce (0: no priming events).
     pub sse_retry_ms: Option<u64>,
