@@ -86,13 +86,11 @@ pub async fn connect_stdio(
         .take()
         .ok_or(UpstreamError::NoPipe("stdin"))?;
     let table = client.inflight.clone();
-    let non_json = super::stdout_watch::NonJson::default();
+    let non_json = super::stdio_wire::NonJson::default();
     let limit = transport_limit(spec).unwrap_or(rmcp::transport::async_rw::DEFAULT_MAX_LINE_LENGTH);
-    let stdout =
-        super::stdout_watch::WatchedStdout::new(stdout, &spec.name, limit, non_json.clone());
-    let rw = rmcp::transport::async_rw::AsyncRwTransport::new_client(stdout, stdin)
-        .with_max_line_length(limit);
-    let transport = Tap::new(rw, table);
+    let wire =
+        super::stdio_wire::StdioWire::new(stdout, stdin, &spec.name, limit, non_json.clone());
+    let transport = Tap::new(wire, table);
     // Bounded inside the supervisor's startup timeout, leaving time to collect the exit status
     // after a failure, so a server that never speaks MCP is reported with what it wrote.
     let limit = spec

@@ -1,70 +1,38 @@
-//! One line of a stdio upstream's stdout, scanned as it streams by: its length, how deep its
-//! JSON nests, and its first bytes — enough to tell, before the line ends, that no JSON-RPC
-//! peer will be able to read it, and which request it answers.
+//! What can be told of a stdio upstream's line that did not decode: how deep its JSON nests,
+//! and which request it answers (from its first bytes, when the rest was cut).
 
-/// Deepest nesting serde_json (rmcp's parser) reads; a deeper line is never delivered.
+/// Deepest nesting serde_json reads; a deeper line never decodes.
 pub const MAX_DEPTH: usize = 128;
 
-/// How many of a line's first bytes are kept (for its id, and to show a non-JSON line).
+/// How many of a line's first bytes are kept when the rest is cut (enough for its id).
 pub const PREFIX: usize = 256;
 
-/// Why a line will not be read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unreadable {
-    TooLong,
-    TooDeep,
-}
-
-#[derive(Debug, Default)]
-pub struct LineScan {
-    pub len: usize,
-    depth: usize,
-    in_string: bool,
-    escaped: bool,
-    pub prefix: Vec<u8>,
-}
-
-impl LineScan {
-    /// Takes one byte of the line (not its newline).
-    pub fn push(&mut self, b: u8, limit: usize) -> Result<(), Unreadable> {
-        self.len += 1;
-        if self.prefix.len() < PREFIX {
-            self.prefix.push(b);
-        }
-        if self.len > limit {
-            return Err(Unreadable::TooLong);
-        }
-        if self.in_string {
-            if self.escaped {
-                self.escaped = false;
-            } else if b == b'\\' {
-                self.escaped = true;
-            } else if b == b'"' {
-                self.in_string = false;
+/// Whether `line` nests deeper than [`MAX_DEPTH`] (brackets inside strings do not count).
+pub fn too_deep(line: &[u8]) -> bool {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in line {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
             }
-            return Ok(());
+            continue;
         }
         match b {
-            b'"' => self.in_string = true,
+            b'"' => in_string = true,
             b'{' | b'[' => {
-                self.depth += 1;
-                if self.depth > MAX_DEPTH {
-                    return Err(Unreadable::TooDeep);
+                depth += 1;
+                if depth > MAX_DEPTH {
+                    return true;
                 }
             }
-            b'}' | b']' => self.depth = self.depth.saturating_sub(1),
+            b'}' | b']' => depth = depth.saturating_sub(1),
             _ => {}
         }
-        Ok(())
     }
-
-    pub fn reset(&mut self) {
-        self.len = 0;
-        self.depth = 0;
-        self.in_string = false;
-        self.escaped = false;
-        self.prefix.clear();
-    }
+    false
 }
 
 /// The `id` of the JSON-RPC response whose line starts with `prefix`, as JSON text (`7`,
@@ -227,22 +195,10 @@ mod tests {
     }
 
     #[test]
-    fn length_and_depth_trip_where_they_are_crossed() {
-        let mut s = LineScan::default();
-        let deep = "[".repeat(MAX_DEPTH + 1);
-        let tripped = deep
-            .bytes()
-            .map(|b| s.push(b, usize::MAX))
-            .position(|r| r.is_err());
-        assert_eq!(tripped, Some(MAX_DEPTH));
-        s.reset();
-        // Brackets inside strings do not nest.
-        let text = format!("\"{}\"", "[".repeat(500));
-        assert!(text.bytes().all(|b| s.push(b, usize::MAX).is_ok()));
-        s.reset();
-        assert_eq!(
-            "abcd".bytes().map(|b| s.push(b, 3)).last(),
-            Some(Err(Unreadable::TooLong))
-        );
+    fn depth_counts_brackets_outside_strings() {
+        assert!(!too_deep("[".repeat(MAX_DEPTH).as_bytes()));
+        assert!(too_deep("[".repeat(MAX_DEPTH + 1).as_bytes()));
+        let text = format!("\"{}\\\"{}\"", "[".repeat(500), "{".repeat(500));
+        assert!(!too_deep(text.as_bytes()), "{text}");
     }
 }

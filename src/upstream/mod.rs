@@ -14,7 +14,7 @@ pub mod pool;
 pub mod reload;
 pub mod spawn;
 mod sse;
-mod stdout_watch;
+mod stdio_wire;
 mod supervisor;
 pub mod tap;
 
