@@ -48,7 +48,6 @@ use self::{
     call_stream::{Answer, CallStream, Retry, Start},
     http_answers::{accepted, event_stream, json, sse_event, stateless_sse, stateless_status},
     message::{Era, Message, OUR_IDS, Request},
-    plain::single,
     shape::{answer, names_a_header},
 };
 use super::{
@@ -244,11 +243,7 @@ impl Direct {
             return None;
         }
         // A header given twice, or not as text, is rmcp's to refuse.
-        let text = |name: &str| match parts.headers.get(name) {
-            None => Some(None),
-            Some(_) if !single(parts, name) => None,
-            Some(v) => v.to_str().ok().map(Some),
-        };
+        let text = |name: &str| plain::header_text(parts, name);
         let message =
             message::decode(body, text("mcp-method")?, text("mcp-name")?, Era::Handshake)?;
         match message {
@@ -298,11 +293,7 @@ impl Direct {
         body: &Bytes,
     ) -> Option<Response<Body>> {
         // A header given twice, or not as text, is rmcp's to refuse.
-        let text = |name: &str| match parts.headers.get(name) {
-            None => Some(None),
-            Some(_) if !single(parts, name) => None,
-            Some(v) => v.to_str().ok().map(Some),
-        };
+        let text = |name: &str| plain::header_text(parts, name);
         if text("mcp-protocol-version")? != Some(STATELESS)
             || !self.plain_media(parts)
             || parts

@@ -139,11 +139,7 @@ impl Direct {
         body: &Bytes,
     ) -> Option<Response<Body>> {
         let h = &parts.headers;
-        let text = |name: &str| match h.get(name) {
-            None => Some(None),
-            Some(_) if !single(parts, name) => None,
-            Some(v) => v.to_str().ok().map(Some),
-        };
+        let text = |name: &str| super::plain::header_text(parts, name);
         let method = text("mcp-method")?;
         if method.is_some_and(|m| m != "initialize")
             || text("mcp-name")?.is_some()

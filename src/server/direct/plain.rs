@@ -65,6 +65,16 @@ pub(super) fn single(parts: &Parts, name: &str) -> bool {
     parts.headers.get_all(name).iter().count() <= 1
 }
 
+/// A header the direct path reads: `Some(None)` when absent, `Some(Some(text))` when sent once
+/// as text, `None` (leave the request to rmcp, which refuses it) when repeated or not text.
+pub(super) fn header_text<'a>(parts: &'a Parts, name: &str) -> Option<Option<&'a str>> {
+    match parts.headers.get(name) {
+        None => Some(None),
+        Some(_) if !single(parts, name) => None,
+        Some(v) => v.to_str().ok().map(Some),
+    }
+}
+
 /// `host[:port]` → `host` (IPv6 literals keep their brackets stripped too).
 pub(super) fn strip_port(host: &str) -> &str {
     if let Some(rest) = host.strip_prefix('[') {
