@@ -9,30 +9,38 @@ pub const PREFIX: usize = 256;
 
 /// Whether `line` nests deeper than [`MAX_DEPTH`] (brackets inside strings do not count).
 pub fn too_deep(line: &[u8]) -> bool {
-    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
-    for &b in line {
-        if in_string {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
+    let mut nesting = Nesting::default();
+    line.iter().any(|&b| nesting.step(b) > MAX_DEPTH)
+}
+
+/// How deep JSON text nests, byte by byte, brackets inside strings not counted.
+#[derive(Default)]
+struct Nesting {
+    depth: usize,
+    in_string: bool,
+    escaped: bool,
+}
+
+impl Nesting {
+    /// Takes the next byte; the depth after it.
+    fn step(&mut self, b: u8) -> usize {
+        if self.in_string {
+            match (self.escaped, b) {
+                (true, _) => self.escaped = false,
+                (false, b'\\') => self.escaped = true,
+                (false, b'"') => self.in_string = false,
                 _ => {}
             }
-            continue;
+            return self.depth;
         }
         match b {
-            b'"' => in_string = true,
-            b'{' | b'[' => {
-                depth += 1;
-                if depth > MAX_DEPTH {
-                    return true;
-                }
-            }
-            b'}' | b']' => depth = depth.saturating_sub(1),
+            b'"' => self.in_string = true,
+            b'{' | b'[' => self.depth += 1,
+            b'}' | b']' => self.depth = self.depth.saturating_sub(1),
             _ => {}
         }
+        self.depth
     }
-    false
 }
 
 /// The `id` of the JSON-RPC response whose line starts with `prefix`, as JSON text (`7`,
@@ -100,28 +108,12 @@ impl<'a> TopLevelKeys<'a> {
                 Some(self.s.get(start..self.i))
             }
             b'{' | b'[' => {
-                let (mut depth, mut in_str, mut esc) = (0usize, false, false);
+                // Starts at the opening bracket, so depth 0 again is its closing one.
+                let mut nesting = Nesting::default();
                 while let Some(&b) = self.s.get(self.i) {
                     self.i += 1;
-                    if in_str {
-                        match (esc, b) {
-                            (true, _) => esc = false,
-                            (false, b'\\') => esc = true,
-                            (false, b'"') => in_str = false,
-                            _ => {}
-                        }
-                        continue;
-                    }
-                    match b {
-                        b'"' => in_str = true,
-                        b'{' | b'[' => depth += 1,
-                        b'}' | b']' => {
-                            depth -= 1;
-                            if depth == 0 {
-                                return Some(None);
-                            }
-                        }
-                        _ => {}
+                    if nesting.step(b) == 0 {
+                        return Some(None);
                     }
                 }
                 None
