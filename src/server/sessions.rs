@@ -74,7 +74,16 @@ const NOTIFY_CONCURRENCY: usize = 32;
 impl Hub {
     /// Registers a session's client under its key (rmcp's, when it takes over a session the
     /// edge held).
+    /// Registering the client it holds again (a subscription of a session the edge holds)
+    /// changes nothing.
     pub fn register(&self, session: &str, client: ToClient) {
+        let again = self
+            .sessions
+            .get(session)
+            .is_some_and(|c| std::ptr::addr_eq(Arc::as_ptr(&*c), Arc::as_ptr(&client)));
+        if again {
+            return;
+        }
         if let Some(old) = self.sessions.insert(session.to_owned(), client)
             && self.native.remove(session).is_some()
         {
@@ -409,6 +418,10 @@ mod tests {
         assert_eq!(hub.idle_native(horizon), vec!["s1".to_owned()]);
         hub.negotiation("s1").expect("open").touched_now();
         assert!(hub.idle_native(horizon).is_empty());
+
+        // Its own client registered again (it subscribes to a resource): still the edge's.
+        hub.register("s1", native.clone());
+        assert!(!native.is_closed() && hub.is_native("s1"));
 
         // rmcp takes it over: the edge's client is closed, the session stays open, uncounted.
         let rmcp = Arc::new(Probe::default());

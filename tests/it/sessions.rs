@@ -84,6 +84,18 @@ impl Raw {
         serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {text}"))
     }
 
+    /// A request the edge answers itself: one JSON body.
+    async fn ask_edge(&self, body: &str) -> serde_json::Value {
+        let r = self.post(body).await;
+        assert_eq!(r.status().as_u16(), 200);
+        assert_eq!(
+            r.headers()["content-type"],
+            "application/json",
+            "the edge answers {body} as one JSON body (rmcp's transport answers with SSE)"
+        );
+        r.json().await.expect("JSON")
+    }
+
     async fn get(&self, last_event_id: Option<&str>) -> reqwest::Response {
         let mut r = self
             .http
@@ -180,16 +192,24 @@ async fn a_plain_session_is_held_by_the_edge_until_a_request_only_rmcp_serves() 
         "a notification's id is stored, not the priming id"
     );
 
-    // `tasks/get` is rmcp's: it takes the session over (restoring it from the sealed id) and
-    // answers as its transport does (SSE); the edge's stream ends and the client resumes on
-    // rmcp's, from the same buffer.
-    let task = s
-        .post(r#"{"jsonrpc":"2.0","id":4,"method":"tasks/get","params":{"taskId":"none"}}"#)
-        .await;
-    assert_eq!(task.status().as_u16(), 200);
-    assert_eq!(task.headers()["content-type"], "text/event-stream");
-    let task = task.text().await.expect("answer");
-    assert!(task.contains(r#""id":4"#), "{task}");
+    // A request with weights in its `Accept` is rmcp's to check: it takes the session over
+    // (restoring it from the sealed id) and answers as its transport does (SSE); the edge's
+    // stream ends and the client resumes on rmcp's, from the same buffer.
+    let odd = s
+        .http
+        .post(&s.url)
+        .header("accept", "application/json;q=1, text/event-stream;q=0.5")
+        .header("content-type", "application/json")
+        .header("mcp-session-id", &s.sid)
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(r#"{"jsonrpc":"2.0","id":4,"method":"tools/list"}"#)
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(odd.status().as_u16(), 200);
+    assert_eq!(odd.headers()["content-type"], "text/event-stream");
+    let odd = odd.text().await.expect("answer");
+    assert!(odd.contains(r#""id":4"#), "{odd}");
     let ended = tokio::time::timeout(Duration::from_secs(10), async {
         while let Ok(Some(_)) = stream.chunk().await {}
     })
@@ -292,4 +312,89 @@ async fn an_initialize_naming_its_method_is_counted_against_max_sessions() {
         sessions_active(&gw.metrics().await),
         "fedgate_sessions_active 1"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn completion_tasks_and_subscriptions_keep_the_session_at_the_edge() {
+    let gw = Gateway::start(&format!(
+        "[gateway]\n{}",
+        stdio_upstream("demo", &[], "era = \"legacy\"")
+    ));
+    let s = Raw::open(&gw.url).await;
+    let mut stream = s.get(None).await;
+    assert_eq!(stream.status().as_u16(), 200);
+
+    let sub = s
+        .ask_edge(r#"{"jsonrpc":"2.0","id":1,"method":"resources/subscribe","params":{"uri":"demo://notes/a"}}"#)
+        .await;
+    assert_eq!(sub["result"], serde_json::json!({}), "{sub}");
+    let done = s
+        .ask_edge(r#"{"jsonrpc":"2.0","id":2,"method":"completion/complete","params":{"ref":{"type":"ref/prompt","name":"demo__greeting"},"argument":{"name":"name","value":"ca"}}}"#)
+        .await;
+    assert_eq!(
+        done["result"]["completion"]["values"],
+        serde_json::json!(["carol"]),
+        "{done}"
+    );
+    // `tasks/*` are gated as rmcp gates them: no upstream or flow here offers the extension.
+    let task = s
+        .ask_edge(r#"{"jsonrpc":"2.0","id":3,"method":"tasks/get","params":{"taskId":"none"}}"#)
+        .await;
+    assert_eq!(
+        task["error"],
+        serde_json::json!({"code": -32601, "message": "tasks/get"}),
+        "{task}"
+    );
+
+    // The subscription's update reaches the session's GET stream, which the edge still serves.
+    let write = s
+        .ask(r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"demo__write_note","arguments":{"key":"a","value":"1"}}}"#)
+        .await;
+    assert!(write["result"].is_object(), "{write}");
+    let mut seen = String::new();
+    event_with(&mut stream, &mut seen, "notifications/resources/updated").await;
+    let unsub = s
+        .ask_edge(r#"{"jsonrpc":"2.0","id":5,"method":"resources/unsubscribe","params":{"uri":"demo://notes/a"}}"#)
+        .await;
+    assert_eq!(unsub["result"], serde_json::json!({}), "{unsub}");
+    assert_eq!(s.delete().await.status().as_u16(), 204);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_resumed_stream_is_served_by_the_edge_from_the_buffer() {
+    let gw = Gateway::start(&format!(
+        "[gateway]\n{}",
+        stdio_upstream("demo", &[], "era = \"legacy\"")
+    ));
+    let s = Raw::open(&gw.url).await;
+    let mut stream = s.get(None).await;
+    let mut seen = String::new();
+    let toggle = |id: u32| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"demo__toggle_extra","arguments":{{}}}}}}"#
+        )
+    };
+    assert!(s.ask(&toggle(1)).await["result"].is_object());
+    let first = event_with(&mut stream, &mut seen, "notifications/tools/list_changed").await;
+    assert!(s.ask(&toggle(2)).await["result"].is_object());
+    let second = event_with(&mut stream, &mut seen, "notifications/tools/list_changed").await;
+    assert_ne!(first, second);
+
+    // Resuming after the first event replays the second from the buffer, and then follows.
+    let mut resumed = s.get(Some(&first)).await;
+    assert_eq!(resumed.status().as_u16(), 200);
+    assert_eq!(resumed.headers()["content-type"], "text/event-stream");
+    let mut again = String::new();
+    let replayed = event_with(&mut resumed, &mut again, "notifications/tools/list_changed").await;
+    assert_eq!(replayed, second, "the missed event, with its id");
+    assert!(s.ask(&toggle(3)).await["result"].is_object());
+    let third = event_with(&mut resumed, &mut again, "notifications/tools/list_changed").await;
+    // The edge kept the session: its first stream was not ended by a takeover and carries the
+    // new event too.
+    let live = event_with(&mut stream, &mut seen, "notifications/tools/list_changed").await;
+    assert_eq!(live, third);
+    // A made-up id is refused clearly, not answered with an empty stream.
+    let unknown = s.get(Some("999999")).await;
+    assert_eq!(unknown.status().as_u16(), 404);
+    assert_eq!(s.delete().await.status().as_u16(), 204);
 }

@@ -5,9 +5,10 @@
 #![allow(deprecated)] // logging/setLevel is deprecated by SEP-2577 but still served
 
 use rmcp::model::{
-    CallToolRequestParams, ClientJsonRpcMessage, GetPromptRequestParams, InitializeRequestParams,
-    PaginatedRequestParams, ReadResourceRequestParams, RequestId, RequestMetaObject,
-    SetLevelRequestParams,
+    CallToolRequestParams, CancelTaskParams, ClientJsonRpcMessage, CompleteRequestParams,
+    GetPromptRequestParams, GetTaskParams, InitializeRequestParams, PaginatedRequestParams,
+    ReadResourceRequestParams, RequestId, RequestMetaObject, SetLevelRequestParams,
+    SubscribeRequestParams, UnsubscribeRequestParams, UpdateTaskParams,
 };
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -41,6 +42,23 @@ pub(super) enum Request {
     ReadResource(ReadResourceRequestParams),
     Ping,
     SetLevel(SetLevelRequestParams),
+    Complete(CompleteRequestParams),
+    GetTask(GetTaskParams),
+    UpdateTask(UpdateTaskParams),
+    CancelTask(CancelTaskParams),
+    /// A session's `resources/subscribe` (the stateless era listens instead).
+    Subscribe(SubscribeRequestParams),
+    Unsubscribe(UnsubscribeRequestParams),
+    /// The stateless era's `server/discover`.
+    Discover,
+}
+
+/// `server/discover`'s params: nothing but `_meta` (rmcp refuses anything else).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DiscoverParams {
+    #[serde(rename = "_meta")]
+    meta: Option<RequestMetaObject>,
 }
 
 impl Request {
@@ -54,8 +72,14 @@ impl Request {
             | Request::ListPrompts(p)
             | Request::ListResources(p)
             | Request::ListTemplates(p) => p.as_mut().and_then(|p| p.meta.take()),
-            Request::Ping => None,
+            Request::Ping | Request::Discover => None,
             Request::SetLevel(p) => p.meta.take(),
+            Request::Complete(p) => p.meta.take(),
+            Request::GetTask(p) => p.meta.take(),
+            Request::UpdateTask(p) => p.meta.take(),
+            Request::CancelTask(p) => p.meta.take(),
+            Request::Subscribe(p) => p.meta.take(),
+            Request::Unsubscribe(p) => p.meta.take(),
         }
     }
 
@@ -65,6 +89,21 @@ impl Request {
             Request::CallTool(p) => Some(&p.name),
             Request::GetPrompt(p) => Some(&p.name),
             Request::ReadResource(p) => Some(&p.uri),
+            Request::Subscribe(p) => Some(&p.uri),
+            Request::Unsubscribe(p) => Some(&p.uri),
+            Request::GetTask(p) => Some(&p.task_id),
+            Request::UpdateTask(p) => Some(&p.task_id),
+            Request::CancelTask(p) => Some(&p.task_id),
+            _ => None,
+        }
+    }
+
+    /// The method of a request the tasks extension gates.
+    pub(super) fn task_method(&self) -> Option<&'static str> {
+        match self {
+            Request::GetTask(_) => Some("tasks/get"),
+            Request::UpdateTask(_) => Some("tasks/update"),
+            Request::CancelTask(_) => Some("tasks/cancel"),
             _ => None,
         }
     }
@@ -145,6 +184,22 @@ pub(super) fn decode(
                 // A session's ping (a stateless-era one goes to rmcp, which checks its `_meta`).
                 "ping" if !stateless && e.params.is_none() => Request::Ping,
                 "logging/setLevel" if !stateless => Request::SetLevel(params(e.params)?),
+                "completion/complete" => Request::Complete(params(e.params)?),
+                "tasks/get" => Request::GetTask(params(e.params)?),
+                "tasks/update" => Request::UpdateTask(params(e.params)?),
+                "tasks/cancel" => Request::CancelTask(params(e.params)?),
+                "resources/subscribe" if !stateless => Request::Subscribe(params(e.params)?),
+                "resources/unsubscribe" if !stateless => Request::Unsubscribe(params(e.params)?),
+                // Its `_meta` is all it carries (checked below like any stateless request's).
+                "server/discover" if stateless && mcp_name.is_none() => {
+                    let p: DiscoverParams = params(e.params)?;
+                    let meta = p.meta.unwrap_or_default();
+                    return meta_fits(&meta, era).then_some(Message::Request {
+                        id,
+                        request: Request::Discover,
+                        meta,
+                    });
+                }
                 _ => return None,
             };
             let named = request.name();
@@ -154,17 +209,7 @@ pub(super) fn decode(
                 return None;
             }
             let meta = request.take_meta().unwrap_or_default();
-            let version = meta.protocol_version();
-            let fits = match era {
-                Era::Handshake => version.is_none(),
-                Era::Stateless(v) => {
-                    version.is_some_and(|m| m.as_str() == v)
-                        && meta
-                            .missing_required_keys(&rmcp::model::ProtocolVersion::V_2026_07_28)
-                            .is_empty()
-                }
-            };
-            fits.then_some(Message::Request { id, request, meta })
+            meta_fits(&meta, era).then_some(Message::Request { id, request, meta })
         }
         (Some(RequestId::String(id)), None)
             if id.starts_with(OUR_IDS) && (e.result.is_some() || e.error.is_some()) =>
@@ -179,6 +224,21 @@ pub(super) fn decode(
             Some(Message::Initialized)
         }
         _ => None,
+    }
+}
+
+/// Whether a request's `_meta` speaks `era`: none names a version in a session; a stateless
+/// request names this one and carries every key that era requires.
+fn meta_fits(meta: &RequestMetaObject, era: Era) -> bool {
+    let version = meta.protocol_version();
+    match era {
+        Era::Handshake => version.is_none(),
+        Era::Stateless(v) => {
+            version.is_some_and(|m| m.as_str() == v)
+                && meta
+                    .missing_required_keys(&rmcp::model::ProtocolVersion::V_2026_07_28)
+                    .is_empty()
+        }
     }
 }
 
@@ -229,7 +289,9 @@ mod tests {
             ),
             // methods the direct path does not take, or params it does not know
             (br#"{"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":"loud"}}"#, None, None),
-            (br#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"t"}}"#, None, None),
+            (br#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"task":"t"}}"#, None, None),
+            (br#"{"jsonrpc":"2.0","id":1,"method":"completion/complete","params":{"ref":{}}}"#, None, None),
+            (br#"{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{}}"#, None, None),
             // a ping or initialized notification with params (rmcp checks them)
             (br#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#, None, None),
             (br#"{"jsonrpc":"2.0","method":"notifications/initialized","params":3}"#, None, None),
@@ -333,6 +395,66 @@ mod tests {
             )
             .is_none()
         );
+    }
+
+    #[test]
+    fn completion_tasks_subscriptions_and_discover_are_decoded() {
+        let session = |body: &str| decode(body.as_bytes(), None, None, Era::Handshake);
+        let complete = session(
+            r#"{"jsonrpc":"2.0","id":1,"method":"completion/complete","params":{"ref":{"type":"ref/prompt","name":"p"},"argument":{"name":"a","value":"v"}}}"#,
+        );
+        assert!(matches!(
+            complete,
+            Some(Message::Request {
+                request: Request::Complete(_),
+                ..
+            })
+        ));
+        for (method, gated) in [
+            ("tasks/get", true),
+            ("tasks/cancel", true),
+            ("resources/subscribe", false),
+            ("resources/unsubscribe", false),
+        ] {
+            let key = if gated { "taskId" } else { "uri" };
+            let body = format!(
+                r#"{{"jsonrpc":"2.0","id":2,"method":"{method}","params":{{"{key}":"x"}}}}"#
+            );
+            let Some(Message::Request { request, .. }) = session(&body) else {
+                panic!("{body} not decoded");
+            };
+            assert_eq!(request.task_method().is_some(), gated, "{body}");
+            assert_eq!(request.name(), Some("x"), "{body}");
+        }
+        let update = session(
+            r#"{"jsonrpc":"2.0","id":3,"method":"tasks/update","params":{"taskId":"x","inputResponses":{}}}"#,
+        );
+        assert!(matches!(
+            update,
+            Some(Message::Request {
+                request: Request::UpdateTask(_),
+                ..
+            })
+        ));
+
+        let meta = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"c","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}"#;
+        let era = Era::Stateless("2026-07-28");
+        let discover = format!(r#"{{"jsonrpc":"2.0","id":4,"method":"server/discover","params":{{{meta}}}}}"#);
+        assert!(matches!(
+            decode(discover.as_bytes(), Some("server/discover"), None, era),
+            Some(Message::Request {
+                request: Request::Discover,
+                ..
+            })
+        ));
+        // Anything beside `_meta`, a session's discover, a stateless subscribe: rmcp's.
+        let extra = discover.replace("{\"_meta\"", "{\"x\":1,\"_meta\"");
+        assert!(decode(extra.as_bytes(), Some("server/discover"), None, era).is_none());
+        assert!(session(&discover).is_none());
+        let subscribe = format!(
+            r#"{{"jsonrpc":"2.0","id":5,"method":"resources/subscribe","params":{{"uri":"x",{meta}}}}}"#
+        );
+        assert!(decode(subscribe.as_bytes(), Some("resources/subscribe"), Some("x"), era).is_none());
     }
 
     #[test]

@@ -1,15 +1,17 @@
-//! The direct path: calls, lists and reads of both eras answered by the edge itself — decoded
-//! once, handed straight to the gateway's answers (`mcp.rs`), written in one go
-//! (`call_stream`) — instead of through rmcp's session worker, its channels and its SSE
-//! framing of every answer. The client's answers to input requests of such calls and its
-//! `notifications/cancelled` for them come here too. A plain `initialize` opens a session the
-//! edge holds itself, with its GET stream, `ping`, `logging/setLevel` and DELETE (`native`).
+//! The direct path: the requests of both eras answered by the edge itself — calls, lists,
+//! reads, completion, `tasks/*`, a session's subscriptions and the stateless era's
+//! `server/discover` — decoded once, handed straight to the gateway's answers (`mcp.rs`),
+//! written in one go (`call_stream`) instead of through rmcp's session worker, its channels and
+//! its SSE framing of every answer. The client's answers to input requests of such calls and
+//! its `notifications/cancelled` for them come here too. A plain `initialize` opens a session
+//! the edge holds itself, with its GET stream, `ping`, `logging/setLevel` and DELETE
+//! (`native`).
 //!
-//! rmcp's transport still owns every request the direct path does not take whole:
-//! `server/discover`, a GET stream's resumption, `tasks/*`, subscriptions, completion (taking
-//! over a session the edge held, from its sealed id), and any request that is not plainly
-//! well-formed (a browser `Origin`, an unusual `Host` or `Accept`, headers that do not match
-//! the body, bodies rmcp refuses) — so its checks and refusals stay exactly as they were.
+//! rmcp's transport still owns every request the direct path does not take whole: any request
+//! that is not plainly well-formed (a browser `Origin`, an unusual `Host` or `Accept`, headers
+//! that do not match the body, bodies rmcp refuses — taking over a session the edge held, from
+//! its sealed id) and the streams of sessions it holds — so its checks and refusals stay
+//! exactly as they were.
 
 mod call_stream;
 mod http_answers;
@@ -60,7 +62,11 @@ use super::{
     sessions::{Hub, Negotiated},
     wire_error::WireError,
 };
-use crate::{policy::identity::Identity, telemetry::traces};
+use crate::{
+    policy::identity::Identity,
+    telemetry::traces,
+    to_client::{ClientChannel, ToClient},
+};
 
 /// rmcp's session worker ends a session it has heard nothing from for `session_idle_ms`; calls
 /// answered here tell it the session is in use at most this often (or a third of that time).
@@ -272,13 +278,29 @@ impl Direct {
                 Some(accepted())
             }
             Message::Request { id, request, meta } => {
+                // A subscription's updates go to the session's own client (its GET stream),
+                // which only a session the edge holds has here; rmcp serves the others'.
+                let client = match request {
+                    Request::Subscribe(_) | Request::Unsubscribe(_) => {
+                        let native = self.shared.native.get(session)?.clone();
+                        if native.is_closed() || !self.shared.hub.is_native(session) {
+                            return None;
+                        }
+                        Some(native as ToClient)
+                    }
+                    _ => None,
+                };
                 self.shared.touch_later(session, &negotiated);
+                let capabilities = meta
+                    .client_capabilities()
+                    .or_else(|| Some(negotiated.capabilities.clone()));
                 let call = Call {
                     id,
                     request,
                     meta,
-                    capabilities: Some(negotiated.capabilities.clone()),
+                    capabilities,
                     session: Some((session, negotiated)),
+                    client,
                 };
                 Some(self.call(parts, call).await)
             }
@@ -331,6 +353,7 @@ impl Direct {
             meta,
             capabilities,
             session: None,
+            client: None,
         };
         Some(self.call(parts, call).await)
     }
@@ -357,6 +380,7 @@ impl Direct {
             meta,
             session,
             capabilities,
+            client,
         } = call;
         let stateless = session.is_none();
         let (session, negotiated) = session.unzip();
@@ -376,7 +400,7 @@ impl Direct {
             parent: traces::parent(&meta, Some(&parts.headers)),
             meta,
             ct: ct.clone(),
-            client: stream.clone(),
+            client: client.unwrap_or_else(|| stream.clone() as ToClient),
             identity: parts.extensions.get::<Identity>().cloned(),
             session: session.map(str::to_owned),
             session_key: session
@@ -465,4 +489,6 @@ struct Call<'a> {
     /// era).
     session: Option<(&'a str, Arc<Negotiated>)>,
     capabilities: Option<ClientCapabilities>,
+    /// Who the request's own messages go to, when not its stream (a subscription's client).
+    client: Option<ToClient>,
 }

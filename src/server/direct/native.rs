@@ -1,21 +1,21 @@
 //! Handshake-era sessions the edge holds itself. A plain `initialize` is answered here and the
 //! session is a small record in the hub (what it negotiated, when it was last used, a client
 //! handle with a GET stream while the client has one open) — no rmcp session worker, channels
-//! or tasks behind it. Its calls, lists and reads take the direct path; its
-//! `notifications/initialized`, `ping`, `logging/setLevel`, GET stream and DELETE are answered
-//! here too, and a sealed id of a session this replica does not hold (opened on another
-//! replica, or ended here after idling) is restored here the same way.
+//! or tasks behind it. Its requests (calls, lists, reads, completion, `tasks/*`,
+//! subscriptions) take the direct path; its `notifications/initialized`, `ping`,
+//! `logging/setLevel`, GET stream (resumed with `Last-Event-ID` from the buffer too) and
+//! DELETE are answered here, and a sealed id of a session this replica does not hold (opened on
+//! another replica, or ended here after idling) is restored here the same way.
 //!
-//! Anything else for such a session — a GET stream's resumption, `tasks/*`, subscriptions,
-//! completion, any request rmcp must check — goes to rmcp's transport, which finds no session
-//! of that id and restores it from the sealed id exactly as it restores a session opened on
-//! another replica; from then on rmcp holds it (the hub hands the session's client over in
-//! [`Hub::register`](crate::server::sessions::Hub::register)).
+//! Anything else for such a session — a request rmcp must check — goes to rmcp's transport,
+//! which finds no session of that id and restores it from the sealed id exactly as it restores
+//! a session opened on another replica; from then on rmcp holds it (the hub hands the session's
+//! client over in [`Hub::register`](crate::server::sessions::Hub::register)).
 
 use std::{
     sync::{
         Arc,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicUsize, Ordering},
     },
     time::Duration,
 };
@@ -61,6 +61,17 @@ pub(super) struct NativeClient {
     closed: AtomicBool,
     /// The open GET stream's sender; `Some` once one was opened (closed when it ended).
     stream: Mutex<Option<mpsc::Sender<ServerSseMessage>>>,
+    /// Resumed streams open now (each follows the resumption buffer).
+    resumed: AtomicUsize,
+}
+
+/// A resumed stream of a session the edge holds: while it is open the client listens.
+struct Resumed(Arc<NativeClient>);
+
+impl Drop for Resumed {
+    fn drop(&mut self) {
+        self.0.resumed.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl NativeClient {
@@ -70,15 +81,19 @@ impl NativeClient {
             replay,
             closed: AtomicBool::new(false),
             stream: Mutex::new(None),
+            resumed: AtomicUsize::new(0),
         }
     }
 
-    /// Whether its GET stream is open (the client listens: the session is in use).
+    /// Whether its GET stream or a resumed stream is open (the client listens: the session is
+    /// in use).
     fn listening(&self) -> bool {
-        self.stream
-            .lock()
-            .as_ref()
-            .is_some_and(|tx| !tx.is_closed())
+        self.resumed.load(Ordering::Relaxed) > 0
+            || self
+                .stream
+                .lock()
+                .as_ref()
+                .is_some_and(|tx| !tx.is_closed())
     }
 
     /// The events of a new GET stream (one that was open before ends).
@@ -260,9 +275,9 @@ impl Direct {
             .map(|retry| ServerSseMessage::priming(STANDALONE_PRIMING_ID, retry))
     }
 
-    /// Answers a GET that opens the standalone stream of a session the edge holds (or can
-    /// restore), or `None`: rmcp's transport answers it (a resumption with `Last-Event-ID`
-    /// among others, after taking the session over).
+    /// Answers a GET that opens or resumes a stream of a session the edge holds (or can
+    /// restore), or `None`: rmcp's transport answers it (an unusual one, after taking the
+    /// session over).
     pub(in crate::server) async fn stream(
         &self,
         parts: &Parts,
@@ -279,9 +294,14 @@ impl Direct {
                 let media = p.next().unwrap_or_default().trim();
                 media.eq_ignore_ascii_case("text/event-stream") && p.next().is_none()
             });
-        if !sse || h.contains_key("last-event-id") || !self.plain_host(parts) {
+        if !sse || !self.plain_host(parts) {
             return None;
         }
+        let last = match super::plain::header_text(parts, "last-event-id")? {
+            Some(STANDALONE_PRIMING_ID) => Resume::Start,
+            Some(id) => Resume::After(id),
+            None => Resume::No,
+        };
         let negotiated = match self.shared.hub.negotiation(session) {
             Some(n) => n,
             None if self.restore(session).await => self.shared.hub.negotiation(session)?,
@@ -299,6 +319,25 @@ impl Direct {
             return None;
         }
         negotiated.touched_now();
+        // The edge refused ids this session cannot resume from before (`http::route`). What
+        // was missed comes from the buffer, then what is stored as it happens (a notification
+        // is stored by the client, a call's event by its stream).
+        let resumed = match last {
+            Resume::After(id) => Some(self.shared.replay.resume_after(session, id).ok()?),
+            Resume::Start => self.shared.replay.standalone_from_start(session),
+            Resume::No => None,
+        };
+        if let Some(events) = resumed {
+            client.resumed.fetch_add(1, Ordering::Relaxed);
+            let open = Resumed(client);
+            let events = events
+                .map(move |e| {
+                    let _listening = &open;
+                    sse_event(&e)
+                })
+                .take_until(self.shared.shutdown.clone().cancelled_owned());
+            return Some(event_stream(Box::pin(events)));
+        }
         // A second GET while one is open gets a stream that only keeps alive (as rmcp's
         // shadow streams); the first keeps the session's events.
         if client.listening() {
@@ -320,6 +359,15 @@ impl Direct {
             .take_until(self.shared.shutdown.clone().cancelled_owned());
         Some(event_stream(Box::pin(events)))
     }
+}
+
+/// What a GET's `Last-Event-ID` asks for.
+enum Resume<'a> {
+    No,
+    /// The standalone stream from its oldest buffered event (the client saw only the priming
+    /// event, which carries no stored id).
+    Start,
+    After(&'a str),
 }
 
 impl Shared {

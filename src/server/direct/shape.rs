@@ -2,8 +2,8 @@
 //! rmcp's handler shapes it on its own path.
 
 use rmcp::{
-    ErrorData,
-    model::{CallToolResponse, ClientCapabilities, ServerResult},
+    ErrorData, ServerHandler,
+    model::{CallToolResponse, ClientCapabilities, DiscoverResult, ErrorCode, ServerResult},
 };
 
 use super::message::Request;
@@ -15,6 +15,9 @@ pub(super) async fn shaped(
     request: Request,
     r: &Incoming,
 ) -> Result<ServerResult, ErrorData> {
+    if let Some(method) = request.task_method() {
+        tasks_gate(g, method, r)?;
+    }
     let mut result = match request {
         Request::CallTool(p) => {
             let answer = g.tools_call(p, r).await?;
@@ -41,6 +44,28 @@ pub(super) async fn shaped(
             g.logging_set_level(p, r).await?;
             ServerResult::empty(())
         }
+        Request::Complete(p) => ServerResult::CompleteResult(g.completion(p, r).await?),
+        Request::GetTask(p) => ServerResult::GetTaskResult(g.tasks_get(p, r).await?),
+        Request::UpdateTask(p) => {
+            g.tasks_update(p, r).await?;
+            ServerResult::task_ack(())
+        }
+        Request::CancelTask(p) => {
+            g.tasks_cancel(p, r).await?;
+            ServerResult::task_ack(())
+        }
+        Request::Subscribe(p) => {
+            g.resources_subscribe(p, r).await?;
+            ServerResult::empty(())
+        }
+        Request::Unsubscribe(p) => {
+            g.resources_unsubscribe(p, r).await?;
+            ServerResult::empty(())
+        }
+        Request::Discover => ServerResult::DiscoverResult(DiscoverResult::from_server_info(
+            g.supported_protocol_versions().into_owned(),
+            g.info(),
+        )),
     };
     if r.stateless {
         result.fill_missing_cache_hints();
@@ -55,6 +80,20 @@ pub(super) async fn shaped(
     result.strip_result_type_for_legacy_peer();
     result.strip_non_object_output_for_legacy_peer();
     Ok(result)
+}
+
+/// `tasks/*` exist while the gateway offers the extension (`-32601` otherwise), for callers
+/// that declared it (`-32021` otherwise) — rmcp's handler gates them the same way.
+fn tasks_gate(g: &Gateway, method: &'static str, r: &Incoming) -> Result<(), ErrorData> {
+    if !g.info().capabilities.supports_tasks() {
+        return Err(ErrorData::new(ErrorCode::METHOD_NOT_FOUND, method, None));
+    }
+    if r.capabilities.as_ref().is_some_and(|c| c.supports_tasks()) {
+        return Ok(());
+    }
+    Err(ErrorData::missing_required_client_capability(
+        ClientCapabilities::builder().enable_tasks().build(),
+    ))
 }
 
 /// The gateway's answer, as rmcp's handler gives it to each era: the stateless era gets the
