@@ -439,7 +439,8 @@ mod tests {
 
         let meta = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"c","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}"#;
         let era = Era::Stateless("2026-07-28");
-        let discover = format!(r#"{{"jsonrpc":"2.0","id":4,"method":"server/discover","params":{{{meta}}}}}"#);
+        let discover =
+            format!(r#"{{"jsonrpc":"2.0","id":4,"method":"server/discover","params":{{{meta}}}}}"#);
         assert!(matches!(
             decode(discover.as_bytes(), Some("server/discover"), None, era),
             Some(Message::Request {
@@ -454,7 +455,15 @@ mod tests {
         let subscribe = format!(
             r#"{{"jsonrpc":"2.0","id":5,"method":"resources/subscribe","params":{{"uri":"x",{meta}}}}}"#
         );
-        assert!(decode(subscribe.as_bytes(), Some("resources/subscribe"), Some("x"), era).is_none());
+        assert!(
+            decode(
+                subscribe.as_bytes(),
+                Some("resources/subscribe"),
+                Some("x"),
+                era
+            )
+            .is_none()
+        );
     }
 
     #[test]
