@@ -14,6 +14,7 @@ mod direct;
 pub mod error;
 mod health;
 pub mod http;
+mod listen;
 mod listener;
 pub mod mcp;
 pub mod parts;

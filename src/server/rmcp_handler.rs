@@ -20,10 +20,9 @@ use rmcp::{
 use super::{
     mcp::Gateway,
     request_of::{Incoming, is_modern, session_key},
-    sessions::{Hub, Negotiated},
+    sessions::Negotiated,
     unrouted,
 };
-use crate::pipeline::Op;
 
 impl ServerHandler for Gateway {
     /// rmcp hands over a request of a known method whose params it could not decode (missing,
@@ -48,39 +47,12 @@ impl ServerHandler for Gateway {
         Some(self.accepted_filter(requested))
     }
 
-    /// One stream, one merged acknowledgement: list changes come from the hub; each resource
-    /// subscription is made upstream (`resources/subscribe` on a handshake-era upstream, the
-    /// listen filter of a stateless-era one) by the first subscriber and dropped by the last.
+    /// One stream, one merged acknowledgement (see `listen`).
     async fn listen(&self, ctx: SubscriptionContext) -> Result<(), McpError> {
-        let hub = &self.parts.hub;
-        let id = hub.add_listener(ctx.sink().clone());
-        let key = Hub::listener_key(id);
+        let sink = Arc::new(ctx.sink().clone());
         let rctx = &Incoming::of(ctx.request_context());
-        let access = self.identity(rctx).access;
-        let mut held = Vec::new();
-        for uri in ctx.accepted().resource_subscriptions.iter().flatten() {
-            if !self.may_watch(&access, uri) {
-                continue;
-            }
-            if hub.subscribe(&key, uri) {
-                let op = Op::Subscribe(SubscribeRequestParams::new(uri.clone()));
-                if let Err(e) = self.run(op, rctx).await {
-                    tracing::info!(uri, "resource subscription failed upstream: {}", e.message);
-                    hub.unsubscribe(&key, uri);
-                    continue;
-                }
-            }
-            held.push(uri.clone());
-        }
-        ctx.cancelled().await;
-        for uri in held {
-            if hub.unsubscribe(&key, &uri) {
-                // The stream's own token is cancelled by now.
-                let op = Op::Unsubscribe(UnsubscribeRequestParams::new(uri));
-                let _ = self.run_with(op, rctx, Default::default()).await;
-            }
-        }
-        hub.remove_listener(id);
+        self.hold_listen(sink, ctx.accepted(), rctx, ctx.cancelled())
+            .await;
         Ok(())
     }
 

@@ -8,10 +8,10 @@ use std::sync::{
 
 use crate::upstream::{Changed, Downstreams};
 use dashmap::DashMap;
-use futures::StreamExt;
-use rmcp::{
-    model::{ClientCapabilities, LoggingLevel, ResourceUpdatedNotificationParam},
-    service::SubscriptionSink,
+use futures::{StreamExt, future::BoxFuture};
+use rmcp::model::{
+    ClientCapabilities, LoggingLevel, ResourceUpdatedNotification,
+    ResourceUpdatedNotificationParam, ServerNotification,
 };
 
 use crate::to_client::ToClient;
@@ -20,6 +20,21 @@ use crate::to_client::ToClient;
 /// rmcp mints UUIDs, stdio is `stdio`).
 const LISTENER_PREFIX: &str = "listen:";
 
+/// A stateless-era `subscriptions/listen` stream: it sends what its accepted filter covers,
+/// naming its subscription, and drops the rest (rmcp's sink, or the edge's own).
+pub trait Listener: Send + Sync + std::fmt::Debug {
+    fn send(&self, n: ServerNotification) -> BoxFuture<'static, ()>;
+}
+
+impl Listener for rmcp::service::SubscriptionSink {
+    fn send(&self, n: ServerNotification) -> BoxFuture<'static, ()> {
+        let sink = self.clone();
+        Box::pin(async move {
+            let _ = rmcp::service::SubscriptionSink::send(&sink, n).await;
+        })
+    }
+}
+
 /// Registry of live downstream sessions, keyed by their `Mcp-Session-Id` (or `stdio`).
 #[derive(Debug, Default)]
 pub struct Hub {
@@ -27,7 +42,7 @@ pub struct Hub {
     /// uri -> sessions subscribed to it
     subscriptions: DashMap<String, Vec<String>>,
     /// Open `subscriptions/listen` streams of stateless-era clients.
-    listeners: DashMap<u64, SubscriptionSink>,
+    listeners: DashMap<u64, Arc<dyn Listener>>,
     next_listener: AtomicU64,
     /// Handshake-era `logging/setLevel`, per session.
     log_levels: DashMap<String, LoggingLevel>,
@@ -171,7 +186,7 @@ impl Hub {
     }
 
     /// Adds a stateless-era listener; remove it with [`Self::remove_listener`].
-    pub fn add_listener(&self, sink: SubscriptionSink) -> u64 {
+    pub fn add_listener(&self, sink: Arc<dyn Listener>) -> u64 {
         let id = self.next_listener.fetch_add(1, Ordering::Relaxed);
         self.listeners.insert(id, sink);
         id
@@ -248,7 +263,7 @@ impl Hub {
         self.prune();
         let peers: Vec<ToClient> = self.sessions.iter().map(|e| e.value().clone()).collect();
         // A listener's sink drops what its accepted filter does not cover.
-        let sinks: Vec<SubscriptionSink> =
+        let sinks: Vec<Arc<dyn Listener>> =
             self.listeners.iter().map(|e| e.value().clone()).collect();
         if peers.is_empty() && sinks.is_empty() {
             return;
@@ -270,13 +285,18 @@ impl Hub {
             futures::stream::iter(sinks)
                 .for_each_concurrent(NOTIFY_CONCURRENCY, |sink| async move {
                     if changed.tools {
-                        let _ = sink.notify_tool_list_changed().await;
+                        let n = ServerNotification::ToolListChangedNotification(Default::default());
+                        sink.send(n).await;
                     }
                     if changed.prompts {
-                        let _ = sink.notify_prompt_list_changed().await;
+                        let n =
+                            ServerNotification::PromptListChangedNotification(Default::default());
+                        sink.send(n).await;
                     }
                     if changed.resources {
-                        let _ = sink.notify_resource_list_changed().await;
+                        let n =
+                            ServerNotification::ResourceListChangedNotification(Default::default());
+                        sink.send(n).await;
                     }
                 })
                 .await;
@@ -338,9 +358,10 @@ impl Hub {
                 .and_then(|l| self.listeners.get(&l))
                 .map(|s| s.clone())
             {
-                tokio::spawn(async move {
-                    let _ = sink.notify_resource_updated(p.uri).await;
-                });
+                let n = ServerNotification::ResourceUpdatedNotification(
+                    ResourceUpdatedNotification::new(ResourceUpdatedNotificationParam::new(p.uri)),
+                );
+                tokio::spawn(sink.send(n));
             }
         }
     }

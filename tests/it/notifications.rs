@@ -373,3 +373,114 @@ async fn a_closed_sessions_subscriptions_are_released_upstream() {
         b.cancel().await.expect("close");
     }
 }
+
+/// Reads SSE `data:` events until one satisfies `want`; every event read so far. Bounded.
+async fn events_until(
+    stream: &mut reqwest::Response,
+    want: impl Fn(&serde_json::Value) -> bool,
+) -> Vec<serde_json::Value> {
+    let mut seen = Vec::new();
+    let mut buf = String::new();
+    let read = async {
+        loop {
+            while let Some(end) = buf.find("\n\n") {
+                let event: String = buf.drain(..end + 2).collect();
+                for data in event.lines().filter_map(|l| l.strip_prefix("data: ")) {
+                    let v: serde_json::Value = serde_json::from_str(data).expect("JSON event");
+                    let done = want(&v);
+                    seen.push(v);
+                    if done {
+                        return;
+                    }
+                }
+            }
+            match stream.chunk().await.expect("stream") {
+                Some(chunk) => buf.push_str(&String::from_utf8_lossy(&chunk)),
+                None => panic!("the stream ended; events: {seen:?}"),
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), read)
+        .await
+        .unwrap_or_else(|_| panic!("no such event"));
+    seen
+}
+
+/// A stateless-era listen stream over raw HTTP: acknowledged with what the gateway accepts of
+/// the filter, then list changes and updates of the accepted resource (nothing it did not ask
+/// for), each naming the subscription.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_raw_listen_stream_is_acknowledged_and_carries_what_it_accepted() {
+    let gw = Gateway::start(&format!(
+        "[gateway]\n{}",
+        stdio_upstream("demo", &[], "era = \"legacy\"")
+    ));
+    let meta = serde_json::json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    let listen = serde_json::json!({
+        "jsonrpc": "2.0", "id": "sub-1", "method": "subscriptions/listen",
+        "params": {"_meta": meta, "notifications": {
+            "toolsListChanged": true,
+            "resourceSubscriptions": ["demo://notes/a"],
+        }},
+    });
+    let mut stream = reqwest::Client::new()
+        .post(&gw.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "subscriptions/listen")
+        .json(&listen)
+        .send()
+        .await
+        .expect("listen");
+    assert_eq!(stream.status().as_u16(), 200);
+    assert_eq!(stream.headers()["content-type"], "text/event-stream");
+    let ack = events_until(&mut stream, |_| true).await;
+    let ack = &ack[0];
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    assert_eq!(
+        ack["params"]["notifications"],
+        serde_json::json!({"toolsListChanged": true, "resourceSubscriptions": ["demo://notes/a"]}),
+        "what was asked for and is served is accepted: {ack}"
+    );
+    assert_eq!(
+        ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        "sub-1"
+    );
+
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    call(&client, "demo__toggle_extra", serde_json::json!({}))
+        .await
+        .unwrap();
+    call(
+        &client,
+        "demo__write_note",
+        serde_json::json!({"key": "a", "value": "1"}),
+    )
+    .await
+    .unwrap();
+    let seen = events_until(&mut stream, |v| {
+        v["method"] == "notifications/resources/updated"
+    })
+    .await;
+    assert!(
+        seen.iter()
+            .any(|v| v["method"] == "notifications/tools/list_changed"),
+        "{seen:?}"
+    );
+    for v in &seen {
+        assert_eq!(
+            v["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "sub-1",
+            "{v}"
+        );
+        assert_ne!(
+            v["method"], "notifications/prompts/list_changed",
+            "not asked for"
+        );
+    }
+    client.cancel().await.unwrap();
+}

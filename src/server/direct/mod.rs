@@ -1,6 +1,6 @@
 //! The direct path: the requests of both eras answered by the edge itself — calls, lists,
 //! reads, completion, `tasks/*`, a session's subscriptions and the stateless era's
-//! `server/discover` — decoded once, handed straight to the gateway's answers (`mcp.rs`),
+//! `server/discover` and `subscriptions/listen` (`listen`, `task_listen`) — decoded once, handed straight to the gateway's answers (`mcp.rs`),
 //! written in one go (`call_stream`) instead of through rmcp's session worker, its channels and
 //! its SSE framing of every answer. The client's answers to input requests of such calls and
 //! its `notifications/cancelled` for them come here too. A plain `initialize` opens a session
@@ -16,6 +16,7 @@
 mod call_stream;
 mod http_answers;
 mod keep_alive;
+mod listen;
 mod message;
 mod native;
 mod plain;

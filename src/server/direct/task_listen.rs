@@ -55,7 +55,7 @@ struct ListenRequest {
 struct ListenParams {
     #[serde(rename = "_meta")]
     meta: RequestMetaObject,
-    notifications: Filter,
+    notifications: serde_json::Value,
 }
 
 #[derive(Deserialize)]
@@ -72,9 +72,9 @@ struct Followed {
     next: Option<rmcp::model::GetTaskResult>,
 }
 
-/// Reading a task's state asks the client nothing.
+/// Reading a task's state (or holding a listen stream) asks the client nothing.
 #[derive(Debug)]
-struct NoClient;
+pub(super) struct NoClient;
 
 impl ClientChannel for NoClient {
     fn notify(&self, _: ServerNotification) -> BoxFuture<'static, Result<(), NotSent>> {
@@ -97,8 +97,9 @@ impl ClientChannel for NoClient {
 }
 
 impl Direct {
-    /// Serves a stateless-era `subscriptions/listen` that names `taskIds`, or `None`: rmcp's
-    /// transport serves it (any other listen, or one whose headers are not plain).
+    /// Serves a stateless-era `subscriptions/listen` — one that names `taskIds` here, any other
+    /// in `listen` — or `None`: rmcp's transport serves it (one whose headers or body are not
+    /// plain).
     pub(in crate::server) async fn listen(
         &self,
         parts: &Parts,
@@ -116,10 +117,23 @@ impl Direct {
         let meta = r.params.meta;
         if r.jsonrpc != "2.0"
             || r.method != "subscriptions/listen"
-            || r.params.notifications.task_ids.is_empty()
             || meta.protocol_version().map(|v| v.to_string()).as_deref() != Some(VERSION)
         {
             return None;
+        }
+        let tasks: Filter = serde_json::from_value(r.params.notifications.clone()).ok()?;
+        if tasks.task_ids.is_empty() {
+            // rmcp's checks: every key the era requires, a filter of its shape.
+            let complete = meta
+                .missing_required_keys(&rmcp::model::ProtocolVersion::V_2026_07_28)
+                .is_empty();
+            let filter = serde_json::from_value(r.params.notifications).ok()?;
+            let listen = super::listen::Listen {
+                id: r.id,
+                meta,
+                filter,
+            };
+            return complete.then(|| self.listen_changes(parts, listen));
         }
         let capabilities = meta.client_capabilities()?;
         let closed = CancellationToken::new();
@@ -145,7 +159,7 @@ impl Direct {
         let mut accepted = Vec::new();
         let mut first = Vec::new();
         if capabilities.supports_tasks() {
-            let mut named = r.params.notifications.task_ids;
+            let mut named = tasks.task_ids;
             named.dedup();
             let reads = named.into_iter().take(MAX_TASKS).map(|handle| {
                 let params = GetTaskParams::new(handle.clone());
