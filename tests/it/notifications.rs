@@ -374,10 +374,10 @@ async fn a_closed_sessions_subscriptions_are_released_upstream() {
     }
 }
 
-/// Reads SSE `data:` events until one satisfies `want`; every event read so far. Bounded.
+/// Reads SSE `data:` events until those read so far satisfy `want`; those events. Bounded.
 async fn events_until(
     stream: &mut reqwest::Response,
-    want: impl Fn(&serde_json::Value) -> bool,
+    want: impl Fn(&[serde_json::Value]) -> bool,
 ) -> Vec<serde_json::Value> {
     let mut seen = Vec::new();
     let mut buf = String::new();
@@ -387,9 +387,8 @@ async fn events_until(
                 let event: String = buf.drain(..end + 2).collect();
                 for data in event.lines().filter_map(|l| l.strip_prefix("data: ")) {
                     let v: serde_json::Value = serde_json::from_str(data).expect("JSON event");
-                    let done = want(&v);
                     seen.push(v);
-                    if done {
+                    if want(&seen) {
                         return;
                     }
                 }
@@ -463,15 +462,17 @@ async fn a_raw_listen_stream_is_acknowledged_and_carries_what_it_accepted() {
     )
     .await
     .unwrap();
-    let seen = events_until(&mut stream, |v| {
-        v["method"] == "notifications/resources/updated"
+    // Both arrive, in either order (each is sent by a task of its own).
+    let method = |v: &serde_json::Value, m: &str| v["method"] == m;
+    let seen = events_until(&mut stream, |seen| {
+        [
+            "notifications/tools/list_changed",
+            "notifications/resources/updated",
+        ]
+        .iter()
+        .all(|m| seen.iter().any(|v| method(v, m)))
     })
     .await;
-    assert!(
-        seen.iter()
-            .any(|v| v["method"] == "notifications/tools/list_changed"),
-        "{seen:?}"
-    );
     for v in &seen {
         assert_eq!(
             v["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "sub-1",
