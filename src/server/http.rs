@@ -91,6 +91,7 @@ pub async fn serve(
     let direct = Direct::new(
         gateway.clone(),
         mcp_hosts(settings),
+        config.allowed_origins.clone(),
         super::direct::Settings {
             replay: replay.clone(),
             sessions: sessions.clone(),

@@ -192,13 +192,16 @@ async fn a_plain_session_is_held_by_the_edge_until_a_request_only_rmcp_serves() 
         "a notification's id is stored, not the priming id"
     );
 
-    // A request with weights in its `Accept` is rmcp's to check: it takes the session over
-    // (restoring it from the sealed id) and answers as its transport does (SSE); the edge's
-    // stream ends and the client resumes on rmcp's, from the same buffer.
+    // An `Origin` the edge does not find among the configured ones as written (this one ends
+    // with a slash) is rmcp's to check: it takes the session over (restoring it from the
+    // sealed id) and answers as its transport does (SSE); the edge's stream ends and the
+    // client resumes on rmcp's, from the same buffer.
+    let origin = format!("{}/", s.url.trim_end_matches("/mcp"));
     let odd = s
         .http
         .post(&s.url)
-        .header("accept", "application/json;q=1, text/event-stream;q=0.5")
+        .header("origin", origin)
+        .header("accept", "application/json, text/event-stream")
         .header("content-type", "application/json")
         .header("mcp-session-id", &s.sid)
         .header("mcp-protocol-version", "2025-11-25")
@@ -397,4 +400,76 @@ async fn a_resumed_stream_is_served_by_the_edge_from_the_buffer() {
     let unknown = s.get(Some("999999")).await;
     assert_eq!(unknown.status().as_u16(), 404);
     assert_eq!(s.delete().await.status().as_u16(), 204);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn weighted_accept_a_configured_origin_and_no_version_header_stay_at_the_edge() {
+    let gw = Gateway::start(&format!(
+        "[gateway]\n{}",
+        stdio_upstream("demo", &[], "era = \"legacy\"")
+    ));
+    let s = Raw::open(&gw.url).await;
+    let mut stream = s.get(None).await;
+    let port = s
+        .url
+        .rsplit(':')
+        .next()
+        .unwrap_or_default()
+        .trim_end_matches("/mcp");
+    let list = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+    for (accept, origin, version) in [
+        (
+            "application/json;q=0.9, text/event-stream;q=0.5",
+            None,
+            true,
+        ),
+        (
+            "application/json, text/event-stream",
+            Some(format!("http://localhost:{port}")),
+            true,
+        ),
+        ("application/json, text/event-stream", None, false),
+    ] {
+        let mut r = s
+            .http
+            .post(&s.url)
+            .header("accept", accept)
+            .header("content-type", "application/json")
+            .header("mcp-session-id", &s.sid);
+        if let Some(o) = &origin {
+            r = r.header("origin", o);
+        }
+        if version {
+            r = r.header("mcp-protocol-version", "2025-11-25");
+        }
+        let r = r.body(list).send().await.expect("POST");
+        assert_eq!(r.status().as_u16(), 200, "{accept} {origin:?} {version}");
+        assert_eq!(
+            r.headers()["content-type"],
+            "application/json",
+            "answered by the edge: {accept} {origin:?} {version}"
+        );
+        let body: serde_json::Value = r.json().await.expect("JSON");
+        assert!(body["result"]["tools"].is_array(), "{body}");
+    }
+    // A range weighted zero is not accepted: rmcp refuses the request (406), as before.
+    let refused = s
+        .http
+        .post(&s.url)
+        .header("accept", "application/json, text/event-stream;q=0")
+        .header("content-type", "application/json")
+        .header("mcp-session-id", &s.sid)
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(list)
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(refused.status().as_u16(), 406);
+    // The session stayed at the edge: its GET stream was not ended by a takeover.
+    let toggled = s
+        .ask(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"demo__toggle_extra","arguments":{}}}"#)
+        .await;
+    assert!(toggled["result"].is_object(), "{toggled}");
+    let mut seen = String::new();
+    event_with(&mut stream, &mut seen, "notifications/tools/list_changed").await;
 }

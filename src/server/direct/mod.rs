@@ -189,10 +189,17 @@ pub(super) struct Direct {
     gateway: Gateway,
     /// Host names rmcp's transport accepts on `/mcp` (without port).
     hosts: Arc<Vec<String>>,
+    /// Origins rmcp's transport accepts on `/mcp`, as configured.
+    origins: Arc<Vec<String>>,
 }
 
 impl Direct {
-    pub(super) fn new(gateway: Gateway, hosts: Vec<String>, settings: Settings) -> Self {
+    pub(super) fn new(
+        gateway: Gateway,
+        hosts: Vec<String>,
+        origins: Vec<String>,
+        settings: Settings,
+    ) -> Self {
         let Settings {
             replay,
             sessions,
@@ -230,6 +237,7 @@ impl Direct {
             shared,
             gateway,
             hosts: Arc::new(hosts),
+            origins: Arc::new(origins),
         }
     }
 
