@@ -473,3 +473,39 @@ async fn weighted_accept_a_configured_origin_and_no_version_header_stay_at_the_e
     let mut seen = String::new();
     event_with(&mut stream, &mut seen, "notifications/tools/list_changed").await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unknown_methods_and_bad_params_are_refused_by_the_edge_without_a_takeover() {
+    let gw = Gateway::start(&format!(
+        "[gateway]\n{}",
+        stdio_upstream("demo", &[], "era = \"legacy\"")
+    ));
+    let s = Raw::open(&gw.url).await;
+    let mut stream = s.get(None).await;
+    let unknown = s
+        .ask_edge(r#"{"jsonrpc":"2.0","id":1,"method":"nothing/here","params":{}}"#)
+        .await;
+    assert_eq!(unknown["id"], 1, "{unknown}");
+    assert_eq!(unknown["error"]["code"], -32601, "{unknown}");
+    assert!(
+        unknown["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("nothing/here")),
+        "{unknown}"
+    );
+    let bad = s
+        .ask_edge(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"demo__echo","arguments":3}}"#)
+        .await;
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
+    let removed = s
+        .ask_edge(r#"{"jsonrpc":"2.0","id":3,"method":"tasks/list","params":{}}"#)
+        .await;
+    assert_eq!(removed["error"]["code"], -32601, "{removed}");
+    // The session stayed at the edge: its GET stream was not ended by a takeover.
+    let toggled = s
+        .ask(r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"demo__toggle_extra","arguments":{}}}"#)
+        .await;
+    assert!(toggled["result"].is_object(), "{toggled}");
+    let mut seen = String::new();
+    event_with(&mut stream, &mut seen, "notifications/tools/list_changed").await;
+}

@@ -51,6 +51,8 @@ pub(super) enum Request {
     Unsubscribe(UnsubscribeRequestParams),
     /// The stateless era's `server/discover`.
     Discover,
+    /// A method rmcp does not know, or params it cannot decode (answered with its error).
+    Custom(String),
 }
 
 /// `server/discover`'s params: nothing but `_meta` (rmcp refuses anything else).
@@ -72,7 +74,7 @@ impl Request {
             | Request::ListPrompts(p)
             | Request::ListResources(p)
             | Request::ListTemplates(p) => p.as_mut().and_then(|p| p.meta.take()),
-            Request::Ping | Request::Discover => None,
+            Request::Ping | Request::Discover | Request::Custom(_) => None,
             Request::SetLevel(p) => p.meta.take(),
             Request::Complete(p) => p.meta.take(),
             Request::GetTask(p) => p.meta.take(),
@@ -173,26 +175,28 @@ pub(super) fn decode(
     }
     match (e.id, e.method) {
         (Some(id), Some(method)) => {
-            let mut request = match method {
-                "tools/call" => Request::CallTool(params(e.params)?),
-                "tools/list" => Request::ListTools(optional(e.params)?),
-                "prompts/list" => Request::ListPrompts(optional(e.params)?),
-                "prompts/get" => Request::GetPrompt(params(e.params)?),
-                "resources/list" => Request::ListResources(optional(e.params)?),
-                "resources/templates/list" => Request::ListTemplates(optional(e.params)?),
-                "resources/read" => Request::ReadResource(params(e.params)?),
+            let typed = match method {
+                "tools/call" => params(e.params).map(Request::CallTool),
+                "tools/list" => optional(e.params).map(Request::ListTools),
+                "prompts/list" => optional(e.params).map(Request::ListPrompts),
+                "prompts/get" => params(e.params).map(Request::GetPrompt),
+                "resources/list" => optional(e.params).map(Request::ListResources),
+                "resources/templates/list" => optional(e.params).map(Request::ListTemplates),
+                "resources/read" => params(e.params).map(Request::ReadResource),
                 // A session's ping (a stateless-era one goes to rmcp, which checks its `_meta`).
-                "ping" if !stateless && e.params.is_none() => Request::Ping,
-                "logging/setLevel" if !stateless => Request::SetLevel(params(e.params)?),
-                "completion/complete" => Request::Complete(params(e.params)?),
-                "tasks/get" => Request::GetTask(params(e.params)?),
-                "tasks/update" => Request::UpdateTask(params(e.params)?),
-                "tasks/cancel" => Request::CancelTask(params(e.params)?),
-                "resources/subscribe" if !stateless => Request::Subscribe(params(e.params)?),
-                "resources/unsubscribe" if !stateless => Request::Unsubscribe(params(e.params)?),
+                "ping" if !stateless && e.params.is_none() => Some(Request::Ping),
+                "logging/setLevel" if !stateless => params(e.params).map(Request::SetLevel),
+                "completion/complete" => params(e.params).map(Request::Complete),
+                "tasks/get" => params(e.params).map(Request::GetTask),
+                "tasks/update" => params(e.params).map(Request::UpdateTask),
+                "tasks/cancel" => params(e.params).map(Request::CancelTask),
+                "resources/subscribe" if !stateless => params(e.params).map(Request::Subscribe),
+                "resources/unsubscribe" if !stateless => params(e.params).map(Request::Unsubscribe),
                 // Its `_meta` is all it carries (checked below like any stateless request's).
                 "server/discover" if stateless && mcp_name.is_none() => {
-                    let p: DiscoverParams = params(e.params)?;
+                    let Some(p) = params::<DiscoverParams>(e.params) else {
+                        return custom(body, id, mcp_name, era);
+                    };
                     let meta = p.meta.unwrap_or_default();
                     return meta_fits(&meta, era).then_some(Message::Request {
                         id,
@@ -200,7 +204,11 @@ pub(super) fn decode(
                         meta,
                     });
                 }
-                _ => return None,
+                _ => None,
+            };
+            // A method rmcp does not know, or params it cannot decode: its custom request.
+            let Some(mut request) = typed else {
+                return custom(body, id, mcp_name, era);
             };
             let named = request.name();
             if mcp_name.is_some_and(|n| Some(n) != named)
@@ -225,6 +233,40 @@ pub(super) fn decode(
         }
         _ => None,
     }
+}
+
+/// Methods whose `Mcp-Name` rmcp checks in the stateless era (their custom requests are its).
+const NAMED: [&str; 8] = [
+    "tools/call",
+    "prompts/get",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "tasks/get",
+    "tasks/update",
+    "tasks/cancel",
+];
+
+/// A request rmcp decodes as custom — a method it does not know, or a known one whose params
+/// it cannot decode — taken with the `_meta` rmcp reads from it; `None` for anything else
+/// (rmcp's), or when headers it checks come with it.
+fn custom(body: &[u8], id: RequestId, mcp_name: Option<&str>, era: Era) -> Option<Message> {
+    use rmcp::model::{ClientRequest, GetMeta};
+    let Ok(ClientJsonRpcMessage::Request(r)) = serde_json::from_slice(body) else {
+        return None;
+    };
+    let ClientRequest::CustomRequest(c) = &r.request else {
+        return None;
+    };
+    if mcp_name.is_some() || (era != Era::Handshake && NAMED.contains(&c.method.as_str())) {
+        return None;
+    }
+    let meta = r.request.get_meta().clone();
+    meta_fits(&meta, era).then(|| Message::Request {
+        id,
+        request: Request::Custom(c.method.clone()),
+        meta,
+    })
 }
 
 /// Whether a request's `_meta` speaks `era`: none names a version in a session; a stateless
@@ -277,24 +319,14 @@ mod tests {
     #[test]
     fn what_rmcp_must_answer_is_left_to_it() {
         for (body, method, name) in [
-            // not JSON, not 2.0, no params where they are required
+            // not JSON, not 2.0
             (&b"{"[..], None, None),
             (br#"{"jsonrpc":"1.0","id":1,"method":"tools/list"}"#, None, None),
-            (br#"{"jsonrpc":"2.0","id":1,"method":"tools/call"}"#, None, None),
-            // arguments not an object
-            (
-                br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":3}}"#,
-                None,
-                None,
-            ),
-            // methods the direct path does not take, or params it does not know
-            (br#"{"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":"loud"}}"#, None, None),
-            (br#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"task":"t"}}"#, None, None),
-            (br#"{"jsonrpc":"2.0","id":1,"method":"completion/complete","params":{"ref":{}}}"#, None, None),
-            (br#"{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{}}"#, None, None),
             // a ping or initialized notification with params (rmcp checks them)
             (br#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#, None, None),
             (br#"{"jsonrpc":"2.0","method":"notifications/initialized","params":3}"#, None, None),
+            // an initialize inside a session, a stateless-only method
+            (br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}"#, None, None),
             // headers that disagree with the body
             (
                 br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
@@ -306,11 +338,17 @@ mod tests {
                 None,
                 Some("b"),
             ),
+            (br#"{"jsonrpc":"2.0","id":1,"method":"nothing/here"}"#, None, Some("x")),
             // an answer to a request rmcp sent
             (br#"{"jsonrpc":"2.0","id":3,"result":{}}"#, None, None),
             // a stateless-era request
             (
                 br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#,
+                None,
+                None,
+            ),
+            (
+                br#"{"jsonrpc":"2.0","id":1,"method":"nothing/here","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#,
                 None,
                 None,
             ),
@@ -321,6 +359,65 @@ mod tests {
                 String::from_utf8_lossy(body)
             );
         }
+    }
+
+    #[test]
+    fn what_rmcp_decodes_as_custom_is_answered_with_its_error() {
+        for (body, method) in [
+            // no params where they are required, arguments not an object, bad level
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call"}"#,
+                "tools/call",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":3}}"#,
+                "tools/call",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":"loud"}}"#,
+                "logging/setLevel",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"task":"t"}}"#,
+                "tasks/get",
+            ),
+            // methods nobody serves, removed ones among them
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"nothing/here"}"#,
+                "nothing/here",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"tasks/list","params":{}}"#,
+                "tasks/list",
+            ),
+        ] {
+            let decoded = decode(body.as_bytes(), None, None, Era::Handshake);
+            let Some(Message::Request {
+                request: Request::Custom(m),
+                ..
+            }) = decoded
+            else {
+                panic!("{body}: {decoded:?}");
+            };
+            assert_eq!(m, method);
+        }
+        // In the stateless era, with its `_meta`, a method without a name; a named one is
+        // rmcp's (it checks `Mcp-Name` first).
+        let meta = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"c","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}"#;
+        let era = Era::Stateless("2026-07-28");
+        let unknown =
+            format!(r#"{{"jsonrpc":"2.0","id":1,"method":"nothing/here","params":{{{meta}}}}}"#);
+        assert!(matches!(
+            decode(unknown.as_bytes(), Some("nothing/here"), None, era),
+            Some(Message::Request {
+                request: Request::Custom(_),
+                ..
+            })
+        ));
+        let bad_call = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"arguments":3,{meta}}}}}"#
+        );
+        assert!(decode(bad_call.as_bytes(), Some("tools/call"), None, era).is_none());
     }
 
     #[test]

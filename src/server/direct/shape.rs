@@ -62,6 +62,9 @@ pub(super) async fn shaped(
             g.resources_unsubscribe(p, r).await?;
             ServerResult::empty(())
         }
+        Request::Custom(method) => {
+            return Err(crate::server::unrouted::custom_request(&method, r.modern));
+        }
         Request::Discover => ServerResult::DiscoverResult(DiscoverResult::from_server_info(
             g.supported_protocol_versions().into_owned(),
             g.info(),
