@@ -475,7 +475,7 @@ async fn weighted_accept_a_configured_origin_and_no_version_header_stay_at_the_e
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn unknown_methods_and_bad_params_are_refused_by_the_edge_without_a_takeover() {
+async fn unknown_methods_bad_params_and_notifications_stay_at_the_edge() {
     let gw = Gateway::start(&format!(
         "[gateway]\n{}",
         stdio_upstream("demo", &[], "era = \"legacy\"")
@@ -501,6 +501,13 @@ async fn unknown_methods_and_bad_params_are_refused_by_the_edge_without_a_takeov
         .ask_edge(r#"{"jsonrpc":"2.0","id":3,"method":"tasks/list","params":{}}"#)
         .await;
     assert_eq!(removed["error"]["code"], -32601, "{removed}");
+    // A client's notifications, and a cancellation of a call that ended already.
+    for note in [
+        r#"{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}"#,
+    ] {
+        assert_eq!(s.post(note).await.status().as_u16(), 202, "{note}");
+    }
     // The session stayed at the edge: its GET stream was not ended by a takeover.
     let toggled = s
         .ask(r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"demo__toggle_extra","arguments":{}}}"#)

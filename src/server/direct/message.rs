@@ -125,6 +125,8 @@ pub(super) enum Message {
     Cancelled(RequestId),
     /// `notifications/initialized`.
     Initialized,
+    /// Another notification of a session (`notifications/roots/list_changed` …).
+    Notification,
 }
 
 /// Ids of requests the direct path sends to a client start with this.
@@ -230,6 +232,12 @@ pub(super) fn decode(
         }
         (None, Some("notifications/initialized")) if !stateless && e.params.is_none() => {
             Some(Message::Initialized)
+        }
+        // Any other notification of a session that rmcp reads as one (the gateway acts on
+        // none of them, as rmcp's handler ignores them).
+        (None, Some(_)) if !stateless => {
+            let m = serde_json::from_slice::<ClientJsonRpcMessage>(body).ok()?;
+            matches!(m, ClientJsonRpcMessage::Notification(_)).then_some(Message::Notification)
         }
         _ => None,
     }
@@ -561,6 +569,24 @@ mod tests {
             )
             .is_none()
         );
+    }
+
+    #[test]
+    fn a_sessions_other_notifications_are_recognised_as_rmcp_reads_them() {
+        for body in [
+            r#"{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/fedgate/anything","params":{"a":1}}"#,
+        ] {
+            assert!(
+                matches!(
+                    decode(body.as_bytes(), None, None, Era::Handshake),
+                    Some(Message::Notification)
+                ),
+                "{body}"
+            );
+        }
+        let not_one = r#"{"jsonrpc":"2.0","method":"notifications/x","params":3}"#;
+        assert!(decode(not_one.as_bytes(), None, None, Era::Handshake).is_none());
     }
 
     #[test]

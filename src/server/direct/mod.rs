@@ -282,10 +282,16 @@ impl Direct {
             // here only once their `notifications/initialized` was handled).
             Message::Initialized => Some(accepted()),
             Message::Cancelled(id) => {
-                let (_, ct) = self.shared.calls.remove(&(session.to_owned(), id))?;
-                ct.cancel();
+                match self.shared.calls.remove(&(session.to_owned(), id)) {
+                    Some((_, ct)) => ct.cancel(),
+                    // A call that ended already: nothing to cancel in a session the edge
+                    // holds; in rmcp's, the request may be its worker's.
+                    None if self.shared.hub.is_native(session) => {}
+                    None => return None,
+                }
                 Some(accepted())
             }
+            Message::Notification => self.shared.hub.is_native(session).then(accepted),
             Message::Request { id, request, meta } => {
                 // A subscription's updates go to the session's own client (its GET stream),
                 // which only a session the edge holds has here; rmcp serves the others'.
