@@ -6,7 +6,10 @@
 //! so a list older than the code only orders less.
 //!
 //! Only where the linker is LLD (rustc's default on x86_64 Linux since 1.90) and only for
-//! release builds; `FEDGATE_NO_STARTUP_ORDER=1` turns it off (another linker, say).
+//! release builds; `FEDGATE_NO_STARTUP_ORDER=1` turns it off (another linker, say). Mangled
+//! names carry a hash of the compiler and the features a crate was built with, so the list
+//! orders fully only builds like the one it was written from (same rustc, `cargo build
+//! --release`); others are ordered less, down to not at all.
 
 use std::{env, process::Command};
 
@@ -21,6 +24,9 @@ fn main() {
     }
     let dir = env::var("CARGO_MANIFEST_DIR").unwrap_or_default();
     let list = format!("{dir}/scripts/startup-order.txt");
+    if !std::path::Path::new(&list).is_file() {
+        return;
+    }
     println!("cargo:rustc-link-arg-bin=fedgate=-Wl,--symbol-ordering-file={list}");
     println!("cargo:rustc-link-arg-bin=fedgate=-Wl,--no-warn-symbol-ordering");
 }
