@@ -18,11 +18,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{Direct, http_answers::http_sse};
-use crate::{
-    policy::identity::Identity,
-    server::{http::Body, request_of::Incoming, sessions::Listener},
-    telemetry::traces,
-};
+use crate::server::{http::Body, sessions::Listener};
 
 /// Notifications a stream holds for a client that reads slowly; past it the stream ends.
 const BACKLOG: usize = 64;
@@ -96,23 +92,7 @@ impl Direct {
             let _ = tx.try_send(text);
         }
         let ended = self.shared.shutdown.child_token();
-        let incoming = Incoming {
-            id: id.clone(),
-            parent: traces::parent(&meta, Some(&parts.headers)),
-            capabilities: meta.client_capabilities(),
-            meta,
-            ct: ended.clone(),
-            client: Arc::new(super::task_listen::NoClient),
-            identity: parts.extensions.get::<Identity>().cloned(),
-            session: None,
-            session_key: crate::server::request_of::LOCAL_SESSION.to_owned(),
-            workspace: parts
-                .headers
-                .get(crate::stages::WORKSPACE_HEADER)
-                .map(|v| v.to_str().unwrap_or("\u{fffd}").to_owned()),
-            modern: true,
-            stateless: true,
-        };
+        let incoming = super::task_listen::listen_incoming(parts, id.clone(), meta, ended.clone());
         let sink = Arc::new(EdgeListener {
             subscription: id.clone(),
             accepted: accepted.clone(),

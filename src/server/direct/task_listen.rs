@@ -74,7 +74,7 @@ struct Followed {
 
 /// Reading a task's state (or holding a listen stream) asks the client nothing.
 #[derive(Debug)]
-pub(super) struct NoClient;
+struct NoClient;
 
 impl ClientChannel for NoClient {
     fn notify(&self, _: ServerNotification) -> BoxFuture<'static, Result<(), NotSent>> {
@@ -93,6 +93,33 @@ impl ClientChannel for NoClient {
 
     fn is_closed(&self) -> bool {
         false
+    }
+}
+
+/// A listen stream's request as the gateway reads it: the stateless era, no client to ask,
+/// ended by `ct`.
+pub(super) fn listen_incoming(
+    parts: &Parts,
+    id: RequestId,
+    meta: RequestMetaObject,
+    ct: CancellationToken,
+) -> Incoming {
+    Incoming {
+        id,
+        parent: traces::parent(&meta, Some(&parts.headers)),
+        capabilities: meta.client_capabilities(),
+        meta,
+        ct,
+        client: Arc::new(NoClient),
+        identity: parts.extensions.get::<Identity>().cloned(),
+        session: None,
+        session_key: crate::server::request_of::LOCAL_SESSION.to_owned(),
+        workspace: parts
+            .headers
+            .get(crate::stages::WORKSPACE_HEADER)
+            .map(|v| v.to_str().unwrap_or("\u{fffd}").to_owned()),
+        modern: true,
+        stateless: true,
     }
 }
 
@@ -137,23 +164,7 @@ impl Direct {
         }
         let capabilities = meta.client_capabilities()?;
         let closed = CancellationToken::new();
-        let incoming = Incoming {
-            id: r.id.clone(),
-            parent: traces::parent(&meta, Some(&parts.headers)),
-            meta,
-            ct: closed.clone(),
-            client: Arc::new(NoClient),
-            identity: parts.extensions.get::<Identity>().cloned(),
-            session: None,
-            session_key: crate::server::request_of::LOCAL_SESSION.to_owned(),
-            workspace: parts
-                .headers
-                .get(crate::stages::WORKSPACE_HEADER)
-                .map(|v| v.to_str().unwrap_or("\u{fffd}").to_owned()),
-            modern: true,
-            stateless: true,
-            capabilities: Some(capabilities.clone()),
-        };
+        let incoming = listen_incoming(parts, r.id.clone(), meta, closed.clone());
         // Only a caller that declared the extension reads tasks; a handle it may not read is
         // left out of the acknowledgement, as if it named no task.
         let mut accepted = Vec::new();
