@@ -1,10 +1,9 @@
-//! Request bodies at the HTTP edge: read bounded in size and time, and rmcp's plain-text
-//! refusals of bodies it cannot decode turned into JSON-RPC error objects.
+//! Request bodies at the HTTP edge: read bounded in size and time.
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, Response, header};
+use http::{Request, Response};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
@@ -141,35 +140,4 @@ pub(super) async fn read_body(
         }
     }
     Ok((parts, bytes))
-}
-
-/// rmcp refuses a body it cannot decode with a plain-text 415; a client gets a JSON-RPC error
-/// object instead (`id: null`): -32700 for a body that is not JSON, -32600 for JSON that is no
-/// JSON-RPC 2.0 message (with 400), or the same text as -32600 for a wrong Content-Type (415).
-pub(super) async fn as_jsonrpc_error(r: Response<Body>) -> Response<Body> {
-    let json_already = r
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"));
-    if json_already {
-        return r;
-    }
-    let (parts, body) = r.into_parts();
-    let text = body
-        .collect()
-        .await
-        .map(|b| String::from_utf8_lossy(&b.to_bytes()).into_owned())
-        .unwrap_or_default();
-    let refused = match text.strip_prefix("fail to deserialize request body ") {
-        Some(why) if why.contains("unrecognized JSON-RPC message") => WireError::NotJsonRpc,
-        Some(why) => WireError::Parse {
-            why: why.to_owned(),
-        },
-        None => WireError::Transport {
-            status: parts.status,
-            message: text,
-        },
-    };
-    refused.response()
 }

@@ -210,6 +210,13 @@ impl Edge {
                 .unwrap_or_else(|| auth.authenticate(req.headers()))
             {
                 Ok(identity) => {
+                    // Host, Origin (DNS rebinding), method and media types, before anything
+                    // reads the request further.
+                    let (head, body) = req.into_parts();
+                    if let Err(refused) = direct.gate(&head) {
+                        return refused.response();
+                    }
+                    req = Request::from_parts(head, body);
                     // A view's path serves that view instead of the roles' default one.
                     let identity = match view {
                         Some(scope) => identity.through(scope),
@@ -230,9 +237,13 @@ impl Edge {
                     }
                     let who = identity.name.clone();
                     let deleting = req.method() == http::Method::DELETE;
-                    // Ending a session that is not one (forged, someone else's, or already
-                    // ended) is not a success.
-                    if deleting && matches!(presented, Some(None)) {
+                    // A session id that is no session (forged, someone else's, or ended): 404,
+                    // so the client starts a new one. The stateless era ignores session ids.
+                    let stateless = req
+                        .headers()
+                        .get("mcp-protocol-version")
+                        .is_some_and(|v| v.as_bytes() >= direct::STATELESS.as_bytes());
+                    if matches!(presented, Some(None)) && (deleting || !stateless) {
                         return WireError::NoSuchSession.response();
                     }
                     if let Some(Some(sid)) = &presented
@@ -270,20 +281,14 @@ impl Edge {
                                 };
                                 match answered {
                                     Some(r) => Ok(r),
-                                    None => {
-                                        let initialized = direct::is_initialized(&body);
-                                        let req = Request::from_parts(head, Full::new(body));
-                                        let r = tower::Service::<Request<Full<Bytes>>>::call(
-                                            &mut mcp, req,
-                                        )
-                                        .await;
-                                        if let Some(Some(sid)) = &presented
-                                            && initialized
-                                        {
-                                            direct.until_negotiated(sid).await;
+                                    // A body that is no JSON-RPC message is refused here.
+                                    None => match direct::decodable(&body) {
+                                        Err(refused) => Ok(refused.response()),
+                                        Ok(()) => {
+                                            let sid = presented.as_ref().and_then(|s| s.as_deref());
+                                            rmcp_post(&mut mcp, &direct, head, body, sid).await
                                         }
-                                        r
-                                    }
+                                    },
                                 }
                             }
                             Err(refusal) => Ok(refusal),
@@ -310,12 +315,6 @@ impl Edge {
                     if deleting && let Some(Some(sid)) = &presented {
                         direct.ended(sid);
                     }
-                    let answer = match answer {
-                        Ok(r) if r.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE => {
-                            Ok(super::body::as_jsonrpc_error(r).await)
-                        }
-                        other => other,
-                    };
                     let answer = answer.map(|mut r| {
                         // rmcp answers a session DELETE with 202; SDKs expect 200 or 204 (the
                         // Python SDK logs a failure for anything else), and nothing is pending.
@@ -370,6 +369,26 @@ impl Edge {
             _ => WireError::NotFound.plain(),
         }
     }
+}
+
+/// A POST the direct path did not take, answered by rmcp's transport. A session's
+/// `notifications/initialized` is answered once the session is ready for the next request.
+async fn rmcp_post(
+    mcp: &mut StreamableHttpService<Gateway, Resumable>,
+    direct: &Direct,
+    head: http::request::Parts,
+    body: Bytes,
+    session: Option<&str>,
+) -> Result<Response<Body>, std::convert::Infallible> {
+    let initialized = direct::is_initialized(&body);
+    let req = Request::from_parts(head, Full::new(body));
+    let r = tower::Service::<Request<Full<Bytes>>>::call(mcp, req).await;
+    if let Some(sid) = session
+        && initialized
+    {
+        direct.until_negotiated(sid).await;
+    }
+    r
 }
 
 /// The `Host` names `/mcp` answers (DNS rebinding): loopback and `allowed_hosts`.

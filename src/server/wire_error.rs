@@ -21,12 +21,6 @@ pub(crate) enum WireError {
     },
     /// JSON, but no JSON-RPC 2.0 request, notification or response.
     NotJsonRpc,
-    /// Anything else the MCP transport refused (wrong media type, a missing header), with the
-    /// status it chose and its words.
-    Transport {
-        status: StatusCode,
-        message: String,
-    },
     BodyTooLarge {
         max: usize,
     },
@@ -56,6 +50,22 @@ pub(crate) enum WireError {
     },
     /// `Host` not among `allowed_hosts` (DNS rebinding).
     HostNotAllowed,
+    /// A `Host` header that cannot be read, or none at all.
+    BadHost {
+        why: &'static str,
+    },
+    /// A browser's `Origin` not among those configured (or not an origin at all).
+    OriginNotAllowed {
+        malformed: bool,
+    },
+    /// An HTTP method `/mcp` does not serve.
+    MethodNotAllowed,
+    /// An `Accept` header without the media types the answer may take.
+    NotAcceptable {
+        needs: &'static str,
+    },
+    /// A POST body not declared as JSON.
+    NotJsonContent,
     /// A path the listener does not serve.
     NotFound,
     /// A known method whose params could not be decoded.
@@ -77,7 +87,6 @@ impl WireError {
             Self::Parse { .. } | Self::NotJsonRpc | Self::BodyBroken { .. } => {
                 StatusCode::BAD_REQUEST
             }
-            Self::Transport { status, .. } => *status,
             Self::BodyTooLarge { .. } | Self::InitializeTooLarge { .. } => {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
@@ -90,7 +99,11 @@ impl WireError {
             }
             Self::CannotResume { gone: true, .. } => StatusCode::GONE,
             Self::CannotResume { gone: false, .. } => StatusCode::NOT_FOUND,
-            Self::HostNotAllowed => StatusCode::FORBIDDEN,
+            Self::HostNotAllowed | Self::OriginNotAllowed { .. } => StatusCode::FORBIDDEN,
+            Self::BadHost { .. } => StatusCode::BAD_REQUEST,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::NotAcceptable { .. } => StatusCode::NOT_ACCEPTABLE,
+            Self::NotJsonContent => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::MalformedParams { .. } => StatusCode::BAD_REQUEST,
             Self::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -119,7 +132,10 @@ impl WireError {
             Self::BodyTooLarge { .. } | Self::InitializeTooLarge { .. } => "too_large",
             Self::BodyLate { .. } | Self::BodySlow { .. } => "too_slow",
             Self::CannotResume { .. } => "cannot_resume",
-            Self::HostNotAllowed => "host_not_allowed",
+            Self::HostNotAllowed | Self::BadHost { .. } => "host_not_allowed",
+            Self::OriginNotAllowed { .. } => "origin_not_allowed",
+            Self::MethodNotAllowed => "method_not_allowed",
+            Self::NotAcceptable { .. } | Self::NotJsonContent => "media_type",
             _ => return None,
         })
     }
@@ -131,7 +147,6 @@ impl WireError {
                 "invalid request: the body is not a JSON-RPC 2.0 request, notification or response"
                     .to_owned()
             }
-            Self::Transport { message, .. } => message.clone(),
             Self::BodyTooLarge { max } => format!("request body larger than {max} bytes"),
             Self::InitializeTooLarge { max } => format!(
                 "initialize parameters larger than {max} bytes; send a smaller clientInfo and capabilities"
@@ -154,6 +169,23 @@ impl WireError {
             Self::CannotResume { why, .. } => why.clone(),
             Self::HostNotAllowed => {
                 "Host not allowed; add it to [gateway] allowed_hosts".to_owned()
+            }
+            Self::BadHost { why } => format!("the Host header is {why}"),
+            Self::OriginNotAllowed { malformed: true } => {
+                "the Origin header is not an origin (scheme://host[:port] or null)".to_owned()
+            }
+            Self::OriginNotAllowed { malformed: false } => {
+                "Origin not allowed; add it to [gateway] allowed_origins".to_owned()
+            }
+            Self::MethodNotAllowed => {
+                "method not allowed: /mcp serves POST, GET (a session's stream) and DELETE"
+                    .to_owned()
+            }
+            Self::NotAcceptable { needs } => {
+                format!("not acceptable: the Accept header must name {needs}")
+            }
+            Self::NotJsonContent => {
+                "unsupported media type: Content-Type must be application/json".to_owned()
             }
             Self::NotFound => "not found; the MCP endpoint is /mcp".to_owned(),
             Self::MalformedParams { method } => format!(
@@ -224,6 +256,12 @@ impl WireError {
         if let Some(s) = self.retry_after() {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static(s));
+        }
+        if let Self::MethodNotAllowed = self {
+            resp.headers_mut().insert(
+                header::ALLOW,
+                HeaderValue::from_static(super::direct::ALLOWED_METHODS),
+            );
         }
         resp
     }

@@ -14,6 +14,7 @@
 //! exactly as they were.
 
 mod call_stream;
+mod gate;
 mod http_answers;
 mod keep_alive;
 mod listen;
@@ -47,8 +48,10 @@ use rmcp::{
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
+pub(super) use self::gate::{ALLOWED_METHODS, decodable};
 use self::{
     call_stream::{Answer, CallStream, Retry, Start},
+    gate::Gate,
     http_answers::{accepted, event_stream, json, sse_event, stateless_sse, stateless_status},
     message::{Era, Message, OUR_IDS, Request},
     shape::{answer, names_a_header},
@@ -91,7 +94,7 @@ pub(super) struct Settings {
 }
 
 /// The stateless era's protocol version (the one fedgate serves).
-const STATELESS: &str = "2026-07-28";
+pub(super) const STATELESS: &str = "2026-07-28";
 
 /// What the calls in flight share.
 pub(super) struct Shared {
@@ -187,10 +190,8 @@ impl Drop for Forget {
 pub(super) struct Direct {
     shared: Arc<Shared>,
     gateway: Gateway,
-    /// Host names rmcp's transport accepts on `/mcp` (without port).
-    hosts: Arc<Vec<String>>,
-    /// Origins rmcp's transport accepts on `/mcp`, as configured.
-    origins: Arc<Vec<String>>,
+    /// What every request's headers are checked against first (`Host`, `Origin`, media types).
+    gate: Arc<Gate>,
 }
 
 impl Direct {
@@ -236,9 +237,14 @@ impl Direct {
         Self {
             shared,
             gateway,
-            hosts: Arc::new(hosts),
-            origins: Arc::new(origins),
+            gate: Arc::new(Gate::new(&hosts, &origins)),
         }
+    }
+
+    /// What `/mcp` checks of every request's headers before anything else reads it (see
+    /// `gate`): a refusal is the answer.
+    pub(super) fn gate(&self, parts: &Parts) -> Result<(), WireError> {
+        self.gate.check(parts)
     }
 
     /// Answers a POST of the open session `session` (rmcp's id), or `None`: rmcp's transport
@@ -249,18 +255,16 @@ impl Direct {
         body: &Bytes,
         session: &str,
     ) -> Option<Response<Body>> {
-        let negotiated = match self.shared.hub.negotiation(session) {
-            Some(n) => n,
-            None if self.restore(session).await => self.shared.hub.negotiation(session)?,
-            None => return None,
+        let negotiated = match self.negotiation(session).await {
+            Ok(n) => n,
+            Err(answer) => return answer,
         };
         if !self.plain(parts, &negotiated) {
             return None;
         }
-        // A header given twice, or not as text, is rmcp's to refuse.
-        let text = |name: &str| plain::header_text(parts, name);
-        let message =
-            message::decode(body, text("mcp-method")?, text("mcp-name")?, Era::Handshake)?;
+        // The handshake era has no `Mcp-Method`, `Mcp-Name` or `Mcp-Param-*` headers: rmcp
+        // ignores them below the version that introduced them, and so does the edge.
+        let message = message::decode(body, None, None, Era::Handshake)?;
         match message {
             Message::Answer(m) => {
                 let (id, answer) = match m {
@@ -332,7 +336,6 @@ impl Direct {
         // A header given twice, or not as text, is rmcp's to refuse.
         let text = |name: &str| plain::header_text(parts, name);
         if text("mcp-protocol-version")? != Some(STATELESS)
-            || !self.plain_media(parts)
             || parts
                 .headers
                 .keys()

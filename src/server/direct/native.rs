@@ -42,7 +42,10 @@ use super::{
 };
 use crate::{
     policy::identity::Identity,
-    server::{http::Body, replay::Replay, resumable::STANDALONE_PRIMING_ID, sessions::Negotiated},
+    server::{
+        http::Body, replay::Replay, resumable::STANDALONE_PRIMING_ID, sessions::Negotiated,
+        wire_error::WireError,
+    },
     to_client::{ClientChannel, NotSent, Unanswered},
 };
 
@@ -63,6 +66,16 @@ pub(super) struct NativeClient {
     stream: Mutex<Option<mpsc::Sender<ServerSseMessage>>>,
     /// Resumed streams open now (each follows the resumption buffer).
     resumed: AtomicUsize,
+}
+
+/// What restoring a session came to.
+pub(super) enum Restore {
+    /// The edge holds it now.
+    Held,
+    /// It ended: no replica serves it again.
+    Ended,
+    /// rmcp's transport holds it, or decides (its restore refuses past `max_sessions`).
+    Rmcp,
 }
 
 /// A resumed stream of a session the edge holds: while it is open the client listens.
@@ -153,16 +166,7 @@ impl Direct {
         parts: &Parts,
         body: &Bytes,
     ) -> Option<Response<Body>> {
-        let h = &parts.headers;
         let text = |name: &str| super::plain::header_text(parts, name);
-        let method = text("mcp-method")?;
-        if method.is_some_and(|m| m != "initialize")
-            || text("mcp-name")?.is_some()
-            || !self.plain_media(parts)
-            || h.keys().any(|k| k.as_str().starts_with("mcp-param-"))
-        {
-            return None;
-        }
         // Past `max_sessions` rmcp answers (the edge's 503 came first unless requests raced).
         if self.shared.sessions.full() {
             return None;
@@ -179,6 +183,7 @@ impl Direct {
         }
         let result = ServerHandler::negotiate_initialize(&self.gateway, &params).ok()?;
         // rmcp refuses a version header that is not the one asked for, or not one it knows.
+        // (Below the stateless era it ignores `Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`.)
         if text("mcp-protocol-version")?
             .is_some_and(|v| v != requested || result.protocol_version.as_str() != v)
         {
@@ -205,30 +210,49 @@ impl Direct {
     }
 
     /// Opens a session neither the edge nor rmcp holds on this replica from what its sealed
-    /// id carries (the edge verified the id, its owner and its age). False if it cannot be
-    /// (rmcp holds it, or nothing is known of it).
-    pub(super) async fn restore(&self, session: &str) -> bool {
+    /// id carries (the edge verified the id, its owner and its age).
+    pub(super) async fn restore(&self, session: &str) -> Restore {
         // At `max_sessions` rmcp's restore refuses it too (`Resumable::restore_session`).
         if self.shared.sessions.full() || self.shared.sessions.rmcp_holds(session).await {
-            return false;
+            return Restore::Rmcp;
         }
-        let Ok(Some(state)) = SessionStore::load(&*self.shared.sealed, session).await else {
-            return false;
+        let state = match SessionStore::load(&*self.shared.sealed, session).await {
+            Ok(Some(state)) => state,
+            // Ended (DELETE) — on this replica or, with a shared store, on another.
+            Ok(None) => return Restore::Ended,
+            Err(_) => return Restore::Rmcp,
         };
         let params = state.initialize_params;
         let Ok(result) = ServerHandler::negotiate_initialize(&self.gateway, &params) else {
-            return false;
+            return Restore::Rmcp;
         };
         // A concurrent request restored it meanwhile (here, or in rmcp): that one stands.
-        if self.shared.hub.negotiation(session).is_some()
-            || self.shared.sessions.rmcp_holds(session).await
-        {
-            return self.shared.hub.negotiation(session).is_some();
+        if self.shared.hub.negotiation(session).is_some() {
+            return Restore::Held;
+        }
+        if self.shared.sessions.rmcp_holds(session).await {
+            return Restore::Rmcp;
         }
         let negotiated = Negotiated::new(params.capabilities, result.protocol_version.to_string());
         self.hold(session, negotiated);
         tracing::debug!(session, "session restored by the edge");
-        true
+        Restore::Held
+    }
+
+    /// What a request of `session` is answered from: its negotiation, restored when needed;
+    /// `Err(Some(_))` when the session ended (404), `Err(None)` when rmcp answers it.
+    pub(super) async fn negotiation(
+        &self,
+        session: &str,
+    ) -> Result<Arc<Negotiated>, Option<Response<Body>>> {
+        if let Some(n) = self.shared.hub.negotiation(session) {
+            return Ok(n);
+        }
+        match self.restore(session).await {
+            Restore::Held => self.shared.hub.negotiation(session).ok_or(None),
+            Restore::Ended => Err(Some(WireError::NoSuchSession.response())),
+            Restore::Rmcp => Err(None),
+        }
     }
 
     /// Answers a DELETE of a session the edge holds, or `None`: rmcp's transport answers it
@@ -244,7 +268,6 @@ impl Direct {
             .get("mcp-protocol-version")
             .map(|v| v.to_str().ok());
         if !self.shared.hub.is_native(session)
-            || !self.plain_host(parts)
             || !single(parts, "mcp-protocol-version")
             || version.is_some_and(|v| v != Some(negotiated.version.as_str()))
         {
@@ -284,28 +307,14 @@ impl Direct {
         session: &str,
     ) -> Option<Response<Body>> {
         let h = &parts.headers;
-        let sse = h
-            .get_all(http::header::ACCEPT)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|r| {
-                let mut p = r.split(';');
-                let media = p.next().unwrap_or_default().trim();
-                media.eq_ignore_ascii_case("text/event-stream") && p.next().is_none()
-            });
-        if !sse || !self.plain_host(parts) {
-            return None;
-        }
         let last = match super::plain::header_text(parts, "last-event-id")? {
             Some(STANDALONE_PRIMING_ID) => Resume::Start,
             Some(id) => Resume::After(id),
             None => Resume::No,
         };
-        let negotiated = match self.shared.hub.negotiation(session) {
-            Some(n) => n,
-            None if self.restore(session).await => self.shared.hub.negotiation(session)?,
-            None => return None,
+        let negotiated = match self.negotiation(session).await {
+            Ok(n) => n,
+            Err(answer) => return answer,
         };
         let version = h.get("mcp-protocol-version").map(|v| v.to_str().ok());
         if !self.shared.hub.is_native(session)

@@ -135,7 +135,6 @@ impl Direct {
         let text = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
         if text("mcp-method") != Some("subscriptions/listen")
             || text("mcp-protocol-version") != Some(VERSION)
-            || !self.plain_media(parts)
             || !single(parts, "mcp-method")
         {
             return None;
