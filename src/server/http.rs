@@ -275,7 +275,10 @@ impl Edge {
                                     None if listening => direct.listen(&head, &body).await,
                                     None => match direct.answer_stateless(&head, &body).await {
                                         Some(r) => Some(r),
-                                        None => direct.initialize(&head, &body).await,
+                                        None => match direct.initialize(&head, &body).await {
+                                            Some(r) => Some(r),
+                                            None => direct.session_required(&head, &body),
+                                        },
                                     },
                                     _ => None,
                                 };
@@ -305,7 +308,8 @@ impl Edge {
                                 req = Request::from_parts(head, body);
                                 answered
                             }
-                            _ => None,
+                            None => direct.sessionless(req.headers()),
+                            Some(None) => None,
                         };
                         match native {
                             Some(r) => Ok(r),

@@ -43,6 +43,8 @@ pub(crate) enum WireError {
     TooManyConnections,
     /// A session id that is no session of this caller's (forged, someone else's, ended).
     NoSuchSession,
+    /// A handshake-era request other than `initialize` without a session id.
+    SessionRequired,
     /// A `Last-Event-ID` this session cannot resume from.
     CannotResume {
         why: String,
@@ -100,7 +102,7 @@ impl WireError {
             Self::CannotResume { gone: true, .. } => StatusCode::GONE,
             Self::CannotResume { gone: false, .. } => StatusCode::NOT_FOUND,
             Self::HostNotAllowed | Self::OriginNotAllowed { .. } => StatusCode::FORBIDDEN,
-            Self::BadHost { .. } => StatusCode::BAD_REQUEST,
+            Self::BadHost { .. } | Self::SessionRequired => StatusCode::BAD_REQUEST,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::NotAcceptable { .. } => StatusCode::NOT_ACCEPTABLE,
             Self::NotJsonContent => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -129,6 +131,7 @@ impl WireError {
             Self::TooManySessions { .. } => "too_many_sessions",
             Self::TooManyConnections => "too_many_connections",
             Self::NoSuchSession => "no_such_session",
+            Self::SessionRequired => "session_required",
             Self::BodyTooLarge { .. } | Self::InitializeTooLarge { .. } => "too_large",
             Self::BodyLate { .. } | Self::BodySlow { .. } => "too_slow",
             Self::CannotResume { .. } => "cannot_resume",
@@ -166,6 +169,9 @@ impl WireError {
             Self::NoSuchSession => {
                 "no such session: it ended, expired or is not yours; start a new one".to_owned()
             }
+            Self::SessionRequired => "a session id is required: send `initialize` first, then its \
+                 Mcp-Session-Id with every request (or speak the stateless era, 2026-07-28)"
+                .to_owned(),
             Self::CannotResume { why, .. } => why.clone(),
             Self::HostNotAllowed => {
                 "Host not allowed; add it to [gateway] allowed_hosts".to_owned()

@@ -259,7 +259,7 @@ impl Direct {
             Ok(n) => n,
             Err(answer) => return answer,
         };
-        if !self.plain(parts, &negotiated) {
+        if !plain::speaks_handshake(&parts.headers) || negotiated.version.as_str() >= STATELESS {
             return None;
         }
         // The handshake era has no `Mcp-Method`, `Mcp-Name` or `Mcp-Param-*` headers: rmcp
@@ -272,14 +272,22 @@ impl Direct {
                     ClientJsonRpcMessage::Error(e) => (e.id?, Err(e.error)),
                     _ => return None,
                 };
-                let RequestId::String(id) = id else {
-                    return None;
+                let waiting = match &id {
+                    RequestId::String(id) => self
+                        .shared
+                        .pending
+                        .remove_if(id.as_ref(), |_, (owner, _)| owner == session),
+                    RequestId::Number(_) => None,
                 };
-                let (_, (_, waiting)) = self
-                    .shared
-                    .pending
-                    .remove_if(id.as_ref(), |_, (owner, _)| owner == session)?;
-                let _ = waiting.send(answer);
+                match waiting {
+                    Some((_, (_, waiting))) => {
+                        let _ = waiting.send(answer);
+                    }
+                    // No one waits for it here: a session the edge holds ignores it (as rmcp's
+                    // worker does); in rmcp's, its worker may be the one waiting.
+                    None if self.shared.hub.is_native(session) => {}
+                    None => return None,
+                }
                 Some(accepted())
             }
             // The edge holds what `initialize` negotiated from the start (rmcp's sessions are

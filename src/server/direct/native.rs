@@ -26,7 +26,10 @@ use http::{Response, StatusCode, request::Parts};
 use parking_lot::Mutex;
 use rmcp::{
     ServerHandler,
-    model::{ClientResult, RequestId, ServerJsonRpcMessage, ServerNotification, ServerRequest},
+    model::{
+        ClientResult, ProtocolVersion, RequestId, ServerJsonRpcMessage, ServerNotification,
+        ServerRequest,
+    },
     transport::{
         common::server_side_http::{ServerSseMessage, session_id},
         streamable_http_server::session::store::{SessionState, SessionStore},
@@ -38,7 +41,7 @@ use super::{
     Direct, STATELESS, Shared,
     http_answers::{accepted, event_stream, json, sse_event},
     message,
-    plain::single,
+    plain::speaks_handshake,
 };
 use crate::{
     policy::identity::Identity,
@@ -172,23 +175,22 @@ impl Direct {
             return None;
         }
         let (id, params) = message::decode_initialize(body)?;
-        let requested = params.protocol_version.to_string();
-        if requested.as_str() >= STATELESS
-            || params
-                .meta
-                .as_ref()
-                .is_some_and(|m| m.protocol_version().is_some())
-        {
-            return None;
+        // rmcp refuses a version header that is not the one asked for or not one it knows, and
+        // from the stateless era on an `Mcp-Method` other than `initialize`, or two (below it,
+        // `Mcp-*` headers mean nothing). A version the handshake cannot speak is answered with
+        // the newest one it can (`negotiate_initialize`), as rmcp's handshake answers it.
+        if let Some(v) = text("mcp-protocol-version")? {
+            let known = ProtocolVersion::KNOWN_VERSIONS
+                .iter()
+                .any(|k| k.as_str() == v);
+            if v != params.protocol_version.as_str()
+                || !known
+                || (v >= STATELESS && !matches!(text("mcp-method")?, None | Some("initialize")))
+            {
+                return None;
+            }
         }
         let result = ServerHandler::negotiate_initialize(&self.gateway, &params).ok()?;
-        // rmcp refuses a version header that is not the one asked for, or not one it knows.
-        // (Below the stateless era it ignores `Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`.)
-        if text("mcp-protocol-version")?
-            .is_some_and(|v| v != requested || result.protocol_version.as_str() != v)
-        {
-            return None;
-        }
         let who = parts.extensions.get::<Identity>()?.name.clone();
         let sid = session_id();
         let negotiated = Negotiated::new(
@@ -207,6 +209,39 @@ impl Direct {
         let v = http::HeaderValue::from_str(&sid).ok()?;
         r.headers_mut().insert("mcp-session-id", v);
         Some(r)
+    }
+
+    /// A handshake-era request without a session id that is not `initialize` (nor
+    /// `server/discover`, nor one naming its version in `_meta`): refused as rmcp refuses it.
+    /// `None` for anything else (rmcp's).
+    pub(in crate::server) fn session_required(
+        &self,
+        parts: &Parts,
+        body: &[u8],
+    ) -> Option<Response<Body>> {
+        use rmcp::model::{ClientJsonRpcMessage, ClientRequest, GetMeta};
+        if !speaks_handshake(&parts.headers) {
+            return None;
+        }
+        let message = serde_json::from_slice::<ClientJsonRpcMessage>(body).ok()?;
+        if let ClientJsonRpcMessage::Request(r) = &message
+            && (matches!(
+                r.request,
+                ClientRequest::InitializeRequest(_) | ClientRequest::DiscoverRequest(_)
+            ) || r.request.get_meta().protocol_version().is_some())
+        {
+            return None;
+        }
+        Some(WireError::SessionRequired.response())
+    }
+
+    /// A handshake-era GET or DELETE without a session id: refused as rmcp refuses it (the
+    /// stateless era's are rmcp's).
+    pub(in crate::server) fn sessionless(
+        &self,
+        headers: &http::HeaderMap,
+    ) -> Option<Response<Body>> {
+        speaks_handshake(headers).then(|| WireError::SessionRequired.response())
     }
 
     /// Opens a session neither the edge nor rmcp holds on this replica from what its sealed
@@ -262,15 +297,7 @@ impl Direct {
         parts: &Parts,
         session: &str,
     ) -> Option<Response<Body>> {
-        let negotiated = self.shared.hub.negotiation(session)?;
-        let version = parts
-            .headers
-            .get("mcp-protocol-version")
-            .map(|v| v.to_str().ok());
-        if !self.shared.hub.is_native(session)
-            || !single(parts, "mcp-protocol-version")
-            || version.is_some_and(|v| v != Some(negotiated.version.as_str()))
-        {
+        if !self.shared.hub.is_native(session) || !speaks_handshake(&parts.headers) {
             return None;
         }
         // Refused from now on on this replica, as rmcp's DELETE does.
@@ -306,8 +333,12 @@ impl Direct {
         parts: &Parts,
         session: &str,
     ) -> Option<Response<Body>> {
-        let h = &parts.headers;
-        let last = match super::plain::header_text(parts, "last-event-id")? {
+        // The first value, as rmcp reads it (the edge refused one it cannot resume from).
+        let last = parts
+            .headers
+            .get("last-event-id")
+            .and_then(|v| v.to_str().ok());
+        let last = match last {
             Some(STANDALONE_PRIMING_ID) => Resume::Start,
             Some(id) => Resume::After(id),
             None => Resume::No,
@@ -316,11 +347,7 @@ impl Direct {
             Ok(n) => n,
             Err(answer) => return answer,
         };
-        let version = h.get("mcp-protocol-version").map(|v| v.to_str().ok());
-        if !self.shared.hub.is_native(session)
-            || !single(parts, "mcp-protocol-version")
-            || version.is_some_and(|v| v != Some(negotiated.version.as_str()))
-        {
+        if !self.shared.hub.is_native(session) || !speaks_handshake(&parts.headers) {
             return None;
         }
         let client = self.shared.native.get(session).map(|c| c.clone())?;

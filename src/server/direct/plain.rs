@@ -1,25 +1,28 @@
 //! Which requests of a session the direct path takes, once the gate passed their `Host`,
-//! `Origin` and media types: those that speak the session's version (or name none, as older
-//! SDKs do). Any other (a version header repeated, not text, or not the session's) goes to
-//! rmcp's transport, which checks it and answers its refusals. The handshake era's requests
+//! `Origin` and media types: those that speak the handshake era (or name no version, as older
+//! SDKs do). Any other (a version header that is not text, unknown, or the stateless era's)
+//! goes to rmcp's transport, which checks it and answers its refusals. The handshake era's requests
 //! carry no `Mcp-Method`, `Mcp-Name` or `Mcp-Param-*` headers; rmcp ignores them there, and
 //! so does the edge.
 
 use http::request::Parts;
+use rmcp::model::ProtocolVersion;
 
-use super::{Direct, STATELESS};
-use crate::server::sessions::Negotiated;
+use super::STATELESS;
 
-impl Direct {
-    /// Whether a session's request speaks the session's version; any other goes to rmcp, which
-    /// checks it (and answers its refusals).
-    pub(super) fn plain(&self, parts: &Parts, negotiated: &Negotiated) -> bool {
-        // A client that sends no version header speaks the session's (as rmcp reads it).
-        let version = match header_text(parts, "mcp-protocol-version") {
-            Some(v) => v.is_none_or(|v| v == negotiated.version),
-            None => false,
-        };
-        version && negotiated.version.as_str() < STATELESS
+/// Whether a session's request speaks the handshake era: no `Mcp-Protocol-Version` (older
+/// SDKs send none: the session's version), or one of that era's known versions — rmcp reads
+/// the first value and serves the session whichever known version it names. Anything else
+/// (no text, unknown, the stateless era's) is rmcp's to check and refuse.
+pub(super) fn speaks_handshake(headers: &http::HeaderMap) -> bool {
+    match headers.get("mcp-protocol-version") {
+        None => true,
+        Some(v) => v.to_str().is_ok_and(|v| {
+            v < STATELESS
+                && ProtocolVersion::KNOWN_VERSIONS
+                    .iter()
+                    .any(|k| k.as_str() == v)
+        }),
     }
 }
 

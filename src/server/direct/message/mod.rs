@@ -185,7 +185,7 @@ pub(super) fn decode(
                 "resources/list" => optional(e.params).map(Request::ListResources),
                 "resources/templates/list" => optional(e.params).map(Request::ListTemplates),
                 "resources/read" => params(e.params).map(Request::ReadResource),
-                // A session's ping (a stateless-era one goes to rmcp, which checks its `_meta`).
+                // A session's ping; one with params is read as rmcp reads it (below).
                 "ping" if !stateless && e.params.is_none() => Some(Request::Ping),
                 "logging/setLevel" if !stateless => params(e.params).map(Request::SetLevel),
                 "completion/complete" => params(e.params).map(Request::Complete),
@@ -221,9 +221,14 @@ pub(super) fn decode(
             let meta = request.take_meta().unwrap_or_default();
             meta_fits(&meta, era).then_some(Message::Request { id, request, meta })
         }
+        // A client's answer (to one of ours, or — in a session — to anything: the edge ignores
+        // what no one waits for, as rmcp's worker does).
         (Some(RequestId::String(id)), None)
             if id.starts_with(OUR_IDS) && (e.result.is_some() || e.error.is_some()) =>
         {
+            serde_json::from_slice(body).ok().map(Message::Answer)
+        }
+        (Some(_), None) if !stateless && (e.result.is_some() || e.error.is_some()) => {
             serde_json::from_slice(body).ok().map(Message::Answer)
         }
         (None, Some("notifications/cancelled")) => {
@@ -256,25 +261,26 @@ const NAMED: [&str; 8] = [
 ];
 
 /// A request rmcp decodes as custom — a method it does not know, or a known one whose params
-/// it cannot decode — taken with the `_meta` rmcp reads from it; `None` for anything else
-/// (rmcp's), or when headers it checks come with it.
+/// it cannot decode — or a session's `ping` with params, taken with the `_meta` rmcp reads from
+/// it; `None` for anything else (rmcp's), or when headers it checks come with it.
 fn custom(body: &[u8], id: RequestId, mcp_name: Option<&str>, era: Era) -> Option<Message> {
     use rmcp::model::{ClientRequest, GetMeta};
     let Ok(ClientJsonRpcMessage::Request(r)) = serde_json::from_slice(body) else {
         return None;
     };
-    let ClientRequest::CustomRequest(c) = &r.request else {
-        return None;
+    let request = match &r.request {
+        ClientRequest::CustomRequest(c) => {
+            if mcp_name.is_some() || (era != Era::Handshake && NAMED.contains(&c.method.as_str())) {
+                return None;
+            }
+            Request::Custom(c.method.clone())
+        }
+        // (The stateless era has no `ping`: rmcp's handler answers it -32601.)
+        ClientRequest::PingRequest(_) if era == Era::Handshake => Request::Ping,
+        _ => return None,
     };
-    if mcp_name.is_some() || (era != Era::Handshake && NAMED.contains(&c.method.as_str())) {
-        return None;
-    }
     let meta = r.request.get_meta().clone();
-    meta_fits(&meta, era).then(|| Message::Request {
-        id,
-        request: Request::Custom(c.method.clone()),
-        meta,
-    })
+    meta_fits(&meta, era).then_some(Message::Request { id, request, meta })
 }
 
 /// Whether a request's `_meta` speaks `era`: none names a version in a session; a stateless

@@ -42,8 +42,6 @@ fn what_rmcp_must_answer_is_left_to_it() {
             Some("b"),
         ),
         (br#"{"jsonrpc":"2.0","id":1,"method":"nothing/here"}"#, None, Some("x")),
-        // an answer to a request rmcp sent
-        (br#"{"jsonrpc":"2.0","id":3,"result":{}}"#, None, None),
         // a stateless-era request
         (
             br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#,
@@ -138,6 +136,23 @@ fn a_session_ping_initialized_and_initialize_are_decoded() {
             ..
         })
     ));
+    // With params, read as rmcp reads them: `_meta` taken out.
+    for body in [
+        &br#"{"jsonrpc":"2.0","id":9,"method":"ping","params":{}}"#[..],
+        br#"{"jsonrpc":"2.0","id":9,"method":"ping","params":{"_meta":{"progressToken":1}}}"#,
+    ] {
+        assert!(
+            matches!(
+                decode(body, None, None, Era::Handshake),
+                Some(Message::Request {
+                    request: Request::Ping,
+                    ..
+                })
+            ),
+            "{}",
+            String::from_utf8_lossy(body)
+        );
+    }
     let stateless = decode(
         br#"{"jsonrpc":"2.0","id":9,"method":"ping"}"#,
         Some("ping"),
@@ -185,6 +200,9 @@ fn a_stateless_request_needs_its_headers_and_its_meta() {
     assert!(decode(&other, Some("tools/call"), Some("a__echo")).is_none());
     let partial = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
     assert!(decode(partial, Some("tools/list"), None).is_none());
+    // The stateless era has no ping (rmcp's handler answers -32601), even with its `_meta`.
+    let ping = format!(r#"{{"jsonrpc":"2.0","id":2,"method":"ping","params":{{{meta}}}}}"#);
+    assert!(decode(&ping, Some("ping"), None).is_none());
     // And a handshake-era session never takes it.
     assert!(
         super::decode(
@@ -291,6 +309,14 @@ fn answers_and_cancellations_are_recognised() {
         decode(answer, None, None, Era::Handshake),
         Some(Message::Answer(_))
     ));
+    // Any other answer in a session too (routing decides whether someone waits for it); the
+    // stateless era has no requests of ours to answer.
+    let stray = br#"{"jsonrpc":"2.0","id":3,"error":{"code":-1,"message":"no"}}"#;
+    assert!(matches!(
+        decode(stray, None, None, Era::Handshake),
+        Some(Message::Answer(_))
+    ));
+    assert!(decode(stray, Some("x"), None, Era::Stateless("2026-07-28")).is_none());
     let cancel =
         br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":9}}"#;
     assert!(matches!(

@@ -192,17 +192,18 @@ async fn a_plain_session_is_held_by_the_edge_until_a_request_only_rmcp_serves() 
         "a notification's id is stored, not the priming id"
     );
 
-    // A request naming a version other than its session's is rmcp's to check: it takes the
-    // session over (restoring it from the sealed id) and answers as its transport does (SSE);
-    // the edge's stream ends and the client resumes on rmcp's, from the same buffer.
+    // A session's request naming a protocol version in its `_meta` (the stateless era's way)
+    // is rmcp's to check: it takes the session over (restoring it from the sealed id) and
+    // answers as its transport does (SSE); the edge's stream ends and the client resumes on
+    // rmcp's, from the same buffer.
     let odd = s
         .http
         .post(&s.url)
         .header("accept", "application/json, text/event-stream")
         .header("content-type", "application/json")
         .header("mcp-session-id", &s.sid)
-        .header("mcp-protocol-version", "2025-06-18")
-        .body(r#"{"jsonrpc":"2.0","id":4,"method":"tools/list"}"#)
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(r#"{"jsonrpc":"2.0","id":4,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2025-11-25"}}}"#)
         .send()
         .await
         .expect("POST");
@@ -399,176 +400,4 @@ async fn a_resumed_stream_is_served_by_the_edge_from_the_buffer() {
     assert_eq!(s.delete().await.status().as_u16(), 204);
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn unusual_headers_stay_at_the_edge_and_refusals_come_from_it() {
-    let gw = Gateway::start(&format!(
-        "[gateway]\n{}",
-        stdio_upstream("demo", &[], "era = \"legacy\"")
-    ));
-    let s = Raw::open(&gw.url).await;
-    let mut stream = s.get(None).await;
-    let port = s
-        .url
-        .rsplit(':')
-        .next()
-        .unwrap_or_default()
-        .trim_end_matches("/mcp");
-    let list = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
-    for (accept, origin, version) in [
-        (
-            "application/json;q=0.9, text/event-stream;q=0.5",
-            None,
-            true,
-        ),
-        (
-            "application/json, text/event-stream",
-            Some(format!("http://localhost:{port}")),
-            true,
-        ),
-        ("application/json, text/event-stream", None, false),
-        // An origin written otherwise than configured (rmcp's reading: the same origin).
-        (
-            "application/json, text/event-stream",
-            Some(format!("HTTP://LOCALHOST:{port}/")),
-            true,
-        ),
-        // A quoted parameter holding a comma and a zero weight.
-        (
-            "application/json;ext=\"a,b;q=0\", text/event-stream",
-            None,
-            true,
-        ),
-    ] {
-        let mut r = s
-            .http
-            .post(&s.url)
-            .header("accept", accept)
-            .header("content-type", "application/json")
-            .header("mcp-session-id", &s.sid);
-        if let Some(o) = &origin {
-            r = r.header("origin", o);
-        }
-        if version {
-            r = r.header("mcp-protocol-version", "2025-11-25");
-        }
-        let r = r.body(list).send().await.expect("POST");
-        assert_eq!(r.status().as_u16(), 200, "{accept} {origin:?} {version}");
-        assert_eq!(
-            r.headers()["content-type"],
-            "application/json",
-            "answered by the edge: {accept} {origin:?} {version}"
-        );
-        let body: serde_json::Value = r.json().await.expect("JSON");
-        assert!(body["result"]["tools"].is_array(), "{body}");
-    }
-    // The handshake era has no Mcp-Method / Mcp-Name / Mcp-Param-* headers: whatever a client
-    // sends of them is ignored (as rmcp ignores them there), not a reason to hand the session over.
-    let r = s
-        .http
-        .post(&s.url)
-        .header("accept", "application/json, text/event-stream")
-        .header("content-type", "application/json")
-        .header("mcp-session-id", &s.sid)
-        .header("mcp-protocol-version", "2025-11-25")
-        .header("mcp-method", "tools/list")
-        .header("mcp-method", "prompts/list")
-        .header("mcp-param-x", "1")
-        .body(list)
-        .send()
-        .await
-        .expect("POST");
-    assert_eq!(r.headers()["content-type"], "application/json");
-    // Refusals as rmcp's transport refused them (its statuses), each a JSON-RPC error object
-    // from the edge: a range weighted zero (406), a body not declared JSON (415), a foreign
-    // Origin or Host (403, DNS rebinding), a method /mcp does not serve (405).
-    let foreign = format!("http://evil.example:{port}");
-    for (method, header, value, status) in [
-        (
-            "POST",
-            "accept",
-            "application/json, text/event-stream;q=0",
-            406,
-        ),
-        ("POST", "content-type", "text/plain", 415),
-        ("POST", "origin", foreign.as_str(), 403),
-        ("POST", "host", "evil.example", 403),
-        ("GET", "accept", "application/json", 406),
-        ("PUT", "x-nothing", "", 405),
-    ] {
-        let mut headers = reqwest::header::HeaderMap::new();
-        for (k, v) in [
-            ("accept", "application/json, text/event-stream"),
-            ("content-type", "application/json"),
-            ("mcp-session-id", s.sid.as_str()),
-            ("mcp-protocol-version", "2025-11-25"),
-            (header, value),
-        ] {
-            headers.insert(k, v.parse().expect("header"));
-        }
-        let r = s
-            .http
-            .request(method.parse().expect("method"), &s.url)
-            .headers(headers)
-            .body(list)
-            .send()
-            .await
-            .expect("answer");
-        assert_eq!(r.status().as_u16(), status, "{method} {header}: {value}");
-        if status == 405 {
-            assert_eq!(r.headers()["allow"], "GET, POST, DELETE");
-        }
-        let body: serde_json::Value = r.json().await.expect("a JSON-RPC error");
-        assert!(body["error"]["code"].is_i64(), "{body}");
-        assert!(body["error"]["message"].is_string(), "{body}");
-    }
-    // The session stayed at the edge: its GET stream was not ended by a takeover.
-    let toggled = s
-        .ask(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"demo__toggle_extra","arguments":{}}}"#)
-        .await;
-    assert!(toggled["result"].is_object(), "{toggled}");
-    let mut seen = String::new();
-    event_with(&mut stream, &mut seen, "notifications/tools/list_changed").await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn unknown_methods_bad_params_and_notifications_stay_at_the_edge() {
-    let gw = Gateway::start(&format!(
-        "[gateway]\n{}",
-        stdio_upstream("demo", &[], "era = \"legacy\"")
-    ));
-    let s = Raw::open(&gw.url).await;
-    let mut stream = s.get(None).await;
-    let unknown = s
-        .ask_edge(r#"{"jsonrpc":"2.0","id":1,"method":"nothing/here","params":{}}"#)
-        .await;
-    assert_eq!(unknown["id"], 1, "{unknown}");
-    assert_eq!(unknown["error"]["code"], -32601, "{unknown}");
-    assert!(
-        unknown["error"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("nothing/here")),
-        "{unknown}"
-    );
-    let bad = s
-        .ask_edge(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"demo__echo","arguments":3}}"#)
-        .await;
-    assert_eq!(bad["error"]["code"], -32602, "{bad}");
-    let removed = s
-        .ask_edge(r#"{"jsonrpc":"2.0","id":3,"method":"tasks/list","params":{}}"#)
-        .await;
-    assert_eq!(removed["error"]["code"], -32601, "{removed}");
-    // A client's notifications, and a cancellation of a call that ended already.
-    for note in [
-        r#"{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}"#,
-        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}"#,
-    ] {
-        assert_eq!(s.post(note).await.status().as_u16(), 202, "{note}");
-    }
-    // The session stayed at the edge: its GET stream was not ended by a takeover.
-    let toggled = s
-        .ask(r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"demo__toggle_extra","arguments":{}}}"#)
-        .await;
-    assert!(toggled["result"].is_object(), "{toggled}");
-    let mut seen = String::new();
-    event_with(&mut stream, &mut seen, "notifications/tools/list_changed").await;
-}
+mod edge_wire;
