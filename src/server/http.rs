@@ -285,7 +285,9 @@ impl Edge {
                                 match answered {
                                     Some(r) => Ok(r),
                                     // A body that is no JSON-RPC message is refused here.
-                                    None => match direct::decodable(&body) {
+                                    None => match direct::decodable(&body).and_then(|()| {
+                                        direct.check_version(&head.headers, Some(&body))
+                                    }) {
                                         Err(refused) => Ok(refused.response()),
                                         Ok(()) => {
                                             let sid = presented.as_ref().and_then(|s| s.as_deref());
@@ -313,7 +315,12 @@ impl Edge {
                         };
                         match native {
                             Some(r) => Ok(r),
-                            None => tower::Service::<Request<Incoming>>::call(&mut mcp, req).await,
+                            None => match direct.check_version(req.headers(), None) {
+                                Err(refused) => Ok(refused.response()),
+                                Ok(()) => {
+                                    tower::Service::<Request<Incoming>>::call(&mut mcp, req).await
+                                }
+                            },
                         }
                     };
                     if deleting && let Some(Some(sid)) = &presented {

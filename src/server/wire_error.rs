@@ -7,7 +7,10 @@
 use std::time::Duration;
 
 use http::{HeaderValue, Response, StatusCode, header};
-use rmcp::{ErrorData as McpError, model::ErrorCode};
+use rmcp::{
+    ErrorData as McpError,
+    model::{ErrorCode, RequestId},
+};
 use serde_json::{Value, json};
 
 use super::{http::Body, responses::json};
@@ -45,6 +48,22 @@ pub(crate) enum WireError {
     NoSuchSession,
     /// A handshake-era request other than `initialize` without a session id.
     SessionRequired,
+    /// A stateless-era header that disagrees with the body, is missing or is sent twice
+    /// (SEP-2243: `Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`, `MCP-Protocol-Version`).
+    HeaderMismatch {
+        why: String,
+    },
+    /// A stateless-era request whose `_meta` lacks what that era requires.
+    MetaMissing {
+        missing: String,
+    },
+    /// A protocol version (header or `_meta`) the gateway does not speak.
+    UnsupportedVersion {
+        requested: String,
+        supported: Vec<String>,
+    },
+    /// A JSON-RPC response sent where no request of the server's waits for one.
+    UnexpectedResponse,
     /// A `Last-Event-ID` this session cannot resume from.
     CannotResume {
         why: String,
@@ -102,7 +121,12 @@ impl WireError {
             Self::CannotResume { gone: true, .. } => StatusCode::GONE,
             Self::CannotResume { gone: false, .. } => StatusCode::NOT_FOUND,
             Self::HostNotAllowed | Self::OriginNotAllowed { .. } => StatusCode::FORBIDDEN,
-            Self::BadHost { .. } | Self::SessionRequired => StatusCode::BAD_REQUEST,
+            Self::BadHost { .. }
+            | Self::SessionRequired
+            | Self::HeaderMismatch { .. }
+            | Self::MetaMissing { .. }
+            | Self::UnsupportedVersion { .. }
+            | Self::UnexpectedResponse => StatusCode::BAD_REQUEST,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::NotAcceptable { .. } => StatusCode::NOT_ACCEPTABLE,
             Self::NotJsonContent => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -114,7 +138,9 @@ impl WireError {
     fn code(&self) -> ErrorCode {
         match self {
             Self::Parse { .. } => ErrorCode::PARSE_ERROR,
-            Self::MalformedParams { .. } => ErrorCode::INVALID_PARAMS,
+            Self::MalformedParams { .. } | Self::MetaMissing { .. } => ErrorCode::INVALID_PARAMS,
+            Self::HeaderMismatch { .. } => ErrorCode::HEADER_MISMATCH,
+            Self::UnsupportedVersion { .. } => ErrorCode::UNSUPPORTED_PROTOCOL_VERSION,
             Self::UnknownMethod { .. } => ErrorCode::METHOD_NOT_FOUND,
             Self::Internal { .. } => ErrorCode::INTERNAL_ERROR,
             // The server-defined range: a request that may succeed later or elsewhere.
@@ -169,6 +195,14 @@ impl WireError {
             Self::NoSuchSession => {
                 "no such session: it ended, expired or is not yours; start a new one".to_owned()
             }
+            Self::HeaderMismatch { why } => why.clone(),
+            Self::MetaMissing { missing } => {
+                format!("request _meta is missing or has malformed required fields: {missing}")
+            }
+            Self::UnsupportedVersion { .. } => "Unsupported protocol version".to_owned(),
+            Self::UnexpectedResponse => {
+                "stateless server does not accept JSON-RPC responses".to_owned()
+            }
             Self::SessionRequired => "a session id is required: send `initialize` first, then its \
                  Mcp-Session-Id with every request (or speak the stateless era, 2026-07-28)"
                 .to_owned(),
@@ -214,6 +248,13 @@ impl WireError {
     }
 
     fn data(&self) -> Option<Value> {
+        if let Self::UnsupportedVersion {
+            requested,
+            supported,
+        } = self
+        {
+            return Some(json!({"requested": requested, "supported": supported}));
+        }
         let reason = self.reason()?;
         Some(match self {
             Self::TooManySessions { max } => json!({"reason": reason, "max_sessions": max}),
@@ -228,12 +269,22 @@ impl WireError {
 
     /// The whole JSON-RPC error message, for a request whose id is unknown here.
     pub(crate) fn object(&self) -> Value {
-        json!({"jsonrpc": "2.0", "id": null, "error": self.to_mcp()})
+        self.object_for(None)
+    }
+
+    /// The whole JSON-RPC error message answering request `id` (`null` when unknown).
+    pub(crate) fn object_for(&self, id: Option<&RequestId>) -> Value {
+        json!({"jsonrpc": "2.0", "id": id, "error": self.to_mcp()})
     }
 
     /// An HTTP answer carrying the JSON-RPC error (every answer on `/mcp`).
     pub(crate) fn response(&self) -> Response<Body> {
-        self.with_headers(json(self.status(), &self.object()))
+        self.response_to(None)
+    }
+
+    /// An HTTP answer carrying the JSON-RPC error, answering request `id`.
+    pub(crate) fn response_to(&self, id: Option<&RequestId>) -> Response<Body> {
+        self.with_headers(json(self.status(), &self.object_for(id)))
     }
 
     /// An HTTP answer `{"error": …}` (the probes' and the admin API's shape).

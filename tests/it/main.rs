@@ -44,6 +44,7 @@ mod rmcp_matrix;
 mod sdk_clients;
 mod sessions;
 mod stages;
+mod stateless_wire;
 mod tasks;
 mod third_party;
 mod tiers;

@@ -18,10 +18,12 @@ mod gate;
 mod http_answers;
 mod keep_alive;
 mod listen;
+mod mcp_headers;
 mod message;
 mod native;
 mod plain;
 mod shape;
+mod stateless;
 mod task_listen;
 
 use std::{
@@ -54,7 +56,7 @@ use self::{
     gate::Gate,
     http_answers::{accepted, event_stream, json, sse_event, stateless_sse, stateless_status},
     message::{Era, Message, OUR_IDS, Request},
-    shape::{answer, names_a_header},
+    shape::answer,
 };
 use super::{
     http::Body,
@@ -332,56 +334,6 @@ impl Direct {
                 Some(self.call(parts, call).await)
             }
         }
-    }
-
-    /// Answers a stateless-era request that opens no session, or `None`: rmcp's transport
-    /// answers it (anything but a plain call, list or read with every header the era asks for).
-    pub(super) async fn answer_stateless(
-        &self,
-        parts: &Parts,
-        body: &Bytes,
-    ) -> Option<Response<Body>> {
-        // A header given twice, or not as text, is rmcp's to refuse.
-        let text = |name: &str| plain::header_text(parts, name);
-        if text("mcp-protocol-version")? != Some(STATELESS)
-            || parts
-                .headers
-                .keys()
-                .any(|k| k.as_str().starts_with("mcp-param-"))
-        {
-            return None;
-        }
-        let message = message::decode(
-            body,
-            text("mcp-method")?,
-            text("mcp-name")?,
-            Era::Stateless(STATELESS),
-        )?;
-        let Message::Request { id, request, meta } = message else {
-            return None;
-        };
-        // A tool whose arguments are mirrored in `Mcp-Param-*` headers: rmcp checks them.
-        if let Request::CallTool(p) = &request
-            && self
-                .gateway
-                .parts
-                .pool
-                .catalog()
-                .tool_def(&p.name)
-                .is_some_and(|t| names_a_header(&t.input_schema))
-        {
-            return None;
-        }
-        let capabilities = meta.client_capabilities();
-        let call = Call {
-            id,
-            request,
-            meta,
-            capabilities,
-            session: None,
-            client: None,
-        };
-        Some(self.call(parts, call).await)
     }
 
     /// Returns once the session's `notifications/initialized` has been handled (the client's

@@ -224,13 +224,26 @@ impl Direct {
             return None;
         }
         let message = serde_json::from_slice::<ClientJsonRpcMessage>(body).ok()?;
-        if let ClientJsonRpcMessage::Request(r) = &message
-            && (matches!(
-                r.request,
-                ClientRequest::InitializeRequest(_) | ClientRequest::DiscoverRequest(_)
-            ) || r.request.get_meta().protocol_version().is_some())
-        {
-            return None;
+        if let ClientJsonRpcMessage::Request(r) = &message {
+            if matches!(r.request, ClientRequest::InitializeRequest(_)) {
+                return None;
+            }
+            if r.request.get_meta().protocol_version().is_some() {
+                // The stateless era's request names its version in a header too.
+                if parts.headers.contains_key("mcp-protocol-version") {
+                    return None;
+                }
+                let why = "request _meta protocolVersion requires MCP-Protocol-Version header";
+                return Some(
+                    WireError::HeaderMismatch {
+                        why: why.to_owned(),
+                    }
+                    .response_to(Some(&r.id)),
+                );
+            }
+            if matches!(r.request, ClientRequest::DiscoverRequest(_)) {
+                return None;
+            }
         }
         Some(WireError::SessionRequired.response())
     }

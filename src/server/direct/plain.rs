@@ -6,9 +6,13 @@
 //! so does the edge.
 
 use http::request::Parts;
-use rmcp::model::ProtocolVersion;
+use rmcp::{
+    ServerHandler,
+    model::{ClientJsonRpcMessage, GetMeta, ProtocolVersion},
+};
 
-use super::STATELESS;
+use super::{Direct, STATELESS};
+use crate::server::wire_error::WireError;
 
 /// Whether a session's request speaks the handshake era: no `Mcp-Protocol-Version` (older
 /// SDKs send none: the session's version), or one of that era's known versions — rmcp reads
@@ -38,5 +42,55 @@ pub(super) fn header_text<'a>(parts: &'a Parts, name: &str) -> Option<Option<&'a
         None => Some(None),
         Some(_) if !single(parts, name) => None,
         Some(v) => v.to_str().ok().map(Some),
+    }
+}
+
+/// Whether a version header names a version rmcp knows (`None`: there is none).
+pub(super) fn known_version(headers: &http::HeaderMap) -> Option<Result<(), String>> {
+    let v = headers.get("mcp-protocol-version")?;
+    let Ok(v) = v.to_str() else {
+        return Some(Err("(not text)".to_owned()));
+    };
+    Some(
+        if ProtocolVersion::KNOWN_VERSIONS
+            .iter()
+            .any(|k| k.as_str() == v)
+        {
+            Ok(())
+        } else {
+            Err(v.to_owned())
+        },
+    )
+}
+
+impl Direct {
+    /// A version header rmcp does not know is refused (400), unless a request names its
+    /// version in `_meta` (rmcp then lets `_meta` speak); `body` is `None` for a GET or DELETE.
+    pub(in crate::server) fn check_version(
+        &self,
+        headers: &http::HeaderMap,
+        body: Option<&[u8]>,
+    ) -> Result<(), WireError> {
+        let Some(Err(requested)) = known_version(headers) else {
+            return Ok(());
+        };
+        let per_request = body
+            .and_then(|b| serde_json::from_slice::<ClientJsonRpcMessage>(b).ok())
+            .is_some_and(|m| {
+                matches!(m, ClientJsonRpcMessage::Request(r)
+                    if r.request.get_meta().protocol_version().is_some())
+            });
+        if per_request {
+            return Ok(());
+        }
+        Err(WireError::UnsupportedVersion {
+            requested,
+            supported: self
+                .gateway
+                .supported_protocol_versions()
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
+        })
     }
 }

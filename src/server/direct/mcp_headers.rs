@@ -1,0 +1,275 @@
+//! The stateless era's standard headers (SEP-2243) checked against the body: `Mcp-Method`
+//! must name the body's method, `Mcp-Name` its name (a tool's, a prompt's, a URI, a task id),
+//! and a `tools/call` carries an `Mcp-Param-<Header>` for every argument its input schema marks
+//! with `x-mcp-header` — each once, as text, Base64-wrapped values (`=?base64?…?=`) decoded.
+//! The rules and reasons are rmcp's transport's, so the refusals are the ones it gave.
+
+use base64::Engine as _;
+use serde_json::{Map, Value};
+
+const BASE64_PREFIX: &str = "=?base64?";
+const BASE64_SUFFIX: &str = "?=";
+
+/// Checks the headers of a request (or notification) against its JSON form; `tool_schema` is
+/// the called tool's input schema. `Err` carries the reason of a -32020 refusal.
+pub(super) fn check(
+    headers: &http::HeaderMap,
+    request: &Value,
+    tool_schema: Option<&Map<String, Value>>,
+) -> Result<(), String> {
+    let Some(method) = request.get("method").and_then(Value::as_str) else {
+        return Ok(());
+    };
+    let params = request.get("params");
+    match header_str(headers, "Mcp-Method")? {
+        None => return Err("missing required Mcp-Method header".to_owned()),
+        Some(value) if value != method => {
+            return Err(format!(
+                "Mcp-Method header `{value}` does not match body method `{method}`"
+            ));
+        }
+        Some(_) => {}
+    }
+    if let Some(expected) = name_of(method, params) {
+        let Some(raw) = header_str(headers, "Mcp-Name")? else {
+            return Err(format!("missing required Mcp-Name header for `{method}`"));
+        };
+        let decoded =
+            decode(raw).ok_or_else(|| "Mcp-Name header is not valid Base64".to_owned())?;
+        if decoded != expected {
+            return Err(format!(
+                "Mcp-Name header `{decoded}` does not match body value `{expected}`"
+            ));
+        }
+    }
+    let (Some(schema), "tools/call") = (tool_schema, method) else {
+        return Ok(());
+    };
+    let arguments = params.and_then(|p| p.get("arguments"));
+    for (path, header) in annotated(schema) {
+        let prop = path.join(".");
+        let full = format!("Mcp-Param-{header}");
+        let sent = header_str(headers, &full)?;
+        let body = arguments
+            .and_then(|a| path.iter().try_fold(a, |v, k| v.get(k)))
+            .filter(|v| !v.is_null())
+            .and_then(primitive);
+        match (sent, body) {
+            (None, None) => {}
+            (Some(_), None) => {
+                return Err(format!(
+                    "unexpected {full} header for absent or null `{prop}`"
+                ));
+            }
+            (None, Some(_)) => return Err(format!("missing {full} header for `{prop}`")),
+            (Some(raw), Some(expected)) => {
+                let decoded =
+                    decode(raw).ok_or_else(|| format!("{full} header is not valid Base64"))?;
+                if decoded != expected {
+                    return Err(format!(
+                        "{full} header `{decoded}` does not match body value `{expected}`"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What `Mcp-Name` must say for `method`, if it names anything.
+fn name_of(method: &str, params: Option<&Value>) -> Option<String> {
+    let key = match method {
+        "tools/call" | "prompts/get" => "name",
+        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => "uri",
+        "tasks/get" | "tasks/update" | "tasks/cancel" => "taskId",
+        _ => return None,
+    };
+    params?.get(key)?.as_str().map(str::to_owned)
+}
+
+/// A JSON primitive as the header carries it; anything else has no header form.
+fn primitive(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) => Some(s.clone()),
+        Value::Bool(b) => Some(b.to_string()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// Every non-empty `x-mcp-header` along `properties` chains from the root: its property path
+/// and header name.
+fn annotated(schema: &Map<String, Value>) -> Vec<(Vec<&str>, &str)> {
+    fn walk<'a>(
+        properties: Option<&'a Value>,
+        path: &mut Vec<&'a str>,
+        out: &mut Vec<(Vec<&'a str>, &'a str)>,
+    ) {
+        let Some(Value::Object(properties)) = properties else {
+            return;
+        };
+        for (name, schema) in properties {
+            path.push(name);
+            if let Some(Value::String(h)) = schema.get("x-mcp-header")
+                && !h.is_empty()
+            {
+                out.push((path.clone(), h.as_str()));
+            }
+            walk(schema.get("properties"), path, out);
+            path.pop();
+        }
+    }
+    let mut out = Vec::new();
+    walk(schema.get("properties"), &mut Vec::new(), &mut out);
+    out
+}
+
+/// A header value as sent, or what a `=?base64?…?=` wrapping holds (`None`: not Base64 of
+/// UTF-8).
+fn decode(value: &str) -> Option<String> {
+    match value
+        .strip_prefix(BASE64_PREFIX)
+        .and_then(|v| v.strip_suffix(BASE64_SUFFIX))
+    {
+        Some(inner) => {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(inner)
+                .ok()?;
+            String::from_utf8(bytes).ok()
+        }
+        None => Some(value.to_owned()),
+    }
+}
+
+/// The one value of `name`, as text: a header sent twice, or not as text, is refused (an
+/// intermediary could route on the other one).
+fn header_str<'a>(headers: &'a http::HeaderMap, name: &str) -> Result<Option<&'a str>, String> {
+    let mut values = headers.get_all(name).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(format!("duplicate {name} header"));
+    }
+    value
+        .to_str()
+        .map(Some)
+        .map_err(|_| format!("{name} header contains invalid characters"))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> http::HeaderMap {
+        let mut h = http::HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                http::HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn method_and_name_must_match_the_body() {
+        let call = json!({"method": "tools/call", "params": {"name": "a__b", "arguments": {}}});
+        assert!(
+            check(
+                &headers(&[("mcp-method", "tools/call"), ("mcp-name", "a__b")]),
+                &call,
+                None
+            )
+            .is_ok()
+        );
+        for (pairs, reason) in [
+            (vec![], "missing required Mcp-Method"),
+            (
+                vec![("mcp-method", "tools/list")],
+                "does not match body method",
+            ),
+            (
+                vec![("mcp-method", "tools/call")],
+                "missing required Mcp-Name",
+            ),
+            (
+                vec![("mcp-method", "tools/call"), ("mcp-name", "x")],
+                "does not match body value `a__b`",
+            ),
+            (
+                vec![("mcp-method", "tools/call"), ("mcp-method", "tools/call")],
+                "duplicate Mcp-Method",
+            ),
+            (
+                vec![("mcp-method", "tools/call"), ("mcp-name", "=?base64?***?=")],
+                "not valid Base64",
+            ),
+        ] {
+            let e = check(&headers(&pairs), &call, None).expect_err("refused");
+            assert!(e.contains(reason), "{pairs:?}: {e}");
+        }
+        // Base64-wrapped names are decoded.
+        let wrapped = format!(
+            "=?base64?{}?=",
+            base64::engine::general_purpose::STANDARD.encode("a__b")
+        );
+        assert!(
+            check(
+                &headers(&[("mcp-method", "tools/call"), ("mcp-name", &wrapped)]),
+                &call,
+                None
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn annotated_arguments_need_their_param_headers() {
+        let schema = json!({"type": "object", "properties": {
+            "region": {"type": "string", "x-mcp-header": "Region"},
+            "opts": {"type": "object", "properties": {"n": {"type": "integer", "x-mcp-header": "N"}}}
+        }});
+        let schema = schema.as_object().unwrap();
+        let call = |args: Value| json!({"method": "tools/call", "params": {"name": "t", "arguments": args}});
+        let base = [("mcp-method", "tools/call"), ("mcp-name", "t")];
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut h = base.to_vec();
+            h.extend_from_slice(extra);
+            headers(&h)
+        };
+        let args = json!({"region": "eu", "opts": {"n": 3}});
+        assert!(
+            check(
+                &with(&[("mcp-param-region", "eu"), ("mcp-param-n", "3")]),
+                &call(args.clone()),
+                Some(schema)
+            )
+            .is_ok()
+        );
+        let e = check(
+            &with(&[("mcp-param-region", "eu")]),
+            &call(args.clone()),
+            Some(schema),
+        )
+        .unwrap_err();
+        assert!(e.contains("missing Mcp-Param-N header for `opts.n`"), "{e}");
+        let e = check(
+            &with(&[("mcp-param-region", "us"), ("mcp-param-n", "3")]),
+            &call(args),
+            Some(schema),
+        )
+        .unwrap_err();
+        assert!(e.contains("does not match body value `eu`"), "{e}");
+        let e = check(
+            &with(&[("mcp-param-region", "eu")]),
+            &call(json!({})),
+            Some(schema),
+        )
+        .unwrap_err();
+        assert!(e.contains("unexpected Mcp-Param-Region header"), "{e}");
+        assert!(check(&with(&[]), &call(json!({"region": null})), Some(schema)).is_ok());
+    }
+}
