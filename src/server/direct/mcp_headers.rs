@@ -7,12 +7,22 @@
 use base64::Engine as _;
 use serde_json::{Map, Value};
 
+use crate::server::wire_error::WireError;
+
 const BASE64_PREFIX: &str = "=?base64?";
 const BASE64_SUFFIX: &str = "?=";
 
 /// Checks the headers of a request (or notification) against its JSON form; `tool_schema` is
-/// the called tool's input schema. `Err` carries the reason of a -32020 refusal.
+/// the called tool's input schema. A refusal is -32020 with rmcp's reason.
 pub(super) fn check(
+    headers: &http::HeaderMap,
+    request: &Value,
+    tool_schema: Option<&Map<String, Value>>,
+) -> Result<(), WireError> {
+    reasons(headers, request, tool_schema).map_err(|why| WireError::HeaderMismatch { why })
+}
+
+fn reasons(
     headers: &http::HeaderMap,
     request: &Value,
     tool_schema: Option<&Map<String, Value>>,
@@ -178,7 +188,7 @@ mod tests {
     fn method_and_name_must_match_the_body() {
         let call = json!({"method": "tools/call", "params": {"name": "a__b", "arguments": {}}});
         assert!(
-            check(
+            reasons(
                 &headers(&[("mcp-method", "tools/call"), ("mcp-name", "a__b")]),
                 &call,
                 None
@@ -208,7 +218,7 @@ mod tests {
                 "not valid Base64",
             ),
         ] {
-            let e = check(&headers(&pairs), &call, None).expect_err("refused");
+            let e = reasons(&headers(&pairs), &call, None).expect_err("refused");
             assert!(e.contains(reason), "{pairs:?}: {e}");
         }
         // Base64-wrapped names are decoded.
@@ -217,7 +227,7 @@ mod tests {
             base64::engine::general_purpose::STANDARD.encode("a__b")
         );
         assert!(
-            check(
+            reasons(
                 &headers(&[("mcp-method", "tools/call"), ("mcp-name", &wrapped)]),
                 &call,
                 None
@@ -242,34 +252,34 @@ mod tests {
         };
         let args = json!({"region": "eu", "opts": {"n": 3}});
         assert!(
-            check(
+            reasons(
                 &with(&[("mcp-param-region", "eu"), ("mcp-param-n", "3")]),
                 &call(args.clone()),
                 Some(schema)
             )
             .is_ok()
         );
-        let e = check(
+        let e = reasons(
             &with(&[("mcp-param-region", "eu")]),
             &call(args.clone()),
             Some(schema),
         )
         .unwrap_err();
         assert!(e.contains("missing Mcp-Param-N header for `opts.n`"), "{e}");
-        let e = check(
+        let e = reasons(
             &with(&[("mcp-param-region", "us"), ("mcp-param-n", "3")]),
             &call(args),
             Some(schema),
         )
         .unwrap_err();
         assert!(e.contains("does not match body value `eu`"), "{e}");
-        let e = check(
+        let e = reasons(
             &with(&[("mcp-param-region", "eu")]),
             &call(json!({})),
             Some(schema),
         )
         .unwrap_err();
         assert!(e.contains("unexpected Mcp-Param-Region header"), "{e}");
-        assert!(check(&with(&[]), &call(json!({"region": null})), Some(schema)).is_ok());
+        assert!(reasons(&with(&[]), &call(json!({"region": null})), Some(schema)).is_ok());
     }
 }

@@ -45,22 +45,17 @@ pub(super) fn header_text<'a>(parts: &'a Parts, name: &str) -> Option<Option<&'a
     }
 }
 
-/// Whether a version header names a version rmcp knows (`None`: there is none).
-pub(super) fn known_version(headers: &http::HeaderMap) -> Option<Result<(), String>> {
+/// The version a version header names when rmcp does not know it (`(not text)` for one that
+/// is not text); `None` when there is no header or rmcp knows its version.
+fn unknown_version(headers: &http::HeaderMap) -> Option<String> {
     let v = headers.get("mcp-protocol-version")?;
     let Ok(v) = v.to_str() else {
-        return Some(Err("(not text)".to_owned()));
+        return Some("(not text)".to_owned());
     };
-    Some(
-        if ProtocolVersion::KNOWN_VERSIONS
-            .iter()
-            .any(|k| k.as_str() == v)
-        {
-            Ok(())
-        } else {
-            Err(v.to_owned())
-        },
-    )
+    (!ProtocolVersion::KNOWN_VERSIONS
+        .iter()
+        .any(|k| k.as_str() == v))
+    .then(|| v.to_owned())
 }
 
 impl Direct {
@@ -71,7 +66,7 @@ impl Direct {
         headers: &http::HeaderMap,
         body: Option<&[u8]>,
     ) -> Result<(), WireError> {
-        let Some(Err(requested)) = known_version(headers) else {
+        let Some(requested) = unknown_version(headers) else {
             return Ok(());
         };
         let per_request = body

@@ -55,8 +55,8 @@ impl Direct {
                 .any(|k| k.as_str().starts_with("mcp-param-"));
             if sent || schema.as_deref().is_some_and(names_a_header) {
                 let json: Value = serde_json::from_slice(body).ok()?;
-                if let Err(why) = mcp_headers::check(&parts.headers, &json, schema.as_deref()) {
-                    return Some(WireError::HeaderMismatch { why }.response_to(Some(&id)));
+                if let Err(refused) = mcp_headers::check(&parts.headers, &json, schema.as_deref()) {
+                    return Some(refused.response_to(Some(&id)));
                 }
             }
         }
@@ -118,8 +118,8 @@ impl Direct {
             .filter(|_| json.get("method").and_then(Value::as_str) == Some("tools/call"))
             .and_then(|name| catalog.tool_def(name))
             .map(|t| t.input_schema.clone());
-        if let Err(why) = mcp_headers::check(&parts.headers, &json, schema.as_deref()) {
-            return refused(WireError::HeaderMismatch { why });
+        if let Err(e) = mcp_headers::check(&parts.headers, &json, schema.as_deref()) {
+            return refused(e);
         }
         match &message {
             ClientJsonRpcMessage::Notification(_) => Some(accepted()),
