@@ -4,15 +4,14 @@ use std::{convert::Infallible, net::SocketAddr, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
-use http_body_util::{Full, combinators::BoxBody};
+use http_body_util::combinators::BoxBody;
 use hyper::body::Incoming;
 use hyper_util::{
     rt::{TokioExecutor, TokioIo},
     server::conn::auto,
 };
 use rmcp::transport::{
-    StreamableHttpServerConfig, StreamableHttpService,
-    streamable_http_server::session::local::LocalSessionManager,
+    StreamableHttpService, streamable_http_server::session::local::LocalSessionManager,
 };
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -23,8 +22,8 @@ use super::{
     parts::EdgeParts,
     replay::{Replay, ResumeRefused},
     responses::{challenge, json, unauthorized},
-    resumable::Resumable,
     sealed_sessions::SealedSessions,
+    session_limit::SessionLimit,
     tracked::Tracked,
     wire_error::WireError,
 };
@@ -71,27 +70,17 @@ pub async fn serve(
         };
         c.set_listener_url(format!("{scheme}://{local}"));
     }
-    // Session streams start with a priming event and are buffered for resumption (`replay`).
-    let mut sessions = LocalSessionManager::default();
-    sessions.session_config.sse_retry = settings.sse_retry;
-    // rmcp's own copy of a finished request's events is not needed: resumption reads `replay`.
-    sessions.session_config.completed_cache_ttl = Duration::ZERO;
     let replay = Replay::new(settings.replay, parts.metrics.replay_dropped.clone());
-    sessions.session_config.keep_alive = Some(settings.session_idle);
-    let sessions = Arc::new(Resumable::new(
-        sessions,
-        replay.clone(),
+    let sessions = Arc::new(SessionLimit::new(
         settings.max_sessions,
         gateway.parts.hub.clone(),
     ));
     parts.gauges.count_sessions(sessions.clone());
     let sealed = SealedSessions::new(parts.seal.clone(), settings.session_ttl);
-    let mut config = mcp_config(settings, local, close_all.child_token());
-    config.session_store = Some(sealed.clone());
     let direct = Direct::new(
         gateway.clone(),
         mcp_hosts(settings),
-        config.allowed_origins.clone(),
+        mcp_origins(settings, local),
         super::direct::Settings {
             replay: replay.clone(),
             sessions: sessions.clone(),
@@ -102,9 +91,7 @@ pub async fn serve(
             shutdown: close_all.child_token(),
         },
     );
-    let mcp = StreamableHttpService::new(move || Ok(gateway.clone()), sessions.clone(), config);
     let edge = Edge {
-        mcp,
         direct,
         parts,
         sealed,
@@ -136,8 +123,7 @@ pub async fn serve(
 /// Everything a connection needs to answer requests.
 #[derive(Clone)]
 struct Edge {
-    mcp: StreamableHttpService<Gateway, Resumable>,
-    /// Answers calls, lists and reads of both eras without rmcp's transport (see `direct`).
+    /// Answers every request of both eras on `/mcp` (see `direct`).
     direct: Direct,
     parts: EdgeParts,
     sealed: Arc<SealedSessions>,
@@ -149,7 +135,7 @@ struct Edge {
     allowed_hosts: Arc<Vec<String>>,
     /// `[gateway] public_metrics`.
     public_metrics: bool,
-    sessions: Arc<Resumable>,
+    sessions: Arc<SessionLimit>,
 }
 
 impl Edge {
@@ -159,7 +145,6 @@ impl Edge {
         cert_names: Arc<Vec<String>>,
     ) -> Response<Body> {
         let Edge {
-            mut mcp,
             direct,
             parts,
             sealed,
@@ -222,19 +207,12 @@ impl Edge {
                         Some(scope) => identity.through(scope),
                         None => identity,
                     };
-                    // Clients see sealed session ids; rmcp sees its own (any replica can open
-                    // them: see sealed_sessions). Anything else is no session of ours.
+                    // Clients see sealed session ids (any replica can open them: see
+                    // sealed_sessions). Anything else is no session of ours.
                     let presented = req
                         .headers()
                         .get(SESSION_HEADER)
                         .map(|v| v.to_str().ok().and_then(|v| sealed.open(v, &identity.name)));
-                    if let Some(sid) = &presented {
-                        let inner = sid
-                            .as_deref()
-                            .and_then(|s| http::HeaderValue::from_str(s).ok())
-                            .unwrap_or(http::HeaderValue::from_static("unknown"));
-                        req.headers_mut().insert(SESSION_HEADER, inner);
-                    }
                     let who = identity.name.clone();
                     let deleting = req.method() == http::Method::DELETE;
                     // A session id that is no session (forged, someone else's, or ended): 404,
@@ -265,81 +243,31 @@ impl Edge {
                         .is_some_and(|m| m.as_bytes() == b"subscriptions/listen");
                     let in_flight = (req.method() == http::Method::POST && !listening)
                         .then(|| parts.in_flight.start());
+                    let session = presented.as_ref().and_then(|s| s.as_deref());
                     // A POST body is read here, bounded in size and time, so a slow or oversized
                     // body gets a clear answer (408, 413) instead of holding the connection.
                     let answer = if req.method() == http::Method::POST {
                         match super::body::read_body(req, max_body, body_timeout).await {
                             Ok((head, body)) => {
-                                let answered = match &presented {
-                                    Some(Some(sid)) => direct.answer(&head, &body, sid).await,
-                                    None if listening => direct.listen(&head, &body).await,
-                                    None => match direct.answer_stateless(&head, &body).await {
-                                        Some(r) => Some(r),
-                                        None => match direct.initialize(&head, &body).await {
-                                            Some(r) => Some(r),
-                                            None => direct.session_required(&head, &body),
-                                        },
-                                    },
-                                    _ => None,
+                                let post = Post {
+                                    head: &head,
+                                    body: &body,
+                                    session,
+                                    listening,
+                                    stateless,
                                 };
-                                match answered {
-                                    Some(r) => Ok(r),
-                                    // A body that is no JSON-RPC message is refused here.
-                                    None => match direct::decodable(&body).and_then(|()| {
-                                        direct.check_version(&head.headers, Some(&body))
-                                    }) {
-                                        Err(refused) => Ok(refused.response()),
-                                        Ok(()) => {
-                                            let sid = presented.as_ref().and_then(|s| s.as_deref());
-                                            rmcp_post(&mut mcp, &direct, head, body, sid).await
-                                        }
-                                    },
-                                }
+                                post.answer(&direct).await
                             }
-                            Err(refusal) => Ok(refusal),
+                            Err(refusal) => refusal,
                         }
                     } else {
-                        let native = match &presented {
-                            Some(Some(sid)) => {
-                                let (head, body) = req.into_parts();
-                                let answered = match head.method {
-                                    http::Method::DELETE => direct.delete(&head, sid).await,
-                                    http::Method::GET => direct.stream(&head, sid).await,
-                                    _ => None,
-                                };
-                                req = Request::from_parts(head, body);
-                                answered
-                            }
-                            None => direct.sessionless(req.headers()),
-                            Some(None) => None,
-                        };
-                        match native {
-                            Some(r) => Ok(r),
-                            None => match direct.check_version(req.headers(), None) {
-                                Err(refused) => Ok(refused.response()),
-                                Ok(()) => {
-                                    tower::Service::<Request<Incoming>>::call(&mut mcp, req).await
-                                }
-                            },
-                        }
+                        let (head, _) = req.into_parts();
+                        stream_or_delete(&direct, &head, session).await
                     };
-                    if deleting && let Some(Some(sid)) = &presented {
-                        direct.ended(sid);
-                    }
-                    let answer = answer.map(|mut r| {
-                        // rmcp answers a session DELETE with 202; SDKs expect 200 or 204 (the
-                        // Python SDK logs a failure for anything else), and nothing is pending.
-                        if deleting && r.status() == StatusCode::ACCEPTED {
-                            *r.status_mut() = StatusCode::NO_CONTENT;
-                        }
-                        r
-                    });
-                    match answer.map(|r| seal_new_session(r, &sealed, &who)) {
-                        Ok(r) => match in_flight {
-                            Some(guard) => Tracked::start(r, guard).await,
-                            None => r,
-                        },
-                        Err(never) => match never {},
+                    let r = seal_new_session(answer, &sealed, &who);
+                    match in_flight {
+                        Some(guard) => Tracked::start(r, guard).await,
+                        None => r,
                     }
                 }
                 Err(e) => challenge(&e, auth.resource_metadata.as_ref()),
@@ -382,24 +310,78 @@ impl Edge {
     }
 }
 
-/// A POST the direct path did not take, answered by rmcp's transport. A session's
-/// `notifications/initialized` is answered once the session is ready for the next request.
-async fn rmcp_post(
-    mcp: &mut StreamableHttpService<Gateway, Resumable>,
-    direct: &Direct,
-    head: http::request::Parts,
-    body: Bytes,
-    session: Option<&str>,
-) -> Result<Response<Body>, std::convert::Infallible> {
-    let initialized = direct::is_initialized(&body);
-    let req = Request::from_parts(head, Full::new(body));
-    let r = tower::Service::<Request<Full<Bytes>>>::call(mcp, req).await;
-    if let Some(sid) = session
-        && initialized
-    {
-        direct.until_negotiated(sid).await;
+/// A POST to `/mcp`, its body read.
+struct Post<'a> {
+    head: &'a http::request::Parts,
+    body: &'a Bytes,
+    /// The open session its (sealed) id names.
+    session: Option<&'a str>,
+    /// `Mcp-Method: subscriptions/listen`.
+    listening: bool,
+    /// Its version header is the stateless era's.
+    stateless: bool,
+}
+
+impl Post<'_> {
+    /// Each path of the edge in turn, until one takes it; what none takes is refused or
+    /// answered by `direct::remaining`.
+    async fn answer(&self, direct: &Direct) -> Response<Body> {
+        let Post {
+            head,
+            body,
+            session,
+            listening,
+            stateless,
+        } = *self;
+        let mut answered = None;
+        if listening {
+            answered = direct.listen(head, body).await;
+        }
+        if answered.is_none() {
+            answered = match session {
+                Some(sid) if !stateless => direct.answer(head, body, sid).await,
+                _ => direct.answer_stateless(head, body).await,
+            };
+        }
+        if answered.is_none() && session.is_none() {
+            answered = direct.initialize(head, body).await;
+        }
+        if let Some(r) = answered {
+            return r;
+        }
+        // A body that is no JSON-RPC message, or a version no one speaks, is refused here.
+        match direct::decodable(body).and_then(|()| direct.check_version(&head.headers, Some(body)))
+        {
+            Err(refused) => refused.response(),
+            Ok(()) => direct.remaining(head, body, session).await,
+        }
     }
-    r
+}
+
+/// A GET (a session's stream) or DELETE (its end); SDKs expect 200 or 204 for a DELETE (the
+/// Python SDK logs a failure for anything else).
+async fn stream_or_delete(
+    direct: &Direct,
+    head: &http::request::Parts,
+    session: Option<&str>,
+) -> Response<Body> {
+    if let Err(refused) = direct.check_version(&head.headers, None) {
+        return refused.response();
+    }
+    let answered = match session {
+        Some(sid) if head.method == http::Method::DELETE => direct.delete(head, sid).await,
+        Some(sid) => direct.stream(head, sid).await,
+        None => direct.sessionless(&head.headers),
+    };
+    match answered {
+        Some(mut r) => {
+            if head.method == http::Method::DELETE && r.status() == StatusCode::ACCEPTED {
+                *r.status_mut() = StatusCode::NO_CONTENT;
+            }
+            r
+        }
+        None => direct.remaining_stream(&head.headers),
+    }
 }
 
 /// The `Host` names `/mcp` answers (DNS rebinding): loopback and `allowed_hosts`.
@@ -413,13 +395,10 @@ fn mcp_hosts(settings: &GatewaySettings) -> Vec<String> {
     hosts
 }
 
-fn mcp_config(
-    settings: &GatewaySettings,
-    local: SocketAddr,
-    ct: CancellationToken,
-) -> StreamableHttpServerConfig {
+/// The `Origin`s `/mcp` answers (DNS rebinding): loopback on the listener's port and
+/// `allowed_origins`.
+fn mcp_origins(settings: &GatewaySettings, local: SocketAddr) -> Vec<String> {
     let port = local.port();
-    let hosts = mcp_hosts(settings);
     let mut origins = Vec::new();
     for scheme in ["http", "https"] {
         for host in ["127.0.0.1", "localhost", "[::1]"] {
@@ -427,13 +406,7 @@ fn mcp_config(
         }
     }
     origins.extend(settings.allowed_origins.iter().cloned());
-    StreamableHttpServerConfig::default()
-        .with_allowed_hosts(hosts)
-        .with_allowed_origins(origins)
-        .with_max_request_body_bytes(settings.max_body_bytes)
-        .with_sse_retry(settings.sse_retry)
-        .with_json_response(true)
-        .with_cancellation_token(ct)
+    origins
 }
 
 /// A `GET` resuming after an event this session cannot resume from gets a clear answer (rmcp
@@ -449,7 +422,7 @@ fn refused_resumption(
     }
     let last = req.headers().get("last-event-id")?;
     let last = last.to_str().unwrap_or("(not text)");
-    if last == super::resumable::STANDALONE_PRIMING_ID {
+    if last == super::session_limit::STANDALONE_PRIMING_ID {
         // The priming event of a standalone stream: the stream starts over.
         return None;
     }

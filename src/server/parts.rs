@@ -12,7 +12,7 @@ use arc_swap::ArcSwap;
 use rmcp::model::RequestStateCodec;
 use tokio::sync::watch;
 
-use super::{resumable::Resumable, sessions::Hub};
+use super::{session_limit::SessionLimit, sessions::Hub};
 use crate::{
     approval::Plans,
     credentials::UserCredentials,
@@ -82,8 +82,8 @@ pub struct Gauges {
     pub(super) metrics: Arc<Metrics>,
     pub(super) plans: Arc<Plans>,
     pub(super) hub: Arc<Hub>,
-    /// The HTTP listener's sessions (initialized or not), once it listens.
-    pub(super) sessions: Arc<OnceLock<Arc<Resumable>>>,
+    /// The HTTP listener's sessions, once it listens.
+    pub(super) sessions: Arc<OnceLock<Arc<SessionLimit>>>,
 }
 
 impl Gauges {
@@ -93,7 +93,7 @@ impl Gauges {
         self.metrics
             .plans_pending
             .set(self.plans.count_pending() as i64);
-        let open = self.sessions.get().and_then(|s| s.open_sessions());
+        let open = self.sessions.get().map(|s| s.open_sessions());
         self.metrics
             .sessions_active
             .set(open.unwrap_or_else(|| self.hub.len()) as i64);
@@ -101,7 +101,7 @@ impl Gauges {
 
     /// Counts the HTTP listener's sessions in `fedgate_sessions_active`, the ones that never
     /// sent `notifications/initialized` too.
-    pub(super) fn count_sessions(&self, sessions: Arc<Resumable>) {
+    pub(super) fn count_sessions(&self, sessions: Arc<SessionLimit>) {
         let _ = self.sessions.set(sessions);
     }
 

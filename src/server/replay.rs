@@ -3,13 +3,9 @@
 //! reconnects with `GET` + `Last-Event-ID` and gets what it missed — the response included —
 //! and then the rest as it happens.
 //!
-//! The buffer is rmcp's `EventStore`, plugged into its session manager; rmcp writes to it and
-//! replays from it. Two things are fedgate's own:
-//! - Streams are bound to the session that opened them, so a `Last-Event-ID` of another
-//!   session's stream is refused (rmcp's replay looks only at the id).
-//! - The store is offered to rmcp's session worker only, never to its stateless path: the
-//!   stateless era has no resumption, and persisting each stateless response would cost every
-//!   such call a spawned task.
+//! Streams are bound to the session that opened them, so a `Last-Event-ID` of another
+//! session's stream is refused. The stateless era has no resumption: its answers are not
+//! stored.
 //!
 //! Each stream keeps at most `events` events and `bytes` bytes, each for at most `ttl`; all
 //! streams together at most [`TOTAL_BYTES`]. What is dropped before its stream ended is counted
@@ -27,8 +23,7 @@ use prometheus::IntCounterVec;
 use rmcp::{
     model::ServerJsonRpcMessage,
     transport::{
-        common::server_side_http::ServerSseMessage,
-        streamable_http_server::session::{EventStore, EventStoreError, EventStream},
+        common::server_side_http::ServerSseMessage, streamable_http_server::session::EventStream,
     },
 };
 use tokio::{sync::watch, time::Instant};
@@ -409,22 +404,5 @@ impl Replay {
         S: Stream<Item = ServerSseMessage> + Send + Sync + Unpin + 'static,
     {
         super::priming::Held::new(inner, self.clone(), session)
-    }
-}
-
-#[async_trait::async_trait]
-impl EventStore for Replay {
-    async fn store_event(
-        &self,
-        stream_id: &str,
-        event: &ServerSseMessage,
-    ) -> Result<String, EventStoreError> {
-        Ok(self.store(stream_id, event))
-    }
-
-    /// Not reached: fedgate's session manager resumes through [`Replay::resume_after`], which
-    /// checks the session. Answered without any event, so nothing leaks if it ever is.
-    async fn replay_events_after(&self, _last: &str) -> Result<EventStream, EventStoreError> {
-        Ok(Box::pin(futures::stream::empty()))
     }
 }

@@ -1,5 +1,5 @@
-//! rmcp's server carries `/mcp` (both eras) and `fedgate stdio`: its handler trait, adapted to
-//! the gateway's answers (`mcp.rs`). Only this file and `request_of` see rmcp's request context.
+//! rmcp's server carries `fedgate stdio` (`/mcp` is the edge's own, see `direct`): its handler
+//! trait, adapted to the gateway's answers (`mcp.rs`). Only this file and `request_of` see rmcp's request context.
 #![allow(deprecated)] // logging and resources/subscribe are deprecated by SEP-2577 but served
 
 use std::sync::Arc;
@@ -20,7 +20,6 @@ use rmcp::{
 use super::{
     mcp::Gateway,
     request_of::{Incoming, is_modern, session_key},
-    sessions::Negotiated,
     unrouted,
 };
 
@@ -72,15 +71,6 @@ impl ServerHandler for Gateway {
     async fn on_initialized(&self, ctx: NotificationContext<RoleServer>) {
         let key = session_key(&ctx.extensions);
         self.initialized(&key, Arc::new(ctx.peer.clone()));
-        // What the edge needs to answer this session's calls itself (see `direct`).
-        if let Some(info) = ctx.peer.peer_info()
-            && ctx.extensions.get::<http::request::Parts>().is_some()
-        {
-            self.parts.hub.negotiated(
-                &key,
-                Negotiated::new(info.capabilities.clone(), info.protocol_version.to_string()),
-            );
-        }
     }
 
     async fn list_tools(

@@ -48,11 +48,9 @@ pub struct Hub {
     log_levels: DashMap<String, LoggingLevel>,
     /// What handshake-era sessions negotiated (the edge's direct path answers their calls).
     negotiated: DashMap<String, Arc<Negotiated>>,
-    /// Handshake-era sessions the edge holds itself, with no rmcp session worker behind them
-    /// (see `direct::native`); rmcp takes one over when it restores it.
+    /// Handshake-era sessions of the HTTP listener (see `direct::native`); `fedgate stdio`'s
+    /// one session is rmcp's.
     native: DashMap<String, ()>,
-    /// Woken whenever a session's negotiation is recorded.
-    recorded: tokio::sync::Notify,
     /// URIs whose subscribers all went away without unsubscribing.
     released: parking_lot::Mutex<Vec<String>>,
 }
@@ -63,8 +61,7 @@ pub struct Negotiated {
     pub capabilities: ClientCapabilities,
     /// The protocol version its requests name in `MCP-Protocol-Version`.
     pub version: String,
-    /// When a request last reached rmcp's session worker (which ends idle sessions), or, for
-    /// a session the edge holds itself, when it was last used.
+    /// When it was last used (it ends after `session_idle_ms` unused).
     pub touched: parking_lot::Mutex<tokio::time::Instant>,
 }
 
@@ -87,22 +84,15 @@ impl Negotiated {
 const NOTIFY_CONCURRENCY: usize = 32;
 
 impl Hub {
-    /// Registers a session's client under its key (rmcp's, when it takes over a session the
-    /// edge held).
-    /// Registering the client it holds again (a subscription of a session the edge holds)
-    /// changes nothing.
+    /// Registers a session's client under its key. Registering the client it holds again (a
+    /// subscription of a session) changes nothing.
     pub fn register(&self, session: &str, client: ToClient) {
         let again = self
             .sessions
             .get(session)
             .is_some_and(|c| std::ptr::addr_eq(Arc::as_ptr(&*c), Arc::as_ptr(&client)));
-        if again {
-            return;
-        }
-        if let Some(old) = self.sessions.insert(session.to_owned(), client)
-            && self.native.remove(session).is_some()
-        {
-            old.close();
+        if !again {
+            self.sessions.insert(session.to_owned(), client);
         }
     }
 
@@ -151,22 +141,6 @@ impl Hub {
     /// Records what a session negotiated; forgotten with the session.
     pub fn negotiated(&self, session: &str, n: Negotiated) {
         self.negotiated.insert(session.to_owned(), Arc::new(n));
-        self.recorded.notify_waiters();
-    }
-
-    /// Waits (at most `limit`) until the session's negotiation is recorded: rmcp acknowledges
-    /// `notifications/initialized` before its worker has handled it.
-    pub async fn until_negotiated(&self, session: &str, limit: std::time::Duration) {
-        let wait = async {
-            loop {
-                let recorded = self.recorded.notified();
-                if self.negotiated.contains_key(session) {
-                    return;
-                }
-                recorded.await;
-            }
-        };
-        let _ = tokio::time::timeout(limit, wait).await;
     }
 
     /// What an open handshake-era session negotiated.
@@ -427,7 +401,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn sessions_the_edge_holds_idle_out_are_handed_over_and_end() {
+    async fn sessions_idle_out_and_end_forgetting_what_they_held() {
         let hub = Hub::default();
         let native = hold(&hub, "s1");
         assert_eq!(hub.native_count(), 1);
@@ -444,14 +418,6 @@ mod tests {
         hub.register("s1", native.clone());
         assert!(!native.is_closed() && hub.is_native("s1"));
 
-        // rmcp takes it over: the edge's client is closed, the session stays open, uncounted.
-        let rmcp = Arc::new(Probe::default());
-        hub.register("s1", rmcp.clone());
-        assert!(native.is_closed() && !rmcp.is_closed());
-        assert_eq!(hub.native_count(), 0);
-        assert!(hub.is_open("s1"));
-        assert!(!hub.end_native("s1"), "rmcp's to end now");
-
         // Ended by the edge: forgotten with its log level.
         let other = hold(&hub, "s2");
         hub.set_log_level("s2", LoggingLevel::Error);
@@ -459,7 +425,7 @@ mod tests {
         assert!(other.is_closed());
         assert!(hub.negotiation("s2").is_none());
         assert_eq!(hub.log_level("s2"), None);
-        assert_eq!(hub.native_count(), 0);
-        assert!(hub.is_open("s1"));
+        assert_eq!(hub.native_count(), 1);
+        assert!(hub.is_open("s1") && !native.is_closed());
     }
 }

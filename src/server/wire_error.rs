@@ -81,6 +81,13 @@ pub(crate) enum WireError {
     },
     /// An HTTP method `/mcp` does not serve.
     MethodNotAllowed,
+    /// A GET or DELETE speaking the stateless era, which has no session streams.
+    NoStatelessStream,
+    /// An `initialize` whose version header is not the version its params ask for.
+    InitializeMismatch {
+        header: String,
+        body: String,
+    },
     /// An `Accept` header without the media types the answer may take.
     NotAcceptable {
         needs: &'static str,
@@ -126,8 +133,9 @@ impl WireError {
             | Self::HeaderMismatch { .. }
             | Self::MetaMissing { .. }
             | Self::UnsupportedVersion { .. }
+            | Self::InitializeMismatch { .. }
             | Self::UnexpectedResponse => StatusCode::BAD_REQUEST,
-            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::MethodNotAllowed | Self::NoStatelessStream => StatusCode::METHOD_NOT_ALLOWED,
             Self::NotAcceptable { .. } => StatusCode::NOT_ACCEPTABLE,
             Self::NotJsonContent => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::MalformedParams { .. } => StatusCode::BAD_REQUEST,
@@ -163,7 +171,7 @@ impl WireError {
             Self::CannotResume { .. } => "cannot_resume",
             Self::HostNotAllowed | Self::BadHost { .. } => "host_not_allowed",
             Self::OriginNotAllowed { .. } => "origin_not_allowed",
-            Self::MethodNotAllowed => "method_not_allowed",
+            Self::MethodNotAllowed | Self::NoStatelessStream => "method_not_allowed",
             Self::NotAcceptable { .. } | Self::NotJsonContent => "media_type",
             _ => return None,
         })
@@ -221,6 +229,13 @@ impl WireError {
                 "method not allowed: /mcp serves POST, GET (a session's stream) and DELETE"
                     .to_owned()
             }
+            Self::NoStatelessStream => "method not allowed: the stateless era (2026-07-28) has no \
+                 session streams; POST `subscriptions/listen` to receive notifications"
+                .to_owned(),
+            Self::InitializeMismatch { header, body } => format!(
+                "Invalid Request: MCP-Protocol-Version header ({header}) does not match initialize \
+                 params.protocolVersion ({body})"
+            ),
             Self::NotAcceptable { needs } => {
                 format!("not acceptable: the Accept header must name {needs}")
             }
@@ -314,11 +329,14 @@ impl WireError {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static(s));
         }
-        if let Self::MethodNotAllowed = self {
-            resp.headers_mut().insert(
-                header::ALLOW,
-                HeaderValue::from_static(super::direct::ALLOWED_METHODS),
-            );
+        let allow = match self {
+            Self::MethodNotAllowed => Some(super::direct::ALLOWED_METHODS),
+            Self::NoStatelessStream => Some("POST"),
+            _ => None,
+        };
+        if let Some(allow) = allow {
+            resp.headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static(allow));
         }
         resp
     }

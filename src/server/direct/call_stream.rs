@@ -107,8 +107,8 @@ impl CallStream {
 
     /// Sends `message`; `last` ends the answer (the call's result or error).
     pub(super) fn emit(&self, message: ServerJsonRpcMessage, last: bool) -> Result<(), NotSent> {
-        if let (Some(session), Some(n)) = (&self.session, &self.negotiated) {
-            self.shared.touch_later(session, n);
+        if let Some(n) = &self.negotiated {
+            n.touched_now();
         }
         let mut mode = self.mode.lock();
         if last && matches!(&*mode, Mode::Waiting(_)) {

@@ -1,17 +1,14 @@
-//! The direct path: the requests of both eras answered by the edge itself — calls, lists,
-//! reads, completion, `tasks/*`, a session's subscriptions and the stateless era's
-//! `server/discover` and `subscriptions/listen` (`listen`, `task_listen`) — decoded once, handed straight to the gateway's answers (`mcp.rs`),
-//! written in one go (`call_stream`) instead of through rmcp's session worker, its channels and
-//! its SSE framing of every answer. The client's answers to input requests of such calls and
-//! its `notifications/cancelled` for them come here too. A plain `initialize` opens a session
-//! the edge holds itself, with its GET stream, `ping`, `logging/setLevel` and DELETE
-//! (`native`).
-//!
-//! rmcp's transport still owns every request the direct path does not take whole: any request
-//! that is not plainly well-formed (a browser `Origin`, an unusual `Host` or `Accept`, headers
-//! that do not match the body, bodies rmcp refuses — taking over a session the edge held, from
-//! its sealed id) and the streams of sessions it holds — so its checks and refusals stay
-//! exactly as they were.
+//! fedgate's own MCP server transport: every request of both eras on `/mcp` is answered by the
+//! edge itself. The headers are checked first (`gate`); calls, lists, reads, completion,
+//! `tasks/*`, a session's subscriptions and the stateless era's `server/discover` and
+//! `subscriptions/listen` (`listen`, `task_listen`) are decoded once, handed straight to the
+//! gateway's answers (`mcp.rs`) and written in one go (`call_stream`): one JSON body, or SSE
+//! when the call sent something first or took longer than `stream_after_ms`. The client's
+//! answers to input requests of such calls and its `notifications/cancelled` come here too.
+//! `initialize` opens a session, a small record in the hub, with its GET stream, `ping`,
+//! `logging/setLevel` and DELETE (`native`); the stateless era's refusals are `stateless`'s,
+//! and the rare requests no other path takes are `remaining`'s. rmcp's model types are used
+//! throughout; its server transport is not mounted.
 
 mod call_stream;
 mod gate;
@@ -22,6 +19,7 @@ mod mcp_headers;
 mod message;
 mod native;
 mod plain;
+mod remaining;
 mod shape;
 mod stateless;
 mod task_listen;
@@ -40,12 +38,10 @@ use futures::StreamExt;
 use http::{Response, StatusCode, request::Parts};
 use rmcp::{
     model::{
-        ClientCapabilities, ClientJsonRpcMessage, ClientNotification, CustomNotification,
-        RequestId, RequestMetaObject, ServerJsonRpcMessage,
+        ClientCapabilities, ClientJsonRpcMessage, RequestId, RequestMetaObject,
+        ServerJsonRpcMessage,
     },
-    transport::{
-        common::server_side_http::ServerSseMessage, streamable_http_server::session::SessionManager,
-    },
+    transport::common::server_side_http::ServerSseMessage,
 };
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
@@ -63,20 +59,12 @@ use super::{
     mcp::Gateway,
     replay::Replay,
     request_of::Incoming,
-    resumable::Resumable,
     sealed_sessions::SealedSessions,
+    session_limit::SessionLimit,
     sessions::{Hub, Negotiated},
     wire_error::WireError,
 };
-use crate::{
-    policy::identity::Identity,
-    telemetry::traces,
-    to_client::{ClientChannel, ToClient},
-};
-
-/// rmcp's session worker ends a session it has heard nothing from for `session_idle_ms`; calls
-/// answered here tell it the session is in use at most this often (or a third of that time).
-const TOUCH_EVERY: Duration = Duration::from_secs(30);
+use crate::{policy::identity::Identity, telemetry::traces, to_client::ToClient};
 
 /// How often sessions the edge holds are checked for idleness.
 const SWEEP_EVERY: Duration = Duration::from_secs(30);
@@ -84,12 +72,12 @@ const SWEEP_EVERY: Duration = Duration::from_secs(30);
 /// What the direct path of one listener is given.
 pub(super) struct Settings {
     pub replay: Arc<Replay>,
-    pub sessions: Arc<Resumable>,
+    pub sessions: Arc<SessionLimit>,
     pub sealed: Arc<SealedSessions>,
     pub sse_retry: Retry,
     /// `[gateway] stream_after_ms`.
     pub stream_after: Duration,
-    /// How long a session may go unused before it ends (rmcp's workers are told the same).
+    /// How long a session may go unused before it ends.
     pub idle_session: Duration,
     /// Cancelled at shutdown.
     pub shutdown: CancellationToken,
@@ -105,9 +93,7 @@ pub(super) struct Shared {
     sse_retry: Retry,
     /// `[gateway] stream_after_ms`.
     stream_after: Duration,
-    sessions: Arc<Resumable>,
-    /// How often a direct call tells rmcp's worker its session is in use.
-    touch_every: Duration,
+    sessions: Arc<SessionLimit>,
     /// Opens and seals the ids of sessions the edge holds (see `native`).
     sealed: Arc<SealedSessions>,
     /// The clients of sessions the edge holds, by session id.
@@ -122,33 +108,6 @@ pub(super) struct Shared {
 }
 
 impl Shared {
-    /// rmcp's worker ends sessions it hears nothing from; a direct call's request and each of
-    /// its messages count as hearing from the session (a no-op notification to the worker, at
-    /// most every `touch_every`, sent from a task of its own).
-    /// A session the edge holds has no worker: only the time is kept (see `native`).
-    fn touch_later(self: &Arc<Self>, session: &str, negotiated: &Negotiated) {
-        {
-            let now = tokio::time::Instant::now();
-            let mut last = negotiated.touched.lock();
-            if self.hub.is_native(session) {
-                *last = now;
-                return;
-            }
-            if now.duration_since(*last) < self.touch_every {
-                return;
-            }
-            *last = now;
-        }
-        let note = ClientJsonRpcMessage::notification(ClientNotification::CustomNotification(
-            CustomNotification::new("notifications/fedgate/in-use", None),
-        ));
-        let this = self.clone();
-        let session: rmcp::transport::common::server_side_http::SessionId = session.into();
-        tokio::spawn(async move {
-            let _ = this.sessions.accept_message(&session, note).await;
-        });
-    }
-
     /// The session ended (DELETE, or idle too long): its calls are cancelled, its input
     /// requests unanswered, and a session the edge held is forgotten.
     fn end(&self, session: &str) {
@@ -218,7 +177,6 @@ impl Direct {
             sse_retry,
             stream_after,
             sessions,
-            touch_every: TOUCH_EVERY.min(idle_session / 3),
             sealed,
             native: DashMap::new(),
             pending: DashMap::new(),
@@ -259,9 +217,9 @@ impl Direct {
     ) -> Option<Response<Body>> {
         let negotiated = match self.negotiation(session).await {
             Ok(n) => n,
-            Err(answer) => return answer,
+            Err(answer) => return Some(answer),
         };
-        if !plain::speaks_handshake(&parts.headers) || negotiated.version.as_str() >= STATELESS {
+        if !plain::speaks_handshake(&parts.headers) {
             return None;
         }
         // The handshake era has no `Mcp-Method`, `Mcp-Name` or `Mcp-Param-*` headers: rmcp
@@ -270,56 +228,42 @@ impl Direct {
         match message {
             Message::Answer(m) => {
                 let (id, answer) = match m {
-                    ClientJsonRpcMessage::Response(r) => (r.id, Ok(r.result)),
-                    ClientJsonRpcMessage::Error(e) => (e.id?, Err(e.error)),
-                    _ => return None,
+                    ClientJsonRpcMessage::Response(r) => (Some(r.id), Ok(r.result)),
+                    ClientJsonRpcMessage::Error(e) => (e.id, Err(e.error)),
+                    _ => return Some(accepted()),
                 };
-                let waiting = match &id {
-                    RequestId::String(id) => self
+                // An answer no one waits for is ignored.
+                if let Some(RequestId::String(id)) = &id
+                    && let Some((_, (_, waiting))) = self
                         .shared
                         .pending
-                        .remove_if(id.as_ref(), |_, (owner, _)| owner == session),
-                    RequestId::Number(_) => None,
-                };
-                match waiting {
-                    Some((_, (_, waiting))) => {
-                        let _ = waiting.send(answer);
-                    }
-                    // No one waits for it here: a session the edge holds ignores it (as rmcp's
-                    // worker does); in rmcp's, its worker may be the one waiting.
-                    None if self.shared.hub.is_native(session) => {}
-                    None => return None,
+                        .remove_if(id.as_ref(), |_, (owner, _)| owner == session)
+                {
+                    let _ = waiting.send(answer);
                 }
                 Some(accepted())
             }
-            // The edge holds what `initialize` negotiated from the start (rmcp's sessions are
-            // here only once their `notifications/initialized` was handled).
-            Message::Initialized => Some(accepted()),
+            // The edge holds what `initialize` negotiated from the start.
+            Message::Initialized | Message::Notification => Some(accepted()),
             Message::Cancelled(id) => {
-                match self.shared.calls.remove(&(session.to_owned(), id)) {
-                    Some((_, ct)) => ct.cancel(),
-                    // A call that ended already: nothing to cancel in a session the edge
-                    // holds; in rmcp's, the request may be its worker's.
-                    None if self.shared.hub.is_native(session) => {}
-                    None => return None,
+                // A call that ended already has nothing to cancel.
+                if let Some((_, ct)) = self.shared.calls.remove(&(session.to_owned(), id)) {
+                    ct.cancel();
                 }
                 Some(accepted())
             }
-            Message::Notification => self.shared.hub.is_native(session).then(accepted),
             Message::Request { id, request, meta } => {
-                // A subscription's updates go to the session's own client (its GET stream),
-                // which only a session the edge holds has here; rmcp serves the others'.
+                // A subscription's updates go to the session's own client (its GET stream).
                 let client = match request {
                     Request::Subscribe(_) | Request::Unsubscribe(_) => {
-                        let native = self.shared.native.get(session)?.clone();
-                        if native.is_closed() || !self.shared.hub.is_native(session) {
-                            return None;
+                        match self.shared.native.get(session) {
+                            Some(native) => Some(native.clone() as ToClient),
+                            None => return Some(WireError::NoSuchSession.response()),
                         }
-                        Some(native as ToClient)
                     }
                     _ => None,
                 };
-                self.shared.touch_later(session, &negotiated);
+                negotiated.touched_now();
                 let capabilities = meta
                     .client_capabilities()
                     .or_else(|| Some(negotiated.capabilities.clone()));
@@ -334,15 +278,6 @@ impl Direct {
                 Some(self.call(parts, call).await)
             }
         }
-    }
-
-    /// Returns once the session's `notifications/initialized` has been handled (the client's
-    /// next request may then be answered here), or after a second.
-    pub(super) async fn until_negotiated(&self, session: &str) {
-        self.shared
-            .hub
-            .until_negotiated(session, Duration::from_secs(1))
-            .await;
     }
 
     /// The session ended (DELETE): its calls are cancelled, its input requests unanswered,
@@ -361,6 +296,7 @@ impl Direct {
             client,
         } = call;
         let stateless = session.is_none();
+        let modern = stateless || meta.protocol_version().is_some();
         let (session, negotiated) = session.unzip();
         let ct = self.shared.shutdown.child_token();
         // A session's call can be cancelled by `notifications/cancelled`; a stateless one by
@@ -388,7 +324,8 @@ impl Direct {
                 .headers
                 .get(crate::stages::WORKSPACE_HEADER)
                 .map(|v| v.to_str().unwrap_or("\u{fffd}").to_owned()),
-            modern: stateless,
+            // Naming its version in `_meta` (every stateless request does; a session's may).
+            modern,
             stateless,
             capabilities,
         };
@@ -450,12 +387,6 @@ impl Direct {
             .map(|e| sse_event(&e));
         event_stream(events)
     }
-}
-
-/// Whether a POST body is `notifications/initialized`.
-pub(super) fn is_initialized(body: &[u8]) -> bool {
-    const METHOD: &[u8] = b"notifications/initialized";
-    body.len() < 256 && body.windows(METHOD.len()).any(|w| w == METHOD)
 }
 
 /// What a directly answered request is.

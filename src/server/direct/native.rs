@@ -1,16 +1,11 @@
-//! Handshake-era sessions the edge holds itself. A plain `initialize` is answered here and the
-//! session is a small record in the hub (what it negotiated, when it was last used, a client
-//! handle with a GET stream while the client has one open) — no rmcp session worker, channels
-//! or tasks behind it. Its requests (calls, lists, reads, completion, `tasks/*`,
-//! subscriptions) take the direct path; its `notifications/initialized`, `ping`,
-//! `logging/setLevel`, GET stream (resumed with `Last-Event-ID` from the buffer too) and
-//! DELETE are answered here, and a sealed id of a session this replica does not hold (opened on
-//! another replica, or ended here after idling) is restored here the same way.
-//!
-//! Anything else for such a session — a request rmcp must check — goes to rmcp's transport,
-//! which finds no session of that id and restores it from the sealed id exactly as it restores
-//! a session opened on another replica; from then on rmcp holds it (the hub hands the session's
-//! client over in [`Hub::register`](crate::server::sessions::Hub::register)).
+//! Handshake-era sessions. `initialize` is answered here and the session is a small record in
+//! the hub (what it negotiated, when it was last used, a client handle with a GET stream while
+//! the client has one open) — no worker, channels or tasks behind it. Its requests (calls,
+//! lists, reads, completion, `tasks/*`, subscriptions) take the direct path; its
+//! `notifications/initialized`, `ping`, `logging/setLevel`, GET stream (resumed with
+//! `Last-Event-ID` from the buffer too) and DELETE are answered here, and a sealed id of a
+//! session this replica does not hold (opened on another replica, or ended here after idling)
+//! is restored from what the id carries.
 
 use std::{
     sync::{
@@ -46,7 +41,7 @@ use super::{
 use crate::{
     policy::identity::Identity,
     server::{
-        http::Body, replay::Replay, resumable::STANDALONE_PRIMING_ID, sessions::Negotiated,
+        http::Body, replay::Replay, session_limit::STANDALONE_PRIMING_ID, sessions::Negotiated,
         wire_error::WireError,
     },
     to_client::{ClientChannel, NotSent, Unanswered},
@@ -56,10 +51,9 @@ use crate::{
 /// is buffered: the client resumes with `Last-Event-ID`, as from any broken stream).
 const STREAM_BACKLOG: usize = 64;
 
-/// The client of a session the edge holds: open until the session ends. Its notifications go
-/// on its GET stream once the client opened one (each stored for resumption, under the key
-/// rmcp's worker uses, so a takeover continues the same stream); before that there is nowhere
-/// to send them and they are dropped, as rmcp's worker drops them.
+/// The client of a session: open until the session ends. Its notifications go on its GET
+/// stream once the client opened one (each stored for resumption); before that there is
+/// nowhere to send them and they are dropped, as rmcp's worker dropped them.
 #[derive(Debug)]
 pub(super) struct NativeClient {
     session: String,
@@ -77,8 +71,8 @@ pub(super) enum Restore {
     Held,
     /// It ended: no replica serves it again.
     Ended,
-    /// rmcp's transport holds it, or decides (its restore refuses past `max_sessions`).
-    Rmcp,
+    /// It cannot be held now (`max_sessions`, or the store failed).
+    Refused(WireError),
 }
 
 /// A resumed stream of a session the edge holds: while it is open the client listens.
@@ -156,21 +150,21 @@ impl ClientChannel for NativeClient {
 
     fn close(&self) {
         self.closed.store(true, Ordering::Relaxed);
-        // Its GET stream ends (rmcp serves the next one after a takeover).
+        // Its GET stream ends.
         self.stream.lock().take();
     }
 }
 
 impl Direct {
-    /// Answers a plain `initialize` (a POST without a session id) by opening a session the edge
-    /// holds, or `None`: rmcp's transport answers it (and checks whatever is unusual in it).
+    /// Answers `initialize` (a POST without a session id) by opening a session, or `None`:
+    /// `remaining` refuses it (its headers, or `max_sessions` when requests raced past the
+    /// edge's first refusal).
     pub(in crate::server) async fn initialize(
         &self,
         parts: &Parts,
         body: &Bytes,
     ) -> Option<Response<Body>> {
         let text = |name: &str| super::plain::header_text(parts, name);
-        // Past `max_sessions` rmcp answers (the edge's 503 came first unless requests raced).
         if self.shared.sessions.full() {
             return None;
         }
@@ -190,66 +184,50 @@ impl Direct {
                 return None;
             }
         }
-        let result = ServerHandler::negotiate_initialize(&self.gateway, &params).ok()?;
-        let who = parts.extensions.get::<Identity>()?.name.clone();
+        let result = match ServerHandler::negotiate_initialize(&self.gateway, &params) {
+            Ok(result) => result,
+            Err(e) => {
+                return Some(json(
+                    StatusCode::OK,
+                    &ServerJsonRpcMessage::error(e, Some(id)),
+                ));
+            }
+        };
+        let who = parts
+            .extensions
+            .get::<Identity>()
+            .map_or_else(String::new, |i| i.name.clone());
         let sid = session_id();
         let negotiated = Negotiated::new(
             params.capabilities.clone(),
             result.protocol_version.to_string(),
         );
-        // What the sealed id carries, so rmcp (or another replica) can restore the session.
-        SessionStore::store(&*self.shared.sealed, &sid, &SessionState::new(params))
-            .await
-            .ok()?;
+        // What the sealed id carries, so another replica (or this one, later) can restore the
+        // session.
+        if let Err(e) =
+            SessionStore::store(&*self.shared.sealed, &sid, &SessionState::new(params)).await
+        {
+            tracing::warn!(error = %e, "a session could not be stored");
+            return Some(
+                WireError::Internal {
+                    message: "the session could not be stored; try again".to_owned(),
+                }
+                .response_to(Some(&id)),
+            );
+        }
         self.hold(&sid, negotiated);
         tracing::debug!(session = %sid, client = %who, "session opened by the edge");
         let answer =
             ServerJsonRpcMessage::response(rmcp::model::ServerResult::InitializeResult(result), id);
         let mut r = json(StatusCode::OK, &answer);
-        let v = http::HeaderValue::from_str(&sid).ok()?;
-        r.headers_mut().insert("mcp-session-id", v);
+        if let Ok(v) = http::HeaderValue::from_str(&sid) {
+            r.headers_mut().insert("mcp-session-id", v);
+        }
         Some(r)
     }
 
-    /// A handshake-era request without a session id that is not `initialize` (nor
-    /// `server/discover`, nor one naming its version in `_meta`): refused as rmcp refuses it.
-    /// `None` for anything else (rmcp's).
-    pub(in crate::server) fn session_required(
-        &self,
-        parts: &Parts,
-        body: &[u8],
-    ) -> Option<Response<Body>> {
-        use rmcp::model::{ClientJsonRpcMessage, ClientRequest, GetMeta};
-        if !speaks_handshake(&parts.headers) {
-            return None;
-        }
-        let message = serde_json::from_slice::<ClientJsonRpcMessage>(body).ok()?;
-        if let ClientJsonRpcMessage::Request(r) = &message {
-            if matches!(r.request, ClientRequest::InitializeRequest(_)) {
-                return None;
-            }
-            if r.request.get_meta().protocol_version().is_some() {
-                // The stateless era's request names its version in a header too.
-                if parts.headers.contains_key("mcp-protocol-version") {
-                    return None;
-                }
-                let why = "request _meta protocolVersion requires MCP-Protocol-Version header";
-                return Some(
-                    WireError::HeaderMismatch {
-                        why: why.to_owned(),
-                    }
-                    .response_to(Some(&r.id)),
-                );
-            }
-            if matches!(r.request, ClientRequest::DiscoverRequest(_)) {
-                return None;
-            }
-        }
-        Some(WireError::SessionRequired.response())
-    }
-
     /// A handshake-era GET or DELETE without a session id: refused as rmcp refuses it (the
-    /// stateless era's are rmcp's).
+    /// stateless era's are `remaining`'s).
     pub(in crate::server) fn sessionless(
         &self,
         headers: &http::HeaderMap,
@@ -257,63 +235,72 @@ impl Direct {
         speaks_handshake(headers).then(|| WireError::SessionRequired.response())
     }
 
-    /// Opens a session neither the edge nor rmcp holds on this replica from what its sealed
-    /// id carries (the edge verified the id, its owner and its age).
+    /// Opens a session this replica does not hold from what its sealed id carries (the edge
+    /// verified the id, its owner and its age).
     pub(super) async fn restore(&self, session: &str) -> Restore {
-        // At `max_sessions` rmcp's restore refuses it too (`Resumable::restore_session`).
-        if self.shared.sessions.full() || self.shared.sessions.rmcp_holds(session).await {
-            return Restore::Rmcp;
+        let full = WireError::TooManySessions {
+            max: self.shared.sessions.max(),
+        };
+        if self.shared.sessions.full() {
+            return Restore::Refused(full);
         }
         let state = match SessionStore::load(&*self.shared.sealed, session).await {
             Ok(Some(state)) => state,
             // Ended (DELETE) — on this replica or, with a shared store, on another.
             Ok(None) => return Restore::Ended,
-            Err(_) => return Restore::Rmcp,
+            Err(e) => {
+                tracing::warn!(error = %e, "a session could not be restored");
+                return Restore::Refused(WireError::Internal {
+                    message: "the session could not be restored; try again".to_owned(),
+                });
+            }
         };
         let params = state.initialize_params;
-        let Ok(result) = ServerHandler::negotiate_initialize(&self.gateway, &params) else {
-            return Restore::Rmcp;
+        let version = match ServerHandler::negotiate_initialize(&self.gateway, &params) {
+            Ok(result) => result.protocol_version.to_string(),
+            // What it negotiated once is no longer spoken (an upgrade): it starts over.
+            Err(_) => return Restore::Ended,
         };
-        // A concurrent request restored it meanwhile (here, or in rmcp): that one stands.
+        // A concurrent request restored it meanwhile: that one stands.
         if self.shared.hub.negotiation(session).is_some() {
             return Restore::Held;
         }
-        if self.shared.sessions.rmcp_holds(session).await {
-            return Restore::Rmcp;
-        }
-        let negotiated = Negotiated::new(params.capabilities, result.protocol_version.to_string());
-        self.hold(session, negotiated);
+        self.hold(session, Negotiated::new(params.capabilities, version));
         tracing::debug!(session, "session restored by the edge");
         Restore::Held
     }
 
     /// What a request of `session` is answered from: its negotiation, restored when needed;
-    /// `Err(Some(_))` when the session ended (404), `Err(None)` when rmcp answers it.
+    /// else the answer (404 when the session ended).
     pub(super) async fn negotiation(
         &self,
         session: &str,
-    ) -> Result<Arc<Negotiated>, Option<Response<Body>>> {
+    ) -> Result<Arc<Negotiated>, Response<Body>> {
         if let Some(n) = self.shared.hub.negotiation(session) {
             return Ok(n);
         }
-        match self.restore(session).await {
-            Restore::Held => self.shared.hub.negotiation(session).ok_or(None),
-            Restore::Ended => Err(Some(WireError::NoSuchSession.response())),
-            Restore::Rmcp => Err(None),
-        }
+        let refused = match self.restore(session).await {
+            Restore::Held => match self.shared.hub.negotiation(session) {
+                Some(n) => return Ok(n),
+                // Ended by a concurrent DELETE.
+                None => WireError::NoSuchSession,
+            },
+            Restore::Ended => WireError::NoSuchSession,
+            Restore::Refused(e) => e,
+        };
+        Err(refused.response())
     }
 
-    /// Answers a DELETE of a session the edge holds, or `None`: rmcp's transport answers it
-    /// (the edge then forgets the session all the same, see [`Direct::ended`]).
+    /// Answers a handshake-era DELETE: the session ends on this replica and its sealed id is
+    /// refused from now on (everywhere, with a shared store); `None` for the stateless era's.
     pub(in crate::server) async fn delete(
         &self,
         parts: &Parts,
         session: &str,
     ) -> Option<Response<Body>> {
-        if !self.shared.hub.is_native(session) || !speaks_handshake(&parts.headers) {
+        if !speaks_handshake(&parts.headers) {
             return None;
         }
-        // Refused from now on on this replica, as rmcp's DELETE does.
         let _ = SessionStore::delete(&*self.shared.sealed, session).await;
         self.ended(session);
         Some(accepted())
@@ -338,9 +325,8 @@ impl Direct {
             .map(|retry| ServerSseMessage::priming(STANDALONE_PRIMING_ID, retry))
     }
 
-    /// Answers a GET that opens or resumes a stream of a session the edge holds (or can
-    /// restore), or `None`: rmcp's transport answers it (an unusual one, after taking the
-    /// session over).
+    /// Answers a GET that opens or resumes a session's stream (restoring the session when
+    /// needed), or `None` for the stateless era's (`remaining`).
     pub(in crate::server) async fn stream(
         &self,
         parts: &Parts,
@@ -356,23 +342,36 @@ impl Direct {
             Some(id) => Resume::After(id),
             None => Resume::No,
         };
+        if !speaks_handshake(&parts.headers) {
+            return None;
+        }
         let negotiated = match self.negotiation(session).await {
             Ok(n) => n,
-            Err(answer) => return answer,
+            Err(answer) => return Some(answer),
         };
-        if !self.shared.hub.is_native(session) || !speaks_handshake(&parts.headers) {
-            return None;
-        }
-        let client = self.shared.native.get(session).map(|c| c.clone())?;
-        if client.is_closed() {
-            return None;
-        }
+        // Ended by a concurrent DELETE.
+        let Some(client) = self
+            .shared
+            .native
+            .get(session)
+            .map(|c| c.clone())
+            .filter(|c| !c.is_closed())
+        else {
+            return Some(WireError::NoSuchSession.response());
+        };
         negotiated.touched_now();
         // The edge refused ids this session cannot resume from before (`http::route`). What
         // was missed comes from the buffer, then what is stored as it happens (a notification
         // is stored by the client, a call's event by its stream).
         let resumed = match last {
-            Resume::After(id) => Some(self.shared.replay.resume_after(session, id).ok()?),
+            Resume::After(id) => match self.shared.replay.resume_after(session, id) {
+                Ok(events) => Some(events),
+                Err(refused) => {
+                    let gone = matches!(refused, crate::server::replay::ResumeRefused::Dropped(_));
+                    let why = refused.to_string();
+                    return Some(WireError::CannotResume { why, gone }.response());
+                }
+            },
             Resume::Start => self.shared.replay.standalone_from_start(session),
             Resume::No => None,
         };
@@ -435,7 +434,7 @@ impl Shared {
             tracing::debug!(session, "idle session ended by the edge");
             self.end(&session);
         }
-        // Clients rmcp took over.
+        // Clients the hub closed.
         self.native.retain(|_, c| !c.is_closed());
     }
 }

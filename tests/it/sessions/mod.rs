@@ -152,7 +152,7 @@ fn sessions_active(metrics: &str) -> &str {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_plain_session_is_held_by_the_edge_until_a_request_only_rmcp_serves() {
+async fn every_request_of_a_session_is_answered_by_the_edge_on_its_own_streams() {
     let gw = Gateway::start(&format!(
         "[gateway]\n{}",
         stdio_upstream("demo", &[], "era = \"legacy\"")
@@ -192,11 +192,9 @@ async fn a_plain_session_is_held_by_the_edge_until_a_request_only_rmcp_serves() 
         "a notification's id is stored, not the priming id"
     );
 
-    // A session's request naming a protocol version in its `_meta` (the stateless era's way)
-    // is rmcp's to check: it takes the session over (restoring it from the sealed id) and
-    // answers as its transport does (SSE); the edge's stream ends and the client resumes on
-    // rmcp's, from the same buffer.
-    let odd = s
+    // A session's request naming a protocol version in its `_meta` (the header names the
+    // same) is the session's too: one JSON answer, the GET stream untouched.
+    let named = s
         .http
         .post(&s.url)
         .header("accept", "application/json, text/event-stream")
@@ -207,23 +205,42 @@ async fn a_plain_session_is_held_by_the_edge_until_a_request_only_rmcp_serves() 
         .send()
         .await
         .expect("POST");
-    assert_eq!(odd.status().as_u16(), 200);
-    assert_eq!(odd.headers()["content-type"], "text/event-stream");
-    let odd = odd.text().await.expect("answer");
-    assert!(odd.contains(r#""id":4"#), "{odd}");
-    let ended = tokio::time::timeout(Duration::from_secs(10), async {
-        while let Ok(Some(_)) = stream.chunk().await {}
-    })
-    .await;
-    assert!(ended.is_ok(), "the edge's stream ends at the takeover");
-    let mut resumed = s.get(Some(&first)).await;
-    assert_eq!(resumed.status().as_u16(), 200);
-    let toggled = s.ask(&toggle.replace("\"id\":3", "\"id\":5")).await;
+    assert_eq!(named.status().as_u16(), 200);
+    assert_eq!(named.headers()["content-type"], "application/json");
+    let named: serde_json::Value = named.json().await.expect("JSON");
+    assert_eq!(named["id"], 4, "{named}");
+    assert!(named["result"]["tools"].is_array(), "{named}");
+    // Naming another version than the header is refused with the request's id.
+    let other = s
+        .http
+        .post(&s.url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-session-id", &s.sid)
+        .header("mcp-protocol-version", "2025-06-18")
+        .body(r#"{"jsonrpc":"2.0","id":5,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2025-11-25"}}}"#)
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(other.status().as_u16(), 400);
+    let other: serde_json::Value = other.json().await.expect("JSON");
+    assert_eq!(other["id"], 5, "{other}");
+    assert_eq!(other["error"]["code"], -32020, "{other}");
+    // A second `initialize` in the session is answered in it; the session stays one.
+    let again = s
+        .ask(r#"{"jsonrpc":"2.0","id":6,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"again","version":"1"}}}"#)
+        .await;
+    assert_eq!(again["result"]["protocolVersion"], "2025-11-25", "{again}");
+    // A method this era does not serve: -32601 in the session's answer.
+    let listen = s
+        .ask(r#"{"jsonrpc":"2.0","id":7,"method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true}}}"#)
+        .await;
+    assert_eq!(listen["error"]["code"], -32601, "{listen}");
+    // The same stream carries the next notification.
+    let toggled = s.ask(&toggle.replace("\"id\":3", "\"id\":8")).await;
     assert!(toggled["result"].is_object(), "{toggled}");
-    let mut seen = String::new();
-    let next = event_with(&mut resumed, &mut seen, "notifications/tools/list_changed").await;
+    let next = event_with(&mut stream, &mut seen, "notifications/tools/list_changed").await;
     assert_ne!(next, first);
-    // Still one session: rmcp's now, no longer the edge's.
     assert_eq!(
         sessions_active(&gw.metrics().await),
         "fedgate_sessions_active 1"

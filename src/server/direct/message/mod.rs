@@ -154,6 +154,8 @@ struct CancelledParams {
 pub(super) enum Era {
     /// In a session: `_meta` names no protocol version.
     Handshake,
+    /// In a session, `_meta` naming a version (the header names the same one: checked before).
+    Named,
     /// `_meta` names this version, and `Mcp-Method` (and `Mcp-Name` where the method has a
     /// name) are present.
     Stateless(&'static str),
@@ -270,13 +272,15 @@ fn custom(body: &[u8], id: RequestId, mcp_name: Option<&str>, era: Era) -> Optio
     };
     let request = match &r.request {
         ClientRequest::CustomRequest(c) => {
-            if mcp_name.is_some() || (era != Era::Handshake && NAMED.contains(&c.method.as_str())) {
+            if mcp_name.is_some()
+                || (matches!(era, Era::Stateless(_)) && NAMED.contains(&c.method.as_str()))
+            {
                 return None;
             }
             Request::Custom(c.method.clone())
         }
         // (The stateless era has no `ping`: rmcp's handler answers it -32601.)
-        ClientRequest::PingRequest(_) if era == Era::Handshake => Request::Ping,
+        ClientRequest::PingRequest(_) if !matches!(era, Era::Stateless(_)) => Request::Ping,
         _ => return None,
     };
     let meta = r.request.get_meta().clone();
@@ -289,6 +293,7 @@ fn meta_fits(meta: &RequestMetaObject, era: Era) -> bool {
     let version = meta.protocol_version();
     match era {
         Era::Handshake => version.is_none(),
+        Era::Named => true,
         Era::Stateless(v) => {
             version.is_some_and(|m| m.as_str() == v)
                 && meta
