@@ -173,3 +173,80 @@ async fn a_version_no_one_speaks_is_refused_with_the_supported_ones() {
         .expect("GET");
     assert_eq!(r.status().as_u16(), 400);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn what_the_era_does_not_serve_is_refused_by_the_edge() {
+    let gw = Gateway::start(&stdio_upstream("demo", &[], ""));
+    // `ping` is the handshake era's: -32601 (404), with the request's id.
+    let ping = format!(r#"{{"jsonrpc":"2.0","id":3,"method":"ping","params":{{{META}}}}}"#);
+    let (status, v) = post(&gw.url, &[("mcp-method", "ping")], &ping).await;
+    assert_eq!((status, raw::code(&v)), (404, -32601), "{v}");
+    assert_eq!(v["id"], 3, "{v}");
+    // Nor does the era have session streams: GET (resuming or not) and DELETE are 405,
+    // `Allow: POST`, each a JSON-RPC error.
+    let http = reqwest::Client::new();
+    for (method, last) in [("GET", None), ("GET", Some("1")), ("DELETE", None)] {
+        let mut r = http
+            .request(method.parse().expect("method"), &gw.url)
+            .header("accept", "text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28");
+        if let Some(last) = last {
+            r = r.header("last-event-id", last);
+        }
+        let r = r.send().await.expect("request");
+        assert_eq!(r.status().as_u16(), 405, "{method} {last:?}");
+        assert_eq!(r.headers()["allow"], "POST");
+        let v: Value = r.json().await.expect("a JSON-RPC error");
+        assert_eq!(v["error"]["data"]["reason"], "method_not_allowed", "{v}");
+    }
+    // `server/discover` naming its version in `_meta` needs the header too (-32020); one
+    // beside a handshake-era header whose `_meta` lacks the era's keys is refused (-32602).
+    let discover =
+        format!(r#"{{"jsonrpc":"2.0","id":4,"method":"server/discover","params":{{{META}}}}}"#);
+    let r = http
+        .post(&gw.url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .body(discover)
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(r.status().as_u16(), 400);
+    let v: Value = r.json().await.expect("JSON");
+    assert_eq!((raw::code(&v), v["id"].clone()), (-32020, json!(4)), "{v}");
+    let r = http
+        .post(&gw.url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(r#"{"jsonrpc":"2.0","id":5,"method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2025-11-25"}}}"#)
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(r.status().as_u16(), 400);
+    let v: Value = r.json().await.expect("JSON");
+    assert_eq!((raw::code(&v), v["id"].clone()), (-32602, json!(5)), "{v}");
+    // A stateless request that carries a live session's id is answered statelessly, and the
+    // session is left as it was.
+    let sid = gw.raw_session().await;
+    let list = format!(r#"{{"jsonrpc":"2.0","id":6,"method":"tools/list","params":{{{META}}}}}"#);
+    let (status, v) = post(
+        &gw.url,
+        &[("mcp-method", "tools/list"), ("mcp-session-id", &sid)],
+        &list,
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    assert!(v["result"]["tools"].is_array(), "{v}");
+    let r = http
+        .post(&gw.url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-session-id", &sid)
+        .body(r#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#)
+        .send()
+        .await
+        .expect("POST");
+    let v: Value = r.json().await.expect("JSON");
+    assert_eq!(v["result"], json!({}), "the session still answers: {v}");
+}

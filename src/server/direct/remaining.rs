@@ -270,3 +270,80 @@ fn unknown(method: &str, id: RequestId) -> ServerJsonRpcMessage {
 fn session_answer(m: ServerJsonRpcMessage) -> Response<Body> {
     json(StatusCode::OK, &m)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(body: &str) -> JsonRpcRequest<ClientRequest> {
+        match serde_json::from_str::<ClientJsonRpcMessage>(body) {
+            Ok(ClientJsonRpcMessage::Request(r)) => r,
+            other => panic!("not a request: {other:?}"),
+        }
+    }
+
+    const FULL: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"t","version":"0"},"io.modelcontextprotocol/clientCapabilities":{}}"#;
+
+    #[test]
+    fn the_era_is_chosen_as_rmcp_chooses_it() {
+        let init = request(
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2026-07-28","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#,
+        );
+        // `initialize` is the handshake's whatever it names.
+        assert!(handshake_era(Some(&init), Some("2026-07-28")));
+        let plain = request(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
+        assert!(handshake_era(Some(&plain), None));
+        assert!(handshake_era(Some(&plain), Some("2025-06-18")));
+        assert!(!handshake_era(Some(&plain), Some("2026-07-28")));
+        // Every key the stateless era requires: stateless, whatever the header.
+        let full = request(&format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{{{FULL}}}}}"#
+        ));
+        assert!(!handshake_era(Some(&full), Some("2025-11-25")));
+        // A version in `_meta` alone decides by the version.
+        let named = request(
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2025-11-25"}}}"#,
+        );
+        assert!(handshake_era(Some(&named), Some("2026-07-28")));
+        // Notifications and answers follow the header.
+        assert!(handshake_era(None, None));
+        assert!(!handshake_era(None, Some("2026-07-28")));
+    }
+
+    #[test]
+    fn versions_must_agree_where_rmcp_compares_them() {
+        let init = request(
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#,
+        );
+        assert!(versions_agree(&init, None).is_ok());
+        assert!(versions_agree(&init, Some("2025-11-25")).is_ok());
+        assert!(matches!(
+            versions_agree(&init, Some("2025-06-18")),
+            Err(WireError::InitializeMismatch { .. })
+        ));
+        let named = request(&format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{{{FULL}}}}}"#
+        ));
+        assert!(matches!(
+            versions_agree(&named, None),
+            Err(WireError::HeaderMismatch { .. })
+        ));
+        assert!(matches!(
+            versions_agree(&named, Some("2025-11-25")),
+            Err(WireError::HeaderMismatch { .. })
+        ));
+        assert!(versions_agree(&named, Some("2026-07-28")).is_ok());
+        let discover =
+            request(r#"{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{}}"#);
+        assert!(matches!(
+            versions_agree(&discover, None),
+            Err(WireError::MetaMissing { .. })
+        ));
+        let plain = request(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
+        assert!(versions_agree(&plain, Some("2025-11-25")).is_ok());
+        assert!(matches!(
+            versions_agree(&plain, Some("2026-07-28")),
+            Err(WireError::MetaMissing { .. })
+        ));
+    }
+}

@@ -265,6 +265,18 @@ async fn initialize_variants_and_requests_without_a_session_are_the_edges() {
         .expect("initialize");
     assert_eq!(r.status().as_u16(), 400);
     assert!(!r.headers().contains_key("mcp-session-id"));
+    let v: serde_json::Value = r.json().await.expect("a JSON-RPC error");
+    assert_eq!(
+        (v["error"]["code"].as_i64(), v["id"].as_i64()),
+        (Some(-32600), Some(1)),
+        "{v}"
+    );
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("(2025-06-18)")),
+        "{v}"
+    );
     // Without a session id: a stream, an end, and (below) a request, a notification, an answer.
     for method in [reqwest::Method::GET, reqwest::Method::DELETE] {
         let r = http
