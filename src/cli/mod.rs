@@ -13,6 +13,7 @@ mod inspect;
 mod plans;
 mod replace_file;
 mod serve;
+mod startup_pages;
 
 use std::{path::PathBuf, process::ExitCode};
 

@@ -160,6 +160,7 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, CliErr
         http::MCP_PATH,
         pool.upstreams().len()
     );
+    super::startup_pages::release_after_startup();
     wait_for_signal().await;
     // Stop taking connections, let calls in flight finish (bounded), then close sessions and
     // stop the upstreams.

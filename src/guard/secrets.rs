@@ -32,7 +32,7 @@ const DETECTORS: [(&str, &str); 12] = [
     ("bearer_token", r"(?i)\bbearer\s+[A-Za-z0-9._~+/-]{20,}=*"),
     (
         "url_password",
-        r"\b[a-zA-Z][a-zA-Z0-9+.-]{1,20}://[^\s:/@]{1,256}:[^\s:/@]{1,256}@[^\s/]",
+        r"\b[a-zA-Z][a-zA-Z0-9+.-]{1,20}://[^\s:/@]+:[^\s:/@]+@[^\s/]",
     ),
     (
         "basic_auth",
@@ -42,12 +42,17 @@ const DETECTORS: [(&str, &str); 12] = [
     // starts at the keyword, so the keywords are what the matcher looks for first.
     (
         ASSIGNMENT,
-        r#"(?i:secret|token|passw(?:or)?d|api[_-]?key|private[_-]?key|credential)[a-z0-9_.-]{0,40}["']?\s{0,8}[=:]\s{0,8}["']?([^\s"'*<>{}$,;]{8,512})"#,
+        r#"(?i:secret|token|passw(?:or)?d|api[_-]?key|private[_-]?key|credential)[a-z0-9_.-]{0,40}["']?\s{0,8}[=:]\s{0,8}["']?([^\s"'*<>{}$,;]{8,})"#,
     ),
 ];
 
 /// Detector of a secret-named key assigned a value in text.
 const ASSIGNMENT: &str = "secret_assignment";
+/// An assigned value is taken up to this many bytes. The patterns repeat classes without an
+/// upper bound and cut afterwards: a bounded repetition of a Unicode class compiles into that
+/// many copies of its automaton (`{8,512}` and the URL's two `{1,256}` took 6 MiB of memory,
+/// built on the first call a guard scanned).
+const MAX_ASSIGNED: usize = 512;
 /// Below this spread an assigned value is a word or a number, not a secret.
 const MIN_ASSIGNED_ENTROPY: f64 = 2.5;
 
@@ -111,12 +116,20 @@ pub fn scan(text: &str, field: &str) -> Vec<Hit> {
             let Some(m) = caps.get(1).or_else(|| caps.get(0)) else {
                 continue;
             };
-            if *name == ASSIGNMENT && !plausible_value(m.as_str()) {
-                continue;
+            let mut range = m.range();
+            if *name == ASSIGNMENT {
+                let mut end = range.end.min(range.start + MAX_ASSIGNED);
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                range.end = end;
+                if !plausible_value(&text[range.clone()]) {
+                    continue;
+                }
             }
             hits.push(Hit {
                 detector: name,
-                range: m.range(),
+                range,
             });
         }
     }
@@ -304,6 +317,28 @@ mod tests {
             redact(text, &scan(text, "")),
             r#"{"user":"ann","password":"[REDACTED:secret_assignment]"}"#
         );
+    }
+
+    #[test]
+    fn an_assigned_value_is_taken_up_to_its_bound_at_a_character_boundary() {
+        // 511 ASCII bytes, then a two-byte character straddling the bound, then more.
+        let value = format!(
+            "{}é{}",
+            "q8Zr2LkP".repeat(64)[..511].to_owned(),
+            "x".repeat(40)
+        );
+        let text = format!("token={value} rest");
+        let hits = scan(&text, "");
+        assert_eq!(hits.len(), 1, "{hits:?}");
+        let start = "token=".len();
+        assert_eq!(hits[0].range, start..start + 511);
+        // A URL's credentials are found whatever their length.
+        let long = format!(
+            "https://{}:{}@example.com/",
+            "u".repeat(300),
+            "p".repeat(300)
+        );
+        assert_eq!(found(&long), ["url_password"]);
     }
 
     #[test]

@@ -30,6 +30,7 @@ mod guardrails;
 mod layer_order;
 mod limits;
 mod literal_agent;
+mod memory;
 mod metrics;
 mod mtls;
 mod notifications;
