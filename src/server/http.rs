@@ -371,7 +371,7 @@ async fn stream_or_delete(
     let answered = match session {
         Some(sid) if head.method == http::Method::DELETE => direct.delete(head, sid).await,
         Some(sid) => direct.stream(head, sid).await,
-        None => direct.sessionless(&head.headers),
+        None => None,
     };
     match answered {
         Some(mut r) => {

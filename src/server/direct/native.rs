@@ -226,15 +226,6 @@ impl Direct {
         Some(r)
     }
 
-    /// A handshake-era GET or DELETE without a session id: refused as rmcp refuses it (the
-    /// stateless era's are `remaining`'s).
-    pub(in crate::server) fn sessionless(
-        &self,
-        headers: &http::HeaderMap,
-    ) -> Option<Response<Body>> {
-        speaks_handshake(headers).then(|| WireError::SessionRequired.response())
-    }
-
     /// Opens a session this replica does not hold from what its sealed id carries (the edge
     /// verified the id, its owner and its age).
     pub(super) async fn restore(&self, session: &str) -> Restore {

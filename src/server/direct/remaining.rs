@@ -179,7 +179,7 @@ impl Direct {
     }
 
     /// A GET or DELETE no other path took: the stateless era has no streams (405 with `Allow:
-    /// POST`, as rmcp answers it); a handshake-era one needs a session.
+    /// POST`, as rmcp answers it); a handshake-era one without a session id needs one (400).
     pub(in crate::server) fn remaining_stream(&self, headers: &http::HeaderMap) -> Response<Body> {
         let stateless = headers
             .get("mcp-protocol-version")
