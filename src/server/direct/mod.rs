@@ -263,18 +263,7 @@ impl Direct {
                     }
                     _ => None,
                 };
-                negotiated.touched_now();
-                let capabilities = meta
-                    .client_capabilities()
-                    .or_else(|| Some(negotiated.capabilities.clone()));
-                let call = Call {
-                    id,
-                    request,
-                    meta,
-                    capabilities,
-                    session: Some((session, negotiated)),
-                    client,
-                };
+                let call = Call::in_session(id, request, meta, (session, negotiated), client);
                 Some(self.call(parts, call).await)
             }
         }
@@ -400,4 +389,29 @@ struct Call<'a> {
     capabilities: Option<ClientCapabilities>,
     /// Who the request's own messages go to, when not its stream (a subscription's client).
     client: Option<ToClient>,
+}
+
+impl<'a> Call<'a> {
+    /// A request of a handshake-era session, which it marks as used: its capabilities are
+    /// those its `_meta` names, else those the session negotiated.
+    fn in_session(
+        id: RequestId,
+        request: Request,
+        meta: RequestMetaObject,
+        (session, negotiated): (&'a str, Arc<Negotiated>),
+        client: Option<ToClient>,
+    ) -> Self {
+        negotiated.touched_now();
+        let capabilities = meta
+            .client_capabilities()
+            .or_else(|| Some(negotiated.capabilities.clone()));
+        Self {
+            id,
+            request,
+            meta,
+            capabilities,
+            session: Some((session, negotiated)),
+            client,
+        }
+    }
 }

@@ -100,18 +100,7 @@ impl Direct {
             // A request naming its version in `_meta` (the header names the same one).
             _ => match message::decode(body, None, None, Era::Named) {
                 Some(Message::Request { id, request, meta }) => {
-                    negotiated.touched_now();
-                    let capabilities = meta
-                        .client_capabilities()
-                        .or_else(|| Some(negotiated.capabilities.clone()));
-                    let call = Call {
-                        id,
-                        request,
-                        meta,
-                        capabilities,
-                        session: Some((session, negotiated)),
-                        client: None,
-                    };
+                    let call = Call::in_session(id, request, meta, (session, negotiated), None);
                     self.call(parts, call).await
                 }
                 // `subscriptions/listen` (the stateless era's), `skills/*` (not served).
