@@ -29,9 +29,12 @@ pub const DISCONNECT_TOOL: &str = "fedgate__disconnect";
 pub const SEARCH_TOOLS: &[&str] = &[FIND_TOOLS, SELECT_TOOLS, RESET_TOOLS, CALL_TOOL];
 
 /// Tools every caller may call while they are served: the search tools, the stage tools (a
-/// move checks the workflow's roles itself) and disconnect (it touches only the caller's own).
+/// move checks the workflow's roles itself), disconnect (it touches only the caller's own) and
+/// approve (deciding follows from holding a plan or being its approver, which the plans check;
+/// so a held call's next action is always one its caller can call).
 pub fn granted_to_all(name: &str) -> bool {
     SEARCH_TOOLS.contains(&name)
+        || name == APPROVE_TOOL
         || name == STAGE_STATUS
         || name == STAGE_ADVANCE
         || name == DISCONNECT_TOOL

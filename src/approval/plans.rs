@@ -107,6 +107,8 @@ pub enum PlanRefusal {
         "superseded: the flow run that waited on this plan was resumed and asked again with a new plan; decide that one (GET /admin/plans, fedgate plans list)"
     )]
     Superseded,
+    #[error("the caller's roles no longer allow `{tool}`: the approved plan was not run")]
+    NoLongerAllowed { tool: String },
 }
 
 impl PlanRefusal {
@@ -124,6 +126,7 @@ impl PlanRefusal {
             PlanRefusal::Decided { .. } => "plan_decided",
             PlanRefusal::Superseded => "plan_superseded",
             PlanRefusal::OperatorMayOnlyDeny => "not_approver",
+            PlanRefusal::NoLongerAllowed { .. } => "plan_not_allowed",
         }
     }
 

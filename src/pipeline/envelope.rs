@@ -371,6 +371,11 @@ pub fn plan_for(e: &CallError, correlation_id: &str) -> Plan {
                 PlanRefusal::NotApprover { .. } => {
                     (Status::Error, false, "ask an identity with that role")
                 }
+                PlanRefusal::NoLongerAllowed { .. } => (
+                    Status::Blocked,
+                    false,
+                    "tell your user: the tool is no longer theirs to call; the plan waits until it is again or expires",
+                ),
                 PlanRefusal::OperatorMayOnlyDeny => (
                     Status::Error,
                     false,

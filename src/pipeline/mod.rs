@@ -38,8 +38,9 @@
 //!   `approval`, so no one approves a call that carries a secret and a held plan keeps the
 //!   masked arguments.
 //! - `approval` — a call that needs approval is held as a plan and not run; `fedgate__approve`
-//!   decides or runs plans, re-entering below this step under the caller's identity, so the
-//!   approved call still meets rate limits, idempotency, retries and the breaker.
+//!   decides or runs plans. An approved call re-enters the typed stack from `observe` under
+//!   the caller's identity, marked with its plan, so every step above and below this one
+//!   decides on it as things stand when it runs; this step lets it through.
 //! - `rate limit` — keyed by identity/upstream/tool; after authz and trust, so only calls that
 //!   would run use up a budget, and keys are authenticated identities.
 //! - `idempotency` — a repeated idempotency key gets the recorded answer; before retry, so a
@@ -366,7 +367,9 @@ pub fn build(parts: Parts) -> Stacks {
         seal: parts.seal.clone(),
         input_wait: parts.input_wait,
         store: crate::approval::shared::store(&parts.cluster),
+        reentry: approval::Reentry::default(),
     };
+    let reentry = approvals.reentry.clone();
     crate::approval::record::start_sweeper(
         &approvals.plans,
         approvals.metrics.clone(),
@@ -415,12 +418,14 @@ pub fn build(parts: Parts) -> Stacks {
             ..observe.clone()
         }))
         .service(inner.clone());
+    let typed = BoxCloneSyncService::new(typed);
+    reentry.set(typed.clone());
     let client = ServiceBuilder::new()
         .layer(wire::WireLayer)
         .layer(StepLayer::new(observe))
         .service(inner);
     Stacks {
         client: BoxCloneSyncService::new(client),
-        typed: BoxCloneSyncService::new(typed),
+        typed,
     }
 }

@@ -18,8 +18,11 @@ impl Gate for Stages {
 
 impl Stages {
     async fn decide(&self, call: &Call) -> Result<(), Box<StageRefusal>> {
-        // A flow's nodes and an approved plan's call run under the call that started them.
-        if call.depth > 0 || !matches!(call.op, Op::CallTool(_)) {
+        // A flow's nodes run under the call that started them; an approved plan's call is
+        // gated again, as its workspace stands when it runs.
+        if (call.depth > 0 && call.decided.approved().is_none())
+            || !matches!(call.op, Op::CallTool(_))
+        {
             return Ok(());
         }
         let Some(Exposed::Tool(tool)) = call.target.as_ref().map(|t| &t.exposed) else {

@@ -567,7 +567,11 @@ async fn an_approved_call_meets_authorization_and_rate_limits_again() {
     assert_eq!(r.status().as_u16(), 200);
     let e = call(&alice, "fedgate__approve", json!({"plan_id": third})).await;
     let text = e.refused();
-    assert!(text.contains("unknown tool `notes__write_note`"), "{text}");
+    assert!(text.contains("\"plan_not_allowed\""), "{text}");
+    assert!(
+        text.contains("no longer allow `notes__write_note`"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -51,6 +51,7 @@ mod third_party;
 mod tiers;
 mod token_injection;
 mod traces;
+mod trust_boundary;
 mod upstream_health;
 mod upstream_tls;
 mod views_search;

@@ -1,11 +1,13 @@
 //! Approval: a call that needs approval (see `trust`) is held as a plan and not run; the
 //! gateway tool `fedgate__approve` decides plans and runs approved ones. An approved call
-//! re-enters the stack below this step, one level deeper, under the caller's identity and with
-//! exactly the frozen arguments: authorization is checked again (roles may have changed), then
-//! rate limits, idempotency, retries and the breaker apply to it as to any call. A plan whose
-//! call is refused before it reaches the upstream (rate limit, breaker, upstream down) is given
-//! back, so the caller can try again. Every plan event is an audit record naming the plan and
-//! who decided.
+//! re-enters the whole stack from the top (`observe` in), one level deeper, under the caller's
+//! identity and with exactly the frozen arguments: every step decides on it again as things
+//! stand when it runs (roles, view, stage, tier, arguments, guardrails both ways and their
+//! hooks, limits, idempotency, retries, the breaker), and this step lets it through because it
+//! carries its plan — one path, so a step added to the stack applies to approved calls too. A
+//! plan whose call is refused before it reaches the upstream (a check that no longer holds, a
+//! rate limit, the breaker, the upstream down) is given back, so the caller can try again once
+//! the reason is gone. Every plan event is an audit record naming the plan and who decided.
 
 mod elicit;
 mod reenter;
@@ -18,6 +20,7 @@ use std::{sync::Arc, time::Duration};
 
 use rmcp::model::{CallToolResult, ContentBlock, MetaObject, RequestStateCodec, ServerResult};
 use serde_json::Value;
+use tower::Service;
 
 use super::{
     Call, CallError, CallFuture, Exposed, Held, Op, TargetKind,
@@ -41,7 +44,8 @@ use crate::{
 };
 
 pub use elicit::approves;
-use reenter::{current, reenter, version};
+pub use reenter::Reentry;
+use reenter::{current, reenter, routed, same_route, version};
 pub use tool::ApproveTool;
 
 #[derive(Debug, Clone)]
@@ -58,6 +62,8 @@ pub struct Approvals {
     /// The copy of plans every replica checks decisions against (`[cluster] redis`), or
     /// this replica's alone.
     pub store: crate::stores::Store<dyn PlanStore>,
+    /// The stack approved calls re-enter from the top.
+    pub reentry: Reentry,
 }
 
 /// An approved call on its way in, with what its answer needs.
@@ -71,6 +77,9 @@ struct Run {
 
 impl Step for Approvals {
     fn run<S: CallService>(&self, inner: &mut S, call: Call) -> CallFuture {
+        if let Some(id) = call.decided.approved() {
+            return self.admit(inner, id.to_owned(), call);
+        }
         match call.target.as_ref().map(|t| &t.kind) {
             Some(TargetKind::Gateway(_)) if is_approve(&call) => {
                 if let Some((up, remote)) = relay::peer_plan(&self.pool, &plan_id_arg(&call)) {
@@ -90,7 +99,7 @@ impl Step for Approvals {
                     this.answered(call, &id, approved)
                 })
                 .await?;
-                this.execute(&mut inner, run).await
+                this.execute(run).await
             });
         }
         match call.target.as_ref().map(|t| &t.kind) {
@@ -98,20 +107,18 @@ impl Step for Approvals {
                 let id = plan_id_arg(&call);
                 match shared::around(&this.store, &this.plans, &id, || this.approve(call)).await? {
                     Next::Answer(r) => Ok(ServerResult::CallToolResult(r)),
-                    Next::Run(run) => this.execute(&mut inner, *run).await,
+                    Next::Run(run) => this.execute(*run).await,
                     Next::Settle(f) => settled(f, id).await,
                 }
             }),
-            Some(TargetKind::Upstream(route))
-                if call.decided.approval().is_some() && call.decided.approved().is_none() =>
-            {
+            Some(TargetKind::Upstream(route)) if call.decided.approval().is_some() => {
                 let held = match self.hold(route, &call) {
                     Ok(h) => h,
                     Err(e) => return done(Err(e)),
                 };
                 Box::pin(async move {
                     shared::publish(&this.store, &this.plans, &held.id).await?;
-                    this.after_hold(&mut inner, call, held).await
+                    this.after_hold(call, held).await
                 })
             }
             _ => inner.call(call),
@@ -120,8 +127,17 @@ impl Step for Approvals {
 }
 
 impl Approvals {
+    /// An approved call that re-entered the stack: through, if it still routes to the upstream
+    /// tool its plan was made for (a reload may have given the name to another).
+    fn admit<S: CallService>(&self, inner: &mut S, id: String, call: Call) -> CallFuture {
+        match self.plans.get(&id) {
+            Some(plan) if same_route(&call, &plan) => self.pass(inner, call),
+            _ => done(Err(CallError::Plan(PlanRefusal::Invalidated))),
+        }
+    }
+
     /// A held call: the caller gets the plan, or its human is asked.
-    fn after_hold<S: CallService>(&self, inner: &mut S, call: Call, held: Held) -> CallFuture {
+    fn after_hold(&self, call: Call, held: Held) -> CallFuture {
         let caps = call
             .downstream
             .as_ref()
@@ -141,7 +157,7 @@ impl Approvals {
                     .map(ServerResult::InputRequiredResult),
             );
         }
-        let (this, mut inner, wait) = (self.clone(), inner.clone(), self.input_wait);
+        let (this, wait) = (self.clone(), self.input_wait);
         Box::pin(async move {
             // No answer (timeout, a client error): the plan stays, to approve later.
             let Ok(approved) = elicit::ask(&call, &held, wait).await else {
@@ -153,7 +169,7 @@ impl Approvals {
                 this.answered(call, &held.id, approved)
             })
             .await?;
-            this.execute(&mut inner, run).await
+            this.execute(run).await
         })
     }
 }
@@ -388,19 +404,11 @@ impl Approvals {
         approver: String,
         round: Option<(Option<String>, Option<rmcp::model::InputResponses>)>,
     ) -> Result<Run, CallError> {
-        let Some(up) = current(&self.pool, &plan) else {
+        if current(&self.pool, &plan).is_none() {
             return Err(CallError::Plan(PlanRefusal::Invalidated));
-        };
+        }
         let continuing = round.is_some();
-        let mut call = match reenter(call, &plan, up, &self.pool) {
-            Ok(c) => c,
-            Err(e) => {
-                if !continuing && not_started(&e) {
-                    self.plans.restore(&plan.id);
-                }
-                return Err(e);
-            }
-        };
+        let mut call = reenter(call, &plan);
         if let (Some((state, responses)), Op::CallTool(p)) = (round, &mut call.op) {
             p.request_state = state;
             p.input_responses = responses;
@@ -413,12 +421,22 @@ impl Approvals {
         })
     }
 
-    /// Runs an approved call below this step. Its answer gets the envelope of its own tool;
-    /// a refusal before it reached the upstream gives the plan back.
-    fn execute<S: CallService>(&self, inner: &mut S, run: Run) -> CallFuture {
-        let wrapping = envelope::wrapping(&run.call, run.call.target.as_ref(), Default::default());
+    /// Runs an approved call through the whole stack (see the module doc). Its answer gets
+    /// the envelope of its own tool; a refusal before it reached the upstream gives the plan
+    /// back.
+    fn execute(&self, run: Run) -> CallFuture {
+        let wrapping = match current(&self.pool, &run.plan) {
+            Some(up) => {
+                let (resolved, target) = routed(&run.call, &run.plan, up);
+                envelope::wrapping(&resolved, Some(&target), Default::default())
+            }
+            None => envelope::wrapping(&run.call, None, Default::default()),
+        };
         let audit_call = run.call.clone();
-        let fut = self.pass(inner, run.call);
+        let fut = match self.reentry.stack() {
+            Ok(mut stack) => stack.call(run.call.clone()),
+            Err(e) => done(Err(e)),
+        };
         let this = self.clone();
         let started = tokio::time::Instant::now();
         Box::pin(async move {
@@ -471,6 +489,12 @@ impl Approvals {
             }
             match result {
                 Ok(r) => envelope::wrap(Ok(r), &wrapping, &this.metrics),
+                // To its caller the tool is known (they hold its plan): say why it did not run.
+                Err(CallError::NotAuthorized { .. }) => {
+                    Err(CallError::Plan(PlanRefusal::NoLongerAllowed {
+                        tool: run.plan.tool.clone(),
+                    }))
+                }
                 Err(e) => Err(e),
             }
         })

@@ -1,18 +1,46 @@
 //! An approved plan on its way back in: the upstream it was made for as configured now, the
-//! policy version it binds, and the frozen call rebuilt one level deeper under its caller.
+//! policy version it binds, and the frozen call rebuilt one level deeper under its caller —
+//! sent through the whole stack from the top (`Reentry`), so every check in it (authz, views,
+//! stage gate, tier, arguments, guardrails both ways and their hooks, limits, idempotency,
+//! breakers, audit and metrics) decides on it as it stands when it runs.
 
 use crate::pipeline::Route;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use rmcp::model::CallToolRequestParams;
 
-use super::super::{Call, CallError, Exposed, Op, Target, TargetKind, authz, trust};
+use super::super::{Call, CallError, Exposed, Op, Target, TargetKind, TypedStack};
 use crate::{
     approval::PendingPlan,
     policy::pinning::fingerprint,
     stores::idempotency::META_KEY as IDEMPOTENCY_KEY,
     upstream::{Upstream, pool::Pool},
 };
+
+/// The typed stack, from `observe` in, that approved calls re-enter. It is set once the stack
+/// that holds the approval step is built (the step is inside the stack it re-enters, so the
+/// handle is filled after the fact; a gateway builds its stack once).
+#[derive(Clone, Default)]
+pub struct Reentry(Arc<OnceLock<TypedStack>>);
+
+impl std::fmt::Debug for Reentry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Reentry")
+    }
+}
+
+impl Reentry {
+    pub fn set(&self, stack: TypedStack) {
+        let _ = self.0.set(stack);
+    }
+
+    /// The stack, once built.
+    pub(super) fn stack(&self) -> Result<TypedStack, CallError> {
+        self.0.get().cloned().ok_or_else(|| CallError::Internal {
+            detail: "an approved call arrived before the stack was built".into(),
+        })
+    }
+}
 
 /// What a plan binds beside caller, tool and arguments: the upstream's policy for the tool
 /// and the tool's definition (its schema and annotations decide class and safety).
@@ -33,33 +61,50 @@ pub(super) fn current(pool: &Pool, plan: &PendingPlan) -> Option<Arc<Upstream>> 
         .cloned()
 }
 
-/// The approved call: the frozen tool and arguments (and idempotency key), to the upstream as
-/// it is now, under the caller's identity, one level deeper; authorization and the tier decide
-/// again.
-pub(super) fn reenter(
-    mut call: Call,
-    plan: &PendingPlan,
-    up: Arc<Upstream>,
-    pool: &Pool,
-) -> Result<Call, CallError> {
-    let mut params = CallToolRequestParams::new(plan.upstream_tool.clone());
+/// The approved call as the caller would have sent it: the exposed tool with the frozen
+/// arguments (and idempotency key), under the caller's identity and session, one level
+/// deeper, marked as running under `plan`. Not resolved: `observe` resolves it again, and
+/// the approval step lets it through only if it still routes to the plan's upstream tool.
+pub(super) fn reenter(mut call: Call, plan: &PendingPlan) -> Call {
+    let mut params = CallToolRequestParams::new(plan.tool.clone());
     params.arguments = Some(plan.arguments.clone());
     call.op = Op::CallTool(params);
     call.meta.remove(IDEMPOTENCY_KEY);
     if let Some(key) = &plan.idempotency_key {
         call.meta.insert(IDEMPOTENCY_KEY.into(), key.clone());
     }
-    let exposed = Exposed::Tool(plan.tool.clone());
-    let route = Route::of(up);
-    call.target = Some(Target {
-        owner: route.upstream.shared_name(),
-        kind: TargetKind::Upstream(route.clone()),
-        exposed: exposed.clone(),
-    });
-    authz::check(pool, &call)?;
-    let d = trust::decide(&route, &exposed, &call.op)?;
-    call.decided.classify(d);
+    call.target = None;
+    call.decided = Default::default();
     call.decided.approve(plan.id.clone());
     call.depth = call.depth.saturating_add(1);
-    Ok(call)
+    call
+}
+
+/// Where the plan's call goes now, as `observe` would resolve it (for the envelope its answer
+/// gets): its upstream as configured now, under the upstream's own tool name.
+pub(super) fn routed(call: &Call, plan: &PendingPlan, up: Arc<Upstream>) -> (Call, Target) {
+    let mut resolved = call.clone();
+    resolved.op = Op::CallTool(CallToolRequestParams::new(plan.upstream_tool.clone()));
+    let route = Route::of(up);
+    let target = Target {
+        owner: route.upstream.shared_name(),
+        kind: TargetKind::Upstream(route),
+        exposed: Exposed::Tool(plan.tool.clone()),
+    };
+    (resolved, target)
+}
+
+/// Whether a call re-entered under `plan` still routes to what the plan was made for.
+pub(super) fn same_route(call: &Call, plan: &PendingPlan) -> bool {
+    let Some(target) = &call.target else {
+        return false;
+    };
+    let upstream = target.route().map(|r| r.upstream.name());
+    let tool = match &call.op {
+        Op::CallTool(p) => Some(p.name.as_ref()),
+        _ => None,
+    };
+    upstream == Some(plan.upstream.as_str())
+        && tool == Some(plan.upstream_tool.as_str())
+        && target.exposed == Exposed::Tool(plan.tool.clone())
 }
