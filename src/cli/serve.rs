@@ -75,6 +75,7 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, CliErr
     }
     let core = Core::new(&snapshot)?;
     crate::server::core::report_flow_problems(&snapshot);
+    core.adopt_credential_kinds(&snapshot).await;
     core.start();
     let pool = core.pool().clone();
     let audit = match &snapshot.audit {

@@ -275,6 +275,9 @@ pub struct RawJwt {
     pub audience: Option<String>,
     /// Claim holding the roles (array or space-separated string); default `roles`.
     pub roles_claim: Option<String>,
+    /// Claim naming the person (a non-empty string); default `sub`. A token without it is
+    /// refused.
+    pub subject_claim: Option<String>,
 }
 
 /// `[roles.NAME]`

@@ -207,6 +207,36 @@ impl UserCredentials {
         Ok(Self::new(sealer, store, public_url, metrics))
     }
 
+    /// Gives credentials stored by name alone (before an identity was its kind and name) to
+    /// the one kind of identity that can have that name (`sole_kind`: an API key's name when
+    /// no JWT may claim it), and drops the others: whose they were cannot be told, so those
+    /// people connect again. Returns (migrated, dropped).
+    pub async fn adopt_kinds(
+        &self,
+        sole_kind: impl Fn(&str) -> Option<crate::policy::identity::IdentityKind>,
+    ) -> Result<(usize, usize), CredentialError> {
+        let (mut migrated, mut dropped) = (0, 0);
+        for c in self.store.list().await? {
+            if crate::policy::identity::has_kind(&c.owner) {
+                continue;
+            }
+            let opened = self.stored(&c.owner, &c.upstream).await?;
+            if let (Some(plain), Some(kind)) = (opened, sole_kind(&c.owner)) {
+                self.put(
+                    &format!("{}:{}", kind.as_str(), c.owner),
+                    &c.upstream,
+                    &plain,
+                )
+                .await?;
+                migrated += 1;
+            } else {
+                dropped += 1;
+            }
+            self.store.remove(&c.owner, Some(&c.upstream)).await?;
+        }
+        Ok((migrated, dropped))
+    }
+
     /// The listener's own address, when no `public_url` is configured.
     pub fn set_listener_url(&self, url: String) {
         let mut b = self.base_url.write();

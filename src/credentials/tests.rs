@@ -97,3 +97,31 @@ fn a_retry_state_answers_only_its_person_and_upstream() {
     assert!(!c.is_retry_of(&format!("{RETRY_PREFIX}{page}"), "alice", "gh"));
     assert!(c.check_state(&state[RETRY_PREFIX.len()..], "gh").is_err());
 }
+
+#[tokio::test]
+async fn credentials_stored_by_name_alone_go_to_the_one_kind_that_can_have_it_or_are_dropped() {
+    use crate::policy::identity::IdentityKind;
+    let dir = tempfile::tempdir().unwrap();
+    let c = creds(dir.path());
+    // As a version before identity keys stored them: the owner is a bare name.
+    for (who, token) in [("alice", "tok-a"), ("ghost", "tok-g")] {
+        let ask = c.ask(who, "gh").unwrap();
+        c.submit("gh", state_of(&ask.url), token).await.unwrap();
+    }
+    let sole = |name: &str| (name == "alice").then_some(IdentityKind::ApiKey);
+    assert_eq!(c.adopt_kinds(sole).await.unwrap(), (1, 1));
+    let alice = c.token("api_key:alice", "gh", None).await.unwrap();
+    assert_eq!(alice.map(|t| t.expose().to_owned()), Some("tok-a".into()));
+    assert_eq!(c.token("alice", "gh", None).await.unwrap(), None);
+    assert_eq!(c.token("ghost", "gh", None).await.unwrap(), None);
+    let owners: Vec<String> = c
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|x| x.owner)
+        .collect();
+    assert_eq!(owners, ["api_key:alice"]);
+    // Run again, nothing is left to migrate.
+    assert_eq!(c.adopt_kinds(sole).await.unwrap(), (0, 0));
+}

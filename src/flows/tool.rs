@@ -131,7 +131,7 @@ impl OwnTool for FlowTool {
                 })?;
             let (run_id, mut done) = (started.run_id, started.done);
             if as_task {
-                let handle = engine.task_handle(&call.identity.name, &name, &run_id);
+                let handle = engine.task_handle(&call.identity.key(), &name, &run_id);
                 let task = engine
                     .task(&run_id, &call.correlation_id)
                     .await

@@ -81,7 +81,7 @@ impl Step for Connect {
                     ),
                 ));
             }
-            let owner = call.identity.name.clone();
+            let owner = call.identity.key();
             // A stateless-era retry of our question: its answer, if the state is this
             // person's (else the question is simply asked again).
             let mut answered = retry
@@ -285,7 +285,7 @@ async fn connected(
     upstream: &str,
     wait: Duration,
 ) -> Result<Secret, CallError> {
-    let owner = &call.identity.name;
+    let owner = &call.identity.key();
     let token = tokio::select! {
         t = creds.wait_connected(owner, upstream, wait) => t.map_err(store_down)?,
         _ = call.ct.cancelled() => return Err(CallError::Cancelled),

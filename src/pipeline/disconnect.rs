@@ -51,7 +51,7 @@ impl OwnTool for DisconnectTool {
             }
             let args = own::arguments(&call);
             let upstream = args.get("upstream").and_then(Value::as_str);
-            match creds.revoke(&call.identity.name, upstream).await {
+            match creds.revoke(&call.identity.key(), upstream).await {
                 Ok(n) => {
                     own::answer(
                         json!({"disconnected": n, "upstream": upstream.unwrap_or("*")}),

@@ -45,8 +45,10 @@ impl Step for RateLimit {
         };
         let (this, mut inner) = (self.clone(), inner.clone());
         Box::pin(async move {
+            // Kind and name: an API key and a JWT that share a name have budgets of their own.
+            let who = call.identity.key();
             let key = Key {
-                identity: &call.identity.name,
+                identity: &who,
                 owner: &owner,
                 item: &item,
             };

@@ -60,7 +60,9 @@ impl Identity {
         self
     }
 
-    /// `kind:name`: who a plan belongs to (two kinds may share a name).
+    /// `kind:name`: the one key of a person wherever state belongs to them (credentials,
+    /// sealed session and task ids, plans, rate limits, connect links); two kinds that share a
+    /// name are two people.
     pub fn key(&self) -> String {
         format!("{}:{}", self.kind.as_str(), self.name)
     }
@@ -71,6 +73,30 @@ impl Identity {
             name: name.to_owned(),
             kind,
             access: Arc::new(Access::unrestricted()),
+        }
+    }
+}
+
+/// Whether a stored owner is an identity key (`kind:name`), not a bare name of before.
+pub fn has_kind(owner: &str) -> bool {
+    owner.split_once(':').is_some_and(|(kind, _)| {
+        ["api_key", "jwt", "client_cert", "anonymous", "local"].contains(&kind)
+    })
+}
+
+impl Authenticator {
+    /// The one kind of identity a bare name can be, if only one can have it: a configured API
+    /// key or client-certificate name (not both) while no JWT may claim any name.
+    pub fn sole_kind(&self, name: &str) -> Option<IdentityKind> {
+        if self.jwt.is_some() {
+            return None;
+        }
+        let key = self.api_keys.iter().any(|k| k.name == name);
+        let cert = self.client_certs.iter().any(|(s, _)| s == name);
+        match (key, cert) {
+            (true, false) => Some(IdentityKind::ApiKey),
+            (false, true) => Some(IdentityKind::ClientCert),
+            _ => None,
         }
     }
 }
@@ -102,6 +128,8 @@ pub struct JwtConfig {
     pub issuer: Option<String>,
     pub audience: Option<String>,
     pub roles_claim: String,
+    /// The claim naming the person (`sub` unless configured).
+    pub subject_claim: String,
 }
 
 impl std::fmt::Debug for JwtConfig {
@@ -273,11 +301,7 @@ impl Authenticator {
             match jsonwebtoken::decode::<serde_json::Value>(token, key, &v) {
                 Ok(data) => {
                     let claims = data.claims;
-                    let name = claims
-                        .get("sub")
-                        .and_then(|s| s.as_str())
-                        .unwrap_or("jwt")
-                        .to_owned();
+                    let name = subject(&claims, &jwt.subject_claim)?;
                     let roles: Vec<String> = match claims.get(&jwt.roles_claim) {
                         Some(serde_json::Value::Array(a)) => a
                             .iter()
@@ -298,6 +322,27 @@ impl Authenticator {
             }
         }
         Err(last)
+    }
+}
+
+/// Longest subject a token may name (state keyed by it stays bounded).
+const MAX_SUBJECT_BYTES: usize = 256;
+
+/// The person a verified token names: a non-empty string of at most 256 bytes without control
+/// characters. Without one there is no one to keep credentials, sessions and plans for.
+fn subject(claims: &serde_json::Value, claim: &str) -> Result<String, AuthError> {
+    let refused = |why: &str| AuthError::Token(format!("claim `{claim}` {why}"));
+    match claims.get(claim) {
+        None | Some(serde_json::Value::Null) => Err(refused("is missing: it names the person")),
+        Some(serde_json::Value::String(s)) if s.is_empty() => Err(refused("is empty")),
+        Some(serde_json::Value::String(s)) if s.len() > MAX_SUBJECT_BYTES => {
+            Err(refused("is longer than 256 bytes"))
+        }
+        Some(serde_json::Value::String(s)) if s.chars().any(char::is_control) => {
+            Err(refused("holds control characters"))
+        }
+        Some(serde_json::Value::String(s)) => Ok(s.clone()),
+        Some(_) => Err(refused("is not a string")),
     }
 }
 

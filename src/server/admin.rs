@@ -124,7 +124,13 @@ impl Admin {
         };
         let method = head.method;
         let path = head.uri.path();
-        let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let Some(decoded) = segments(path) else {
+            return json(
+                StatusCode::BAD_REQUEST,
+                &json!({"error": "a path segment is not percent-encoded UTF-8"}),
+            );
+        };
+        let parts: Vec<&str> = decoded.iter().map(String::as_str).collect();
         let query = head.uri.query().unwrap_or("");
         if let Some(r) = super::console::route(
             self.parts.feed.as_ref(),
@@ -366,4 +372,19 @@ fn redacted(s: &Snapshot) -> Value {
         },
         "upstreams": s.upstreams.iter().map(|u| shown(&**u)).collect::<Vec<_>>(),
     })
+}
+
+/// The path's segments, each percent-decoded once (the console's Revoke button sends a JWT
+/// person `eve@example.com` as `eve%40example.com`), so every route matches names as they are;
+/// `None` when a segment decodes to something that is not UTF-8.
+fn segments(path: &str) -> Option<Vec<String>> {
+    path.trim_matches('/')
+        .split('/')
+        .map(|s| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8()
+                .ok()
+                .map(std::borrow::Cow::into_owned)
+        })
+        .collect()
 }

@@ -292,6 +292,26 @@ impl Core {
         }
     }
 
+    /// Credentials stored by a version that keyed them by name alone go to their person's
+    /// identity key, or are dropped when whose they were cannot be told (README: upgrading).
+    pub async fn adopt_credential_kinds(&self, snapshot: &Snapshot) {
+        let Some(creds) = &self.pipeline.credentials else {
+            return;
+        };
+        let auth = snapshot.auth.clone();
+        match creds.adopt_kinds(|name| auth.sole_kind(name)).await {
+            Ok((0, 0)) => {}
+            Ok((migrated, dropped)) => tracing::warn!(
+                migrated,
+                dropped,
+                "per-user credentials stored by name alone: those of an identity only one kind \
+                 can have were kept under its kind; the others were dropped and their people \
+                 connect again"
+            ),
+            Err(e) => tracing::warn!("per-user credentials: cannot migrate the store: {e}"),
+        }
+    }
+
     /// The call stack over this gateway's parts. Build it once per gateway: a stack owns
     /// the plan sweeper and the lot of parked calls, and flows are bound to it.
     pub fn stack(&self, audit: Option<Audit>) -> CallStack {

@@ -209,11 +209,12 @@ impl Edge {
                     };
                     // Clients see sealed session ids (any replica can open them: see
                     // sealed_sessions). Anything else is no session of ours.
-                    let presented = req
-                        .headers()
-                        .get(SESSION_HEADER)
-                        .map(|v| v.to_str().ok().and_then(|v| sealed.open(v, &identity.name)));
-                    let who = identity.name.clone();
+                    let presented = req.headers().get(SESSION_HEADER).map(|v| {
+                        v.to_str()
+                            .ok()
+                            .and_then(|v| sealed.open(v, &identity.key()))
+                    });
+                    let who = identity.key();
                     let deleting = req.method() == http::Method::DELETE;
                     // A session id that is no session (forged, someone else's, or ended): 404,
                     // so the client starts a new one. The stateless era ignores session ids.

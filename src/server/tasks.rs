@@ -71,7 +71,7 @@ impl Gateway {
             tool: tool.to_owned(),
             task_id: std::mem::take(&mut r.task.task_id),
         };
-        r.task.task_id = self.parts.tasks.seal(&self.identity(req).name, &route);
+        r.task.task_id = self.parts.tasks.seal(&self.identity(req).key(), &route);
         Ok(r)
     }
 
@@ -86,7 +86,7 @@ impl Gateway {
         let route = self
             .parts
             .tasks
-            .open(&self.identity(req).name, handle)
+            .open(&self.identity(req).key(), handle)
             .map_err(|_| to_wire(&CallError::UnknownTask, true))?;
         self.run(Op::Task(TaskCall { route, request }), req).await
     }

@@ -205,11 +205,16 @@ async fn each_person_connects_their_own_account_once_and_calls_run_as_them() {
         .iter()
         .map(|c| c["owner"].as_str().unwrap())
         .collect();
-    assert_eq!(owners, ["alice", "bob"]);
+    assert_eq!(owners, ["api_key:alice", "api_key:bob"]);
     assert!(!listed.to_string().contains("gh-alice"));
 
     // Revoked by an operator: alice is asked again; bob is untouched.
-    let gone = admin(&s.gw, reqwest::Method::DELETE, "/admin/credentials/alice").await;
+    let gone = admin(
+        &s.gw,
+        reqwest::Method::DELETE,
+        "/admin/credentials/api_key:alice",
+    )
+    .await;
     assert_eq!(gone["revoked"], 1);
     link_of(&call(&alice, "gh__whoami", json!({})).await.unwrap_err());
     assert_eq!(
@@ -485,7 +490,7 @@ async fn two_replicas_share_credentials_through_redis() {
     // Revoked through b's admin API: a asks again.
     let r = reqwest::Client::new()
         .delete(format!(
-            "{}/admin/credentials/alice/gh",
+            "{}/admin/credentials/api_key:alice/gh",
             b.admin.clone().unwrap()
         ))
         .bearer_auth(ADMIN_TOKEN)
@@ -587,12 +592,12 @@ async fn the_console_lists_connected_accounts_and_an_operator_revokes_one() {
         "no token: {rows}"
     );
     browser
-        .click("#connection-rows tr[data-owner='alice'] button.revoke")
+        .click("#connection-rows tr[data-owner='api_key:alice'] button.revoke")
         .await;
     browser
         .until(
             "alice's row gone",
-            "document.querySelectorAll('#connection-rows tr').length === 1 && !document.querySelector(\"#connection-rows tr[data-owner='alice']\")",
+            "document.querySelectorAll('#connection-rows tr').length === 1 && !document.querySelector(\"#connection-rows tr[data-owner='api_key:alice']\")",
         )
         .await;
     let listed = admin(&s.gw, reqwest::Method::GET, "/admin/credentials").await;
@@ -602,7 +607,7 @@ async fn the_console_lists_connected_accounts_and_an_operator_revokes_one() {
         .iter()
         .map(|c| c["owner"].as_str().unwrap())
         .collect();
-    assert_eq!(owners, ["bob"]);
+    assert_eq!(owners, ["api_key:bob"]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -651,4 +656,168 @@ async fn a_flow_node_parks_until_its_caller_connects_and_then_runs_as_them() {
             .contains("acting as alice"),
         "{done}"
     );
+}
+
+const JWT_SECRET: &str = "per-user-jwt-secret-test-only";
+const EVE: &str = "fgk_eve_per_user_test_only";
+
+fn jwt_for(sub: &str) -> String {
+    let exp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 600;
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::default(),
+        &json!({"sub": sub, "roles": ["dev"], "exp": exp}),
+        &jsonwebtoken::EncodingKey::from_secret(JWT_SECRET.as_bytes()).unwrap(),
+    )
+    .unwrap()
+}
+
+/// A raw handshake-era `initialize` as `token`; its sealed session id.
+async fn session_of(url: &str, token: &str) -> String {
+    let r = reqwest::Client::new()
+        .post(url)
+        .bearer_auth(token)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .body(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#)
+        .send()
+        .await
+        .unwrap();
+    r.headers()["mcp-session-id"].to_str().unwrap().to_owned()
+}
+
+/// A `tools/list` in session `sid` as `token`: the HTTP status.
+async fn list_in(url: &str, token: &str, sid: &str) -> u16 {
+    reqwest::Client::new()
+        .post(url)
+        .bearer_auth(token)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-session-id", sid)
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}"#)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_api_key_and_a_jwt_that_share_a_name_are_two_people() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "alice=gh-alice\nmallory=gh-mallory\neve=gh-eve\n").unwrap();
+    let upstream = UrlProcess::start(&[
+        "demo-upstream",
+        "--name",
+        "gh",
+        "--user-tokens",
+        tokens.to_str().unwrap(),
+        "--http",
+        "127.0.0.1:0",
+    ]);
+    let cfg = config(&upstream.url).replace(
+        "\n\n[roles.dev]",
+        &format!(
+            "\n[[auth.api_keys]]\nname = \"eve smith@example.com\"\nsha256 = \"{}\"\nroles = [\"dev\"]\n\
+             [auth.jwt]\nhs256_secret = \"env:FG_JWT_SECRET\"\n\n[roles.dev]",
+            raw::sha(EVE)
+        ),
+    );
+    std::fs::write(dir.path().join("gateway.toml"), cfg).unwrap();
+    std::fs::create_dir(dir.path().join("flows")).unwrap();
+    let gw = Gateway::start_file_env(
+        &dir.path().join("gateway.toml"),
+        tempfile::tempdir().unwrap(),
+        &[ENV[0], ENV[1], ("FG_JWT_SECRET", JWT_SECRET)],
+    );
+    let jwt_alice = jwt_for("alice");
+
+    // API-key alice connects her account.
+    let key_alice = connect_with_token(&gw.url, ALICE, TestClient::new())
+        .await
+        .unwrap();
+    let (link, _) = link_of(&call(&key_alice, "gh__whoami", json!({})).await.unwrap_err());
+    assert_eq!(connect_in_browser(&link, "gh-alice").await.0, 200);
+    assert_eq!(
+        first_text(&call(&key_alice, "gh__whoami", json!({})).await.unwrap()),
+        "acting as alice"
+    );
+
+    // A JWT whose subject is `alice` is someone else: it has no account of API-key alice's.
+    let token_alice = connect_with_token(&gw.url, &jwt_alice, TestClient::new())
+        .await
+        .unwrap();
+    let (other_link, _) = link_of(
+        &call(&token_alice, "gh__whoami", json!({}))
+            .await
+            .unwrap_err(),
+    );
+    assert_ne!(other_link, link);
+    // Its disconnect forgets only its own (none): API-key alice still acts as herself.
+    let r = call(
+        &token_alice,
+        "fedgate__disconnect",
+        json!({"upstream": "gh"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.structured_content.unwrap()["disconnected"], 0);
+    assert_eq!(
+        first_text(&call(&key_alice, "gh__whoami", json!({})).await.unwrap()),
+        "acting as alice"
+    );
+    // The JWT connects an account of its own, and each acts as their own.
+    assert_eq!(connect_in_browser(&other_link, "gh-mallory").await.0, 200);
+    assert_eq!(
+        first_text(&call(&token_alice, "gh__whoami", json!({})).await.unwrap()),
+        "acting as mallory"
+    );
+    assert_eq!(
+        first_text(&call(&key_alice, "gh__whoami", json!({})).await.unwrap()),
+        "acting as alice"
+    );
+
+    // API-key alice's session id is no session to JWT alice.
+    let sid = session_of(&gw.url, ALICE).await;
+    assert_eq!(list_in(&gw.url, ALICE, &sid).await, 200);
+    assert_eq!(list_in(&gw.url, &jwt_alice, &sid).await, 404);
+
+    // The admin API names people by kind and name, and a name with `@` and a space is
+    // revoked by its percent-encoded path (what the console sends).
+    let eve = connect_with_token(&gw.url, EVE, TestClient::new())
+        .await
+        .unwrap();
+    let (eve_link, _) = link_of(&call(&eve, "gh__whoami", json!({})).await.unwrap_err());
+    assert_eq!(connect_in_browser(&eve_link, "gh-eve").await.0, 200);
+    let listed = admin(&gw, reqwest::Method::GET, "/admin/credentials").await;
+    let mut owners: Vec<&str> = listed["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["owner"].as_str().unwrap())
+        .collect();
+    owners.sort();
+    assert_eq!(
+        owners,
+        [
+            "api_key:alice",
+            "api_key:eve smith@example.com",
+            "jwt:alice"
+        ]
+    );
+    let gone = admin(
+        &gw,
+        reqwest::Method::DELETE,
+        "/admin/credentials/api_key%3Aeve%20smith%40example.com/gh",
+    )
+    .await;
+    assert_eq!(gone["revoked"], 1, "{gone}");
+    assert_eq!(gone["owner"], "api_key:eve smith@example.com");
+    link_of(&call(&eve, "gh__whoami", json!({})).await.unwrap_err());
+    drop(upstream);
 }

@@ -175,11 +175,34 @@ async fn unauthenticated_and_invalid_credentials_get_401() {
         &EncodingKey::from_rsa_pem(&s.other_pem).unwrap(),
     )
     .unwrap();
+    // A token that names no person is no one: 401, not one shared `jwt` identity.
+    let with_sub = |sub: serde_json::Value| {
+        let mut c = claims(&["reader"], 600, "fedgate");
+        match sub {
+            serde_json::Value::Null => c.as_object_mut().unwrap().remove("sub"),
+            v => c.as_object_mut().unwrap().insert("sub".into(), v),
+        };
+        hs256(c, JWT_SECRET)
+    };
     for (token, why) in [
         (expired, "expired"),
         (wrong_aud, "wrong audience"),
         (bad_sig, "bad signature"),
         (rs_other, "bad signature"),
+        (with_sub(serde_json::Value::Null), "claim `sub` is missing"),
+        (with_sub(serde_json::json!("")), "claim `sub` is empty"),
+        (
+            with_sub(serde_json::json!("a".repeat(10 * 1024))),
+            "claim `sub` is longer than 256 bytes",
+        ),
+        (
+            with_sub(serde_json::json!("al\u{7}ice")),
+            "claim `sub` holds control characters",
+        ),
+        (
+            with_sub(serde_json::json!(42)),
+            "claim `sub` is not a string",
+        ),
     ] {
         let (status, www) = raw_status(url, Some(&format!("Bearer {token}"))).await;
         assert_eq!(status, 401, "{why}");

@@ -85,6 +85,15 @@ pub(super) fn validate_auth(
             .ok()
             .and_then(|d| <[u8; 32]>::try_from(d).ok());
         let roles = known(cx, &k.roles);
+        if k.name.is_empty() || k.name.len() > 256 || k.name.chars().any(char::is_control) {
+            cx.err_at(
+                k.sha256.span().start,
+                format!(
+                    "API key {:?}: a name is 1 to 256 bytes without control characters (it names the person)",
+                    k.name
+                ),
+            );
+        }
         match digest {
             Some(sha256) => api_keys.push(ApiKey {
                 name: k.name.clone(),
@@ -127,6 +136,7 @@ pub(super) fn validate_auth(
             issuer: j.issuer,
             audience: j.audience,
             roles_claim: j.roles_claim.unwrap_or_else(|| "roles".into()),
+            subject_claim: j.subject_claim.unwrap_or_else(|| "sub".into()),
         }
     });
     let cert_roles: Vec<(String, Vec<String>, bool)> = raw

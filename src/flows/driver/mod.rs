@@ -563,7 +563,7 @@ impl Driver {
             return;
         };
         let (tx, node, upstream) = (self.tx.clone(), node.to_owned(), upstream.to_owned());
-        let owner = self.run.identity.name.clone();
+        let owner = self.run.identity.key();
         // Ends with the run, or when this process stops driving it (shutdown).
         let (cancelled, stopped) = (self.run.ct.clone(), self.run.engine.stop.clone());
         tokio::spawn(async move {

@@ -116,7 +116,7 @@ impl RoundTrip {
             r
         };
         // Only calls that park or resume need it (a digest of the arguments).
-        let bind = || binding(&identity.name, upstream, &op);
+        let bind = || binding(&identity.key(), upstream, &op);
         let meta = crate::federation::outbound::to_upstream(
             hop_meta(meta, conn.era, downstream.as_ref()),
             peer,
