@@ -421,9 +421,13 @@ pub struct RawUpstream {
     /// stdio: its arguments.
     #[serde(default)]
     pub args: Vec<String>,
-    /// stdio: extra environment.
+    /// stdio: the process's environment beside the base (`PATH`, `HOME`, `LANG`, …); values
+    /// may be `env:NAME` / `file:PATH` references.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// stdio: the process sees all of fedgate's environment, not just the base and `env`.
+    #[serde(default)]
+    pub inherit_env: bool,
     /// stdio: working directory.
     pub cwd: Option<String>,
     /// http/sse: endpoint URL.
@@ -537,6 +541,8 @@ pub struct RawLaunch {
     pub args: Vec<String>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub inherit_env: bool,
 }
 
 /// `restart = { max_restarts = 5, base_ms = 200, max_ms = 10000 }`

@@ -248,6 +248,8 @@ pub struct ProcessSpec {
     pub args: Vec<String>,
     /// Literal values never show (`secret::Configured`); references do.
     pub env: BTreeMap<String, secret::Configured>,
+    /// All of fedgate's environment goes to the process, not just the base and `env`.
+    pub inherit_env: bool,
     pub cwd: Option<String>,
 }
 

@@ -216,6 +216,16 @@ impl ServerHandler for Demo {
                 r
             }
             "pid" => text(std::process::id().to_string()),
+            // Names only: what a gateway passes on is the question, not the values.
+            "environment" => {
+                let mut names: Vec<String> = std::env::vars_os()
+                    .filter_map(|(k, _)| k.into_string().ok())
+                    .collect();
+                names.sort();
+                let mut r = text(names.join(" "));
+                r.structured_content = Some(json!({"names": names}));
+                r
+            }
             "huge" => {
                 let n = arg_u64(args, "bytes").unwrap_or(0).min(256 << 20) as usize;
                 text("x".repeat(n))

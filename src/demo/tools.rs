@@ -215,6 +215,12 @@ impl Demo {
             tool("stats", "Counters: calls, cancellations.", json!({}), true),
             tool("pid", "This server's process id.", json!({}), true),
             tool(
+                "environment",
+                "The names of the environment variables this process sees.",
+                json!({}),
+                true,
+            ),
+            tool(
                 "huge",
                 "Answers with a text of `bytes` bytes.",
                 json!({"bytes": {"type": "integer", "minimum": 0}}),

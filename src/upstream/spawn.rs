@@ -104,6 +104,18 @@ impl Drop for ProcessGuard {
     }
 }
 
+/// What every process fedgate starts gets of fedgate's own environment (unless the upstream
+/// says `inherit_env = true`): where programs are, the user and home, language and time zone,
+/// the temporary directory — nothing that holds a secret.
+pub const BASE_ENV: &[&str] = &[
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM",
+];
+
+fn is_base(name: &std::ffi::OsStr) -> bool {
+    name.to_str()
+        .is_some_and(|n| BASE_ENV.contains(&n) || n.starts_with("LC_"))
+}
+
 /// Resolves `@self` to this executable.
 pub fn program(command: &str) -> std::io::Result<std::path::PathBuf> {
     if command == SELF_COMMAND {
@@ -120,6 +132,13 @@ pub fn spawn(
     pipe_stdio: bool,
 ) -> std::io::Result<ProcessGuard> {
     let mut cmd = Command::new(program(&spec.command)?);
+    if !spec.inherit_env {
+        // Only what it is given: a small base, then its own `env` and credential.
+        cmd.env_clear();
+        for (k, v) in std::env::vars_os().filter(|(k, _)| is_base(k)) {
+            cmd.env(k, v);
+        }
+    }
     // `env:NAME` / `file:PATH` values are resolved now, at each start (rotation needs no
     // reload); the error names the reference, never a value.
     for (k, v) in &spec.env {

@@ -158,7 +158,22 @@ async fn imported_mcp_servers_config_checks_and_serves() {
     );
     let cfg = dir.path().join("gateway.toml");
     std::fs::write(&cfg, &toml).unwrap();
+    // `check` names the variable to set, and passes once it is set.
     let out = fedgate(&["check", cfg.to_str().unwrap()]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains(
+            "upstream `local_files`: env `MCP_TOKEN`: environment variable `MCP_TOKEN` is not set"
+        ),
+        "{said}"
+    );
+    let out = Command::new(FEDGATE)
+        .args(["check", cfg.to_str().unwrap()])
+        .env("FEDGATE_LOG", "warn")
+        .env("MCP_TOKEN", "tok-from-the-env")
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "{}",

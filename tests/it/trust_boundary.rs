@@ -274,3 +274,67 @@ async fn a_role_removed_by_a_reload_before_the_operators_approval_refuses_the_wr
         "the write did not run"
     );
 }
+
+async fn env_names(c: &Client, up: &str) -> Vec<String> {
+    let r = call(c, &format!("{up}__environment"), json!({}))
+        .await
+        .unwrap();
+    serde_json::from_value(r.structured_content.unwrap()["names"].clone()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stdio_upstream_sees_only_the_base_its_env_and_nothing_else_of_fedgates() {
+    let config = format!(
+        "[gateway]\ntiers_dir = {TIERS:?}\n\n{}{}",
+        stdio_upstream(
+            "low",
+            &[],
+            "tier = \"low\"\nread_only = [\"environment\"]\n\
+             env = { NEEDED = \"env:FG_TEST_NEEDED\", PLAIN = \"x\" }"
+        ),
+        stdio_upstream("legacy", &[], "tier = \"high\"\ninherit_env = true"),
+    );
+    let gw = Gateway::start_env(
+        &config,
+        &[
+            ("FG_TEST_NEEDED", "needed-value"),
+            ("OPENAI_API_KEY", "sk-test-only-not-for-low"),
+        ],
+    );
+    let c = connect_legacy(&gw.url, TestClient::new()).await;
+    let low = env_names(&c, "low").await;
+    for name in ["PATH", "HOME", "NEEDED", "PLAIN"] {
+        assert!(low.iter().any(|n| n == name), "{name} missing: {low:?}");
+    }
+    for name in ["OPENAI_API_KEY", "FG_TEST_NEEDED", "CARGO_MANIFEST_DIR"] {
+        assert!(!low.iter().any(|n| n == name), "{name} leaked: {low:?}");
+    }
+    // Opted in: the whole environment, as before.
+    let legacy = env_names(&c, "legacy").await;
+    assert!(legacy.iter().any(|n| n == "OPENAI_API_KEY"), "{legacy:?}");
+
+    // `fedgate check` says what inheriting means, and an unset reference is a problem.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("g.toml");
+    std::fs::write(
+        &cfg,
+        config.replace("env:FG_TEST_NEEDED", "env:FG_TEST_SURELY_UNSET"),
+    )
+    .unwrap();
+    let out = std::process::Command::new(FEDGATE)
+        .args(["check", cfg.to_str().unwrap()])
+        .env("FEDGATE_LOG", "warn")
+        .env_remove("FG_TEST_SURELY_UNSET")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("upstream `low`: env `NEEDED`") && said.contains("FG_TEST_SURELY_UNSET"),
+        "{said}"
+    );
+    assert!(
+        said.contains("upstream `legacy`: inherit_env = true"),
+        "{said}"
+    );
+}

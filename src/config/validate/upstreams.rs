@@ -116,10 +116,12 @@ pub(super) fn validate_upstream(
                             ),
                         );
                     }
+                    check_env(cx, kind_at, &name_s, &u.env, u.inherit_env);
                     Some(TransportSpec::Stdio(ProcessSpec {
                         command: c.get_ref().clone(),
                         args: u.args.clone(),
                         env: crate::secret::configured(u.env.clone()),
+                        inherit_env: u.inherit_env,
                         cwd: u.cwd.clone(),
                     }))
                 }
@@ -553,7 +555,36 @@ fn process_from_launch(l: RawLaunch) -> ProcessSpec {
         command: l.command,
         args: l.args,
         env: crate::secret::configured(l.env),
+        inherit_env: l.inherit_env,
         cwd: None,
+    }
+}
+
+/// A process's environment: every reference must resolve where fedgate runs (the process
+/// would not start), and inheriting fedgate's whole environment is said out loud.
+fn check_env(
+    cx: &mut Ctx<'_>,
+    at: usize,
+    upstream: &str,
+    env: &std::collections::BTreeMap<String, String>,
+    inherit: bool,
+) {
+    for (k, v) in env {
+        if crate::secret::is_reference(v)
+            && let Err(why) = crate::secret::resolve(v)
+        {
+            cx.secret_problem(at, format!("upstream `{upstream}`: env `{k}`: {why}"));
+        }
+    }
+    if inherit {
+        cx.warn_at(
+            at,
+            format!(
+                "upstream `{upstream}`: inherit_env = true: the process sees every variable \
+                 fedgate was started with, secrets of other upstreams included; list what it \
+                 needs in `env` instead"
+            ),
+        );
     }
 }
 
