@@ -120,6 +120,16 @@ pub enum Refused {
     Used,
     #[error("this link is for another upstream")]
     OtherUpstream,
+    /// The browser did not show it is the person the link was made for.
+    #[error(
+        "this link was made for {0}: only they can connect with it, with their own key or token; nothing was stored"
+    )]
+    NotYou(String),
+    /// The sign-in came back to a browser that did not start it (a forwarded sign-in link).
+    #[error(
+        "this sign-in was started in another browser: open the link your assistant gave you and sign in from there; nothing was stored"
+    )]
+    OtherBrowser,
     #[error("the token is empty")]
     EmptyToken,
     #[error("the token is longer than {MAX_TOKEN_BYTES} bytes")]

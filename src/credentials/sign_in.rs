@@ -82,15 +82,15 @@ impl UserCredentials {
         )
     }
 
-    /// The page was opened with a valid link of an OAuth upstream: where to send the person to
-    /// sign in. The link is not claimed here (the person may open it twice); the callback
-    /// claims it.
+    /// The person the link was made for confirmed on the page: where to send them to sign
+    /// in, and the nonce their browser keeps (a cookie) to come back with. The link is not
+    /// claimed here (the person may start twice); the callback claims it.
     pub async fn authorize(
         &self,
         upstream: &str,
         state: &str,
         target: OAuthTarget<'_>,
-    ) -> Result<String, Refused> {
+    ) -> Result<(String, String), Refused> {
         let mut ticket = self.check_state(state, upstream).inspect_err(|_| {
             self.metrics.count(upstream, "refused");
         })?;
@@ -125,7 +125,7 @@ impl UserCredentials {
                 &verifier,
             )
             .map_err(failed)?;
-        Ok(url.into())
+        Ok((url.into(), ticket.nonce))
     }
 
     /// The authorization server sent the person back: the state opens and is claimed once,
@@ -134,6 +134,7 @@ impl UserCredentials {
         &self,
         upstream: &str,
         query: &[(String, String)],
+        browser: Option<&str>,
         target: OAuthTarget<'_>,
     ) -> Result<Ticket, Refused> {
         let field = |name: &str| {
@@ -149,6 +150,11 @@ impl UserCredentials {
         let ticket = self
             .open_state(field("state").unwrap_or(""), upstream, OAUTH_BINDING)
             .map_err(refused)?;
+        // The browser that proved who it is when the sign-in started carries its nonce: a
+        // forwarded authorization link comes back to another browser.
+        if browser != Some(ticket.nonce.as_str()) {
+            return Err(refused(Refused::OtherBrowser));
+        }
         if let Some(error) = field("error") {
             // Only a well-formed error code is repeated to the person.
             let code = if !error.is_empty()

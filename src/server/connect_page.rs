@@ -1,10 +1,14 @@
 //! `/connect/<upstream>?state=…`: the page where a person connects their own account for an
-//! upstream whose credential is per user. It is reached from a browser, which carries no API
-//! key: the sealed, single-use, short-lived `state` names the person. GET shows a form; POST
-//! stores the pasted token (sealed) and the waiting call goes on. For an OAuth upstream GET
-//! sends the person on to the authorization server, which sends them back to
-//! `/connect/<upstream>/callback`, where the code is exchanged and the tokens stored. The page
-//! has no script and a CSP that allows none; nothing it answers holds a token.
+//! upstream whose credential is per user. The sealed, single-use, short-lived `state` names
+//! the person it was made for, but a link alone connects nothing: it may have been forwarded
+//! (it goes through the model, in a blocked plan's hint). GET shows who the link is for and
+//! what it connects, and a form; POST must prove the browser is that person — their own API
+//! key or token typed on the page (never in a URL), or their client certificate — before a
+//! pasted token is stored, or before they are sent on to sign in at an OAuth upstream's
+//! authorization server. That sign-in comes back to `/connect/<upstream>/callback` only in
+//! the browser that started it (a cookie holding the state's nonce), so a forwarded
+//! authorization link stores nothing either. The page has no script and a CSP that allows
+//! none; nothing it answers holds a token.
 
 use std::{sync::Arc, time::Duration};
 
@@ -119,41 +123,145 @@ fn redirect(to: &str) -> Response<Body> {
     }
 }
 
-/// The OAuth side of the page: GET `/connect/<u>?state=` redirects to sign in, GET
-/// `/connect/<u>/callback` finishes.
-async fn serve_oauth(
+/// The cookie that ties an OAuth sign-in to the browser that started it.
+const BROWSER_COOKIE: &str = "fedgate_connect";
+
+/// The person an owner key names, for the page: `alice (API key)`.
+fn person(owner: &str) -> String {
+    let (kind, name) = owner.split_once(':').unwrap_or(("", owner));
+    let kind = match kind {
+        "api_key" => "API key",
+        "jwt" => "signed-in token",
+        "client_cert" => "client certificate",
+        _ => "identity",
+    };
+    format!("{} ({kind})", crate::names::shown(name))
+}
+
+/// Whether the browser showed it is `owner`: its client certificate maps to them, or the key
+/// or token typed on the page (a form field, never a URL) authenticates as them.
+fn proven(parts: &EdgeParts, owner: &str, certificate: Option<&str>, proof: &str) -> bool {
+    if certificate == Some(owner) {
+        return true;
+    }
+    let proof = proof.trim();
+    if proof.is_empty() || proof.len() > crate::credentials::MAX_TOKEN_BYTES {
+        return false;
+    }
+    let Ok(value) = header::HeaderValue::from_str(&format!("Bearer {proof}")) else {
+        return false;
+    };
+    let mut headers = http::HeaderMap::new();
+    headers.insert(header::AUTHORIZATION, value);
+    parts
+        .auth
+        .load()
+        .authenticate(&headers)
+        .is_ok_and(|id| id.key() == owner)
+}
+
+/// The page a valid link opens: who it is for, what it connects, and a form that confirms it.
+fn confirm_page(
+    upstream: &str,
+    state: &str,
+    ticket: &crate::credentials::Ticket,
+    certificate: Option<&str>,
+    kind: &Kind,
+) -> Response<Body> {
+    let who = escape(&person(&ticket.owner));
+    let proof = if certificate == Some(ticket.owner.as_str()) {
+        format!("<p>Your client certificate shows you are {who}.</p>")
+    } else {
+        format!(
+            "<label>Your own fedgate API key or token, to show you are {who} \
+             <input type=\"password\" name=\"proof\" autocomplete=\"off\" required \
+             maxlength=\"{max}\"></label>",
+            max = crate::credentials::MAX_TOKEN_BYTES
+        )
+    };
+    let (what, fields, button) = match kind {
+        Kind::Token(hint) => (
+            escape(
+                hint.as_deref()
+                    .unwrap_or(&format!("Your own token for {upstream}")),
+            ),
+            format!(
+                "<label>Token <input type=\"password\" name=\"token\" autocomplete=\"off\" \
+                 required maxlength=\"{}\"></label>",
+                crate::credentials::MAX_TOKEN_BYTES
+            ),
+            "Connect",
+        ),
+        Kind::OAuth(..) => (
+            format!(
+                "You sign in at {}'s authorization server next.",
+                escape(upstream)
+            ),
+            String::new(),
+            "Continue to sign in",
+        ),
+    };
+    page(
+        StatusCode::OK,
+        &format!("Connect {upstream}"),
+        &format!(
+            "<p>This link connects <strong>{u}</strong> for <strong>{who}</strong>. If you \
+             are not {who}, close this page: nothing happens.</p><p>{what}</p>\
+             <form method=\"post\" action=\"/connect/{u}\">\
+             <input type=\"hidden\" name=\"state\" value=\"{s}\">{proof} {fields} \
+             <button type=\"submit\">{button}</button></form><p>fedgate keeps it sealed and \
+             sends it only with your own calls to {u}. You can disconnect any time \
+             (<code>fedgate__disconnect</code>).</p>",
+            u = escape(upstream),
+            s = escape(state),
+        ),
+    )
+}
+
+/// Sends the browser to sign in, keeping the nonce it must come back with.
+fn sign_in_redirect(upstream: &str, to: &str, nonce: &str) -> Response<Body> {
+    let mut r = redirect(to);
+    *r.status_mut() = StatusCode::SEE_OTHER;
+    let cookie = format!(
+        "{BROWSER_COOKIE}={nonce}; Path=/connect/{upstream}; HttpOnly; SameSite=Lax; Max-Age={}",
+        crate::credentials::STATE_TTL.as_secs()
+    );
+    if let Ok(v) = header::HeaderValue::from_str(&cookie) {
+        r.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    r
+}
+
+/// The nonce the browser kept when its sign-in started.
+fn browser_nonce(req: &Request<Incoming>) -> Option<String> {
+    req.headers()
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|c| c.trim().split_once('='))
+        .find(|(k, _)| *k == BROWSER_COOKIE)
+        .map(|(_, v)| v.to_owned())
+}
+
+/// The authorization server sent the person back: finish, if this browser started it.
+async fn oauth_callback(
     creds: &crate::credentials::UserCredentials,
     upstream: &str,
-    callback: bool,
-    settings: &PerUserOAuth,
-    upstream_url: &str,
+    target: OAuthTarget<'_>,
     req: &Request<Incoming>,
 ) -> Response<Body> {
-    if req.method() != Method::GET {
-        return page(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "Not allowed",
-            "<p>Open the link you were given.</p>",
-        );
-    }
-    let target = OAuthTarget {
-        settings,
-        upstream_url,
-    };
     let query = req.uri().query().unwrap_or("").as_bytes();
-    if callback {
-        let fields: Vec<(String, String)> = form_urlencoded::parse(query)
-            .take(32)
-            .map(|(k, v)| (k.into_owned(), v.into_owned()))
-            .collect();
-        return match creds.callback(upstream, &fields, target).await {
-            Ok(_) => connected(upstream),
-            Err(why) => oauth_refused(&why),
-        };
-    }
-    let state = field(query, "state").unwrap_or_default();
-    match creds.authorize(upstream, &state, target).await {
-        Ok(url) => redirect(&url),
+    let fields: Vec<(String, String)> = form_urlencoded::parse(query)
+        .take(32)
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    let browser = browser_nonce(req);
+    match creds
+        .callback(upstream, &fields, browser.as_deref(), target)
+        .await
+    {
+        Ok(_) => connected(upstream),
         Err(why) => oauth_refused(&why),
     }
 }
@@ -175,10 +283,28 @@ fn field(query: &[u8], name: &str) -> Option<String> {
         .map(|(_, v)| v.into_owned())
 }
 
+fn not_allowed() -> Response<Body> {
+    page(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "Not allowed",
+        "<p>Open the link you were given.</p>",
+    )
+}
+
+fn nothing_to_connect(why: &str) -> Response<Body> {
+    page(
+        StatusCode::NOT_FOUND,
+        "Nothing to connect",
+        &format!("<p>{why}</p>"),
+    )
+}
+
+/// `certificate`: the identity key the browser's verified client certificate maps to.
 pub(super) async fn serve(
     parts: &EdgeParts,
     upstream: &str,
     req: Request<Incoming>,
+    certificate: Option<String>,
     body_timeout: Duration,
 ) -> Response<Body> {
     let (upstream, callback) = match upstream.strip_suffix("/callback") {
@@ -187,70 +313,103 @@ pub(super) async fn serve(
     };
     let kind = per_user_kind(&parts.pool, upstream);
     let (Some(creds), Some(kind)) = (parts.credentials.as_ref(), kind) else {
-        return page(
-            StatusCode::NOT_FOUND,
-            "Nothing to connect",
-            "<p>No upstream of this gateway is connected per person under that name.</p>",
+        return nothing_to_connect(
+            "No upstream of this gateway is connected per person under that name.",
         );
     };
-    let hint = match kind {
-        Kind::OAuth(settings, url) => {
-            return serve_oauth(creds, upstream, callback, &settings, &url, &req).await;
+    match (&kind, callback, req.method().clone()) {
+        (Kind::OAuth(settings, url), true, Method::GET) => {
+            let target = OAuthTarget {
+                settings,
+                upstream_url: url,
+            };
+            oauth_callback(creds, upstream, target, &req).await
         }
-        Kind::Token(_) if callback => {
-            return page(
-                StatusCode::NOT_FOUND,
-                "Nothing to connect",
-                "<p>This upstream is connected with a token, not by signing in.</p>",
-            );
+        (Kind::Token(_), true, _) => {
+            nothing_to_connect("This upstream is connected with a token, not by signing in.")
         }
-        Kind::Token(hint) => hint,
-    };
-    match *req.method() {
-        Method::GET => {
+        (_, false, Method::GET) => {
             let query = req.uri().query().unwrap_or("").as_bytes().to_vec();
             let state = field(&query, "state").unwrap_or_default();
-            if let Err(why) = creds.check_state(&state, upstream) {
+            match creds.check_state(&state, upstream) {
+                Ok(ticket) => {
+                    confirm_page(upstream, &state, &ticket, certificate.as_deref(), &kind)
+                }
+                Err(why) => {
+                    creds.count(upstream, "refused");
+                    refused(&why.to_string())
+                }
+            }
+        }
+        (_, false, Method::POST) => {
+            let form = Form {
+                parts,
+                creds,
+                upstream,
+                certificate: certificate.as_deref(),
+            };
+            form.submit(&kind, req, body_timeout).await
+        }
+        _ => not_allowed(),
+    }
+}
+
+/// A confirmed page: the proof, then the token stored or the sign-in started.
+struct Form<'a> {
+    parts: &'a EdgeParts,
+    creds: &'a crate::credentials::UserCredentials,
+    upstream: &'a str,
+    certificate: Option<&'a str>,
+}
+
+impl Form<'_> {
+    async fn submit(
+        &self,
+        kind: &Kind,
+        req: Request<Incoming>,
+        body_timeout: Duration,
+    ) -> Response<Body> {
+        let (creds, upstream) = (self.creds, self.upstream);
+        let bytes = match super::body::collect(req.into_body(), MAX_FORM_BYTES, body_timeout).await
+        {
+            Ok(b) => b,
+            Err(why) => return refused(&why.refusal(MAX_FORM_BYTES, body_timeout).message()),
+        };
+        let state = field(&bytes, "state").unwrap_or_default();
+        let ticket = match creds.check_state(&state, upstream) {
+            Ok(t) => t,
+            Err(why) => {
                 creds.count(upstream, "refused");
                 return refused(&why.to_string());
             }
-            let hint = hint.unwrap_or_else(|| format!("Your own token for {upstream}"));
-            page(
-                StatusCode::OK,
-                &format!("Connect {upstream}"),
-                &format!(
-                    "<p>{}</p><form method=\"post\" action=\"/connect/{u}\">\
-                     <input type=\"hidden\" name=\"state\" value=\"{s}\">\
-                     <label>Token <input type=\"password\" name=\"token\" autocomplete=\"off\" \
-                     required maxlength=\"{max}\"></label> <button type=\"submit\">Connect</button>\
-                     </form><p>fedgate keeps it sealed and sends it only with your own calls to \
-                     {u}. You can disconnect any time (<code>fedgate__disconnect</code>).</p>",
-                    escape(&hint),
-                    u = escape(upstream),
-                    s = escape(&state),
-                    max = crate::credentials::MAX_TOKEN_BYTES,
-                ),
-            )
+        };
+        let proof = field(&bytes, "proof").unwrap_or_default();
+        if !proven(self.parts, &ticket.owner, self.certificate, &proof) {
+            creds.count(upstream, "refused");
+            tracing::warn!(
+                upstream,
+                "a connect link was confirmed by someone it was not made for; nothing was stored"
+            );
+            return refused(&Refused::NotYou(person(&ticket.owner)).to_string());
         }
-        Method::POST => {
-            let bytes =
-                match super::body::collect(req.into_body(), MAX_FORM_BYTES, body_timeout).await {
-                    Ok(b) => b,
-                    Err(why) => {
-                        return refused(&why.refusal(MAX_FORM_BYTES, body_timeout).message());
-                    }
+        match kind {
+            Kind::Token(_) => {
+                let token = field(&bytes, "token").unwrap_or_default();
+                match creds.submit(upstream, &state, token.trim()).await {
+                    Ok(_) => connected(upstream),
+                    Err(why) => refused(&why.to_string()),
+                }
+            }
+            Kind::OAuth(settings, url) => {
+                let target = OAuthTarget {
+                    settings,
+                    upstream_url: url,
                 };
-            let state = field(&bytes, "state").unwrap_or_default();
-            let token = field(&bytes, "token").unwrap_or_default();
-            match creds.submit(upstream, &state, token.trim()).await {
-                Ok(_) => connected(upstream),
-                Err(why) => refused(&why.to_string()),
+                match creds.authorize(upstream, &state, target).await {
+                    Ok((to, nonce)) => sign_in_redirect(upstream, &to, &nonce),
+                    Err(why) => oauth_refused(&why),
+                }
             }
         }
-        _ => page(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "Not allowed",
-            "<p>Open the link you were given.</p>",
-        ),
     }
 }

@@ -284,7 +284,10 @@ impl Edge {
             }
             p if p.starts_with(CONNECT_PREFIX) => {
                 let upstream = p[CONNECT_PREFIX.len()..].to_owned();
-                super::connect_page::serve(&parts, &upstream, req, body_timeout).await
+                let certificate = cert_identity
+                    .as_ref()
+                    .map(crate::policy::identity::Identity::key);
+                super::connect_page::serve(&parts, &upstream, req, certificate, body_timeout).await
             }
             "/healthz" => json(StatusCode::OK, &serde_json::json!({"status": "ok"})),
             // With [auth], the details (error texts, server names) are for callers who

@@ -107,8 +107,9 @@ fn link_of(e: &rmcp::ServiceError) -> (String, Value) {
     (url, plan)
 }
 
-/// What a person does in the browser: opens the link, pastes the token, submits.
-async fn connect_in_browser(url: &str, token: &str) -> (u16, String) {
+/// What a person does in the browser: opens the link, shows who they are with their own
+/// fedgate key (`proof`), pastes the token, submits.
+async fn connect_in_browser(url: &str, proof: &str, token: &str) -> (u16, String) {
     let page = reqwest::get(url).await.unwrap();
     assert_eq!(page.status().as_u16(), 200);
     let csp = page.headers()["content-security-policy"]
@@ -122,7 +123,7 @@ async fn connect_in_browser(url: &str, token: &str) -> (u16, String) {
     let action = url.split('?').next().unwrap();
     let r = reqwest::Client::new()
         .post(action)
-        .form(&[("state", state), ("token", token)])
+        .form(&[("state", state), ("proof", proof), ("token", token)])
         .send()
         .await
         .unwrap();
@@ -169,7 +170,7 @@ async fn each_person_connects_their_own_account_once_and_calls_run_as_them() {
     );
 
     // Bad input on the page stores nothing.
-    let (status, body) = connect_in_browser(&alice_link, "has spaces in it").await;
+    let (status, body) = connect_in_browser(&alice_link, ALICE, "has spaces in it").await;
     assert_eq!(status, 400, "{body}");
     let forged = alice_link.replace("state=", "state=00");
     let r = reqwest::get(&forged).await.unwrap();
@@ -177,11 +178,11 @@ async fn each_person_connects_their_own_account_once_and_calls_run_as_them() {
     let other = alice_link.replace("/connect/gh?", "/connect/nope?");
     assert_eq!(reqwest::get(&other).await.unwrap().status().as_u16(), 404);
 
-    let (status, body) = connect_in_browser(&alice_link, "gh-alice").await;
+    let (status, body) = connect_in_browser(&alice_link, ALICE, "gh-alice").await;
     assert_eq!(status, 200, "{body}");
     assert!(!body.contains("gh-alice"));
     // Single use: the same link does not connect again (not even for someone else's token).
-    let (status, body) = connect_in_browser(&alice_link, "gh-bob").await;
+    let (status, body) = connect_in_browser(&alice_link, ALICE, "gh-bob").await;
     assert_eq!(status, 400);
     assert!(body.contains("used already"), "{body}");
 
@@ -191,7 +192,7 @@ async fn each_person_connects_their_own_account_once_and_calls_run_as_them() {
     let e = call(&bob, "gh__whoami", json!({})).await.unwrap_err();
     let (bob_link, _) = link_of(&e);
     assert_ne!(bob_link, alice_link);
-    assert_eq!(connect_in_browser(&bob_link, "gh-bob").await.0, 200);
+    assert_eq!(connect_in_browser(&bob_link, BOB, "gh-bob").await.0, 200);
     let r = call(&bob, "gh__whoami", json!({})).await.unwrap();
     assert_eq!(first_text(&r), "acting as bob");
     let r = call(&alice, "gh__whoami", json!({})).await.unwrap();
@@ -250,6 +251,8 @@ async fn each_person_connects_their_own_account_once_and_calls_run_as_them() {
 /// and pastes `token`.
 #[derive(Clone)]
 struct UrlClient {
+    /// The person's own fedgate key, which the page asks for.
+    key: String,
     token: String,
     asked: Arc<parking_lot::Mutex<Vec<String>>>,
 }
@@ -271,7 +274,7 @@ impl ClientHandler for UrlClient {
             return Ok(serde_json::from_value(json!({"action": "decline"})).unwrap());
         };
         self.asked.lock().push(url.clone());
-        let (status, _) = connect_in_browser(&url, &self.token).await;
+        let (status, _) = connect_in_browser(&url, &self.key, &self.token).await;
         assert_eq!(status, 200);
         Ok(serde_json::from_value(json!({"action": "accept"})).unwrap())
     }
@@ -281,6 +284,7 @@ impl ClientHandler for UrlClient {
 async fn a_client_with_url_elicitation_is_asked_on_the_call_and_the_call_runs_once_connected() {
     let mut s = start();
     let handler = UrlClient {
+        key: CAROL.into(),
         token: "gh-carol".into(),
         asked: Arc::default(),
     };
@@ -370,6 +374,7 @@ async fn a_stateless_era_client_gets_the_url_request_as_input_required() {
         )
     };
     let handler = UrlClient {
+        key: CAROL.into(),
         token: "gh-carol".into(),
         asked: Arc::default(),
     };
@@ -410,6 +415,7 @@ async fn a_stateless_era_client_gets_the_url_request_as_input_required() {
     let bob = modern(
         BOB,
         UrlClient {
+            key: BOB.into(),
             token: "gh-bob".into(),
             asked: Arc::default(),
         },
@@ -470,9 +476,12 @@ async fn two_replicas_share_credentials_through_redis() {
     let host = |u: &str| u.split("/mcp").next().unwrap().to_owned();
     let link_on_b = link.replace(&host(&a.url), &host(&b.url));
     assert_ne!(link_on_b, link);
-    assert_eq!(connect_in_browser(&link_on_b, "gh-alice").await.0, 200);
+    assert_eq!(
+        connect_in_browser(&link_on_b, ALICE, "gh-alice").await.0,
+        200
+    );
     // Used on b: refused on a too.
-    let (status, body) = connect_in_browser(&link, "gh-alice").await;
+    let (status, body) = connect_in_browser(&link, ALICE, "gh-alice").await;
     assert_eq!(status, 400);
     assert!(body.contains("used already"), "{body}");
     for c in [&on_a, &on_b] {
@@ -518,7 +527,12 @@ async fn the_per_user_example_runs_as_documented() {
         .await
         .unwrap();
     let (link, _) = link_of(&call(&alice, "gh__whoami", json!({})).await.unwrap_err());
-    assert_eq!(connect_in_browser(&link, "gh-example-alice").await.0, 200);
+    assert_eq!(
+        connect_in_browser(&link, "fgk_example_alice_NOT_A_SECRET", "gh-example-alice")
+            .await
+            .0,
+        200
+    );
     let r = call(&alice, "gh__whoami", json!({})).await.unwrap();
     assert_eq!(first_text(&r), "acting as alice");
 }
@@ -568,7 +582,7 @@ async fn the_console_lists_connected_accounts_and_an_operator_revokes_one() {
             .await
             .unwrap();
         let (link, _) = link_of(&call(&c, "gh__whoami", json!({})).await.unwrap_err());
-        assert_eq!(connect_in_browser(&link, token).await.0, 200);
+        assert_eq!(connect_in_browser(&link, key, token).await.0, 200);
     }
     let browser = common::browser::Browser::start().await;
     browser
@@ -642,7 +656,7 @@ async fn a_flow_node_parks_until_its_caller_connects_and_then_runs_as_them() {
     );
 
     // The person connects; the node runs by itself, as them, and the run succeeds.
-    assert_eq!(connect_in_browser(&link, "gh-alice").await.0, 200);
+    assert_eq!(connect_in_browser(&link, ALICE, "gh-alice").await.0, 200);
     let done = admin(
         &s.gw,
         reqwest::Method::GET,
@@ -742,7 +756,7 @@ async fn an_api_key_and_a_jwt_that_share_a_name_are_two_people() {
         .await
         .unwrap();
     let (link, _) = link_of(&call(&key_alice, "gh__whoami", json!({})).await.unwrap_err());
-    assert_eq!(connect_in_browser(&link, "gh-alice").await.0, 200);
+    assert_eq!(connect_in_browser(&link, ALICE, "gh-alice").await.0, 200);
     assert_eq!(
         first_text(&call(&key_alice, "gh__whoami", json!({})).await.unwrap()),
         "acting as alice"
@@ -772,7 +786,12 @@ async fn an_api_key_and_a_jwt_that_share_a_name_are_two_people() {
         "acting as alice"
     );
     // The JWT connects an account of its own, and each acts as their own.
-    assert_eq!(connect_in_browser(&other_link, "gh-mallory").await.0, 200);
+    assert_eq!(
+        connect_in_browser(&other_link, &jwt_alice, "gh-mallory")
+            .await
+            .0,
+        200
+    );
     assert_eq!(
         first_text(&call(&token_alice, "gh__whoami", json!({})).await.unwrap()),
         "acting as mallory"
@@ -793,7 +812,7 @@ async fn an_api_key_and_a_jwt_that_share_a_name_are_two_people() {
         .await
         .unwrap();
     let (eve_link, _) = link_of(&call(&eve, "gh__whoami", json!({})).await.unwrap_err());
-    assert_eq!(connect_in_browser(&eve_link, "gh-eve").await.0, 200);
+    assert_eq!(connect_in_browser(&eve_link, EVE, "gh-eve").await.0, 200);
     let listed = admin(&gw, reqwest::Method::GET, "/admin/credentials").await;
     let mut owners: Vec<&str> = listed["connections"]
         .as_array()
@@ -820,4 +839,71 @@ async fn an_api_key_and_a_jwt_that_share_a_name_are_two_people() {
     assert_eq!(gone["owner"], "api_key:eve smith@example.com");
     link_of(&call(&eve, "gh__whoami", json!({})).await.unwrap_err());
     drop(upstream);
+}
+
+/// Posts the connect form of `url` with the given fields.
+async fn post_form(url: &str, fields: &[(&str, &str)]) -> (u16, String) {
+    let state = url.split("state=").nth(1).unwrap();
+    let mut form = vec![("state", state)];
+    form.extend_from_slice(fields);
+    let r = reqwest::Client::new()
+        .post(url.split('?').next().unwrap())
+        .form(&form)
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_forwarded_connect_link_connects_nothing_for_whoever_opens_it() {
+    let s = start();
+    let bob = connect_with_token(&s.gw.url, BOB, TestClient::new())
+        .await
+        .unwrap();
+    let (bob_link, _) = link_of(&call(&bob, "gh__whoami", json!({})).await.unwrap_err());
+
+    // Alice opens Bob's link: the page says whose it is and what it connects.
+    let page = reqwest::get(&bob_link).await.unwrap().text().await.unwrap();
+    assert!(
+        page.contains("connects <strong>gh</strong> for <strong>bob (API key)</strong>"),
+        "{page}"
+    );
+    // Without a proof, with her own key, or with a key that is no one's: nothing is stored.
+    for fields in [
+        vec![("token", "gh-alice")],
+        vec![("proof", ALICE), ("token", "gh-alice")],
+        vec![("proof", "fgk_nobody"), ("token", "gh-alice")],
+        vec![("proof", ""), ("token", "gh-alice")],
+    ] {
+        let (status, body) = post_form(&bob_link, &fields).await;
+        assert_eq!(status, 400, "{fields:?}: {body}");
+        assert!(body.contains("made for bob (API key)"), "{body}");
+        assert!(body.contains("nothing was stored"), "{body}");
+    }
+    let listed = admin(&s.gw, reqwest::Method::GET, "/admin/credentials").await;
+    assert_eq!(listed["connections"], json!([]), "{listed}");
+    link_of(&call(&bob, "gh__whoami", json!({})).await.unwrap_err());
+
+    // The paste kind the other way round: Bob opens Carol's link with his own key and token.
+    let carol = connect_with_token(&s.gw.url, CAROL, TestClient::new())
+        .await
+        .unwrap();
+    let (carol_link, _) = link_of(&call(&carol, "gh__whoami", json!({})).await.unwrap_err());
+    let (status, body) = connect_in_browser(&carol_link, BOB, "gh-bob").await;
+    assert_eq!(status, 400, "{body}");
+    link_of(&call(&carol, "gh__whoami", json!({})).await.unwrap_err());
+
+    // The link still works for the person it was made for (a refusal does not use it up).
+    assert_eq!(connect_in_browser(&bob_link, BOB, "gh-bob").await.0, 200);
+    assert_eq!(
+        first_text(&call(&bob, "gh__whoami", json!({})).await.unwrap()),
+        "acting as bob"
+    );
+    let m = s.gw.metrics_as(BOB).await;
+    assert!(
+        m.contains("fedgate_user_credentials_total{event=\"refused\",upstream=\"gh\"} 5"),
+        "{m}"
+    );
+    assert!(!s.gw.stderr().contains("gh-alice"), "a token in the log");
 }

@@ -89,46 +89,101 @@ struct Visit {
     body: String,
 }
 
-/// Opens `url` as `person` would, following redirects with a cookie jar (the authorization
-/// server signs in whoever the `X-Test-User` header names).
-async fn browse(url: &str, person: &str) -> Visit {
-    let client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
-    let mut jar: BTreeMap<String, String> = BTreeMap::new();
-    let mut url = reqwest::Url::parse(url).unwrap();
-    let mut urls = vec![url.to_string()];
-    for _ in 0..10 {
-        let cookie = jar
+/// What a browser keeps between requests: cookies (any host: all are loopback here).
+#[derive(Default)]
+struct Jar(BTreeMap<String, String>);
+
+impl Jar {
+    fn header(&self) -> String {
+        self.0
             .iter()
             .map(|(k, v)| format!("{k}={v}"))
             .collect::<Vec<_>>()
-            .join("; ");
-        let r = client
-            .get(url.clone())
-            .header("X-Test-User", person)
-            .header("Cookie", cookie)
-            .send()
-            .await
-            .unwrap();
+            .join("; ")
+    }
+
+    fn keep(&mut self, r: &reqwest::Response) {
         for c in r.headers().get_all("set-cookie") {
             let pair = c.to_str().unwrap().split(';').next().unwrap();
             if let Some((k, v)) = pair.split_once('=') {
-                jar.insert(k.trim().to_owned(), v.trim().to_owned());
+                self.0.insert(k.trim().to_owned(), v.trim().to_owned());
             }
         }
-        let status = r.status().as_u16();
+    }
+}
+
+fn no_redirects() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// Opens the connect link `url` as `person` would (the authorization server signs in whoever
+/// the `X-Test-User` header names): the page, then its form confirmed with `proof` (the
+/// person's own fedgate key), then every redirect with a cookie jar.
+async fn browse(url: &str, person: &str, proof: &str) -> Visit {
+    let client = no_redirects();
+    let mut jar = Jar::default();
+    let urls = vec![url.to_owned()];
+    let page = client.get(url).send().await.unwrap();
+    if page.status().as_u16() != 200 {
+        let status = page.status().as_u16();
+        return Visit {
+            urls,
+            status,
+            body: page.text().await.unwrap(),
+        };
+    }
+    let body = page.text().await.unwrap();
+    assert!(body.contains("<form method=\"post\""), "{body}");
+    let state = url.split("state=").nth(1).unwrap();
+    let action = url.split('?').next().unwrap();
+    let r = client
+        .post(action)
+        .form(&[("state", state), ("proof", proof)])
+        .send()
+        .await
+        .unwrap();
+    follow(
+        &client,
+        &mut jar,
+        r,
+        reqwest::Url::parse(action).unwrap(),
+        person,
+        urls,
+    )
+    .await
+}
+
+/// Follows redirects from `r` (what the browser got at `at`) to the page they end at.
+async fn follow(
+    client: &reqwest::Client,
+    jar: &mut Jar,
+    mut r: reqwest::Response,
+    mut at: reqwest::Url,
+    person: &str,
+    mut urls: Vec<String>,
+) -> Visit {
+    for _ in 0..10 {
+        jar.keep(&r);
         if !r.status().is_redirection() {
             return Visit {
                 urls,
-                status,
+                status: r.status().as_u16(),
                 body: r.text().await.unwrap(),
             };
         }
         let to = r.headers()["location"].to_str().unwrap().to_owned();
-        url = url.join(&to).unwrap();
-        urls.push(url.to_string());
+        at = at.join(&to).unwrap();
+        urls.push(at.to_string());
+        r = client
+            .get(at.clone())
+            .header("X-Test-User", person)
+            .header("Cookie", jar.header())
+            .send()
+            .await
+            .unwrap();
     }
     panic!("too many redirects: {urls:?}");
 }
@@ -250,7 +305,7 @@ async fn each_person_signs_in_with_pkce_and_refreshed_rotated_tokens_keep_calls_
     // No credential: the link; the page sends the person to the authorization server that
     // the upstream's RFC 9728 metadata names, with PKCE (S256) and fedgate's callback.
     let link = link_of(&call(&alice, "gh__whoami", json!({})).await.unwrap_err());
-    let visit = browse(&link, "alice").await;
+    let visit = browse(&link, "alice", ALICE).await;
     assert_eq!(visit.status, 200, "{}", visit.body);
     assert!(visit.body.contains("gh is connected"), "{}", visit.body);
     let authorize = reqwest::Url::parse(&visit.urls[1]).unwrap();
@@ -281,14 +336,17 @@ async fn each_person_signs_in_with_pkce_and_refreshed_rotated_tokens_keep_calls_
 
     let r = call(&alice, "gh__whoami", json!({})).await.unwrap();
     assert_eq!(first_text(&r), "acting as alice");
-    // The callback is single use.
+    // The callback is single use, and only for the browser that started the sign-in.
     let again = reqwest::get(&callback).await.unwrap();
     assert_eq!(again.status().as_u16(), 400);
-    assert!(again.text().await.unwrap().contains("used already"));
+    assert!(
+        again.text().await.unwrap().contains("another browser"),
+        "a forwarded callback is refused"
+    );
 
     // Bob signs in as himself; each acts as their own account.
     let link = link_of(&call(&bob, "gh__whoami", json!({})).await.unwrap_err());
-    assert_eq!(browse(&link, "bob").await.status, 200);
+    assert_eq!(browse(&link, "bob", BOB).await.status, 200);
     assert_eq!(
         first_text(&call(&bob, "gh__whoami", json!({})).await.unwrap()),
         "acting as bob"
@@ -328,7 +386,7 @@ async fn each_person_signs_in_with_pkce_and_refreshed_rotated_tokens_keep_calls_
 
     // The person says no at the authorization server: a clear page, nothing stored.
     let link = link_of(&call(&alice, "gh__whoami", json!({})).await.unwrap_err());
-    let visit = browse(&link, "deny").await;
+    let visit = browse(&link, "deny", ALICE).await;
     assert_eq!(visit.status, 400);
     assert!(visit.body.contains("access_denied"), "{}", visit.body);
     link_of(&call(&alice, "gh__whoami", json!({})).await.unwrap_err());
@@ -382,7 +440,7 @@ async fn forged_callbacks_and_unreachable_or_absent_authorization_servers_are_cl
     // The token endpoint is down: the person signs in, the exchange fails, a 502 says why
     // and nothing is stored.
     let link = link_of(&call(&alice, "jira__whoami", json!({})).await.unwrap_err());
-    let visit = browse(&link, "alice").await;
+    let visit = browse(&link, "alice", ALICE).await;
     assert_eq!(visit.status, 502, "{}", visit.body);
     assert!(
         visit.body.contains("could not be reached"),
@@ -393,7 +451,7 @@ async fn forged_callbacks_and_unreachable_or_absent_authorization_servers_are_cl
 
     // The token endpoint answers something that is no token response.
     let link = link_of(&call(&alice, "docs__whoami", json!({})).await.unwrap_err());
-    let visit = browse(&link, "alice").await;
+    let visit = browse(&link, "alice", ALICE).await;
     assert_eq!(visit.status, 502, "{}", visit.body);
     assert!(visit.body.contains("was not understood"), "{}", visit.body);
     link_of(&call(&alice, "docs__whoami", json!({})).await.unwrap_err());
@@ -404,7 +462,7 @@ async fn forged_callbacks_and_unreachable_or_absent_authorization_servers_are_cl
             .await
             .unwrap_err(),
     );
-    let visit = browse(&link, "alice").await;
+    let visit = browse(&link, "alice", ALICE).await;
     assert_eq!(visit.status, 502, "{}", visit.body);
     assert!(visit.body.contains("could not be found"), "{}", visit.body);
     assert_eq!(
@@ -446,7 +504,11 @@ async fn the_python_sdk_signs_each_person_in_in_both_eras() {
         assert_eq!(r["first"]["text"], acting.as_str(), "{r}");
         assert_eq!(r["second"]["text"], acting.as_str(), "{r}");
         assert_eq!(r["asked"].as_array().unwrap().len(), 1, "asked once: {r}");
-        assert_eq!(r["pages"], json!([200]), "signed in and back: {r}");
+        assert_eq!(
+            r["pages"],
+            json!([200, 200]),
+            "the page, then signed in and back: {r}"
+        );
         if mode == "legacy" {
             assert_eq!(
                 r["completed"],
@@ -458,5 +520,70 @@ async fn the_python_sdk_signs_each_person_in_in_both_eras() {
     assert_eq!(
         s.auth.stats().await["token_requests"]["authorization_code"],
         2
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_forwarded_sign_in_link_stores_nothing_at_either_step() {
+    let s = start();
+    let bob = connect_with_token(&s.gw.url, BOB, TestClient::new())
+        .await
+        .unwrap();
+    let link = link_of(&call(&bob, "gh__whoami", json!({})).await.unwrap_err());
+
+    // Opening the link redirects nowhere: the page names the person and waits for them.
+    let page = no_redirects().get(&link).send().await.unwrap();
+    assert_eq!(page.status().as_u16(), 200);
+    let html = page.text().await.unwrap();
+    assert!(
+        html.contains("for <strong>bob (API key)</strong>"),
+        "{html}"
+    );
+    assert!(html.contains("Continue to sign in"), "{html}");
+
+    // Alice, signed in at the authorization server, confirms Bob's link with her own key.
+    let visit = browse(&link, "alice", ALICE).await;
+    assert_eq!(visit.status, 400, "{}", visit.body);
+    assert!(visit.body.contains("made for bob"), "{}", visit.body);
+    assert_eq!(visit.urls.len(), 1, "not sent to sign in: {:?}", visit.urls);
+
+    // Bob confirms, then forwards the authorization server's address instead of signing in:
+    // Alice's browser signs in as alice and comes back without Bob's browser's cookie.
+    let client = no_redirects();
+    let state = link.split("state=").nth(1).unwrap();
+    let r = client
+        .post(link.split('?').next().unwrap())
+        .form(&[("state", state), ("proof", BOB)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 303);
+    let authorize = r.headers()["location"].to_str().unwrap().to_owned();
+    assert!(authorize.starts_with(&s.auth.issuer), "{authorize}");
+    let r = client
+        .get(&authorize)
+        .header("X-Test-User", "alice")
+        .send()
+        .await
+        .unwrap();
+    let at = reqwest::Url::parse(&authorize).unwrap();
+    let visit = follow(&client, &mut Jar::default(), r, at, "alice", vec![]).await;
+    assert_eq!(visit.status, 400, "{}", visit.body);
+    assert!(visit.body.contains("another browser"), "{}", visit.body);
+    assert!(
+        visit
+            .urls
+            .last()
+            .unwrap()
+            .contains("/connect/gh/callback?code="),
+        "{:?}",
+        visit.urls
+    );
+    // Nothing was stored: Bob is still asked, and nobody's calls act as alice for him.
+    link_of(&call(&bob, "gh__whoami", json!({})).await.unwrap_err());
+    assert_eq!(
+        s.auth.stats().await["token_requests"]["authorization_code"],
+        0,
+        "the code was never exchanged"
     );
 }

@@ -33,7 +33,9 @@ TIMEOUT = 30.0
 class Person:
     """Answers URL elicitations by connecting on the page; remembers what it saw."""
 
-    def __init__(self, token: str | None, sign_in_as: str | None) -> None:
+    def __init__(self, key: str, token: str | None, sign_in_as: str | None) -> None:
+        # The person's own fedgate key: the page asks for it before it connects anything.
+        self.key = key
         self.token = token
         self.sign_in_as = sign_in_as
         self.asked: list[dict[str, Any]] = []
@@ -52,13 +54,19 @@ class Person:
             async with httpx2.AsyncClient(timeout=TIMEOUT, follow_redirects=True, headers=headers) as browser:
                 page = await browser.get(url)
                 self.pages.append(page.status_code)
+                # Confirming on the page sends the browser on to sign in, and back.
+                signed_in = await browser.post(
+                    f"{parts.scheme}://{parts.netloc}{parts.path}",
+                    data={"state": state, "proof": self.key},
+                )
+                self.pages.append(signed_in.status_code)
             return types.ElicitResult(action="accept")
         async with httpx2.AsyncClient(timeout=TIMEOUT) as browser:
             page = await browser.get(url)
             self.pages.append(page.status_code)
             posted = await browser.post(
                 f"{parts.scheme}://{parts.netloc}{parts.path}",
-                data={"state": state, "token": self.token},
+                data={"state": state, "proof": self.key, "token": self.token},
             )
             self.pages.append(posted.status_code)
         return types.ElicitResult(action="accept")
@@ -80,7 +88,7 @@ async def main() -> None:
     ap.add_argument("--sign-in-as")
     ap.add_argument("--mode", choices=["legacy", "modern"], required=True)
     a = ap.parse_args()
-    person = Person(a.token, a.sign_in_as)
+    person = Person(a.key, a.token, a.sign_in_as)
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {a.key}"}, timeout=TIMEOUT)
     report: dict[str, Any] = {"client": "python"}
     try:
