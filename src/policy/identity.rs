@@ -31,15 +31,22 @@ pub enum IdentityKind {
 }
 
 impl IdentityKind {
+    const ALL: [IdentityKind; 5] = [
+        IdentityKind::ApiKey,
+        IdentityKind::Jwt,
+        IdentityKind::ClientCert,
+        IdentityKind::Anonymous,
+        IdentityKind::Local,
+    ];
+
+    /// The kind [`IdentityKind::as_str`] names.
+    pub fn named(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+
     /// The kind [`IdentityKind::as_str`] names (`local` for anything else).
     pub fn from_str_or_local(s: &str) -> Self {
-        match s {
-            "api_key" => IdentityKind::ApiKey,
-            "jwt" => IdentityKind::Jwt,
-            "client_cert" => IdentityKind::ClientCert,
-            "anonymous" => IdentityKind::Anonymous,
-            _ => IdentityKind::Local,
-        }
+        Self::named(s).unwrap_or(IdentityKind::Local)
     }
 
     pub fn as_str(self) -> &'static str {
@@ -79,9 +86,9 @@ impl Identity {
 
 /// Whether a stored owner is an identity key (`kind:name`), not a bare name of before.
 pub fn has_kind(owner: &str) -> bool {
-    owner.split_once(':').is_some_and(|(kind, _)| {
-        ["api_key", "jwt", "client_cert", "anonymous", "local"].contains(&kind)
-    })
+    owner
+        .split_once(':')
+        .is_some_and(|(kind, _)| IdentityKind::named(kind).is_some())
 }
 
 impl Authenticator {

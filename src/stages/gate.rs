@@ -18,11 +18,12 @@ impl Gate for Stages {
 
 impl Stages {
     async fn decide(&self, call: &Call) -> Result<(), Box<StageRefusal>> {
-        // A flow's nodes run under the call that started them; an approved plan's call is
-        // gated again, as its workspace stands when it runs.
-        if (call.depth > 0 && call.decided.approved().is_none())
-            || !matches!(call.op, Op::CallTool(_))
-        {
+        // A flow's nodes (no session of their own) run under the call that started the run,
+        // approved or not; an approved plan's call from a session is gated again, as its
+        // workspace stands when it runs.
+        let flow_node = call.depth > 0 && call.downstream.is_none();
+        let nested = call.depth > 0 && call.decided.approved().is_none();
+        if flow_node || nested || !matches!(call.op, Op::CallTool(_)) {
             return Ok(());
         }
         let Some(Exposed::Tool(tool)) = call.target.as_ref().map(|t| &t.exposed) else {

@@ -124,16 +124,6 @@ async fn finished(gw: &Gateway, run: &str) -> Value {
     v
 }
 
-fn plan_of(r: &rmcp::model::CallToolResult) -> Value {
-    valid_plan(
-        r.meta
-            .as_ref()
-            .and_then(|m| m.0.get(PLAN_KEY))
-            .cloned()
-            .expect("a plan in _meta"),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn an_operator_approval_resumes_a_parked_run_once() {
     let gw = gateway("", "");

@@ -57,17 +57,6 @@ async fn client(gw: &Gateway, who: usize) -> Client {
         .unwrap()
 }
 
-/// The plan of any answer (the held call's `ok` plan, or a refusal), checked against the schema.
-fn plan(r: &CallToolResult) -> Value {
-    let p = r
-        .meta
-        .as_ref()
-        .and_then(|m| m.0.get(PLAN_KEY))
-        .cloned()
-        .unwrap_or_else(|| panic!("no plan in {r:?}"));
-    valid_plan(p)
-}
-
 async fn approve(c: &Client, plan_id: &str, decision: &str) -> CallToolResult {
     call(
         c,
@@ -80,7 +69,7 @@ async fn approve(c: &Client, plan_id: &str, decision: &str) -> CallToolResult {
 
 fn code(r: &CallToolResult) -> String {
     assert_eq!(r.is_error, Some(true), "{r:?}");
-    plan(r)["errors"][0]["code"].as_str().unwrap().to_owned()
+    plan_of(r)["errors"][0]["code"].as_str().unwrap().to_owned()
 }
 
 async fn upstream_calls(c: &Client) -> u64 {
@@ -101,7 +90,7 @@ async fn admin(gw: &Gateway, method: reqwest::Method, path: &str) -> (u16, Value
 /// Holds a call and returns its plan id.
 async fn held(c: &Client, tool: &str, args: Value) -> String {
     let r = call(c, tool, args).await.unwrap();
-    let p = plan(&r);
+    let p = plan_of(&r);
     assert_eq!(p["status"], "ok", "{p}");
     let action = &p["next_actions"][0];
     assert_eq!(
@@ -149,7 +138,7 @@ async fn writes_wait_for_approval_and_run_once_with_the_frozen_arguments() {
     .await
     .unwrap();
     assert_ne!(r.is_error, Some(true), "an `ok` plan, not an error: {r:?}");
-    let p = plan(&r);
+    let p = plan_of(&r);
     assert_eq!(
         p["safety"],
         json!({"writes_code": false, "touches_files": ["notes/**"], "destructive": false})
@@ -205,7 +194,7 @@ async fn writes_wait_for_approval_and_run_once_with_the_frozen_arguments() {
     .await
     .unwrap();
     assert_eq!(r.is_error, Some(true));
-    let p = plan(&r);
+    let p = plan_of(&r);
     assert_eq!(
         (&p["status"], &p["safety"]["writes_code"]),
         (&json!("ok"), &json!(true))
@@ -220,7 +209,7 @@ async fn writes_wait_for_approval_and_run_once_with_the_frozen_arguments() {
         .to_owned();
     let waiting = approve(&alice, &id, "approve").await;
     assert_eq!(
-        (code(&waiting), plan(&waiting)["status"].clone()),
+        (code(&waiting), plan_of(&waiting)["status"].clone()),
         ("awaiting_approval".into(), json!("blocked"))
     );
     assert_eq!(code(&approve(&bob, &id, "approve").await), "not_approver");

@@ -51,25 +51,30 @@ async fn start_ups_code_pages_are_released_once_it_settled_and_calls_still_run()
             .body(body)
             .send()
     };
-    let list: serde_json::Value = post(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#)
-        .await
-        .expect("POST")
-        .json()
-        .await
-        .expect("JSON");
+    // A JSON body, or an SSE stream when the answer took longer than `stream_after_ms`.
+    let list = raw::last_message(
+        &post(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#)
+            .await
+            .expect("POST")
+            .text()
+            .await
+            .expect("body"),
+    );
     assert!(
         list["result"]["tools"]
             .as_array()
             .is_some_and(|t| !t.is_empty()),
         "{list}"
     );
-    let echo: serde_json::Value = post(
-        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"demo__echo","arguments":{"text":"hi"}}}"#,
-    )
-    .await
-    .expect("POST")
-    .json()
-    .await
-    .expect("JSON");
+    let echo = raw::last_message(
+        &post(
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"demo__echo","arguments":{"text":"hi"}}}"#,
+        )
+        .await
+        .expect("POST")
+        .text()
+        .await
+        .expect("body"),
+    );
     assert!(echo["result"]["content"].is_array(), "{echo}");
 }

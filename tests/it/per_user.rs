@@ -63,11 +63,9 @@ fn config(upstream_url: &str) -> String {
     )
 }
 
-fn start() -> Setup {
-    let dir = tempfile::tempdir().unwrap();
-    let tokens = dir.path().join("tokens");
-    std::fs::write(&tokens, "alice=gh-alice\nbob=gh-bob\ncarol=gh-carol\n").unwrap();
-    let upstream = UrlProcess::start(&[
+/// The upstream that acts as whoever a token of `tokens` (`person=token` lines) names.
+fn gh_upstream(tokens: &std::path::Path) -> UrlProcess {
+    UrlProcess::start(&[
         "demo-upstream",
         "--name",
         "gh",
@@ -75,7 +73,14 @@ fn start() -> Setup {
         tokens.to_str().unwrap(),
         "--http",
         "127.0.0.1:0",
-    ]);
+    ])
+}
+
+fn start() -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "alice=gh-alice\nbob=gh-bob\ncarol=gh-carol\n").unwrap();
+    let upstream = gh_upstream(&tokens);
     std::fs::write(dir.path().join("gateway.toml"), config(&upstream.url)).unwrap();
     std::fs::create_dir(dir.path().join("flows")).unwrap();
     std::fs::write(
@@ -725,15 +730,7 @@ async fn an_api_key_and_a_jwt_that_share_a_name_are_two_people() {
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens");
     std::fs::write(&tokens, "alice=gh-alice\nmallory=gh-mallory\neve=gh-eve\n").unwrap();
-    let upstream = UrlProcess::start(&[
-        "demo-upstream",
-        "--name",
-        "gh",
-        "--user-tokens",
-        tokens.to_str().unwrap(),
-        "--http",
-        "127.0.0.1:0",
-    ]);
+    let upstream = gh_upstream(&tokens);
     let cfg = config(&upstream.url).replace(
         "\n\n[roles.dev]",
         &format!(

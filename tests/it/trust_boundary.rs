@@ -80,20 +80,10 @@ async fn start(agent_tools: &str) -> Setup {
     }
 }
 
-fn plan(r: &CallToolResult) -> Value {
-    let p = r
-        .meta
-        .as_ref()
-        .and_then(|m| m.0.get(PLAN_KEY))
-        .cloned()
-        .unwrap_or_else(|| panic!("no plan in {r:?}"));
-    valid_plan(p)
-}
-
 /// Holds a call and returns its plan id (the plan's next action is the caller's approve).
 async fn held(c: &Client, tool: &str, args: Value) -> String {
     let r = call(c, tool, args).await.unwrap();
-    let p = plan(&r);
+    let p = plan_of(&r);
     assert_eq!(p["status"], "ok", "{p}");
     let action = &p["next_actions"][0];
     assert_eq!(action["tool"], "fedgate__approve", "{p}");
@@ -209,7 +199,7 @@ async fn a_stage_move_between_hold_and_approval_refuses_the_write() {
     assert_ne!(moved.is_error, Some(true), "{moved:?}");
     let refused = approve(&s.alice, &id).await;
     assert_eq!(refused.is_error, Some(true), "{refused:?}");
-    let p = plan(&refused);
+    let p = plan_of(&refused);
     assert_eq!(p["status"], "blocked", "{p}");
     let text = p.to_string();
     assert!(text.contains("`b`"), "the refusal names the stage: {text}");
@@ -261,7 +251,7 @@ async fn a_role_removed_by_a_reload_before_the_operators_approval_refuses_the_wr
     let before = upstream_calls(&s.alice, "up").await;
     let refused = approve(&s.alice, &id).await;
     assert_eq!(refused.is_error, Some(true), "{refused:?}");
-    let p = plan(&refused);
+    let p = plan_of(&refused);
     assert_eq!(p["status"], "blocked", "{p}");
     assert_eq!(p["errors"][0]["code"], "plan_not_allowed", "{p}");
     assert!(

@@ -661,6 +661,17 @@ pub fn valid_plan(plan: serde_json::Value) -> serde_json::Value {
     plan
 }
 
+/// The plan in a tool result's `_meta`, checked against the schema.
+pub fn plan_of(r: &CallToolResult) -> serde_json::Value {
+    let plan = r
+        .meta
+        .as_ref()
+        .and_then(|m| m.0.get(PLAN_KEY))
+        .cloned()
+        .unwrap_or_else(|| panic!("no plan in {r:?}"));
+    valid_plan(plan)
+}
+
 /// `s` with every correlation id (32 hex digits after `"correlation_id":"`) blanked, so two
 /// answers can be compared whole.
 pub fn without_correlation_ids(s: &str) -> String {
