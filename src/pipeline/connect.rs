@@ -16,13 +16,15 @@ use rmcp::model::{
 use serde_json::{Value, json};
 
 use super::{
-    Call, CallError, CallFuture, ConnectRefusal, Op,
+    Call, CallError, CallFuture, ConnectRefusal, Exposed, Op,
+    reentry::Reentry,
     step::{CallService, Step},
 };
 use crate::{
     credentials::{Ask, OAuthTarget, PersonToken, RETRY_PREFIX, UserCredentials},
     policy::identity::IdentityKind,
     secret::Secret,
+    stores::idempotency::META_KEY as IDEMPOTENCY_KEY,
     upstream::http_client::PERSON_REJECTED,
 };
 
@@ -31,6 +33,9 @@ pub struct Connect {
     pub credentials: Option<Arc<UserCredentials>>,
     /// How long a caller's human has to connect while the call waits.
     pub wait: Duration,
+    /// Where a call that waited for its person goes once they have connected: back in at the
+    /// top, so it runs only if everything still allows it then.
+    pub reentry: Reentry,
 }
 
 fn refusal(code: &'static str, upstream: &str, message: String) -> CallError {
@@ -68,6 +73,7 @@ impl Step for Connect {
             return inner.call(call);
         };
         let mut inner = inner.clone();
+        let reentry = self.reentry.clone();
         let wait = self.wait;
         let mut call = call;
         let retry = take_retry(&mut call.op);
@@ -99,14 +105,19 @@ impl Step for Connect {
                     .map_err(store_down)?
                 {
                     Some(t) => t,
-                    None => match answered.take() {
-                        Some(false) => return Err(declined(&upstream)),
-                        Some(true) => connected(&creds, &call, &upstream, wait).await?,
-                        None => match obtain(&creds, &call, &upstream, &owner, wait).await? {
-                            Obtained::Token(t) => t,
-                            Obtained::Ask(question) => return Ok(*question),
-                        },
-                    },
+                    None => {
+                        match answered.take() {
+                            Some(false) => return Err(declined(&upstream)),
+                            Some(true) => {
+                                connected(&creds, &call, &upstream, wait).await?;
+                            }
+                            None => match obtain(&creds, &call, &upstream, &owner, wait).await? {
+                                Obtained::Connected => {}
+                                Obtained::Ask(question) => return Ok(*question),
+                            },
+                        }
+                        return resume(&reentry, call, &upstream).await;
+                    }
                 };
                 // An OAuth token the upstream refuses is refreshed once before the person is
                 // asked again.
@@ -139,6 +150,41 @@ impl Step for Connect {
                 format!("upstream `{upstream}` refused the credential you connected, twice"),
             ))
         })
+    }
+}
+
+/// A call whose person connected while it waited, sent in again at the top as its caller, one
+/// level deeper: the roles, stage, tier, hooks and limits that decide it are those of now, and
+/// its own connect step finds the token just stored. The approval it ran under (if any) is
+/// kept; the idempotency key stays with the waiting call, which records the answer.
+async fn resume(
+    reentry: &Reentry,
+    mut call: Call,
+    upstream: &str,
+) -> Result<ServerResult, CallError> {
+    let exposed = call.target.take().map(|t| t.exposed);
+    match (&mut call.op, &exposed) {
+        (Op::CallTool(p), Some(Exposed::Tool(name))) => p.name = name.clone().into(),
+        (Op::GetPrompt(p), Some(Exposed::Prompt(name))) => p.name.clone_from(name),
+        (Op::ReadResource(p), Some(Exposed::Resource(uri))) => p.uri.clone_from(uri),
+        _ => {}
+    }
+    let approved = call.decided.approved().map(str::to_owned);
+    call.decided = Default::default();
+    if let Some(plan) = approved {
+        call.decided.approve(plan);
+    }
+    call.meta.remove(IDEMPOTENCY_KEY);
+    call.depth = call.depth.saturating_add(1);
+    match reentry.call(call).await {
+        Err(CallError::NotAuthorized { .. }) => Err(refusal(
+            "credential_connected_not_allowed",
+            upstream,
+            format!(
+                "your `{upstream}` account is connected, but while you connected it your roles stopped allowing this call: it did not run"
+            ),
+        )),
+        other => other,
     }
 }
 
@@ -196,7 +242,8 @@ fn can_open_urls(call: &Call) -> bool {
 }
 
 enum Obtained {
-    Token(Secret),
+    /// The person connected while the call waited.
+    Connected,
     /// The question for a stateless-era caller: it retries once connected.
     Ask(Box<ServerResult>),
 }
@@ -259,13 +306,13 @@ async fn obtain(
     if !accepted {
         return Err(declined(upstream));
     }
-    let token = connected(creds, call, upstream, wait).await?;
+    connected(creds, call, upstream, wait).await?;
     let done = ServerNotification::CustomNotification(CustomNotification::new(
         "notifications/elicitation/complete",
         Some(json!({"elicitationId": ask.elicitation_id})),
     ));
     let _ = d.client.notify(done).await;
-    Ok(Obtained::Token(token))
+    Ok(Obtained::Connected)
 }
 
 /// The URL-mode elicitation that sends the person to the connect page.

@@ -71,6 +71,7 @@ mod idempotency;
 mod observe;
 pub mod own;
 mod rate_limit;
+mod reentry;
 mod resolve;
 mod retry;
 mod roundtrip;
@@ -341,15 +342,20 @@ pub struct Parts {
     pub gate: Option<Arc<dyn Gate>>,
     /// Per-user upstream credentials, when a credential is `per_user`.
     pub credentials: Option<Arc<crate::credentials::UserCredentials>>,
+    /// How callers are authorized as of the last (re)load: a call that waited runs as its
+    /// caller may call when it runs.
+    pub auth: Arc<ArcSwap<crate::policy::identity::Authenticator>>,
 }
 
 /// Builds the stack; see the module doc for the order.
 pub fn build(parts: Parts) -> Stacks {
+    let reentry = reentry::Reentry::new(parts.auth.clone());
     // The terminal of upstream targets; own tools answer in `Dispatch` itself.
     let upstream = ServiceBuilder::new()
         .layer(StepLayer::new(Connect {
             credentials: parts.credentials.clone(),
             wait: parts.input_wait,
+            reentry: reentry.clone(),
         }))
         .layer(StepLayer::new(Retry))
         .layer(StepLayer::new(Breaker))
@@ -367,9 +373,8 @@ pub fn build(parts: Parts) -> Stacks {
         seal: parts.seal.clone(),
         input_wait: parts.input_wait,
         store: crate::approval::shared::store(&parts.cluster),
-        reentry: approval::Reentry::default(),
+        reentry: reentry.clone(),
     };
-    let reentry = approvals.reentry.clone();
     crate::approval::record::start_sweeper(
         &approvals.plans,
         approvals.metrics.clone(),

@@ -119,6 +119,9 @@ fn core(extra: &str) -> Gateway {
         max_hops: snapshot.gateway.max_hops,
         gate: None,
         credentials: None,
+        auth: Arc::new(ArcSwap::from_pointee(
+            crate::policy::identity::Authenticator::open(),
+        )),
     };
     Gateway {
         pool,

@@ -243,6 +243,42 @@ impl Authenticator {
             })
     }
 
+    /// `id` as the config of now authorizes it: the access its roles grant today (a JWT keeps
+    /// the roles its token named), through the view it came through, or `None` when the config
+    /// no longer has it (its key or certificate removed, anonymous callers no longer allowed).
+    /// For a call that waited and runs later: it runs with what its caller may do then.
+    pub fn current(&self, id: &Identity) -> Option<Identity> {
+        let old = &id.access;
+        let access = match id.kind {
+            _ if self.open => return Some(id.clone()),
+            IdentityKind::Local => return Some(id.clone()),
+            IdentityKind::Anonymous => (**self.anonymous.as_ref()?).clone(),
+            IdentityKind::ApiKey => {
+                let key = self.api_keys.iter().find(|k| k.name == id.name)?;
+                self.roles.access(&key.roles)
+            }
+            IdentityKind::ClientCert => {
+                let (_, access) = self.client_certs.iter().find(|(s, _)| *s == id.name)?;
+                (**access).clone()
+            }
+            IdentityKind::Jwt => self.roles.access(old.roles()),
+        };
+        let access = if old.is_peer() && !access.is_peer() {
+            access.as_peer()
+        } else {
+            access
+        };
+        let access = match old.scope() {
+            Some(scope) => access.through(scope.clone()),
+            None => access,
+        };
+        Some(Identity {
+            name: id.name.clone(),
+            kind: id.kind,
+            access: Arc::new(access),
+        })
+    }
+
     pub fn authenticate(&self, headers: &HeaderMap) -> Result<Identity, AuthError> {
         let token = headers
             .get(header::AUTHORIZATION)

@@ -165,6 +165,7 @@ impl Core {
                 max_hops: snapshot.gateway.max_hops,
                 gate: stages.clone().map(|s| s as Arc<dyn crate::pipeline::Gate>),
                 credentials,
+                auth: auth.clone(),
             },
             views,
             search,

@@ -260,6 +260,9 @@ struct UrlClient {
     key: String,
     token: String,
     asked: Arc<parking_lot::Mutex<Vec<String>>>,
+    /// What the operator does while the person is on the page: this config, then a reload
+    /// (its file and the admin API's address).
+    meanwhile: Option<(std::path::PathBuf, String, String)>,
 }
 
 impl ClientHandler for UrlClient {
@@ -279,6 +282,16 @@ impl ClientHandler for UrlClient {
             return Ok(serde_json::from_value(json!({"action": "decline"})).unwrap());
         };
         self.asked.lock().push(url.clone());
+        if let Some((file, config, admin)) = &self.meanwhile {
+            std::fs::write(file, config).unwrap();
+            let r = reqwest::Client::new()
+                .post(format!("{admin}/admin/reload"))
+                .bearer_auth(ADMIN_TOKEN)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status().as_u16(), 200);
+        }
         let (status, _) = connect_in_browser(&url, &self.key, &self.token).await;
         assert_eq!(status, 200);
         Ok(serde_json::from_value(json!({"action": "accept"})).unwrap())
@@ -292,23 +305,10 @@ async fn a_client_with_url_elicitation_is_asked_on_the_call_and_the_call_runs_on
         key: CAROL.into(),
         token: "gh-carol".into(),
         asked: Arc::default(),
+        meanwhile: None,
     };
     let asked = handler.asked.clone();
-    let carol = {
-        use rmcp::{
-            ServiceExt,
-            transport::{
-                StreamableHttpClientTransport,
-                streamable_http_client::StreamableHttpClientTransportConfig,
-            },
-        };
-        let cfg = StreamableHttpClientTransportConfig::with_uri(s.gw.url.clone())
-            .auth_header(CAROL.to_owned());
-        handler
-            .serve(StreamableHttpClientTransport::from_config(cfg))
-            .await
-            .unwrap()
-    };
+    let carol = url_client(&s.gw.url, CAROL, handler).await;
     let r = carol
         .peer()
         .call_tool(rmcp::model::CallToolRequestParams::new("gh__whoami"))
@@ -354,6 +354,75 @@ async fn a_client_with_url_elicitation_is_asked_on_the_call_and_the_call_runs_on
     link_of(&call(&again, "gh__whoami", json!({})).await.unwrap_err());
 }
 
+/// A call that waited while its person connected runs from the top once they have: a reload
+/// that took the tool from their roles meanwhile refuses it (the account stays connected), and
+/// the upstream never sees it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_that_waited_for_its_person_runs_only_if_their_roles_still_allow_it() {
+    let s = start();
+    let file = s.dir.path().join("gateway.toml");
+    let narrowed = std::fs::read_to_string(&file).unwrap().replace(
+        "[roles.dev]\ntools = [\"*\"]",
+        "[roles.dev]\ntools = [\"fedgate/*\"]",
+    );
+    let handler = UrlClient {
+        key: CAROL.into(),
+        token: "gh-carol".into(),
+        asked: Arc::default(),
+        meanwhile: Some((file, narrowed, s.gw.admin.clone().unwrap())),
+    };
+    let carol = url_client(&s.gw.url, CAROL, handler).await;
+    let r = carol
+        .peer()
+        .call_tool(rmcp::model::CallToolRequestParams::new("gh__whoami"))
+        .await
+        .unwrap();
+    assert_eq!(r.is_error, Some(true), "{r:?}");
+    let text = serde_json::to_string(&r).unwrap();
+    assert!(!text.contains("acting as"), "the call ran: {text}");
+    assert!(text.contains("credential_connected_not_allowed"), "{text}");
+    let listed = admin(&s.gw, reqwest::Method::GET, "/admin/credentials").await;
+    assert_eq!(
+        listed["connections"][0]["owner"], "api_key:carol",
+        "{listed}"
+    );
+    let m = reqwest::get(format!("{}/metrics", s.gw.base))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let calls = |outcome: &str| {
+        m.lines().any(|l| {
+            l.starts_with("fedgate_calls_total{")
+                && l.contains("upstream=\"gh\"")
+                && l.contains(&format!("outcome=\"{outcome}\""))
+        })
+    };
+    assert!(!calls("ok"), "a gh call ran: {m}");
+}
+
+/// A handshake-era client that declares URL elicitation, served by `handler`.
+async fn url_client(
+    url: &str,
+    key: &str,
+    handler: UrlClient,
+) -> rmcp::service::RunningService<RoleClient, UrlClient> {
+    use rmcp::{
+        ServiceExt,
+        transport::{
+            StreamableHttpClientTransport,
+            streamable_http_client::StreamableHttpClientTransportConfig,
+        },
+    };
+    let cfg =
+        StreamableHttpClientTransportConfig::with_uri(url.to_owned()).auth_header(key.to_owned());
+    handler
+        .serve(StreamableHttpClientTransport::from_config(cfg))
+        .await
+        .unwrap()
+}
+
 /// A stateless-era (2026-07-28) client gets the input-required form: the URL request and a
 /// sealed state; its retry runs the call once the person has connected.
 #[tokio::test(flavor = "multi_thread")]
@@ -382,6 +451,7 @@ async fn a_stateless_era_client_gets_the_url_request_as_input_required() {
         key: CAROL.into(),
         token: "gh-carol".into(),
         asked: Arc::default(),
+        meanwhile: None,
     };
     let asked = handler.asked.clone();
     let carol = modern(CAROL, handler).await.unwrap();
@@ -423,6 +493,7 @@ async fn a_stateless_era_client_gets_the_url_request_as_input_required() {
             key: BOB.into(),
             token: "gh-bob".into(),
             asked: Arc::default(),
+            meanwhile: None,
         },
     )
     .await

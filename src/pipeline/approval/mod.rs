@@ -20,11 +20,11 @@ use std::{sync::Arc, time::Duration};
 
 use rmcp::model::{CallToolResult, ContentBlock, MetaObject, RequestStateCodec, ServerResult};
 use serde_json::Value;
-use tower::Service;
 
 use super::{
     Call, CallError, CallFuture, Exposed, Held, Op, TargetKind,
     envelope::{self, summarize},
+    reentry::Reentry,
     step::{CallService, Step, done},
 };
 use crate::{
@@ -44,7 +44,6 @@ use crate::{
 };
 
 pub use elicit::approves;
-pub use reenter::Reentry;
 use reenter::{current, reenter, routed, same_route, version};
 pub use tool::ApproveTool;
 
@@ -433,10 +432,7 @@ impl Approvals {
             None => envelope::wrapping(&run.call, None, Default::default()),
         };
         let audit_call = run.call.clone();
-        let fut = match self.reentry.stack() {
-            Ok(mut stack) => stack.call(run.call.clone()),
-            Err(e) => done(Err(e)),
-        };
+        let fut = self.reentry.call(run.call.clone());
         let this = self.clone();
         let started = tokio::time::Instant::now();
         Box::pin(async move {

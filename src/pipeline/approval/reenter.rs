@@ -5,42 +5,17 @@
 //! breakers, audit and metrics) decides on it as it stands when it runs.
 
 use crate::pipeline::Route;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use rmcp::model::CallToolRequestParams;
 
-use super::super::{Call, CallError, Exposed, Op, Target, TargetKind, TypedStack};
+use super::super::{Call, Exposed, Op, Target, TargetKind};
 use crate::{
     approval::PendingPlan,
     policy::pinning::fingerprint,
     stores::idempotency::META_KEY as IDEMPOTENCY_KEY,
     upstream::{Upstream, pool::Pool},
 };
-
-/// The typed stack, from `observe` in, that approved calls re-enter. It is set once the stack
-/// that holds the approval step is built (the step is inside the stack it re-enters, so the
-/// handle is filled after the fact; a gateway builds its stack once).
-#[derive(Clone, Default)]
-pub struct Reentry(Arc<OnceLock<TypedStack>>);
-
-impl std::fmt::Debug for Reentry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Reentry")
-    }
-}
-
-impl Reentry {
-    pub fn set(&self, stack: TypedStack) {
-        let _ = self.0.set(stack);
-    }
-
-    /// The stack, once built.
-    pub(super) fn stack(&self) -> Result<TypedStack, CallError> {
-        self.0.get().cloned().ok_or_else(|| CallError::Internal {
-            detail: "an approved call arrived before the stack was built".into(),
-        })
-    }
-}
 
 /// What a plan binds beside caller, tool and arguments: the upstream's policy for the tool
 /// and the tool's definition (its schema and annotations decide class and safety).
