@@ -15,6 +15,7 @@ command -v python3 >/dev/null || { echo "scripts/test.sh: python3 (3.10+) is req
 missing=()
 command -v chromium >/dev/null || missing+=(chromium)
 command -v chromedriver >/dev/null || missing+=(chromium-driver)
+command -v bwrap >/dev/null || missing+=(bubblewrap)
 command -v redis-server >/dev/null || [ -x /usr/bin/redis-server ] || missing+=(redis-server)
 ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || missing+=(postgresql)
 if [ ${#missing[@]} -gt 0 ]; then

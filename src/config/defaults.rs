@@ -18,6 +18,9 @@ pub const DEFAULT_RESTART_MAX_MS: u64 = 10_000;
 pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 /// A value of `command` that means "this fedgate executable" (used for the built-in demo upstream).
 pub const SELF_COMMAND: &str = "@self";
+
+/// The program that sandboxes a stdio upstream (Debian package `bubblewrap`).
+pub const BWRAP: &str = "bwrap";
 /// Consecutive failed calls that open an upstream's breaker.
 pub const DEFAULT_BREAKER_CONSECUTIVE_FAILURES: u32 = 5;
 /// Failure share over the window that opens the breaker.

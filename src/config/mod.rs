@@ -430,6 +430,8 @@ pub struct RawUpstream {
     pub inherit_env: bool,
     /// stdio: working directory.
     pub cwd: Option<String>,
+    /// stdio: run the process under bubblewrap (`[upstreams.NAME.sandbox]`).
+    pub sandbox: Option<RawSandbox>,
     /// http/sse: endpoint URL.
     pub url: Option<Spanned<String>>,
     /// http/sse: static headers sent with every request.
@@ -530,6 +532,27 @@ pub struct RawBreaker {
     pub count_is_error: bool,
     /// Outcomes that count as failures; default `["transport", "timeout", "server_error"]` (the first two count against the upstream, the others against the tool).
     pub count: Option<Vec<crate::policy::breaker::FailureClass>>,
+}
+
+/// `[upstreams.NAME.sandbox]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSandbox {
+    /// Paths the process may read (beside the system's programs and libraries).
+    #[serde(default)]
+    pub read: Vec<Spanned<String>>,
+    /// Paths the process may read and write.
+    #[serde(default)]
+    pub write: Vec<Spanned<String>>,
+    /// Whether the process may use the network (default: no network at all).
+    #[serde(default)]
+    pub network: bool,
+    /// Address-space limit in MiB.
+    pub memory_mb: Option<Spanned<u64>>,
+    /// CPU-time limit in seconds (the process is killed past it).
+    pub cpu_seconds: Option<Spanned<u64>>,
+    /// Most files the process may hold open.
+    pub open_files: Option<Spanned<u64>>,
 }
 
 /// `launch = { command = "...", args = [...] }`

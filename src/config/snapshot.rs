@@ -251,6 +251,19 @@ pub struct ProcessSpec {
     /// All of fedgate's environment goes to the process, not just the base and `env`.
     pub inherit_env: bool,
     pub cwd: Option<String>,
+    /// Runs the process under bubblewrap, with only these paths and no network unless allowed.
+    pub sandbox: Option<Sandbox>,
+}
+
+/// `[upstreams.NAME.sandbox]`, validated: paths exist and are absolute, `bwrap` is installed.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Sandbox {
+    pub read: Vec<std::path::PathBuf>,
+    pub write: Vec<std::path::PathBuf>,
+    pub network: bool,
+    pub memory_mb: Option<u64>,
+    pub cpu_seconds: Option<u64>,
+    pub open_files: Option<u64>,
 }
 
 /// How fedgate reaches an upstream.

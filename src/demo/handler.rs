@@ -226,6 +226,7 @@ impl ServerHandler for Demo {
                 r.structured_content = Some(json!({"names": names}));
                 r
             }
+            "reach" => reach(args),
             "huge" => {
                 let n = arg_u64(args, "bytes").unwrap_or(0).min(256 << 20) as usize;
                 text("x".repeat(n))
@@ -523,4 +524,36 @@ impl ServerHandler for Demo {
             .map_err(|e| McpError::internal_error(e, None))?;
         Ok(CompleteResult::new(info))
     }
+}
+
+/// What this process could reach: each attempt's outcome, `"ok …"` or the OS's error.
+fn reach(args: &Option<JsonObject>) -> CallToolResult {
+    use std::io::Write;
+    let said = |r: std::io::Result<String>| match r {
+        Ok(s) => format!("ok {s}"),
+        Err(e) => format!("error: {e}"),
+    };
+    let mut v = serde_json::Map::new();
+    if let Some(path) = arg_str(args, "path") {
+        let r = std::fs::read(&path).map(|b| format!("{} bytes", b.len()));
+        v.insert("read".into(), json!(said(r)));
+    }
+    if let Some(path) = arg_str(args, "write") {
+        let r = std::fs::File::create(&path)
+            .and_then(|mut f| f.write_all(b"escaped"))
+            .map(|()| "written".to_owned());
+        v.insert("write".into(), json!(said(r)));
+    }
+    if let Some(addr) = arg_str(args, "address") {
+        let r = addr
+            .parse::<std::net::SocketAddr>()
+            .map_err(std::io::Error::other)
+            .and_then(|a| std::net::TcpStream::connect_timeout(&a, Duration::from_secs(2)))
+            .map(|_| "connected".to_owned());
+        v.insert("connect".into(), json!(said(r)));
+    }
+    let v = serde_json::Value::Object(v);
+    let mut r = text(v.to_string());
+    r.structured_content = Some(v);
+    r
 }

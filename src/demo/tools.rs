@@ -221,6 +221,13 @@ impl Demo {
                 true,
             ),
             tool(
+                "reach",
+                "Tries to read the file `path`, to write the file `write`, and to open a TCP \
+                 connection to `address`; says what worked (a sandbox's escape probe).",
+                json!({"path": {"type": "string"}, "write": {"type": "string"}, "address": {"type": "string"}}),
+                true,
+            ),
+            tool(
                 "huge",
                 "Answers with a text of `bytes` bytes.",
                 json!({"bytes": {"type": "integer", "minimum": 0}}),

@@ -12,6 +12,7 @@ mod line_scan;
 mod listen;
 pub mod pool;
 pub mod reload;
+pub mod sandbox;
 pub mod spawn;
 mod sse;
 mod stdio_wire;

@@ -131,13 +131,27 @@ pub fn spawn(
     spec: &ProcessSpec,
     pipe_stdio: bool,
 ) -> std::io::Result<ProcessGuard> {
-    let mut cmd = Command::new(program(&spec.command)?);
+    let program = program(&spec.command)?;
+    let mut cmd = match &spec.sandbox {
+        Some(sandbox) => {
+            let program = super::sandbox::resolve(program, spec.cwd.as_deref())?;
+            let mut cmd = super::sandbox::command(&program, sandbox, spec.cwd.as_deref());
+            super::sandbox::limit(&mut cmd, sandbox);
+            cmd
+        }
+        None => Command::new(program),
+    };
     if !spec.inherit_env {
         // Only what it is given: a small base, then its own `env` and credential.
         cmd.env_clear();
         for (k, v) in std::env::vars_os().filter(|(k, _)| is_base(k)) {
             cmd.env(k, v);
         }
+    }
+    if spec.sandbox.is_some() {
+        // Its home and temporary files are in its own /tmp; the others are not there.
+        cmd.env("HOME", super::sandbox::TMP)
+            .env("TMPDIR", super::sandbox::TMP);
     }
     // `env:NAME` / `file:PATH` values are resolved now, at each start (rotation needs no
     // reload); the error names the reference, never a value.

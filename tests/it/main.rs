@@ -42,6 +42,7 @@ mod replicas;
 mod resilience;
 mod resume;
 mod rmcp_matrix;
+mod sandbox;
 mod sdk_clients;
 mod sessions;
 mod stages;

@@ -16,7 +16,8 @@ use crate::{
         RawBreaker, RawLaunch, RawUpstream,
         defaults::*,
         snapshot::{
-            Diagnostic, Era, Injection, ProcessSpec, RestartPolicy, TransportSpec, UpstreamSpec,
+            Diagnostic, Era, Injection, ProcessSpec, RestartPolicy, Sandbox, TransportSpec,
+            UpstreamSpec,
         },
         tier,
     },
@@ -117,12 +118,17 @@ pub(super) fn validate_upstream(
                         );
                     }
                     check_env(cx, kind_at, &name_s, &u.env, u.inherit_env);
+                    let sandbox = u
+                        .sandbox
+                        .as_ref()
+                        .and_then(|s| sandbox(cx, kind_at, &name_s, s, u.cwd.as_deref()));
                     Some(TransportSpec::Stdio(ProcessSpec {
                         command: c.get_ref().clone(),
                         args: u.args.clone(),
                         env: crate::secret::configured(u.env.clone()),
                         inherit_env: u.inherit_env,
                         cwd: u.cwd.clone(),
+                        sandbox,
                     }))
                 }
                 _ => {
@@ -141,11 +147,12 @@ pub(super) fn validate_upstream(
                     format!("upstream `{name_s}`: `command` does not apply to kind {kind}; use `launch` to have fedgate start the server"),
                 );
             }
-            if !u.args.is_empty() || !u.env.is_empty() || u.cwd.is_some() {
+            if !u.args.is_empty() || !u.env.is_empty() || u.cwd.is_some() || u.sandbox.is_some() {
                 cx.err_at(
                     kind_at,
                     format!(
-                        "upstream `{name_s}`: `args`, `env` and `cwd` do not apply to kind {kind}"
+                        "upstream `{name_s}`: `args`, `env`, `cwd` and `sandbox` do not apply to \
+                         kind {kind}"
                     ),
                 );
             }
@@ -557,7 +564,90 @@ fn process_from_launch(l: RawLaunch) -> ProcessSpec {
         env: crate::secret::configured(l.env),
         inherit_env: l.inherit_env,
         cwd: None,
+        sandbox: None,
     }
+}
+
+/// A sandbox the process can run in: `bwrap` is here, every path is absolute and exists, the
+/// working directory is one of them, limits are at least 1.
+fn sandbox(
+    cx: &mut Ctx<'_>,
+    at: usize,
+    upstream: &str,
+    raw: &crate::config::RawSandbox,
+    cwd: Option<&str>,
+) -> Option<Sandbox> {
+    let before = cx.errors.len();
+    if !crate::config::command::found(BWRAP, None) {
+        cx.err_at(
+            at,
+            format!(
+                "upstream `{upstream}`: its sandbox needs bubblewrap (`bwrap`), which is not on \
+                 PATH here: install it (Debian: apt install bubblewrap) or remove the sandbox"
+            ),
+        );
+    }
+    let mut paths = |list: &[Spanned<String>], what: &str| -> Vec<std::path::PathBuf> {
+        let mut out = Vec::new();
+        for p in list {
+            let path = std::path::PathBuf::from(p.get_ref());
+            let shown = crate::names::shown(p.get_ref());
+            if !path.is_absolute() {
+                cx.err_at(
+                    p.span().start,
+                    format!(
+                        "upstream `{upstream}`: sandbox {what} path `{shown}` must be absolute"
+                    ),
+                );
+            } else if !path.exists() {
+                cx.err_at(
+                    p.span().start,
+                    format!("upstream `{upstream}`: sandbox {what} path `{shown}` does not exist"),
+                );
+            } else {
+                out.push(path);
+            }
+        }
+        out
+    };
+    let read = paths(&raw.read, "read");
+    let write = paths(&raw.write, "write");
+    if let Some(dir) = cwd
+        && !read
+            .iter()
+            .chain(&write)
+            .any(|p| std::path::Path::new(dir).starts_with(p))
+    {
+        cx.err_at(
+            at,
+            format!(
+                "upstream `{upstream}`: its working directory `{}` is not among its sandbox's \
+                 `read` or `write` paths, so the process could not start there",
+                crate::names::shown(dir)
+            ),
+        );
+    }
+    let mut limit = |v: &Option<Spanned<u64>>, what: &str| -> Option<u64> {
+        let v = v.as_ref()?;
+        if *v.get_ref() == 0 {
+            cx.err_at(
+                v.span().start,
+                format!("upstream `{upstream}`: sandbox `{what}` must be at least 1"),
+            );
+        }
+        Some(*v.get_ref())
+    };
+    let memory_mb = limit(&raw.memory_mb, "memory_mb");
+    let cpu_seconds = limit(&raw.cpu_seconds, "cpu_seconds");
+    let open_files = limit(&raw.open_files, "open_files");
+    (cx.errors.len() == before).then_some(Sandbox {
+        read,
+        write,
+        network: raw.network,
+        memory_mb,
+        cpu_seconds,
+        open_files,
+    })
 }
 
 /// A process's environment: every reference must resolve where fedgate runs (the process
