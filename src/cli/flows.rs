@@ -117,7 +117,7 @@ pub async fn run(config: &Path, command: FlowsCommand) -> Result<ExitCode, CliEr
             }
             in_process(&snapshot, |engine| async move {
                 let started = engine
-                    .start(&id, inputs, operator(), 0, None, Default::default())
+                    .start(&id, inputs, (operator(), None), 0, None, Default::default())
                     .await
                     .map_err(CliError::from)?;
                 println!("run {}", started.run_id);

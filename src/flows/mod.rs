@@ -135,12 +135,13 @@ pub(crate) struct Drive {
 }
 
 /// Who a run runs as, to record.
-fn caller_of(identity: &Identity) -> Caller {
+fn caller_of(identity: &Identity, workspace: Option<String>) -> Caller {
     Caller {
         kind: identity.kind.as_str().to_owned(),
         name: identity.name.clone(),
         roles: identity.access.roles().to_vec(),
         unrestricted: identity.access.is_unrestricted(),
+        workspace,
     }
 }
 
@@ -338,7 +339,7 @@ impl Engine {
         self: &Arc<Self>,
         flow_id: &str,
         inputs: Value,
-        identity: Identity,
+        (identity, workspace): (Identity, Option<String>),
         depth: u8,
         progress: Option<mpsc::UnboundedSender<NodeDone>>,
         hop: serde_json::Map<String, Value>,
@@ -360,7 +361,7 @@ impl Engine {
             ));
         }
         let record = self
-            .create(&flow, inputs, caller_of(&identity), None)
+            .create(&flow, inputs, caller_of(&identity, workspace), None)
             .await
             .map_err(StartError::Log)?;
         let run_id = record.run_id.clone();

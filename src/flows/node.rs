@@ -82,6 +82,8 @@ pub struct NodeCall {
     pub ct: CancellationToken,
     /// Federation `_meta` of the run's call (hop path, caller claim).
     pub hop: serde_json::Map<String, Value>,
+    /// The workspace the run was started from (its nodes are gated by its stage).
+    pub workspace: Option<String>,
 }
 
 pub async fn attempt(n: NodeCall) -> Attempt {
@@ -101,6 +103,7 @@ pub async fn attempt(n: NodeCall) -> Attempt {
     let mut call =
         Call::without_session(Op::CallTool(params), n.identity, n.depth.saturating_add(1));
     call.meta = meta;
+    call.workspace = n.workspace;
     call.ct = n.ct.clone();
     call.correlation_id = correlation;
     let answer = n.stack.oneshot(call);

@@ -110,7 +110,7 @@ impl OwnTool for FlowTool {
                 .start(
                     &flow_id,
                     inputs,
-                    call.identity.clone(),
+                    (call.identity.clone(), call.workspace.clone()),
                     call.depth,
                     progress,
                     hop,

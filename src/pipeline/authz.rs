@@ -109,6 +109,18 @@ pub fn visible(pool: &Pool, access: &Access, name: &str) -> bool {
     }
 }
 
+/// Whether a caller with `access`, standing where `standing` says in the workflows, may call
+/// the exposed tool `name` now: visible to it, and allowed by its workspace's stage. What
+/// lists, search, selection and suggestions offer.
+pub fn may_call_now(
+    pool: &Pool,
+    access: &Access,
+    standing: Option<&crate::policy::workflow::Standing>,
+    name: &str,
+) -> bool {
+    visible(pool, access, name) && standing.is_none_or(|s| s.allows(name))
+}
+
 /// Whether `access` can use `fedgate__approve`: it reaches an upstream where some call needs
 /// approval (a peer gateway may hold any call), or holds a role that approves some.
 fn approves(pool: &Pool, access: &Access) -> bool {

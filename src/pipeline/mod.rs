@@ -108,7 +108,7 @@ use crate::{
 pub use crate::telemetry::correlation_id;
 pub use approval::{Approvals, ApproveTool, approves, plan_caller};
 pub use arguments::Arguments;
-pub use authz::{Authz, visible};
+pub use authz::{Authz, may_call_now, visible};
 pub use breaker::Breaker;
 pub use connect::Connect;
 pub use decisions::{Classified, Decisions};
@@ -116,7 +116,7 @@ pub use disconnect::DisconnectTool;
 pub use envelope::plan_for;
 pub use error::{CallError, ConnectRefusal, Held, StageRefusal};
 pub use forward::Forward;
-pub use gate::Gate;
+pub use gate::{Gate, Place};
 pub use hop::HopGuard;
 pub use idempotency::Idempotency;
 pub use observe::Observe;
@@ -241,6 +241,10 @@ pub struct Call {
     /// How many calls this one is nested in (0 for a client's own call; a flow node or an
     /// approved plan re-entering the inner stack is one deeper).
     pub depth: u8,
+    /// The workspace the call works in (`workflow/workspace`) when no session of its own says
+    /// it: set by the gate step for a client's call, carried by a flow's nodes from the call
+    /// that started the run, so the stage gate decides on them as the workspace stands then.
+    pub workspace: Option<String>,
     /// Set by `resolve`.
     pub target: Option<Target>,
     /// What the steps decided (class, deadline, approval, the person it acts as): written
@@ -262,6 +266,7 @@ impl Call {
             correlation_id: correlation_id(),
             trace: opentelemetry::Context::new(),
             depth,
+            workspace: None,
             target: None,
             decided: Decisions::default(),
         }
@@ -416,6 +421,7 @@ pub fn build(parts: Parts) -> Stacks {
         metrics: parts.metrics,
         envelope: parts.envelope,
         wrap: true,
+        gate: parts.gate.clone(),
     };
     let typed = ServiceBuilder::new()
         .layer(StepLayer::new(Observe {

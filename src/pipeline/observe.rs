@@ -41,6 +41,8 @@ pub struct Observe {
     pub envelope: Mode,
     /// Add the plan envelope (the client stack); the typed stack leaves outcomes as they are.
     pub wrap: bool,
+    /// The workflows' stage gate: a refusal suggests only tools the caller's stage allows.
+    pub gate: Option<Arc<dyn super::Gate>>,
 }
 
 impl Step for Observe {
@@ -113,6 +115,10 @@ impl Step for Observe {
         let metrics = self.metrics.clone();
         let wrap = self.wrap;
         let wrapping = envelope::wrapping(&call, routed.as_ref().ok(), self.envelope);
+        let place = self
+            .gate
+            .as_ref()
+            .map(|g| (g.clone(), super::Place::of(&call)));
         let fut = match routed {
             Ok(target) => {
                 call.target = Some(target);
@@ -122,7 +128,14 @@ impl Step for Observe {
         };
         Box::pin(
             async move {
-                let result = fut.await;
+                let result = match (fut.await, place) {
+                    (Err(mut e), Some((gate, place))) if e.suggests() => {
+                        let standing = gate.standing(&place).await;
+                        e.keep_suggested(|n| standing.allows(n));
+                        Err(e)
+                    }
+                    (r, _) => r,
+                };
                 let elapsed = started.elapsed();
                 let outcome = match &result {
                     Ok(ServerResult::CallToolResult(t)) if t.is_error == Some(true) => "is_error",

@@ -282,3 +282,31 @@ mod tests {
         );
     }
 }
+
+/// Where a request stands in the workflows: the machines, and the state of the workspace it
+/// works in (if any). What it allows is what every list, search, selection and suggestion
+/// offers, as the stage gate decides on calls.
+#[derive(Debug, Clone, Default)]
+pub struct Standing {
+    machines: std::sync::Arc<BTreeMap<String, std::sync::Arc<Machine>>>,
+    /// The workspace's workflow and its state.
+    at: Option<(String, String)>,
+}
+
+impl Standing {
+    pub fn new(
+        machines: std::sync::Arc<BTreeMap<String, std::sync::Arc<Machine>>>,
+        at: Option<(String, String)>,
+    ) -> Self {
+        Self { machines, at }
+    }
+
+    /// Whether `tool` may be called from here: no workflow gates it, or the workspace's
+    /// workflow does and its state allows it.
+    pub fn allows(&self, tool: &str) -> bool {
+        self.machines.iter().all(|(name, m)| match &self.at {
+            Some((w, s)) if w == name => m.allows(s, tool),
+            _ => !m.gates(tool),
+        })
+    }
+}

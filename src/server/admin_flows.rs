@@ -85,7 +85,14 @@ pub(super) async fn route(
                 Err(r) => return Some(*r),
             };
             match engine
-                .start(flow, inputs, operator(), 0, None, Default::default())
+                .start(
+                    flow,
+                    inputs,
+                    (operator(), None),
+                    0,
+                    None,
+                    Default::default(),
+                )
                 .await
             {
                 Ok(started) => json(StatusCode::ACCEPTED, &json!({"run_id": started.run_id})),

@@ -126,7 +126,12 @@ impl Core {
         let own = own.with(fixed);
         let fixed_tools = own.tools();
         let views = Arc::new(ArcSwap::new(snapshot.views.clone()));
-        let search = ToolSearch::new(pool.clone(), views.clone(), metrics.search.clone());
+        let search = ToolSearch::new(
+            pool.clone(),
+            views.clone(),
+            metrics.search.clone(),
+            stages.clone().map(|s| s as Arc<dyn crate::pipeline::Gate>),
+        );
         own.replace(own_tools(&fixed_tools, &search, flows.as_ref(), snapshot));
         pool.set_own_tools(own.definitions());
         let feed = snapshot

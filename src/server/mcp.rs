@@ -218,18 +218,25 @@ impl Gateway {
         let catalog = self.parts.pool.catalog();
         let who = self.identity(req);
         let access = who.access.clone();
-        let items = visible(&catalog.tools, access.sees_all(), |x| {
-            crate::pipeline::visible(&self.parts.pool, &access, &x.name)
-        });
         let session = req.session.clone();
-        let items = self.parts.search.listed(&access, session.as_deref(), items);
-        let items = match &self.parts.stages {
-            Some(stages) => stages
-                .listed(session.as_deref(), req.workspace.clone().as_deref(), items)
-                .await
-                .map_err(|r| to_wire(&CallError::Staged(r), req.modern))?,
-            None => items,
+        let standing = match &self.parts.stages {
+            Some(stages) => Some(
+                stages
+                    .standing(session.as_deref(), req.workspace.as_deref())
+                    .await
+                    .map_err(|r| to_wire(&CallError::Staged(r), req.modern))?,
+            ),
+            None => None,
         };
+        // What the caller may call now, before search narrows it: its threshold counts those.
+        let items = visible(
+            &catalog.tools,
+            access.sees_all() && standing.is_none(),
+            |x| {
+                crate::pipeline::may_call_now(&self.parts.pool, &access, standing.as_ref(), &x.name)
+            },
+        );
+        let items = self.parts.search.listed(&access, session.as_deref(), items);
         let c = request.as_ref().and_then(|r| r.cursor.as_deref());
         let (items, next) = self
             .parts

@@ -4,26 +4,39 @@
 
 use futures::future::BoxFuture;
 
+use crate::policy::workflow::Standing;
+
 use super::{Bound, Stages, refusal, status_action, store_down};
 use crate::{
     names::{STAGE_STATUS, shown},
-    pipeline::{Call, CallError, Exposed, Gate, Op, StageRefusal},
+    pipeline::{Call, CallError, Exposed, Gate, Op, Place, StageRefusal},
 };
 
 impl Gate for Stages {
     fn check<'a>(&'a self, call: &'a Call) -> BoxFuture<'a, Result<(), CallError>> {
         Box::pin(async move { self.decide(call).await.map_err(CallError::Staged) })
     }
+
+    fn standing<'a>(&'a self, place: &'a Place) -> BoxFuture<'a, Standing> {
+        Box::pin(async move {
+            self.standing(place.session.as_deref(), place.workspace.as_deref())
+                .await
+                .unwrap_or_else(|_| Standing::new(self.machines.load_full(), None))
+        })
+    }
+
+    fn workspace(&self, call: &Call) -> Option<String> {
+        let b = self.bound_call(call.downstream.as_ref()).ok()??;
+        Some(format!("{}/{}", b.workflow, b.workspace))
+    }
 }
 
 impl Stages {
     async fn decide(&self, call: &Call) -> Result<(), Box<StageRefusal>> {
-        // A flow's nodes (no session of their own) run under the call that started the run,
-        // approved or not; an approved plan's call from a session is gated again, as its
-        // workspace stands when it runs.
-        let flow_node = call.depth > 0 && call.downstream.is_none();
-        let nested = call.depth > 0 && call.decided.approved().is_none();
-        if flow_node || nested || !matches!(call.op, Op::CallTool(_)) {
+        // Every call is gated as its workspace stands when it runs: a client's (also approved,
+        // or resumed after a sign-in) by its session's, a flow's node (no session of its own)
+        // by the workspace of the call that started the run.
+        if !matches!(call.op, Op::CallTool(_)) {
             return Ok(());
         }
         let Some(Exposed::Tool(tool)) = call.target.as_ref().map(|t| &t.exposed) else {
@@ -39,8 +52,31 @@ impl Stages {
             return Ok(());
         }
         let several = machines.len() > 1;
-        let Some(b) = self.bound_call(call.downstream.as_ref())? else {
+        let bound = match &call.downstream {
+            Some(d) => self.bound_call(Some(d))?,
+            None => match call.workspace.as_deref() {
+                Some(w) => self.bound(None, Some(w))?,
+                None => None,
+            },
+        };
+        let Some(b) = bound else {
             self.refused(gating[0], "unbound");
+            if call.downstream.is_none() {
+                return Err(refusal(
+                    "stage_unbound",
+                    format!(
+                        "`{}` belongs to workflow `{}`: the flow run calling it was started \
+                         from no workspace",
+                        shown(tool),
+                        gating[0]
+                    ),
+                    format!(
+                        "start the flow from a session that works in a workspace (call \
+                         {STAGE_STATUS} first, or send the `Fedgate-Workspace` header): its \
+                         nodes are gated by that workspace's stage"
+                    ),
+                ));
+            }
             return Err(refusal(
                 "stage_unbound",
                 format!(

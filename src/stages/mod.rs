@@ -10,15 +10,14 @@ pub use crate::stores::stages as store;
 mod tools;
 
 use crate::stores::StoreError;
-use std::{borrow::Cow, sync::Arc};
+use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use dashmap::DashMap;
-use rmcp::model::Tool;
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
-use crate::policy::workflow::{Machine, valid_workspace};
+use crate::policy::workflow::{Machine, Standing, valid_workspace};
 use crate::{
     config::snapshot::{Machines, StageSettings},
     names::{STAGE_STATUS, shown},
@@ -238,38 +237,26 @@ impl Stages {
             }))
     }
 
-    /// What a request lists of `items`: tools no workflow gates, and of the gated ones those
-    /// its workspace's stage allows.
-    pub async fn listed<'a>(
+    /// Where a request stands: the state of the workspace it works in (its header's, else
+    /// its session's).
+    pub async fn standing(
         &self,
         session: Option<&str>,
         header: Option<&str>,
-        items: Cow<'a, [Tool]>,
-    ) -> Result<Cow<'a, [Tool]>, Box<StageRefusal>> {
-        let machines = self.machines.load();
+    ) -> Result<Standing, Box<StageRefusal>> {
+        let machines = self.machines.load_full();
         let bound = self.bound(session, header)?;
-        let state = match bound
+        let at = match bound
             .as_ref()
             .and_then(|b| Some((b, machines.get(&b.workflow)?)))
         {
             Some((b, m)) => Some((
-                b.workflow.as_str(),
+                b.workflow.clone(),
                 self.instance(b, m).await.map_err(store_down)?.state,
             )),
             None => None,
         };
-        let keep = |t: &Tool| {
-            machines.iter().all(|(name, m)| match &state {
-                Some((w, s)) if *w == name => m.allows(s, &t.name),
-                _ => !m.gates(&t.name),
-            })
-        };
-        if items.iter().all(keep) {
-            return Ok(items);
-        }
-        Ok(Cow::Owned(
-            items.iter().filter(|t| keep(t)).cloned().collect(),
-        ))
+        Ok(Standing::new(machines, at))
     }
 }
 

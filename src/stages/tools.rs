@@ -82,12 +82,16 @@ impl Stages {
         let state = &instance.state;
         let access = &call.identity.access;
         let catalog = self.pool.catalog();
+        let here = crate::policy::workflow::Standing::new(
+            self.machines.load_full(),
+            Some((b.workflow.clone(), state.clone())),
+        );
         let tools: Vec<&str> = catalog
             .tools
             .iter()
             .map(|t| t.name.as_ref())
             .filter(|n| {
-                m.gates(n) && m.allows(state, n) && crate::pipeline::visible(&self.pool, access, n)
+                m.gates(n) && crate::pipeline::may_call_now(&self.pool, access, Some(&here), n)
             })
             .collect();
         let moves: Vec<Value> = m

@@ -35,17 +35,36 @@ pub struct ToolSearch {
     /// per session and pruned with the sessions.
     sets: DashMap<String, Vec<String>>,
     metrics: SearchMetrics,
+    /// The workflows' stage gate: search finds and selects only what a stage allows.
+    gate: Option<Arc<dyn crate::pipeline::Gate>>,
 }
 
 impl ToolSearch {
-    pub fn new(pool: Arc<Pool>, views: Arc<ArcSwap<Views>>, metrics: SearchMetrics) -> Arc<Self> {
+    pub fn new(
+        pool: Arc<Pool>,
+        views: Arc<ArcSwap<Views>>,
+        metrics: SearchMetrics,
+        gate: Option<Arc<dyn crate::pipeline::Gate>>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             pool,
             views,
             index: Default::default(),
             sets: DashMap::new(),
             metrics,
+            gate,
         })
+    }
+
+    /// Where `call` stands in the workflows, when there are any.
+    async fn standing(
+        &self,
+        call: &crate::pipeline::Call,
+    ) -> Option<crate::policy::workflow::Standing> {
+        match &self.gate {
+            Some(g) => Some(g.standing(&crate::pipeline::Place::of(call)).await),
+            None => None,
+        }
     }
 
     /// The search tools, served while some listing is `search`.

@@ -58,7 +58,15 @@ impl OwnTool for FindTools {
     }
 
     fn call(&self, call: Call) -> CallFuture {
-        let args = arguments(&call);
+        let search = self.0.clone();
+        Box::pin(async move { search.find(&call).await })
+    }
+}
+
+impl ToolSearch {
+    /// `fedgate__find_tools`: the tools the caller may call now that match the query.
+    async fn find(&self, call: &Call) -> Result<ServerResult, CallError> {
+        let args = arguments(call);
         let query = args
             .get("query")
             .and_then(Value::as_str)
@@ -68,14 +76,15 @@ impl OwnTool for FindTools {
             .and_then(Value::as_u64)
             .unwrap_or(DEFAULT_LIMIT)
             .clamp(1, MAX_LIMIT) as usize;
-        let search = &self.0;
+        let search = self;
+        let standing = search.standing(call).await;
         let access = &call.identity.access;
         let views = search.views.load();
         let view = ToolSearch::view(&views, access);
         let index = search.index();
         let (found, total) = index.search(query, limit, |t| {
             !BUILTIN_TOOLS.contains(&t.name.as_ref())
-                && crate::pipeline::visible(&search.pool, access, &t.name)
+                && crate::pipeline::may_call_now(&search.pool, access, standing.as_ref(), &t.name)
         });
         let tools: Vec<Value> = found
             .into_iter()
@@ -104,6 +113,7 @@ impl OwnTool for FindTools {
             json!({"query": shown(query), "total": total, "tools": tools, "next": next}),
             false,
         )
+        .await
     }
 }
 
@@ -155,11 +165,17 @@ impl OwnTool for SelectTools {
                 return refused(no_session());
             };
             let access = &call.identity.access;
+            let standing = search.standing(&call).await;
             let unknown: Vec<String> = names
                 .iter()
                 .filter(|n| {
                     BUILTIN_TOOLS.contains(&n.as_str())
-                        || !crate::pipeline::visible(&search.pool, access, n)
+                        || !crate::pipeline::may_call_now(
+                            &search.pool,
+                            access,
+                            standing.as_ref(),
+                            n,
+                        )
                 })
                 .map(|n| shown(n))
                 .collect();

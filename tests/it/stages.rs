@@ -464,3 +464,187 @@ fn a_flow_naming_a_stage_that_does_not_exist_does_not_load_and_says_why() {
     }
     assert!(!text.contains("flow `fine`"), "{text}");
 }
+
+/// Runs `flows__check_evidence`; what it said, text and structured.
+async fn run_flow(c: &Client, args: &Value) -> String {
+    let r = call(c, "flows__check_evidence", args.clone())
+        .await
+        .unwrap();
+    r.content
+        .iter()
+        .filter_map(|b| b.as_text().map(|t| t.text.clone()))
+        .collect::<String>()
+        + &r.structured_content.unwrap_or_default().to_string()
+}
+
+/// A flow that declares no stage, whose nodes call gated tools: each node is gated by the
+/// stage of the workspace the run was started from, as it stands when the node runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flows_nodes_are_gated_by_the_stage_of_the_workspace_it_was_started_from() {
+    let flows = tempfile::tempdir().unwrap();
+    let shipped =
+        std::fs::read_to_string(repo("examples/stages/flows/verify_and_compare.toml")).unwrap();
+    std::fs::write(flows.path().join("verify_and_compare.toml"), &shipped).unwrap();
+    let unstaged: String = shipped
+        .replace("id = \"verify_and_compare\"", "id = \"check_evidence\"")
+        .lines()
+        .filter(|l| !l.starts_with("stage ="))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(flows.path().join("check_evidence.toml"), unstaged).unwrap();
+    let config = example("").replace(
+        repo("examples/stages/flows").to_str().unwrap(),
+        flows.path().to_str().unwrap(),
+    );
+    let gw = Gateway::start(&config);
+    let args = json!({"workspace": "case-9", "evidence_id": 1, "credibility": "high"});
+    // Started from a session that works in no workspace: the gated node does not run.
+    let loose = connect_with_token(&gw.url, REVIEWER, TestClient::new())
+        .await
+        .unwrap();
+    let said = run_flow(&loose, &args).await;
+    assert!(said.contains("stage_unbound"), "{said}");
+    assert!(said.contains("started from no workspace"), "{said}");
+
+    // In the workspace at `collecting`: verifying is not this stage's, the node is refused.
+    let rev = connect_with_token(&gw.url, REVIEWER, TestClient::new())
+        .await
+        .unwrap();
+    let st = call(
+        &rev,
+        "fedgate__stage_status",
+        json!({"workspace": "case-9"}),
+    )
+    .await
+    .unwrap();
+    assert_ne!(st.is_error, Some(true), "{st:?}");
+    let collected = call(
+        &rev,
+        "research__collect",
+        json!({"workspace": "case-9", "claim": "c", "source": "s"}),
+    )
+    .await
+    .unwrap();
+    assert_ne!(collected.is_error, Some(true), "{collected:?}");
+    let said = run_flow(&rev, &args).await;
+    assert!(said.contains("stage_blocked"), "{said}");
+    assert!(said.contains("`collecting`"), "{said}");
+
+    // Once the workspace moved on, the same flow's nodes run.
+    let moved = call(
+        &rev,
+        "fedgate__stage_advance",
+        json!({"workspace": "case-9", "to": "verifying", "reason": "collected"}),
+    )
+    .await
+    .unwrap();
+    assert_ne!(moved.is_error, Some(true), "{moved:?}");
+    let said = run_flow(&rev, &args).await;
+    assert!(!said.contains("stage_"), "{said}");
+    assert!(said.contains("\"high\":1"), "{said}");
+
+    // `fedgate check` says where the unstaged flow's nodes can run.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("gateway.toml");
+    std::fs::write(&cfg, &config).unwrap();
+    let out = Command::new(FEDGATE)
+        .args(["check", cfg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains(
+            "flow `check_evidence`: node `verify` calls `research__verify`, which workflow \
+             `research` gates"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("flow `verify_and_compare`: node"), "{text}");
+}
+
+async fn found(c: &Client, query: &str) -> Vec<String> {
+    let r = call(c, "fedgate__find_tools", json!({ "query": query }))
+        .await
+        .unwrap();
+    let v = r.structured_content.unwrap_or_default();
+    v["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Search, selection and an unknown name's suggestions offer what the caller may call now:
+/// the workspace's stage decides them as it decides calls.
+#[tokio::test(flavor = "multi_thread")]
+async fn search_selection_and_suggestions_offer_only_what_the_stage_allows() {
+    let config = example("").replacen(
+        "[gateway]\n",
+        "[gateway]\ntool_listing = \"search\"\ntool_listing_threshold = 1\n",
+        1,
+    );
+    let gw = Gateway::start(&config);
+    let rev = connect_with_token(&gw.url, REVIEWER, TestClient::new())
+        .await
+        .unwrap();
+    // No workspace yet: none of the workflow's tools are found.
+    let unbound = found(&rev, "evidence workspace").await;
+    assert!(
+        !unbound.iter().any(|n| n.starts_with("research__")),
+        "{unbound:?}"
+    );
+    call(
+        &rev,
+        "fedgate__stage_status",
+        json!({"workspace": "case-7"}),
+    )
+    .await
+    .unwrap();
+    let collecting = found(&rev, "evidence workspace").await;
+    assert!(
+        collecting.contains(&"research__collect".to_owned()),
+        "{collecting:?}"
+    );
+    for other in ["research__verify", "research__compare", "research__decide"] {
+        assert!(!collecting.contains(&other.to_owned()), "{collecting:?}");
+    }
+    let selected = call(
+        &rev,
+        "fedgate__select_tools",
+        json!({"names": ["research__verify"]}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(selected.is_error, Some(true), "{selected:?}");
+    assert!(
+        format!("{selected:?}").contains("no tool you may call"),
+        "{selected:?}"
+    );
+    let typo = call(&rev, "research__verifi", json!({})).await;
+    let said = format!("{typo:?}");
+    assert!(said.contains("unknown tool"), "{said}");
+    assert!(!said.contains("research__verify"), "{said}");
+
+    // Moved on, the next stage's tools are what is offered.
+    let moved = call(
+        &rev,
+        "fedgate__stage_advance",
+        json!({"workspace": "case-7", "to": "verifying", "reason": "collected"}),
+    )
+    .await
+    .unwrap();
+    assert_ne!(moved.is_error, Some(true), "{moved:?}");
+    let verifying = found(&rev, "evidence workspace").await;
+    assert!(
+        verifying.contains(&"research__verify".to_owned()),
+        "{verifying:?}"
+    );
+    assert!(
+        !verifying.contains(&"research__collect".to_owned()),
+        "{verifying:?}"
+    );
+    let typo = format!("{:?}", call(&rev, "research__verifi", json!({})).await);
+    assert!(typo.contains("research__verify"), "{typo}");
+}

@@ -214,4 +214,62 @@ pub(super) fn flow_stages(
             m.transitions.clone(),
         ));
     }
+    gated_nodes(set, machines);
+}
+
+/// A node calling a tool some workflow gates runs only while the run's workspace is at a stage
+/// allowing it (the gate decides on each node when it runs): said for each stage the flow may
+/// start in that does not, or for a flow that declares none.
+fn gated_nodes(set: &mut crate::config::flows::FlowSet, machines: &BTreeMap<String, Arc<Machine>>) {
+    let mut warnings = Vec::new();
+    for f in &set.flows {
+        for n in &f.nodes {
+            for m in machines.values().filter(|m| m.gates(&n.tool)) {
+                let declared = f
+                    .stage
+                    .as_ref()
+                    .filter(|st| st.workflow.as_deref().is_none_or(|w| w == m.name));
+                let message = match declared {
+                    Some(st) => {
+                        let refused: Vec<&str> = st
+                            .states
+                            .iter()
+                            .filter(|s| !m.allows(s, &n.tool))
+                            .map(String::as_str)
+                            .collect();
+                        if refused.is_empty() {
+                            continue;
+                        }
+                        format!(
+                            "flow `{}`: node `{}` calls `{}`, which workflow `{}` does not allow \
+                             in {}, where the flow may start: there the node is refused",
+                            f.id,
+                            n.id,
+                            shown(&n.tool),
+                            m.name,
+                            refused.join(", ")
+                        )
+                    }
+                    None => format!(
+                        "flow `{}`: node `{}` calls `{}`, which workflow `{}` gates: it runs only \
+                         while the run's workspace is at a stage allowing it ({}); declare \
+                         `stage = {{ workflow = \"{}\", states = [...] }}` to start the flow only \
+                         there",
+                        f.id,
+                        n.id,
+                        shown(&n.tool),
+                        m.name,
+                        m.states_allowing(&n.tool).join(", "),
+                        m.name
+                    ),
+                };
+                warnings.push(crate::config::snapshot::Diagnostic {
+                    file: f.file.clone(),
+                    line: n.line,
+                    message,
+                });
+            }
+        }
+    }
+    set.warnings.extend(warnings);
 }

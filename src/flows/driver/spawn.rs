@@ -82,6 +82,7 @@ impl Driver {
             timeout: n.timeout_ms.map(Duration::from_millis),
             ct: self.run.ct.child_token(),
             hop: self.run.hop.clone(),
+            workspace: self.run.record.caller.workspace.clone(),
         };
         let (tx, node) = (self.tx.clone(), n.id.clone());
         let upstream = engine.upstream_permits(&n.tool);

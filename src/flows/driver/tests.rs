@@ -143,7 +143,7 @@ fn ann() -> Identity {
 async fn run(b: &Bench, flow: &str, inputs: Value) -> (String, RunState) {
     let started = b
         .engine
-        .start(flow, inputs, ann(), 0, None, Default::default())
+        .start(flow, inputs, (ann(), None), 0, None, Default::default())
         .await
         .expect("started");
     let state = started.done.await.expect("ended").expect("driven");
@@ -259,7 +259,14 @@ async fn a_cancelled_run_stops_its_running_nodes_and_starts_no_more() {
     let b = bench(&[("wide.toml", WIDE)]);
     let started = b
         .engine
-        .start("wide", json!({}), ann(), 0, None, Default::default())
+        .start(
+            "wide",
+            json!({}),
+            (ann(), None),
+            0,
+            None,
+            Default::default(),
+        )
         .await
         .expect("started");
     // Two nodes are running (the parallelism); cancel before they answer.

@@ -34,6 +34,10 @@ pub struct Caller {
     pub name: String,
     pub roles: Vec<String>,
     pub unrestricted: bool,
+    /// The workspace the starting call worked in (`workflow/workspace`): the stage gate
+    /// decides on the run's nodes as that workspace stands when each runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
 }
 
 /// A run as created.

@@ -302,6 +302,7 @@ mod tests {
                 name: "op".into(),
                 roles: vec![],
                 unrestricted: true,
+                workspace: None,
             },
             created_ms,
             replay_of: None,
@@ -369,6 +370,7 @@ mod tests {
             name: "op".into(),
             roles: vec![],
             unrestricted: true,
+            workspace: None,
         };
         log.create(&RunRecord {
             run_id: "r1".into(),

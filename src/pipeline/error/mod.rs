@@ -139,6 +139,33 @@ pub enum CallError {
     },
 }
 
+impl CallError {
+    /// Whether the refusal suggests tools (closest names, recovery actions).
+    pub fn suggests(&self) -> bool {
+        match self {
+            CallError::UnknownTool {
+                closest, recover, ..
+            } => !closest.is_empty() || !recover.is_empty(),
+            CallError::NotAuthorized { shown } => shown.suggests(),
+            _ => false,
+        }
+    }
+
+    /// Keeps only the suggested tools `keep` allows.
+    pub fn keep_suggested(&mut self, keep: impl Fn(&str) -> bool + Copy) {
+        match self {
+            CallError::UnknownTool {
+                closest, recover, ..
+            } => {
+                closest.retain(|n| keep(n));
+                recover.retain(|r| keep(&r.tool));
+            }
+            CallError::NotAuthorized { shown } => shown.keep_suggested(keep),
+            _ => {}
+        }
+    }
+}
+
 /// A safe call that may be what the caller meant: a read, with the caller's own arguments when
 /// they fit its input schema.
 #[derive(Debug, Clone)]
