@@ -810,3 +810,21 @@ async fn import_turns_client_variables_into_references_or_refuses_them() {
     assert_eq!(first_text(&r), "echo: hi");
     client.cancel().await.unwrap();
 }
+
+#[test]
+fn an_api_key_name_with_control_characters_or_10_kib_long_is_refused() {
+    for name in ["ali\u{7}ce", "line\nbreak", &"n".repeat(10 * 1024), ""] {
+        let (ok, err) = check(&format!(
+            "[[auth.api_keys]]\nname = {}\nsha256 = \"{}\"\nroles = []\n",
+            serde_json::to_string(name).unwrap(),
+            "0".repeat(64)
+        ));
+        assert!(!ok, "{name:.20?}: {err}");
+        assert!(
+            err.contains("a name is 1 to 256 bytes without control characters"),
+            "{name:.20?}: {err}"
+        );
+        // The refusal does not echo 10 KiB back.
+        assert!(err.len() < 4096, "{}", err.len());
+    }
+}

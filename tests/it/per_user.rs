@@ -911,8 +911,12 @@ async fn an_api_key_and_a_jwt_that_share_a_name_are_two_people() {
 
 /// Posts the connect form of `url` with the given fields.
 async fn post_form(url: &str, fields: &[(&str, &str)]) -> (u16, String) {
-    let state = url.split("state=").nth(1).unwrap();
-    let mut form = vec![("state", state)];
+    let mut form: Vec<(&str, &str)> = url
+        .split("state=")
+        .nth(1)
+        .map(|state| ("state", state))
+        .into_iter()
+        .collect();
     form.extend_from_slice(fields);
     let r = reqwest::Client::new()
         .post(url.split('?').next().unwrap())
@@ -930,6 +934,18 @@ async fn a_forwarded_connect_link_connects_nothing_for_whoever_opens_it() {
         .await
         .unwrap();
     let (bob_link, _) = link_of(&call(&bob, "gh__whoami", json!({})).await.unwrap_err());
+
+    // A page without a state, or with an empty one, connects nothing and says why.
+    let base = bob_link.split('?').next().unwrap().to_owned();
+    for url in [base.clone(), format!("{base}?state=")] {
+        let r = reqwest::get(&url).await.unwrap();
+        assert_eq!(r.status().as_u16(), 400, "{url}");
+        let body = r.text().await.unwrap();
+        assert!(body.to_lowercase().contains("link"), "{url}: {body}");
+    }
+    let (status, _) = post_form(&base, &[("proof", BOB), ("token", "gh-bob")]).await;
+    assert_eq!(status, 400);
+    // (Each of these three is counted as a refused attempt below.)
 
     // Alice opens Bob's link: the page says whose it is and what it connects.
     let page = reqwest::get(&bob_link).await.unwrap().text().await.unwrap();
@@ -970,7 +986,7 @@ async fn a_forwarded_connect_link_connects_nothing_for_whoever_opens_it() {
     );
     let m = s.gw.metrics_as(BOB).await;
     assert!(
-        m.contains("fedgate_user_credentials_total{event=\"refused\",upstream=\"gh\"} 5"),
+        m.contains("fedgate_user_credentials_total{event=\"refused\",upstream=\"gh\"} 8"),
         "{m}"
     );
     assert!(!s.gw.stderr().contains("gh-alice"), "a token in the log");

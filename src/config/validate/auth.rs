@@ -89,8 +89,8 @@ pub(super) fn validate_auth(
             cx.err_at(
                 k.sha256.span().start,
                 format!(
-                    "API key {:?}: a name is 1 to 256 bytes without control characters (it names the person)",
-                    k.name
+                    "API key `{}`: a name is 1 to 256 bytes without control characters (it names the person)",
+                    crate::names::shown(&k.name)
                 ),
             );
         }
