@@ -46,6 +46,8 @@ struct Client {
     urls: bool,
     /// Whether entries carry `"type"` (VS Code).
     typed: bool,
+    /// Whether its file may say `${env:NAME}` (the client's own environment).
+    expands_env: bool,
 }
 
 fn client(name: &str) -> Client {
@@ -54,16 +56,19 @@ fn client(name: &str) -> Client {
             key: "mcpServers",
             urls: false,
             typed: false,
+            expands_env: false,
         },
         "vscode" => Client {
             key: "servers",
             urls: true,
             typed: true,
+            expands_env: true,
         },
         _ => Client {
             key: "mcpServers",
             urls: true,
             typed: false,
+            expands_env: true,
         },
     }
 }
@@ -143,6 +148,10 @@ struct Entry {
     args: Option<[String; 3]>,
     #[serde(skip_serializing_if = "Option::is_none")]
     url: Option<String>,
+    /// What `fedgate stdio` needs of the client's environment: the variables the config
+    /// references, as the client's own references (never their values).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    env: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// The entry for this gateway: a URL, or the command that starts `fedgate stdio`.
@@ -174,6 +183,7 @@ fn entry(args: &ConnectArgs, c: &Client) -> Result<Entry, CliError> {
             command: None,
             args: None,
             url: Some(url),
+            env: None,
         });
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot locate fedgate itself: {e}"))?;
@@ -186,7 +196,63 @@ fn entry(args: &ConnectArgs, c: &Client) -> Result<Entry, CliError> {
             config.display().to_string(),
         ]),
         url: None,
+        env: stdio_env(&args.client, c, &config),
     })
+}
+
+/// The `env` block of a stdio entry: every `env:NAME` the config references. A client that
+/// expands `${env:NAME}` (VS Code, Cursor) gets those, so no secret is written into its file;
+/// one that does not (Claude Desktop) gets nothing, and the names it must be given are said.
+fn stdio_env(
+    client_name: &str,
+    c: &Client,
+    config: &Path,
+) -> Option<std::collections::BTreeMap<String, String>> {
+    let text = std::fs::read_to_string(config).ok()?;
+    let names = referenced_env(&text);
+    if names.is_empty() {
+        return None;
+    }
+    if c.expands_env {
+        return Some(
+            names
+                .into_iter()
+                .map(|n| (n.clone(), format!("${{env:{n}}}")))
+                .collect(),
+        );
+    }
+    eprintln!(
+        "warning: {client_name} starts `fedgate stdio` with only the environment its file gives \
+         it, and its file cannot refer to variables: add {} under this server's \"env\" there \
+         (fedgate does not copy secrets into it), or connect by --url to a serving gateway",
+        names
+            .iter()
+            .map(|n| format!("`{n}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    None
+}
+
+/// The names of the `env:NAME` references anywhere in a config's text.
+fn referenced_env(text: &str) -> std::collections::BTreeSet<String> {
+    fn walk(v: &toml::Value, out: &mut std::collections::BTreeSet<String>) {
+        match v {
+            toml::Value::String(s) => {
+                if let Some(name) = s.strip_prefix("env:").filter(|n| !n.is_empty()) {
+                    out.insert(name.to_owned());
+                }
+            }
+            toml::Value::Array(a) => a.iter().for_each(|v| walk(v, out)),
+            toml::Value::Table(t) => t.values().for_each(|v| walk(v, out)),
+            _ => {}
+        }
+    }
+    let mut out = std::collections::BTreeSet::new();
+    if let Ok(v) = text.parse::<toml::Table>() {
+        walk(&toml::Value::Table(v), &mut out);
+    }
+    out
 }
 
 type Servers = IndexMap<String, Box<RawValue>>;

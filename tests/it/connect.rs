@@ -207,3 +207,57 @@ fn the_official_sdks_connect_with_what_connect_wrote() {
         }
     }
 }
+
+/// `fedgate stdio` started by a client sees only what the client gives it: the entry names
+/// every variable the config references, as the client's own references, never a value.
+#[test]
+fn a_stdio_entry_passes_the_variables_the_config_references() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("gateway.toml");
+    std::fs::write(
+        &cfg,
+        stdio_upstream(
+            "demo",
+            &[],
+            "env = { TOKEN = \"env:FG_CONNECT_TOKEN\", PLAIN = \"x\" }",
+        ),
+    )
+    .unwrap();
+    let c = cfg.to_str().unwrap();
+    let file = dir.path().join("mcp.json");
+    let f = file.to_str().unwrap();
+    let out = Command::new(FEDGATE)
+        .args(["connect", "cursor", "--config", c, "--file", f])
+        .env("FG_CONNECT_TOKEN", "value-never-written")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(!text.contains("value-never-written"), "{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        v["mcpServers"]["fedgate"]["env"],
+        serde_json::json!({"FG_CONNECT_TOKEN": "${env:FG_CONNECT_TOKEN}"}),
+        "{v}"
+    );
+    // Claude Desktop's file cannot refer to variables: the names it needs are said.
+    let desktop = dir.path().join("claude.json");
+    let out = Command::new(FEDGATE)
+        .args(["connect", "claude-desktop", "--config", c, "--file"])
+        .arg(&desktop)
+        .env("FG_CONNECT_TOKEN", "value-never-written")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("add `FG_CONNECT_TOKEN` under"), "{said}");
+    assert!(
+        !std::fs::read_to_string(&desktop)
+            .unwrap()
+            .contains("value-never-written")
+    );
+}
