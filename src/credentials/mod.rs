@@ -130,6 +130,10 @@ pub enum Refused {
         "this sign-in was started in another browser: open the link your assistant gave you and sign in from there; nothing was stored"
     )]
     OtherBrowser,
+    #[error(
+        "this link was tried with wrong keys too often and connects nothing any more: call the tool again to get a new one"
+    )]
+    TooManyProofs,
     #[error("the token is empty")]
     EmptyToken,
     #[error("the token is longer than {MAX_TOKEN_BYTES} bytes")]
@@ -161,7 +165,15 @@ pub struct UserCredentials {
     refreshing: DashMap<(String, String), Arc<tokio::sync::Mutex<()>>>,
     pub oauth: oauth::OAuthClient,
     metrics: CredentialMetrics,
+    /// Wrong proofs given on each link's page (by the link's digest, with its expiry): past
+    /// [`MAX_PROOF_FAILURES`] the link connects nothing any more, on this replica.
+    proof_failures: DashMap<[u8; 32], (u32, u64)>,
 }
+
+/// Wrong keys a connect page takes before its link is spent.
+pub const MAX_PROOF_FAILURES: u32 = 5;
+/// Links whose failures are remembered at once; past it the expired ones are forgotten first.
+const MAX_REMEMBERED_LINKS: usize = 10_000;
 
 impl std::fmt::Debug for UserCredentials {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -169,6 +181,11 @@ impl std::fmt::Debug for UserCredentials {
             .field("store", &self.store)
             .finish_non_exhaustive()
     }
+}
+
+fn link_digest(state: &str) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(state.trim().as_bytes()).into()
 }
 
 fn bound(owner: &str, upstream: &str) -> Vec<u8> {
@@ -197,6 +214,7 @@ impl UserCredentials {
             base_url: parking_lot::RwLock::new(public_url.unwrap_or_default()),
             waiters: DashMap::new(),
             refreshing: DashMap::new(),
+            proof_failures: DashMap::new(),
             oauth: oauth::OAuthClient::new(),
             metrics,
         }
@@ -245,6 +263,11 @@ impl UserCredentials {
             self.store.remove(&c.owner, Some(&c.upstream)).await?;
         }
         Ok((migrated, dropped))
+    }
+
+    /// Whether people reach the connect page over https (its cookie is then `Secure`).
+    pub fn served_over_https(&self) -> bool {
+        self.base_url.read().starts_with("https://")
     }
 
     /// The listener's own address, when no `public_url` is configured.
@@ -409,9 +432,33 @@ impl UserCredentials {
             })
     }
 
-    /// The ticket of a state, if it is ours, unexpired and for `upstream` (not yet claimed).
+    /// The ticket of a state, if it is ours, unexpired and for `upstream` (not yet claimed),
+    /// and its page has not been given too many wrong proofs.
     pub fn check_state(&self, state: &str, upstream: &str) -> Result<Ticket, Refused> {
-        self.open_state(state, upstream, STATE_BINDING)
+        let ticket = self.open_state(state, upstream, STATE_BINDING)?;
+        if self
+            .proof_failures
+            .get(&link_digest(state))
+            .is_some_and(|f| f.0 >= MAX_PROOF_FAILURES)
+        {
+            return Err(Refused::TooManyProofs);
+        }
+        Ok(ticket)
+    }
+
+    /// A wrong proof on the page of `state` (whose ticket is `ticket`).
+    pub fn proof_failed(&self, state: &str, ticket: &Ticket) {
+        if self.proof_failures.len() >= MAX_REMEMBERED_LINKS {
+            let now = crate::clock::now_ms();
+            self.proof_failures
+                .retain(|_, (_, expires)| *expires >= now);
+        }
+        if self.proof_failures.len() < MAX_REMEMBERED_LINKS {
+            self.proof_failures
+                .entry(link_digest(state))
+                .or_insert((0, ticket.expires_at_ms))
+                .0 += 1;
+        }
     }
 
     fn open_state(&self, state: &str, upstream: &str, binding: &[u8]) -> Result<Ticket, Refused> {

@@ -219,12 +219,13 @@ fn confirm_page(
 }
 
 /// Sends the browser to sign in, keeping the nonce it must come back with.
-fn sign_in_redirect(upstream: &str, to: &str, nonce: &str) -> Response<Body> {
+fn sign_in_redirect(upstream: &str, to: &str, nonce: &str, https: bool) -> Response<Body> {
     let mut r = redirect(to);
     *r.status_mut() = StatusCode::SEE_OTHER;
     let cookie = format!(
-        "{BROWSER_COOKIE}={nonce}; Path=/connect/{upstream}; HttpOnly; SameSite=Lax; Max-Age={}",
-        crate::credentials::STATE_TTL.as_secs()
+        "{BROWSER_COOKIE}={nonce}; Path=/connect/{upstream}; HttpOnly; SameSite=Lax; Max-Age={}{}",
+        crate::credentials::STATE_TTL.as_secs(),
+        if https { "; Secure" } else { "" }
     );
     if let Ok(v) = header::HeaderValue::from_str(&cookie) {
         r.headers_mut().insert(header::SET_COOKIE, v);
@@ -386,6 +387,7 @@ impl Form<'_> {
         let proof = field(&bytes, "proof").unwrap_or_default();
         if !proven(self.parts, &ticket.owner, self.certificate, &proof) {
             creds.count(upstream, "refused");
+            creds.proof_failed(&state, &ticket);
             tracing::warn!(
                 upstream,
                 "a connect link was confirmed by someone it was not made for; nothing was stored"
@@ -406,10 +408,35 @@ impl Form<'_> {
                     upstream_url: url,
                 };
                 match creds.authorize(upstream, &state, target).await {
-                    Ok((to, nonce)) => sign_in_redirect(upstream, &to, &nonce),
+                    Ok((to, nonce)) => {
+                        sign_in_redirect(upstream, &to, &nonce, creds.served_over_https())
+                    }
                     Err(why) => oauth_refused(&why),
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cookie(https: bool) -> String {
+        let r = sign_in_redirect("gh", "https://as.example/authorize", "n0nce", https);
+        r.headers()
+            .get(header::SET_COOKIE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    #[test]
+    fn the_sign_in_cookie_is_secure_when_people_reach_fedgate_over_https() {
+        let plain = cookie(false);
+        assert!(plain.starts_with("fedgate_connect=n0nce;"), "{plain}");
+        assert!(plain.contains("HttpOnly") && plain.contains("Path=/connect/gh"));
+        assert!(!plain.contains("Secure"), "{plain}");
+        assert!(cookie(true).ends_with("; Secure"), "{}", cookie(true));
     }
 }

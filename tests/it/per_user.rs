@@ -990,4 +990,20 @@ async fn a_forwarded_connect_link_connects_nothing_for_whoever_opens_it() {
         "{m}"
     );
     assert!(!s.gw.stderr().contains("gh-alice"), "a token in the log");
+
+    // Guessing keys on a page spends its link: after five wrong ones, not even Carol's own
+    // key connects with it (she gets a new link by calling again).
+    for _ in 0..4 {
+        let (status, _) = connect_in_browser(&carol_link, "fgk_guess", "gh-guess").await;
+        assert_eq!(status, 400);
+    }
+    let page = reqwest::get(&carol_link).await.unwrap();
+    assert_eq!(page.status().as_u16(), 400);
+    let body = page.text().await.unwrap();
+    assert!(body.contains("wrong keys too often"), "{body}");
+    let (status, body) = post_form(&carol_link, &[("proof", CAROL), ("token", "gh-carol")]).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("wrong keys too often"), "{body}");
+    let (fresh, _) = link_of(&call(&carol, "gh__whoami", json!({})).await.unwrap_err());
+    assert_eq!(connect_in_browser(&fresh, CAROL, "gh-carol").await.0, 200);
 }
