@@ -36,7 +36,8 @@ fn config(dir: &std::path::Path, hook: &str, agent_tools: &str) -> String {
          [roles.agent]\ntools = {agent_tools}\n[roles.reviewer]\ntools = [\"*\"]\n\n{}{}\
          [upstreams.vault.tools.read_note]\napproval = \"plan\"\n\
          [upstreams.vault.tools.echo]\napproval = \"plan\"\napprovers = [\"reviewer\"]\n\
-         [upstreams.up.tools.write_note]\napproval = \"plan\"\n\n\
+         [upstreams.up.tools.write_note]\napproval = \"plan\"\n\
+         [upstreams.up.tools.echo]\napproval = \"elicit\"\n\n\
          [stages.wf]\ninitial = \"a\"\n[stages.wf.states.a]\ntools = [\"up/write_note\", \"up/stats\"]\n\
          [stages.wf.states.b]\ntools = [\"up/stats\"]\n\
          [[stages.wf.transitions]]\nfrom = \"a\"\nto = \"b\"\nroles = [\"reviewer\"]\n",
@@ -326,5 +327,89 @@ async fn a_stdio_upstream_sees_only_the_base_its_env_and_nothing_else_of_fedgate
     assert!(
         said.contains("upstream `legacy`: inherit_env = true"),
         "{said}"
+    );
+}
+
+/// A caller that, asked to approve, first has the operator narrow its roles (config written,
+/// reloaded), then says yes: the elicitation decider's approval meets the roles of that moment.
+#[derive(Clone)]
+struct NarrowedWhileAsked {
+    inner: TestClient,
+    config: std::path::PathBuf,
+    admin: String,
+}
+
+impl rmcp::ClientHandler for NarrowedWhileAsked {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        self.inner.get_info()
+    }
+
+    async fn create_elicitation(
+        &self,
+        params: rmcp::model::ElicitRequestParams,
+        ctx: rmcp::service::RequestContext<rmcp::RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        let text = std::fs::read_to_string(&self.config).unwrap().replace(
+            "tools = [\"up/*\", \"vault/*\", \"fedgate/stage_*\"]",
+            "tools = [\"up/stats\", \"vault/*\", \"fedgate/stage_*\"]",
+        );
+        std::fs::write(&self.config, text).unwrap();
+        let r = reqwest::Client::new()
+            .post(format!("{}/admin/reload", self.admin))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        self.inner.create_elicitation(params, ctx).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_approval_by_elicitation_meets_the_roles_of_the_moment_it_is_given() {
+    let s = start("[\"up/*\", \"vault/*\", \"fedgate/stage_*\"]").await;
+    let handler = NarrowedWhileAsked {
+        inner: TestClient::new(),
+        config: s.gw.dir.path().join("gateway.toml"),
+        admin: s.gw.admin.clone().unwrap(),
+    };
+    let seen = handler.inner.seen.clone();
+    let st = call(&s.alice, "fedgate__stage_status", json!({"workspace": "w"}))
+        .await
+        .unwrap();
+    assert_ne!(st.is_error, Some(true), "{st:?}");
+    let alice = {
+        use rmcp::{
+            ServiceExt,
+            transport::{
+                StreamableHttpClientTransport,
+                streamable_http_client::StreamableHttpClientTransportConfig,
+            },
+        };
+        let cfg = StreamableHttpClientTransportConfig::with_uri(s.gw.url.clone())
+            .auth_header(ALICE.to_owned());
+        handler
+            .serve(StreamableHttpClientTransport::from_config(cfg))
+            .await
+            .unwrap()
+    };
+    let before = upstream_calls(&s.alice, "up").await;
+    let r = alice
+        .peer()
+        .call_tool(
+            rmcp::model::CallToolRequestParams::new("up__echo")
+                .with_arguments(args(json!({"text": "after the reload"}))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(seen.elicitations.lock().len(), 1, "she was asked");
+    let said = text_of(&r);
+    assert_eq!(r.is_error, Some(true), "{said}");
+    assert!(!said.contains("\"after the reload\"}]"), "{said}");
+    assert!(said.contains("plan_not_allowed"), "{said}");
+    assert_eq!(
+        upstream_calls(&s.alice, "up").await,
+        before + 1,
+        "only the stats call ran: the echo did not"
     );
 }
