@@ -160,9 +160,15 @@ impl Stages {
                 format!(
                     "this stage allows {}; it moves on {}. Call {STAGE_STATUS} to see the stage, \
                      finish its work, and ask whoever holds the role to move it on",
-                    match here {
-                        Some(h) if !h.globs.is_empty() => h.globs.join(", "),
-                        _ => "none of the workflow's tools".to_owned(),
+                    {
+                        // The tools it lets this caller call, not its globs: those may name
+                        // tools the caller's roles hide.
+                        let allowed = self.allowed_here(m, &state, &call.identity.access);
+                        if allowed.is_empty() {
+                            "none of the workflow's tools you may call".to_owned()
+                        } else {
+                            allowed.join(", ")
+                        }
                     },
                     if moves.is_empty() {
                         "never: it is final".to_owned()
@@ -175,6 +181,23 @@ impl Stages {
             Some(state),
             several,
         ))
+    }
+
+    /// The gated tools `state` of `m` lets a caller with `access` call.
+    fn allowed_here(
+        &self,
+        m: &crate::policy::workflow::Machine,
+        state: &str,
+        access: &crate::policy::authz::Access,
+    ) -> Vec<String> {
+        self.pool
+            .catalog()
+            .tools
+            .iter()
+            .map(|t| t.name.to_string())
+            .filter(|n| m.gates(n) && m.allows(state, n))
+            .filter(|n| crate::pipeline::visible(&self.pool, access, n))
+            .collect()
     }
 
     pub(super) fn refused(&self, workflow: &str, kind: &str) {

@@ -622,6 +622,21 @@ async fn search_selection_and_suggestions_offer_only_what_the_stage_allows() {
         format!("{selected:?}").contains("no tool you may call"),
         "{selected:?}"
     );
+    // A refusal names what this stage lets the caller call, by name.
+    let early = format!(
+        "{:?}",
+        call(
+            &rev,
+            "research__verify",
+            json!({"workspace": "case-7", "evidence_id": 1, "credibility": "high"})
+        )
+        .await
+    );
+    assert!(early.contains("stage_blocked"), "{early}");
+    assert!(
+        early.contains("this stage allows research__collect;"),
+        "{early}"
+    );
     let typo = call(&rev, "research__verifi", json!({})).await;
     let said = format!("{typo:?}");
     assert!(said.contains("unknown tool"), "{said}");
