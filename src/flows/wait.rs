@@ -72,9 +72,12 @@ impl Engine {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             ended.borrow_and_update();
+            // Whether it is driven here, before its events are read: a run that ends between
+            // the two is then seen as driven, and its end wakes the wait below, instead of
+            // its last-but-one state being answered as if nobody drove it.
+            let driven = self.live.contains_key(run_id);
             let (record, events) = self.load(run_id).await?;
             let state = RunState::fold(&events);
-            let driven = self.live.contains_key(run_id);
             // With a shared log another replica may drive it (or take it over): look again
             // a few times per lease.
             let shared = self.log.lease();
