@@ -59,7 +59,13 @@ impl Step for GateStep {
         let mut inner = inner.clone();
         Box::pin(async move {
             let mut call = call;
-            if call.workspace.is_none() {
+            // Only a gateway's own tool (a flow) carries it on: an upstream call is gated by
+            // its session, so the hot path does no lookup for it.
+            let own = call
+                .target
+                .as_ref()
+                .is_some_and(|t| matches!(t.kind, super::TargetKind::Gateway(_)));
+            if own && call.workspace.is_none() {
                 call.workspace = gate.workspace(&call);
             }
             gate.check(&call).await?;
