@@ -278,6 +278,22 @@ pub struct RawJwt {
     /// Claim naming the person (a non-empty string); default `sub`. A token without it is
     /// refused.
     pub subject_claim: Option<String>,
+    /// The browser sign-in (OpenID Connect) a person with a token of this issuer gives on a
+    /// connect page to show it is them.
+    pub sign_in: Option<RawSignIn>,
+}
+
+/// `[auth.jwt.sign_in]`: OpenID Connect code flow with PKCE at `[auth.jwt] issuer`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSignIn {
+    /// This gateway's client id at the identity provider (a literal or `env:`/`file:`).
+    pub client_id: Spanned<String>,
+    /// `env:`/`file:` reference; absent for a public client.
+    pub client_secret: Option<Spanned<String>>,
+    /// Scopes asked for besides `openid` (e.g. `email` when `subject_claim = "email"`).
+    #[serde(default)]
+    pub scopes: Vec<String>,
 }
 
 /// `[roles.NAME]`

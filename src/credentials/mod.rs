@@ -8,6 +8,7 @@
 //! page sends the person on to the upstream's authorization server (`oauth`) with a second
 //! sealed state that also holds the PKCE verifier; the callback claims the nonce.
 
+mod identity;
 pub mod oauth;
 pub mod seal;
 mod sign_in;
@@ -18,6 +19,7 @@ use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
+pub use identity::{Proven, SIGNED_IN_PATH};
 pub use oauth::OAuthError;
 pub use seal::{SealError, Sealer};
 
@@ -151,6 +153,21 @@ pub enum Refused {
     NoCode,
     #[error("{0}; nothing was stored")]
     OAuth(OAuthError),
+    /// The identity provider's sign-in did not show who the browser is.
+    #[error("the identity provider's sign-in was not accepted: {0}; nothing was stored")]
+    IdToken(String),
+}
+
+/// The person an owner key names, as a page shows them: `alice (API key)`.
+pub fn person(owner: &str) -> String {
+    let (kind, name) = owner.split_once(':').unwrap_or(("", owner));
+    let kind = match kind {
+        "api_key" => "API key",
+        "jwt" => "signed-in token",
+        "client_cert" => "client certificate",
+        _ => "identity",
+    };
+    format!("{} ({kind})", crate::names::shown(name))
 }
 
 /// Per-user credentials of every upstream, and the calls waiting for one.

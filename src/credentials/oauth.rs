@@ -74,6 +74,8 @@ pub struct Granted {
     pub access: Secret,
     pub refresh: Option<Secret>,
     pub expires_at_ms: Option<u64>,
+    /// An OpenID Connect ID token, when `openid` was asked for.
+    pub id_token: Option<Secret>,
 }
 
 #[derive(Deserialize)]
@@ -85,6 +87,8 @@ struct TokenResponse {
     expires_in: Option<u64>,
     #[serde(default)]
     refresh_token: Option<String>,
+    #[serde(default)]
+    id_token: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -107,6 +111,16 @@ struct ServerMetadata {
     token_endpoint: String,
     #[serde(default)]
     code_challenge_methods_supported: Option<Vec<String>>,
+    #[serde(default)]
+    jwks_uri: Option<String>,
+}
+
+/// An OpenID provider, as discovered at its issuer.
+#[derive(Debug, Clone)]
+pub struct Provider {
+    pub endpoints: Endpoints,
+    /// Where the keys that sign its ID tokens are published.
+    pub jwks: Url,
 }
 
 /// The OAuth client of every per-user upstream, with the endpoints it discovered.
@@ -128,7 +142,7 @@ pub fn challenge(verifier: &str) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()))
 }
 
-fn resolve(what: &str, reference: &str, upstream: &str) -> Result<Secret, OAuthError> {
+pub(super) fn resolve(what: &str, reference: &str, upstream: &str) -> Result<Secret, OAuthError> {
     if crate::secret::is_reference(reference) {
         crate::secret::resolve(reference)
             .map_err(|e| OAuthError::Client(upstream.to_owned(), format!("{what}: {e}")))
@@ -206,6 +220,18 @@ impl OAuthClient {
             .authorization_servers
             .first()
             .ok_or("the upstream's protected-resource metadata names no authorization server")?;
+        let meta = self.issuer_metadata(issuer).await?;
+        let parse = |what: &str, u: &str| Url::parse(u).map_err(|e| format!("{what} `{u}`: {e}"));
+        Ok(Endpoints {
+            authorization: parse("authorization_endpoint", &meta.authorization_endpoint)?,
+            token: parse("token_endpoint", &meta.token_endpoint)?,
+            resource: settings.resource.clone().or(prm.resource),
+        })
+    }
+
+    /// The metadata of authorization server `issuer`: it must name itself as that issuer and
+    /// advertise PKCE with S256 (OAuth 2.1 and MCP: a downgrade is refused).
+    async fn issuer_metadata(&self, issuer: &str) -> Result<ServerMetadata, NotFound> {
         let issuer_url = Url::parse(issuer).map_err(|e| format!("issuer `{issuer}`: {e}"))?;
         let meta = self.server_metadata(&issuer_url).await?;
         if meta.issuer.trim_end_matches('/') != issuer.trim_end_matches('/') {
@@ -214,7 +240,6 @@ impl OAuthClient {
                 meta.issuer
             )));
         }
-        // OAuth 2.1 and MCP: no PKCE S256, no authorization (a downgrade is refused).
         if !meta
             .code_challenge_methods_supported
             .as_ref()
@@ -224,12 +249,39 @@ impl OAuthClient {
                 "`{issuer}` does not advertise PKCE with S256"
             )));
         }
+        Ok(meta)
+    }
+
+    /// The OpenID provider at `issuer`: its metadata must name the same issuer, PKCE with
+    /// S256 and its keys. Looked up on each sign-in (they are rare; keys rotate).
+    pub async fn provider(&self, issuer: &str) -> Result<Provider, OAuthError> {
+        self.find_provider(issuer)
+            .await
+            .map_err(|why| OAuthError::Discovery("the identity provider".into(), why.0))
+    }
+
+    async fn find_provider(&self, issuer: &str) -> Result<Provider, NotFound> {
+        let meta = self.issuer_metadata(issuer).await?;
         let parse = |what: &str, u: &str| Url::parse(u).map_err(|e| format!("{what} `{u}`: {e}"));
-        Ok(Endpoints {
-            authorization: parse("authorization_endpoint", &meta.authorization_endpoint)?,
-            token: parse("token_endpoint", &meta.token_endpoint)?,
-            resource: settings.resource.clone().or(prm.resource),
+        let jwks = meta
+            .jwks_uri
+            .as_deref()
+            .ok_or("its metadata names no jwks_uri")?;
+        Ok(Provider {
+            endpoints: Endpoints {
+                authorization: parse("authorization_endpoint", &meta.authorization_endpoint)?,
+                token: parse("token_endpoint", &meta.token_endpoint)?,
+                resource: None,
+            },
+            jwks: parse("jwks_uri", jwks)?,
         })
+    }
+
+    /// The keys an identity provider signs ID tokens with.
+    pub async fn keys(&self, url: &Url) -> Result<jsonwebtoken::jwk::JwkSet, OAuthError> {
+        self.get_json(url)
+            .await
+            .map_err(|why| OAuthError::Garbage(format!("its keys: {}", why.0)))
     }
 
     /// RFC 9728: `/.well-known/oauth-protected-resource` with the upstream's path inserted,
@@ -429,6 +481,7 @@ impl OAuthClient {
             expires_at_ms: t
                 .expires_in
                 .map(|s| crate::clock::now_ms().saturating_add(s.saturating_mul(1000))),
+            id_token: t.id_token.filter(|i| is_token(i)).map(Secret::new),
         })
     }
 }

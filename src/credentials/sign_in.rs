@@ -156,18 +156,7 @@ impl UserCredentials {
             return Err(refused(Refused::OtherBrowser));
         }
         if let Some(error) = field("error") {
-            // Only a well-formed error code is repeated to the person.
-            let code = if !error.is_empty()
-                && error.len() <= 64
-                && error
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'_')
-            {
-                error.to_owned()
-            } else {
-                "an error".to_owned()
-            };
-            return Err(refused(Refused::Denied(code)));
+            return Err(refused(Refused::Denied(error_code(error))));
         }
         let code = field("code")
             .filter(|c| !c.is_empty() && c.len() <= oauth::MAX_TOKEN_BYTES)
@@ -201,5 +190,19 @@ impl UserCredentials {
             .map_err(failed)?;
         self.connect(upstream, ticket, &Plain::granted(&granted))
             .await
+    }
+}
+
+/// An authorization server's `error`, as the person is shown it: a well-formed code only.
+pub(super) fn error_code(error: &str) -> String {
+    if !error.is_empty()
+        && error.len() <= 64
+        && error
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    {
+        error.to_owned()
+    } else {
+        "an error".to_owned()
     }
 }

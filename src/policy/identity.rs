@@ -137,6 +137,22 @@ pub struct JwtConfig {
     pub roles_claim: String,
     /// The claim naming the person (`sub` unless configured).
     pub subject_claim: String,
+    /// How such a person shows a connect page it is them: signing in at the issuer.
+    pub sign_in: Option<Arc<SignIn>>,
+}
+
+/// `[auth.jwt.sign_in]`, checked: the identity provider is `[auth.jwt] issuer`, whose ID
+/// tokens must name the person with the same claim its access tokens do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignIn {
+    pub issuer: String,
+    /// A literal, or an `env:`/`file:` reference, resolved when used.
+    pub client_id: String,
+    /// An `env:`/`file:` reference; `None` for a public client.
+    pub client_secret: Option<String>,
+    /// `openid` first, then the configured ones.
+    pub scopes: Vec<String>,
+    pub subject_claim: String,
 }
 
 impl std::fmt::Debug for JwtConfig {
@@ -373,7 +389,7 @@ const MAX_SUBJECT_BYTES: usize = 256;
 
 /// The person a verified token names: a non-empty string of at most 256 bytes without control
 /// characters. Without one there is no one to keep credentials, sessions and plans for.
-fn subject(claims: &serde_json::Value, claim: &str) -> Result<String, AuthError> {
+pub fn subject(claims: &serde_json::Value, claim: &str) -> Result<String, AuthError> {
     let refused = |why: &str| AuthError::Token(format!("claim `{claim}` {why}"));
     match claims.get(claim) {
         None | Some(serde_json::Value::Null) => Err(refused("is missing: it names the person")),
@@ -389,7 +405,7 @@ fn subject(claims: &serde_json::Value, claim: &str) -> Result<String, AuthError>
     }
 }
 
-fn jwt_reason(e: &jsonwebtoken::errors::Error) -> String {
+pub fn jwt_reason(e: &jsonwebtoken::errors::Error) -> String {
     use jsonwebtoken::errors::ErrorKind;
     match e.kind() {
         ErrorKind::ExpiredSignature => "expired".into(),

@@ -19,8 +19,8 @@ use hyper::body::Incoming;
 
 use super::{http::Body, parts::EdgeParts};
 use crate::{
-    credentials::{OAuthTarget, Refused},
-    policy::token::PerUserOAuth,
+    credentials::{OAuthTarget, Proven, Refused},
+    policy::{identity::SignIn, token::PerUserOAuth},
 };
 
 /// A form submission is a state and a token: far less than this.
@@ -123,27 +123,12 @@ fn redirect(to: &str) -> Response<Body> {
     }
 }
 
-/// The cookie that ties an OAuth sign-in to the browser that started it.
+/// The cookie that ties an upstream's OAuth sign-in to the browser that started it.
 const BROWSER_COOKIE: &str = "fedgate_connect";
 
-/// The person an owner key names, for the page: `alice (API key)`.
-fn person(owner: &str) -> String {
-    let (kind, name) = owner.split_once(':').unwrap_or(("", owner));
-    let kind = match kind {
-        "api_key" => "API key",
-        "jwt" => "signed-in token",
-        "client_cert" => "client certificate",
-        _ => "identity",
-    };
-    format!("{} ({kind})", crate::names::shown(name))
-}
-
-/// Whether the browser showed it is `owner`: its client certificate maps to them, or the key
-/// or token typed on the page (a form field, never a URL) authenticates as them.
-fn proven(parts: &EdgeParts, owner: &str, certificate: Option<&str>, proof: &str) -> bool {
-    if certificate == Some(owner) {
-        return true;
-    }
+/// Whether the key or token typed on the page (a form field, never a URL) authenticates as
+/// `owner`.
+fn proven(parts: &EdgeParts, owner: &str, proof: &str) -> bool {
     let proof = proof.trim();
     if proof.is_empty() || proof.len() > crate::credentials::MAX_TOKEN_BYTES {
         return false;
@@ -160,37 +145,83 @@ fn proven(parts: &EdgeParts, owner: &str, certificate: Option<&str>, proof: &str
         .is_ok_and(|id| id.key() == owner)
 }
 
+/// How the browser shows the page it is the link's person.
+enum Proof {
+    /// Its verified client certificate maps to them.
+    Certificate,
+    /// They sign in at the organisation's identity provider (a JWT person).
+    SignIn(Arc<SignIn>),
+    /// They type their own fedgate key or token on the page.
+    Typed,
+}
+
+impl Proof {
+    fn of(parts: &EdgeParts, owner: &str, certificate: Option<&str>) -> Self {
+        if certificate == Some(owner) {
+            return Proof::Certificate;
+        }
+        let sign_in = owner
+            .starts_with("jwt:")
+            .then(|| parts.auth.load().jwt.as_ref()?.sign_in.clone())
+            .flatten();
+        sign_in.map_or(Proof::Typed, Proof::SignIn)
+    }
+
+    /// The page's words and fields for it.
+    fn fields(&self, who: &str) -> String {
+        match self {
+            Proof::Certificate => format!("<p>Your client certificate shows you are {who}.</p>"),
+            Proof::SignIn(s) => format!(
+                "<p>To show you are {who}, you sign in at your organisation's identity provider \
+                 ({}) first.</p>",
+                escape(&s.issuer)
+            ),
+            Proof::Typed => format!(
+                "<label>Your own fedgate API key or token, to show you are {who} \
+                 <input type=\"password\" name=\"proof\" autocomplete=\"off\" required \
+                 maxlength=\"{max}\"></label>",
+                max = crate::credentials::MAX_TOKEN_BYTES
+            ),
+        }
+    }
+}
+
+/// The field a pasted token goes into.
+fn token_field() -> String {
+    format!(
+        "<label>Token <input type=\"password\" name=\"token\" autocomplete=\"off\" \
+         required maxlength=\"{}\"></label>",
+        crate::credentials::MAX_TOKEN_BYTES
+    )
+}
+
 /// The page a valid link opens: who it is for, what it connects, and a form that confirms it.
 fn confirm_page(
     upstream: &str,
     state: &str,
     ticket: &crate::credentials::Ticket,
-    certificate: Option<&str>,
+    proof: &Proof,
     kind: &Kind,
 ) -> Response<Body> {
-    let who = escape(&person(&ticket.owner));
-    let proof = if certificate == Some(ticket.owner.as_str()) {
-        format!("<p>Your client certificate shows you are {who}.</p>")
-    } else {
-        format!(
-            "<label>Your own fedgate API key or token, to show you are {who} \
-             <input type=\"password\" name=\"proof\" autocomplete=\"off\" required \
-             maxlength=\"{max}\"></label>",
-            max = crate::credentials::MAX_TOKEN_BYTES
-        )
-    };
+    let who = escape(&crate::credentials::person(&ticket.owner));
+    let signs_in = matches!(proof, Proof::SignIn(_));
     let (what, fields, button) = match kind {
         Kind::Token(hint) => (
             escape(
                 hint.as_deref()
                     .unwrap_or(&format!("Your own token for {upstream}")),
             ),
-            format!(
-                "<label>Token <input type=\"password\" name=\"token\" autocomplete=\"off\" \
-                 required maxlength=\"{}\"></label>",
-                crate::credentials::MAX_TOKEN_BYTES
-            ),
-            "Connect",
+            // Asked for once the sign-in showed who the browser is.
+            if signs_in {
+                String::new()
+            } else {
+                token_field()
+            },
+            if signs_in {
+                "Sign in to continue"
+            } else {
+                "Connect"
+            },
         ),
         Kind::OAuth(..) => (
             format!(
@@ -198,51 +229,110 @@ fn confirm_page(
                 escape(upstream)
             ),
             String::new(),
-            "Continue to sign in",
+            if signs_in {
+                "Sign in to continue"
+            } else {
+                "Continue to sign in"
+            },
         ),
     };
+    form_page(
+        upstream,
+        &format!(
+            "<p>This link connects <strong>{u}</strong> for <strong>{who}</strong>. If you \
+             are not {who}, close this page: nothing happens.</p><p>{what}</p>",
+            u = escape(upstream)
+        ),
+        &format!(
+            "<input type=\"hidden\" name=\"state\" value=\"{s}\">{proof} {fields}",
+            s = escape(state),
+            proof = proof.fields(&who)
+        ),
+        button,
+    )
+}
+
+/// A page with `intro`, then a form posting `fields` to the upstream's page.
+fn form_page(upstream: &str, intro: &str, fields: &str, button: &str) -> Response<Body> {
     page(
         StatusCode::OK,
         &format!("Connect {upstream}"),
         &format!(
-            "<p>This link connects <strong>{u}</strong> for <strong>{who}</strong>. If you \
-             are not {who}, close this page: nothing happens.</p><p>{what}</p>\
-             <form method=\"post\" action=\"/connect/{u}\">\
-             <input type=\"hidden\" name=\"state\" value=\"{s}\">{proof} {fields} \
+            "{intro}<form method=\"post\" action=\"/connect/{u}\">{fields} \
              <button type=\"submit\">{button}</button></form><p>fedgate keeps it sealed and \
              sends it only with your own calls to {u}. You can disconnect any time \
              (<code>fedgate__disconnect</code>).</p>",
             u = escape(upstream),
-            s = escape(state),
         ),
     )
 }
 
-/// Sends the browser to sign in, keeping the nonce it must come back with.
-fn sign_in_redirect(upstream: &str, to: &str, nonce: &str, https: bool) -> Response<Body> {
+/// After the sign-in showed who the browser is: the form the token is pasted into.
+fn token_page(upstream: &str, proven: &Proven, hint: Option<&str>) -> Response<Body> {
+    let who = escape(&crate::credentials::person(&proven.ticket.owner));
+    let what = escape(hint.unwrap_or(&format!("Your own token for {upstream}")));
+    form_page(
+        upstream,
+        &format!(
+            "<p>You signed in as <strong>{who}</strong>. This connects <strong>{u}</strong> \
+             for you.</p><p>{what}</p>",
+            u = escape(upstream)
+        ),
+        &format!(
+            "<input type=\"hidden\" name=\"state\" value=\"{s}\">\
+             <input type=\"hidden\" name=\"signed_in\" value=\"{m}\"> {token}",
+            s = escape(&proven.state),
+            m = escape(&proven.mark),
+            token = token_field()
+        ),
+        "Connect",
+    )
+}
+
+/// Sends the browser to sign in (`to`), keeping in cookie `name` (sent back to `path`) the
+/// nonce it must come back with.
+fn sign_in_redirect(to: &str, cookie: (&str, &str), nonce: &str, https: bool) -> Response<Body> {
     let mut r = redirect(to);
     *r.status_mut() = StatusCode::SEE_OTHER;
+    let (name, path) = cookie;
     let cookie = format!(
-        "{BROWSER_COOKIE}={nonce}; Path=/connect/{upstream}; HttpOnly; SameSite=Lax; Max-Age={}{}",
+        "{name}={nonce}; Path={path}; HttpOnly; SameSite=Lax; Max-Age={}{}",
         crate::credentials::STATE_TTL.as_secs(),
         if https { "; Secure" } else { "" }
     );
     if let Ok(v) = header::HeaderValue::from_str(&cookie) {
-        r.headers_mut().insert(header::SET_COOKIE, v);
+        r.headers_mut().append(header::SET_COOKIE, v);
     }
     r
 }
 
-/// The nonce the browser kept when its sign-in started.
-fn browser_nonce(req: &Request<Incoming>) -> Option<String> {
+/// Where the upstream's authorization server sends the browser back, and its cookie there.
+fn upstream_cookie(upstream: &str) -> String {
+    format!("/connect/{upstream}")
+}
+
+/// The cookie that ties an identity sign-in to the browser that started it; sent back to the
+/// identity provider's return path and to every upstream's page (the token form).
+const IDENTITY_COOKIE: (&str, &str) = ("fedgate_identity", "/connect/");
+
+/// The nonce the browser kept in cookie `name` when its sign-in started.
+fn cookie(req: &Request<Incoming>, name: &str) -> Option<String> {
     req.headers()
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|c| c.trim().split_once('='))
-        .find(|(k, _)| *k == BROWSER_COOKIE)
+        .find(|(k, _)| *k == name)
         .map(|(_, v)| v.to_owned())
+}
+
+/// A callback's query, bounded.
+fn query_fields(req: &Request<Incoming>) -> Vec<(String, String)> {
+    form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes())
+        .take(32)
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect()
 }
 
 /// The authorization server sent the person back: finish, if this browser started it.
@@ -252,18 +342,71 @@ async fn oauth_callback(
     target: OAuthTarget<'_>,
     req: &Request<Incoming>,
 ) -> Response<Body> {
-    let query = req.uri().query().unwrap_or("").as_bytes();
-    let fields: Vec<(String, String)> = form_urlencoded::parse(query)
-        .take(32)
-        .map(|(k, v)| (k.into_owned(), v.into_owned()))
-        .collect();
-    let browser = browser_nonce(req);
+    let browser = cookie(req, BROWSER_COOKIE);
     match creds
-        .callback(upstream, &fields, browser.as_deref(), target)
+        .callback(upstream, &query_fields(req), browser.as_deref(), target)
         .await
     {
         Ok(_) => connected(upstream),
         Err(why) => oauth_refused(&why),
+    }
+}
+
+/// Sends a proven person on to sign in at the upstream's authorization server.
+async fn to_upstream_sign_in(
+    creds: &crate::credentials::UserCredentials,
+    upstream: &str,
+    state: &str,
+    target: OAuthTarget<'_>,
+) -> Response<Body> {
+    match creds.authorize(upstream, state, target).await {
+        Ok((to, nonce)) => sign_in_redirect(
+            &to,
+            (BROWSER_COOKIE, &upstream_cookie(upstream)),
+            &nonce,
+            creds.served_over_https(),
+        ),
+        Err(why) => oauth_refused(&why),
+    }
+}
+
+/// The identity provider sent the person back: if they are the link's person, on to the
+/// upstream's sign-in or to the token form.
+async fn signed_in(
+    parts: &EdgeParts,
+    creds: &crate::credentials::UserCredentials,
+    req: &Request<Incoming>,
+) -> Response<Body> {
+    let Some(settings) = parts
+        .auth
+        .load()
+        .jwt
+        .as_ref()
+        .and_then(|j| j.sign_in.clone())
+    else {
+        return nothing_to_connect("This gateway has no identity provider sign-in.");
+    };
+    let browser = cookie(req, IDENTITY_COOKIE.0);
+    let proven = match creds
+        .finish_sign_in(&query_fields(req), browser.as_deref(), &settings)
+        .await
+    {
+        Ok(p) => p,
+        Err(why) => return oauth_refused(&why),
+    };
+    let upstream = proven.ticket.upstream.clone();
+    match per_user_kind(&parts.pool, &upstream) {
+        Some(Kind::OAuth(settings, url)) => {
+            let target = OAuthTarget {
+                settings: &settings,
+                upstream_url: &url,
+            };
+            to_upstream_sign_in(creds, &upstream, &proven.state, target).await
+        }
+        Some(Kind::Token(hint)) => token_page(&upstream, &proven, hint.as_deref()),
+        None => nothing_to_connect(
+            "No upstream of this gateway is connected per person under that name.",
+        ),
     }
 }
 
@@ -308,12 +451,22 @@ pub(super) async fn serve(
     certificate: Option<String>,
     body_timeout: Duration,
 ) -> Response<Body> {
+    let Some(creds) = parts.credentials.as_ref() else {
+        return nothing_to_connect(
+            "No upstream of this gateway is connected per person under that name.",
+        );
+    };
+    if upstream == crate::credentials::SIGNED_IN_PATH {
+        return match *req.method() {
+            Method::GET => signed_in(parts, creds, &req).await,
+            _ => not_allowed(),
+        };
+    }
     let (upstream, callback) = match upstream.strip_suffix("/callback") {
         Some(u) => (u, true),
         None => (upstream, false),
     };
-    let kind = per_user_kind(&parts.pool, upstream);
-    let (Some(creds), Some(kind)) = (parts.credentials.as_ref(), kind) else {
+    let Some(kind) = per_user_kind(&parts.pool, upstream) else {
         return nothing_to_connect(
             "No upstream of this gateway is connected per person under that name.",
         );
@@ -334,7 +487,8 @@ pub(super) async fn serve(
             let state = field(&query, "state").unwrap_or_default();
             match creds.check_state(&state, upstream) {
                 Ok(ticket) => {
-                    confirm_page(upstream, &state, &ticket, certificate.as_deref(), &kind)
+                    let proof = Proof::of(parts, &ticket.owner, certificate.as_deref());
+                    confirm_page(upstream, &state, &ticket, &proof, &kind)
                 }
                 Err(why) => {
                     creds.count(upstream, "refused");
@@ -363,6 +517,14 @@ struct Form<'a> {
     certificate: Option<&'a str>,
 }
 
+/// What a submitted form showed about who the browser is.
+enum Shown {
+    TheirsAlone,
+    NotThem,
+    /// It goes to sign in at the identity provider first.
+    SignIn(Response<Body>),
+}
+
 impl Form<'_> {
     async fn submit(
         &self,
@@ -371,6 +533,7 @@ impl Form<'_> {
         body_timeout: Duration,
     ) -> Response<Body> {
         let (creds, upstream) = (self.creds, self.upstream);
+        let identity_cookie = cookie(&req, IDENTITY_COOKIE.0);
         let bytes = match super::body::collect(req.into_body(), MAX_FORM_BYTES, body_timeout).await
         {
             Ok(b) => b,
@@ -384,15 +547,22 @@ impl Form<'_> {
                 return refused(&why.to_string());
             }
         };
-        let proof = field(&bytes, "proof").unwrap_or_default();
-        if !proven(self.parts, &ticket.owner, self.certificate, &proof) {
-            creds.count(upstream, "refused");
-            creds.proof_failed(&state, &ticket);
-            tracing::warn!(
-                upstream,
-                "a connect link was confirmed by someone it was not made for; nothing was stored"
-            );
-            return refused(&Refused::NotYou(person(&ticket.owner)).to_string());
+        match self
+            .shown(&bytes, &state, &ticket, identity_cookie.as_deref())
+            .await
+        {
+            Shown::TheirsAlone => {}
+            Shown::SignIn(redirect) => return redirect,
+            Shown::NotThem => {
+                creds.count(upstream, "refused");
+                creds.proof_failed(&state, &ticket);
+                tracing::warn!(
+                    upstream,
+                    "a connect link was confirmed by someone it was not made for; nothing was stored"
+                );
+                let who = crate::credentials::person(&ticket.owner);
+                return refused(&Refused::NotYou(who).to_string());
+            }
         }
         match kind {
             Kind::Token(_) => {
@@ -407,13 +577,48 @@ impl Form<'_> {
                     settings,
                     upstream_url: url,
                 };
-                match creds.authorize(upstream, &state, target).await {
-                    Ok((to, nonce)) => {
-                        sign_in_redirect(upstream, &to, &nonce, creds.served_over_https())
-                    }
-                    Err(why) => oauth_refused(&why),
-                }
+                to_upstream_sign_in(creds, upstream, &state, target).await
             }
+        }
+    }
+
+    /// Whether the form shows the browser is the link's person: its certificate, the key typed
+    /// on the page, or the mark of a sign-in at the identity provider in this browser; without
+    /// that mark, a JWT person is sent to sign in.
+    async fn shown(
+        &self,
+        form: &[u8],
+        state: &str,
+        ticket: &crate::credentials::Ticket,
+        identity_cookie: Option<&str>,
+    ) -> Shown {
+        let creds = self.creds;
+        let yes = |shown: bool| {
+            if shown {
+                Shown::TheirsAlone
+            } else {
+                Shown::NotThem
+            }
+        };
+        match Proof::of(self.parts, &ticket.owner, self.certificate) {
+            Proof::Certificate => Shown::TheirsAlone,
+            Proof::Typed => yes(proven(
+                self.parts,
+                &ticket.owner,
+                &field(form, "proof").unwrap_or_default(),
+            )),
+            Proof::SignIn(settings) => match field(form, "signed_in") {
+                Some(mark) => yes(creds.is_signed_in(&mark, ticket, identity_cookie)),
+                None => match creds.start_sign_in(state, ticket, &settings).await {
+                    Ok((to, nonce)) => Shown::SignIn(sign_in_redirect(
+                        &to,
+                        IDENTITY_COOKIE,
+                        &nonce,
+                        creds.served_over_https(),
+                    )),
+                    Err(why) => Shown::SignIn(oauth_refused(&why)),
+                },
+            },
         }
     }
 }
@@ -423,7 +628,12 @@ mod tests {
     use super::*;
 
     fn cookie(https: bool) -> String {
-        let r = sign_in_redirect("gh", "https://as.example/authorize", "n0nce", https);
+        let r = sign_in_redirect(
+            "https://as.example/authorize",
+            (BROWSER_COOKIE, &upstream_cookie("gh")),
+            "n0nce",
+            https,
+        );
         r.headers()
             .get(header::SET_COOKIE)
             .and_then(|v| v.to_str().ok())

@@ -27,6 +27,7 @@ mod federation;
 mod flows;
 mod flows_example;
 mod guardrails;
+mod identity_sign_in;
 mod layer_order;
 mod limits;
 mod literal_agent;

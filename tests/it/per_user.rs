@@ -752,17 +752,10 @@ const JWT_SECRET: &str = "per-user-jwt-secret-test-only";
 const EVE: &str = "fgk_eve_per_user_test_only";
 
 fn jwt_for(sub: &str) -> String {
-    let exp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        + 600;
-    jsonwebtoken::encode(
-        &jsonwebtoken::Header::default(),
-        &json!({"sub": sub, "roles": ["dev"], "exp": exp}),
-        &jsonwebtoken::EncodingKey::from_secret(JWT_SECRET.as_bytes()).unwrap(),
+    hs256(
+        json!({"sub": sub, "roles": ["dev"], "exp": unix_now() + 600}),
+        JWT_SECRET,
     )
-    .unwrap()
 }
 
 /// A raw handshake-era `initialize` as `token`; its sealed session id.

