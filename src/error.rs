@@ -21,7 +21,8 @@ pub trait Classify {
 }
 
 /// An error's text for people: the Rust type names some library errors embed
-/// (`Transport [fedgate::upstream::tap::Tap<…>] error: Broken pipe`) are dropped.
+/// (`Transport [fedgate::upstream::tap::Tap<…>] error: Broken pipe`) are dropped, and what
+/// looks like a secret is masked (an upstream's error text may quote one).
 pub fn plain(e: &dyn std::fmt::Display) -> String {
     let text = e.to_string();
     let mut out = String::with_capacity(text.len());
@@ -38,7 +39,8 @@ pub fn plain(e: &dyn std::fmt::Display) -> String {
         rest = &rest[close + 1..];
     }
     out.push_str(rest);
-    out.split_whitespace().collect::<Vec<_>>().join(" ")
+    let out = out.split_whitespace().collect::<Vec<_>>().join(" ");
+    crate::guard::masked(&out).into_owned()
 }
 
 #[cfg(test)]

@@ -326,7 +326,17 @@ impl ServerHandler for Demo {
                 text(json!({"header": header, "meta": meta}).to_string())
             }
             "fail" => CallToolResult::error(vec![ContentBlock::text("this tool always fails")]),
-            "error" => return Err(McpError::internal_error("deliberate JSON-RPC error", None)),
+            "error" => {
+                let quoted =
+                    arg_str(args, "note").and_then(|k| self.state.notes.lock().get(&k).cloned());
+                return Err(match quoted {
+                    Some(q) => McpError::internal_error(
+                        format!("deliberate JSON-RPC error: authentication failed for {q}"),
+                        Some(json!({"refused": q})),
+                    ),
+                    None => McpError::internal_error("deliberate JSON-RPC error", None),
+                });
+            }
             "reject" => {
                 return Err(McpError::invalid_params(
                     "the demo rejects these arguments",

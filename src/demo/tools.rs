@@ -136,8 +136,9 @@ impl Demo {
             ),
             tool(
                 "error",
-                "Always answer with a JSON-RPC error.",
-                json!({}),
+                "Always answer with a JSON-RPC error; with `note`, its message and data quote \
+                 that note (as servers quote the token they refused).",
+                json!({"note": {"type": "string"}}),
                 true,
             ),
             tool(

@@ -394,6 +394,35 @@ pub fn scan_arguments(
     scan.found
 }
 
+/// Scans an upstream's JSON-RPC error — its message and data — for secrets like a result,
+/// masking under `redact`.
+pub fn scan_error(error: &mut rmcp::ErrorData, action: SecretAction) -> Vec<Finding> {
+    if action == SecretAction::Off {
+        return Vec::new();
+    }
+    let mut scan = Scan::new(Direction::Result, action, InjectionAction::Off);
+    let mut message = error.message.to_string();
+    scan.text(&mut message, "", "/message");
+    if let Some(data) = error.data.as_mut() {
+        scan.value(data, "", &mut "/data".to_owned());
+    }
+    if action == SecretAction::Redact && message != error.message {
+        error.message = message.into();
+    }
+    scan.found
+}
+
+/// `text` with every secret masked, for what fedgate writes itself (log lines, error text),
+/// whatever the upstream's guardrails: a secret never reaches fedgate's own output.
+pub fn masked(text: &str) -> std::borrow::Cow<'_, str> {
+    let hits = secrets::scan(text, "");
+    if hits.is_empty() {
+        text.into()
+    } else {
+        secrets::redact(text, &hits).into()
+    }
+}
+
 /// Scans a result's text (tool content and structured content, resource contents, prompt
 /// messages) for secrets under `action` (masking under `redact`) and for injected
 /// instructions under `injections` (fencing under `mark`).

@@ -452,20 +452,26 @@ fn rfc3339(ms: u64) -> String {
 }
 
 /// A short, bounded rendering of call arguments for an approval plan (`key=value, …`), shown
-/// to the agent, its human and reviewers. Values that look secret are redacted: properties the
-/// schema marks `writeOnly` or `format: password`, and names like `password`, `token`, `secret`.
+/// to the agent, its human and reviewers. Masked as the audit log masks them — by the secret
+/// detectors (`[REDACTED:<detector>]`) — and properties the schema declares secret (`writeOnly`,
+/// `format: password`) are `«redacted»` whatever they hold. A name alone (`key`) hides nothing:
+/// the approver sees which record a write touches.
 pub(super) fn summarize(args: &Map<String, Value>, schema: Option<&Value>) -> String {
     const MAX: usize = 200;
     if args.is_empty() {
         return "no arguments".to_owned();
     }
+    let mut masked = args.clone();
+    crate::guard::scan_arguments(&mut masked, crate::guard::SecretAction::Redact);
     let mut out = String::new();
-    for (k, v) in args {
+    for (k, v) in &masked {
         if !out.is_empty() {
             out.push_str(", ");
         }
         let v = match v {
-            _ if secret(k, schema.and_then(|s| s.get("properties")?.get(k))) => "«redacted»".into(),
+            _ if declared_secret(schema.and_then(|s| s.get("properties")?.get(k))) => {
+                "«redacted»".into()
+            }
             Value::String(s) => format!("{s:?}"),
             other => other.to_string(),
         };
@@ -479,13 +485,12 @@ pub(super) fn summarize(args: &Map<String, Value>, schema: Option<&Value>) -> St
     out
 }
 
-/// Whether argument `name` (described by `schema`) holds something not to show.
-fn secret(name: &str, schema: Option<&Value>) -> bool {
-    crate::secret::looks_secret(name)
-        || schema.is_some_and(|s| {
-            s.get("writeOnly") == Some(&Value::Bool(true))
-                || s.get("format").and_then(Value::as_str) == Some("password")
-        })
+/// Whether a property's schema declares its value secret.
+fn declared_secret(schema: Option<&Value>) -> bool {
+    schema.is_some_and(|s| {
+        s.get("writeOnly") == Some(&Value::Bool(true))
+            || s.get("format").and_then(Value::as_str) == Some("password")
+    })
 }
 
 #[cfg(test)]
@@ -494,11 +499,18 @@ mod tests {
 
     #[test]
     fn summaries_are_bounded_and_redact_secrets() {
-        let args = json!({"user": "ada", "api_token": "t0ps3cret", "pin": "1234", "n": 2});
+        let args = json!({"user": "ada", "api_token": "t0ps3cret", "pin": "1234", "n": 2,
+            "key": "notes/2024-06-01", "note": "AKIAIOSFODNN7EXAMPLE"});
         let schema = json!({"properties": {"pin": {"type": "string", "writeOnly": true}}});
         let s = summarize(args.as_object().unwrap(), Some(&schema));
         assert!(!s.contains("t0ps3cret") && !s.contains("1234"), "{s}");
+        assert!(
+            !s.contains("AKIA") && s.contains("[REDACTED:aws_access_key]"),
+            "{s}"
+        );
         assert!(s.contains("user=\"ada\"") && s.contains("n=2"), "{s}");
+        // A record's key is not a secret by its name.
+        assert!(s.contains("key=\"notes/2024-06-01\""), "{s}");
         let long = json!({"text": "x".repeat(1000)});
         assert!(summarize(long.as_object().unwrap(), None).chars().count() <= 201);
     }

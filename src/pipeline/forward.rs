@@ -136,6 +136,7 @@ fn watch_resource(
                 "this upstream offers no resource subscriptions",
                 None,
             ),
+            found: Vec::new(),
         }));
     }
     up.watched.send_modify(|set| {

@@ -82,7 +82,9 @@ impl Step for Guard {
         let Some((upstream_tool, mut args)) = hooked else {
             let fut = inner.call(call);
             return Box::pin(async move {
-                let result = fut.await?;
+                let result = fut
+                    .await
+                    .map_err(|e| refused(e, &policy, &metrics, &name, &upstream))?;
                 back(result, found, &policy, &metrics, name, upstream, Vec::new())
             });
         };
@@ -130,7 +132,10 @@ impl Step for Guard {
                 Op::GetPrompt(p) => p.arguments = (!args.is_empty()).then(|| args.clone()),
                 _ => {}
             }
-            let mut result = inner.call(call).await?;
+            let mut result = inner
+                .call(call)
+                .await
+                .map_err(|e| refused(e, &policy, &metrics, &name, &upstream))?;
             let answered = matches!(
                 result,
                 ServerResult::CallToolResult(_)
@@ -336,6 +341,36 @@ fn blocked(first: &Finding, tool: String, upstream: String) -> CallError {
     })))
 }
 
+/// An upstream's JSON-RPC error, scanned like a result: masked under `redact`, withheld under
+/// `block`, what was found kept for the audit record.
+fn refused(
+    e: CallError,
+    policy: &guard::Policy,
+    metrics: &Metrics,
+    tool: &str,
+    upstream: &str,
+) -> CallError {
+    let CallError::UpstreamRefused {
+        upstream: from,
+        mut error,
+        mut found,
+    } = e
+    else {
+        return e;
+    };
+    let mut more = guard::scan_error(&mut error, policy.results);
+    count(metrics, &more);
+    if let Some(first) = more.iter().find(|f| f.action == Taken::Block) {
+        return blocked(first, tool.to_owned(), upstream.to_owned());
+    }
+    found.append(&mut more);
+    CallError::UpstreamRefused {
+        upstream: from,
+        error,
+        found,
+    }
+}
+
 /// The way back: the result is scanned, and what was found and asked is said in it.
 fn back(
     mut result: ServerResult,
@@ -362,6 +397,9 @@ pub fn findings(result: &Result<ServerResult, CallError>) -> Option<Value> {
     let meta = match result {
         Err(CallError::Guarded(r)) => {
             return Some(json!([r.audit()]));
+        }
+        Err(CallError::UpstreamRefused { found, .. }) if !found.is_empty() => {
+            return Some(found.iter().map(entry).collect());
         }
         Err(_) => return None,
         Ok(ServerResult::CallToolResult(r)) => r.meta.as_ref(),

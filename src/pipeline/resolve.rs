@@ -165,7 +165,8 @@ fn unknown_tool(
 
 /// The unknown-tool refusal for `name`, with what the caller may have meant: the closest names
 /// it may call (a tool of the same name in another namespace first), the reads among them as
-/// recovery actions (with the caller's arguments when they fit), and an unknown upstream part
+/// recovery actions (with the caller's arguments when they fit and carry nothing that looks like
+/// a secret: a suggestion is not scanned again), and an unknown upstream part
 /// named as such. Authorization answers names the caller may not use with the same refusal.
 pub(super) fn suggest(
     pool: &Pool,
@@ -177,6 +178,10 @@ pub(super) fn suggest(
     let sep = pool.separator();
     let closest = catalog.closest_tools(name, sep, CLOSEST_NAMES, |n| {
         super::visible(pool, access, n)
+    });
+    let args = args.filter(|a| {
+        crate::guard::scan_arguments(&mut (*a).clone(), crate::guard::SecretAction::Audit)
+            .is_empty()
     });
     let mut recover: Vec<_> = closest
         .iter()

@@ -46,7 +46,11 @@ impl Gateway {
             if hub.subscribe(&key, uri) {
                 let op = Op::Subscribe(SubscribeRequestParams::new(uri.clone()));
                 if let Err(e) = self.run(op, rctx).await {
-                    tracing::info!(uri, "resource subscription failed upstream: {}", e.message);
+                    tracing::info!(
+                        uri,
+                        "resource subscription failed upstream: {}",
+                        crate::guard::masked(&e.message)
+                    );
                     hub.unsubscribe(&key, uri);
                     continue;
                 }

@@ -79,7 +79,9 @@ pub(super) async fn listen_for_changes(
                     None => continue,
                 }
             }
-            Err(rmcp::ServiceError::McpError(e)) => format!("refused: {}", e.message),
+            Err(rmcp::ServiceError::McpError(e)) => {
+                format!("refused: {}", crate::guard::masked(&e.message))
+            }
             Err(rmcp::ServiceError::Cancelled { .. }) => return,
             // No answer at all, not a refusal: a dead HTTP server or peer closes nothing, so
             // drop the connection; the supervisor reports it down and reconnects with backoff.

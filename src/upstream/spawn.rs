@@ -222,7 +222,7 @@ fn set_parent_death_signal(cmd: &mut Command) {
 }
 
 /// Forwards the child's stderr line by line, whatever it writes: a line longer than
-/// [`MAX_STDERR_LINE_BYTES`] is cut (and says how much was cut), and reading goes on — a child
+/// [`MAX_STDERR_LINE_BYTES`] is cut (and says how much was cut), secrets are masked, and reading goes on — a child
 /// whose stderr pipe closed would die of the next write (EPIPE, SIGPIPE).
 async fn forward_stderr(upstream: String, stderr: ChildStderr, tail: StderrTail) {
     use tokio::io::AsyncBufReadExt;
@@ -231,8 +231,9 @@ async fn forward_stderr(upstream: String, stderr: ChildStderr, tail: StderrTail)
     let mut cut = 0usize;
     let emit = |line: &[u8], cut: usize| {
         let text = String::from_utf8_lossy(line);
-        let text = text.trim_end_matches('\r');
-        tail.push(text);
+        // An upstream may log the token it refused: fedgate's log and status never repeat it.
+        let text = crate::guard::masked(text.trim_end_matches('\r'));
+        tail.push(&text);
         if cut == 0 {
             tracing::info!(target: "fedgate::upstream::stderr", upstream = %upstream, "{text}");
         } else {

@@ -726,3 +726,126 @@ async fn a_role_that_may_not_see_secrets_gets_them_masked_from_any_upstream() {
         "the most permissive role counts"
     );
 }
+
+/// Nothing gets around the scan: an upstream's JSON-RPC error quoting a token, a suggestion
+/// for a mistyped tool, a held plan's summary in the admin API.
+#[tokio::test(flavor = "multi_thread")]
+async fn errors_suggestions_and_plan_summaries_carry_no_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.jsonl");
+    let config = format!(
+        "[gateway]\ntiers_dir = {TIERS:?}\n\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+         token = \"env:FEDGATE_ADMIN_TOKEN\"\n\n[audit]\npath = {:?}\n\n{}{}{}\
+         [upstreams.notes.tools.write_note]\napproval = \"plan\"\n",
+        audit.display().to_string(),
+        // Stores secrets (its arguments are only audited); its answers are masked.
+        stdio_upstream(
+            "vault",
+            &[],
+            "tier = \"medium\"\nwritable = [\"write_note\", \"record\"]\n\
+             guardrails = { secrets_in_arguments = \"audit\" }"
+        ),
+        stdio_upstream(
+            "notes",
+            &[],
+            "tier = \"medium\"\nwritable = [\"write_note\"]\n\
+             guardrails = { secrets_in_arguments = \"audit\" }"
+        ),
+        // Trusted: its answers pass unchanged, but fedgate's own log still never holds one.
+        stdio_upstream("top", &[], "tier = \"high\"\nwritable = [\"record\"]"),
+    );
+    let gw = Gateway::start_env(&config, &[("FEDGATE_ADMIN_TOKEN", ADMIN_TOKEN)]);
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+
+    // A held write: the approver sees which note it touches, and the secret masked.
+    let held = call(
+        &client,
+        "notes__write_note",
+        json!({"key": "creds", "value": format!("token {GITHUB}")}),
+    )
+    .await
+    .unwrap();
+    let held_text = serde_json::to_string(&held).unwrap();
+    no_secret("the approval plan", &held_text);
+    let (_, plans) = admin(&gw, reqwest::Method::GET, "/admin/plans", None).await;
+    let summary = plans[0]["summary"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        summary.contains("key=\"creds\"") && summary.contains("[REDACTED:github_token]"),
+        "{plans}"
+    );
+    no_secret("/admin/plans", &plans.to_string());
+    assert_eq!(plans.as_array().map(Vec::len), Some(1), "{plans}");
+
+    call(
+        &client,
+        "vault__write_note",
+        json!({"key": "creds", "value": format!("token {GITHUB}")}),
+    )
+    .await
+    .unwrap();
+    // The upstream's error quotes the token: masked for the caller, in message and data.
+    let e = call(&client, "vault__error", json!({"note": "creds"})).await;
+    let Err(rmcp::ServiceError::McpError(e)) = e else {
+        panic!("a JSON-RPC error: {e:?}")
+    };
+    assert!(
+        e.message
+            .contains("authentication failed for token [REDACTED:github_token]"),
+        "{e:?}"
+    );
+    no_secret("the upstream's error", &serde_json::to_string(&e).unwrap());
+
+    // A trusted upstream's error passes to the caller, but not into fedgate's log.
+    call(
+        &client,
+        "top__write_note",
+        json!({"key": "creds", "value": format!("token {GITHUB}")}),
+    )
+    .await
+    .unwrap();
+    let e = call(&client, "top__error", json!({"note": "creds"})).await;
+    assert!(format!("{e:?}").contains(GITHUB), "high only audits: {e:?}");
+
+    // A mistyped name with a secret argument: the suggestion carries no arguments.
+    let err = call(
+        &client,
+        "vault__echoo",
+        json!({"text": format!("t {GITHUB}")}),
+    )
+    .await
+    .refused();
+    assert!(err.contains("vault__echo"), "suggested: {err}");
+    no_secret("the unknown-tool refusal", &err);
+    let err = call(&client, "vault__echoo", json!({"text": "hello"}))
+        .await
+        .refused();
+    assert!(
+        err.contains("hello"),
+        "clean arguments are carried over: {err}"
+    );
+
+    let records = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let text = tokio::fs::read_to_string(&audit).await.unwrap_or_default();
+            if text.matches("vault__echoo").count() >= 2 {
+                return text;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("audit records");
+    no_secret("the audit log", &records);
+    let error_record: Value = records
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|r| r["name"] == "vault__error")
+        .expect("the error's record");
+    assert_eq!(
+        error_record["guardrails"],
+        json!([{"detector": "github_token", "field": "/message", "direction": "result", "action": "redact"},
+               {"detector": "github_token", "field": "/data/refused", "direction": "result", "action": "redact"}]),
+        "{error_record}"
+    );
+    no_secret("the log", &gw.stderr());
+}

@@ -63,8 +63,13 @@ pub enum CallError {
     },
     #[error("upstream `{upstream}` closed the connection during the call")]
     UpstreamClosed { upstream: String, uncertain: bool },
-    #[error("upstream `{upstream}` refused the request: {}", error.message)]
-    UpstreamRefused { upstream: String, error: McpError },
+    /// The upstream's own JSON-RPC error, after the guardrails scanned it (`found`).
+    #[error("upstream `{upstream}` refused the request: {}", crate::guard::masked(&error.message))]
+    UpstreamRefused {
+        upstream: String,
+        error: McpError,
+        found: Vec<crate::guard::Finding>,
+    },
     #[error("upstream `{upstream}` failed: {detail}")]
     UpstreamFailed { upstream: String, detail: String },
     #[error("the call was cancelled")]
@@ -516,7 +521,11 @@ impl CallError {
     pub fn from_service(upstream: &str, e: rmcp::ServiceError) -> Self {
         let upstream = upstream.to_owned();
         match e {
-            rmcp::ServiceError::McpError(error) => CallError::UpstreamRefused { upstream, error },
+            rmcp::ServiceError::McpError(error) => CallError::UpstreamRefused {
+                upstream,
+                error,
+                found: Vec::new(),
+            },
             rmcp::ServiceError::TransportClosed => CallError::UpstreamClosed {
                 upstream,
                 uncertain: false,

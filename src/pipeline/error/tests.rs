@@ -49,6 +49,7 @@ fn clients_get_plain_messages_for_every_error_kind() {
         CallError::UpstreamRefused {
             upstream: up(),
             error: McpError::invalid_params("bad value", None),
+            found: Vec::new(),
         },
         CallError::UpstreamFailed {
             upstream: up(),
@@ -155,6 +156,7 @@ fn only_transport_failures_are_retried() {
     let refused = CallError::UpstreamRefused {
         upstream: "u".into(),
         error: rmcp::ErrorData::invalid_params("no", None),
+        found: Vec::new(),
     };
     assert!(!refused.retryable());
     assert!(!CallError::Cancelled.retryable());
