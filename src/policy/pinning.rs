@@ -27,6 +27,8 @@ pub struct Pins {
     vouched: DashMap<(String, String), String>,
     /// Flagged definitions already reported in the log, so a rebuild does not repeat them.
     reported: DashMap<(String, String), String>,
+    /// Conflicts already logged, by their reason.
+    logged: DashMap<(String, String), String>,
 }
 
 /// What pinning says about one tool definition.
@@ -60,6 +62,15 @@ impl Pins {
         let key = (upstream.to_owned(), tool.to_owned());
         match self.reported.insert(key, fingerprint.to_owned()) {
             Some(before) => before != fingerprint,
+            None => true,
+        }
+    }
+
+    /// True the first time a conflict (by its reason) is seen for an item.
+    pub fn first_conflict(&self, upstream: &str, item: &str, reason: &str) -> bool {
+        let key = (upstream.to_owned(), item.to_owned());
+        match self.logged.insert(key, reason.to_owned()) {
+            Some(before) => before != reason,
             None => true,
         }
     }

@@ -17,10 +17,7 @@ use crate::{
     config::UpstreamSpec,
     guard::definitions::OtherTools,
     names::{self as namespace, Naming, OWN_NAMESPACE, PrefixMode},
-    policy::{
-        arguments::ArgCheck,
-        pinning::{Pins, Verdict},
-    },
+    policy::{arguments::ArgCheck, pinning::Pins},
 };
 
 /// The lists an upstream served at its last refresh.
@@ -115,6 +112,9 @@ pub struct Conflict {
     /// For a held-back tool definition: the fingerprint that would accept it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fingerprint: Option<String>,
+    /// Its screening flags, which accepting it accepts too.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub flags: Vec<crate::guard::definitions::Flag>,
 }
 
 /// Immutable merged lists; rebuilt whenever an upstream's lists change.
@@ -216,23 +216,7 @@ impl<T> Catalog<T> {
                 if !spec.exposes(&tool.name) {
                     continue;
                 }
-                if spec.tier.pin_tool_definitions
-                    && let Verdict::Changed { accepted, now } = pins.check(&spec.name, tool)
-                {
-                    let why = format!(
-                        "definition changed (accepted {accepted}, now {now}); held back until \
-                         accepted: add `pins = {{ {} = \"{now}\" }}` to the upstream",
-                        tool.name
-                    );
-                    c.conflicts.push(Conflict {
-                        upstream: spec.name.clone(),
-                        item: tool.name.to_string(),
-                        reason: why,
-                        fingerprint: Some(now),
-                    });
-                    continue;
-                }
-                if screening::screen(&mut c, up, tool, &others, pins) {
+                if screening::held(&mut c, up, tool, &others, pins) {
                     continue;
                 }
                 let alias = spec
@@ -341,8 +325,11 @@ impl<T> Catalog<T> {
         c.resources.sort_by(|a, b| a.uri.cmp(&b.uri));
         c.templates
             .sort_by(|a, b| a.uri_template.cmp(&b.uri_template));
+        // Once per reason: a rebuild (any upstream's list change) repeats every conflict.
         for k in &c.conflicts {
-            tracing::warn!(upstream = %k.upstream, item = %k.item, "held back: {}", k.reason);
+            if pins.first_conflict(&k.upstream, &k.item, &k.reason) {
+                tracing::warn!(upstream = %k.upstream, item = %k.item, "held back: {}", k.reason);
+            }
         }
         c
     }
@@ -353,6 +340,7 @@ impl<T> Catalog<T> {
             item: item.to_owned(),
             reason,
             fingerprint: None,
+            flags: Vec::new(),
         });
     }
 

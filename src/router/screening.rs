@@ -1,6 +1,6 @@
-//! Tool-definition screening in the catalog: a definition the guardrails flag is held back
-//! like an unpinned change (a conflict with its fingerprint, accepted by an operator) or listed
-//! with a warning, by its upstream's `tool_definitions`.
+//! Tool-definition admission in the catalog: a pinned definition that changed, or one the
+//! guardrails flag, is held back (a conflict with its fingerprint, accepted by an operator) or
+//! — flagged under `tool_definitions = "warn"` — listed with a warning.
 
 use rmcp::model::Tool;
 
@@ -11,7 +11,7 @@ use crate::{
         DefinitionAction,
         definitions::{self, Flag, OtherTools},
     },
-    policy::pinning::{Pins, fingerprint},
+    policy::pinning::{Pins, Verdict, fingerprint},
 };
 
 /// A tool definition the guardrails flagged: held back (its tier holds) or listed with a
@@ -25,21 +25,31 @@ pub struct Screened {
     pub held: bool,
 }
 
-/// Screens one definition under its upstream's guardrails; true if it is held back. A
-/// definition an operator accepted (by fingerprint) passes.
-pub(super) fn screen<T>(
+/// Whether one definition is listed: a pinned tier holds a changed definition back until an
+/// operator accepts it, and the guardrails screen every definition, changed or new — so a rug
+/// pull (a definition that turns into an instruction) is held with both reasons, and accepting
+/// it means accepting its flags too. Returns true if the definition is held back. A definition
+/// an operator accepted (by fingerprint) passes both.
+pub(super) fn held<T>(
     c: &mut Catalog<T>,
     up: &UpstreamSpec,
     tool: &Tool,
     others: &OtherTools,
     pins: &Pins,
 ) -> bool {
+    let changed = match up.tier.pin_tool_definitions {
+        true => match pins.check(&up.name, tool) {
+            Verdict::Changed { accepted, now } => Some((accepted, now)),
+            Verdict::Accepted => None,
+        },
+        false => None,
+    };
     let action = up.guardrails.definitions;
-    if action == DefinitionAction::Off {
-        return false;
-    }
-    let flags = definitions::screen(tool, &up.name, others);
-    if flags.is_empty() {
+    let flags = match action {
+        DefinitionAction::Off => Vec::new(),
+        _ => definitions::screen(tool, &up.name, others),
+    };
+    if changed.is_none() && flags.is_empty() {
         return false;
     }
     let fp = fingerprint(tool);
@@ -47,27 +57,55 @@ pub(super) fn screen<T>(
         return false;
     }
     let reasons = definitions::describe(&flags);
-    let held = action == DefinitionAction::Hold;
-    if held {
-        c.conflicts.push(Conflict {
-            upstream: up.name.clone(),
-            item: tool.name.to_string(),
-            reason: format!(
-                "held back by the guardrails: {reasons}; an operator who has read it accepts \
-                 it with POST /admin/pins/accept or `pins = {{ {} = \"{fp}\" }}`",
-                tool.name
-            ),
-            fingerprint: Some(fp.clone()),
-        });
-    } else if pins.first_report(&up.name, &tool.name, &fp) {
-        tracing::warn!(upstream = %up.name, tool = %tool.name, "tool definition flagged by the guardrails, listed (its tier warns): {reasons}");
-    }
-    c.screened.push(Screened {
+    let accept = format!(
+        "an operator who has read it accepts it with POST /admin/pins/accept{} or `pins = {{ {} = \"{fp}\" }}`",
+        if flags.is_empty() {
+            ""
+        } else {
+            " (with \"accept_flags\": true)"
+        },
+        tool.name
+    );
+    let reason = match (&changed, flags.is_empty()) {
+        (Some((accepted, now)), true) => {
+            format!("definition changed (accepted {accepted}, now {now}); held back until {accept}")
+        }
+        (Some((accepted, now)), false) => format!(
+            "definition changed (accepted {accepted}, now {now}) and the new one is flagged by \
+             the guardrails: {reasons}; held back until {accept}"
+        ),
+        (None, _) if action == DefinitionAction::Hold => {
+            format!("held back by the guardrails: {reasons}; {accept}")
+        }
+        (None, _) => {
+            if pins.first_report(&up.name, &tool.name, &fp) {
+                tracing::warn!(upstream = %up.name, tool = %tool.name, "tool definition flagged by the guardrails, listed (its tier warns): {reasons}");
+            }
+            c.screened.push(Screened {
+                upstream: up.name.clone(),
+                tool: tool.name.to_string(),
+                fingerprint: fp,
+                flags,
+                held: false,
+            });
+            return false;
+        }
+    };
+    c.conflicts.push(Conflict {
         upstream: up.name.clone(),
-        tool: tool.name.to_string(),
-        fingerprint: fp,
-        flags,
-        held,
+        item: tool.name.to_string(),
+        reason,
+        fingerprint: Some(fp.clone()),
+        flags: flags.clone(),
     });
-    held
+    if !flags.is_empty() {
+        c.screened.push(Screened {
+            upstream: up.name.clone(),
+            tool: tool.name.to_string(),
+            fingerprint: fp,
+            flags,
+            held: true,
+        });
+    }
+    true
 }

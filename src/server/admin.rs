@@ -321,15 +321,26 @@ impl Admin {
                 &json!({"error": "send {\"upstream\": …, \"tool\": …, \"fingerprint\": …} (see GET /admin/pins)"}),
             );
         };
-        let held = self.parts.pool.catalog().conflicts.iter().any(|c| {
+        let catalog = self.parts.pool.catalog();
+        let Some(held) = catalog.conflicts.iter().find(|c| {
             c.upstream == upstream
                 && c.item == tool
                 && c.fingerprint.as_deref() == Some(fingerprint.as_str())
-        });
-        if !held {
+        }) else {
             return json(
                 StatusCode::CONFLICT,
                 &json!({"error": "no held-back definition with that fingerprint (GET /admin/pins)"}),
+            );
+        };
+        // A flagged definition (a rug pull among them) is accepted only with its flags seen.
+        if !held.flags.is_empty() && v.get("accept_flags") != Some(&Value::Bool(true)) {
+            return json(
+                StatusCode::CONFLICT,
+                &json!({"error": format!(
+                    "this definition is flagged by the guardrails: {}; read it, then accept it \
+                     with \"accept_flags\": true",
+                    crate::guard::definitions::describe(&held.flags)),
+                    "flags": held.flags}),
             );
         }
         self.parts.pool.accept_pin(&upstream, &tool, &fingerprint);

@@ -352,7 +352,11 @@ async fn tool_names(client: &Client) -> Vec<String> {
 async fn poisoned_definitions_are_held_back_until_an_operator_accepts_them() {
     let config = format!(
         "[gateway]\ntiers_dir = {TIERS:?}\n\n[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"env:FEDGATE_ADMIN_TOKEN\"\n\n{}{}{}",
-        stdio_upstream("web", &["--poisoned"], "tier = \"medium\""),
+        stdio_upstream(
+            "web",
+            &["--poisoned"],
+            "tier = \"medium\"\nwritable = [\"evolve\"]"
+        ),
         // high warns: listed, reported.
         stdio_upstream("top", &["--poisoned"], "tier = \"high\""),
         // high with its own `hold`; high does not pin, so a changed definition is only
@@ -428,6 +432,27 @@ async fn poisoned_definitions_are_held_back_until_an_operator_accepts_them() {
         Some(json!({"upstream": "web", "tool": "fetch_page", "fingerprint": held["fingerprint"]})),
     )
     .await;
+    assert_eq!(
+        status, 409,
+        "a flagged definition needs its flags accepted: {body}"
+    );
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("instruction in description"),
+        "{body}"
+    );
+    let (status, body) = admin(
+        &gw,
+        reqwest::Method::POST,
+        "/admin/pins/accept",
+        Some(
+            json!({"upstream": "web", "tool": "fetch_page", "fingerprint": held["fingerprint"],
+                    "accept_flags": true}),
+        ),
+    )
+    .await;
     assert_eq!(status, 200, "{body}");
     wait_for(&seen.tools_changed, "list_changed after accepting", || {
         *seen.tool_changes.lock() > before
@@ -470,6 +495,83 @@ async fn poisoned_definitions_are_held_back_until_an_operator_accepts_them() {
     assert!(
         echo["reason"].as_str().unwrap().contains("~/.ssh/id_rsa"),
         "{echo}"
+    );
+
+    // A rug pull on a pinned tier: the benign `echo` turns into an instruction. It is held as
+    // changed *and* flagged, shown with its flags, and accepted only with them.
+    let before = *seen.tool_changes.lock();
+    call(&client, "web__evolve", json!({})).await.unwrap();
+    wait_for(
+        &seen.tools_changed,
+        "list_changed after the rug pull",
+        || *seen.tool_changes.lock() > before,
+    )
+    .await;
+    assert!(!tool_names(&client).await.contains(&"web__echo".to_owned()));
+    let (_, ready) = gw.readyz().await;
+    let pulled = ready["conflicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["upstream"] == "web" && c["item"] == "echo")
+        .unwrap_or_else(|| panic!("held: {ready}"))
+        .clone();
+    let reason = pulled["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("definition changed") && reason.contains("instruction in description"),
+        "both reasons: {reason}"
+    );
+    assert!(
+        ready["screened"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["upstream"] == "web" && s["tool"] == "echo" && s["held"] == true),
+        "{ready}"
+    );
+    let (_, pins) = admin(&gw, reqwest::Method::GET, "/admin/pins", None).await;
+    let shown = pins
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["upstream"] == "web" && p["item"] == "echo")
+        .unwrap_or_else(|| panic!("{pins}"))
+        .clone();
+    assert_eq!(shown["flags"][0]["kind"], "instruction", "{shown}");
+    let accept = |flags: bool| {
+        json!({"upstream": "web", "tool": "echo", "fingerprint": pulled["fingerprint"],
+               "accept_flags": flags})
+    };
+    let (status, _) = admin(
+        &gw,
+        reqwest::Method::POST,
+        "/admin/pins/accept",
+        Some(accept(false)),
+    )
+    .await;
+    assert_eq!(status, 409, "the change alone is not enough");
+    let before = *seen.tool_changes.lock();
+    let (status, body) = admin(
+        &gw,
+        reqwest::Method::POST,
+        "/admin/pins/accept",
+        Some(accept(true)),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    wait_for(
+        &seen.tools_changed,
+        "list_changed after accepting the change",
+        || *seen.tool_changes.lock() > before,
+    )
+    .await;
+    assert!(tool_names(&client).await.contains(&"web__echo".to_owned()));
+    // Held lines are logged once per definition, not at every rebuild.
+    let log = gw.stderr();
+    assert_eq!(
+        log.matches("held back: definition changed").count(),
+        1,
+        "{log}"
     );
 }
 

@@ -154,7 +154,10 @@ async function refreshUpstreams() {
   $("pins").replaceChildren(...(pins.length ? [h("h3", {}, "Held-back tool definitions")] : []),
     ...pins.map((p) => h("div", { class: "pin", "data-tool": p.item },
       h("code", {}, `${p.upstream} / ${p.item}`), " ", h("span", { class: "sub" }, p.reason), " ",
-      h("button", { type: "button", onclick: () => acceptPin(p) }, "Accept"))));
+      ...(p.flags && p.flags.length ? [h("ul", { class: "flags" },
+        ...p.flags.map((f) => h("li", {}, `${f.kind} in ${f.at}: ${f.detail}`)))] : []),
+      h("button", { type: "button", onclick: () => acceptPin(p) },
+        p.flags && p.flags.length ? "Accept with these flags" : "Accept"))));
 }
 
 async function refreshViews() {
@@ -207,7 +210,9 @@ async function acceptPin(p) {
   await api("/admin/pins/accept", {
     method: "POST",
     headers: { "Content-Type": "application/json" },
-    body: JSON.stringify({ upstream: p.upstream, tool: p.item, fingerprint: p.fingerprint }),
+    // The flags are shown above the button: pressing it is accepting them.
+    body: JSON.stringify({ upstream: p.upstream, tool: p.item, fingerprint: p.fingerprint,
+      accept_flags: Boolean(p.flags && p.flags.length) }),
   });
   refreshUpstreams();
 }
