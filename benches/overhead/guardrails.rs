@@ -76,6 +76,8 @@ pub async fn guardrail_cost(client: &RunningService<RoleClient, Bench>, gw_pid: 
                 &mut r,
                 fedgate::guard::SecretAction::Redact,
                 fedgate::guard::InjectionAction::Mark,
+                fedgate::guard::MAX_FINDINGS,
+                "bench",
             )
             .len();
             times.push(t.elapsed().as_secs_f64() * 1e3);

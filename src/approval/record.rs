@@ -81,5 +81,6 @@ pub fn plan_record(
         approver,
         on_behalf_of: None,
         guardrails: None,
+        cut: None,
     }
 }

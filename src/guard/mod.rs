@@ -60,6 +60,8 @@ pub struct Policy {
     pub definitions: DefinitionAction,
     /// Results that hide characters or address the model.
     pub injections: InjectionAction,
+    /// Findings recorded per message; past it one `more_findings` finding says how many more.
+    pub max_findings: u16,
 }
 
 impl Policy {
@@ -69,8 +71,14 @@ impl Policy {
         results: SecretAction::Audit,
         definitions: DefinitionAction::Warn,
         injections: InjectionAction::Audit,
+        max_findings: MAX_FINDINGS,
     };
 }
+
+/// Findings recorded per message by default.
+pub const MAX_FINDINGS: u16 = 100;
+/// Detector name of the finding that counts those past the bound.
+pub const MORE_FINDINGS: &str = "more_findings";
 
 /// The raw `[guardrails]` of a tier file or an upstream (each key optional: an upstream's
 /// settings override its tier's one by one).
@@ -81,6 +89,8 @@ pub struct RawPolicy {
     pub secrets_in_results: Option<SecretAction>,
     pub tool_definitions: Option<DefinitionAction>,
     pub injections_in_results: Option<InjectionAction>,
+    /// Findings recorded per message (1 to 65,535; default 100).
+    pub max_findings: Option<std::num::NonZeroU16>,
     /// External guardrail hooks (`[guardrail_hooks.NAME]`), asked in this order.
     pub hooks: Option<Vec<String>>,
 }
@@ -93,6 +103,7 @@ impl RawPolicy {
             results: self.secrets_in_results.unwrap_or(base.results),
             definitions: self.tool_definitions.unwrap_or(base.definitions),
             injections: self.injections_in_results.unwrap_or(base.injections),
+            max_findings: self.max_findings.map_or(base.max_findings, |n| n.get()),
         }
     }
 }
@@ -122,6 +133,9 @@ pub struct Finding {
     pub field: String,
     pub direction: Direction,
     pub action: Taken,
+    /// For a `more_findings` finding: how many were found past the bound.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub more: Option<usize>,
 }
 
 impl Finding {
@@ -259,17 +273,47 @@ struct Scan {
     injections: InjectionAction,
     budget: usize,
     found: Vec<Finding>,
+    /// Findings past `max` are counted, not kept: 1 MiB of keys is not 50,000 findings.
+    max: usize,
+    more: usize,
+    more_action: Option<Taken>,
+    /// The answer's fence marker, under `mark`.
+    marker: String,
 }
 
 impl Scan {
-    fn new(direction: Direction, action: SecretAction, injections: InjectionAction) -> Self {
+    fn new(
+        direction: Direction,
+        action: SecretAction,
+        injections: InjectionAction,
+        max: u16,
+    ) -> Self {
         Self {
             direction,
             action,
             injections,
             budget: MAX_SCANNED,
             found: Vec::new(),
+            max: usize::from(max.max(1)),
+            more: 0,
+            more_action: None,
+            marker: String::new(),
         }
+    }
+
+    /// What was found: at most `max` findings, then one that counts the rest (its action the
+    /// strongest of theirs).
+    fn finish(mut self) -> Vec<Finding> {
+        if let Some(action) = self.more_action {
+            self.found.push(Finding {
+                detector: MORE_FINDINGS,
+                field: String::new(),
+                direction: self.direction,
+                action,
+                more: Some(self.more),
+            });
+        }
+        self.found
     }
 
     /// The finding's action under the secret policy (never `Off`: nothing is scanned then).
@@ -303,18 +347,28 @@ impl Scan {
         if self.injections != InjectionAction::Off {
             let mark = self.injections == InjectionAction::Mark;
             let taken = if mark { Taken::Mark } else { Taken::Audit };
-            for kind in injections::screen(text, mark) {
+            let marker = mark.then_some(self.marker.as_str());
+            for kind in injections::screen(text, marker) {
                 self.note(kind, pointer, taken);
             }
         }
     }
 
     fn note(&mut self, detector: &'static str, pointer: &str, action: Taken) {
+        if self.found.len() >= self.max {
+            self.more += 1;
+            // A block among them still blocks.
+            if self.more_action != Some(Taken::Block) {
+                self.more_action = Some(action);
+            }
+            return;
+        }
         self.found.push(Finding {
             detector,
             field: pointer.to_owned(),
             direction: self.direction,
             action,
+            more: None,
         });
     }
 
@@ -380,27 +434,42 @@ fn push_key(pointer: &mut String, k: &str) {
 pub fn scan_arguments(
     args: &mut serde_json::Map<String, Value>,
     action: SecretAction,
+    max_findings: u16,
 ) -> Vec<Finding> {
     if action == SecretAction::Off {
         return Vec::new();
     }
-    let mut scan = Scan::new(Direction::Arguments, action, InjectionAction::Off);
+    let mut scan = Scan::new(
+        Direction::Arguments,
+        action,
+        InjectionAction::Off,
+        max_findings,
+    );
     let mut pointer = String::new();
     for (k, v) in args.iter_mut() {
         pointer.clear();
         push_key(&mut pointer, k);
         scan.value(v, k, &mut pointer);
     }
-    scan.found
+    scan.finish()
 }
 
 /// Scans an upstream's JSON-RPC error — its message and data — for secrets like a result,
 /// masking under `redact`.
-pub fn scan_error(error: &mut rmcp::ErrorData, action: SecretAction) -> Vec<Finding> {
+pub fn scan_error(
+    error: &mut rmcp::ErrorData,
+    action: SecretAction,
+    max_findings: u16,
+) -> Vec<Finding> {
     if action == SecretAction::Off {
         return Vec::new();
     }
-    let mut scan = Scan::new(Direction::Result, action, InjectionAction::Off);
+    let mut scan = Scan::new(
+        Direction::Result,
+        action,
+        InjectionAction::Off,
+        max_findings,
+    );
     let mut message = error.message.to_string();
     scan.text(&mut message, "", "/message");
     if let Some(data) = error.data.as_mut() {
@@ -409,7 +478,7 @@ pub fn scan_error(error: &mut rmcp::ErrorData, action: SecretAction) -> Vec<Find
     if action == SecretAction::Redact && message != error.message {
         error.message = message.into();
     }
-    scan.found
+    scan.finish()
 }
 
 /// `text` with every secret masked, for what fedgate writes itself (log lines, error text),
@@ -425,16 +494,19 @@ pub fn masked(text: &str) -> std::borrow::Cow<'_, str> {
 
 /// Scans a result's text (tool content and structured content, resource contents, prompt
 /// messages) for secrets under `action` (masking under `redact`) and for injected
-/// instructions under `injections` (fencing under `mark`).
+/// instructions under `injections` (fencing under `mark`, with `marker` in every fence).
 pub fn scan_result(
     result: &mut ServerResult,
     action: SecretAction,
     injections: InjectionAction,
+    max_findings: u16,
+    marker: &str,
 ) -> Vec<Finding> {
     if action == SecretAction::Off && injections == InjectionAction::Off {
         return Vec::new();
     }
-    let mut scan = Scan::new(Direction::Result, action, injections);
+    let mut scan = Scan::new(Direction::Result, action, injections, max_findings);
+    scan.marker = marker.to_owned();
     match result {
         ServerResult::CallToolResult(r) => {
             scan.content(&mut r.content, "/content");
@@ -457,7 +529,7 @@ pub fn scan_result(
         }
         _ => {}
     }
-    scan.found
+    scan.finish()
 }
 
 #[cfg(test)]
@@ -475,14 +547,14 @@ mod tests {
             .as_object()
             .cloned()
             .unwrap();
-        let found = scan_arguments(&mut args.clone(), SecretAction::Audit);
+        let found = scan_arguments(&mut args.clone(), SecretAction::Audit, MAX_FINDINGS);
         let fields: Vec<&str> = found.iter().map(|f| f.field.as_str()).collect();
         assert_eq!(fields, ["/nested/list/1", "/note"]);
-        let found = scan_arguments(&mut args, SecretAction::Redact);
+        let found = scan_arguments(&mut args, SecretAction::Redact, MAX_FINDINGS);
         assert_eq!(found.len(), 2);
         assert_eq!(args["note"], "key [REDACTED:aws_access_key]");
         assert!(!serde_json::to_string(&args).unwrap().contains(KEY));
-        assert!(scan_arguments(&mut args, SecretAction::Off).is_empty());
+        assert!(scan_arguments(&mut args, SecretAction::Off, MAX_FINDINGS).is_empty());
     }
 
     #[test]
@@ -494,7 +566,13 @@ mod tests {
         ]);
         r.structured_content = Some(json!({"password": "q8Zr2LkP0vXw7NcY4tBm"}));
         let mut result = ServerResult::CallToolResult(r);
-        let found = scan_result(&mut result, SecretAction::Redact, InjectionAction::Off);
+        let found = scan_result(
+            &mut result,
+            SecretAction::Redact,
+            InjectionAction::Off,
+            MAX_FINDINGS,
+            "",
+        );
         let fields: Vec<(&str, &str)> = found
             .iter()
             .map(|f| (f.detector, f.field.as_str()))
@@ -517,7 +595,7 @@ mod tests {
             .as_object()
             .cloned()
             .unwrap();
-        let found = scan_arguments(&mut args, SecretAction::Audit);
+        let found = scan_arguments(&mut args, SecretAction::Audit, MAX_FINDINGS);
         let fields: Vec<&str> = found.iter().map(|f| f.field.as_str()).collect();
         assert_eq!(fields, ["/*/a~1b", "/*"]);
     }
@@ -528,7 +606,7 @@ mod tests {
             .as_object()
             .cloned()
             .unwrap();
-        let found = scan_arguments(&mut args, SecretAction::Redact);
+        let found = scan_arguments(&mut args, SecretAction::Redact, MAX_FINDINGS);
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].detector, UNSCANNED);
         assert_eq!(found[0].field, "/b");

@@ -703,7 +703,11 @@ mod corpus {
     /// field names count), as one text otherwise.
     fn masked(text: &str) -> (String, Vec<&'static str>) {
         if let Ok(serde_json::Value::Object(mut args)) = serde_json::from_str(text) {
-            let found = crate::guard::scan_arguments(&mut args, crate::guard::SecretAction::Redact);
+            let found = crate::guard::scan_arguments(
+                &mut args,
+                crate::guard::SecretAction::Redact,
+                crate::guard::MAX_FINDINGS,
+            );
             let detectors = found.iter().map(|f| f.detector).collect();
             return (serde_json::Value::Object(args).to_string(), detectors);
         }

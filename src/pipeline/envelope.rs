@@ -462,7 +462,11 @@ pub(super) fn summarize(args: &Map<String, Value>, schema: Option<&Value>) -> St
         return "no arguments".to_owned();
     }
     let mut masked = args.clone();
-    crate::guard::scan_arguments(&mut masked, crate::guard::SecretAction::Redact);
+    crate::guard::scan_arguments(
+        &mut masked,
+        crate::guard::SecretAction::Redact,
+        crate::guard::MAX_FINDINGS,
+    );
     let mut out = String::new();
     for (k, v) in &masked {
         if !out.is_empty() {

@@ -96,7 +96,11 @@ impl Step for Observe {
             // The audit log keeps arguments masked whatever the upstream's guardrails are.
             arguments: args.filter(|_| full_arguments).map(|mut v| {
                 if let serde_json::Value::Object(m) = &mut v {
-                    crate::guard::scan_arguments(m, crate::guard::SecretAction::Redact);
+                    crate::guard::scan_arguments(
+                        m,
+                        crate::guard::SecretAction::Redact,
+                        crate::guard::MAX_FINDINGS,
+                    );
                 }
                 v
             }),
@@ -109,6 +113,7 @@ impl Step for Observe {
                 .then(|| crate::federation::hops::caller_claim(&call.meta))
                 .flatten(),
             guardrails: None,
+            cut: None,
         });
         let audit = self.audit.clone();
         let feed = self.feed.clone();

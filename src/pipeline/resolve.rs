@@ -180,7 +180,7 @@ pub(super) fn suggest(
         super::visible(pool, access, n)
     });
     let args = args.filter(|a| {
-        crate::guard::scan_arguments(&mut (*a).clone(), crate::guard::SecretAction::Audit)
+        crate::guard::scan_arguments(&mut (*a).clone(), crate::guard::SecretAction::Audit, 1)
             .is_empty()
     });
     let mut recover: Vec<_> = closest

@@ -202,7 +202,13 @@ impl<T> Catalog<T> {
         let others = OtherTools::new(
             names.iter().cloned().chain([OWN_NAMESPACE.to_owned()]),
             separator,
-        );
+        )
+        .with_bare_names(members.iter().flat_map(|m| {
+            m.lists
+                .tools
+                .iter()
+                .map(|t| (t.name.to_string(), m.spec.name.clone()))
+        }));
         for (idx, m) in members.into_iter().enumerate() {
             let Member {
                 handle,

@@ -276,6 +276,7 @@ impl Stages {
                 approver: None,
                 on_behalf_of: None,
                 guardrails: None,
+                cut: None,
             });
         }
         let _ = self.moved.send(b.clone());

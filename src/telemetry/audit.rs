@@ -50,6 +50,48 @@ pub struct Record {
     /// What the guardrails found (detector, field, direction, action), never the value.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub guardrails: Option<serde_json::Value>,
+    /// What was left out of a record past [`MAX_RECORD`] bytes, and how large it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cut: Option<String>,
+}
+
+/// Largest record written; a larger one loses its arguments, then its guardrail findings
+/// (their count kept), and says so in `cut`.
+pub const MAX_RECORD: usize = 64 << 10;
+
+/// Writes `r` as one line of at most [`MAX_RECORD`] bytes (plus the newline).
+fn write_bounded(buf: &mut Vec<u8>, r: &Record) {
+    let start = buf.len();
+    if serde_json::to_writer(&mut *buf, r).is_err() {
+        buf.truncate(start);
+        return;
+    }
+    let size = buf.len() - start;
+    if size > MAX_RECORD {
+        buf.truncate(start);
+        let mut small = r.clone();
+        small.arguments = None;
+        let mut left_out = vec!["arguments"];
+        if serde_json::to_vec(&small).map_or(true, |v| v.len() > MAX_RECORD) {
+            let n = small
+                .guardrails
+                .as_ref()
+                .and_then(|g| g.as_array())
+                .map_or(0, Vec::len);
+            small.guardrails = Some(serde_json::json!([{"detector": "more_findings", "more": n}]));
+            small.name = small.name.chars().take(256).collect();
+            left_out.push("guardrail findings");
+        }
+        small.cut = Some(format!(
+            "{} left out: the record was {size} bytes",
+            left_out.join(" and ")
+        ));
+        if serde_json::to_writer(&mut *buf, &small).is_err() {
+            buf.truncate(start);
+            return;
+        }
+    }
+    buf.push(b'\n');
 }
 
 /// Audit settings.
@@ -139,9 +181,7 @@ async fn write_loop(
             batch.push(more);
         }
         for r in &batch {
-            if serde_json::to_writer(&mut buf, r).is_ok() {
-                buf.push(b'\n');
-            }
+            write_bounded(&mut buf, r);
         }
         let written = async {
             file.write_all(&buf).await?;

@@ -349,10 +349,10 @@ impl Metrics {
     }
 
     /// Counts one secret found (label values are fixed names, never the secret).
-    pub fn guard_detection(&self, detector: &str, action: &str, direction: &str) {
+    pub fn guard_detection(&self, detector: &str, action: &str, direction: &str, n: u64) {
         self.guard_detections
             .with_label_values(&[detector, action, direction])
-            .inc();
+            .inc_by(n);
     }
 
     /// Records one guardrail hook's answer (hook names come from config).
