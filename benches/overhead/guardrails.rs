@@ -76,7 +76,7 @@ pub async fn guardrail_cost(client: &RunningService<RoleClient, Bench>, gw_pid: 
                 &mut r,
                 fedgate::guard::SecretAction::Redact,
                 fedgate::guard::InjectionAction::Mark,
-                fedgate::guard::MAX_FINDINGS,
+                fedgate::guard::Rules::standard(),
                 "bench",
             )
             .len();

@@ -117,6 +117,16 @@ pub fn parse(file: &str, name: &str, text: &str) -> Result<Tier, Vec<Diagnostic>
         Some(r) => Some((r.per_second, r.burst.unwrap_or(r.per_second).max(1))),
         None => None,
     };
+    let guardrails = raw
+        .guardrails
+        .over(&crate::guard::Policy::untiered())
+        .map_err(|e| {
+            let line = text
+                .lines()
+                .position(|l| l.trim_start().starts_with("[guardrails"))
+                .map_or(0, |i| i + 1);
+            vec![diag(line, format!("guardrails: {e}"))]
+        })?;
     Ok(Tier {
         name: name.to_owned(),
         rank: raw.rank,
@@ -135,7 +145,7 @@ pub fn parse(file: &str, name: &str, text: &str) -> Result<Tier, Vec<Diagnostic>
         write_timeout: Duration::from_millis(t.write_ms),
         long_timeout: Duration::from_millis(t.long_ms),
         rate_limit,
-        guardrails: raw.guardrails.over(crate::guard::Policy::UNTIERED),
+        guardrails,
         guardrail_hooks: raw.guardrails.hooks.unwrap_or_default(),
     })
 }
@@ -167,7 +177,7 @@ mod tests {
         .unwrap();
         let own = load(empty.path(), "high").unwrap();
         assert_eq!((own.rank, own.writes), (9, Writes::Never), "the file wins");
-        assert_eq!(own.guardrails, crate::guard::Policy::UNTIERED);
+        assert_eq!(own.guardrails, crate::guard::Policy::untiered());
         use crate::guard::SecretAction::*;
         let low = load(empty.path(), "low").unwrap().guardrails;
         assert_eq!((low.arguments, low.results), (Block, Redact));

@@ -5,10 +5,15 @@
 pub mod definitions;
 pub mod hook;
 pub mod injections;
+pub mod pii;
+pub mod rules;
 pub mod secrets;
 
 pub use definitions::DefinitionAction;
 pub use injections::InjectionAction;
+pub use rules::Rules;
+
+use std::sync::Arc;
 
 use rmcp::model::{ContentBlock, ResourceContents, ServerResult};
 use serde::{Deserialize, Serialize};
@@ -50,7 +55,7 @@ impl Taken {
 }
 
 /// A tier's or an upstream's guardrails.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Policy {
     /// Secrets in a tool's arguments, before they reach the upstream.
     pub arguments: SecretAction,
@@ -60,19 +65,23 @@ pub struct Policy {
     pub definitions: DefinitionAction,
     /// Results that hide characters or address the model.
     pub injections: InjectionAction,
-    /// Findings recorded per message; past it one `more_findings` finding says how many more.
-    pub max_findings: u16,
+    /// The operator's rules: the bound on findings, allowlists, own and PII detectors.
+    pub rules: Arc<Rules>,
 }
 
 impl Policy {
     /// Upstreams without a tier: recorded and reported, never changed or held.
-    pub const UNTIERED: Policy = Policy {
-        arguments: SecretAction::Audit,
-        results: SecretAction::Audit,
-        definitions: DefinitionAction::Warn,
-        injections: InjectionAction::Audit,
-        max_findings: MAX_FINDINGS,
-    };
+    pub fn untiered() -> Policy {
+        static UNTIERED: std::sync::LazyLock<Arc<Rules>> =
+            std::sync::LazyLock::new(|| Arc::new(Rules::bound_only(MAX_FINDINGS)));
+        Policy {
+            arguments: SecretAction::Audit,
+            results: SecretAction::Audit,
+            definitions: DefinitionAction::Warn,
+            injections: InjectionAction::Audit,
+            rules: UNTIERED.clone(),
+        }
+    }
 }
 
 /// Findings recorded per message by default.
@@ -91,20 +100,45 @@ pub struct RawPolicy {
     pub injections_in_results: Option<InjectionAction>,
     /// Findings recorded per message (1 to 65,535; default 100).
     pub max_findings: Option<std::num::NonZeroU16>,
+    /// PII detectors to run (none by default).
+    pub pii: Option<Vec<pii::Pii>>,
+    /// What passes unflagged: fields, detectors in fields, values by SHA-256.
+    pub allow: Option<Vec<rules::RawAllow>>,
+    /// The operator's own detectors.
+    pub detectors: Option<Vec<rules::RawDetector>>,
     /// External guardrail hooks (`[guardrail_hooks.NAME]`), asked in this order.
     pub hooks: Option<Vec<String>>,
 }
 
 impl RawPolicy {
-    /// These settings over `base`.
-    pub fn over(&self, base: Policy) -> Policy {
-        Policy {
+    /// These settings over `base`, key by key (a list replaces the base's list); the rules
+    /// compiled, or why they do not.
+    pub fn over(&self, base: &Policy) -> Result<Policy, String> {
+        let rules = if self.max_findings.is_none()
+            && self.pii.is_none()
+            && self.allow.is_none()
+            && self.detectors.is_none()
+        {
+            base.rules.clone()
+        } else {
+            let b = &base.rules.raw;
+            Arc::new(Rules::compile(rules::RawRules {
+                max_findings: self.max_findings.map_or(b.max_findings, |n| n.get()),
+                pii: self.pii.clone().unwrap_or_else(|| b.pii.clone()),
+                allow: self.allow.clone().unwrap_or_else(|| b.allow.clone()),
+                detectors: self
+                    .detectors
+                    .clone()
+                    .unwrap_or_else(|| b.detectors.clone()),
+            })?)
+        };
+        Ok(Policy {
             arguments: self.secrets_in_arguments.unwrap_or(base.arguments),
             results: self.secrets_in_results.unwrap_or(base.results),
             definitions: self.tool_definitions.unwrap_or(base.definitions),
             injections: self.injections_in_results.unwrap_or(base.injections),
-            max_findings: self.max_findings.map_or(base.max_findings, |n| n.get()),
-        }
+            rules,
+        })
     }
 }
 
@@ -267,7 +301,7 @@ pub const UNSCANNED: &str = "too_large_to_scan";
 
 /// Scans one message in one direction under `action`, masking secrets in place under
 /// `redact`. Each finding carries the action taken.
-struct Scan {
+struct Scan<'r> {
     direction: Direction,
     action: SecretAction,
     injections: InjectionAction,
@@ -279,14 +313,15 @@ struct Scan {
     more_action: Option<Taken>,
     /// The answer's fence marker, under `mark`.
     marker: String,
+    rules: &'r Rules,
 }
 
-impl Scan {
+impl<'r> Scan<'r> {
     fn new(
         direction: Direction,
         action: SecretAction,
         injections: InjectionAction,
-        max: u16,
+        rules: &'r Rules,
     ) -> Self {
         Self {
             direction,
@@ -294,10 +329,11 @@ impl Scan {
             injections,
             budget: MAX_SCANNED,
             found: Vec::new(),
-            max: usize::from(max.max(1)),
+            max: usize::from(rules.raw.max_findings.max(1)),
             more: 0,
             more_action: None,
             marker: String::new(),
+            rules,
         }
     }
 
@@ -336,7 +372,8 @@ impl Scan {
         }
         self.budget -= text.len();
         if self.action != SecretAction::Off {
-            let hits = secrets::scan(text, field);
+            let mut hits = secrets::scan(text, field);
+            self.rules.apply(text, pointer, &mut hits);
             for h in &hits {
                 self.note(h.detector, pointer, self.taken());
             }
@@ -434,17 +471,12 @@ fn push_key(pointer: &mut String, k: &str) {
 pub fn scan_arguments(
     args: &mut serde_json::Map<String, Value>,
     action: SecretAction,
-    max_findings: u16,
+    rules: &Rules,
 ) -> Vec<Finding> {
     if action == SecretAction::Off {
         return Vec::new();
     }
-    let mut scan = Scan::new(
-        Direction::Arguments,
-        action,
-        InjectionAction::Off,
-        max_findings,
-    );
+    let mut scan = Scan::new(Direction::Arguments, action, InjectionAction::Off, rules);
     let mut pointer = String::new();
     for (k, v) in args.iter_mut() {
         pointer.clear();
@@ -459,17 +491,12 @@ pub fn scan_arguments(
 pub fn scan_error(
     error: &mut rmcp::ErrorData,
     action: SecretAction,
-    max_findings: u16,
+    rules: &Rules,
 ) -> Vec<Finding> {
     if action == SecretAction::Off {
         return Vec::new();
     }
-    let mut scan = Scan::new(
-        Direction::Result,
-        action,
-        InjectionAction::Off,
-        max_findings,
-    );
+    let mut scan = Scan::new(Direction::Result, action, InjectionAction::Off, rules);
     let mut message = error.message.to_string();
     scan.text(&mut message, "", "/message");
     if let Some(data) = error.data.as_mut() {
@@ -499,13 +526,13 @@ pub fn scan_result(
     result: &mut ServerResult,
     action: SecretAction,
     injections: InjectionAction,
-    max_findings: u16,
+    rules: &Rules,
     marker: &str,
 ) -> Vec<Finding> {
     if action == SecretAction::Off && injections == InjectionAction::Off {
         return Vec::new();
     }
-    let mut scan = Scan::new(Direction::Result, action, injections, max_findings);
+    let mut scan = Scan::new(Direction::Result, action, injections, rules);
     scan.marker = marker.to_owned();
     match result {
         ServerResult::CallToolResult(r) => {
@@ -547,14 +574,14 @@ mod tests {
             .as_object()
             .cloned()
             .unwrap();
-        let found = scan_arguments(&mut args.clone(), SecretAction::Audit, MAX_FINDINGS);
+        let found = scan_arguments(&mut args.clone(), SecretAction::Audit, Rules::standard());
         let fields: Vec<&str> = found.iter().map(|f| f.field.as_str()).collect();
         assert_eq!(fields, ["/nested/list/1", "/note"]);
-        let found = scan_arguments(&mut args, SecretAction::Redact, MAX_FINDINGS);
+        let found = scan_arguments(&mut args, SecretAction::Redact, Rules::standard());
         assert_eq!(found.len(), 2);
         assert_eq!(args["note"], "key [REDACTED:aws_access_key]");
         assert!(!serde_json::to_string(&args).unwrap().contains(KEY));
-        assert!(scan_arguments(&mut args, SecretAction::Off, MAX_FINDINGS).is_empty());
+        assert!(scan_arguments(&mut args, SecretAction::Off, Rules::standard()).is_empty());
     }
 
     #[test]
@@ -570,7 +597,7 @@ mod tests {
             &mut result,
             SecretAction::Redact,
             InjectionAction::Off,
-            MAX_FINDINGS,
+            Rules::standard(),
             "",
         );
         let fields: Vec<(&str, &str)> = found
@@ -595,7 +622,7 @@ mod tests {
             .as_object()
             .cloned()
             .unwrap();
-        let found = scan_arguments(&mut args, SecretAction::Audit, MAX_FINDINGS);
+        let found = scan_arguments(&mut args, SecretAction::Audit, Rules::standard());
         let fields: Vec<&str> = found.iter().map(|f| f.field.as_str()).collect();
         assert_eq!(fields, ["/*/a~1b", "/*"]);
     }
@@ -606,7 +633,7 @@ mod tests {
             .as_object()
             .cloned()
             .unwrap();
-        let found = scan_arguments(&mut args, SecretAction::Redact, MAX_FINDINGS);
+        let found = scan_arguments(&mut args, SecretAction::Redact, Rules::standard());
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].detector, UNSCANNED);
         assert_eq!(found[0].field, "/b");

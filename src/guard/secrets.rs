@@ -266,8 +266,14 @@ pub fn scan(text: &str, field: &str) -> Vec<Hit> {
         }
         return hits;
     }
+    settle(&mut hits);
+    hits
+}
+
+/// `hits` in order, overlapping ones (a bearer token that is also a JWT) made one secret: the
+/// first wins.
+pub(super) fn settle(hits: &mut Vec<Hit>) {
     hits.sort_by_key(|h| h.range.start);
-    // Overlapping hits (a bearer token that is also a JWT) are one secret: the first wins.
     let mut end = 0;
     hits.retain(|h| {
         let keep = h.range.start >= end;
@@ -276,7 +282,6 @@ pub fn scan(text: &str, field: &str) -> Vec<Hit> {
         }
         keep
     });
-    hits
 }
 
 /// `name`'s matches in `text`, by their value group where the pattern has one.
@@ -706,7 +711,7 @@ mod corpus {
             let found = crate::guard::scan_arguments(
                 &mut args,
                 crate::guard::SecretAction::Redact,
-                crate::guard::MAX_FINDINGS,
+                crate::guard::Rules::standard(),
             );
             let detectors = found.iter().map(|f| f.detector).collect();
             return (serde_json::Value::Object(args).to_string(), detectors);

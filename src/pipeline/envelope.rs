@@ -465,7 +465,7 @@ pub(super) fn summarize(args: &Map<String, Value>, schema: Option<&Value>) -> St
     crate::guard::scan_arguments(
         &mut masked,
         crate::guard::SecretAction::Redact,
-        crate::guard::MAX_FINDINGS,
+        crate::guard::Rules::standard(),
     );
     let mut out = String::new();
     for (k, v) in &masked {

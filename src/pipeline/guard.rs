@@ -47,7 +47,7 @@ impl Step for Guard {
             route.spec.clone(),
             route.lists.clone(),
         );
-        let mut policy = spec.guardrails;
+        let mut policy = spec.guardrails.clone();
         let max_bytes = spec.tier.max_response_bytes;
         // A caller whose roles may not see secrets gets them masked whatever the upstream.
         policy.results = policy.results.max(call.identity.access.results_floor());
@@ -64,7 +64,7 @@ impl Step for Guard {
             _ => None,
         };
         if let Some(args) = args {
-            found = guard::scan_arguments(args, policy.arguments, policy.max_findings);
+            found = guard::scan_arguments(args, policy.arguments, &policy.rules);
         }
         count(&self.metrics, &found);
         if let Some(first) = found.iter().find(|f| f.action == Taken::Block) {
@@ -126,7 +126,7 @@ impl Step for Guard {
                         }
                         args = m;
                         let mut again =
-                            guard::scan_arguments(&mut args, policy.arguments, policy.max_findings);
+                            guard::scan_arguments(&mut args, policy.arguments, &policy.rules);
                         count(&metrics, &again);
                         if let Some(first) = again.iter().find(|f| f.action == Taken::Block) {
                             return Err(blocked(first, name, upstream));
@@ -382,7 +382,7 @@ fn refused(
     else {
         return e;
     };
-    let mut more = guard::scan_error(&mut error, policy.results, policy.max_findings);
+    let mut more = guard::scan_error(&mut error, policy.results, &policy.rules);
     count(metrics, &more);
     if let Some(first) = more.iter().find(|f| f.action == Taken::Block) {
         return blocked(first, tool.to_owned(), upstream.to_owned());
@@ -417,7 +417,7 @@ fn back(
         &mut result,
         at.policy.results,
         at.policy.injections,
-        at.policy.max_findings,
+        &at.policy.rules,
         &marker,
     );
     count(at.metrics, &back);

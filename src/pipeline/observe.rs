@@ -99,7 +99,7 @@ impl Step for Observe {
                     crate::guard::scan_arguments(
                         m,
                         crate::guard::SecretAction::Redact,
-                        crate::guard::MAX_FINDINGS,
+                        crate::guard::Rules::standard(),
                     );
                 }
                 v

@@ -180,8 +180,12 @@ pub(super) fn suggest(
         super::visible(pool, access, n)
     });
     let args = args.filter(|a| {
-        crate::guard::scan_arguments(&mut (*a).clone(), crate::guard::SecretAction::Audit, 1)
-            .is_empty()
+        crate::guard::scan_arguments(
+            &mut (*a).clone(),
+            crate::guard::SecretAction::Audit,
+            crate::guard::Rules::standard(),
+        )
+        .is_empty()
     });
     let mut recover: Vec<_> = closest
         .iter()

@@ -74,7 +74,7 @@ impl Tier {
             write_timeout: call_timeout,
             long_timeout: call_timeout,
             rate_limit: None,
-            guardrails: crate::guard::Policy::UNTIERED,
+            guardrails: crate::guard::Policy::untiered(),
             guardrail_hooks: Vec::new(),
         }
     }

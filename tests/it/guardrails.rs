@@ -1064,3 +1064,54 @@ async fn findings_fences_answers_and_audit_records_are_bounded() {
     );
     no_secret("the audit log", &line);
 }
+
+/// An operator's rules through a real fedgate: an allowlisted detector in a field passes, an
+/// own detector and an opted-in PII detector fire, in both directions.
+#[tokio::test(flavor = "multi_thread")]
+async fn operators_allowlists_own_detectors_and_pii_apply() {
+    let config = format!(
+        "[gateway]\ntiers_dir = {TIERS:?}\n\n{}",
+        stdio_upstream(
+            "mid",
+            &[],
+            "tier = \"medium\"\nguardrails = { pii = [\"email\"], \
+             detectors = [{ name = \"acme_token\", pattern = '\\bacme_[a-z0-9]{16}\\b' }], \
+             allow = [{ field = \"/text\", detector = \"aws_access_key\" }, \
+                      { field = \"/content/*/text\", detector = \"aws_access_key\" }] }"
+        ),
+    );
+    let gw = Gateway::start(&config);
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    let r = call(
+        &client,
+        "mid__echo",
+        json!({"text": format!("{AWS} acme_0123456789abcdef ann@mail.example.org")}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        first_text(&r),
+        format!("echo: {AWS} [REDACTED:acme_token] [REDACTED:email]"),
+        "{r:?}"
+    );
+    let detectors: Vec<String> = report(&r)
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["detector"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        !detectors.contains(&"aws_access_key".to_owned()),
+        "{detectors:?}"
+    );
+    assert!(
+        detectors.contains(&"acme_token".to_owned()),
+        "{detectors:?}"
+    );
+    let metrics = gw.metrics().await;
+    assert!(
+        metrics.contains("detector=\"acme_token\""),
+        "an own detector is counted by its name"
+    );
+    assert!(!gw.stderr().contains("acme_0123456789abcdef"));
+}

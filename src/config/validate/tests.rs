@@ -372,3 +372,40 @@ fn guardrail_hook_rejections() {
     assert_eq!(hooks.len(), 1);
     assert!(hooks[0].fail_open);
 }
+
+#[test]
+fn guardrail_rule_rejections() {
+    reported(
+        &format!(
+            "{STDIO}guardrails = {{ detectors = [{{ name = \"acme\", pattern = \"acme_[a-z\" }}] }}\n"
+        ),
+        "its pattern does not compile",
+        1,
+    );
+    reported(
+        &format!(
+            "{STDIO}guardrails = {{ detectors = [{{ name = \"acme\", pattern = \"a*\" }}] }}\n"
+        ),
+        "can match empty text",
+        1,
+    );
+    reported(
+        &format!("{STDIO}guardrails = {{ allow = [{{ field = \"/x\", detector = \"nope\" }}] }}\n"),
+        "unknown detector `nope`",
+        1,
+    );
+    reported(
+        &format!("{STDIO}guardrails = {{ max_findings = 0 }}\n"),
+        "nonzero",
+        4,
+    );
+    let good = format!(
+        "{STDIO}guardrails = {{ pii = [\"email\"], detectors = [{{ name = \"acme\", pattern = \
+         \"acme_[a-z0-9]{{16}}\" }}], allow = [{{ field = \"/sha\", detector = \"acme\" }}] }}\n"
+    );
+    let s = load_str("t.toml", &good).expect("valid");
+    assert_eq!(
+        s.upstreams[0].guardrails.rules.raw.detectors[0].name,
+        "acme"
+    );
+}

@@ -393,11 +393,15 @@ pub(super) fn validate_upstream(
             ),
         }
     }
+    let guardrails = u.guardrails.over(&tier.guardrails).unwrap_or_else(|e| {
+        cx.err_at(at, format!("upstream `{name_s}`: guardrails: {e}"));
+        tier.guardrails.clone()
+    });
     Some(UpstreamSpec {
         guardrail_hooks,
         envelope: u.envelope.unwrap_or(*envelope),
         validate_arguments: u.validate_arguments.unwrap_or(true),
-        guardrails: u.guardrails.over(tier.guardrails),
+        guardrails,
         idempotency_keys: u.idempotency_keys,
         peer: kind == "peer",
         tls: super::upstream_tls::upstream_tls(cx, &name_s, u, kind),
