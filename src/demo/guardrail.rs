@@ -6,6 +6,8 @@
 //!   `bad-mutate` → arguments the demo's `echo` schema refuses; `garbage` → an HTML page;
 //!   `hang` → no answer;
 //! - response phase: `withhold-me` → deny; `rewrite-me` → a new result;
+//! - definitions phase, by the tool's description: `collector` → deny; `(v2)` or `id_rsa` → 4 MiB that
+//!   are not an answer;
 //! - anything else → pass. `GET /last` shows the last payload it got (tests check what hooks
 //!   are told).
 
@@ -67,6 +69,10 @@ async fn answer(
     // The words it decides by: in any string argument, or in the result's first text (of a
     // tool result, a prompt's first message, or a resource's first contents).
     let text = match phase {
+        "definitions" => payload["tool"]["description"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
         "request" => payload["arguments"]
             .as_object()
             .map(|m| {
@@ -119,6 +125,13 @@ async fn answer(
         "response" if text.contains("rewrite-me") => json!({"decision": "mutate", "result": {
             "content": [{"type": "text", "text": "rewritten by the guardrail"}]
         }}),
+        "definitions" if text.contains("collector") => {
+            json!({"decision": "deny", "reason": "it sends results to a collector"})
+        }
+        // Far more than any verdict: a hook must not make fedgate read it all.
+        "definitions" if text.contains("(v2)") || text.contains("id_rsa") => {
+            return Ok(Response::new(Full::new(Bytes::from(vec![b'x'; 4 << 20]))));
+        }
         _ => json!({"decision": "pass"}),
     };
     Ok(reply(&decision))

@@ -30,6 +30,8 @@ use serde_json::{Map, Value};
 pub enum Phase {
     Request,
     Response,
+    /// A tool definition, before it is listed (`guard::definition_hooks`).
+    Definitions,
 }
 
 impl Phase {
@@ -37,6 +39,7 @@ impl Phase {
         match self {
             Self::Request => "request",
             Self::Response => "response",
+            Self::Definitions => "definitions",
         }
     }
 }
@@ -56,6 +59,8 @@ pub struct Hook {
 
 /// Largest answer read from a hook (a mutated result can be large, not unbounded).
 pub const MAX_ANSWER: usize = 16 << 20;
+/// Largest answer read from a hook about a tool definition.
+pub const MAX_DEFINITION_ANSWER: usize = 64 << 10;
 /// Characters of a deny reason passed on to the caller.
 const MAX_REASON: usize = 500;
 
@@ -101,8 +106,10 @@ pub enum HookError {
     Status(u16),
     #[error("broke off its answer: {0}")]
     BrokeOff(String),
-    #[error("its answer is longer than {MAX_ANSWER} bytes")]
-    TooLong,
+    #[error("its answer is longer than {0} bytes")]
+    TooLong(usize),
+    #[error("answered mutate for a tool definition, which fedgate never edits")]
+    MutatedDefinition,
     #[error("did not answer within {0} ms")]
     Timeout(u128),
     #[error("answered with what is not JSON ({0})")]
@@ -148,11 +155,16 @@ pub async fn ask(hook: &Hook, phase: Phase, payload: &Value) -> Result<Decision,
         if !status.is_success() {
             return Err(HookError::Status(status.as_u16()));
         }
-        crate::json_size::read_bounded(resp, MAX_ANSWER)
+        // A verdict on a definition is a word and a reason; a result may be large.
+        let max = match phase {
+            Phase::Definitions => MAX_DEFINITION_ANSWER,
+            _ => MAX_ANSWER,
+        };
+        crate::json_size::read_bounded(resp, max)
             .await
             .map_err(|e| match e {
                 crate::json_size::Unread::Broken(e) => HookError::BrokeOff(plain(e)),
-                crate::json_size::Unread::TooLong => HookError::TooLong,
+                crate::json_size::Unread::TooLong => HookError::TooLong(max),
             })
     };
     let body = tokio::time::timeout(hook.timeout, exchange)
@@ -207,6 +219,7 @@ pub fn decode(body: &[u8], phase: Phase) -> Result<Decision, HookError> {
             Some(_) => Err(HookError::ResultNotObject),
             None => Err(HookError::NoResult),
         },
+        ("mutate", Phase::Definitions) => Err(HookError::MutatedDefinition),
         (other, _) => Err(HookError::UnknownDecision(
             other.chars().take(40).collect::<String>(),
         )),
@@ -233,6 +246,7 @@ impl std::fmt::Display for Refusal {
         let when = match self.phase {
             Phase::Request => "was not called",
             Phase::Response => "answered, and its answer was withheld",
+            Phase::Definitions => "is held back",
         };
         if self.denied {
             write!(f, "`{tool}` {when}: guardrail `{hook}` denied it: {why}")
@@ -260,7 +274,7 @@ impl Refusal {
                 "change the call as the reason says, or do without it; the same call is denied again"
                     .into()
             }
-            (true, Phase::Response) => {
+            (true, Phase::Response | Phase::Definitions) => {
                 "do not retry: the same answer would be withheld again".into()
             }
             (false, _) => format!(

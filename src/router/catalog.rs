@@ -131,6 +131,8 @@ pub struct Catalog<T> {
     pub conflicts: Vec<Conflict>,
     /// Tool definitions the guardrails flagged (the held ones are in `conflicts` too).
     pub screened: Vec<Screened>,
+    /// Definitions a `definitions` hook has still to answer about.
+    pub unscreened: Vec<crate::guard::definition_hooks::Pending>,
     /// Names the portable rule changed: (the name without it, the exposed portable form).
     pub portable_forms: Vec<(String, String)>,
     /// Serves resource URIs that nothing lists or matches (see `[gateway] resource_default`).
@@ -154,6 +156,7 @@ impl<T> Default for Catalog<T> {
             template_routes: Vec::new(),
             conflicts: Vec::new(),
             screened: Vec::new(),
+            unscreened: Vec::new(),
             portable_forms: Vec::new(),
             resource_fallback: None,
             members: Vec::new(),
@@ -181,6 +184,7 @@ impl<T> Catalog<T> {
         configured: &[String],
         naming: &Naming,
         pins: &Pins,
+        verdicts: &crate::guard::definition_hooks::Verdicts,
     ) -> Self {
         let separator = naming.separator.as_str();
         let names = configured;
@@ -222,7 +226,7 @@ impl<T> Catalog<T> {
                 if !spec.exposes(&tool.name) {
                     continue;
                 }
-                if screening::held(&mut c, up, tool, &others, pins) {
+                if screening::held(&mut c, up, tool, &others, (pins, verdicts)) {
                     continue;
                 }
                 let alias = spec

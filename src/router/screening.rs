@@ -7,12 +7,53 @@ use rmcp::model::Tool;
 use super::catalog::{Catalog, Conflict};
 use crate::{
     config::UpstreamSpec,
+    guard::definition_hooks::{self as hooks, Verdicts},
     guard::{
         DefinitionAction,
         definitions::{self, Flag, OtherTools},
     },
     policy::pinning::{Pins, Verdict, fingerprint},
 };
+
+/// The flags of `definitions` hooks on this definition: a deny's reason, or — not answered
+/// yet — a hold while the hook fails closed; asking is left to the caller of the build.
+fn hook_flags<T>(
+    c: &mut Catalog<T>,
+    up: &UpstreamSpec,
+    tool: &Tool,
+    fp: &str,
+    verdicts: &Verdicts,
+) -> Vec<Flag> {
+    let mut flags = Vec::new();
+    for hook in up
+        .guardrail_hooks
+        .iter()
+        .filter(|h| h.phases.contains(&crate::guard::hook::Phase::Definitions))
+    {
+        let detail = match verdicts.get(&hook.name, fp) {
+            Some(hooks::Verdict::Pass) => continue,
+            Some(hooks::Verdict::Held(why)) => format!("guardrail `{}`: {why}", hook.name),
+            None => {
+                c.unscreened.push(hooks::Pending {
+                    hook: hook.clone(),
+                    upstream: up.name.clone(),
+                    tool: tool.clone(),
+                    fingerprint: fp.to_owned(),
+                });
+                if hook.fail_open {
+                    continue;
+                }
+                format!("guardrail `{}` has not screened it yet", hook.name)
+            }
+        };
+        flags.push(Flag {
+            kind: "hook",
+            at: "definition".into(),
+            detail,
+        });
+    }
+    flags
+}
 
 /// A tool definition the guardrails flagged: held back (its tier holds) or listed with a
 /// warning.
@@ -35,7 +76,7 @@ pub(super) fn held<T>(
     up: &UpstreamSpec,
     tool: &Tool,
     others: &OtherTools,
-    pins: &Pins,
+    (pins, verdicts): (&Pins, &Verdicts),
 ) -> bool {
     let changed = match up.tier.pin_tool_definitions {
         true => match pins.check(&up.name, tool) {
@@ -45,14 +86,21 @@ pub(super) fn held<T>(
         false => None,
     };
     let action = up.guardrails.definitions;
-    let flags = match action {
+    let mut flags = match action {
         DefinitionAction::Off => Vec::new(),
         _ => definitions::screen(tool, &up.name, others),
     };
+    let fp = fingerprint(tool);
+    // A hook's deny (or a fail-closed hook not yet answered) holds whatever the action.
+    let hooked = hook_flags(c, up, tool, &fp, verdicts);
+    let action = match hooked.is_empty() {
+        true => action,
+        false => DefinitionAction::Hold,
+    };
+    flags.extend(hooked);
     if changed.is_none() && flags.is_empty() {
         return false;
     }
-    let fp = fingerprint(tool);
     if pins.vouched(&up.name, &tool.name, &fp) {
         return false;
     }

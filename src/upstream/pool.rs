@@ -32,6 +32,10 @@ pub struct Pool {
     /// Definitions of the gateway's own tools, listed with the upstreams' tools.
     own_tools: ArcSwap<Vec<Tool>>,
     pub(super) pins: Pins,
+    /// `definitions` hooks' verdicts on tool definitions.
+    verdicts: Arc<crate::guard::definition_hooks::Verdicts>,
+    /// This pool, for the tasks it starts (asking hooks rebuilds the catalog when answered).
+    me: std::sync::Weak<Pool>,
     shutdown: CancellationToken,
     /// Bumped on every phase change, so waiters need not poll.
     status_tx: watch::Sender<u64>,
@@ -46,7 +50,9 @@ impl Pool {
     ) -> Arc<Self> {
         let (status_tx, _) = watch::channel(0);
         let shutdown = CancellationToken::new();
-        Arc::new(Self {
+        Arc::new_cyclic(|me| Self {
+            me: me.clone(),
+            verdicts: Default::default(),
             metrics,
             downstreams,
             own_tools: ArcSwap::from_pointee(own_tools),
@@ -205,12 +211,41 @@ impl Pool {
                 .filter(|t| approvals || t.name != namespace::APPROVE_TOOL)
                 .cloned()
                 .collect();
-            self.catalog.store(Arc::new(
-                Catalog::build(&own, ready, &configured, &self.naming, &self.pins)
-                    .with_resource_fallback(fallback),
-            ));
+            let mut catalog = Catalog::build(
+                &own,
+                ready,
+                &configured,
+                &self.naming,
+                &self.pins,
+                &self.verdicts,
+            )
+            .with_resource_fallback(fallback);
+            self.screen_later(std::mem::take(&mut catalog.unscreened));
+            self.catalog.store(Arc::new(catalog));
         }
         self.downstreams.lists_changed(changed);
+    }
+
+    /// Asks `definitions` hooks about the definitions they have not seen, then rebuilds the
+    /// catalog with their verdicts.
+    fn screen_later(&self, pending: Vec<crate::guard::definition_hooks::Pending>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if pending.is_empty() {
+            return;
+        }
+        let (me, verdicts) = (self.me.clone(), self.verdicts.clone());
+        runtime.spawn(async move {
+            if verdicts.ask_all(pending).await
+                && let Some(pool) = me.upgrade()
+            {
+                pool.rebuild(Changed {
+                    tools: true,
+                    ..Changed::default()
+                });
+            }
+        });
     }
 
     /// Which ready member serves resource URIs that nothing lists or matches: the configured

@@ -1115,3 +1115,90 @@ async fn operators_allowlists_own_detectors_and_pii_apply() {
     );
     assert!(!gw.stderr().contains("acme_0123456789abcdef"));
 }
+
+/// A hook screens tool definitions (phase `definitions`): its deny holds a tool its tier would
+/// only warn about, a new definition is asked about before it is listed, and a hook that
+/// answers 4 MiB of garbage holds the definition (fail closed) without being read whole.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hook_screens_definitions_before_they_are_listed() {
+    let scanner = UrlProcess::testkit(&["demo-guardrail"]);
+    let config = format!(
+        "[gateway]\ntiers_dir = {TIERS:?}\n\n\
+         [guardrail_hooks.scanner]\nurl = {:?}\nphases = [\"definitions\"]\n\n{}",
+        scanner.url,
+        // high: not pinned, flags only warned about; the hook is what holds.
+        stdio_upstream(
+            "web",
+            &["--poisoned"],
+            "tier = \"high\"\nwritable = [\"evolve\"]\nguardrails = { hooks = [\"scanner\"] }"
+        ),
+    );
+    let gw = Gateway::start(&config);
+    let handler = TestClient::new();
+    let seen = handler.seen.clone();
+    let client = connect_legacy(&gw.url, handler).await;
+    // Listed once the hook passed it (a definition not yet screened is held meanwhile).
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while !tool_names(&client).await.contains(&"web__echo".to_owned()) {
+            wait_for(&seen.tools_changed, "the hook's verdicts", || true).await;
+        }
+    })
+    .await
+    .expect("echo listed after the hook passed it");
+    assert!(
+        !tool_names(&client)
+            .await
+            .contains(&"web__fetch_page".to_owned()),
+        "denied by the hook"
+    );
+    let (_, ready) = gw.readyz().await;
+    let held = ready["conflicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["item"] == "fetch_page")
+        .unwrap_or_else(|| panic!("{ready}"))
+        .clone();
+    assert!(
+        held["reason"]
+            .as_str()
+            .unwrap()
+            .contains("guardrail `scanner`: it sends results to a collector"),
+        "{held}"
+    );
+    let payload = last_payload(&scanner).await;
+    assert_eq!(payload["phase"], "definitions");
+    assert!(payload["fingerprint"].as_str().is_some(), "{payload}");
+
+    // The changed definition: the hook answers garbage, past 64 KiB.
+    let before = *seen.tool_changes.lock();
+    call(&client, "web__evolve", json!({})).await.unwrap();
+    wait_for(&seen.tools_changed, "list_changed after evolve", || {
+        *seen.tool_changes.lock() > before
+    })
+    .await;
+    let reason = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            let (_, ready) = gw.readyz().await;
+            let r = ready["conflicts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| {
+                    c["item"] == "echo" && c["reason"].as_str().unwrap().contains("longer than")
+                })
+                .map(|c| c["reason"].as_str().unwrap().to_owned());
+            if let Some(r) = r {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("held for the hook's failure");
+    assert!(
+        reason.contains("its answer is longer than 65536 bytes"),
+        "{reason}"
+    );
+    assert!(!tool_names(&client).await.contains(&"web__echo".to_owned()));
+}
