@@ -16,6 +16,7 @@
 //! time to scan a 1 MiB result in this process.
 //!
 //! Run: `cargo bench --bench overhead` (optional env: BENCH_SECONDS, default 3 per cell;
+//! BENCH_PARTS, e.g. `3` for part 3 only;
 //! FEDGATE_WORKER_THREADS reaches fedgate through the environment; FEDGATE_BASELINE_BIN adds
 //! another build of fedgate — e.g. an earlier commit's release binary — to part 1, on the same
 //! config and upstreams, interleaved with the others, and prints this build's ratios to it).
@@ -298,6 +299,10 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(3.0);
+    // BENCH_PARTS picks parts (`3`, `1,3`); every part by default.
+    let parts: Vec<u8> = std::env::var("BENCH_PARTS")
+        .map(|p| p.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .unwrap_or_else(|_| vec![1, 2, 3]);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -412,7 +417,7 @@ fn main() {
         };
         let mut ratios = Vec::new();
         let mut to_before = Vec::new();
-        for conc in [1usize, 8, 64] {
+        for conc in [1usize, 8, 64].into_iter().filter(|_| parts.contains(&1)) {
             let (f, f_cpu) =
                 load_cell(floor_addr, floor_session.clone(), "echo", conc, secs, floor_pid).await;
             print_load_row("floor", conc, &f, f_cpu);
@@ -459,7 +464,7 @@ fn main() {
             "\n{:<22} {:>4} {:>10} {:>9} {:>9} {:>8} {:>12} {:>6}",
             "target", "c", "calls/s", "p50 µs", "p99 µs", "x direct", "fedgate µs/call", "fail"
         );
-        for conc in [1usize, 8, 64] {
+        for conc in [1usize, 8, 64].into_iter().filter(|_| parts.contains(&2)) {
             let base = drive(&direct, "echo", conc, secs, "").await;
             let base_rate = base.calls as f64 / base.secs;
             println!(
@@ -500,7 +505,9 @@ fn main() {
                 );
             }
         }
-        guardrail_cost(&via, gw_pid, secs).await;
+        if parts.contains(&3) {
+            guardrail_cost(&via, gw_pid, secs).await;
+        }
         let _ = direct.cancel().await;
         let _ = via.cancel().await;
         let _ = via_stateless.cancel().await;

@@ -1202,3 +1202,114 @@ async fn a_hook_screens_definitions_before_they_are_listed() {
     );
     assert!(!tool_names(&client).await.contains(&"web__echo".to_owned()));
 }
+
+/// The corpus of fake secrets (`tests/data/secrets-corpus.toml`, written from public scanners'
+/// rule sets) through a real fedgate, both directions: a `low` upstream refuses the call, a
+/// `medium` one masks every secret whole in what reaches the upstream and what comes back, a
+/// `high` one records; the ordinary data passes untouched. Nothing fedgate writes — log, audit
+/// log — holds a secret it found.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_secrets_corpus_through_low_medium_and_high_upstreams() {
+    let corpus: toml::Value = toml::from_str(include_str!("../data/secrets-corpus.toml")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.jsonl");
+    // The shipped tiers without their rate limits: a hundred calls in a row are the point.
+    let tiers = dir.path().join("tiers");
+    std::fs::create_dir_all(&tiers).unwrap();
+    for name in ["low", "medium", "high"] {
+        let text = std::fs::read_to_string(format!("{TIERS}/{name}.toml")).unwrap();
+        let mut kept = String::new();
+        let mut skipping = false;
+        for line in text.lines() {
+            if line.starts_with('[') {
+                skipping = line.trim() == "[rate_limit]";
+            }
+            if !skipping {
+                kept.push_str(line);
+                kept.push('\n');
+            }
+        }
+        std::fs::write(tiers.join(format!("{name}.toml")), kept).unwrap();
+    }
+    let config = format!(
+        "[gateway]\ntiers_dir = {:?}\n\n[audit]\npath = {:?}\nfull_arguments = true\n\n{}{}{}",
+        tiers.display().to_string(),
+        audit.display().to_string(),
+        stdio_upstream("ext", &[], "tier = \"low\"\nread_only = [\"echo\"]"),
+        stdio_upstream("mid", &[], "tier = \"medium\""),
+        stdio_upstream("top", &[], "tier = \"high\""),
+    );
+    let gw = Gateway::start(&config);
+    let client = connect_legacy(&gw.url, TestClient::new()).await;
+    let secrets = corpus["secret"].as_array().unwrap();
+    let (mut refused, mut masked, mut recorded) = (0, 0, 0);
+    let mut caught: Vec<String> = Vec::new();
+    for s in secrets {
+        let text = s["text"].as_str().unwrap();
+        let values: Vec<&str> = s["secrets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        let low = call(&client, "ext__echo", json!({ "text": text })).await;
+        if low.as_ref().map_or(true, |r| r.is_error == Some(true))
+            && format!("{low:?}").contains("secret_blocked")
+        {
+            refused += 1;
+        }
+        let r = call(&client, "mid__echo", json!({ "text": text }))
+            .await
+            .unwrap();
+        let answer = serde_json::to_string(&r).unwrap();
+        assert!(
+            first_text(&r).starts_with("echo: "),
+            "the call ran: {answer:.300}"
+        );
+        if values.iter().all(|v| !answer.contains(v)) {
+            masked += 1;
+            caught.extend(values.iter().map(|v| v.to_string()));
+        }
+        let r = call(&client, "top__echo", json!({ "text": text }))
+            .await
+            .unwrap();
+        if report(&r).as_array().is_some_and(|a| !a.is_empty()) {
+            recorded += 1;
+        }
+    }
+    let n = secrets.len();
+    println!(
+        "corpus through fedgate: {n} secrets, low refused {refused}, medium masked {masked}, high recorded {recorded}"
+    );
+    let bar = n * 97 / 100;
+    assert!(
+        refused >= bar && masked >= bar && recorded >= bar,
+        "{refused} {masked} {recorded} of {n}"
+    );
+    for c in corpus["clean"].as_array().unwrap() {
+        let text = c["text"].as_str().unwrap();
+        let r = call(&client, "mid__echo", json!({ "text": text }))
+            .await
+            .unwrap();
+        assert_eq!(first_text(&r), format!("echo: {text}"), "{}", c["shape"]);
+    }
+    let log = gw.stderr();
+    let records = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let t = tokio::fs::read_to_string(&audit).await.unwrap_or_default();
+            if t.lines().count() >= 3 * n {
+                return t;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("audit records");
+    for v in &caught {
+        assert!(!log.contains(v.as_str()), "the log holds {v:.12}…");
+        assert!(
+            !records.contains(v.as_str()),
+            "the audit log holds {v:.12}…"
+        );
+    }
+}
