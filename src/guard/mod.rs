@@ -2,6 +2,7 @@
 //! to an upstream, a result on the way back — are blocked, redacted or recorded, per tier and
 //! per upstream. What is found is named by detector and field, never by value.
 
+mod anchors;
 pub mod definition_hooks;
 pub mod definitions;
 pub mod hook;

@@ -10,12 +10,14 @@
 
 use std::{ops::Range, sync::LazyLock};
 
-use aho_corasick::AhoCorasick;
 use regex::Regex;
 
+use super::anchors::{Anchor, Anchors};
+
 /// One built-in detector: its stable name (in plans, audit records and metric labels), the
-/// literals one of which any match contains (ASCII, any case), and its pattern. A pattern with
-/// a capture group names the secret by that group (the value, not its name).
+/// literals one of which any match contains (as written, or in any case where the pattern is
+/// case-insensitive), and its pattern. A pattern with a capture group names the secret by that
+/// group (the value, not its name).
 struct Spec {
     name: &'static str,
     anchors: &'static [&'static str],
@@ -77,7 +79,7 @@ const DETECTORS: &[Spec] = &[
     Spec {
         // `curl -u user:password`, `--password=…` on a command line.
         name: "cli_password",
-        anchors: &["-u", "--user", "--password"],
+        anchors: &["-u ", "-u\t", "-u=", "--user", "--password"],
         pattern: r#"(?:^|\s)(?:(?:-u|--user)[ \t=]+["']?[^\s:"']+:|--password[ \t=]+["']?)([^\s"']{4,})"#,
     },
     Spec {
@@ -157,9 +159,9 @@ fn assignment_pattern() -> String {
 struct Compiled {
     /// Each detector's pattern, in [`DETECTORS`] order.
     patterns: Vec<Regex>,
-    /// Every detector's anchors; a match's pattern index maps to its detector.
-    prefilter: AhoCorasick,
-    owner: Vec<usize>,
+    /// Every detector's anchors, naming the detectors to run on a text (all of them when the
+    /// anchors could not be compiled).
+    prefilter: Option<Anchors>,
     /// The last word of a secret name, anchored at the end of a field name.
     field: Regex,
 }
@@ -178,23 +180,22 @@ static COMPILED: LazyLock<Option<Compiled>> = LazyLock::new(|| {
         })
         .collect::<Result<_, _>>()
         .ok()?;
-    let mut anchors = Vec::new();
-    let mut owner = Vec::new();
-    for (i, d) in DETECTORS.iter().enumerate() {
-        for a in d.anchors {
-            anchors.push(*a);
-            owner.push(i);
-        }
-    }
-    let prefilter = AhoCorasick::builder()
-        .ascii_case_insensitive(true)
-        .build(&anchors)
-        .ok()?;
+    let anchors: Vec<Anchor> = DETECTORS
+        .iter()
+        .enumerate()
+        .flat_map(|(owner, d)| {
+            let folded = d.name == ASSIGNMENT || d.pattern.starts_with("(?i)");
+            d.anchors.iter().map(move |&literal| Anchor {
+                literal,
+                owner,
+                folded,
+            })
+        })
+        .collect();
     let field = Regex::new(&format!(r"(?i)(?:{SECRET_WORDS})$")).ok()?;
     Some(Compiled {
         patterns,
-        prefilter,
-        owner,
+        prefilter: Anchors::new(&anchors),
         field,
     })
 });
@@ -241,17 +242,19 @@ const NOT_SECRET_BEFORE: [&str; 7] = [
 /// holding it (empty when none): a field named as a secret holds one when its value is
 /// plausible, an authorization or cookie header always.
 pub fn scan(text: &str, field: &str) -> Vec<Hit> {
-    let mut hits = Vec::new();
     let Some(c) = COMPILED.as_ref() else {
-        return hits;
+        return Vec::new();
     };
     if text.len() < MIN_ASSIGNED {
-        return hits;
+        return Vec::new();
     }
-    let mut run = 0u64;
-    for m in c.prefilter.find_overlapping_iter(text) {
-        run |= 1 << c.owner[m.pattern().as_usize()];
-    }
+    let run = c.prefilter.as_ref().map_or(u64::MAX, |p| p.which(text));
+    scan_with(c, text, field, run)
+}
+
+/// [`scan`] running the detectors whose bit is set in `run`.
+fn scan_with(c: &Compiled, text: &str, field: &str, run: u64) -> Vec<Hit> {
+    let mut hits = Vec::new();
     for (i, (re, spec)) in c.patterns.iter().zip(DETECTORS).enumerate() {
         if run & (1 << i) != 0 {
             matches(re, spec.name, text, &mut hits);
@@ -678,7 +681,7 @@ mod tests {
 mod corpus {
     use serde::Deserialize;
 
-    use super::{redact, scan};
+    use super::{COMPILED, redact, scan, scan_with};
 
     #[derive(Deserialize)]
     struct Corpus {
@@ -721,6 +724,20 @@ mod corpus {
             redact(text, &hits),
             hits.iter().map(|h| h.detector).collect(),
         )
+    }
+
+    #[test]
+    fn the_prefilter_never_skips_a_detector_that_would_match() {
+        let corpus: Corpus = toml::from_str(include_str!("../../tests/data/secrets-corpus.toml"))
+            .expect("the corpus parses");
+        let c = COMPILED.as_ref().expect("the detectors compile");
+        let texts = corpus.secret.iter().map(|s| &s.text);
+        for text in texts.chain(corpus.clean.iter().map(|c| &c.text)) {
+            // Each variant in other casings too: the case-insensitive detectors must still run.
+            for t in [text.clone(), text.to_ascii_uppercase(), text.to_ascii_lowercase()] {
+                assert_eq!(scan(&t, ""), scan_with(c, &t, "", u64::MAX), "{t}");
+            }
+        }
     }
 
     #[test]
