@@ -155,6 +155,12 @@ pub struct RawPerUser {
     /// `oauth`: the RFC 8707 `resource` sent with the requests (default: the `resource` of the
     /// upstream's protected-resource metadata when discovered, else none).
     pub resource: Option<String>,
+    /// `oauth`: the RFC 7009 revocation endpoint (default: the authorization server's
+    /// `revocation_endpoint` when discovered, else none).
+    pub revocation_url: Option<Spanned<String>>,
+    /// `oauth`: an access token is refreshed when this share of its lifetime is left
+    /// (percent, 1–100, 100 refreshing before every call; default 10).
+    pub refresh_margin_percent: Option<Spanned<u8>>,
 }
 
 /// `oauth = { ... }`

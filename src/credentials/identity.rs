@@ -75,6 +75,8 @@ fn client(s: &SignIn) -> PerUserOAuth {
         endpoints: None,
         scopes: s.scopes.clone(),
         resource: None,
+        revocation: None,
+        refresh_margin_percent: 10,
     }
 }
 

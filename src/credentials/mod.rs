@@ -8,6 +8,7 @@
 //! page sends the person on to the upstream's authorization server (`oauth`) with a second
 //! sealed state that also holds the PKCE verifier; the callback claims the nonce.
 
+mod events;
 mod identity;
 pub mod oauth;
 pub mod seal;
@@ -32,8 +33,14 @@ pub enum CredentialError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Seal(#[from] SealError),
+    /// A token that must be refreshed could not be: the authorization server did not answer
+    /// (or not usefully). The credential is kept; the person is not asked again.
+    #[error(
+        "the authorization server of `{upstream}` did not answer a refresh of your token ({why}); your account stays connected: call again in a minute"
+    )]
+    Provider { upstream: String, why: String },
 }
-pub use crate::stores::credentials::{self as store, Connected, CredentialStore};
+pub use crate::stores::credentials::{self as store, Connected, CredentialStore, Info};
 
 use crate::{
     policy::token::PerUserOAuth, secret::Secret, telemetry::credential_metrics::CredentialMetrics,
@@ -60,6 +67,9 @@ struct Plain {
     /// When `token` expires, ms since the epoch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     expires_at_ms: Option<u64>,
+    /// How long `token` lived when it was granted (ms), for the refresh margin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    lifetime_ms: Option<u64>,
 }
 
 impl Plain {
@@ -68,13 +78,45 @@ impl Plain {
             token: g.access.expose().to_owned(),
             refresh: g.refresh.as_ref().map(|r| r.expose().to_owned()),
             expires_at_ms: g.expires_at_ms,
+            lifetime_ms: g.lifetime_ms,
         }
     }
 
-    fn expiring(&self) -> bool {
+    /// Whether the token is due for a refresh: `percent` of its lifetime (or, not knowing it,
+    /// [`oauth::EXPIRY_MARGIN_MS`]) or less is left.
+    fn expiring(&self, percent: u8) -> bool {
+        let margin = self.lifetime_ms.map_or(oauth::EXPIRY_MARGIN_MS, |l| {
+            l.saturating_mul(u64::from(percent)) / 100
+        });
         self.expires_at_ms
-            .is_some_and(|e| crate::clock::now_ms() + oauth::EXPIRY_MARGIN_MS >= e)
+            .is_some_and(|e| crate::clock::now_ms().saturating_add(margin) >= e)
     }
+
+    fn expired(&self) -> bool {
+        self.expires_at_ms
+            .is_some_and(|e| crate::clock::now_ms() >= e)
+    }
+}
+
+/// A stored credential, opened: the token and what is known about it.
+struct Opened {
+    plain: Plain,
+    connected_at_ms: u64,
+    info: Info,
+}
+
+/// Where the OAuth settings of a per-user upstream come from (the upstream set, which a reload
+/// changes): its settings and URL, `None` for one whose person pastes a token.
+pub type Targets = Arc<dyn Fn(&str) -> Option<(Arc<PerUserOAuth>, String)> + Send + Sync + 'static>;
+
+/// One credential forgotten, and what its authorization server said.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Forgot {
+    pub upstream: String,
+    /// `revoked` (the server confirmed), `no_endpoint` (it has no revocation endpoint, or the
+    /// credential is a pasted token), `failed` (it did not confirm; the token may stay valid
+    /// there until it expires).
+    pub at_provider: &'static str,
 }
 
 /// An upstream whose per-user credential is OAuth, as the credential steps need it.
@@ -180,11 +222,34 @@ pub struct UserCredentials {
     /// One refresh at a time per (person, upstream) on this replica: a rotated refresh token
     /// is used once.
     refreshing: DashMap<(String, String), Arc<tokio::sync::Mutex<()>>>,
+    /// Refreshes that failed without the grant being gone: how many in a row, and when the
+    /// next may be tried (ms), so a provider's bad minute is not asked on every call.
+    refresh_backoff: DashMap<(String, String), (u32, u64)>,
+    /// When this replica last noted a use of each credential (ms).
+    touched: DashMap<(String, String), u64>,
+    targets: parking_lot::RwLock<Option<Targets>>,
+    audit: parking_lot::Mutex<Option<crate::telemetry::audit::Audit>>,
     pub oauth: oauth::OAuthClient,
     metrics: CredentialMetrics,
     /// Wrong proofs given on each link's page (by the link's digest, with its expiry): past
     /// [`MAX_PROOF_FAILURES`] the link connects nothing any more, on this replica.
     proof_failures: DashMap<[u8; 32], (u32, u64)>,
+}
+
+/// How often this replica notes a use of one credential.
+const TOUCH_EVERY_MS: u64 = 60_000;
+
+/// What a refresh came to.
+pub(super) enum Refresh {
+    /// A new token (or one another call just refreshed).
+    Fresh(Secret),
+    /// The refresh failed for now; the token still works until it expires.
+    Kept(Secret),
+    /// The grant is gone (or there is nothing to refresh with): the credential was dropped.
+    Gone,
+    /// The refresh failed for now and the token does not work (expired, or refused by the
+    /// upstream): the credential is kept, the call fails; the words say why.
+    Unavailable(String),
 }
 
 /// Wrong keys a connect page takes before its link is spent.
@@ -231,6 +296,10 @@ impl UserCredentials {
             base_url: parking_lot::RwLock::new(public_url.unwrap_or_default()),
             waiters: DashMap::new(),
             refreshing: DashMap::new(),
+            refresh_backoff: DashMap::new(),
+            touched: DashMap::new(),
+            targets: Default::default(),
+            audit: Default::default(),
             proof_failures: DashMap::new(),
             oauth: oauth::OAuthClient::new(),
             metrics,
@@ -266,13 +335,10 @@ impl UserCredentials {
                 continue;
             }
             let opened = self.stored(&c.owner, &c.upstream).await?;
-            if let (Some(plain), Some(kind)) = (opened, sole_kind(&c.owner)) {
-                self.put(
-                    &format!("{}:{}", kind.as_str(), c.owner),
-                    &c.upstream,
-                    &plain,
-                )
-                .await?;
+            if let (Some(o), Some(kind)) = (opened, sole_kind(&c.owner)) {
+                let owner = format!("{}:{}", kind.as_str(), c.owner);
+                self.put(&owner, &c.upstream, &o.plain, o.connected_at_ms, o.info)
+                    .await?;
                 migrated += 1;
             } else {
                 dropped += 1;
@@ -299,9 +365,14 @@ impl UserCredentials {
         self.metrics.count(upstream, event);
     }
 
+    /// Where the OAuth settings of each upstream are looked up, for revocation.
+    pub fn set_targets(&self, targets: Targets) {
+        *self.targets.write() = Some(targets);
+    }
+
     /// What the person stored for `upstream`, opened. A value that no longer opens (its key
     /// was retired and dropped) counts as not connected.
-    async fn stored(&self, owner: &str, upstream: &str) -> Result<Option<Plain>, CredentialError> {
+    async fn stored(&self, owner: &str, upstream: &str) -> Result<Option<Opened>, CredentialError> {
         let Some(stored) = self.store.get(owner, upstream).await? else {
             return Ok(None);
         };
@@ -318,74 +389,202 @@ impl UserCredentials {
         };
         if self.sealer.is_stale(&sealed) {
             // Sealed again with the current key: a retired key can then be dropped.
-            let _ = self.put(owner, upstream, &plain).await;
+            let _ = self
+                .put(
+                    owner,
+                    upstream,
+                    &plain,
+                    stored.connected_at_ms,
+                    stored.info.clone(),
+                )
+                .await;
         }
-        Ok(Some(plain))
+        Ok(Some(Opened {
+            plain,
+            connected_at_ms: stored.connected_at_ms,
+            info: stored.info,
+        }))
     }
 
-    /// The person's token for `upstream`, if they connected it; an OAuth token about to
-    /// expire is refreshed first (a failed refresh means "not connected").
+    /// The person's token for `upstream`, if they connected it; an OAuth token due for a
+    /// refresh is refreshed first. `None` when there is none, or its grant is gone (the person
+    /// is asked again); an authorization server that does not answer leaves a still-valid
+    /// token in use, and an expired one an error (`Provider`), the credential kept.
     pub async fn token(
         &self,
         owner: &str,
         upstream: &str,
         oauth: Option<OAuthTarget<'_>>,
     ) -> Result<Option<Secret>, CredentialError> {
-        let Some(plain) = self.stored(owner, upstream).await? else {
+        let Some(o) = self.stored(owner, upstream).await? else {
             return Ok(None);
         };
         match oauth {
-            Some(target) if plain.expiring() => {
-                Ok(self.refresh(owner, upstream, &plain.token, target).await)
+            Some(target) if o.plain.expiring(target.settings.refresh_margin_percent) => {
+                match self
+                    .refresh(owner, upstream, &o.plain.token, target, false)
+                    .await
+                {
+                    Refresh::Fresh(t) | Refresh::Kept(t) => Ok(Some(t)),
+                    Refresh::Gone => Ok(None),
+                    Refresh::Unavailable(why) => Err(CredentialError::Provider {
+                        upstream: upstream.to_owned(),
+                        why,
+                    }),
+                }
             }
-            _ => Ok(Some(Secret::new(plain.token))),
+            _ => Ok(Some(Secret::new(o.plain.token))),
         }
     }
 
-    async fn put(&self, owner: &str, upstream: &str, plain: &Plain) -> Result<(), CredentialError> {
+    /// Seals and stores `plain`; `connected_at_ms` is when the person connected (kept across
+    /// refreshes and new keys).
+    async fn put(
+        &self,
+        owner: &str,
+        upstream: &str,
+        plain: &Plain,
+        connected_at_ms: u64,
+        mut info: Info,
+    ) -> Result<(), CredentialError> {
+        info.expires_at_ms = plain.expires_at_ms;
         let plain = serde_json::to_vec(plain).map_err(|e| SealError::Encode(e.to_string()))?;
         let sealed = self.sealer.seal(&plain, &bound(owner, upstream))?;
         let stored = store::Stored {
             sealed: hex::encode(sealed),
-            connected_at_ms: crate::clock::now_ms(),
+            connected_at_ms,
+            info,
         };
         Ok(self.store.put(owner, upstream, &stored).await?)
     }
 
-    /// Forgets one or all of a person's credentials; how many there were.
+    /// Notes that a call used the person's credential, at most once a minute per credential
+    /// on this replica (the admin list shows it as `last_used_ms`).
+    pub async fn touch(&self, owner: &str, upstream: &str) {
+        let now = crate::clock::now_ms();
+        let key = (owner.to_owned(), upstream.to_owned());
+        if self
+            .touched
+            .get(&key)
+            .is_some_and(|at| now.saturating_sub(*at) < TOUCH_EVERY_MS)
+        {
+            return;
+        }
+        if self.touched.len() >= MAX_REMEMBERED_LINKS {
+            self.touched
+                .retain(|_, at| now.saturating_sub(*at) < TOUCH_EVERY_MS);
+        }
+        self.touched.insert(key, now);
+        if let Err(e) = self.store.touch(owner, upstream, now).await {
+            tracing::debug!(upstream, "noting a credential's use failed: {e}");
+        }
+    }
+
+    /// Forgets one or all of a person's credentials, revoking each OAuth grant at its
+    /// authorization server first (RFC 7009) when it has a revocation endpoint. `by` is who
+    /// asked when it was not the person (`admin`).
     pub async fn revoke(
         &self,
         owner: &str,
         upstream: Option<&str>,
-    ) -> Result<usize, CredentialError> {
-        let gone = self.store.remove(owner, upstream).await?;
-        if gone > 0 {
-            self.metrics.count(upstream.unwrap_or("*"), "revoked");
+        by: Option<&str>,
+    ) -> Result<Vec<Forgot>, CredentialError> {
+        let upstreams: Vec<String> = match upstream {
+            Some(u) => vec![u.to_owned()],
+            None => self.store.owned(owner).await?,
+        };
+        let mut forgot = Vec::new();
+        for u in upstreams {
+            let opened = self.stored(owner, &u).await?;
+            let at_provider = match &opened {
+                Some(o) => self.revoke_at_provider(&u, &o.plain).await,
+                None => "no_endpoint",
+            };
+            if self.store.remove(owner, Some(&u)).await? == 0 {
+                continue;
+            }
+            tracing::info!(
+                owner = %person(owner),
+                upstream = %u,
+                by = by.unwrap_or("the person"),
+                at_provider,
+                "per-user credential forgotten"
+            );
+            self.event(events::Event {
+                by,
+                at_provider: Some(at_provider),
+                ..events::Event::new(Some(owner), &u, "revoked")
+            });
+            forgot.push(Forgot {
+                upstream: u,
+                at_provider,
+            });
         }
-        Ok(gone)
+        Ok(forgot)
+    }
+
+    /// Revokes a credential's grant at its authorization server: the refresh token (which
+    /// revokes the access tokens issued from it too), else the access token.
+    async fn revoke_at_provider(&self, upstream: &str, plain: &Plain) -> &'static str {
+        let Some((settings, url)) = self.targets.read().as_ref().and_then(|t| t(upstream)) else {
+            return "no_endpoint";
+        };
+        let endpoints = match self.oauth.endpoints(upstream, &url, &settings).await {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!(upstream, "revoking at the authorization server: {e}");
+                return "failed";
+            }
+        };
+        let (token, hint) = match &plain.refresh {
+            Some(r) => (Secret::new(r.clone()), "refresh_token"),
+            None => (Secret::new(plain.token.clone()), "access_token"),
+        };
+        match self
+            .oauth
+            .revoke(upstream, &endpoints, &settings, &token, hint)
+            .await
+        {
+            Ok(true) => "revoked",
+            Ok(false) => "no_endpoint",
+            Err(e) => {
+                tracing::warn!(upstream, "revoking at the authorization server: {e}");
+                "failed"
+            }
+        }
     }
 
     /// The upstream refused the person's credential (`used`). An OAuth credential with a
-    /// refresh token is refreshed once (`Some` new token); otherwise it is dropped, so the
-    /// person is asked again.
+    /// refresh token is refreshed once (`Some` new token); a grant that is gone, or a pasted
+    /// token, is dropped (`None`: the person is asked again); an authorization server that
+    /// does not answer keeps the credential and is an error.
     pub async fn rejected(
         &self,
         owner: &str,
         upstream: &str,
         used: &Secret,
         oauth: Option<OAuthTarget<'_>>,
-    ) -> Option<Secret> {
+    ) -> Result<Option<Secret>, CredentialError> {
         self.metrics.count(upstream, "rejected");
-        if let Some(target) = oauth
-            && let Some(fresh) = self.refresh(owner, upstream, used.expose(), target).await
-            && fresh.expose() != used.expose()
-        {
-            return Some(fresh);
+        if let Some(target) = oauth {
+            match self
+                .refresh(owner, upstream, used.expose(), target, true)
+                .await
+            {
+                Refresh::Fresh(fresh) if fresh.expose() != used.expose() => return Ok(Some(fresh)),
+                Refresh::Unavailable(why) => {
+                    return Err(CredentialError::Provider {
+                        upstream: upstream.to_owned(),
+                        why,
+                    });
+                }
+                _ => {}
+            }
         }
         if let Err(e) = self.store.remove(owner, Some(upstream)).await {
             tracing::warn!(upstream, "dropping a rejected credential failed: {e}");
         }
-        None
+        Ok(None)
     }
 
     pub async fn list(&self) -> Result<Vec<Connected>, CredentialError> {
@@ -513,8 +712,10 @@ impl UserCredentials {
             token: token.to_owned(),
             refresh: None,
             expires_at_ms: None,
+            lifetime_ms: None,
         };
-        self.connect(upstream, ticket, &plain).await
+        self.connect(upstream, ticket, &plain, Info::default())
+            .await
     }
 
     /// Lets a state's nonce through once.
@@ -539,13 +740,21 @@ impl UserCredentials {
         upstream: &str,
         ticket: Ticket,
         plain: &Plain,
+        info: Info,
     ) -> Result<Ticket, Refused> {
-        if let Err(e) = self.put(&ticket.owner, upstream, plain).await {
+        let now = crate::clock::now_ms();
+        if let Err(e) = self.put(&ticket.owner, upstream, plain, now, info).await {
             tracing::warn!(upstream, "per-user credentials: {e}");
             self.metrics.count(upstream, "failed");
             return Err(Refused::Store);
         }
-        self.metrics.count(upstream, "connected");
+        self.refresh_backoff
+            .remove(&(ticket.owner.clone(), upstream.to_owned()));
+        self.event(events::Event::new(
+            Some(&ticket.owner),
+            upstream,
+            "connected",
+        ));
         if let Some(n) = self
             .waiters
             .get(&(ticket.owner.clone(), upstream.to_owned()))

@@ -20,7 +20,8 @@ use crate::{policy::token::PerUserOAuth, secret::Secret};
 
 /// Largest metadata or token response read.
 const MAX_BODY: usize = crate::policy::token::MAX_TOKEN_RESPONSE;
-/// An access token is refreshed this long before it expires.
+/// An access token whose lifetime is not known is refreshed this long before it expires; one
+/// whose lifetime is known, when `refresh_margin_percent` of it is left.
 pub const EXPIRY_MARGIN_MS: u64 = 30_000;
 /// Longest access or refresh token kept.
 pub const MAX_TOKEN_BYTES: usize = 16 * 1024;
@@ -32,12 +33,25 @@ pub enum OAuthError {
     Discovery(String, String),
     #[error("the authorization server could not be reached: {0}")]
     Unreachable(String),
-    #[error("the authorization server answered {0}")]
-    Refused(String),
+    #[error("the authorization server answered {status} ({code})")]
+    Refused { status: u16, code: String },
     #[error("the authorization server's answer was not understood: {0}")]
     Garbage(String),
     #[error("the client credentials of `{0}` are not available: {1}")]
     Client(String, String),
+}
+
+/// Token-endpoint error codes that say the grant itself is gone (RFC 6749 5.2): the person must
+/// sign in again. Every other failure (unreachable, a timeout, a 5xx, a 429, another code)
+/// leaves the credential as it is.
+const GRANT_GONE: [&str; 2] = ["invalid_grant", "unauthorized_client"];
+
+impl OAuthError {
+    /// Whether the authorization server said the grant is no longer valid (not merely that it
+    /// could not answer now).
+    pub fn grant_gone(&self) -> bool {
+        matches!(self, OAuthError::Refused { status: 400 | 401, code } if GRANT_GONE.contains(&code.as_str()))
+    }
 }
 
 /// Why one discovery step found nothing usable (folded into [`OAuthError::Discovery`]).
@@ -65,6 +79,8 @@ pub struct Endpoints {
     /// The RFC 8707 `resource` sent with every request (config, else the upstream's
     /// protected-resource metadata).
     pub resource: Option<String>,
+    /// The RFC 7009 revocation endpoint (config, else the server's metadata), if any.
+    pub revocation: Option<Url>,
 }
 
 /// What a token endpoint gave: the access token, the refresh token (if any) and when the
@@ -76,6 +92,10 @@ pub struct Granted {
     pub expires_at_ms: Option<u64>,
     /// An OpenID Connect ID token, when `openid` was asked for.
     pub id_token: Option<Secret>,
+    /// How long the access token lives from now (ms), when the server said.
+    pub lifetime_ms: Option<u64>,
+    /// The scopes granted, when the server said (RFC 6749 5.1 `scope`).
+    pub scopes: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -89,6 +109,8 @@ struct TokenResponse {
     refresh_token: Option<String>,
     #[serde(default)]
     id_token: Option<String>,
+    #[serde(default)]
+    scope: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -113,6 +135,8 @@ struct ServerMetadata {
     code_challenge_methods_supported: Option<Vec<String>>,
     #[serde(default)]
     jwks_uri: Option<String>,
+    #[serde(default)]
+    revocation_endpoint: Option<String>,
 }
 
 /// An OpenID provider, as discovered at its issuer.
@@ -194,6 +218,7 @@ impl OAuthClient {
                 authorization: parse(a)?,
                 token: parse(t)?,
                 resource: settings.resource.clone(),
+                revocation: settings.revocation.as_deref().map(parse).transpose()?,
             }));
         }
         let key = (upstream.to_owned(), upstream_url.to_owned());
@@ -222,10 +247,19 @@ impl OAuthClient {
             .ok_or("the upstream's protected-resource metadata names no authorization server")?;
         let meta = self.issuer_metadata(issuer).await?;
         let parse = |what: &str, u: &str| Url::parse(u).map_err(|e| format!("{what} `{u}`: {e}"));
+        let revocation = match settings.revocation.as_deref() {
+            Some(r) => Some(parse("revocation_url", r)?),
+            None => meta
+                .revocation_endpoint
+                .as_deref()
+                .map(|r| parse("revocation_endpoint", r))
+                .transpose()?,
+        };
         Ok(Endpoints {
             authorization: parse("authorization_endpoint", &meta.authorization_endpoint)?,
             token: parse("token_endpoint", &meta.token_endpoint)?,
             resource: settings.resource.clone().or(prm.resource),
+            revocation,
         })
     }
 
@@ -272,6 +306,7 @@ impl OAuthClient {
                 authorization: parse("authorization_endpoint", &meta.authorization_endpoint)?,
                 token: parse("token_endpoint", &meta.token_endpoint)?,
                 resource: None,
+                revocation: None,
             },
             jwks: parse("jwks_uri", jwks)?,
         })
@@ -422,15 +457,39 @@ impl OAuthClient {
             .await
     }
 
-    async fn token_request(
+    /// Asks the server to revoke `token` (RFC 7009): `true` when it confirmed (200), `false`
+    /// when it has no revocation endpoint.
+    pub async fn revoke(
         &self,
         upstream: &str,
         endpoints: &Endpoints,
         settings: &PerUserOAuth,
+        token: &Secret,
+        hint: &'static str,
+    ) -> Result<bool, OAuthError> {
+        let Some(url) = &endpoints.revocation else {
+            return Ok(false);
+        };
+        let form = vec![
+            ("token", token.expose().to_owned()),
+            ("token_type_hint", hint.to_owned()),
+        ];
+        self.form_post(upstream, url, settings, form)
+            .await
+            .map(|_| true)
+    }
+
+    /// POSTs `form` to one of the server's endpoints with the client's authentication; the
+    /// bounded body of a success, the error code of a refusal.
+    async fn form_post(
+        &self,
+        upstream: &str,
+        url: &Url,
+        settings: &PerUserOAuth,
         mut form: Vec<(&'static str, String)>,
-    ) -> Result<Granted, OAuthError> {
+    ) -> Result<Vec<u8>, OAuthError> {
         let client_id = resolve("client id", &settings.client_id, upstream)?;
-        let mut req = self.http.post(endpoints.token.clone());
+        let mut req = self.http.post(url.clone());
         match &settings.client_secret {
             // client_secret_basic, with the id and secret form-encoded first (RFC 6749 2.3.1).
             Some(reference) => {
@@ -457,8 +516,24 @@ impl OAuthClient {
                 .map(|e| e.error)
                 .filter(|e| e.len() <= 64 && e.bytes().all(|b| b.is_ascii_graphic()))
                 .unwrap_or_else(|| "an error".to_owned());
-            return Err(OAuthError::Refused(format!("{status} ({code})")));
+            return Err(OAuthError::Refused {
+                status: status.as_u16(),
+                code,
+            });
         }
+        Ok(body)
+    }
+
+    async fn token_request(
+        &self,
+        upstream: &str,
+        endpoints: &Endpoints,
+        settings: &PerUserOAuth,
+        form: Vec<(&'static str, String)>,
+    ) -> Result<Granted, OAuthError> {
+        let body = self
+            .form_post(upstream, &endpoints.token, settings, form)
+            .await?;
         let t: TokenResponse = serde_json::from_slice(&body).map_err(|_| {
             OAuthError::Garbage("no token response (JSON with access_token)".into())
         })?;
@@ -475,15 +550,26 @@ impl OAuthClient {
                 "the token is empty, too long or malformed".into(),
             ));
         }
+        let lifetime_ms = t.expires_in.map(|s| s.saturating_mul(1000));
         Ok(Granted {
             access: Secret::new(t.access_token),
             refresh: t.refresh_token.map(Secret::new),
-            expires_at_ms: t
-                .expires_in
-                .map(|s| crate::clock::now_ms().saturating_add(s.saturating_mul(1000))),
+            expires_at_ms: lifetime_ms.map(|l| crate::clock::now_ms().saturating_add(l)),
             id_token: t.id_token.filter(|i| is_token(i)).map(Secret::new),
+            lifetime_ms,
+            scopes: t.scope.as_deref().map(granted_scopes),
         })
     }
+}
+
+/// The scopes of a token response's `scope`, each a bounded printable word (at most 32).
+fn granted_scopes(scope: &str) -> Vec<String> {
+    scope
+        .split(' ')
+        .filter(|s| !s.is_empty() && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_graphic()))
+        .take(32)
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Reads at most `MAX_BODY` bytes of a response.

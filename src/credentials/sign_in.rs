@@ -5,73 +5,152 @@
 use std::sync::Arc;
 
 use super::{
-    OAUTH_BINDING, OAuthError, OAuthTarget, Plain, Refused, SealError, Ticket, UserCredentials,
-    oauth,
+    OAUTH_BINDING, OAuthError, OAuthTarget, Plain, Refresh, Refused, SealError, Ticket,
+    UserCredentials, events::Event, oauth,
 };
 use crate::secret::Secret;
 
 impl UserCredentials {
     /// Refreshes the person's OAuth token unless someone did since `used` was read; the new
-    /// (possibly rotated) tokens are stored. `None` when there is nothing to refresh with or
-    /// the authorization server refused: the credential is dropped, the person is asked again.
+    /// (possibly rotated) tokens are stored. `forced`: the upstream refused `used`, so it is
+    /// no use even while unexpired. Only a grant the authorization server says is gone drops
+    /// the credential; any other failure keeps it and backs off before the next try.
     pub(super) async fn refresh(
         &self,
         owner: &str,
         upstream: &str,
         used: &str,
         target: OAuthTarget<'_>,
-    ) -> Option<Secret> {
+        forced: bool,
+    ) -> Refresh {
         let key = (owner.to_owned(), upstream.to_owned());
         let lock = self.refreshing.entry(key.clone()).or_default().clone();
-        let fresh = async {
+        let outcome = {
             let _one = lock.lock().await;
-            let plain = self.stored(owner, upstream).await.ok()??;
-            if plain.token != used && !plain.expiring() {
-                return Some(Secret::new(plain.token));
-            }
-            let refresh = Secret::new(plain.refresh?);
-            let granted = async {
-                let endpoints = self
-                    .oauth
-                    .endpoints(upstream, target.upstream_url, target.settings)
-                    .await?;
-                self.oauth
-                    .refresh(upstream, &endpoints, target.settings, &refresh)
-                    .await
-            }
-            .await;
-            match granted {
-                Ok(mut g) => {
-                    // Not every server rotates: the old refresh token then stays usable.
-                    if g.refresh.is_none() {
-                        g.refresh = Some(refresh);
-                    }
-                    if let Err(e) = self.put(owner, upstream, &Plain::granted(&g)).await {
-                        tracing::warn!(upstream, "per-user credentials: {e}");
-                    }
-                    self.metrics.count(upstream, "refreshed");
-                    Some(g.access)
-                }
-                Err(e) => {
-                    tracing::info!(upstream, "refreshing a person's token failed: {e}");
-                    self.metrics.count(upstream, "refresh_failed");
-                    None
-                }
-            }
-        }
-        .await;
+            self.refresh_locked(owner, upstream, used, target, forced)
+                .await
+        };
         drop(lock);
         self.refreshing
             .remove_if(&key, |_, l| Arc::strong_count(l) == 1);
-        if fresh.is_none()
-            && let Err(e) = self.store.remove(owner, Some(upstream)).await
-        {
+        outcome
+    }
+
+    async fn refresh_locked(
+        &self,
+        owner: &str,
+        upstream: &str,
+        used: &str,
+        target: OAuthTarget<'_>,
+        forced: bool,
+    ) -> Refresh {
+        let percent = target.settings.refresh_margin_percent;
+        let o = match self.stored(owner, upstream).await {
+            Ok(Some(o)) => o,
+            Ok(None) => return Refresh::Gone,
+            Err(e) => return Refresh::Unavailable(e.to_string()),
+        };
+        if o.plain.token != used && !o.plain.expiring(percent) {
+            return Refresh::Fresh(Secret::new(o.plain.token));
+        }
+        let usable = !forced && !o.plain.expired();
+        let key = (owner.to_owned(), upstream.to_owned());
+        let now = crate::clock::now_ms();
+        // A token the upstream refused is tried once more whatever the backoff: the call
+        // cannot go on with it.
+        let waiting = (!forced)
+            .then(|| self.refresh_backoff.get(&key).map(|b| b.1))
+            .flatten()
+            .filter(|t| *t > now);
+        let Some(refresh) = o.plain.refresh.clone().map(Secret::new) else {
+            // Nothing to refresh with: the token serves until it expires, then the person
+            // connects again.
+            return if usable {
+                Refresh::Kept(Secret::new(o.plain.token))
+            } else {
+                self.drop_credential(owner, upstream).await;
+                Refresh::Gone
+            };
+        };
+        if let Some(until) = waiting {
+            return if usable {
+                Refresh::Kept(Secret::new(o.plain.token))
+            } else {
+                Refresh::Unavailable(format!(
+                    "it failed just before; next try in {} s",
+                    (until - now).div_ceil(1000)
+                ))
+            };
+        }
+        let granted = async {
+            let endpoints = self
+                .oauth
+                .endpoints(upstream, target.upstream_url, target.settings)
+                .await?;
+            self.oauth
+                .refresh(upstream, &endpoints, target.settings, &refresh)
+                .await
+        }
+        .await;
+        match granted {
+            Ok(mut g) => {
+                // Not every server rotates: the old refresh token then stays usable.
+                if g.refresh.is_none() {
+                    g.refresh = Some(refresh);
+                }
+                let mut info = o.info;
+                info.refreshed_at_ms = Some(crate::clock::now_ms());
+                if g.scopes.is_some() {
+                    info.scopes.clone_from(&g.scopes);
+                }
+                let plain = Plain::granted(&g);
+                if let Err(e) = self
+                    .put(owner, upstream, &plain, o.connected_at_ms, info)
+                    .await
+                {
+                    tracing::warn!(upstream, "per-user credentials: {e}");
+                }
+                self.refresh_backoff.remove(&key);
+                self.metrics.count(upstream, "refreshed");
+                Refresh::Fresh(g.access)
+            }
+            Err(e) if e.grant_gone() => {
+                tracing::info!(owner = %super::person(owner), upstream, "the authorization server says a person's grant is gone ({e}); they are asked to connect again");
+                self.event(
+                    Event::new(Some(owner), upstream, "refresh_failed").because("grant_gone"),
+                );
+                self.drop_credential(owner, upstream).await;
+                Refresh::Gone
+            }
+            Err(e) => {
+                let failures = self.refresh_backoff.get(&key).map_or(0, |b| b.0) + 1;
+                let wait = backoff_ms(failures);
+                self.refresh_backoff.insert(key, (failures, now + wait));
+                tracing::warn!(owner = %super::person(owner), upstream, failures, "refreshing a person's token failed ({e}); the credential is kept, next try in {} s", wait / 1000);
+                let reason = match e {
+                    OAuthError::Unreachable(_) => "unreachable",
+                    OAuthError::Refused { .. } => "refused",
+                    _ => "not_understood",
+                };
+                self.event(Event::new(Some(owner), upstream, "refresh_failed").because(reason));
+                if usable {
+                    Refresh::Kept(Secret::new(o.plain.token))
+                } else {
+                    Refresh::Unavailable(e.to_string())
+                }
+            }
+        }
+    }
+
+    async fn drop_credential(&self, owner: &str, upstream: &str) {
+        self.refresh_backoff
+            .remove(&(owner.to_owned(), upstream.to_owned()));
+        if let Err(e) = self.store.remove(owner, Some(upstream)).await {
             tracing::warn!(
                 upstream,
                 "dropping a credential that cannot be refreshed failed: {e}"
             );
         }
-        fresh
     }
 
     /// Where the authorization server sends the person back.
@@ -143,33 +222,38 @@ impl UserCredentials {
                 .find(|(k, _)| k == name)
                 .map(|(_, v)| v.as_str())
         };
-        let refused = |r: Refused| {
+        let refused = |owner: Option<&str>, r: Refused| {
             self.metrics.count(upstream, "refused");
+            self.event(Event::new(owner, upstream, "callback_refused").because(r.code()));
             r
         };
         let ticket = self
             .open_state(field("state").unwrap_or(""), upstream, OAUTH_BINDING)
-            .map_err(refused)?;
+            .map_err(|r| refused(None, r))?;
+        let owner = Some(ticket.owner.as_str());
         // The browser that proved who it is when the sign-in started carries its nonce: a
         // forwarded authorization link comes back to another browser.
         if browser != Some(ticket.nonce.as_str()) {
-            return Err(refused(Refused::OtherBrowser));
+            return Err(refused(owner, Refused::OtherBrowser));
         }
         if let Some(error) = field("error") {
-            return Err(refused(Refused::Denied(error_code(error))));
+            return Err(refused(owner, Refused::Denied(error_code(error))));
         }
         let code = field("code")
             .filter(|c| !c.is_empty() && c.len() <= oauth::MAX_TOKEN_BYTES)
-            .ok_or_else(|| refused(Refused::NoCode))?;
+            .ok_or_else(|| refused(owner, Refused::NoCode))?;
         let verifier = ticket
             .verifier
             .clone()
-            .ok_or_else(|| refused(Refused::BadState))?;
-        self.claim(upstream, &ticket).await?;
+            .ok_or_else(|| refused(owner, Refused::BadState))?;
+        // `claim` counts its own refusals.
+        self.claim(upstream, &ticket).await.inspect_err(|r| {
+            self.event(Event::new(owner, upstream, "callback_refused").because(r.code()));
+        })?;
         let failed = |e: OAuthError| {
             tracing::warn!(upstream, "per-user OAuth: {e}");
             self.metrics.count(upstream, "failed");
-            Refused::OAuth(e)
+            refused(owner, Refused::OAuth(e))
         };
         let endpoints = self
             .oauth
@@ -188,9 +272,23 @@ impl UserCredentials {
             )
             .await
             .map_err(failed)?;
-        self.connect(upstream, ticket, &Plain::granted(&granted))
+        let info = super::Info {
+            scopes: granted.scopes.clone(),
+            ..Default::default()
+        };
+        self.connect(upstream, ticket, &Plain::granted(&granted), info)
             .await
     }
+}
+
+/// How long to wait before trying a failed refresh again: 2 s doubling per failure in a row,
+/// at most 5 minutes.
+fn backoff_ms(failures: u32) -> u64 {
+    const FIRST_MS: u64 = 2_000;
+    const MOST_MS: u64 = 300_000;
+    FIRST_MS
+        .saturating_mul(1u64 << failures.saturating_sub(1).min(16))
+        .min(MOST_MS)
 }
 
 /// An authorization server's `error`, as the person is shown it: a well-formed code only.

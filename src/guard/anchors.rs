@@ -27,7 +27,10 @@ impl Anchors {
     /// `None` when a literal is empty or an owner is 64 or more (callers then run every
     /// pattern).
     pub fn new(anchors: &[Anchor]) -> Option<Self> {
-        if anchors.iter().any(|a| a.literal.is_empty() || a.owner >= 64) {
+        if anchors
+            .iter()
+            .any(|a| a.literal.is_empty() || a.owner >= 64)
+        {
             return None;
         }
         let pick = |folded: bool| -> Vec<(String, usize)> {
@@ -194,7 +197,16 @@ mod tests {
         ];
         let a = anchors(&lits);
         let ac = AhoCorasick::new(lits.iter().map(|l| l.0.to_ascii_lowercase())).unwrap();
-        for text in ["aaab", "abab", "xaaba", "KEYeyJ", "keyJ", "a", "", "é aab ü"] {
+        for text in [
+            "aaab",
+            "abab",
+            "xaaba",
+            "KEYeyJ",
+            "keyJ",
+            "a",
+            "",
+            "é aab ü",
+        ] {
             let want = ac
                 .find_overlapping_iter(&text.to_ascii_lowercase())
                 .map(|m| lits[m.pattern().as_usize()])

@@ -93,8 +93,17 @@ const INSTRUCTIONS: [(&[&str], &str); 8] = [
 const ANCHORED: [(&[&str], &str, &str); 3] = [
     (
         &[
-            "~/", "$HOME/", "/etc/", ".ssh", "id_rsa", "id_ed25519", ".aws/", ".netrc", ".env",
-            "credentials.json", ".git-credentials",
+            "~/",
+            "$HOME/",
+            "/etc/",
+            ".ssh",
+            "id_rsa",
+            "id_ed25519",
+            ".aws/",
+            ".netrc",
+            ".env",
+            "credentials.json",
+            ".git-credentials",
         ],
         r"(?:~/|\$HOME/|/etc/passwd|/etc/shadow|\.ssh\b|id_rsa|id_ed25519|\.aws/credentials|\.netrc|\.env\b|credentials\.json|\.git-credentials)",
         r"(?i)\b(?:read|cat|open|load|send|upload|include|attach|pass)\b[^\n]{0,60}\z",
@@ -125,13 +134,16 @@ struct Compiled {
 
 static COMPILED: LazyLock<Option<Compiled>> = LazyLock::new(|| {
     let re = |p: &str| Regex::new(&super::secrets::ascii_boundaries(p)).ok();
-    let plain_anchors = INSTRUCTIONS.iter().enumerate().flat_map(|(owner, (lits, _))| {
-        lits.iter().map(move |&literal| Anchor {
-            literal,
-            owner,
-            folded: true,
-        })
-    });
+    let plain_anchors = INSTRUCTIONS
+        .iter()
+        .enumerate()
+        .flat_map(|(owner, (lits, _))| {
+            lits.iter().map(move |&literal| Anchor {
+                literal,
+                owner,
+                folded: true,
+            })
+        });
     let anchored_anchors = ANCHORED
         .iter()
         .enumerate()
@@ -494,7 +506,11 @@ mod tests {
             "Returns the system status and uptime; the user may ignore it.",
         ];
         for text in texts {
-            for t in [text.to_owned(), text.to_ascii_uppercase(), text.to_ascii_lowercase()] {
+            for t in [
+                text.to_owned(),
+                text.to_ascii_uppercase(),
+                text.to_ascii_lowercase(),
+            ] {
                 assert_eq!(instructions(&t), instructions_with(c, &t, u64::MAX), "{t}");
             }
             assert!(

@@ -734,7 +734,11 @@ mod corpus {
         let texts = corpus.secret.iter().map(|s| &s.text);
         for text in texts.chain(corpus.clean.iter().map(|c| &c.text)) {
             // Each variant in other casings too: the case-insensitive detectors must still run.
-            for t in [text.clone(), text.to_ascii_uppercase(), text.to_ascii_lowercase()] {
+            for t in [
+                text.clone(),
+                text.to_ascii_uppercase(),
+                text.to_ascii_lowercase(),
+            ] {
                 assert_eq!(scan(&t, ""), scan_with(c, &t, "", u64::MAX), "{t}");
             }
         }

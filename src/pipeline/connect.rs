@@ -48,7 +48,19 @@ fn refusal(code: &'static str, upstream: &str, message: String) -> CallError {
     }))
 }
 
+/// A credential that could not be read or refreshed: the store is down, or the authorization
+/// server did not answer a refresh that was due (the credential is kept; try again).
 fn store_down(e: crate::credentials::CredentialError) -> CallError {
+    if let crate::credentials::CredentialError::Provider { upstream, .. } = &e {
+        let upstream = upstream.clone();
+        return CallError::Connect(Box::new(ConnectRefusal {
+            code: "credential_provider_unavailable",
+            upstream,
+            url: None,
+            message: e.to_string(),
+            as_error: false,
+        }));
+    }
     tracing::warn!("per-user credentials: {e}");
     CallError::StoreUnavailable {
         feature: "per-user credentials",
@@ -131,7 +143,8 @@ impl Step for Connect {
                         {
                             let fresh = creds
                                 .rejected(&owner, &upstream, &token, target.filter(|_| !refreshed))
-                                .await;
+                                .await
+                                .map_err(store_down)?;
                             match fresh {
                                 Some(t) => {
                                     token = t;
@@ -140,7 +153,10 @@ impl Step for Connect {
                                 None => break,
                             }
                         }
-                        other => return other,
+                        other => {
+                            creds.touch(&owner, &upstream).await;
+                            return other;
+                        }
                     }
                 }
             }
@@ -261,18 +277,23 @@ async fn obtain(
         detail: format!("connect link: {detail}"),
     };
     let ask = creds.ask(owner, upstream).map_err(|e| internal(&e))?;
-    let message = format!(
-        "`{upstream}` acts with your own account: connect it on the page that opens (once); the call goes on after that"
-    );
     let (Some(d), true) = (call.downstream.as_ref(), can_open_urls(call)) else {
+        // The call ends here: the person connects, then the tool is called again.
         return Err(CallError::Connect(Box::new(ConnectRefusal {
             code: "credential_required",
             upstream: upstream.to_owned(),
+            message: format!(
+                "you have not connected your `{upstream}` account yet: open {} and connect it (the link works once, for 10 minutes), then call the tool again",
+                ask.url
+            ),
             url: Some((ask.url, ask.elicitation_id)),
-            message,
             as_error: declared_elicitation(call),
         })));
     };
+    // The call waits on this question (or, stateless, is retried with its answer).
+    let message = format!(
+        "you have not connected your `{upstream}` account yet: connect it on the page that opens; the call goes on once you have"
+    );
     let params = question(&ask, &message);
     if d.modern {
         let state = creds
@@ -291,9 +312,7 @@ async fn obtain(
             .map_err(|e| internal(&e))?;
     let answer = tokio::time::timeout(wait, d.request(request))
         .await
-        .map_err(|_| CallError::NoClientInput {
-            detail: format!("no answer to the connect request within {wait:?}"),
-        })?
+        .map_err(|_| not_connected_in_time(upstream, wait))?
         .map_err(|e| CallError::NoClientInput {
             detail: e.to_string(),
         })?;
@@ -337,7 +356,18 @@ async fn connected(
         t = creds.wait_connected(owner, upstream, wait) => t.map_err(store_down)?,
         _ = call.ct.cancelled() => return Err(CallError::Cancelled),
     };
-    token.ok_or_else(|| CallError::NoClientInput {
-        detail: format!("`{upstream}` was not connected within {wait:?}"),
-    })
+    token.ok_or_else(|| not_connected_in_time(upstream, wait))
+}
+
+/// The person did not connect while the call waited: said as what it is, not as a client that
+/// gave no input.
+fn not_connected_in_time(upstream: &str, wait: Duration) -> CallError {
+    refusal(
+        "credential_not_connected_in_time",
+        upstream,
+        format!(
+            "your `{upstream}` account was not connected within {} s, so the call did not run: call the tool again for a new link",
+            wait.as_secs()
+        ),
+    )
 }

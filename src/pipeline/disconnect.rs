@@ -51,10 +51,15 @@ impl OwnTool for DisconnectTool {
             }
             let args = own::arguments(&call);
             let upstream = args.get("upstream").and_then(Value::as_str);
-            match creds.revoke(&call.identity.key(), upstream).await {
-                Ok(n) => {
+            match creds.revoke(&call.identity.key(), upstream, None).await {
+                Ok(forgot) => {
                     own::answer(
-                        json!({"disconnected": n, "upstream": upstream.unwrap_or("*")}),
+                        json!({
+                            "disconnected": forgot.len(),
+                            "upstream": upstream.unwrap_or("*"),
+                            "upstreams": forgot,
+                            "note": "`at_provider`: `revoked` means the account's authorization server confirmed the access is withdrawn; `no_endpoint` or `failed` means fedgate forgot it, but the grant may stay valid at the provider until it expires (the person can withdraw it in the provider's account settings)",
+                        }),
                         false,
                     )
                     .await

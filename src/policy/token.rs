@@ -88,6 +88,10 @@ pub struct PerUserOAuth {
     pub endpoints: Option<(String, String)>,
     pub scopes: Vec<String>,
     pub resource: Option<String>,
+    /// The RFC 7009 revocation endpoint, when configured (else discovered).
+    pub revocation: Option<String>,
+    /// An access token is refreshed when this share (percent) of its lifetime is left.
+    pub refresh_margin_percent: u8,
 }
 
 /// Token endpoint settings; the secret stays a reference until used.

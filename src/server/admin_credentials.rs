@@ -1,6 +1,8 @@
-//! `GET /admin/credentials`: who connected which per-user upstream, and when (never a token);
+//! `GET /admin/credentials`: who connected which per-user upstream, when, when it was last
+//! refreshed and used, its expiry and scopes (never a token);
 //! `DELETE /admin/credentials/<person>` revokes all of a person's credentials,
-//! `DELETE /admin/credentials/<person>/<upstream>` one of them.
+//! `DELETE /admin/credentials/<person>/<upstream>` one of them — each at its authorization
+//! server too where it has a revocation endpoint (`upstreams[].at_provider` says how that went).
 
 use http::{Method, StatusCode};
 use serde_json::json;
@@ -35,11 +37,11 @@ pub(super) async fn route(
         },
         (&Method::DELETE, ["admin", "credentials", owner, rest @ ..]) if rest.len() <= 1 => {
             let upstream = rest.first().copied();
-            match creds.revoke(owner, upstream).await {
-                Ok(n) => {
-                    tracing::info!(upstream, "per-user credentials revoked by the admin API");
-                    json(StatusCode::OK, &json!({"owner": owner, "revoked": n}))
-                }
+            match creds.revoke(owner, upstream, Some("admin")).await {
+                Ok(forgot) => json(
+                    StatusCode::OK,
+                    &json!({"owner": owner, "revoked": forgot.len(), "upstreams": forgot}),
+                ),
                 Err(e) => down(e),
             }
         }

@@ -82,21 +82,17 @@ enum Kind {
 }
 
 fn per_user_kind(pool: &crate::upstream::pool::Pool, upstream: &str) -> Option<Kind> {
+    if let Some((oauth, url)) = pool.per_user_oauth(upstream) {
+        return Some(Kind::OAuth(oauth, url));
+    }
     let u = pool
         .upstreams()
         .iter()
         .find(|u| u.name() == upstream)?
         .clone();
     let spec = u.spec();
-    let credential = &spec.credential.as_ref()?.credential;
-    let hint = credential.per_user()?.map(str::to_owned);
-    Some(match credential.per_user_oauth() {
-        Some(o) => Kind::OAuth(
-            o.clone(),
-            spec.transport.url().unwrap_or_default().to_owned(),
-        ),
-        None => Kind::Token(hint),
-    })
+    let hint = spec.credential.as_ref()?.credential.per_user()?;
+    Some(Kind::Token(hint.map(str::to_owned)))
 }
 
 fn connected(upstream: &str) -> Response<Body> {
@@ -414,7 +410,7 @@ async fn signed_in(
 fn oauth_refused(why: &Refused) -> Response<Body> {
     let mut r = refused(&why.to_string());
     if let Refused::OAuth(e) = why
-        && !matches!(e, crate::credentials::OAuthError::Refused(_))
+        && !matches!(e, crate::credentials::OAuthError::Refused { .. })
     {
         *r.status_mut() = StatusCode::BAD_GATEWAY;
     }

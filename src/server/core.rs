@@ -122,6 +122,8 @@ impl Core {
         }
         if let Some(c) = &credentials {
             fixed.push(Arc::new(crate::pipeline::DisconnectTool(c.clone())));
+            let upstreams = pool.clone();
+            c.set_targets(Arc::new(move |name| upstreams.per_user_oauth(name)));
         }
         let own = own.with(fixed);
         let fixed_tools = own.tools();
@@ -325,6 +327,9 @@ impl Core {
             audit: audit.clone(),
             ..self.pipeline.clone()
         });
+        if let Some(c) = &self.pipeline.credentials {
+            c.set_audit(audit.clone());
+        }
         if let Some(stages) = &self.stages {
             stages.set_audit(audit);
         }

@@ -8,8 +8,10 @@ pub struct CredentialMetrics {
     /// `upstream`, `event`: `asked` (a person was sent to the connect page), `connected`,
     /// `revoked`, `rejected` (the upstream refused a person's credential), `refused` (a bad
     /// page submission: forged, used or expired state, malformed token; a sign-in the
-    /// authorization server ended with an error), `refreshed`, `refresh_failed` (an OAuth
-    /// refresh), `failed` (the store, or an authorization server that did not answer).
+    /// authorization server ended with an error), `callback_refused` (of those, the
+    /// authorization server's callback), `refreshed`, `refresh_failed` (an OAuth refresh,
+    /// whether the grant was gone or the server did not answer), `failed` (the store, or an
+    /// authorization server that did not answer a code exchange).
     pub events: IntCounterVec,
 }
 
@@ -18,7 +20,7 @@ impl CredentialMetrics {
         let events = IntCounterVec::new(
             Opts::new(
                 "fedgate_user_credentials_total",
-                "Per-user upstream credentials: asked, connected, revoked, rejected, refused, refreshed, refresh_failed, failed",
+                "Per-user upstream credentials: asked, connected, revoked, rejected, refused, callback_refused, refreshed, refresh_failed, failed",
             ),
             &["upstream", "event"],
         )?;

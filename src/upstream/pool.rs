@@ -95,6 +95,23 @@ impl Pool {
         self.upstreams.load_full()
     }
 
+    /// The per-user OAuth settings of upstream `name` and its URL, when its people sign in
+    /// at an authorization server.
+    pub fn per_user_oauth(
+        &self,
+        name: &str,
+    ) -> Option<(Arc<crate::policy::token::PerUserOAuth>, String)> {
+        let upstreams = self.upstreams.load();
+        let spec = upstreams.iter().find(|u| u.name() == name)?.spec();
+        let oauth = spec
+            .credential
+            .as_ref()?
+            .credential
+            .per_user_oauth()?
+            .clone();
+        Some((oauth, spec.transport.url().unwrap_or_default().to_owned()))
+    }
+
     /// Replaces the gateway's own tools (flows reloaded, search turned on or off) and tells
     /// sessions the list changed — when it did.
     pub fn set_own_tools(&self, mut tools: Vec<Tool>) {

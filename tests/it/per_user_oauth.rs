@@ -594,3 +594,184 @@ async fn a_forwarded_sign_in_link_stores_nothing_at_either_step() {
         "the code was never exchanged"
     );
 }
+
+const ADMIN_TOKEN: &str = "per-user-oauth-admin-token-test-only";
+
+/// A gateway whose one OAuth upstream refreshes before every call (`refresh_margin_percent =
+/// 100`), with the admin API and an audit log.
+struct Refreshing {
+    gw: Gateway,
+    auth: AuthServer,
+    audit: std::path::PathBuf,
+    _upstream: UrlProcess,
+}
+
+fn start_refreshing() -> Refreshing {
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let auth = AuthServer::start(&[format!("{base}/connect/gh/callback")]);
+    let gh = UrlProcess::testkit(&[
+        "demo-upstream",
+        "--name",
+        "gh",
+        "--oauth-issuer",
+        &auth.issuer,
+        "--http",
+        "127.0.0.1:0",
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.jsonl");
+    let config = format!(
+        "[gateway]\ntiers_dir = {TIERS:?}\ncredential_key = \"env:FG_CREDENTIAL_KEY\"\n\n\
+         [audit]\npath = {audit:?}\n\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"env:FEDGATE_ADMIN_TOKEN\"\n\n\
+         [auth]\nanonymous = false\n\
+         [[auth.api_keys]]\nname = \"alice\"\nsha256 = \"{}\"\nroles = [\"dev\"]\n\n\
+         [roles.dev]\ntools = [\"*\"]\n\n\
+         [credentials.gh_people]\nclass = \"user\"\n\
+         per_user = {{ kind = \"oauth\", client_id = \"fedgate\", client_secret = \"env:FG_OAUTH_SECRET\", scopes = [\"openid\", \"offline_access\"], refresh_margin_percent = 100 }}\n\n\
+         [upstreams.gh]\nkind = \"http\"\nurl = \"{gh}\"\ncredential = \"gh_people\"\n",
+        raw::sha(ALICE),
+        gh = gh.url,
+    );
+    let cfg = dir.path().join("gateway.toml");
+    std::fs::write(&cfg, config).unwrap();
+    let gw = Gateway::start_file_env_at(
+        &cfg,
+        dir,
+        &[
+            ("FG_CREDENTIAL_KEY", KEY),
+            ("FG_OAUTH_SECRET", CLIENT_SECRET),
+            ("FEDGATE_ADMIN_TOKEN", ADMIN_TOKEN),
+        ],
+        &format!("127.0.0.1:{port}"),
+    );
+    Refreshing {
+        gw,
+        auth,
+        audit,
+        _upstream: gh,
+    }
+}
+
+async fn admin(gw: &Gateway, method: reqwest::Method, path: &str) -> Value {
+    let r = reqwest::Client::new()
+        .request(method, format!("{}{path}", gw.admin.clone().unwrap()))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    r.json().await.unwrap()
+}
+
+/// The audit records about credentials (not calls), once `n` of them are written.
+async fn credential_events(path: &std::path::Path, n: usize) -> Vec<Value> {
+    for _ in 0..500 {
+        let events: Vec<Value> = std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|r| r["method"] == "credentials/event")
+            .collect();
+        if events.len() >= n {
+            return events;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("fewer than {n} credential records in {}", path.display());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_providers_bad_minute_keeps_people_connected_and_forgetting_revokes_at_the_provider() {
+    let s = start_refreshing();
+    let alice = connect_with_token(&s.gw.url, ALICE, TestClient::new())
+        .await
+        .unwrap();
+    let link = link_of(&call(&alice, "gh__whoami", json!({})).await.unwrap_err());
+    assert_eq!(browse(&link, "alice", ALICE).await.status, 200);
+    let listed = admin(&s.gw, reqwest::Method::GET, "/admin/credentials").await;
+    let connected_at = listed["connections"][0]["connected_at_ms"].clone();
+    assert!(connected_at.as_u64().is_some(), "{listed}");
+
+    // Every call refreshes (margin 100 %); the refresh rotates, `connected_at` stays.
+    let r = call(&alice, "gh__whoami", json!({})).await.unwrap();
+    assert_eq!(first_text(&r), "acting as alice");
+    assert_eq!(s.auth.stats().await["token_requests"]["refresh_token"], 1);
+    let listed = admin(&s.gw, reqwest::Method::GET, "/admin/credentials").await;
+    let c = &listed["connections"][0];
+    assert_eq!(c["connected_at_ms"], connected_at, "{listed}");
+    assert!(c["refreshed_at_ms"].as_u64().is_some(), "{listed}");
+    assert!(c["expires_at_ms"].as_u64().is_some(), "{listed}");
+    assert!(c["last_used_ms"].as_u64().is_some(), "{listed}");
+    let scopes: Vec<&str> = c["scopes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    assert!(scopes.contains(&"openid"), "{listed}");
+
+    // The token endpoint answers 503 once: the refresh fails, the still-valid access token
+    // serves the call, nothing is asked and nothing is dropped.
+    s.auth
+        .hook(reqwest::Method::POST, "/test/fail-token?times=1&status=503")
+        .await;
+    let r = call(&alice, "gh__whoami", json!({})).await.unwrap();
+    assert_eq!(first_text(&r), "acting as alice");
+    assert_eq!(s.auth.stats().await["failed_token_requests"], 1);
+    let listed = admin(&s.gw, reqwest::Method::GET, "/admin/credentials").await;
+    assert_eq!(listed["connections"].as_array().unwrap().len(), 1);
+    let metrics = s.gw.metrics_as(ALICE).await;
+    assert_eq!(metric(&metrics, "gh", "refresh_failed"), 1);
+    let events = credential_events(&s.audit, 2).await;
+    assert_eq!(events[0]["name"], "connected");
+    assert_eq!(events[0]["identity"], "alice");
+    assert_eq!(events[1]["name"], "refresh_failed");
+    assert_eq!(events[1]["reason"], "refused");
+
+    // The grant revoked at the provider: `invalid_grant` drops it, alice is asked again.
+    s.auth
+        .hook(reqwest::Method::POST, "/test/revoke-all?sub=alice")
+        .await;
+    let link = link_of(&call(&alice, "gh__whoami", json!({})).await.unwrap_err());
+    let events = credential_events(&s.audit, 3).await;
+    assert_eq!(events[2]["name"], "refresh_failed");
+    assert_eq!(events[2]["reason"], "grant_gone");
+
+    // Connected again, then forgotten by an operator: revoked at the provider (RFC 7009),
+    // whose refresh token for alice is then gone.
+    assert_eq!(browse(&link, "alice", ALICE).await.status, 200);
+    assert_eq!(
+        s.auth
+            .hook(reqwest::Method::GET, "/test/live?sub=alice")
+            .await["refresh"],
+        1
+    );
+    let gone = admin(
+        &s.gw,
+        reqwest::Method::DELETE,
+        "/admin/credentials/api_key:alice",
+    )
+    .await;
+    assert_eq!(gone["revoked"], 1, "{gone}");
+    assert_eq!(gone["upstreams"][0]["at_provider"], "revoked", "{gone}");
+    assert_eq!(s.auth.stats().await["revocations"], 1);
+    assert_eq!(
+        s.auth
+            .hook(reqwest::Method::GET, "/test/live?sub=alice")
+            .await["refresh"],
+        0
+    );
+    let events = credential_events(&s.audit, 5).await;
+    let revoked = events.iter().find(|e| e["name"] == "revoked").unwrap();
+    assert_eq!(revoked["approver"], "admin");
+    assert_eq!(revoked["upstream"], "gh");
+    assert_eq!(revoked["arguments"]["at_provider"], "revoked");
+    let metrics = s.gw.metrics_as(ALICE).await;
+    assert_eq!(metric(&metrics, "gh", "revoked"), 1);
+
+    // No client secret in the audit log or fedgate's log.
+    let audit = std::fs::read_to_string(&s.audit).unwrap();
+    assert!(!audit.contains(CLIENT_SECRET) && !s.gw.stderr().contains(CLIENT_SECRET));
+}

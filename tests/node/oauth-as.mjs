@@ -10,8 +10,11 @@
 //   POST /test/expire-access?sub=NAME  -> {"expired": n}   drops NAME's access tokens
 //   POST /test/revoke-all?sub=NAME     -> {"revoked": n}   drops NAME's access + refresh tokens
 //                                                         (n counts those) and grants
+//   POST /test/fail-token?times=N&status=S -> {"failing": N}  the next N token requests are
+//                                                         answered S (a provider's bad minute)
+//   GET  /test/live?sub=NAME           -> {"access": n, "refresh": n}  NAME's live tokens
 //   GET  /test/stats -> {"token_requests": {"authorization_code": n, "refresh_token": n},
-//                        "refresh_reuse": n}
+//                        "refresh_reuse": n, "revocations": n, "failed_token_requests": n}
 import crypto from "node:crypto";
 import http from "node:http";
 import { parseArgs } from "node:util";
@@ -78,7 +81,20 @@ function dropFor(model, sub) {
   return n;
 }
 
-const stats = { token_requests: { authorization_code: 0, refresh_token: 0 }, refresh_reuse: 0 };
+const stats = {
+  token_requests: { authorization_code: 0, refresh_token: 0 },
+  refresh_reuse: 0,
+  revocations: 0,
+  failed_token_requests: 0,
+};
+// Token requests still to fail, and with which status.
+const failing = { times: 0, status: 503 };
+// Live `model` entries of account `sub`.
+function liveFor(model, sub) {
+  let n = 0;
+  for (const [, entry] of storeOf(model)) if (entry.payload.accountId === sub && live(entry)) n += 1;
+  return n;
+}
 
 // Listen first: the issuer must carry the real port, and the Provider is built from it.
 let handleProvider = (req, res) => { res.writeHead(503).end(); };
@@ -178,6 +194,20 @@ async function route(req, res) {
     dropFor("Grant", sub);
     return json(res, 200, { revoked });
   }
+  if (url.pathname === "/test/fail-token" && req.method === "POST") {
+    failing.times = Number(url.searchParams.get("times") ?? "1");
+    failing.status = Number(url.searchParams.get("status") ?? "503");
+    return json(res, 200, { failing: failing.times });
+  }
+  if (url.pathname === "/test/live" && req.method === "GET" && sub) {
+    return json(res, 200, { access: liveFor("AccessToken", sub), refresh: liveFor("RefreshToken", sub) });
+  }
+  if (url.pathname === "/token" && req.method === "POST" && failing.times > 0) {
+    failing.times -= 1;
+    stats.failed_token_requests += 1;
+    return json(res, failing.status, { error: "temporarily_unavailable" });
+  }
+  if (url.pathname === "/token/revocation" && req.method === "POST") stats.revocations += 1;
   if (url.pathname.startsWith("/test/")) return json(res, 400, { error: "unknown test hook or missing sub" });
   if (url.pathname.startsWith("/interaction/")) return interact(req, res);
   if (url.pathname === "/auth" || url.pathname.startsWith("/auth/")) {

@@ -11,6 +11,9 @@ use crate::{
     policy::token::{Credential, OAuth, PerUserOAuth, Source},
 };
 
+/// Share of an access token's lifetime left when it is refreshed, unless configured.
+const DEFAULT_REFRESH_MARGIN_PERCENT: u8 = 10;
+
 /// The first `oauth`-only field set on a per_user credential of kind `token`.
 fn oauth_fields_of_token_kind(p: &RawPerUser) -> Option<&'static str> {
     [
@@ -20,6 +23,8 @@ fn oauth_fields_of_token_kind(p: &RawPerUser) -> Option<&'static str> {
         ("token_url", p.token_url.is_some()),
         ("scopes", !p.scopes.is_empty()),
         ("resource", p.resource.is_some()),
+        ("revocation_url", p.revocation_url.is_some()),
+        ("refresh_margin_percent", p.refresh_margin_percent.is_some()),
     ]
     .into_iter()
     .find_map(|(f, set)| set.then_some(f))
@@ -96,12 +101,27 @@ fn per_user_oauth(cx: &mut Ctx<'_>, name: &str, p: &RawPerUser) -> Option<PerUse
         );
         return None;
     }
+    if let Some(r) = &p.revocation_url
+        && !http_url(cx, name, "revocation_url", r)
+    {
+        return None;
+    }
+    let margin = p.refresh_margin_percent.as_ref();
+    if let Some(m) = margin.filter(|m| !(1..=100).contains(m.get_ref())) {
+        cx.err_at(
+            m.span().start,
+            format!("credential `{name}`: `refresh_margin_percent` is a share of a token's lifetime, 1 to 100"),
+        );
+        return None;
+    }
     Some(PerUserOAuth {
         client_id: client_id.get_ref().clone(),
         client_secret: p.client_secret.as_ref().map(|s| s.get_ref().clone()),
         endpoints,
         scopes: p.scopes.clone(),
         resource: p.resource.clone(),
+        revocation: p.revocation_url.as_ref().map(|r| r.get_ref().clone()),
+        refresh_margin_percent: margin.map_or(DEFAULT_REFRESH_MARGIN_PERCENT, |m| *m.get_ref()),
     })
 }
 

@@ -13,7 +13,10 @@ pub const URL_ELICITATION_REQUIRED: i32 = -32_042;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectRefusal {
     /// `credential_required` (connect at `url`), `credential_declined`, `credential_anonymous`,
-    /// `credential_rejected` (the upstream refused the token just given).
+    /// `credential_rejected` (the upstream refused the token just given),
+    /// `credential_not_connected_in_time` (the call waited for the person in vain),
+    /// `credential_provider_unavailable` (a due refresh failed for now; the account stays
+    /// connected).
     pub code: &'static str,
     pub upstream: String,
     /// The connect link and its elicitation id, for `credential_required`.
@@ -62,6 +65,10 @@ impl ConnectRefusal {
             None if self.code == "credential_anonymous" => {
                 "tell your user: sign in to the gateway (an API key or token of their own) to use this upstream".to_owned()
             }
+            None if self.code == "credential_provider_unavailable" => format!(
+                "the sign-in service of `{}` is not answering right now; the user's account stays connected: call the tool again in a minute, and tell the user only if it keeps failing",
+                self.upstream
+            ),
             None => format!(
                 "tell your user: `{}` needs their own account connected; call the tool again to get a link",
                 self.upstream

@@ -15,7 +15,24 @@ use rusqlite::{OptionalExtension, params};
 pub struct Stored {
     /// Hex of the sealed value.
     pub sealed: String,
+    /// When the person connected (a refresh or a new key leaves it as it was).
     pub connected_at_ms: u64,
+    #[serde(default, flatten)]
+    pub info: Info,
+}
+
+/// What may be shown about a credential: times and scopes, never a token.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Info {
+    /// When an OAuth token was last refreshed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refreshed_at_ms: Option<u64>,
+    /// When the access token expires, when the authorization server said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<u64>,
+    /// The scopes granted, when the authorization server said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scopes: Option<Vec<String>>,
 }
 
 /// Who connected which upstream (never the token).
@@ -24,6 +41,11 @@ pub struct Connected {
     pub owner: String,
     pub upstream: String,
     pub connected_at_ms: u64,
+    #[serde(flatten)]
+    pub info: Info,
+    /// When a call last used it (on any replica, to the minute).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_used_ms: Option<u64>,
 }
 
 /// Most connections the admin API lists.
@@ -37,8 +59,12 @@ pub trait CredentialStore: Send + Sync + std::fmt::Debug {
     async fn remove(&self, owner: &str, upstream: Option<&str>) -> Result<usize, StoreError>;
     /// By owner and upstream, at most [`MAX_LISTED`].
     async fn list(&self) -> Result<Vec<Connected>, StoreError>;
+    /// The upstreams `owner` connected, however many.
+    async fn owned(&self, owner: &str) -> Result<Vec<String>, StoreError>;
     /// Marks a connect state used; false when it was used before.
     async fn claim(&self, nonce: &str, expires_at_ms: u64) -> Result<bool, StoreError>;
+    /// Notes that a call used the credential at `at_ms` (nothing when there is none).
+    async fn touch(&self, owner: &str, upstream: &str, at_ms: u64) -> Result<(), StoreError>;
 }
 
 const SCHEMA: &str = "
@@ -48,6 +74,33 @@ CREATE TABLE IF NOT EXISTS user_credentials (
 CREATE TABLE IF NOT EXISTS used_connect_states (
   nonce TEXT PRIMARY KEY, expires_at_ms INTEGER NOT NULL);
 ";
+
+/// Columns added since the table was first made, each added to an older file at open.
+const ADDED_COLUMNS: [(&str, &str); 2] = [
+    ("info", "TEXT NOT NULL DEFAULT '{}'"),
+    ("last_used_ms", "INTEGER"),
+];
+
+fn add_columns(c: &rusqlite::Connection) -> rusqlite::Result<()> {
+    let mut q = c.prepare("SELECT name FROM pragma_table_info('user_credentials')")?;
+    let have: Vec<String> = q.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
+    for (name, kind) in ADDED_COLUMNS {
+        if !have.iter().any(|h| h == name) {
+            c.execute_batch(&format!(
+                "ALTER TABLE user_credentials ADD COLUMN {name} {kind}"
+            ))?;
+        }
+    }
+    Ok(())
+}
+
+fn info_of(text: &str) -> Info {
+    serde_json::from_str(text).unwrap_or_default()
+}
+
+fn ms(v: i64) -> u64 {
+    v.max(0) as u64
+}
 
 /// Credentials in a SQLite file (WAL).
 #[derive(Debug)]
@@ -63,6 +116,7 @@ impl SqliteCredentials {
             .map_err(|e| StoreError::Local("credential", format!("{}: {e}", path.display())))?;
         c.pragma_update(None, "journal_mode", "WAL")
             .and_then(|_| c.execute_batch(SCHEMA))
+            .and_then(|_| add_columns(&c))
             .map_err(|e| StoreError::Local("credential", format!("{}: {e}", path.display())))?;
         Ok(Self(Mutex::new(c)))
     }
@@ -74,13 +128,14 @@ impl CredentialStore for SqliteCredentials {
         self.0
             .lock()
             .query_row(
-                "SELECT sealed, connected_at_ms FROM user_credentials \
+                "SELECT sealed, connected_at_ms, info FROM user_credentials \
                  WHERE owner = ?1 AND upstream = ?2",
                 params![owner, upstream],
                 |r| {
                     Ok(Stored {
                         sealed: r.get(0)?,
-                        connected_at_ms: r.get::<_, i64>(1)?.max(0) as u64,
+                        connected_at_ms: ms(r.get(1)?),
+                        info: info_of(&r.get::<_, String>(2)?),
                     })
                 },
             )
@@ -89,17 +144,21 @@ impl CredentialStore for SqliteCredentials {
     }
 
     async fn put(&self, owner: &str, upstream: &str, stored: &Stored) -> Result<(), StoreError> {
+        let info = serde_json::to_string(&stored.info)
+            .map_err(|e| StoreError::Unreadable("credential", e.to_string()))?;
         self.0
             .lock()
             .execute(
-                "INSERT INTO user_credentials (owner, upstream, sealed, connected_at_ms) \
-                 VALUES (?1, ?2, ?3, ?4) ON CONFLICT (owner, upstream) DO UPDATE SET \
-                 sealed = excluded.sealed, connected_at_ms = excluded.connected_at_ms",
+                "INSERT INTO user_credentials (owner, upstream, sealed, connected_at_ms, info) \
+                 VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (owner, upstream) DO UPDATE SET \
+                 sealed = excluded.sealed, connected_at_ms = excluded.connected_at_ms, \
+                 info = excluded.info",
                 params![
                     owner,
                     upstream,
                     stored.sealed,
-                    stored.connected_at_ms as i64
+                    stored.connected_at_ms as i64,
+                    info
                 ],
             )
             .map(|_| ())
@@ -125,15 +184,17 @@ impl CredentialStore for SqliteCredentials {
         let c = self.0.lock();
         let mut q = c
             .prepare(
-                "SELECT owner, upstream, connected_at_ms FROM user_credentials \
-                 ORDER BY owner, upstream LIMIT ?1",
+                "SELECT owner, upstream, connected_at_ms, info, last_used_ms \
+                 FROM user_credentials ORDER BY owner, upstream LIMIT ?1",
             )
             .map_err(db)?;
         q.query_map(params![MAX_LISTED as i64], |r| {
             Ok(Connected {
                 owner: r.get(0)?,
                 upstream: r.get(1)?,
-                connected_at_ms: r.get::<_, i64>(2)?.max(0) as u64,
+                connected_at_ms: ms(r.get(2)?),
+                info: info_of(&r.get::<_, String>(3)?),
+                last_used_ms: r.get::<_, Option<i64>>(4)?.map(ms),
             })
         })
         .map_err(db)?
@@ -157,6 +218,28 @@ impl CredentialStore for SqliteCredentials {
             .map_err(db)?;
         Ok(n == 1)
     }
+
+    async fn owned(&self, owner: &str) -> Result<Vec<String>, StoreError> {
+        let c = self.0.lock();
+        let mut q = c
+            .prepare("SELECT upstream FROM user_credentials WHERE owner = ?1 ORDER BY upstream")
+            .map_err(db)?;
+        q.query_map(params![owner], |r| r.get(0))
+            .map_err(db)?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(db)
+    }
+
+    async fn touch(&self, owner: &str, upstream: &str, at_ms: u64) -> Result<(), StoreError> {
+        self.0
+            .lock()
+            .execute(
+                "UPDATE user_credentials SET last_used_ms = ?3 WHERE owner = ?1 AND upstream = ?2",
+                params![owner, upstream, at_ms as i64],
+            )
+            .map(|_| ())
+            .map_err(db)
+    }
 }
 
 #[cfg(test)]
@@ -170,6 +253,10 @@ mod tests {
         let row = |t: &str| Stored {
             sealed: t.into(),
             connected_at_ms: 5,
+            info: Info {
+                scopes: Some(vec!["repo".into()]),
+                ..Info::default()
+            },
         };
         s.put("alice", "gh", &row("a1")).await.unwrap();
         s.put("alice", "jira", &row("a2")).await.unwrap();
@@ -177,10 +264,44 @@ mod tests {
         s.put("alice", "gh", &row("a3")).await.unwrap();
         assert_eq!(s.get("alice", "gh").await.unwrap().unwrap().sealed, "a3");
         assert_eq!(s.list().await.unwrap().len(), 3);
+        s.touch("alice", "gh", 77).await.unwrap();
+        let listed = s.list().await.unwrap();
+        assert_eq!(listed[0].last_used_ms, Some(77));
+        assert_eq!(
+            listed[0].info.scopes.as_deref(),
+            Some(&["repo".to_owned()][..])
+        );
+        assert_eq!(listed[1].last_used_ms, None);
         assert_eq!(s.remove("alice", Some("gh")).await.unwrap(), 1);
         assert_eq!(s.get("alice", "gh").await.unwrap(), None);
+        assert_eq!(s.owned("alice").await.unwrap(), ["jira"]);
         assert_eq!(s.remove("alice", None).await.unwrap(), 1);
         assert_eq!(s.get("bob", "gh").await.unwrap().unwrap().sealed, "b1");
+        let later = crate::clock::now_ms() + 60_000;
+        assert!(s.claim("n1", later).await.unwrap());
+        assert!(!s.claim("n1", later).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_file_from_before_the_info_columns_opens_and_keeps_its_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        let old = rusqlite::Connection::open(&path).unwrap();
+        old.execute_batch(SCHEMA).unwrap();
+        old.execute(
+            "INSERT INTO user_credentials VALUES ('alice', 'gh', 'aa', 9)",
+            [],
+        )
+        .unwrap();
+        drop(old);
+        let s = SqliteCredentials::open(&path).unwrap();
+        let got = s.get("alice", "gh").await.unwrap().unwrap();
+        assert_eq!((got.sealed.as_str(), got.connected_at_ms), ("aa", 9));
+        assert_eq!(got.info, Info::default());
+        // Opening again finds the columns there.
+        drop(s);
+        let s = SqliteCredentials::open(&path).unwrap();
+        assert_eq!(s.list().await.unwrap().len(), 1);
         let later = crate::clock::now_ms() + 60_000;
         assert!(s.claim("n1", later).await.unwrap());
         assert!(!s.claim("n1", later).await.unwrap());

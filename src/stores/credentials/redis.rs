@@ -25,6 +25,12 @@ impl RedisCredentials {
         self.0.key(&["user-credentials"])
     }
 
+    /// When each credential was last used, apart from the credential so that noting a use
+    /// never writes over a refresh another replica made.
+    fn used(&self) -> String {
+        self.0.key(&["user-credentials-used"])
+    }
+
     async fn all(&self) -> Result<Vec<(String, String)>, StoreError> {
         let hash = self.hash();
         self.0
@@ -82,11 +88,13 @@ impl CredentialStore for RedisCredentials {
         if fields.is_empty() {
             return Ok(0);
         }
-        let hash = self.hash();
+        let (hash, used) = (self.hash(), self.used());
         let n: usize = self
             .0
             .run("credential_remove", |mut c| async move {
-                c.hdel(&hash, fields).await
+                let n: usize = c.hdel(&hash, &fields).await?;
+                c.hdel::<_, _, ()>(&used, &fields).await?;
+                Ok(n)
             })
             .await
             .map_err(down)?;
@@ -94,17 +102,28 @@ impl CredentialStore for RedisCredentials {
     }
 
     async fn list(&self) -> Result<Vec<Connected>, StoreError> {
+        let used_hash = self.used();
+        let used: std::collections::HashMap<String, u64> = self
+            .0
+            .run("credentials_used", |mut c| async move {
+                c.hgetall(&used_hash).await
+            })
+            .await
+            .map_err(down)?;
         let mut out: Vec<Connected> = self
             .all()
             .await?
             .into_iter()
             .filter_map(|(f, v)| {
+                let last_used_ms = used.get(&f).copied();
                 let [owner, upstream] = serde_json::from_str::<[String; 2]>(&f).ok()?;
                 let stored: Stored = serde_json::from_str(&v).ok()?;
                 Some(Connected {
                     owner,
                     upstream,
                     connected_at_ms: stored.connected_at_ms,
+                    info: stored.info,
+                    last_used_ms,
                 })
             })
             .collect();
@@ -133,5 +152,33 @@ impl CredentialStore for RedisCredentials {
             .await
             .map_err(down)?;
         Ok(set.is_some())
+    }
+
+    async fn owned(&self, owner: &str) -> Result<Vec<String>, StoreError> {
+        let mut out: Vec<String> = self
+            .all()
+            .await?
+            .into_iter()
+            .filter_map(|(f, _)| {
+                let [o, upstream] = serde_json::from_str::<[String; 2]>(&f).ok()?;
+                (o == owner).then_some(upstream)
+            })
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
+    async fn touch(&self, owner: &str, upstream: &str, at_ms: u64) -> Result<(), StoreError> {
+        let (hash, used, f) = (self.hash(), self.used(), field(owner, upstream));
+        self.0
+            .run("credential_touch", |mut c| async move {
+                // Only a credential that is there is noted.
+                if c.hexists(&hash, &f).await? {
+                    c.hset::<_, _, _, ()>(&used, &f, at_ms).await?;
+                }
+                Ok(())
+            })
+            .await
+            .map_err(down)
     }
 }
