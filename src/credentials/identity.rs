@@ -87,11 +87,11 @@ fn sealing(e: impl std::fmt::Display) -> Refused {
 impl UserCredentials {
     fn seal_json(&self, value: &impl Serialize, binding: &[u8]) -> Result<String, SealError> {
         let plain = serde_json::to_vec(value).map_err(|e| SealError::Encode(e.to_string()))?;
-        Ok(hex::encode(self.sealer.seal(&plain, binding)?))
+        Ok(super::state_text(&self.sealer.seal(&plain, binding)?))
     }
 
     fn open_json<T: serde::de::DeserializeOwned>(&self, sealed: &str, binding: &[u8]) -> Option<T> {
-        let sealed = hex::decode(sealed.trim()).ok()?;
+        let sealed = super::state_bytes(sealed)?;
         let plain = self.sealer.open(&sealed, binding).ok()?;
         serde_json::from_slice(&plain).ok()
     }

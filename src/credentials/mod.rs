@@ -265,6 +265,21 @@ impl std::fmt::Debug for UserCredentials {
     }
 }
 
+/// A sealed state as text in a URL: base64url, a third shorter than hex (authorization
+/// servers bound the `state` they take back).
+pub(crate) fn state_text(sealed: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sealed)
+}
+
+/// The sealed bytes of a state's text.
+pub(crate) fn state_bytes(text: &str) -> Option<Vec<u8>> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(text.trim())
+        .ok()
+}
+
 fn link_digest(state: &str) -> [u8; 32] {
     use sha2::Digest;
     sha2::Sha256::digest(state.trim().as_bytes()).into()
@@ -602,7 +617,7 @@ impl UserCredentials {
             verifier: None,
         };
         let plain = serde_json::to_vec(&ticket).map_err(|e| SealError::Encode(e.to_string()))?;
-        let state = hex::encode(self.sealer.seal(&plain, STATE_BINDING)?);
+        let state = state_text(&self.sealer.seal(&plain, STATE_BINDING)?);
         self.metrics.count(upstream, "asked");
         Ok(Ask {
             url: format!(
@@ -625,16 +640,13 @@ impl UserCredentials {
         let plain = serde_json::to_vec(&ticket).map_err(|e| SealError::Encode(e.to_string()))?;
         Ok(format!(
             "{RETRY_PREFIX}{}",
-            hex::encode(self.sealer.seal(&plain, RETRY_BINDING)?)
+            state_text(&self.sealer.seal(&plain, RETRY_BINDING)?)
         ))
     }
 
     /// Whether a retry state is this person's, for `upstream`, and unexpired.
     pub fn is_retry_of(&self, state: &str, owner: &str, upstream: &str) -> bool {
-        let Some(sealed) = state
-            .strip_prefix(RETRY_PREFIX)
-            .and_then(|h| hex::decode(h).ok())
-        else {
+        let Some(sealed) = state.strip_prefix(RETRY_PREFIX).and_then(state_bytes) else {
             return false;
         };
         self.sealer
@@ -678,7 +690,7 @@ impl UserCredentials {
     }
 
     fn open_state(&self, state: &str, upstream: &str, binding: &[u8]) -> Result<Ticket, Refused> {
-        let sealed = hex::decode(state.trim()).map_err(|_| Refused::BadState)?;
+        let sealed = state_bytes(state).ok_or(Refused::BadState)?;
         let plain = self
             .sealer
             .open(&sealed, binding)

@@ -562,6 +562,28 @@ impl OAuthClient {
     }
 }
 
+/// Which account an ID token names, for people and operators to recognise it: its `email`,
+/// `preferred_username`, `name` or `sub`, at most 128 printable characters. Read without its
+/// signature checked: it came straight from the token endpoint (OpenID Connect Core 3.1.3.7),
+/// and it is only shown, never trusted for a decision.
+pub fn account_of(id_token: &Secret) -> Option<String> {
+    let payload = id_token.expose().split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .ok()?;
+    let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    ["email", "preferred_username", "name", "sub"]
+        .iter()
+        .filter_map(|k| claims.get(*k)?.as_str())
+        .find(|v| !v.is_empty())
+        .map(|v| {
+            v.chars()
+                .filter(|c| !c.is_control())
+                .take(128)
+                .collect::<String>()
+        })
+}
+
 /// The scopes of a token response's `scope`, each a bounded printable word (at most 32).
 fn granted_scopes(scope: &str) -> Vec<String> {
     scope
@@ -643,6 +665,20 @@ mod tests {
         );
         let root = Url::parse("https://as.example").unwrap();
         assert_eq!(well_known(&root, "openid-configuration").len(), 1);
+    }
+
+    #[test]
+    fn an_id_token_names_its_account_and_garbage_names_none() {
+        let enc = |v: serde_json::Value| {
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string())
+        };
+        let token = |claims| Secret::new(format!("h.{}.s", enc(claims)));
+        let t = token(serde_json::json!({"sub": "u1", "email": "a@example.com"}));
+        assert_eq!(account_of(&t).as_deref(), Some("a@example.com"));
+        let t = token(serde_json::json!({"sub": "u1", "name": "A\u{7}"}));
+        assert_eq!(account_of(&t).as_deref(), Some("A"));
+        assert_eq!(account_of(&Secret::new("not.base64!.x".into())), None);
+        assert_eq!(account_of(&token(serde_json::json!({"aud": "x"}))), None);
     }
 
     #[test]

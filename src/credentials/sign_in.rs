@@ -183,8 +183,10 @@ impl UserCredentials {
             .endpoints(upstream, target.upstream_url, target.settings)
             .await
             .map_err(failed)?;
-        let verifier = hex::encode(
-            self.sealer
+        // 32 random bytes as base64url: the shortest verifier PKCE takes (43 characters).
+        let verifier = super::state_text(
+            &self
+                .sealer
                 .random::<32>()
                 .map_err(|e| failed(OAuthError::Client(upstream.to_owned(), e.to_string())))?,
         );
@@ -200,7 +202,7 @@ impl UserCredentials {
                 &endpoints,
                 target.settings,
                 &self.redirect_uri(upstream),
-                &hex::encode(sealed),
+                &super::state_text(&sealed),
                 &verifier,
             )
             .map_err(failed)?;
@@ -274,6 +276,7 @@ impl UserCredentials {
             .map_err(failed)?;
         let info = super::Info {
             scopes: granted.scopes.clone(),
+            account: granted.id_token.as_ref().and_then(oauth::account_of),
             ..Default::default()
         };
         self.connect(upstream, ticket, &Plain::granted(&granted), info)

@@ -330,6 +330,8 @@ async fn each_person_signs_in_with_pkce_and_refreshed_rotated_tokens_keep_calls_
     );
     let q: BTreeMap<String, String> = authorize.query_pairs().into_owned().collect();
     assert_eq!(q["code_challenge_method"], "S256");
+    // Short enough for servers that bound the state they take back.
+    assert!(q["state"].len() <= 256, "{} bytes", q["state"].len());
     assert_eq!(q["code_challenge"].len(), 43);
     assert_eq!(q["client_id"], "fedgate");
     assert_eq!(q["scope"], "openid offline_access");
@@ -711,6 +713,8 @@ async fn a_providers_bad_minute_keeps_people_connected_and_forgetting_revokes_at
         .map(|s| s.as_str().unwrap())
         .collect();
     assert!(scopes.contains(&"openid"), "{listed}");
+    // Which account at the provider, from the ID token (its subject here).
+    assert_eq!(c["account"], "alice", "{listed}");
 
     // The token endpoint answers 503 once: the refresh fails, the still-valid access token
     // serves the call, nothing is asked and nothing is dropped.

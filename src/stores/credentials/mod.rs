@@ -33,6 +33,10 @@ pub struct Info {
     /// The scopes granted, when the authorization server said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scopes: Option<Vec<String>>,
+    /// Which account at the provider it is (from the ID token: e-mail, user name, name or
+    /// subject), when `openid` was granted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
 }
 
 /// Who connected which upstream (never the token).
