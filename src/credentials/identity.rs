@@ -125,15 +125,17 @@ impl UserCredentials {
         let sealed = self
             .seal_json(&started, IDENTITY_BINDING)
             .map_err(sealing)?;
+        let client = client(settings);
         let mut url = self
             .oauth
             .authorize_url(
                 CLIENT,
                 &provider.endpoints,
-                &client(settings),
+                &client,
                 &self.signed_in_uri(),
                 &sealed,
                 &started.verifier,
+                &client.scopes,
             )
             .map_err(Refused::OAuth)?;
         url.query_pairs_mut().append_pair("nonce", &started.nonce);

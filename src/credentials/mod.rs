@@ -144,6 +144,9 @@ pub struct Ticket {
     /// The PKCE verifier, in the state sent to an authorization server only.
     #[serde(rename = "v", default, skip_serializing_if = "Option::is_none")]
     pub verifier: Option<String>,
+    /// Scopes asked for besides the configured ones (a step-up the upstream asked for).
+    #[serde(rename = "x", default, skip_serializing_if = "Vec::is_empty")]
+    pub scopes: Vec<String>,
 }
 
 /// A request to connect: where to send the person and the id of the elicitation.
@@ -606,8 +609,31 @@ impl UserCredentials {
         Ok(self.store.list().await?)
     }
 
+    /// The scopes asked for in the sign-in that made the person's credential, if known.
+    pub async fn asked_scopes(
+        &self,
+        owner: &str,
+        upstream: &str,
+    ) -> Result<Option<Vec<String>>, CredentialError> {
+        Ok(self
+            .store
+            .get(owner, upstream)
+            .await?
+            .and_then(|s| s.info.asked_scopes))
+    }
+
     /// A new connect link for `owner` and `upstream`.
     pub fn ask(&self, owner: &str, upstream: &str) -> Result<Ask, SealError> {
+        self.ask_with_scopes(owner, upstream, Vec::new())
+    }
+
+    /// A new connect link that also asks the authorization server for `scopes`.
+    pub fn ask_with_scopes(
+        &self,
+        owner: &str,
+        upstream: &str,
+        scopes: Vec<String>,
+    ) -> Result<Ask, SealError> {
         let nonce = hex::encode(self.sealer.random::<16>()?);
         let ticket = Ticket {
             owner: owner.to_owned(),
@@ -615,6 +641,7 @@ impl UserCredentials {
             expires_at_ms: crate::clock::now_ms() + STATE_TTL.as_millis() as u64,
             nonce: nonce.clone(),
             verifier: None,
+            scopes,
         };
         let plain = serde_json::to_vec(&ticket).map_err(|e| SealError::Encode(e.to_string()))?;
         let state = state_text(&self.sealer.seal(&plain, STATE_BINDING)?);
@@ -636,6 +663,7 @@ impl UserCredentials {
             expires_at_ms: crate::clock::now_ms() + STATE_TTL.as_millis() as u64,
             nonce: ask.elicitation_id.clone(),
             verifier: None,
+            scopes: Vec::new(),
         };
         let plain = serde_json::to_vec(&ticket).map_err(|e| SealError::Encode(e.to_string()))?;
         Ok(format!(

@@ -385,7 +385,9 @@ impl OAuthClient {
         )))
     }
 
-    /// Where to send the person: the authorization endpoint with PKCE and our `state`.
+    /// Where to send the person: the authorization endpoint with PKCE, our `state` and the
+    /// `scopes` asked for.
+    #[allow(clippy::too_many_arguments)]
     pub fn authorize_url(
         &self,
         upstream: &str,
@@ -394,6 +396,7 @@ impl OAuthClient {
         redirect_uri: &str,
         state: &str,
         verifier: &str,
+        scopes: &[String],
     ) -> Result<Url, OAuthError> {
         let client_id = resolve("client id", &settings.client_id, upstream)?;
         let mut url = endpoints.authorization.clone();
@@ -405,8 +408,8 @@ impl OAuthClient {
                 .append_pair("state", state)
                 .append_pair("code_challenge", &challenge(verifier))
                 .append_pair("code_challenge_method", "S256");
-            if !settings.scopes.is_empty() {
-                q.append_pair("scope", &settings.scopes.join(" "));
+            if !scopes.is_empty() {
+                q.append_pair("scope", &scopes.join(" "));
             }
             if let Some(r) = &endpoints.resource {
                 q.append_pair("resource", r);

@@ -204,6 +204,7 @@ impl UserCredentials {
                 &self.redirect_uri(upstream),
                 &super::state_text(&sealed),
                 &verifier,
+                &asked(target, &ticket),
             )
             .map_err(failed)?;
         Ok((url.into(), ticket.nonce))
@@ -274,14 +275,28 @@ impl UserCredentials {
             )
             .await
             .map_err(failed)?;
+        // A token response without `scope` was granted what was asked (RFC 6749 5.1).
+        let asked = asked(target, &ticket);
         let info = super::Info {
-            scopes: granted.scopes.clone(),
+            scopes: granted.scopes.clone().or_else(|| Some(asked.clone())),
             account: granted.id_token.as_ref().and_then(oauth::account_of),
+            asked_scopes: Some(asked),
             ..Default::default()
         };
         self.connect(upstream, ticket, &Plain::granted(&granted), info)
             .await
     }
+}
+
+/// The scopes a sign-in asks for: the configured ones, then those a step-up added.
+fn asked(target: OAuthTarget<'_>, ticket: &Ticket) -> Vec<String> {
+    let mut scopes = target.settings.scopes.clone();
+    for s in &ticket.scopes {
+        if !scopes.contains(s) {
+            scopes.push(s.clone());
+        }
+    }
+    scopes
 }
 
 /// How long to wait before trying a failed refresh again: 2 s doubling per failure in a row,

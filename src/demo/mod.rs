@@ -118,6 +118,10 @@ pub struct TestModes {
     /// userinfo endpoint) comes with a call; publishes RFC 9728 metadata naming the issuer.
     #[arg(long, conflicts_with = "user_tokens")]
     oauth_issuer: Option<String>,
+    /// With `--oauth-issuer`: a token must carry the `profile` scope (its userinfo names the
+    /// person); one without gets 403 `insufficient_scope` naming `openid profile`.
+    #[arg(long, requires = "oauth_issuer")]
+    oauth_require_profile: bool,
 }
 
 #[derive(Debug, Default)]
@@ -190,7 +194,10 @@ pub async fn run(args: DemoArgs, modes: TestModes) -> Result<ExitCode, DemoError
     if let Some(addr) = args.http {
         let (gate, issuer) = match (&args.user_tokens, &modes.oauth_issuer) {
             (Some(file), _) => (Some(per_user::token_gate(file.clone())), None),
-            (None, Some(issuer)) => (Some(per_user::oauth_gate(issuer).await?), Some(issuer)),
+            (None, Some(issuer)) => (
+                Some(per_user::oauth_gate(issuer, modes.oauth_require_profile).await?),
+                Some(issuer),
+            ),
             (None, None) => (None, None),
         };
         let bearer_file = modes.require_bearer_file.clone();

@@ -52,8 +52,9 @@ pub(super) fn token_gate(file: PathBuf) -> Gate {
 }
 
 /// `--oauth-issuer`: the userinfo endpoint from the issuer's OpenID metadata, and the gate
-/// that asks it whose each bearer is.
-pub(super) async fn oauth_gate(issuer: &str) -> Result<Gate, DemoError> {
+/// that asks it whose each bearer is (and, with `profile`, whether it was granted the
+/// `profile` scope: its userinfo then has the person's `name`).
+pub(super) async fn oauth_gate(issuer: &str, profile: bool) -> Result<Gate, DemoError> {
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
         .build()
@@ -90,10 +91,15 @@ pub(super) async fn oauth_gate(issuer: &str) -> Result<Gate, DemoError> {
             if !resp.status().is_success() {
                 return Verdict::Refuse;
             }
-            resp.json::<serde_json::Value>()
-                .await
-                .ok()
-                .and_then(|v| v["sub"].as_str().map(str::to_owned))
+            let Ok(info) = resp.json::<serde_json::Value>().await else {
+                return Verdict::Refuse;
+            };
+            if profile && info["name"].as_str().is_none() {
+                return Verdict::NeedsScope("openid profile".into());
+            }
+            info["sub"]
+                .as_str()
+                .map(str::to_owned)
                 .map_or(Verdict::Refuse, Verdict::As)
         })
     }))

@@ -25,7 +25,7 @@ use crate::{
     policy::identity::IdentityKind,
     secret::Secret,
     stores::idempotency::META_KEY as IDEMPOTENCY_KEY,
-    upstream::http_client::PERSON_REJECTED,
+    upstream::http_client::{PERSON_NEEDS_SCOPE, PERSON_REJECTED},
 };
 
 #[derive(Debug, Clone)]
@@ -139,6 +139,20 @@ impl Step for Connect {
                     c.decided.act_as(PersonToken(token.clone()));
                     match inner.call(c).await {
                         Err(CallError::UpstreamRefused { error, .. })
+                            if error.code.0 == PERSON_NEEDS_SCOPE =>
+                        {
+                            let wanted = error
+                                .data
+                                .as_ref()
+                                .and_then(|d| d["scope"].as_str())
+                                .unwrap_or_default();
+                            let as_error = declared_elicitation(&call);
+                            return Err(step_up(
+                                &creds, &owner, &upstream, wanted, target, as_error,
+                            )
+                            .await);
+                        }
+                        Err(CallError::UpstreamRefused { error, .. })
                             if error.code.0 == PERSON_REJECTED =>
                         {
                             let fresh = creds
@@ -167,6 +181,71 @@ impl Step for Connect {
             ))
         })
     }
+}
+
+/// The upstream wants scopes the person's credential lacks (403 `insufficient_scope`): a link
+/// to sign in again asking for them too — unless the sign-in that made this credential asked
+/// for them already, when asking again would only go round (the authorization server does
+/// not grant them, or the upstream wants something else): that is said instead. The
+/// credential is kept either way; its other calls go on working.
+async fn step_up(
+    creds: &UserCredentials,
+    owner: &str,
+    upstream: &str,
+    wanted: &str,
+    target: Option<OAuthTarget<'_>>,
+    as_error: bool,
+) -> CallError {
+    let wanted: Vec<String> = wanted
+        .split(' ')
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let shown = if wanted.is_empty() {
+        "a scope it does not name".to_owned()
+    } else {
+        format!("`{}`", wanted.join(" "))
+    };
+    let Some(_) = target else {
+        return refusal(
+            "credential_insufficient",
+            upstream,
+            format!(
+                "upstream `{upstream}` says the token you connected lacks {shown}: disconnect it (`fedgate__disconnect`) and connect one that has it"
+            ),
+        );
+    };
+    let asked = match creds.asked_scopes(owner, upstream).await {
+        Ok(a) => a.unwrap_or_default(),
+        Err(e) => return store_down(e),
+    };
+    if wanted.is_empty() || wanted.iter().all(|w| asked.contains(w)) {
+        return refusal(
+            "credential_scope_unavailable",
+            upstream,
+            format!(
+                "upstream `{upstream}` still says your account lacks {shown}, which your last sign-in asked for already: the authorization server did not grant it, so signing in again would not help — ask the gateway's operator"
+            ),
+        );
+    }
+    let ask = match creds.ask_with_scopes(owner, upstream, wanted) {
+        Ok(a) => a,
+        Err(e) => {
+            return CallError::Internal {
+                detail: format!("connect link: {e}"),
+            };
+        }
+    };
+    CallError::Connect(Box::new(ConnectRefusal {
+        code: "credential_scope_required",
+        upstream: upstream.to_owned(),
+        message: format!(
+            "your `{upstream}` account needs more access ({shown}) for this call: open {} and sign in again (the link works once, for 10 minutes), then call the tool again",
+            ask.url
+        ),
+        url: Some((ask.url, ask.elicitation_id)),
+        as_error,
+    }))
 }
 
 /// A call whose person connected while it waited, sent in again at the top as its caller, one

@@ -462,6 +462,8 @@ pub enum Verdict {
     /// Passes, acting as this person: the request reaches the server with [`PERSON_HEADER`].
     As(String),
     Refuse,
+    /// 403 `insufficient_scope`: the token lacks these scopes (space-separated).
+    NeedsScope(String),
 }
 
 /// The header a gate's [`Verdict::As`] puts on a request (one the client sent is removed).
@@ -526,6 +528,18 @@ where
                                     r#"Bearer error="invalid_token", resource_metadata="{url}""#
                                 ))
                             {
+                                r.headers_mut().insert(http::header::WWW_AUTHENTICATE, v);
+                            }
+                            return Ok(r);
+                        }
+                        Verdict::NeedsScope(scope) => {
+                            let mut r = json(
+                                StatusCode::FORBIDDEN,
+                                &serde_json::json!({"error": "insufficient_scope"}),
+                            );
+                            if let Ok(v) = http::HeaderValue::from_str(&format!(
+                                r#"Bearer error="insufficient_scope", scope="{scope}""#
+                            )) {
                                 r.headers_mut().insert(http::header::WWW_AUTHENTICATE, v);
                             }
                             return Ok(r);

@@ -104,6 +104,21 @@ impl UpstreamHttpClient {
         let (Some(inj), Some(used)) = (&self.injection, used) else {
             return first;
         };
+        if let (Some(_), ClientJsonRpcMessage::Request(r), Some(scope)) =
+            (person, message, insufficient_scope(&first))
+        {
+            return Ok(StreamableHttpPostResponse::Json(
+                ServerJsonRpcMessage::error(
+                    rmcp::ErrorData::new(
+                        rmcp::model::ErrorCode(PERSON_NEEDS_SCOPE),
+                        "the caller's own credential lacks a scope the upstream asks for",
+                        Some(serde_json::json!({"scope": scope})),
+                    ),
+                    Some(r.id.clone()),
+                ),
+                None,
+            ));
+        }
         if !unauthorized(&first) {
             return first;
         }
@@ -133,6 +148,36 @@ impl UpstreamHttpClient {
 /// The JSON-RPC error code a person's request gets when the upstream answered it 401: the
 /// credential step (`pipeline::connect`) drops that person's token and asks again.
 pub const PERSON_REJECTED: i32 = -32_091;
+
+/// The JSON-RPC error code a person's request gets when the upstream answered it 403
+/// `insufficient_scope`: `data.scope` is what it asked for (the credential step asks the
+/// person to sign in again with it).
+pub const PERSON_NEEDS_SCOPE: i32 = -32_092;
+
+/// The scopes a 403 `insufficient_scope` challenge asks for (RFC 6750 3.1): bounded, printable,
+/// at most 16 of them. `Some("")` when the challenge names none.
+fn insufficient_scope<T>(r: &Result<T, Failed>) -> Option<String> {
+    let Err(StreamableHttpError::InsufficientScope(e)) = r else {
+        return None;
+    };
+    if !e.www_authenticate_header.contains("insufficient_scope") {
+        return None;
+    }
+    let scopes: Vec<&str> = e
+        .required_scope
+        .as_deref()
+        .unwrap_or_default()
+        .split(' ')
+        .filter(|s| {
+            !s.is_empty()
+                && s.len() <= 128
+                && s.bytes()
+                    .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\')
+        })
+        .take(16)
+        .collect();
+    Some(scopes.join(" "))
+}
 
 /// The person whose token a request carries (the credential step put it there).
 fn person_of(message: &ClientJsonRpcMessage) -> Option<&PersonToken> {

@@ -779,3 +779,104 @@ async fn a_providers_bad_minute_keeps_people_connected_and_forgetting_revokes_at
     let audit = std::fs::read_to_string(&s.audit).unwrap();
     assert!(!audit.contains(CLIENT_SECRET) && !s.gw.stderr().contains(CLIENT_SECRET));
 }
+
+/// The reason and connect link (if any) of a credential refusal.
+fn refusal_of(e: &rmcp::ServiceError) -> (String, Option<String>) {
+    let rmcp::ServiceError::McpError(e) = e else {
+        panic!("not a JSON-RPC error: {e}");
+    };
+    let data = e.data.clone().unwrap_or_default();
+    (
+        data["reason"].as_str().unwrap_or_default().to_owned(),
+        data["elicitations"][0]["url"].as_str().map(str::to_owned),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upstream_asking_for_a_wider_scope_gets_the_person_asked_once_for_it() {
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let auth = AuthServer::start(&[format!("{base}/connect/gh/callback")]);
+    let gh = UrlProcess::testkit(&[
+        "demo-upstream",
+        "--name",
+        "gh",
+        "--oauth-issuer",
+        &auth.issuer,
+        "--oauth-require-profile",
+        "--http",
+        "127.0.0.1:0",
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[gateway]\ntiers_dir = {TIERS:?}\ncredential_key = \"env:FG_CREDENTIAL_KEY\"\n\n\
+         [auth]\nanonymous = false\n\
+         [[auth.api_keys]]\nname = \"alice\"\nsha256 = \"{}\"\nroles = [\"dev\"]\n\n\
+         [roles.dev]\ntools = [\"*\"]\n\n\
+         [credentials.gh_people]\nclass = \"user\"\n\
+         per_user = {{ kind = \"oauth\", client_id = \"fedgate\", client_secret = \"env:FG_OAUTH_SECRET\", scopes = [\"openid\", \"offline_access\"] }}\n\n\
+         [upstreams.gh]\nkind = \"http\"\nurl = \"{}\"\ncredential = \"gh_people\"\n",
+        raw::sha(ALICE),
+        gh.url,
+    );
+    let cfg = dir.path().join("gateway.toml");
+    std::fs::write(&cfg, config).unwrap();
+    let gw = Gateway::start_file_env_at(
+        &cfg,
+        dir,
+        &[
+            ("FG_CREDENTIAL_KEY", KEY),
+            ("FG_OAUTH_SECRET", CLIENT_SECRET),
+        ],
+        &format!("127.0.0.1:{port}"),
+    );
+    let alice = connect_with_token(&gw.url, ALICE, TestClient::new())
+        .await
+        .unwrap();
+    let link = link_of(&call(&alice, "gh__whoami", json!({})).await.unwrap_err());
+    assert_eq!(browse(&link, "alice", ALICE).await.status, 200);
+
+    // The upstream answers 403 insufficient_scope (`openid profile`): a link that asks for
+    // `profile` too; signing in there makes the call run.
+    let (reason, link) = refusal_of(&call(&alice, "gh__whoami", json!({})).await.unwrap_err());
+    assert_eq!(reason, "credential_scope_required");
+    let visit = browse(&link.unwrap(), "alice", ALICE).await;
+    assert_eq!(visit.status, 200, "{}", visit.body);
+    let authorize = reqwest::Url::parse(&visit.urls[1]).unwrap();
+    let q: BTreeMap<String, String> = authorize.query_pairs().into_owned().collect();
+    assert_eq!(q["scope"], "openid offline_access profile");
+    let r = call(&alice, "gh__whoami", json!({})).await.unwrap();
+    assert_eq!(first_text(&r), "acting as alice");
+
+    // The authorization server stops granting `profile`: after one more sign-in asking for
+    // it, fedgate says so instead of sending the person round again.
+    auth.hook(reqwest::Method::POST, "/test/withhold-scope?scope=profile")
+        .await;
+    auth.hook(reqwest::Method::POST, "/test/revoke-all?sub=alice")
+        .await;
+    let link = link_of(&call(&alice, "gh__whoami", json!({})).await.unwrap_err());
+    assert_eq!(browse(&link, "alice", ALICE).await.status, 200);
+    let (reason, link) = refusal_of(&call(&alice, "gh__whoami", json!({})).await.unwrap_err());
+    assert_eq!(reason, "credential_scope_required");
+    let visit = browse(&link.unwrap(), "alice", ALICE).await;
+    assert_eq!(visit.status, 200, "{} {:?}", visit.body, visit.urls);
+    // No link to follow: a blocked plan saying why, which no sign-in would change.
+    let r = call(&alice, "gh__whoami", json!({})).await.unwrap();
+    assert_eq!(r.is_error, Some(true));
+    let plan = r.structured_content.unwrap();
+    assert_eq!(plan["status"], "blocked", "{plan}");
+    let error = &plan["errors"][0];
+    assert_eq!(error["code"], "credential_scope_unavailable", "{plan}");
+    assert_eq!(error["recoverable"], false, "{plan}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("`openid profile`"),
+        "{plan}"
+    );
+    assert!(
+        error["hint"].as_str().unwrap().contains("operator"),
+        "{plan}"
+    );
+}

@@ -12,6 +12,7 @@
 //                                                         (n counts those) and grants
 //   POST /test/fail-token?times=N&status=S -> {"failing": N}  the next N token requests are
 //                                                         answered S (a provider's bad minute)
+//   POST /test/withhold-scope?scope=S  -> {"withheld": S}  sign-ins no longer grant scope S
 //   GET  /test/live?sub=NAME           -> {"access": n, "refresh": n}  NAME's live tokens
 //   GET  /test/stats -> {"token_requests": {"authorization_code": n, "refresh_token": n},
 //                        "refresh_reuse": n, "revocations": n, "failed_token_requests": n}
@@ -87,6 +88,8 @@ const stats = {
   revocations: 0,
   failed_token_requests: 0,
 };
+// Scopes sign-ins do not grant, whatever is asked.
+const withheld = new Set();
 // Token requests still to fail, and with which status.
 const failing = { times: 0, status: 503 };
 // Live `model` entries of account `sub`.
@@ -199,6 +202,10 @@ async function route(req, res) {
     failing.status = Number(url.searchParams.get("status") ?? "503");
     return json(res, 200, { failing: failing.times });
   }
+  if (url.pathname === "/test/withhold-scope" && req.method === "POST" && url.searchParams.get("scope")) {
+    withheld.add(url.searchParams.get("scope"));
+    return json(res, 200, { withheld: url.searchParams.get("scope") });
+  }
   if (url.pathname === "/test/live" && req.method === "GET" && sub) {
     return json(res, 200, { access: liveFor("AccessToken", sub), refresh: liveFor("RefreshToken", sub) });
   }
@@ -215,6 +222,13 @@ async function route(req, res) {
     // login step always runs and X-Test-User decides who logs in: a cookie jar reused for
     // another user would otherwise get oidc-provider's logout-confirmation form.
     req.headers.cookie = req.headers.cookie?.split(/;\s*/).filter((c) => !c.startsWith("_session=")).join("; ");
+  }
+  if (url.pathname === "/auth" && req.method === "GET" && withheld.size) {
+    // A server may grant less than asked (RFC 6749 3.3): withheld scopes are dropped from the
+    // request before the provider sees it.
+    const asked = url.searchParams.get("scope")?.split(" ") ?? [];
+    url.searchParams.set("scope", asked.filter((s) => !withheld.has(s)).join(" "));
+    req.url = url.pathname + url.search;
   }
   if (url.pathname === "/auth" && req.method === "GET") {
     // oidc-provider drops offline_access unless prompt=consent is sent (OIDC Core 11); the

@@ -65,6 +65,14 @@ impl ConnectRefusal {
             None if self.code == "credential_anonymous" => {
                 "tell your user: sign in to the gateway (an API key or token of their own) to use this upstream".to_owned()
             }
+            None if self.code == "credential_scope_unavailable" => format!(
+                "tell your user: their `{}` account lacks an access this tool needs, and signing in again will not give it; they should ask the gateway's operator. Do not call this tool again for now",
+                self.upstream
+            ),
+            None if self.code == "credential_insufficient" => format!(
+                "tell your user: the token they connected for `{}` lacks an access this tool needs; they should disconnect it (fedgate__disconnect) and connect one that has it, then call the tool again",
+                self.upstream
+            ),
             None if self.code == "credential_provider_unavailable" => format!(
                 "the sign-in service of `{}` is not answering right now; the user's account stays connected: call the tool again in a minute, and tell the user only if it keeps failing",
                 self.upstream
@@ -74,6 +82,8 @@ impl ConnectRefusal {
                 self.upstream
             ),
         };
-        base.error(PlanError::new(self.code, self.message.clone(), true).hint(hint))
+        // Only an operator can change what the authorization server grants.
+        let recoverable = self.code != "credential_scope_unavailable";
+        base.error(PlanError::new(self.code, self.message.clone(), recoverable).hint(hint))
     }
 }

@@ -37,6 +37,10 @@ pub struct Info {
     /// subject), when `openid` was granted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub account: Option<String>,
+    /// The scopes asked for in the sign-in that made it (the configured ones and any a
+    /// step-up added).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asked_scopes: Option<Vec<String>>,
 }
 
 /// Who connected which upstream (never the token).
