@@ -1,12 +1,13 @@
-//! The command line: `serve`, `stdio`, `check`, `tools`, `call`, `flows`, `plans`, `import`,
-//! `connect`, `catalog`, `add`, and the demo
-//! upstream.
+//! The command line: `serve`, `stdio`, `check`, `tools`, `call`, `flows`, `plans`,
+//! `credentials`, `import`, `connect`, `catalog`, `add`, and the demo upstream.
 
 mod error;
 pub use error::CliError;
 mod add;
+mod admin_api;
 mod check;
 mod connect;
+mod credentials;
 mod flows;
 mod import;
 mod inspect;
@@ -97,6 +98,13 @@ enum Command {
         #[command(subcommand)]
         command: plans::PlansCommand,
     },
+    /// Connected per-user accounts: list, revoke (through the admin API).
+    Credentials {
+        #[arg(long, short, default_value = DEFAULT_CONFIG)]
+        config: PathBuf,
+        #[command(subcommand)]
+        command: credentials::CredentialsCommand,
+    },
     /// Convert an `mcpServers` JSON file (Claude Desktop, Cursor, VS Code) to gateway.toml.
     Import { file: PathBuf },
     /// Popular MCP servers fedgate knows: name, runner, tier, description (`catalog search WORD`).
@@ -166,6 +174,7 @@ pub fn run() -> ExitCode {
             Command::Disconnect(args) => connect::disconnect(args),
             Command::Flows { config, command } => flows::run(&config, command).await,
             Command::Plans { config, command } => plans::run(&config, command).await,
+            Command::Credentials { config, command } => credentials::run(&config, command).await,
             Command::DemoUpstream(args) => crate::demo::run(args, Default::default())
                 .await
                 .map_err(CliError::from),

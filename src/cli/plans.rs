@@ -3,13 +3,12 @@
 //! go through its admin API; without one answering they say so, and `fedgate flows run --wait`
 //! asks in the terminal instead.
 
-use super::CliError;
-use std::{path::Path, process::ExitCode, time::Duration};
+use std::{path::Path, process::ExitCode};
 
 use clap::Subcommand;
 use serde_json::Value;
 
-use super::serve::load_for_reading;
+use super::{CliError, admin_api::AdminApi};
 
 #[derive(Debug, Subcommand)]
 pub enum PlansCommand {
@@ -25,62 +24,28 @@ pub enum PlansCommand {
     Deny { plan_id: String },
 }
 
-/// How long one admin request may take.
-const TIMEOUT: Duration = Duration::from_secs(30);
-
 pub async fn run(config: &Path, command: PlansCommand) -> Result<ExitCode, CliError> {
-    let snapshot = load_for_reading(config)?;
-    let admin = snapshot.admin.as_ref().ok_or_else(|| {
-        format!(
-            "{}: no [admin] section: plans are decided through the serving gateway's admin API",
-            config.display()
-        )
-    })?;
-    if let Some(why) = &admin.token_missing {
-        return Err(CliError::Message(format!(
-            "cannot reach the serving gateway's admin API: [admin] token: {why}; plans live in \
-             the serving gateway"
-        )));
-    }
-    let base = format!("http://{}/admin/plans", admin.listen);
-    let client = reqwest::Client::new();
-    let (request, verb) = match &command {
-        PlansCommand::List { .. } => (client.get(&base), None),
+    let api = AdminApi::of(config, "plans")?;
+    let (method, path, verb) = match &command {
+        PlansCommand::List { .. } => (reqwest::Method::GET, "/admin/plans".to_owned(), None),
         PlansCommand::Approve { plan_id } => (
-            client.post(format!("{base}/{}/approve", segment(plan_id)?)),
+            reqwest::Method::POST,
+            format!("/admin/plans/{}/approve", segment(plan_id)?),
             Some("approved"),
         ),
         PlansCommand::Deny { plan_id } => (
-            client.post(format!("{base}/{}/deny", segment(plan_id)?)),
+            reqwest::Method::POST,
+            format!("/admin/plans/{}/deny", segment(plan_id)?),
             Some("denied"),
         ),
     };
-    let resp = request
-        .bearer_auth(admin.token.expose())
-        .timeout(TIMEOUT)
-        .send()
-        .await
-        .map_err(|e| {
-            if e.is_connect() {
-                format!(
-                    "no gateway answers at {base}: plans live in the serving gateway; start it with `fedgate serve`, or run the flow with `fedgate flows run ID --wait` to decide in this terminal"
-                )
-            } else {
-                format!("admin API: {e}")
-            }
-        })?;
-    let status = resp.status();
-    let body: Value = resp.json().await.map_err(|e| format!("admin API: {e}"))?;
-    if !status.is_success() {
-        let state = body["state"]
-            .as_str()
-            .map(|s| format!(" (plan is {s})"))
-            .unwrap_or_default();
-        return Err(CliError::Message(format!(
-            "{}{state}",
-            body["error"].as_str().unwrap_or("the admin API refused")
-        )));
-    }
+    let body = api
+        .send(
+            method,
+            &path,
+            "start it with `fedgate serve`, or run the flow with `fedgate flows run ID --wait` to decide in this terminal",
+        )
+        .await?;
     match command {
         PlansCommand::List { json: true } => println!("{body}"),
         PlansCommand::List { json: false } => print_list(&body),

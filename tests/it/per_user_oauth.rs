@@ -626,7 +626,7 @@ fn start_refreshing() -> Refreshing {
     let config = format!(
         "[gateway]\ntiers_dir = {TIERS:?}\ncredential_key = \"env:FG_CREDENTIAL_KEY\"\n\n\
          [audit]\npath = {audit:?}\n\n\
-         [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"env:FEDGATE_ADMIN_TOKEN\"\n\n\
+         [admin]\nlisten = \"127.0.0.1:{admin_port}\"\ntoken = \"env:FEDGATE_ADMIN_TOKEN\"\n\n\
          [auth]\nanonymous = false\n\
          [[auth.api_keys]]\nname = \"alice\"\nsha256 = \"{}\"\nroles = [\"dev\"]\n\n\
          [roles.dev]\ntools = [\"*\"]\n\n\
@@ -635,6 +635,8 @@ fn start_refreshing() -> Refreshing {
          [upstreams.gh]\nkind = \"http\"\nurl = \"{gh}\"\ncredential = \"gh_people\"\n",
         raw::sha(ALICE),
         gh = gh.url,
+        // Fixed, so that `fedgate credentials` finds it in the config.
+        admin_port = free_port(),
     );
     let cfg = dir.path().join("gateway.toml");
     std::fs::write(&cfg, config).unwrap();
@@ -752,14 +754,37 @@ async fn a_providers_bad_minute_keeps_people_connected_and_forgetting_revokes_at
             .await["refresh"],
         1
     );
-    let gone = admin(
-        &s.gw,
-        reqwest::Method::DELETE,
-        "/admin/credentials/api_key:alice",
-    )
-    .await;
-    assert_eq!(gone["revoked"], 1, "{gone}");
-    assert_eq!(gone["upstreams"][0]["at_provider"], "revoked", "{gone}");
+    // The operator's commands, through the admin API.
+    let cli = |args: &[&str]| {
+        let cfg = s.gw.dir.path().join("gateway.toml");
+        let mut all = vec!["credentials", "-c", cfg.to_str().unwrap()];
+        all.extend_from_slice(args);
+        let out = std::process::Command::new(FEDGATE)
+            .args(&all)
+            .env("FEDGATE_LOG", "warn")
+            .env("FG_CREDENTIAL_KEY", KEY)
+            .env("FG_OAUTH_SECRET", CLIENT_SECRET)
+            .env("FEDGATE_ADMIN_TOKEN", ADMIN_TOKEN)
+            .output()
+            .expect("fedgate credentials");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let listed = cli(&["list"]);
+    assert!(
+        listed.contains("api_key:alice  gh  account alice"),
+        "{listed}"
+    );
+    let gone = cli(&["revoke", "api_key:alice"]);
+    assert_eq!(
+        gone.trim(),
+        "forgot api_key:alice's gh account (at the provider: revoked)"
+    );
+    assert_eq!(cli(&["list"]).trim(), "no connected accounts");
     assert_eq!(s.auth.stats().await["revocations"], 1);
     assert_eq!(
         s.auth
