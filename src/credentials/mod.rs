@@ -293,6 +293,10 @@ fn bound(owner: &str, upstream: &str) -> Vec<u8> {
 }
 
 const STATE_BINDING: &[u8] = b"connect-state";
+/// The grant an account page gives the person who proved who they are.
+const ACCOUNT_BINDING: &[u8] = b"account-page";
+/// How long an account page's buttons work.
+const ACCOUNT_GRANT_TTL: Duration = Duration::from_secs(600);
 /// A stateless-era caller's `requestState` for a connect question: sealed like a state, with
 /// its own binding (a page state is no retry state and the other way round) and a prefix that
 /// tells it from an upstream's parked state.
@@ -472,6 +476,7 @@ impl UserCredentials {
             sealed: hex::encode(sealed),
             connected_at_ms,
             info,
+            last_used_ms: None,
         };
         Ok(self.store.put(owner, upstream, &stored).await?)
     }
@@ -607,6 +612,46 @@ impl UserCredentials {
 
     pub async fn list(&self) -> Result<Vec<Connected>, CredentialError> {
         Ok(self.store.list().await?)
+    }
+
+    /// The person's connections (at most `most`), and how many more there are.
+    pub async fn connections_of(
+        &self,
+        owner: &str,
+        most: usize,
+    ) -> Result<(Vec<Connected>, usize), CredentialError> {
+        let upstreams = self.store.owned(owner).await?;
+        let more = upstreams.len().saturating_sub(most);
+        let mut out = Vec::new();
+        for upstream in upstreams.into_iter().take(most) {
+            if let Some(s) = self.store.get(owner, &upstream).await? {
+                out.push(Connected {
+                    owner: owner.to_owned(),
+                    upstream,
+                    connected_at_ms: s.connected_at_ms,
+                    info: s.info,
+                    last_used_ms: s.last_used_ms,
+                });
+            }
+        }
+        Ok((out, more))
+    }
+
+    /// A sealed grant naming `owner` for [`ACCOUNT_GRANT_TTL`]: what an account page's
+    /// buttons carry once the browser proved it is them.
+    pub fn account_grant(&self, owner: &str) -> Result<String, SealError> {
+        let until = crate::clock::now_ms() + ACCOUNT_GRANT_TTL.as_millis() as u64;
+        let plain =
+            serde_json::to_vec(&(owner, until)).map_err(|e| SealError::Encode(e.to_string()))?;
+        Ok(state_text(&self.sealer.seal(&plain, ACCOUNT_BINDING)?))
+    }
+
+    /// The person an unexpired account grant names.
+    pub fn open_account_grant(&self, grant: &str) -> Option<String> {
+        let sealed = state_bytes(grant)?;
+        let plain = self.sealer.open(&sealed, ACCOUNT_BINDING).ok()?;
+        let (owner, until): (String, u64) = serde_json::from_slice(&plain).ok()?;
+        (until >= crate::clock::now_ms()).then_some(owner)
     }
 
     /// The scopes asked for in the sign-in that made the person's credential, if known.

@@ -24,11 +24,11 @@ use crate::{
 };
 
 /// A form submission is a state and a token: far less than this.
-const MAX_FORM_BYTES: usize = 16 * 1024;
+pub(super) const MAX_FORM_BYTES: usize = 16 * 1024;
 
 const CSP: &str = "default-src 'none'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
-fn escape(s: &str) -> String {
+pub(super) fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
@@ -36,7 +36,7 @@ fn escape(s: &str) -> String {
         .replace('\'', "&#39;")
 }
 
-fn page(status: StatusCode, title: &str, body: &str) -> Response<Body> {
+pub(super) fn page(status: StatusCode, title: &str, body: &str) -> Response<Body> {
     let html = format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"referrer\" content=\"no-referrer\"><title>{t}</title></head>\
@@ -124,21 +124,20 @@ const BROWSER_COOKIE: &str = "fedgate_connect";
 
 /// Whether the key or token typed on the page (a form field, never a URL) authenticates as
 /// `owner`.
-fn proven(parts: &EdgeParts, owner: &str, proof: &str) -> bool {
+pub(super) fn proven(parts: &EdgeParts, owner: &str, proof: &str) -> bool {
+    who(parts, proof).is_some_and(|id| id.key() == owner)
+}
+
+/// The person a key or token typed on a page authenticates as.
+pub(super) fn who(parts: &EdgeParts, proof: &str) -> Option<crate::policy::identity::Identity> {
     let proof = proof.trim();
     if proof.is_empty() || proof.len() > crate::credentials::MAX_TOKEN_BYTES {
-        return false;
+        return None;
     }
-    let Ok(value) = header::HeaderValue::from_str(&format!("Bearer {proof}")) else {
-        return false;
-    };
+    let value = header::HeaderValue::from_str(&format!("Bearer {proof}")).ok()?;
     let mut headers = http::HeaderMap::new();
     headers.insert(header::AUTHORIZATION, value);
-    parts
-        .auth
-        .load()
-        .authenticate(&headers)
-        .is_ok_and(|id| id.key() == owner)
+    parts.auth.load().authenticate(&headers).ok()
 }
 
 /// How the browser shows the page it is the link's person.
@@ -417,13 +416,13 @@ fn oauth_refused(why: &Refused) -> Response<Body> {
     r
 }
 
-fn field(query: &[u8], name: &str) -> Option<String> {
+pub(super) fn field(query: &[u8], name: &str) -> Option<String> {
     form_urlencoded::parse(query)
         .find(|(k, _)| k == name)
         .map(|(_, v)| v.into_owned())
 }
 
-fn not_allowed() -> Response<Body> {
+pub(super) fn not_allowed() -> Response<Body> {
     page(
         StatusCode::METHOD_NOT_ALLOWED,
         "Not allowed",
@@ -431,7 +430,7 @@ fn not_allowed() -> Response<Body> {
     )
 }
 
-fn nothing_to_connect(why: &str) -> Response<Body> {
+pub(super) fn nothing_to_connect(why: &str) -> Response<Body> {
     page(
         StatusCode::NOT_FOUND,
         "Nothing to connect",

@@ -282,6 +282,13 @@ impl Edge {
                     ),
                 }
             }
+            p if p == super::account_page::ACCOUNT_PATH || p == "/account/disconnect" => {
+                let path = p.to_owned();
+                let certificate = cert_identity
+                    .as_ref()
+                    .map(crate::policy::identity::Identity::key);
+                super::account_page::serve(&parts, &path, req, certificate, body_timeout).await
+            }
             p if p.starts_with(CONNECT_PREFIX) => {
                 let upstream = p[CONNECT_PREFIX.len()..].to_owned();
                 let certificate = cert_identity

@@ -1,5 +1,6 @@
 //! The downstream face: the MCP handler, the HTTP listener, stdio, and session bookkeeping.
 
+mod account_page;
 pub mod admin;
 mod admin_credentials;
 mod admin_flows;

@@ -1000,3 +1000,70 @@ async fn a_forwarded_connect_link_connects_nothing_for_whoever_opens_it() {
     let (fresh, _) = link_of(&call(&carol, "gh__whoami", json!({})).await.unwrap_err());
     assert_eq!(connect_in_browser(&fresh, CAROL, "gh-carol").await.0, 200);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_person_sees_and_disconnects_their_own_accounts_on_the_account_page() {
+    let s = start();
+    for (key, token) in [(ALICE, "gh-alice"), (BOB, "gh-bob")] {
+        let client = connect_with_token(&s.gw.url, key, TestClient::new())
+            .await
+            .unwrap();
+        let (link, _) = link_of(&call(&client, "gh__whoami", json!({})).await.unwrap_err());
+        assert_eq!(connect_in_browser(&link, key, token).await.0, 200);
+    }
+
+    // A real browser: the page asks who you are; a key that is not the gateway's shows nothing.
+    let browser = common::browser::Browser::start().await;
+    browser.goto(&format!("{}/account", s.gw.base)).await;
+    browser.type_into("input[name=proof]", "fgk_nobody").await;
+    browser.click("button[type=submit]").await;
+    browser
+        .until(
+            "the refusal",
+            "document.body.innerText.includes(\"not one of this gateway's\")",
+        )
+        .await;
+
+    // Alice's key: her account alone, with a button that forgets it.
+    browser.type_into("input[name=proof]", ALICE).await;
+    browser.click("button[type=submit]").await;
+    let shown = browser
+        .until(
+            "alice's accounts",
+            "document.body.innerText.includes('Signed in as alice') && document.body.innerText",
+        )
+        .await;
+    let shown = shown.as_str().unwrap();
+    assert!(shown.contains("gh") && !shown.contains("bob"), "{shown}");
+    assert!(!shown.contains("gh-alice"), "never a token: {shown}");
+    browser
+        .click("form[action='/account/disconnect'] button")
+        .await;
+    browser
+        .until(
+            "the account forgotten",
+            "document.body.innerText.includes('Your gh account is forgotten') \
+             && document.body.innerText.includes('You have no connected accounts')",
+        )
+        .await;
+    let listed = admin(&s.gw, reqwest::Method::GET, "/admin/credentials").await;
+    let owners: Vec<&str> = listed["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["owner"].as_str().unwrap())
+        .collect();
+    assert_eq!(owners, ["api_key:bob"]);
+
+    // A button's grant is the page's alone: a forged one forgets nothing.
+    let r = reqwest::Client::new()
+        .post(format!("{}/account/disconnect", s.gw.base))
+        .form(&[("grant", "AAAA"), ("upstream", "gh")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    assert!(r.text().await.unwrap().contains("expired"));
+    let listed = admin(&s.gw, reqwest::Method::GET, "/admin/credentials").await;
+    assert_eq!(listed["connections"].as_array().unwrap().len(), 1);
+}

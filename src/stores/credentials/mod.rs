@@ -19,6 +19,10 @@ pub struct Stored {
     pub connected_at_ms: u64,
     #[serde(default, flatten)]
     pub info: Info,
+    /// When a call last used it (kept apart from the row, see [`CredentialStore::touch`]);
+    /// read by `get`, never written by `put`.
+    #[serde(skip)]
+    pub last_used_ms: Option<u64>,
 }
 
 /// What may be shown about a credential: times and scopes, never a token.
@@ -136,7 +140,7 @@ impl CredentialStore for SqliteCredentials {
         self.0
             .lock()
             .query_row(
-                "SELECT sealed, connected_at_ms, info FROM user_credentials \
+                "SELECT sealed, connected_at_ms, info, last_used_ms FROM user_credentials \
                  WHERE owner = ?1 AND upstream = ?2",
                 params![owner, upstream],
                 |r| {
@@ -144,6 +148,7 @@ impl CredentialStore for SqliteCredentials {
                         sealed: r.get(0)?,
                         connected_at_ms: ms(r.get(1)?),
                         info: info_of(&r.get::<_, String>(2)?),
+                        last_used_ms: r.get::<_, Option<i64>>(3)?.map(ms),
                     })
                 },
             )
@@ -265,6 +270,7 @@ mod tests {
                 scopes: Some(vec!["repo".into()]),
                 ..Info::default()
             },
+            last_used_ms: None,
         };
         s.put("alice", "gh", &row("a1")).await.unwrap();
         s.put("alice", "jira", &row("a2")).await.unwrap();
@@ -280,6 +286,10 @@ mod tests {
             Some(&["repo".to_owned()][..])
         );
         assert_eq!(listed[1].last_used_ms, None);
+        assert_eq!(
+            s.get("alice", "gh").await.unwrap().unwrap().last_used_ms,
+            Some(77)
+        );
         assert_eq!(s.remove("alice", Some("gh")).await.unwrap(), 1);
         assert_eq!(s.get("alice", "gh").await.unwrap(), None);
         assert_eq!(s.owned("alice").await.unwrap(), ["jira"]);

@@ -46,17 +46,22 @@ impl RedisCredentials {
 #[async_trait::async_trait]
 impl CredentialStore for RedisCredentials {
     async fn get(&self, owner: &str, upstream: &str) -> Result<Option<Stored>, StoreError> {
-        let (hash, f) = (self.hash(), field(owner, upstream));
-        let raw: Option<String> = self
+        let (hash, used, f) = (self.hash(), self.used(), field(owner, upstream));
+        let (raw, last_used): (Option<String>, Option<u64>) = self
             .0
-            .run(
-                "credential_get",
-                |mut c| async move { c.hget(&hash, &f).await },
-            )
+            .run("credential_get", |mut c| async move {
+                let raw: Option<String> = c.hget(&hash, &f).await?;
+                let last: Option<u64> = c.hget(&used, &f).await?;
+                Ok((raw, last))
+            })
             .await
             .map_err(down)?;
         raw.map(|r| {
-            serde_json::from_str(&r)
+            serde_json::from_str::<Stored>(&r)
+                .map(|mut s| {
+                    s.last_used_ms = last_used;
+                    s
+                })
                 .map_err(|e| StoreError::Unreadable("credential", e.to_string()))
         })
         .transpose()
