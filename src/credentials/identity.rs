@@ -67,17 +67,20 @@ pub struct Proven {
     pub mark: String,
 }
 
-/// The identity provider's client, as the OAuth steps take it.
-fn client(s: &SignIn) -> PerUserOAuth {
-    PerUserOAuth {
-        client_id: s.client_id.clone(),
+/// The identity provider's client, its references resolved.
+fn client(s: &SignIn) -> Result<oauth::ClientAuth, Refused> {
+    let settings = PerUserOAuth {
+        client_id: Some(s.client_id.clone()),
         client_secret: s.client_secret.clone(),
         endpoints: None,
         scopes: s.scopes.clone(),
         resource: None,
         revocation: None,
         refresh_margin_percent: 10,
-    }
+    };
+    oauth::ClientAuth::configured(CLIENT, &settings)
+        .map_err(Refused::OAuth)?
+        .ok_or_else(|| Refused::OAuth(OAuthError::Client(CLIENT.into(), "no client id".into())))
 }
 
 fn sealing(e: impl std::fmt::Display) -> Refused {
@@ -125,19 +128,14 @@ impl UserCredentials {
         let sealed = self
             .seal_json(&started, IDENTITY_BINDING)
             .map_err(sealing)?;
-        let client = client(settings);
-        let mut url = self
-            .oauth
-            .authorize_url(
-                CLIENT,
-                &provider.endpoints,
-                &client,
-                &self.signed_in_uri(),
-                &sealed,
-                &started.verifier,
-                &client.scopes,
-            )
-            .map_err(Refused::OAuth)?;
+        let mut url = self.oauth.authorize_url(
+            &provider.endpoints,
+            &client(settings)?,
+            &self.signed_in_uri(),
+            &sealed,
+            &started.verifier,
+            &settings.scopes,
+        );
         url.query_pairs_mut().append_pair("nonce", &started.nonce);
         Ok((url.into(), started.browser))
     }
@@ -221,9 +219,8 @@ impl UserCredentials {
         let granted = self
             .oauth
             .exchange(
-                CLIENT,
                 &provider.endpoints,
-                &client(settings),
+                &client(settings)?,
                 code,
                 &self.signed_in_uri(),
                 &started.verifier,

@@ -231,6 +231,11 @@ pub struct UserCredentials {
     /// When this replica last noted a use of each credential (ms).
     touched: DashMap<(String, String), u64>,
     targets: parking_lot::RwLock<Option<Targets>>,
+    /// Clients fedgate registered at authorization servers (RFC 7591), by upstream; kept
+    /// sealed in the store too (every replica, and after a restart, uses the same).
+    registrations: DashMap<String, oauth::Registered>,
+    /// One registration at a time per upstream on this replica.
+    registering: DashMap<String, Arc<tokio::sync::Mutex<()>>>,
     audit: parking_lot::Mutex<Option<crate::telemetry::audit::Audit>>,
     pub oauth: oauth::OAuthClient,
     metrics: CredentialMetrics,
@@ -238,6 +243,9 @@ pub struct UserCredentials {
     /// [`MAX_PROOF_FAILURES`] the link connects nothing any more, on this replica.
     proof_failures: DashMap<[u8; 32], (u32, u64)>,
 }
+
+/// The store's owner of the clients fedgate registered (no person's key has this kind).
+const REGISTRATION_OWNER: &str = "fedgate:registration";
 
 /// How often this replica notes a use of one credential.
 const TOUCH_EVERY_MS: u64 = 60_000;
@@ -321,6 +329,8 @@ impl UserCredentials {
             refresh_backoff: DashMap::new(),
             touched: DashMap::new(),
             targets: Default::default(),
+            registrations: DashMap::new(),
+            registering: DashMap::new(),
             audit: Default::default(),
             proof_failures: DashMap::new(),
             oauth: oauth::OAuthClient::new(),
@@ -353,7 +363,7 @@ impl UserCredentials {
     ) -> Result<(usize, usize), CredentialError> {
         let (mut migrated, mut dropped) = (0, 0);
         for c in self.store.list().await? {
-            if crate::policy::identity::has_kind(&c.owner) {
+            if crate::policy::identity::has_kind(&c.owner) || c.owner == REGISTRATION_OWNER {
                 continue;
             }
             let opened = self.stored(&c.owner, &c.upstream).await?;
@@ -563,11 +573,15 @@ impl UserCredentials {
             Some(r) => (Secret::new(r.clone()), "refresh_token"),
             None => (Secret::new(plain.token.clone()), "access_token"),
         };
-        match self
-            .oauth
-            .revoke(upstream, &endpoints, &settings, &token, hint)
-            .await
-        {
+        let target = OAuthTarget {
+            settings: &settings,
+            upstream_url: &url,
+        };
+        let revoked = match self.client_auth(upstream, target, &endpoints).await {
+            Ok(client) => self.oauth.revoke(&endpoints, &client, &token, hint).await,
+            Err(e) => Err(e),
+        };
+        match revoked {
             Ok(true) => "revoked",
             Ok(false) => "no_endpoint",
             Err(e) => {
@@ -611,7 +625,93 @@ impl UserCredentials {
     }
 
     pub async fn list(&self) -> Result<Vec<Connected>, CredentialError> {
-        Ok(self.store.list().await?)
+        let mut all = self.store.list().await?;
+        all.retain(|c| c.owner != REGISTRATION_OWNER);
+        Ok(all)
+    }
+
+    /// How fedgate authenticates to `upstream`'s authorization server: the configured client,
+    /// else the one it registered there (RFC 7591) — once per upstream and redirect URI, kept
+    /// sealed in the store for every replica and restart.
+    pub(super) async fn client_auth(
+        &self,
+        upstream: &str,
+        target: OAuthTarget<'_>,
+        endpoints: &oauth::Endpoints,
+    ) -> Result<oauth::ClientAuth, OAuthError> {
+        if let Some(c) = oauth::ClientAuth::configured(upstream, target.settings)? {
+            return Ok(c);
+        }
+        let redirect = self.redirect_uri(upstream);
+        if let Some(r) = self
+            .registrations
+            .get(upstream)
+            .filter(|r| r.fits(&redirect))
+        {
+            return Ok(r.auth());
+        }
+        let lock = self
+            .registering
+            .entry(upstream.to_owned())
+            .or_default()
+            .clone();
+        let _one = lock.lock().await;
+        let stored = self.stored_registration(upstream).await;
+        let registered = match stored.filter(|r| r.fits(&redirect)) {
+            Some(r) => r,
+            None => {
+                let r = self.oauth.register(upstream, endpoints, &redirect).await?;
+                self.put_registration(upstream, &r).await;
+                tracing::info!(
+                    upstream,
+                    "registered at the authorization server (RFC 7591)"
+                );
+                self.metrics.count(upstream, "registered");
+                r
+            }
+        };
+        let auth = registered.auth();
+        self.registrations.insert(upstream.to_owned(), registered);
+        Ok(auth)
+    }
+
+    async fn stored_registration(&self, upstream: &str) -> Option<oauth::Registered> {
+        let stored = self.store.get(REGISTRATION_OWNER, upstream).await.ok()??;
+        let sealed = hex::decode(&stored.sealed).ok()?;
+        let plain = self
+            .sealer
+            .open(&sealed, &bound(REGISTRATION_OWNER, upstream))
+            .ok()?;
+        serde_json::from_slice(&plain).ok()
+    }
+
+    async fn put_registration(&self, upstream: &str, r: &oauth::Registered) {
+        let sealed = serde_json::to_vec(r)
+            .map_err(|e| SealError::Encode(e.to_string()))
+            .and_then(|plain| {
+                self.sealer
+                    .seal(&plain, &bound(REGISTRATION_OWNER, upstream))
+            });
+        let stored = sealed.map(|s| store::Stored {
+            sealed: hex::encode(s),
+            connected_at_ms: crate::clock::now_ms(),
+            info: Info::default(),
+            last_used_ms: None,
+        });
+        let put = match stored {
+            Ok(s) => self
+                .store
+                .put(REGISTRATION_OWNER, upstream, &s)
+                .await
+                .map_err(CredentialError::from),
+            Err(e) => Err(e.into()),
+        };
+        if let Err(e) = put {
+            tracing::warn!(
+                upstream,
+                "keeping the client registration failed (it is registered again after a restart): {e}"
+            );
+        }
     }
 
     /// The person's connections (at most `most`), and how many more there are.

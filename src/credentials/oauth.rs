@@ -81,6 +81,34 @@ pub struct Endpoints {
     pub resource: Option<String>,
     /// The RFC 7009 revocation endpoint (config, else the server's metadata), if any.
     pub revocation: Option<Url>,
+    /// The RFC 7591 registration endpoint (the server's metadata), if any.
+    pub registration: Option<Url>,
+}
+
+/// How fedgate authenticates to an authorization server: its client id, and its secret for a
+/// confidential client (configured, or given by dynamic registration).
+#[derive(Debug, Clone)]
+pub struct ClientAuth {
+    pub id: Secret,
+    pub secret: Option<Secret>,
+}
+
+impl ClientAuth {
+    /// The configured client, its references resolved; `None` when none is configured (the
+    /// client registers itself).
+    pub fn configured(upstream: &str, settings: &PerUserOAuth) -> Result<Option<Self>, OAuthError> {
+        let Some(id) = &settings.client_id else {
+            return Ok(None);
+        };
+        Ok(Some(Self {
+            id: resolve("client id", id, upstream)?,
+            secret: settings
+                .client_secret
+                .as_deref()
+                .map(|r| resolve("client secret", r, upstream))
+                .transpose()?,
+        }))
+    }
 }
 
 /// What a token endpoint gave: the access token, the refresh token (if any) and when the
@@ -113,6 +141,46 @@ struct TokenResponse {
     scope: Option<String>,
 }
 
+/// What dynamic registration gave (RFC 7591 3.2.1), as it is kept (sealed). No `Debug`: it
+/// holds the client secret.
+#[derive(Clone, serde::Serialize, Deserialize)]
+pub struct Registered {
+    pub client_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret: Option<String>,
+    /// The redirect URI registered: a changed public URL registers again.
+    pub redirect_uri: String,
+    /// When the secret expires (ms), if it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_expires_at_ms: Option<u64>,
+}
+
+impl Registered {
+    /// Usable for `redirect_uri` now.
+    pub fn fits(&self, redirect_uri: &str) -> bool {
+        self.redirect_uri == redirect_uri
+            && self
+                .secret_expires_at_ms
+                .is_none_or(|e| e > crate::clock::now_ms() + 60_000)
+    }
+
+    pub fn auth(&self) -> ClientAuth {
+        ClientAuth {
+            id: Secret::new(self.client_id.clone()),
+            secret: self.client_secret.clone().map(Secret::new),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct RegistrationResponse {
+    client_id: String,
+    #[serde(default)]
+    client_secret: Option<String>,
+    #[serde(default)]
+    client_secret_expires_at: Option<u64>,
+}
+
 #[derive(Deserialize)]
 struct TokenError {
     error: String,
@@ -137,6 +205,8 @@ struct ServerMetadata {
     jwks_uri: Option<String>,
     #[serde(default)]
     revocation_endpoint: Option<String>,
+    #[serde(default)]
+    registration_endpoint: Option<String>,
 }
 
 /// An OpenID provider, as discovered at its issuer.
@@ -219,6 +289,7 @@ impl OAuthClient {
                 token: parse(t)?,
                 resource: settings.resource.clone(),
                 revocation: settings.revocation.as_deref().map(parse).transpose()?,
+                registration: None,
             }));
         }
         let key = (upstream.to_owned(), upstream_url.to_owned());
@@ -255,11 +326,17 @@ impl OAuthClient {
                 .map(|r| parse("revocation_endpoint", r))
                 .transpose()?,
         };
+        let registration = meta
+            .registration_endpoint
+            .as_deref()
+            .map(|r| parse("registration_endpoint", r))
+            .transpose()?;
         Ok(Endpoints {
             authorization: parse("authorization_endpoint", &meta.authorization_endpoint)?,
             token: parse("token_endpoint", &meta.token_endpoint)?,
             resource: settings.resource.clone().or(prm.resource),
             revocation,
+            registration,
         })
     }
 
@@ -307,6 +384,7 @@ impl OAuthClient {
                 token: parse("token_endpoint", &meta.token_endpoint)?,
                 resource: None,
                 revocation: None,
+                registration: None,
             },
             jwks: parse("jwks_uri", jwks)?,
         })
@@ -387,18 +465,16 @@ impl OAuthClient {
 
     /// Where to send the person: the authorization endpoint with PKCE, our `state` and the
     /// `scopes` asked for.
-    #[allow(clippy::too_many_arguments)]
     pub fn authorize_url(
         &self,
-        upstream: &str,
         endpoints: &Endpoints,
-        settings: &PerUserOAuth,
+        client: &ClientAuth,
         redirect_uri: &str,
         state: &str,
         verifier: &str,
         scopes: &[String],
-    ) -> Result<Url, OAuthError> {
-        let client_id = resolve("client id", &settings.client_id, upstream)?;
+    ) -> Url {
+        let client_id = &client.id;
         let mut url = endpoints.authorization.clone();
         {
             let mut q = url.query_pairs_mut();
@@ -415,15 +491,14 @@ impl OAuthClient {
                 q.append_pair("resource", r);
             }
         }
-        Ok(url)
+        url
     }
 
     /// Exchanges an authorization code.
     pub async fn exchange(
         &self,
-        upstream: &str,
         endpoints: &Endpoints,
-        settings: &PerUserOAuth,
+        client: &ClientAuth,
         code: &str,
         redirect_uri: &str,
         verifier: &str,
@@ -437,16 +512,14 @@ impl OAuthClient {
         if let Some(r) = &endpoints.resource {
             form.push(("resource", r.clone()));
         }
-        self.token_request(upstream, endpoints, settings, form)
-            .await
+        self.token_request(endpoints, client, form).await
     }
 
     /// Uses a refresh token; the answer may carry a rotated one.
     pub async fn refresh(
         &self,
-        upstream: &str,
         endpoints: &Endpoints,
-        settings: &PerUserOAuth,
+        client: &ClientAuth,
         refresh: &Secret,
     ) -> Result<Granted, OAuthError> {
         let mut form = vec![
@@ -456,17 +529,77 @@ impl OAuthClient {
         if let Some(r) = &endpoints.resource {
             form.push(("resource", r.clone()));
         }
-        self.token_request(upstream, endpoints, settings, form)
+        self.token_request(endpoints, client, form).await
+    }
+
+    /// Registers fedgate as a client of the server (RFC 7591), with `redirect_uri` as its one
+    /// redirect URI: a confidential client when the server gives a secret, else a public one.
+    pub async fn register(
+        &self,
+        upstream: &str,
+        endpoints: &Endpoints,
+        redirect_uri: &str,
+    ) -> Result<Registered, OAuthError> {
+        let Some(url) = &endpoints.registration else {
+            return Err(OAuthError::Client(
+                upstream.to_owned(),
+                "no client_id is configured and the authorization server offers no dynamic registration (RFC 7591): register fedgate there and set client_id".into(),
+            ));
+        };
+        let resp = self
+            .http
+            .post(url.clone())
+            .header(http::header::ACCEPT, "application/json")
+            .json(&serde_json::json!({
+                "client_name": "fedgate",
+                "redirect_uris": [redirect_uri],
+                "grant_types": ["authorization_code", "refresh_token"],
+                "response_types": ["code"],
+                "token_endpoint_auth_method": "client_secret_basic",
+            }))
+            .send()
             .await
+            .map_err(|e| OAuthError::Unreachable(e.without_url().to_string()))?;
+        let status = resp.status();
+        let body = bounded(resp)
+            .await
+            .map_err(|e| OAuthError::Unreachable(e.0))?;
+        if !status.is_success() {
+            let code = serde_json::from_slice::<TokenError>(&body)
+                .ok()
+                .map(|e| e.error)
+                .filter(|e| e.len() <= 64 && e.bytes().all(|b| b.is_ascii_graphic()))
+                .unwrap_or_else(|| "an error".to_owned());
+            return Err(OAuthError::Refused {
+                status: status.as_u16(),
+                code,
+            });
+        }
+        let r: RegistrationResponse = serde_json::from_slice(&body).map_err(|_| {
+            OAuthError::Garbage("no registration response (JSON with client_id)".into())
+        })?;
+        if !is_token(&r.client_id) || r.client_secret.as_deref().is_some_and(|s| !is_token(s)) {
+            return Err(OAuthError::Garbage(
+                "the registered client id or secret is empty, too long or malformed".into(),
+            ));
+        }
+        Ok(Registered {
+            client_id: r.client_id,
+            client_secret: r.client_secret,
+            redirect_uri: redirect_uri.to_owned(),
+            secret_expires_at_ms: r
+                .client_secret_expires_at
+                .filter(|&s| s > 0)
+                .map(|s| s.saturating_mul(1000)),
+        })
     }
 
     /// Asks the server to revoke `token` (RFC 7009): `true` when it confirmed (200), `false`
     /// when it has no revocation endpoint.
     pub async fn revoke(
         &self,
-        upstream: &str,
         endpoints: &Endpoints,
-        settings: &PerUserOAuth,
+        client: &ClientAuth,
         token: &Secret,
         hint: &'static str,
     ) -> Result<bool, OAuthError> {
@@ -477,26 +610,22 @@ impl OAuthClient {
             ("token", token.expose().to_owned()),
             ("token_type_hint", hint.to_owned()),
         ];
-        self.form_post(upstream, url, settings, form)
-            .await
-            .map(|_| true)
+        self.form_post(url, client, form).await.map(|_| true)
     }
 
     /// POSTs `form` to one of the server's endpoints with the client's authentication; the
     /// bounded body of a success, the error code of a refusal.
     async fn form_post(
         &self,
-        upstream: &str,
         url: &Url,
-        settings: &PerUserOAuth,
+        client: &ClientAuth,
         mut form: Vec<(&'static str, String)>,
     ) -> Result<Vec<u8>, OAuthError> {
-        let client_id = resolve("client id", &settings.client_id, upstream)?;
+        let client_id = &client.id;
         let mut req = self.http.post(url.clone());
-        match &settings.client_secret {
+        match &client.secret {
             // client_secret_basic, with the id and secret form-encoded first (RFC 6749 2.3.1).
-            Some(reference) => {
-                let secret = resolve("client secret", reference, upstream)?;
+            Some(secret) => {
                 let enc =
                     |s: &str| form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
                 req = req.basic_auth(enc(client_id.expose()), Some(enc(secret.expose())));
@@ -529,14 +658,11 @@ impl OAuthClient {
 
     async fn token_request(
         &self,
-        upstream: &str,
         endpoints: &Endpoints,
-        settings: &PerUserOAuth,
+        client: &ClientAuth,
         form: Vec<(&'static str, String)>,
     ) -> Result<Granted, OAuthError> {
-        let body = self
-            .form_post(upstream, &endpoints.token, settings, form)
-            .await?;
+        let body = self.form_post(&endpoints.token, client, form).await?;
         let t: TokenResponse = serde_json::from_slice(&body).map_err(|_| {
             OAuthError::Garbage("no token response (JSON with access_token)".into())
         })?;

@@ -87,9 +87,8 @@ impl UserCredentials {
                 .oauth
                 .endpoints(upstream, target.upstream_url, target.settings)
                 .await?;
-            self.oauth
-                .refresh(upstream, &endpoints, target.settings, &refresh)
-                .await
+            let client = self.client_auth(upstream, target, &endpoints).await?;
+            self.oauth.refresh(&endpoints, &client, &refresh).await
         }
         .await;
         match granted {
@@ -195,18 +194,18 @@ impl UserCredentials {
             .map_err(|e| SealError::Encode(e.to_string()))
             .and_then(|plain| self.sealer.seal(&plain, OAUTH_BINDING))
             .map_err(|e| failed(OAuthError::Client(upstream.to_owned(), e.to_string())))?;
-        let url = self
-            .oauth
-            .authorize_url(
-                upstream,
-                &endpoints,
-                target.settings,
-                &self.redirect_uri(upstream),
-                &super::state_text(&sealed),
-                &verifier,
-                &asked(target, &ticket),
-            )
+        let client = self
+            .client_auth(upstream, target, &endpoints)
+            .await
             .map_err(failed)?;
+        let url = self.oauth.authorize_url(
+            &endpoints,
+            &client,
+            &self.redirect_uri(upstream),
+            &super::state_text(&sealed),
+            &verifier,
+            &asked(target, &ticket),
+        );
         Ok((url.into(), ticket.nonce))
     }
 
@@ -263,12 +262,15 @@ impl UserCredentials {
             .endpoints(upstream, target.upstream_url, target.settings)
             .await
             .map_err(failed)?;
+        let client = self
+            .client_auth(upstream, target, &endpoints)
+            .await
+            .map_err(failed)?;
         let granted = self
             .oauth
             .exchange(
-                upstream,
                 &endpoints,
-                target.settings,
+                &client,
                 code,
                 &self.redirect_uri(upstream),
                 &verifier,

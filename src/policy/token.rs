@@ -80,8 +80,9 @@ pub enum Source {
 /// references until used.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PerUserOAuth {
-    /// A literal, or an `env:`/`file:` reference.
-    pub client_id: String,
+    /// A literal, or an `env:`/`file:` reference; `None`: fedgate registers itself at the
+    /// authorization server (RFC 7591).
+    pub client_id: Option<String>,
     /// `env:`/`file:` reference; `None` for a public client.
     pub client_secret: Option<String>,
     /// Both set, or both discovered from the upstream.

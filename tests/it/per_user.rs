@@ -659,6 +659,7 @@ async fn the_console_lists_connected_accounts_and_an_operator_revokes_one() {
             .unwrap();
         let (link, _) = link_of(&call(&c, "gh__whoami", json!({})).await.unwrap_err());
         assert_eq!(connect_in_browser(&link, key, token).await.0, 200);
+        call(&c, "gh__whoami", json!({})).await.unwrap();
     }
     let browser = common::browser::Browser::start().await;
     browser
@@ -681,6 +682,11 @@ async fn the_console_lists_connected_accounts_and_an_operator_revokes_one() {
         !rows.contains("gh-alice") && !rows.contains("gh-bob"),
         "no token: {rows}"
     );
+    // When each was last used: the calls that asked for the connection ran with it.
+    let used = browser
+        .js("return document.querySelector(\"#connection-rows tr[data-owner='api_key:bob'] td.used\").textContent")
+        .await;
+    assert_ne!(used.as_str(), Some("–"), "{used}");
     browser
         .click("#connection-rows tr[data-owner='api_key:alice'] button.revoke")
         .await;

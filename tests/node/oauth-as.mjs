@@ -2,6 +2,7 @@
 //
 //   node tests/node/oauth-as.mjs --client-id ID --client-secret SECRET --redirect-uri URL
 //        [--redirect-uri URL ...] [--access-ttl SECONDS (600)] [--port N (0 = any free)]
+//        [--registration]   (RFC 7591 dynamic registration open at /reg)
 //
 // Listens on 127.0.0.1 only and prints exactly one stdout line, `oauth-as-listening <port>`,
 // once ready (everything else goes to stderr; tokens are never printed). Logins and consents
@@ -15,7 +16,8 @@
 //   POST /test/withhold-scope?scope=S  -> {"withheld": S}  sign-ins no longer grant scope S
 //   GET  /test/live?sub=NAME           -> {"access": n, "refresh": n}  NAME's live tokens
 //   GET  /test/stats -> {"token_requests": {"authorization_code": n, "refresh_token": n},
-//                        "refresh_reuse": n, "revocations": n, "failed_token_requests": n}
+//                        "refresh_reuse": n, "revocations": n, "failed_token_requests": n,
+//                        "registrations": n}
 import crypto from "node:crypto";
 import http from "node:http";
 import { parseArgs } from "node:util";
@@ -32,6 +34,7 @@ const { values: opt } = parseArgs({
     "redirect-uri": { type: "string", multiple: true },
     "access-ttl": { type: "string", default: "600" },
     port: { type: "string", default: "0" },
+    registration: { type: "boolean", default: false },
   },
 });
 if (!opt["client-id"] || !opt["client-secret"] || !opt["redirect-uri"]?.length) {
@@ -87,6 +90,7 @@ const stats = {
   refresh_reuse: 0,
   revocations: 0,
   failed_token_requests: 0,
+  registrations: 0,
 };
 // Scopes sign-ins do not grant, whatever is asked.
 const withheld = new Set();
@@ -155,6 +159,7 @@ const provider = new Provider(issuer, {
   features: {
     devInteractions: { enabled: false }, // ours is the X-Test-User handler below
     revocation: { enabled: true, allowedPolicy: async () => true },
+    registration: { enabled: opt.registration },
     // Off, so an RFC 8707 `resource` parameter is ignored instead of failing with
     // invalid_target, and access tokens stay opaque tokens for the userinfo endpoint.
     resourceIndicators: { enabled: false },
@@ -215,6 +220,7 @@ async function route(req, res) {
     return json(res, failing.status, { error: "temporarily_unavailable" });
   }
   if (url.pathname === "/token/revocation" && req.method === "POST") stats.revocations += 1;
+  if (url.pathname === "/reg" && req.method === "POST") stats.registrations += 1;
   if (url.pathname.startsWith("/test/")) return json(res, 400, { error: "unknown test hook or missing sub" });
   if (url.pathname.startsWith("/interaction/")) return interact(req, res);
   if (url.pathname === "/auth" || url.pathname.startsWith("/auth/")) {

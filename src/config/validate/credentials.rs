@@ -45,13 +45,19 @@ fn http_url(cx: &mut Ctx<'_>, name: &str, field: &str, v: &Spanned<String>) -> b
 /// `per_user = { kind = "oauth", ... }`: a client id, a secret reference (if any), and both
 /// endpoints or neither (then they are discovered from the upstream).
 fn per_user_oauth(cx: &mut Ctx<'_>, name: &str, p: &RawPerUser) -> Option<PerUserOAuth> {
-    let Some(client_id) = &p.client_id else {
-        cx.err_at(
-            p.kind.span().start,
-            format!("credential `{name}`: per_user kind `oauth` needs `client_id`"),
-        );
-        return None;
-    };
+    // Without a client id fedgate registers itself (RFC 7591) at the authorization server it
+    // discovers: there is then no secret to configure, and nowhere to register when the
+    // endpoints are configured instead.
+    if p.client_id.is_none() {
+        let configured = p.authorization_url.is_some() || p.token_url.is_some();
+        if p.client_secret.is_some() || configured {
+            cx.err_at(
+                p.kind.span().start,
+                format!("credential `{name}`: per_user kind `oauth` without `client_id` registers itself at the discovered authorization server (RFC 7591): set `client_id`, or leave `client_secret`, `authorization_url` and `token_url` out"),
+            );
+            return None;
+        }
+    }
     if let Some(s) = &p.client_secret
         && !(s.get_ref().starts_with("env:") || s.get_ref().starts_with("file:"))
     {
@@ -115,7 +121,7 @@ fn per_user_oauth(cx: &mut Ctx<'_>, name: &str, p: &RawPerUser) -> Option<PerUse
         return None;
     }
     Some(PerUserOAuth {
-        client_id: client_id.get_ref().clone(),
+        client_id: p.client_id.as_ref().map(|c| c.get_ref().clone()),
         client_secret: p.client_secret.as_ref().map(|s| s.get_ref().clone()),
         endpoints,
         scopes: p.scopes.clone(),

@@ -221,8 +221,15 @@ fn per_user_oauth_rejections() {
     let cred =
         |fields: &str| format!("[credentials.c]\nclass = \"user\"\nper_user = {{ {fields} }}\n");
     reported(
-        &cred("kind = \"oauth\""),
-        "per_user kind `oauth` needs `client_id`",
+        &cred("kind = \"oauth\", client_secret = \"env:S\""),
+        "without `client_id` registers itself",
+        3,
+    );
+    reported(
+        &cred(
+            "kind = \"oauth\", authorization_url = \"https://as/a\", token_url = \"https://as/t\"",
+        ),
+        "without `client_id` registers itself",
         3,
     );
     reported(

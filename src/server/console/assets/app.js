@@ -200,8 +200,12 @@ async function refreshConnections() {
       }
       refreshConnections();
     };
+    const when = (ms) => (ms ? new Date(ms).toLocaleString() : "–");
     return h("tr", { "data-owner": x.owner, "data-upstream": x.upstream },
-      h("td", {}, x.owner), h("td", {}, x.upstream), h("td", {}, new Date(x.connected_at_ms).toLocaleString()),
+      h("td", {}, x.owner), h("td", {}, x.upstream), h("td", { class: "account" }, x.account || "–"),
+      h("td", {}, when(x.connected_at_ms)), h("td", {}, when(x.refreshed_at_ms)),
+      h("td", { class: "used" }, when(x.last_used_ms)), h("td", {}, when(x.expires_at_ms)),
+      h("td", { class: "scopes" }, (x.scopes || []).join(" ") || "–"),
       h("td", {}, h("button", { type: "button", class: "revoke", onclick: revoke }, "Revoke")));
   }));
 }
