@@ -796,6 +796,60 @@ mod tests {
         assert_eq!(well_known(&root, "openid-configuration").len(), 1);
     }
 
+    /// A one-shot HTTP server on loopback answering every request with `body` (status 200).
+    async fn answering(body: Vec<u8>) -> Url {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = Url::parse(&format!("http://{}/reg", listener.local_addr().unwrap())).unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                let mut buf = vec![0u8; 8192];
+                let _ = s.read(&mut buf).await;
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = s.write_all(head.as_bytes()).await;
+                let _ = s.write_all(&body).await;
+            }
+        });
+        url
+    }
+
+    #[tokio::test]
+    async fn a_registration_endpoint_answering_garbage_or_too_much_is_a_clear_error() {
+        let client = OAuthClient::new();
+        let endpoints = |registration: Url| Endpoints {
+            authorization: Url::parse("http://as/a").unwrap(),
+            token: Url::parse("http://as/t").unwrap(),
+            resource: None,
+            revocation: None,
+            registration: Some(registration),
+        };
+        for (body, says) in [
+            (b"not json".to_vec(), "no registration response"),
+            (br#"{"client_id": ""}"#.to_vec(), "malformed"),
+            (vec![b' '; 2 << 20], "more than"),
+        ] {
+            let e = client
+                .register("gh", &endpoints(answering(body).await), "http://gw/cb")
+                .await
+                .err()
+                .expect("refused");
+            assert!(e.to_string().contains(says), "{e}");
+        }
+        let none = Endpoints {
+            registration: None,
+            ..endpoints(Url::parse("http://x").unwrap())
+        };
+        let e = client
+            .register("gh", &none, "http://gw/cb")
+            .await
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("set client_id"), "{e}");
+    }
+
     #[test]
     fn an_id_token_names_its_account_and_garbage_names_none() {
         let enc = |v: serde_json::Value| {
