@@ -338,6 +338,12 @@ impl WireError {
             resp.headers_mut()
                 .insert(header::ALLOW, HeaderValue::from_static(allow));
         }
+        // Past the session cap the connection is shed too, and the client is told so (hyper
+        // closes a connection whose answer says `close`).
+        if matches!(self, Self::TooManySessions { .. }) {
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         resp
     }
 }

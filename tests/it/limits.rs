@@ -455,6 +455,14 @@ async fn sessions_are_capped_counted_and_freed() {
     };
     let refused = initialize().await.expect("initialize");
     assert_eq!(refused.status().as_u16(), 503);
+    // The connection is shed, and the answer says so.
+    assert_eq!(
+        refused
+            .headers()
+            .get("connection")
+            .and_then(|v| v.to_str().ok()),
+        Some("close")
+    );
     assert_eq!(
         refused
             .headers()
@@ -554,4 +562,43 @@ async fn accept_backs_off_and_logs_once(gw: &Gateway, addr: &str, listener: &str
         answer.starts_with("HTTP/1.1 200") || answer.starts_with("HTTP/1.1 401"),
         "{answer}"
     );
+}
+
+/// Initializes racing for the last places, each on a connection of its own: every one is a
+/// session or a 503 `too_many_sessions`, none a header refusal (a handshake-era client sends
+/// no `Mcp-Method`).
+#[tokio::test(flavor = "multi_thread")]
+async fn initializes_racing_past_the_session_cap_are_refused_as_too_many_sessions() {
+    let gw = Gateway::start(&format!(
+        "[gateway]\nmax_sessions = 2\n\n{}",
+        stdio_upstream("demo", &[], "")
+    ));
+    let racers = (0..16).map(|_| {
+        // A client each: no connection is shared, so they arrive at once.
+        let http = reqwest::Client::new();
+        let url = gw.url.clone();
+        tokio::spawn(async move {
+            let r = http
+                .post(&url)
+                .header("accept", "application/json, text/event-stream")
+                .header("content-type", "application/json")
+                .body(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#)
+                .send()
+                .await
+                .expect("initialize");
+            let status = r.status().as_u16();
+            let body = r.text().await.unwrap_or_default();
+            (status, body)
+        })
+    });
+    let mut opened = 0;
+    for racer in racers.collect::<Vec<_>>() {
+        let (status, body) = racer.await.expect("racer");
+        match status {
+            200 => opened += 1,
+            503 => assert!(body.contains("too_many_sessions"), "{body}"),
+            other => panic!("{other}: {body}"),
+        }
+    }
+    assert!((1..=2).contains(&opened), "{opened} sessions opened");
 }

@@ -250,3 +250,44 @@ async fn what_the_era_does_not_serve_is_refused_by_the_edge() {
     let v: Value = r.json().await.expect("JSON");
     assert_eq!(v["result"], json!({}), "the session still answers: {v}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_base64_name_and_malformed_arguments_are_answered_as_rmcp_answers_them() {
+    use base64::Engine as _;
+    let (h, _server) = http_upstream("h", "era = \"modern\"\nrename = { headers = \"hdrs\" }");
+    let gw = Gateway::start(&h);
+    // SEP-2243's Base64 form of `Mcp-Name` names the same tool.
+    let b64 = format!(
+        "=?base64?{}?=",
+        base64::engine::general_purpose::STANDARD.encode("h__hdrs")
+    );
+    let (status, v) = post(
+        &gw.url,
+        &[("mcp-method", "tools/call"), ("mcp-name", &b64)],
+        &call("{}"),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    assert!(v["result"]["content"].is_array(), "{v}");
+    // One that is not Base64 of UTF-8 is a header refusal, not an unknown method.
+    let (status, v) = post(
+        &gw.url,
+        &[("mcp-method", "tools/call"), ("mcp-name", "=?base64?***?=")],
+        &call("{}"),
+    )
+    .await;
+    assert_eq!(
+        (status, v["error"]["code"].as_i64()),
+        (400, Some(-32020)),
+        "{v}"
+    );
+    // `arguments` that are no object: invalid params, the method is known.
+    let (_, v) = post(
+        &gw.url,
+        &[("mcp-method", "tools/call"), ("mcp-name", "h__hdrs")],
+        &call("\"x\""),
+    )
+    .await;
+    assert_eq!(v["error"]["code"], -32602, "{v}");
+    assert_eq!(v["id"], 7, "{v}");
+}

@@ -77,6 +77,16 @@ async fn an_upstream_task_reaches_the_caller_as_a_handle_only_it_can_use() {
     }
     let v = on_task(url, Some(BOB), "tasks/cancel", Some(&handle), &handle, true).await;
     assert_eq!(code(&v), -32602, "another caller cannot cancel it: {v}");
+    // The handle named in `Mcp-Name`'s Base64 form is the same handle.
+    let b64 = {
+        use base64::Engine as _;
+        format!(
+            "=?base64?{}?=",
+            base64::engine::general_purpose::STANDARD.encode(&handle)
+        )
+    };
+    let got = on_task(url, Some(ANN), "tasks/get", Some(&b64), &handle, true).await;
+    assert_eq!(got["result"]["taskId"], handle, "{got}");
 
     // Every tasks request is authenticated, headers must match, the extension must be declared.
     let (status, _) = rpc(

@@ -136,7 +136,7 @@ fn annotated(schema: &Map<String, Value>) -> Vec<(Vec<&str>, &str)> {
 
 /// A header value as sent, or what a `=?base64?…?=` wrapping holds (`None`: not Base64 of
 /// UTF-8).
-fn decode(value: &str) -> Option<String> {
+pub(super) fn decode(value: &str) -> Option<String> {
     match value
         .strip_prefix(BASE64_PREFIX)
         .and_then(|v| v.strip_suffix(BASE64_SUFFIX))

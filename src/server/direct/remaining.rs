@@ -63,11 +63,13 @@ impl Direct {
         let method = r.request.method().to_owned();
         let Some(session) = session else {
             return match &r.request {
-                // The edge's `initialize` declined it: the headers' check refuses it, else
-                // the sessions are full (requests raced past the edge's first refusal).
+                // The edge's `initialize` declined it: headers that disagree with it refuse it
+                // (a handshake-era client sends none, so an absent `Mcp-Method` is no fault),
+                // else the sessions are full (requests raced past the edge's first refusal).
                 ClientRequest::InitializeRequest(_) => {
                     let refused = serde_json::from_slice::<Value>(body)
                         .ok()
+                        .filter(|_| parts.headers.contains_key("mcp-method"))
                         .and_then(|json| mcp_headers::check(&parts.headers, &json, None).err());
                     refused
                         .unwrap_or(WireError::TooManySessions {
@@ -162,6 +164,12 @@ impl Direct {
                 };
                 return self.call(parts, call).await;
             }
+            // A method this era serves whose params did not decode (a string for `arguments`):
+            // invalid params, as rmcp's handler answers it; any other is unknown to the era.
+            ClientRequest::CustomRequest(c) => ServerJsonRpcMessage::error(
+                crate::server::unrouted::custom_request(&c.method, true),
+                Some(r.id.clone()),
+            ),
             _ => unknown(r.request.method(), r.id.clone()),
         };
         json(stateless_status(&answer), &answer)

@@ -35,9 +35,16 @@ impl Direct {
             return None;
         }
         let text = |name: &str| plain::header_text(parts, name);
-        let decoded = match (text("mcp-method"), text("mcp-name")) {
+        // `Mcp-Name` in either of SEP-2243's forms: as is, or Base64 (`=?base64?…?=`) for a
+        // name that is not plain ASCII; one that does not decode is refused below.
+        let name = match text("mcp-name") {
+            Some(Some(n)) => mcp_headers::decode(n).map(Some),
+            Some(None) => Some(None),
+            None => None,
+        };
+        let decoded = match (text("mcp-method"), name) {
             (Some(method), Some(name)) => {
-                message::decode(body, method, name, Era::Stateless(STATELESS))
+                message::decode(body, method, name.as_deref(), Era::Stateless(STATELESS))
             }
             // Repeated or not text: refused below.
             _ => None,
