@@ -261,6 +261,8 @@ pub(super) enum Refresh {
     /// The refresh failed for now and the token does not work (expired, or refused by the
     /// upstream): the credential is kept, the call fails; the words say why.
     Unavailable(String),
+    /// The credential store did not answer.
+    Store(CredentialError),
 }
 
 /// Wrong keys a connect page takes before its link is spent.
@@ -463,6 +465,7 @@ impl UserCredentials {
                         upstream: upstream.to_owned(),
                         why,
                     }),
+                    Refresh::Store(e) => Err(e),
                 }
             }
             _ => Ok(Some(Secret::new(o.plain.token))),
@@ -615,6 +618,7 @@ impl UserCredentials {
                         why,
                     });
                 }
+                Refresh::Store(e) => return Err(e),
                 _ => {}
             }
         }

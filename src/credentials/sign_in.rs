@@ -48,7 +48,7 @@ impl UserCredentials {
         let o = match self.stored(owner, upstream).await {
             Ok(Some(o)) => o,
             Ok(None) => return Refresh::Gone,
-            Err(e) => return Refresh::Unavailable(e.to_string()),
+            Err(e) => return Refresh::Store(e),
         };
         if o.plain.token != used && !o.plain.expiring(percent) {
             return Refresh::Fresh(Secret::new(o.plain.token));
