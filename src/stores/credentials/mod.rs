@@ -5,7 +5,7 @@
 pub mod redis;
 
 use crate::stores::StoreError;
-use std::path::Path;
+use std::{path::Path, sync::Arc};
 
 use parking_lot::Mutex;
 use rusqlite::{OptionalExtension, params};
@@ -114,9 +114,10 @@ fn ms(v: i64) -> u64 {
     v.max(0) as u64
 }
 
-/// Credentials in a SQLite file (WAL).
+/// Credentials in a SQLite file (WAL). Every statement runs on the blocking pool: a slow disk
+/// holds no runtime worker (and so no other call).
 #[derive(Debug)]
-pub struct SqliteCredentials(Mutex<rusqlite::Connection>);
+pub struct SqliteCredentials(Arc<Mutex<rusqlite::Connection>>);
 
 fn db(e: rusqlite::Error) -> StoreError {
     StoreError::Local("credential", e.to_string())
@@ -130,16 +131,29 @@ impl SqliteCredentials {
             .and_then(|_| c.execute_batch(SCHEMA))
             .and_then(|_| add_columns(&c))
             .map_err(|e| StoreError::Local("credential", format!("{}: {e}", path.display())))?;
-        Ok(Self(Mutex::new(c)))
+        Ok(Self(Arc::new(Mutex::new(c))))
+    }
+
+    /// Runs `f` on the connection, on the blocking pool.
+    async fn run<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&rusqlite::Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let conn = self.0.clone();
+        tokio::task::spawn_blocking(move || f(&conn.lock()))
+            .await
+            .map_err(|e| StoreError::Local("credential", e.to_string()))?
+            .map_err(db)
     }
 }
 
 #[async_trait::async_trait]
 impl CredentialStore for SqliteCredentials {
     async fn get(&self, owner: &str, upstream: &str) -> Result<Option<Stored>, StoreError> {
-        self.0
-            .lock()
-            .query_row(
+        let (owner, upstream) = (owner.to_owned(), upstream.to_owned());
+        self.run(move |c| {
+            c.query_row(
                 "SELECT sealed, connected_at_ms, info, last_used_ms FROM user_credentials \
                  WHERE owner = ?1 AND upstream = ?2",
                 params![owner, upstream],
@@ -153,34 +167,31 @@ impl CredentialStore for SqliteCredentials {
                 },
             )
             .optional()
-            .map_err(db)
+        })
+        .await
     }
 
     async fn put(&self, owner: &str, upstream: &str, stored: &Stored) -> Result<(), StoreError> {
         let info = serde_json::to_string(&stored.info)
             .map_err(|e| StoreError::Unreadable("credential", e.to_string()))?;
-        self.0
-            .lock()
-            .execute(
+        let (owner, upstream) = (owner.to_owned(), upstream.to_owned());
+        let (sealed, at) = (stored.sealed.clone(), stored.connected_at_ms as i64);
+        self.run(move |c| {
+            c.execute(
                 "INSERT INTO user_credentials (owner, upstream, sealed, connected_at_ms, info) \
                  VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (owner, upstream) DO UPDATE SET \
                  sealed = excluded.sealed, connected_at_ms = excluded.connected_at_ms, \
                  info = excluded.info",
-                params![
-                    owner,
-                    upstream,
-                    stored.sealed,
-                    stored.connected_at_ms as i64,
-                    info
-                ],
+                params![owner, upstream, sealed, at, info],
             )
             .map(|_| ())
-            .map_err(db)
+        })
+        .await
     }
 
     async fn remove(&self, owner: &str, upstream: Option<&str>) -> Result<usize, StoreError> {
-        let c = self.0.lock();
-        match upstream {
+        let (owner, upstream) = (owner.to_owned(), upstream.map(str::to_owned));
+        self.run(move |c| match upstream {
             Some(u) => c.execute(
                 "DELETE FROM user_credentials WHERE owner = ?1 AND upstream = ?2",
                 params![owner, u],
@@ -189,69 +200,70 @@ impl CredentialStore for SqliteCredentials {
                 "DELETE FROM user_credentials WHERE owner = ?1",
                 params![owner],
             ),
-        }
-        .map_err(db)
+        })
+        .await
     }
 
     async fn list(&self) -> Result<Vec<Connected>, StoreError> {
-        let c = self.0.lock();
-        let mut q = c
-            .prepare(
+        self.run(|c| {
+            let mut q = c.prepare(
                 "SELECT owner, upstream, connected_at_ms, info, last_used_ms \
                  FROM user_credentials ORDER BY owner, upstream LIMIT ?1",
-            )
-            .map_err(db)?;
-        q.query_map(params![MAX_LISTED as i64], |r| {
-            Ok(Connected {
-                owner: r.get(0)?,
-                upstream: r.get(1)?,
-                connected_at_ms: ms(r.get(2)?),
-                info: info_of(&r.get::<_, String>(3)?),
-                last_used_ms: r.get::<_, Option<i64>>(4)?.map(ms),
-            })
+            )?;
+            q.query_map(params![MAX_LISTED as i64], |r| {
+                Ok(Connected {
+                    owner: r.get(0)?,
+                    upstream: r.get(1)?,
+                    connected_at_ms: ms(r.get(2)?),
+                    info: info_of(&r.get::<_, String>(3)?),
+                    last_used_ms: r.get::<_, Option<i64>>(4)?.map(ms),
+                })
+            })?
+            .collect::<Result<Vec<_>, _>>()
         })
-        .map_err(db)?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(db)
+        .await
     }
 
     async fn claim(&self, nonce: &str, expires_at_ms: u64) -> Result<bool, StoreError> {
-        let c = self.0.lock();
-        // Used states are kept only until they would have expired anyway.
-        c.execute(
-            "DELETE FROM used_connect_states WHERE expires_at_ms < ?1",
-            params![crate::clock::now_ms() as i64],
-        )
-        .map_err(db)?;
-        let n = c
-            .execute(
+        let nonce = nonce.to_owned();
+        let now = crate::clock::now_ms() as i64;
+        self.run(move |c| {
+            // Used states are kept only until they would have expired anyway.
+            c.execute(
+                "DELETE FROM used_connect_states WHERE expires_at_ms < ?1",
+                params![now],
+            )?;
+            let n = c.execute(
                 "INSERT OR IGNORE INTO used_connect_states (nonce, expires_at_ms) VALUES (?1, ?2)",
                 params![nonce, expires_at_ms as i64],
-            )
-            .map_err(db)?;
-        Ok(n == 1)
+            )?;
+            Ok(n == 1)
+        })
+        .await
     }
 
     async fn owned(&self, owner: &str) -> Result<Vec<String>, StoreError> {
-        let c = self.0.lock();
-        let mut q = c
-            .prepare("SELECT upstream FROM user_credentials WHERE owner = ?1 ORDER BY upstream")
-            .map_err(db)?;
-        q.query_map(params![owner], |r| r.get(0))
-            .map_err(db)?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(db)
+        let owner = owner.to_owned();
+        self.run(move |c| {
+            let mut q = c.prepare(
+                "SELECT upstream FROM user_credentials WHERE owner = ?1 ORDER BY upstream",
+            )?;
+            q.query_map(params![owner], |r| r.get(0))?
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .await
     }
 
     async fn touch(&self, owner: &str, upstream: &str, at_ms: u64) -> Result<(), StoreError> {
-        self.0
-            .lock()
-            .execute(
+        let (owner, upstream) = (owner.to_owned(), upstream.to_owned());
+        self.run(move |c| {
+            c.execute(
                 "UPDATE user_credentials SET last_used_ms = ?3 WHERE owner = ?1 AND upstream = ?2",
                 params![owner, upstream, at_ms as i64],
             )
             .map(|_| ())
-            .map_err(db)
+        })
+        .await
     }
 }
 
