@@ -70,9 +70,10 @@ CREATE TABLE IF NOT EXISTS stage_moves (
   PRIMARY KEY (workflow, workspace, seq));
 ";
 
-/// Stage instances in a SQLite file (WAL).
+/// Stage instances in a SQLite file (WAL). Every statement runs on the blocking pool: a slow
+/// disk holds no runtime worker (the stage gate is on the call path).
 #[derive(Debug)]
-pub struct SqliteStages(Mutex<rusqlite::Connection>);
+pub struct SqliteStages(std::sync::Arc<Mutex<rusqlite::Connection>>);
 
 impl SqliteStages {
     pub fn open(path: &Path) -> Result<Self, StoreError> {
@@ -81,7 +82,19 @@ impl SqliteStages {
         c.pragma_update(None, "journal_mode", "WAL")
             .and_then(|_| c.execute_batch(SCHEMA))
             .map_err(|e| StoreError::Local("stage", format!("{}: {e}", path.display())))?;
-        Ok(Self(Mutex::new(c)))
+        Ok(Self(std::sync::Arc::new(Mutex::new(c))))
+    }
+
+    /// Runs `f` on the connection, on the blocking pool.
+    async fn run<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut rusqlite::Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let conn = self.0.clone();
+        tokio::task::spawn_blocking(move || f(&mut conn.lock()))
+            .await
+            .map_err(|e| StoreError::Local("stage", e.to_string()))?
     }
 }
 
@@ -131,11 +144,35 @@ impl SqliteStages {
 #[async_trait::async_trait]
 impl StageStore for SqliteStages {
     async fn get(&self, workflow: &str, workspace: &str) -> Result<Option<Instance>, StoreError> {
-        Self::read(&self.0.lock(), workflow, workspace)
+        let (workflow, workspace) = (workflow.to_owned(), workspace.to_owned());
+        self.run(move |c| Self::read(c, &workflow, &workspace))
+            .await
     }
 
     async fn list(&self) -> Result<Vec<Listed>, StoreError> {
-        let c = self.0.lock();
+        self.run(Self::list_all).await
+    }
+
+    async fn advance(
+        &self,
+        workflow: &str,
+        workspace: &str,
+        initial: &str,
+        m: &Move,
+    ) -> Result<bool, StoreError> {
+        let (workflow, workspace, initial, m) = (
+            workflow.to_owned(),
+            workspace.to_owned(),
+            initial.to_owned(),
+            m.clone(),
+        );
+        self.run(move |c| Self::advance_in(c, &workflow, &workspace, &initial, &m))
+            .await
+    }
+}
+
+impl SqliteStages {
+    fn list_all(c: &mut rusqlite::Connection) -> Result<Vec<Listed>, StoreError> {
         let mut q = c
             .prepare(
                 "SELECT workflow, workspace FROM stage_instances ORDER BY workflow, workspace \
@@ -151,7 +188,7 @@ impl StageStore for SqliteStages {
             .map_err(db)?;
         let mut out = Vec::with_capacity(keys.len());
         for (workflow, workspace) in keys {
-            if let Some(instance) = Self::read(&c, &workflow, &workspace)? {
+            if let Some(instance) = Self::read(c, &workflow, &workspace)? {
                 out.push(Listed {
                     workflow,
                     workspace,
@@ -162,14 +199,13 @@ impl StageStore for SqliteStages {
         Ok(out)
     }
 
-    async fn advance(
-        &self,
+    fn advance_in(
+        c: &mut rusqlite::Connection,
         workflow: &str,
         workspace: &str,
         initial: &str,
         m: &Move,
     ) -> Result<bool, StoreError> {
-        let mut c = self.0.lock();
         let tx = c.transaction().map_err(db)?;
         let now: String = tx
             .query_row(
