@@ -115,7 +115,7 @@ pub struct RawPolicy {
 impl RawPolicy {
     /// These settings over `base`, key by key (a list replaces the base's list); the rules
     /// compiled, or why they do not.
-    pub fn over(&self, base: &Policy) -> Result<Policy, String> {
+    pub fn over(&self, base: &Policy) -> Result<Policy, rules::RuleError> {
         let rules = if self.max_findings.is_none()
             && self.pii.is_none()
             && self.allow.is_none()

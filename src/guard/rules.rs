@@ -99,8 +99,8 @@ impl Rules {
         !self.raw.pii.is_empty() || !self.raw.allow.is_empty() || !self.custom.is_empty()
     }
 
-    /// Compiles `raw`; every problem is a message naming the entry.
-    pub fn compile(raw: RawRules) -> Result<Rules, String> {
+    /// Compiles `raw`; every problem names the entry.
+    pub fn compile(raw: RawRules) -> Result<Rules, RuleError> {
         let mut custom = Vec::new();
         let builtin: HashSet<&str> = super::secrets::detector_names()
             .chain(Pii::ALL.iter().map(|p| p.name()))
@@ -154,42 +154,61 @@ impl Rules {
     }
 }
 
-fn compile_detector(d: &RawDetector, builtin: &HashSet<&str>) -> Result<Custom, String> {
+/// Why an operator's guardrail rules do not compile.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RuleError {
+    #[error("detector `{0}`: a name is 1 to 40 of a-z, 0-9 and _, starting with a letter")]
+    BadName(String),
+    #[error("detector `{0}`: a built-in detector has that name")]
+    BuiltinName(String),
+    #[error("detector `{name}`: its pattern does not compile: {why}")]
+    Pattern { name: String, why: String },
+    #[error(
+        "detector `{0}`: its pattern can match empty text; make it match at least one character"
+    )]
+    MatchesEmpty(String),
+    #[error("detector `{name}`: field `{field}` is not a JSON pointer (`/path`)")]
+    DetectorField { name: String, field: String },
+    #[error("allow: an entry names a `field`, a `sha256`, or both")]
+    AllowNothing,
+    #[error("allow: field `{0}` is not a JSON pointer (`/path`)")]
+    AllowField(String),
+    #[error("allow: unknown detector `{0}`")]
+    AllowDetector(String),
+    #[error("allow: sha256 is 64 lower-case hex digits (`printf %s VALUE | sha256sum`)")]
+    AllowHash,
+}
+
+fn compile_detector(d: &RawDetector, builtin: &HashSet<&str>) -> Result<Custom, RuleError> {
     let valid = d.name.len() <= 40
         && d.name.starts_with(|c: char| c.is_ascii_lowercase())
         && d.name
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
     if !valid {
-        return Err(format!(
-            "detector `{}`: a name is 1 to 40 of a-z, 0-9 and _, starting with a letter",
-            d.name
-        ));
+        return Err(RuleError::BadName(d.name.clone()));
     }
     if builtin.contains(d.name.as_str()) {
-        return Err(format!(
-            "detector `{}`: a built-in detector has that name",
-            d.name
-        ));
+        return Err(RuleError::BuiltinName(d.name.clone()));
     }
     let re = RegexBuilder::new(&super::secrets::ascii_boundaries(&d.pattern))
         .size_limit(MAX_PATTERN_BYTES)
         .build()
-        .map_err(|e| format!("detector `{}`: its pattern does not compile: {e}", d.name))?;
+        .map_err(|e| RuleError::Pattern {
+            name: d.name.clone(),
+            why: e.to_string(),
+        })?;
     // A pattern that matches empty text would "find" a secret between every two characters.
     let empty = Regex::new(&format!("^(?:{})$", d.pattern)).map_or(true, |r| r.is_match(""));
     if empty {
-        return Err(format!(
-            "detector `{}`: its pattern can match empty text; make it match at least one character",
-            d.name
-        ));
+        return Err(RuleError::MatchesEmpty(d.name.clone()));
     }
     let fields = d.fields.clone().unwrap_or_default();
     if let Some(f) = fields.iter().find(|f| !f.starts_with('/')) {
-        return Err(format!(
-            "detector `{}`: field `{f}` is not a JSON pointer (`/path`)",
-            d.name
-        ));
+        return Err(RuleError::DetectorField {
+            name: d.name.clone(),
+            field: f.clone(),
+        });
     }
     Ok(Custom {
         name: intern(&d.name),
@@ -202,20 +221,18 @@ fn check_allow(
     a: &RawAllow,
     builtin: &HashSet<&str>,
     custom: &[RawDetector],
-) -> Result<(), String> {
+) -> Result<(), RuleError> {
     if a.field.is_none() && a.sha256.is_none() {
-        return Err("allow: an entry names a `field`, a `sha256`, or both".into());
+        return Err(RuleError::AllowNothing);
     }
     if let Some(f) = a.field.as_deref().filter(|f| !f.starts_with('/')) {
-        return Err(format!(
-            "allow: field `{f}` is not a JSON pointer (`/path`)"
-        ));
+        return Err(RuleError::AllowField(f.to_owned()));
     }
     if let Some(d) = &a.detector
         && !builtin.contains(d.as_str())
         && !custom.iter().any(|c| &c.name == d)
     {
-        return Err(format!("allow: unknown detector `{d}`"));
+        return Err(RuleError::AllowDetector(d.clone()));
     }
     if let Some(h) = &a.sha256
         && (h.len() != 64
@@ -223,9 +240,7 @@ fn check_allow(
                 .bytes()
                 .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
     {
-        return Err(
-            "allow: sha256 is 64 lower-case hex digits (`printf %s VALUE | sha256sum`)".into(),
-        );
+        return Err(RuleError::AllowHash);
     }
     Ok(())
 }
@@ -264,7 +279,7 @@ fn intern(name: &str) -> &'static str {
 mod tests {
     use super::*;
 
-    fn rules(raw: RawRules) -> Result<Rules, String> {
+    fn rules(raw: RawRules) -> Result<Rules, RuleError> {
         Rules::compile(raw)
     }
 
@@ -312,7 +327,7 @@ mod tests {
             ),
         ] {
             let e = rules(raw).expect_err(says);
-            assert!(e.contains(says), "{e}");
+            assert!(e.to_string().contains(says), "{e}");
         }
     }
 
