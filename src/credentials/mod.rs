@@ -8,9 +8,11 @@
 //! page sends the person on to the upstream's authorization server (`oauth`) with a second
 //! sealed state that also holds the PKCE verifier; the callback claims the nonce.
 
+mod accounts;
 mod events;
 mod identity;
 pub mod oauth;
+mod registration;
 pub mod seal;
 mod sign_in;
 
@@ -233,7 +235,7 @@ pub struct UserCredentials {
     targets: parking_lot::RwLock<Option<Targets>>,
     /// Clients fedgate registered at authorization servers (RFC 7591), by upstream; kept
     /// sealed in the store too (every replica, and after a restart, uses the same).
-    registrations: DashMap<String, oauth::Registered>,
+    registrations: DashMap<String, registration::Registered>,
     /// One registration at a time per upstream on this replica.
     registering: DashMap<String, Arc<tokio::sync::Mutex<()>>>,
     audit: parking_lot::Mutex<Option<crate::telemetry::audit::Audit>>,
@@ -494,106 +496,6 @@ impl UserCredentials {
         Ok(self.store.put(owner, upstream, &stored).await?)
     }
 
-    /// Notes that a call used the person's credential, at most once a minute per credential
-    /// on this replica (the admin list shows it as `last_used_ms`).
-    pub async fn touch(&self, owner: &str, upstream: &str) {
-        let now = crate::clock::now_ms();
-        let key = (owner.to_owned(), upstream.to_owned());
-        if self
-            .touched
-            .get(&key)
-            .is_some_and(|at| now.saturating_sub(*at) < TOUCH_EVERY_MS)
-        {
-            return;
-        }
-        if self.touched.len() >= MAX_REMEMBERED_LINKS {
-            self.touched
-                .retain(|_, at| now.saturating_sub(*at) < TOUCH_EVERY_MS);
-        }
-        self.touched.insert(key, now);
-        if let Err(e) = self.store.touch(owner, upstream, now).await {
-            tracing::debug!(upstream, "noting a credential's use failed: {e}");
-        }
-    }
-
-    /// Forgets one or all of a person's credentials, revoking each OAuth grant at its
-    /// authorization server first (RFC 7009) when it has a revocation endpoint. `by` is who
-    /// asked when it was not the person (`admin`).
-    pub async fn revoke(
-        &self,
-        owner: &str,
-        upstream: Option<&str>,
-        by: Option<&str>,
-    ) -> Result<Vec<Forgot>, CredentialError> {
-        let upstreams: Vec<String> = match upstream {
-            Some(u) => vec![u.to_owned()],
-            None => self.store.owned(owner).await?,
-        };
-        let mut forgot = Vec::new();
-        for u in upstreams {
-            let opened = self.stored(owner, &u).await?;
-            let at_provider = match &opened {
-                Some(o) => self.revoke_at_provider(&u, &o.plain).await,
-                None => "no_endpoint",
-            };
-            if self.store.remove(owner, Some(&u)).await? == 0 {
-                continue;
-            }
-            tracing::info!(
-                owner = %person(owner),
-                upstream = %u,
-                by = by.unwrap_or("the person"),
-                at_provider,
-                "per-user credential forgotten"
-            );
-            self.event(events::Event {
-                by,
-                at_provider: Some(at_provider),
-                ..events::Event::new(Some(owner), &u, "revoked")
-            });
-            forgot.push(Forgot {
-                upstream: u,
-                at_provider,
-            });
-        }
-        Ok(forgot)
-    }
-
-    /// Revokes a credential's grant at its authorization server: the refresh token (which
-    /// revokes the access tokens issued from it too), else the access token.
-    async fn revoke_at_provider(&self, upstream: &str, plain: &Plain) -> &'static str {
-        let Some((settings, url)) = self.targets.read().as_ref().and_then(|t| t(upstream)) else {
-            return "no_endpoint";
-        };
-        let endpoints = match self.oauth.endpoints(upstream, &url, &settings).await {
-            Ok(e) => e,
-            Err(e) => {
-                tracing::warn!(upstream, "revoking at the authorization server: {e}");
-                return "failed";
-            }
-        };
-        let (token, hint) = match &plain.refresh {
-            Some(r) => (Secret::new(r.clone()), "refresh_token"),
-            None => (Secret::new(plain.token.clone()), "access_token"),
-        };
-        let target = OAuthTarget {
-            settings: &settings,
-            upstream_url: &url,
-        };
-        let revoked = match self.client_auth(upstream, target, &endpoints).await {
-            Ok(client) => self.oauth.revoke(&endpoints, &client, &token, hint).await,
-            Err(e) => Err(e),
-        };
-        match revoked {
-            Ok(true) => "revoked",
-            Ok(false) => "no_endpoint",
-            Err(e) => {
-                tracing::warn!(upstream, "revoking at the authorization server: {e}");
-                "failed"
-            }
-        }
-    }
-
     /// The upstream refused the person's credential (`used`). An OAuth credential with a
     /// refresh token is refreshed once (`Some` new token); a grant that is gone, or a pasted
     /// token, is dropped (`None`: the person is asked again); an authorization server that
@@ -632,130 +534,6 @@ impl UserCredentials {
         let mut all = self.store.list().await?;
         all.retain(|c| c.owner != REGISTRATION_OWNER);
         Ok(all)
-    }
-
-    /// How fedgate authenticates to `upstream`'s authorization server: the configured client,
-    /// else the one it registered there (RFC 7591) — once per upstream and redirect URI, kept
-    /// sealed in the store for every replica and restart.
-    pub(super) async fn client_auth(
-        &self,
-        upstream: &str,
-        target: OAuthTarget<'_>,
-        endpoints: &oauth::Endpoints,
-    ) -> Result<oauth::ClientAuth, OAuthError> {
-        if let Some(c) = oauth::ClientAuth::configured(upstream, target.settings)? {
-            return Ok(c);
-        }
-        let redirect = self.redirect_uri(upstream);
-        if let Some(r) = self
-            .registrations
-            .get(upstream)
-            .filter(|r| r.fits(&redirect))
-        {
-            return Ok(r.auth());
-        }
-        let lock = self
-            .registering
-            .entry(upstream.to_owned())
-            .or_default()
-            .clone();
-        let _one = lock.lock().await;
-        let stored = self.stored_registration(upstream).await;
-        let registered = match stored.filter(|r| r.fits(&redirect)) {
-            Some(r) => r,
-            None => {
-                let r = self.oauth.register(upstream, endpoints, &redirect).await?;
-                self.put_registration(upstream, &r).await;
-                tracing::info!(
-                    upstream,
-                    "registered at the authorization server (RFC 7591)"
-                );
-                self.metrics.count(upstream, "registered");
-                r
-            }
-        };
-        let auth = registered.auth();
-        self.registrations.insert(upstream.to_owned(), registered);
-        Ok(auth)
-    }
-
-    async fn stored_registration(&self, upstream: &str) -> Option<oauth::Registered> {
-        let stored = self.store.get(REGISTRATION_OWNER, upstream).await.ok()??;
-        let sealed = hex::decode(&stored.sealed).ok()?;
-        let plain = self
-            .sealer
-            .open(&sealed, &bound(REGISTRATION_OWNER, upstream))
-            .ok()?;
-        serde_json::from_slice(&plain).ok()
-    }
-
-    async fn put_registration(&self, upstream: &str, r: &oauth::Registered) {
-        let sealed = serde_json::to_vec(r)
-            .map_err(|e| SealError::Encode(e.to_string()))
-            .and_then(|plain| {
-                self.sealer
-                    .seal(&plain, &bound(REGISTRATION_OWNER, upstream))
-            });
-        let stored = sealed.map(|s| store::Stored {
-            sealed: hex::encode(s),
-            connected_at_ms: crate::clock::now_ms(),
-            info: Info::default(),
-            last_used_ms: None,
-        });
-        let put = match stored {
-            Ok(s) => self
-                .store
-                .put(REGISTRATION_OWNER, upstream, &s)
-                .await
-                .map_err(CredentialError::from),
-            Err(e) => Err(e.into()),
-        };
-        if let Err(e) = put {
-            tracing::warn!(
-                upstream,
-                "keeping the client registration failed (it is registered again after a restart): {e}"
-            );
-        }
-    }
-
-    /// The person's connections (at most `most`), and how many more there are.
-    pub async fn connections_of(
-        &self,
-        owner: &str,
-        most: usize,
-    ) -> Result<(Vec<Connected>, usize), CredentialError> {
-        let upstreams = self.store.owned(owner).await?;
-        let more = upstreams.len().saturating_sub(most);
-        let mut out = Vec::new();
-        for upstream in upstreams.into_iter().take(most) {
-            if let Some(s) = self.store.get(owner, &upstream).await? {
-                out.push(Connected {
-                    owner: owner.to_owned(),
-                    upstream,
-                    connected_at_ms: s.connected_at_ms,
-                    info: s.info,
-                    last_used_ms: s.last_used_ms,
-                });
-            }
-        }
-        Ok((out, more))
-    }
-
-    /// A sealed grant naming `owner` for [`ACCOUNT_GRANT_TTL`]: what an account page's
-    /// buttons carry once the browser proved it is them.
-    pub fn account_grant(&self, owner: &str) -> Result<String, SealError> {
-        let until = crate::clock::now_ms() + ACCOUNT_GRANT_TTL.as_millis() as u64;
-        let plain =
-            serde_json::to_vec(&(owner, until)).map_err(|e| SealError::Encode(e.to_string()))?;
-        Ok(state_text(&self.sealer.seal(&plain, ACCOUNT_BINDING)?))
-    }
-
-    /// The person an unexpired account grant names.
-    pub fn open_account_grant(&self, grant: &str) -> Option<String> {
-        let sealed = state_bytes(grant)?;
-        let plain = self.sealer.open(&sealed, ACCOUNT_BINDING).ok()?;
-        let (owner, until): (String, u64) = serde_json::from_slice(&plain).ok()?;
-        (until >= crate::clock::now_ms()).then_some(owner)
     }
 
     /// The scopes asked for in the sign-in that made the person's credential, if known.

@@ -141,46 +141,6 @@ struct TokenResponse {
     scope: Option<String>,
 }
 
-/// What dynamic registration gave (RFC 7591 3.2.1), as it is kept (sealed). No `Debug`: it
-/// holds the client secret.
-#[derive(Clone, serde::Serialize, Deserialize)]
-pub struct Registered {
-    pub client_id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub client_secret: Option<String>,
-    /// The redirect URI registered: a changed public URL registers again.
-    pub redirect_uri: String,
-    /// When the secret expires (ms), if it does.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub secret_expires_at_ms: Option<u64>,
-}
-
-impl Registered {
-    /// Usable for `redirect_uri` now.
-    pub fn fits(&self, redirect_uri: &str) -> bool {
-        self.redirect_uri == redirect_uri
-            && self
-                .secret_expires_at_ms
-                .is_none_or(|e| e > crate::clock::now_ms() + 60_000)
-    }
-
-    pub fn auth(&self) -> ClientAuth {
-        ClientAuth {
-            id: Secret::new(self.client_id.clone()),
-            secret: self.client_secret.clone().map(Secret::new),
-        }
-    }
-}
-
-#[derive(Deserialize)]
-struct RegistrationResponse {
-    client_id: String,
-    #[serde(default)]
-    client_secret: Option<String>,
-    #[serde(default)]
-    client_secret_expires_at: Option<u64>,
-}
-
 #[derive(Deserialize)]
 struct TokenError {
     error: String,
@@ -220,7 +180,7 @@ pub struct Provider {
 /// The OAuth client of every per-user upstream, with the endpoints it discovered.
 #[derive(Debug)]
 pub struct OAuthClient {
-    http: reqwest::Client,
+    pub(super) http: reqwest::Client,
     /// (upstream, upstream URL) → endpoints; only successes are kept.
     discovered: DashMap<(String, String), Arc<Endpoints>>,
 }
@@ -245,7 +205,7 @@ pub(super) fn resolve(what: &str, reference: &str, upstream: &str) -> Result<Sec
     }
 }
 
-fn is_token(t: &str) -> bool {
+pub(super) fn is_token(t: &str) -> bool {
     !t.is_empty() && t.len() <= MAX_TOKEN_BYTES && t.bytes().all(|b| b.is_ascii_graphic())
 }
 
@@ -532,68 +492,6 @@ impl OAuthClient {
         self.token_request(endpoints, client, form).await
     }
 
-    /// Registers fedgate as a client of the server (RFC 7591), with `redirect_uri` as its one
-    /// redirect URI: a confidential client when the server gives a secret, else a public one.
-    pub async fn register(
-        &self,
-        upstream: &str,
-        endpoints: &Endpoints,
-        redirect_uri: &str,
-    ) -> Result<Registered, OAuthError> {
-        let Some(url) = &endpoints.registration else {
-            return Err(OAuthError::Client(
-                upstream.to_owned(),
-                "no client_id is configured and the authorization server offers no dynamic registration (RFC 7591): register fedgate there and set client_id".into(),
-            ));
-        };
-        let resp = self
-            .http
-            .post(url.clone())
-            .header(http::header::ACCEPT, "application/json")
-            .json(&serde_json::json!({
-                "client_name": "fedgate",
-                "redirect_uris": [redirect_uri],
-                "grant_types": ["authorization_code", "refresh_token"],
-                "response_types": ["code"],
-                "token_endpoint_auth_method": "client_secret_basic",
-            }))
-            .send()
-            .await
-            .map_err(|e| OAuthError::Unreachable(e.without_url().to_string()))?;
-        let status = resp.status();
-        let body = bounded(resp)
-            .await
-            .map_err(|e| OAuthError::Unreachable(e.0))?;
-        if !status.is_success() {
-            let code = serde_json::from_slice::<TokenError>(&body)
-                .ok()
-                .map(|e| e.error)
-                .filter(|e| e.len() <= 64 && e.bytes().all(|b| b.is_ascii_graphic()))
-                .unwrap_or_else(|| "an error".to_owned());
-            return Err(OAuthError::Refused {
-                status: status.as_u16(),
-                code,
-            });
-        }
-        let r: RegistrationResponse = serde_json::from_slice(&body).map_err(|_| {
-            OAuthError::Garbage("no registration response (JSON with client_id)".into())
-        })?;
-        if !is_token(&r.client_id) || r.client_secret.as_deref().is_some_and(|s| !is_token(s)) {
-            return Err(OAuthError::Garbage(
-                "the registered client id or secret is empty, too long or malformed".into(),
-            ));
-        }
-        Ok(Registered {
-            client_id: r.client_id,
-            client_secret: r.client_secret,
-            redirect_uri: redirect_uri.to_owned(),
-            secret_expires_at_ms: r
-                .client_secret_expires_at
-                .filter(|&s| s > 0)
-                .map(|s| s.saturating_mul(1000)),
-        })
-    }
-
     /// Asks the server to revoke `token` (RFC 7009): `true` when it confirmed (200), `false`
     /// when it has no revocation endpoint.
     pub async fn revoke(
@@ -632,28 +530,12 @@ impl OAuthClient {
             }
             None => form.push(("client_id", client_id.expose().to_owned())),
         }
-        let resp = req
+        let sent = req
             .header(http::header::ACCEPT, "application/json")
             .form(&form)
             .send()
-            .await
-            .map_err(|e| OAuthError::Unreachable(e.without_url().to_string()))?;
-        let status = resp.status();
-        let body = bounded(resp)
-            .await
-            .map_err(|e| OAuthError::Unreachable(e.0))?;
-        if !status.is_success() {
-            let code = serde_json::from_slice::<TokenError>(&body)
-                .ok()
-                .map(|e| e.error)
-                .filter(|e| e.len() <= 64 && e.bytes().all(|b| b.is_ascii_graphic()))
-                .unwrap_or_else(|| "an error".to_owned());
-            return Err(OAuthError::Refused {
-                status: status.as_u16(),
-                code,
-            });
-        }
-        Ok(body)
+            .await;
+        answered(sent).await
     }
 
     async fn token_request(
@@ -721,6 +603,30 @@ fn granted_scopes(scope: &str) -> Vec<String> {
         .take(32)
         .map(str::to_owned)
         .collect()
+}
+
+/// The bounded body of a successful answer from an authorization server; the error code of a
+/// refusal; unreachable when it did not answer.
+pub(super) async fn answered(
+    sent: reqwest::Result<reqwest::Response>,
+) -> Result<Vec<u8>, OAuthError> {
+    let resp = sent.map_err(|e| OAuthError::Unreachable(e.without_url().to_string()))?;
+    let status = resp.status();
+    let body = bounded(resp)
+        .await
+        .map_err(|e| OAuthError::Unreachable(e.0))?;
+    if !status.is_success() {
+        let code = serde_json::from_slice::<TokenError>(&body)
+            .ok()
+            .map(|e| e.error)
+            .filter(|e| e.len() <= 64 && e.bytes().all(|b| b.is_ascii_graphic()))
+            .unwrap_or_else(|| "an error".to_owned());
+        return Err(OAuthError::Refused {
+            status: status.as_u16(),
+            code,
+        });
+    }
+    Ok(body)
 }
 
 /// Reads at most `MAX_BODY` bytes of a response.
