@@ -23,6 +23,8 @@ pub const STAGE_ADVANCE: &str = "fedgate__stage_advance";
 
 /// Per-user credentials: a person forgets their own connected accounts.
 pub const DISCONNECT_TOOL: &str = "fedgate__disconnect";
+/// Per-user credentials: a person connects their account for an upstream by name.
+pub const CONNECT_TOOL: &str = "fedgate__connect";
 
 /// The search tools: granted to every caller while they are served (they reveal and run only
 /// what the caller's roles and view allow).
@@ -38,6 +40,7 @@ pub fn granted_to_all(name: &str) -> bool {
         || name == STAGE_STATUS
         || name == STAGE_ADVANCE
         || name == DISCONNECT_TOOL
+        || name == CONNECT_TOOL
 }
 
 /// The gateway's built-in tools: a view passes them whatever its globs (they reveal nothing a
@@ -51,6 +54,7 @@ pub const BUILTIN_TOOLS: &[&str] = &[
     STAGE_STATUS,
     STAGE_ADVANCE,
     DISCONNECT_TOOL,
+    CONNECT_TOOL,
 ];
 
 /// The namespace of the gateway's own tools (`fedgate__approve`, …); no upstream may take it.

@@ -88,3 +88,8 @@ pub const DEFAULT_REPLAY_BYTES: usize = 1 << 20;
 pub const DEFAULT_REPLAY_MS: u64 = 60_000;
 /// Bytes of results recorded under idempotency keys.
 pub const DEFAULT_IDEMPOTENCY_MAX_BYTES: usize = 64 << 20;
+
+/// People an upstream with a per-user credential is connected as at once.
+pub const DEFAULT_PERSON_SESSIONS: usize = 1000;
+/// How long a person's connection to such an upstream stays open without a call.
+pub const DEFAULT_PERSON_SESSION_IDLE_MS: u64 = 600_000;

@@ -163,6 +163,17 @@ pub struct RawPerUser {
     pub refresh_margin_percent: Option<Spanned<u8>>,
 }
 
+/// `person_sessions = { max = 1000, idle_ms = 600000 }`
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPersonSessions {
+    /// People connected at once; past it the least recently used idle connection is closed,
+    /// and with none idle a new person's call is refused (default 1000).
+    pub max: Option<usize>,
+    /// Milliseconds a person's connection stays open without a call (default 600000).
+    pub idle_ms: Option<u64>,
+}
+
 /// `oauth = { ... }`
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -483,6 +494,8 @@ pub struct RawUpstream {
     /// How often a handshake-era http/sse/peer upstream is pinged, in milliseconds (0: never);
     /// two unanswered pings in a row report it down.
     pub health_interval_ms: Option<u64>,
+    /// With a `per_user` credential: the connections fedgate holds to it, one per person.
+    pub person_sessions: Option<RawPersonSessions>,
     /// Restart policy for crashed processes.
     pub restart: Option<RawRestart>,
     /// Trust tier (a file in the tiers folder); none = the built-in unrestricted `default`.

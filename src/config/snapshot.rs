@@ -343,6 +343,9 @@ pub struct UpstreamSpec {
         serialize_with = "crate::clock::serialize_millis_opt"
     )]
     pub health_interval: Option<Duration>,
+    /// With a `per_user` credential: how many people it is connected as at once, and when an
+    /// idle person's connection closes.
+    pub person_sessions: PersonSessionLimits,
     pub restart: RestartPolicy,
     #[serde(serialize_with = "shown::tier")]
     pub tier: Arc<Tier>,
@@ -370,6 +373,14 @@ pub struct UpstreamSpec {
     pub tls: Option<UpstreamTls>,
     /// Per-tool settings by the upstream's own tool name.
     pub tools: BTreeMap<String, ToolSettings>,
+}
+
+/// `person_sessions`, with defaults applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct PersonSessionLimits {
+    pub max: usize,
+    #[serde(rename = "idle_ms", serialize_with = "crate::clock::serialize_millis")]
+    pub idle: Duration,
 }
 
 /// `[upstreams.NAME.tools.TOOL]`: what one tool overrides.

@@ -104,7 +104,11 @@ pub fn visible(pool: &Pool, access: &Access, name: &str) -> bool {
             Some(Owner::Member(i)) => catalog
                 .upstream(i)
                 .is_some_and(|u| access.tier(u.spec().tier.rank)),
-            None => false,
+            // A tool of an upstream that acts as each person may be in its caller's own
+            // catalog only: the roles and the upstream's tier decide as for any of its tools.
+            None => pool
+                .namespace_owner(name)
+                .is_some_and(|u| u.per_user() && access.tier(u.spec().tier.rank)),
         }
     }
 }

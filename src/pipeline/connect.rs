@@ -38,7 +38,7 @@ pub struct Connect {
     pub reentry: Reentry,
 }
 
-fn refusal(code: &'static str, upstream: &str, message: String) -> CallError {
+pub(super) fn refusal(code: &'static str, upstream: &str, message: String) -> CallError {
     CallError::Connect(Box::new(ConnectRefusal {
         code,
         upstream: upstream.to_owned(),
@@ -50,7 +50,7 @@ fn refusal(code: &'static str, upstream: &str, message: String) -> CallError {
 
 /// A credential that could not be read or refreshed: the store is down, or the authorization
 /// server did not answer a refresh that was due (the credential is kept; try again).
-fn store_down(e: crate::credentials::CredentialError) -> CallError {
+pub(super) fn store_down(e: crate::credentials::CredentialError) -> CallError {
     if let crate::credentials::CredentialError::Provider { upstream, .. } = &e {
         let upstream = upstream.clone();
         return CallError::Connect(Box::new(ConnectRefusal {
@@ -118,15 +118,10 @@ impl Step for Connect {
                 {
                     Some(t) => t,
                     None => {
-                        match answered.take() {
-                            Some(false) => return Err(declined(&upstream)),
-                            Some(true) => {
-                                connected(&creds, &call, &upstream, wait).await?;
-                            }
-                            None => match obtain(&creds, &call, &upstream, &owner, wait).await? {
-                                Obtained::Connected => {}
-                                Obtained::Ask(question) => return Ok(*question),
-                            },
+                        let asked =
+                            ask_person(&creds, &call, &upstream, wait, answered.take()).await?;
+                        if let Some(question) = asked {
+                            return Ok(question);
                         }
                         return resume(&reentry, call, &upstream).await;
                     }
@@ -183,12 +178,36 @@ impl Step for Connect {
     }
 }
 
+/// The person has no token for `upstream`: their answer to our question (a stateless-era
+/// retry), else the question — on the call's stream, waiting for them, or the link in a
+/// refusal. `Ok(None)` once they have connected; `Ok(Some(question))` for a stateless-era
+/// caller, who retries with the answer.
+pub(super) async fn ask_person(
+    creds: &UserCredentials,
+    call: &Call,
+    upstream: &str,
+    wait: Duration,
+    answered: Option<bool>,
+) -> Result<Option<ServerResult>, CallError> {
+    match answered {
+        Some(false) => Err(declined(upstream)),
+        Some(true) => {
+            connected(creds, call, upstream, wait).await?;
+            Ok(None)
+        }
+        None => match obtain(creds, call, upstream, &call.identity.key(), wait).await? {
+            Obtained::Connected => Ok(None),
+            Obtained::Ask(question) => Ok(Some(*question)),
+        },
+    }
+}
+
 /// The upstream wants scopes the person's credential lacks (403 `insufficient_scope`): a link
 /// to sign in again asking for them too — unless the sign-in that made this credential asked
 /// for them already, when asking again would only go round (the authorization server does
 /// not grant them, or the upstream wants something else): that is said instead. The
 /// credential is kept either way; its other calls go on working.
-async fn step_up(
+pub(super) async fn step_up(
     creds: &UserCredentials,
     owner: &str,
     upstream: &str,
@@ -252,7 +271,7 @@ async fn step_up(
 /// level deeper: the roles, stage, tier, hooks and limits that decide it are those of now, and
 /// its own connect step finds the token just stored. The approval it ran under (if any) is
 /// kept; the idempotency key stays with the waiting call, which records the answer.
-async fn resume(
+pub(super) async fn resume(
     reentry: &Reentry,
     mut call: Call,
     upstream: &str,
@@ -288,7 +307,7 @@ const INPUT_KEY: &str = "fedgate-connect";
 
 /// Takes our connect answer off a stateless-era retry: the state and whether the human
 /// accepted. Anything else the retry carries (an upstream's parked state) stays.
-fn take_retry(op: &mut Op) -> Option<(String, bool)> {
+pub(super) fn take_retry(op: &mut Op) -> Option<(String, bool)> {
     let (state, answers) = match op {
         Op::CallTool(p) => (&mut p.request_state, &mut p.input_responses),
         Op::GetPrompt(p) => (&mut p.request_state, &mut p.input_responses),
@@ -318,7 +337,7 @@ fn declined(upstream: &str) -> CallError {
 }
 
 /// Whether the caller declared elicitation at all.
-fn declared_elicitation(call: &Call) -> bool {
+pub(super) fn declared_elicitation(call: &Call) -> bool {
     call.downstream.as_ref().is_some_and(|d| {
         d.capabilities
             .as_ref()
@@ -440,7 +459,7 @@ async fn connected(
 
 /// The person did not connect while the call waited: said as what it is, not as a client that
 /// gave no input.
-fn not_connected_in_time(upstream: &str, wait: Duration) -> CallError {
+pub(super) fn not_connected_in_time(upstream: &str, wait: Duration) -> CallError {
     refusal(
         "credential_not_connected_in_time",
         upstream,

@@ -21,11 +21,13 @@ use crate::{
 #[derive(Debug, Clone)]
 pub struct Forward {
     roundtrip: RoundTrip,
+    /// Opens the connections of upstreams that act as each person.
+    pool: std::sync::Arc<crate::upstream::pool::Pool>,
 }
 
 impl Forward {
-    pub fn new(roundtrip: RoundTrip) -> Self {
-        Self { roundtrip }
+    pub fn new(roundtrip: RoundTrip, pool: std::sync::Arc<crate::upstream::pool::Pool>) -> Self {
+        Self { roundtrip, pool }
     }
 }
 
@@ -57,14 +59,7 @@ impl Forward {
             detail: "a call for the gateway's own tool reached forward".into(),
         })?;
         let (up, spec) = (route.upstream, route.spec);
-        let conn = up.connection().ok_or_else(|| {
-            let s = up.status();
-            CallError::UpstreamUnavailable {
-                upstream: target.owner.to_string(),
-                phase: s.phase,
-                detail: s.last_error,
-            }
-        })?;
+        let conn = self.connection(&up, &call).await?;
         if conn.era == DetectedEra::Stateless
             && let Some(done) = watch_resource(&up, &conn, &call.op)
         {
@@ -108,6 +103,75 @@ impl Forward {
             }
         }
         Ok(normalise(result))
+    }
+}
+
+impl Forward {
+    /// The connection the call goes over: the caller's own, for an upstream that acts as each
+    /// person (the connect step put their token on the call), else the shared one.
+    async fn connection(
+        &self,
+        up: &std::sync::Arc<Upstream>,
+        call: &super::Call,
+    ) -> Result<std::sync::Arc<Connection>, CallError> {
+        let unavailable = || {
+            let s = up.status();
+            CallError::UpstreamUnavailable {
+                upstream: up.name().to_owned(),
+                phase: s.phase,
+                detail: s.last_error,
+            }
+        };
+        let Some(person) = call.decided.person().filter(|_| up.per_user()) else {
+            return up.connection().ok_or_else(unavailable);
+        };
+        if up.phase() != crate::upstream::Phase::Ready {
+            return Err(unavailable());
+        }
+        self.pool
+            .person_connection(up, &call.identity.key(), &person.0)
+            .await
+            .map_err(|e| person_refusal(up.name(), e))
+    }
+}
+
+/// Why a person's own connection did not open, as the pipeline handles it: their credential
+/// refused goes back to the connect step (refresh, or ask again); anything else is the
+/// upstream's failure.
+fn person_refusal(upstream: &str, e: crate::upstream::error::UpstreamError) -> CallError {
+    use crate::upstream::error::UpstreamError;
+    match e {
+        UpstreamError::PersonRefused => CallError::UpstreamRefused {
+            upstream: upstream.to_owned(),
+            error: rmcp::ErrorData::new(
+                rmcp::model::ErrorCode(crate::upstream::http_client::PERSON_REJECTED),
+                "the upstream refused the caller's own credential",
+                None,
+            ),
+            found: Vec::new(),
+        },
+        UpstreamError::PersonNeedsScope(scope) => CallError::UpstreamRefused {
+            upstream: upstream.to_owned(),
+            error: rmcp::ErrorData::new(
+                rmcp::model::ErrorCode(crate::upstream::http_client::PERSON_NEEDS_SCOPE),
+                "the caller's own credential lacks a scope the upstream asks for",
+                Some(serde_json::json!({"scope": scope})),
+            ),
+            found: Vec::new(),
+        },
+        UpstreamError::PersonSessionsFull { .. } => {
+            CallError::Connect(Box::new(super::ConnectRefusal {
+                code: "person_sessions_full",
+                upstream: upstream.to_owned(),
+                url: None,
+                message: e.to_string(),
+                as_error: false,
+            }))
+        }
+        other => CallError::UpstreamFailed {
+            upstream: upstream.to_owned(),
+            detail: format!("connecting as you: {other}"),
+        },
     }
 }
 

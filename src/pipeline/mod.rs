@@ -70,6 +70,7 @@ mod hop;
 mod idempotency;
 mod observe;
 pub mod own;
+pub mod personal;
 mod rate_limit;
 mod reentry;
 mod resolve;
@@ -364,12 +365,15 @@ pub fn build(parts: Parts) -> Stacks {
         }))
         .layer(StepLayer::new(Retry))
         .layer(StepLayer::new(Breaker))
-        .service(Forward::new(roundtrip::exchange::RoundTrip::new(
-            parts.seal.clone(),
-            parts.input_wait,
-            parts.max_parked_calls,
-            parts.metrics.clone(),
-        )));
+        .service(Forward::new(
+            roundtrip::exchange::RoundTrip::new(
+                parts.seal.clone(),
+                parts.input_wait,
+                parts.max_parked_calls,
+                parts.metrics.clone(),
+            ),
+            parts.pool.clone(),
+        ));
     let approvals = Approvals {
         plans: parts.plans.clone(),
         pool: parts.pool.clone(),
@@ -414,7 +418,7 @@ pub fn build(parts: Parts) -> Stacks {
         .service(dispatch::Dispatch::new(upstream));
     let inner = BoxCloneSyncService::new(inner);
     let observe = Observe {
-        pool: parts.pool,
+        pool: parts.pool.clone(),
         own: parts.own,
         audit: parts.audit,
         feed: parts.feed,
@@ -422,6 +426,16 @@ pub fn build(parts: Parts) -> Stacks {
         envelope: parts.envelope,
         wrap: true,
         gate: parts.gate.clone(),
+        personal: parts.credentials.clone().map(|creds| {
+            Arc::new((
+                personal::Personal {
+                    pool: parts.pool.clone(),
+                    creds,
+                    wait: parts.input_wait,
+                },
+                reentry.clone(),
+            ))
+        }),
     };
     let typed = ServiceBuilder::new()
         .layer(StepLayer::new(Observe {

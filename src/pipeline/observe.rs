@@ -43,6 +43,9 @@ pub struct Observe {
     pub wrap: bool,
     /// The workflows' stage gate: a refusal suggests only tools the caller's stage allows.
     pub gate: Option<Arc<dyn super::Gate>>,
+    /// Connects a caller to an upstream that acts as each person before their call to it
+    /// can be routed (with per-user credentials).
+    pub personal: Option<Arc<(super::personal::Personal, super::reentry::Reentry)>>,
 }
 
 impl Step for Observe {
@@ -51,7 +54,7 @@ impl Step for Observe {
         // What the caller named, before resolve rewrites it to the upstream's own name; the
         // arguments only when an audit log will record them.
         let (name, args) = describe(&call.op, self.audit.is_some());
-        let routed = resolve(&self.pool, &self.own, &mut call);
+        let routed = resolve(&self.pool, &self.own, self.personal.as_deref(), &mut call);
         let upstream = routed.as_ref().ok().map(|t| t.owner.clone());
         let method = call.op.method();
         let cx = server_span(&call, method, &shown(&name), upstream.as_deref());

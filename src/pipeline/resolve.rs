@@ -16,15 +16,27 @@ use crate::{
 pub(super) const CLOSEST_NAMES: usize = 3;
 
 /// The route of a call, with the call rewritten to the upstream's own name.
-pub(super) fn resolve(pool: &Pool, own: &OwnTools, call: &mut Call) -> Result<Target, CallError> {
-    let catalog = pool.catalog();
+/// A tool no catalog of the caller names may be theirs once they connect to the upstream whose
+/// namespace it falls in (`personal`, see [`super::personal`]).
+pub(super) fn resolve(
+    pool: &Pool,
+    own: &OwnTools,
+    personal: Option<&(super::personal::Personal, super::reentry::Reentry)>,
+    call: &mut Call,
+) -> Result<Target, CallError> {
+    let catalog = pool.catalog_for(&call.identity);
     unwrap_call_tool(own, &mut call.op);
     let access = &call.identity.access;
     let (idx, exposed) = match &mut call.op {
         Op::CallTool(p) => {
-            let route = catalog
-                .tool(&p.name)
-                .ok_or_else(|| unknown_tool(pool, access, &p.name, p.arguments.as_ref()))?;
+            let Some(route) = catalog.tool(&p.name) else {
+                if let Some((personal, reentry)) = personal
+                    && let Some(first) = personal.connect_first(reentry, &call.identity, &p.name)
+                {
+                    return Ok(first);
+                }
+                return Err(unknown_tool(pool, access, &p.name, p.arguments.as_ref()));
+            };
             let exposed = Exposed::Tool(
                 std::mem::replace(&mut p.name, route.name.clone().into()).into_owned(),
             );
@@ -111,7 +123,11 @@ pub(super) fn resolve(pool: &Pool, own: &OwnTools, call: &mut Call) -> Result<Ta
         })?;
     Ok(Target {
         owner: upstream.shared_name(),
-        kind: TargetKind::Upstream(super::Route::of(upstream)),
+        kind: TargetKind::Upstream(super::Route {
+            spec: upstream.spec(),
+            lists: pool.lists_for(&upstream, &call.identity),
+            upstream,
+        }),
         exposed,
     })
 }

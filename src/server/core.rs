@@ -122,6 +122,13 @@ impl Core {
         }
         if let Some(c) = &credentials {
             fixed.push(Arc::new(crate::pipeline::DisconnectTool(c.clone())));
+            fixed.push(Arc::new(crate::pipeline::personal::ConnectTool(
+                crate::pipeline::personal::Personal {
+                    pool: pool.clone(),
+                    creds: c.clone(),
+                    wait: snapshot.gateway.input_wait,
+                },
+            )));
             let upstreams = pool.clone();
             c.set_targets(Arc::new(move |name| upstreams.per_user_oauth(name)));
         }
@@ -263,6 +270,7 @@ impl Core {
             cursors: self.cursors.clone(),
             tasks: self.tasks.clone(),
             flows: self.flows.clone(),
+            credentials: self.pipeline.credentials.clone(),
         }
     }
 

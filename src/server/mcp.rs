@@ -122,7 +122,8 @@ impl Gateway {
     }
 
     fn list_scope(&self) -> (Option<u64>, Option<CacheScope>) {
-        let scope = if self.parts.auth.load().open {
+        // Upstreams that act as each person may list each person their own tools.
+        let scope = if self.parts.auth.load().open && self.parts.credentials.is_none() {
             CacheScope::Public
         } else {
             CacheScope::Private
@@ -215,8 +216,11 @@ impl Gateway {
         req: &Incoming,
     ) -> Result<ListToolsResult, McpError> {
         let _span = request_span("tools/list", req);
-        let catalog = self.parts.pool.catalog();
         let who = self.identity(req);
+        if let Some(creds) = &self.parts.credentials {
+            crate::pipeline::personal::open_stored(&self.parts.pool, creds, &who).await;
+        }
+        let catalog = self.parts.pool.catalog_for(&who);
         let access = who.access.clone();
         let session = req.session.clone();
         let standing = match &self.parts.stages {

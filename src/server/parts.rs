@@ -39,6 +39,9 @@ pub struct McpParts {
     pub tasks: TaskHandles,
     /// Flow runs are tasks too (`[flows]`).
     pub flows: Option<Arc<crate::flows::Engine>>,
+    /// Per-user credentials: a person's list shows their own tools of the upstreams that act
+    /// as each person.
+    pub credentials: Option<Arc<UserCredentials>>,
 }
 
 /// The HTTP edge's: who callers are and through which view, readiness, the sealing key of

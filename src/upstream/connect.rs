@@ -112,12 +112,15 @@ pub async fn connect_stdio(
     }
 }
 
-/// Connects to a Streamable HTTP upstream.
+/// Connects to a Streamable HTTP upstream: shared, or as one person (`person`: their token,
+/// on every request of the connection). A 401 to a request without a credential, or to the
+/// person's, is [`UpstreamError::Unauthorized`] / [`UpstreamError::PersonRefused`].
 pub async fn connect_http(
     spec: &UpstreamSpec,
     url: &str,
     headers: &std::collections::BTreeMap<String, crate::secret::Configured>,
     client: UpstreamClient,
+    person: Option<Arc<arc_swap::ArcSwap<crate::secret::Secret>>>,
 ) -> Result<Established, UpstreamError> {
     let mut custom = HashMap::new();
     for (k, v) in headers {
@@ -134,18 +137,30 @@ pub async fn connect_http(
             .max_sse_event_size(limit);
     }
     let table = client.inflight.clone();
+    let refused = Arc::new(parking_lot::Mutex::new(None));
+    let personal = person.is_some();
     let http = UpstreamHttpClient {
         inner: http_client(spec)?,
         injection: spec.credential.as_ref().map(|inj| Injection {
             credential: inj.credential.clone(),
             placement: inj.placement.clone(),
         }),
+        person,
+        refused: refused.clone(),
     };
     let transport = Tap::new(
         StreamableHttpClientTransport::with_client(http, config),
         table,
     );
-    handshake(spec, client, transport).await
+    handshake(spec, client, transport).await.map_err(|e| {
+        use crate::upstream::http_client::Refused;
+        match (refused.lock().take(), personal) {
+            (Some(Refused::Unauthorized), true) => UpstreamError::PersonRefused,
+            (Some(Refused::Scope(s)), true) => UpstreamError::PersonNeedsScope(s),
+            (Some(Refused::Unauthorized), false) => UpstreamError::Unauthorized,
+            _ => e,
+        }
+    })
 }
 
 /// The most an upstream message may hold before the transport drops it, so a tier's response

@@ -40,6 +40,28 @@ pub enum UpstreamError {
     LaunchedExited { status: String, tail: String },
     #[error("the launched process exited ({0}) while another server answered on its address")]
     Impostor(String),
+    /// A request without a credential was answered 401: the upstream wants one on every
+    /// request (with a per-user credential: each person's own, on their own connection).
+    #[error("the upstream answered 401 to a request without a credential")]
+    Unauthorized,
+    /// A per-user upstream whose anonymous requests are refused, and whose OAuth metadata
+    /// could not be read either: nobody could sign in to it.
+    #[error(
+        "it refuses requests without a credential, and its sign-in metadata is unreachable: {0}"
+    )]
+    NoSignIn(String),
+    /// A person's own connection was refused their credential (401).
+    #[error("the upstream refused the person's credential")]
+    PersonRefused,
+    /// A person's own connection was refused for a scope their credential lacks (403
+    /// `insufficient_scope`; the scopes it named).
+    #[error("the upstream wants a scope the person's credential lacks ({0})")]
+    PersonNeedsScope(String),
+    /// Every person's connection this upstream may hold is in use.
+    #[error(
+        "{max} people are connected to this upstream at once, each with a call running: try again in a moment (the operator can raise `person_sessions.max`)"
+    )]
+    PersonSessionsFull { max: usize },
     /// A process that died during its start: its exit status and last words, then the error
     /// they caused.
     #[error("process exited ({status}){tail}; {cause}")]

@@ -41,6 +41,21 @@ pub struct Injection {
 pub struct UpstreamHttpClient {
     pub inner: reqwest::Client,
     pub injection: Option<Injection>,
+    /// A person's own connection: their token on every request (discovery, lists, the GET
+    /// stream too), swapped in place when it is refreshed.
+    pub person: Option<Arc<arc_swap::ArcSwap<Secret>>>,
+    /// What the upstream last refused: a request without a credential (it wants one on every
+    /// request), or on a person's connection their credential or its scope.
+    pub refused: Arc<parking_lot::Mutex<Option<Refused>>>,
+}
+
+/// Why an upstream refused a connection's credential (or its absence).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// 401.
+    Unauthorized,
+    /// 403 `insufficient_scope`, with the scopes it asked for.
+    Scope(String),
 }
 
 impl UpstreamHttpClient {
@@ -57,9 +72,10 @@ impl UpstreamHttpClient {
             return Ok((auth, custom, None));
         };
         let token = if inj.credential.per_user().is_some() {
-            match person {
-                Some(p) => p.0.clone(),
-                None => return Ok((auth, custom, None)),
+            match (person, &self.person) {
+                (Some(p), _) => p.0.clone(),
+                (None, Some(own)) => (**own.load()).clone(),
+                (None, None) => return Ok((auth, custom, None)),
             }
         } else {
             inj.credential.token().await.map_err(|e| {
@@ -101,12 +117,17 @@ impl UpstreamHttpClient {
             .headers(auth_header.clone(), custom_headers.clone(), person)
             .await?;
         let first = send(auth, headers).await;
+        let personal = person.is_some() || self.person.is_some();
+        if unauthorized(&first) && (used.is_none() || personal) {
+            *self.refused.lock() = Some(Refused::Unauthorized);
+        }
         let (Some(inj), Some(used)) = (&self.injection, used) else {
             return first;
         };
-        if let (Some(_), ClientJsonRpcMessage::Request(r), Some(scope)) =
-            (person, message, insufficient_scope(&first))
+        if let (true, ClientJsonRpcMessage::Request(r), Some(scope)) =
+            (personal, message, insufficient_scope(&first))
         {
+            *self.refused.lock() = Some(Refused::Scope(scope.clone()));
             return Ok(StreamableHttpPostResponse::Json(
                 ServerJsonRpcMessage::error(
                     rmcp::ErrorData::new(
@@ -122,7 +143,7 @@ impl UpstreamHttpClient {
         if !unauthorized(&first) {
             return first;
         }
-        if person.is_some() {
+        if personal {
             return match message {
                 ClientJsonRpcMessage::Request(r) => Ok(StreamableHttpPostResponse::Json(
                     ServerJsonRpcMessage::error(

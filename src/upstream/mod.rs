@@ -10,6 +10,7 @@ pub mod inflight;
 mod launch;
 mod line_scan;
 mod listen;
+pub mod person_sessions;
 pub mod pool;
 pub mod reload;
 pub mod sandbox;
@@ -73,6 +74,13 @@ pub struct Status {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_attempt_at: Option<String>,
     pub tools: usize,
+    /// Ready for signed-in people only: it refuses requests without a credential, so it lists
+    /// nothing until a person connects (their own connection lists their tools).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub signed_in_only: bool,
+    /// People it is connected as right now (a `per_user` credential).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub person_sessions: Option<usize>,
     pub breaker: Option<BreakerStatus>,
     /// Tools whose own breaker is not closed.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
@@ -133,6 +141,8 @@ pub struct Upstream {
     /// Its listen stream's failures were logged and no stream has stayed open long since: an
     /// episode that outlives the connection it began on (a flapping server reconnects often).
     listen_failing: std::sync::atomic::AtomicBool,
+    /// Its connections as each person (a `per_user` credential).
+    pub persons: person_sessions::PersonSessions,
 }
 
 impl Upstream {
@@ -153,6 +163,8 @@ impl Upstream {
                 last_error: None,
                 next_attempt_at: None,
                 tools: 0,
+                signed_in_only: false,
+                person_sessions: None,
                 breaker: None,
                 tool_breakers: Default::default(),
             }),
@@ -162,6 +174,7 @@ impl Upstream {
             tool_breakers: ToolBreakers::default(),
             watched: tokio::sync::watch::Sender::new(Default::default()),
             listen_failing: Default::default(),
+            persons: Default::default(),
         }
     }
 
@@ -197,7 +210,30 @@ impl Upstream {
         let now = tokio::time::Instant::now();
         s.breaker = Some(self.breaker.status(now));
         s.tool_breakers = self.tool_breakers.tripped(now);
+        if self.per_user() {
+            s.person_sessions = Some(self.persons.len());
+        }
         s
+    }
+
+    /// Whether it acts as each caller (a `per_user` credential).
+    pub fn per_user(&self) -> bool {
+        self.spec
+            .load()
+            .credential
+            .as_ref()
+            .is_some_and(|c| c.credential.per_user().is_some())
+    }
+
+    /// Ready, though for signed-in people only (see [`Status::signed_in_only`]).
+    pub fn signed_in_only(&self) -> bool {
+        let s = self.status.read();
+        s.signed_in_only && s.phase == Phase::Ready
+    }
+
+    /// Part of the catalog: connected, or ready for signed-in people.
+    pub fn listed(&self) -> bool {
+        self.conn.load().is_some() || self.signed_in_only()
     }
 
     pub fn phase(&self) -> Phase {

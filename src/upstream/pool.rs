@@ -39,6 +39,20 @@ pub struct Pool {
     shutdown: CancellationToken,
     /// Bumped on every phase change, so waiters need not poll.
     status_tx: watch::Sender<u64>,
+    /// People connected to some upstream as themselves, over all upstreams: while none are,
+    /// every caller gets the shared catalog without a lookup.
+    person_sessions: std::sync::atomic::AtomicUsize,
+    /// Each connected person's catalog: the shared one with their own connections' lists in
+    /// place of the upstreams' anonymous ones; rebuilt when either changes.
+    personal: parking_lot::Mutex<std::collections::HashMap<String, Personal>>,
+}
+
+/// A person's catalog and what it was built from.
+#[derive(Debug)]
+struct Personal {
+    base: Arc<Catalog>,
+    lists: Vec<Arc<crate::router::catalog::Lists>>,
+    catalog: Arc<Catalog>,
 }
 
 impl Pool {
@@ -78,6 +92,8 @@ impl Pool {
             },
             shutdown,
             status_tx,
+            person_sessions: Default::default(),
+            personal: Default::default(),
         })
     }
 
@@ -171,11 +187,8 @@ impl Pool {
     pub fn refresh_gauges(&self) {
         let now = tokio::time::Instant::now();
         for u in self.upstreams.load().iter() {
-            self.metrics.upstream_state(
-                u.name(),
-                u.connection().is_some(),
-                u.breaker.status(now).state,
-            );
+            self.metrics
+                .upstream_state(u.name(), u.listed(), u.breaker.status(now).state);
             for (tool, s) in u.tool_breakers.states(now) {
                 self.metrics.tool_breaker(u.name(), &tool, s.state);
             }
@@ -204,43 +217,154 @@ impl Pool {
     pub(super) fn rebuild(&self, changed: Changed) {
         {
             let _one = self.rebuilding.lock();
-            let upstreams = self.upstreams.load();
-            let configured: Vec<String> = upstreams.iter().map(|u| u.name().to_owned()).collect();
-            let ready = upstreams
-                .iter()
-                .filter(|u| u.connection().is_some())
-                .map(|u| Member {
-                    handle: u.clone(),
-                    spec: u.spec(),
-                    lists: u.lists(),
-                })
-                .collect::<Vec<_>>();
-            let fallback = self.resource_fallback(&ready);
-            // `fedgate__approve` is listed only while some upstream's calls may be held.
-            let approvals = upstreams.iter().any(|u| {
-                let spec = u.spec();
-                spec.may_hold_calls() || !spec.approver_roles().is_empty()
-            });
-            let own: Vec<Tool> = self
-                .own_tools
-                .load()
-                .iter()
-                .filter(|t| approvals || t.name != namespace::APPROVE_TOOL)
-                .cloned()
-                .collect();
-            let mut catalog = Catalog::build(
-                &own,
-                ready,
-                &configured,
-                &self.naming,
-                &self.pins,
-                &self.verdicts,
-            )
-            .with_resource_fallback(fallback);
-            self.screen_later(std::mem::take(&mut catalog.unscreened));
+            let catalog = self.build(|u| u.lists());
             self.catalog.store(Arc::new(catalog));
         }
         self.downstreams.lists_changed(changed);
+    }
+
+    /// The merged catalog of the listed upstreams, each with the lists `lists` gives it.
+    fn build(&self, lists: impl Fn(&Upstream) -> Arc<crate::router::catalog::Lists>) -> Catalog {
+        let upstreams = self.upstreams.load();
+        let configured: Vec<String> = upstreams.iter().map(|u| u.name().to_owned()).collect();
+        let ready = upstreams
+            .iter()
+            .filter(|u| u.listed())
+            .map(|u| Member {
+                handle: u.clone(),
+                spec: u.spec(),
+                lists: lists(u),
+            })
+            .collect::<Vec<_>>();
+        let fallback = self.resource_fallback(&ready);
+        // `fedgate__approve` is listed only while some upstream's calls may be held.
+        let approvals = upstreams.iter().any(|u| {
+            let spec = u.spec();
+            spec.may_hold_calls() || !spec.approver_roles().is_empty()
+        });
+        let own: Vec<Tool> = self
+            .own_tools
+            .load()
+            .iter()
+            .filter(|t| approvals || t.name != namespace::APPROVE_TOOL)
+            .cloned()
+            .collect();
+        let mut catalog = Catalog::build(
+            &own,
+            ready,
+            &configured,
+            &self.naming,
+            &self.pins,
+            &self.verdicts,
+        )
+        .with_resource_fallback(fallback);
+        self.screen_later(std::mem::take(&mut catalog.unscreened));
+        catalog
+    }
+
+    /// The catalog `owner` sees: the shared one, or — once they are connected to an upstream
+    /// as themselves — theirs, with their own connections' lists (screened, pinned and
+    /// checked like everyone's).
+    pub fn catalog_for(&self, who: &crate::policy::identity::Identity) -> Arc<Catalog> {
+        let shared = self.catalog();
+        if self
+            .person_sessions
+            .load(std::sync::atomic::Ordering::Relaxed)
+            == 0
+        {
+            return shared;
+        }
+        let owner = &who.key();
+        let upstreams = self.upstreams.load();
+        let own: Vec<(usize, Arc<crate::router::catalog::Lists>)> = upstreams
+            .iter()
+            .enumerate()
+            .filter_map(|(i, u)| u.persons.lists_of(owner).map(|l| (i, l)))
+            .collect();
+        if own.is_empty() {
+            self.personal.lock().remove(owner);
+            return shared;
+        }
+        let lists: Vec<_> = own.iter().map(|(_, l)| l.clone()).collect();
+        if let Some(p) = self.personal.lock().get(owner)
+            && Arc::ptr_eq(&p.base, &shared)
+            && p.lists.len() == lists.len()
+            && p.lists.iter().zip(&lists).all(|(a, b)| Arc::ptr_eq(a, b))
+        {
+            return p.catalog.clone();
+        }
+        let catalog = Arc::new(self.build(|u| {
+            upstreams
+                .iter()
+                .position(|x| std::ptr::eq(&**x, u))
+                .and_then(|i| own.iter().find(|(j, _)| *j == i))
+                .map_or_else(|| u.lists(), |(_, l)| l.clone())
+        }));
+        self.personal.lock().insert(
+            owner.to_owned(),
+            Personal {
+                base: shared,
+                lists,
+                catalog: catalog.clone(),
+            },
+        );
+        catalog
+    }
+
+    /// The lists `owner` is served by `up`: their own connection's, else the shared ones.
+    pub fn lists_for(
+        &self,
+        up: &Upstream,
+        who: &crate::policy::identity::Identity,
+    ) -> Arc<crate::router::catalog::Lists> {
+        if self
+            .person_sessions
+            .load(std::sync::atomic::Ordering::Relaxed)
+            == 0
+        {
+            return up.lists();
+        }
+        up.persons
+            .lists_of(&who.key())
+            .unwrap_or_else(|| up.lists())
+    }
+
+    /// `owner`'s own connection to `up`, opened with `token` when there is none.
+    pub async fn person_connection(
+        self: &Arc<Self>,
+        up: &Arc<Upstream>,
+        owner: &str,
+        token: &crate::secret::Secret,
+    ) -> Result<Arc<super::Connection>, super::error::UpstreamError> {
+        let before = up.persons.lists_of(owner);
+        let session = up.persons.connection(self, up, owner, token).await?;
+        // A person's first connection may show them other tools than the shared list.
+        if before.is_none() && session.lists().tools != up.lists().tools {
+            self.downstreams.lists_changed(Changed {
+                tools: true,
+                ..Changed::default()
+            });
+        }
+        Ok(session.conn.clone())
+    }
+
+    /// Whether `owner` has an open connection of their own to `up`.
+    pub fn has_person_connection(&self, up: &Upstream, owner: &str) -> bool {
+        up.persons.lists_of(owner).is_some()
+    }
+
+    pub(super) fn person_session_opened(&self) {
+        self.person_sessions
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// A person's connection closed: their catalog goes with it (rebuilt if they come back).
+    pub(super) fn person_session_closed(&self, owner: &str) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let _ = self
+            .person_sessions
+            .fetch_update(Relaxed, Relaxed, |n| Some(n.saturating_sub(1)));
+        self.personal.lock().remove(owner);
     }
 
     /// Asks `definitions` hooks about the definitions they have not seen, then rebuilds the

@@ -67,6 +67,11 @@ pub(super) async fn run(pool: Arc<Pool>, up: Arc<Upstream>) {
                 }
                 reason
             }
+            Ok(Err(UpstreamError::Unauthorized)) if up.per_user() => {
+                let reason = serve_signed_in_only(&pool, &up).await;
+                consecutive = 0;
+                reason
+            }
             Ok(Err(e)) => e.to_string(),
             Err(_) => format!("did not become ready within {:?}", spec.startup_timeout),
         };
@@ -169,7 +174,7 @@ async fn establish(
                 let r = if sse {
                     connect::connect_sse(spec, url, headers, client.clone()).await
                 } else {
-                    connect::connect_http(spec, url, headers, client.clone()).await
+                    connect::connect_http(spec, url, headers, client.clone(), None).await
                 };
                 match r {
                     Ok(est) => {
@@ -206,7 +211,7 @@ async fn with_exit(error: UpstreamError, proc: &mut ProcessGuard) -> UpstreamErr
 }
 
 /// Level and lists of a freshly connected upstream.
-async fn get_ready(
+pub(super) async fn get_ready(
     up: &Upstream,
     peer: &Peer<RoleClient>,
     era: DetectedEra,
@@ -373,6 +378,44 @@ async fn serve(
     reason
 }
 
+/// A per-user upstream that refuses every request without a credential (the standard OAuth
+/// resource server of the MCP SDKs): ready once its sign-in metadata answers (RFC 9728, then
+/// its authorization server's), for signed-in people only — each person's own connection
+/// lists and calls ([`super::person_sessions`]); nobody else sees any of its tools. It stays so
+/// until it is stopped or reloaded; metadata that does not answer is a failed start.
+async fn serve_signed_in_only(pool: &Arc<Pool>, up: &Arc<Upstream>) -> String {
+    let spec = up.spec();
+    let oauth = spec
+        .credential
+        .as_ref()
+        .and_then(|c| c.credential.per_user_oauth());
+    if let Some(settings) = oauth {
+        let url = spec.transport.url().unwrap_or_default();
+        let client = crate::credentials::oauth::OAuthClient::new();
+        if let Err(e) = client.endpoints(up.name(), url, settings).await {
+            return UpstreamError::NoSignIn(e.to_string()).to_string();
+        }
+    }
+    up.update(|s| {
+        s.phase = Phase::Ready;
+        s.signed_in_only = true;
+        s.era = None;
+        s.protocol_version = None;
+        s.server = None;
+        s.last_error = None;
+        s.next_attempt_at = None;
+        s.tools = 0;
+    });
+    pool.rebuild(Changed::ALL);
+    tracing::info!(upstream = %up.name(), "upstream ready for signed-in people: it refuses requests without a credential, so each person's own connection lists and calls");
+    pool.status_changed();
+    up.stop_token().cancelled().await;
+    up.update(|s| s.signed_in_only = false);
+    up.persons.close_all();
+    pool.rebuild(Changed::ALL);
+    "shutting down".to_owned()
+}
+
 async fn handle_event(
     pool: &Arc<Pool>,
     up: &Arc<Upstream>,
@@ -446,7 +489,7 @@ async fn handle_event(
 /// Indexes fresh lists and compiles their tools' input schemas; a schema that does not compile
 /// is logged here, once per definition (lists are only re-indexed when the tools changed), and
 /// shown in `/readyz`. Its tool is served unchecked.
-fn index_lists(up: &Upstream, lists: Lists) -> Lists {
+pub(super) fn index_lists(up: &Upstream, lists: Lists) -> Lists {
     let lists = lists.indexed();
     for (tool, why) in &lists.broken_schemas {
         tracing::warn!(upstream = %up.name(), tool = %tool, "input schema does not compile; arguments are forwarded unchecked: {why}");
@@ -455,7 +498,7 @@ fn index_lists(up: &Upstream, lists: Lists) -> Lists {
 }
 
 /// Everything an upstream lists, according to the capabilities it declared.
-async fn fetch_lists(peer: &Peer<RoleClient>) -> Result<Lists, rmcp::ServiceError> {
+pub(super) async fn fetch_lists(peer: &Peer<RoleClient>) -> Result<Lists, rmcp::ServiceError> {
     let caps = peer
         .peer_info()
         .map(|i| i.capabilities.clone())

@@ -397,7 +397,9 @@ pub(super) fn validate_upstream(
         cx.err_at(at, format!("upstream `{name_s}`: guardrails: {e}"));
         tier.guardrails.clone()
     });
+    let person_sessions = person_sessions(cx, at, &name_s, u);
     Some(UpstreamSpec {
+        person_sessions,
         guardrail_hooks,
         envelope: u.envelope.unwrap_or(*envelope),
         validate_arguments: u.validate_arguments.unwrap_or(true),
@@ -446,6 +448,26 @@ pub(super) fn validate_upstream(
             max: Duration::from_millis(max_ms.max(base_ms)),
         },
     })
+}
+
+/// `person_sessions`: at least one person and one millisecond.
+fn person_sessions(
+    cx: &mut Ctx<'_>,
+    at: usize,
+    name: &str,
+    u: &RawUpstream,
+) -> crate::config::snapshot::PersonSessionLimits {
+    let raw = u.person_sessions.unwrap_or_default();
+    if raw.max == Some(0) || raw.idle_ms == Some(0) {
+        cx.err_at(
+            at,
+            format!("upstream `{name}`: person_sessions `max` and `idle_ms` must be at least 1"),
+        );
+    }
+    crate::config::snapshot::PersonSessionLimits {
+        max: raw.max.unwrap_or(DEFAULT_PERSON_SESSIONS).max(1),
+        idle: Duration::from_millis(raw.idle_ms.unwrap_or(DEFAULT_PERSON_SESSION_IDLE_MS).max(1)),
+    }
 }
 
 /// State shared by the validation of all upstreams.
