@@ -165,7 +165,7 @@ fn unknown_tool(
     args: Option<&rmcp::model::JsonObject>,
 ) -> CallError {
     if let Some(up) = pool.namespace_owner(name)
-        && up.connection().is_none()
+        && !up.listed()
         && access.tool(name)
         && access.tier(up.spec().tier.rank)
     {

@@ -45,6 +45,7 @@ mod resume;
 mod rmcp_matrix;
 mod sandbox;
 mod sdk_clients;
+mod sdk_resource_servers;
 mod sessions;
 mod stages;
 mod stateless_wire;

@@ -128,7 +128,7 @@ pub(crate) fn no_redirects() -> reqwest::Client {
 /// Opens the connect link `url` as `person` would (the authorization server signs in whoever
 /// the `X-Test-User` header names): the page, then its form confirmed with `proof` (the
 /// person's own fedgate key), then every redirect with a cookie jar.
-async fn browse(url: &str, person: &str, proof: &str) -> Visit {
+pub(crate) async fn browse(url: &str, person: &str, proof: &str) -> Visit {
     let client = no_redirects();
     let mut jar = Jar::default();
     let urls = vec![url.to_owned()];

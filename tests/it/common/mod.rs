@@ -85,7 +85,8 @@ impl UrlProcess {
         Self::start_program(TESTKIT, &["conformance-fixture", "--http", "127.0.0.1:0"])
     }
 
-    fn start_program(program: &str, args: &[&str]) -> UrlProcess {
+    /// Any program whose first stdout line names its URL.
+    pub fn start_program(program: &str, args: &[&str]) -> UrlProcess {
         let mut child = Command::new(program)
             .args(args)
             .stdout(Stdio::piped())
