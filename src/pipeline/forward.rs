@@ -138,7 +138,10 @@ impl Forward {
 /// Why a person's own connection did not open, as the pipeline handles it: their credential
 /// refused goes back to the connect step (refresh, or ask again); anything else is the
 /// upstream's failure.
-fn person_refusal(upstream: &str, e: crate::upstream::error::UpstreamError) -> CallError {
+pub(super) fn person_refusal(
+    upstream: &str,
+    e: crate::upstream::error::UpstreamError,
+) -> CallError {
     use crate::upstream::error::UpstreamError;
     match e {
         UpstreamError::PersonRefused => CallError::UpstreamRefused {

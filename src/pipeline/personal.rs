@@ -129,12 +129,7 @@ impl Personal {
                         step_up(&self.creds, &owner, &upstream, &wanted, target, as_error).await,
                     );
                 }
-                Err(e) => {
-                    return Err(CallError::UpstreamFailed {
-                        upstream,
-                        detail: format!("connecting as you: {e}"),
-                    });
-                }
+                Err(e) => return Err(super::forward::person_refusal(&upstream, e)),
             }
         }
         Err(refusal(

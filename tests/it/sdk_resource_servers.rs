@@ -113,6 +113,20 @@ async fn connect_modern_with_token(url: &str, token: &str) -> Client {
         .expect("modern client connects")
 }
 
+/// Alice's and Bob's handshake-era sessions.
+async fn people(gw: &Gateway) -> (Client, Client) {
+    let mut two = Vec::new();
+    for key in [ALICE, BOB] {
+        two.push(
+            connect_with_token(&gw.url, key, TestClient::new())
+                .await
+                .unwrap(),
+        );
+    }
+    let bob = two.pop().unwrap();
+    (two.pop().unwrap(), bob)
+}
+
 async fn tool_names(client: &Client) -> Vec<String> {
     let mut names: Vec<String> = client
         .peer()
@@ -153,9 +167,7 @@ async fn the_sdks_resource_servers_serve_each_person_as_themselves_in_both_eras(
             "{up}: {ready}"
         );
     }
-    let alice = connect_with_token(&s.gw.url, ALICE, TestClient::new())
-        .await
-        .unwrap();
+    let (alice, bob) = people(&s.gw).await;
     let before = tool_names(&alice).await;
     assert!(
         before.contains(&"fedgate__connect".to_owned()),
@@ -181,9 +193,6 @@ async fn the_sdks_resource_servers_serve_each_person_as_themselves_in_both_eras(
 
     // Bob connects the TypeScript server (sessions bound to their person) and alice too: each
     // lists and calls as themselves, over a session of their own.
-    let bob = connect_with_token(&s.gw.url, BOB, TestClient::new())
-        .await
-        .unwrap();
     connect_account(&bob, "ts", "bob", BOB).await;
     connect_account(&alice, "ts", "alice", ALICE).await;
     let r = call(&bob, "ts__whoami", json!({})).await.unwrap();
@@ -225,12 +234,7 @@ async fn the_sdks_resource_servers_serve_each_person_as_themselves_in_both_eras(
 #[tokio::test(flavor = "multi_thread")]
 async fn a_full_upstream_makes_room_by_closing_the_least_recently_used_person() {
     let s = start("person_sessions = { max = 1 }");
-    let alice = connect_with_token(&s.gw.url, ALICE, TestClient::new())
-        .await
-        .unwrap();
-    let bob = connect_with_token(&s.gw.url, BOB, TestClient::new())
-        .await
-        .unwrap();
+    let (alice, bob) = people(&s.gw).await;
     connect_account(&alice, "ts", "alice", ALICE).await;
     connect_account(&bob, "ts", "bob", BOB).await;
     // One person's connection at a time: each call reconnects its person, as themselves.
@@ -244,4 +248,36 @@ async fn a_full_upstream_makes_room_by_closing_the_least_recently_used_person() 
     assert_eq!(ready["upstreams"]["ts"]["person_sessions"], 1, "{ready}");
     let _ = alice.cancel().await;
     let _ = bob.cancel().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_upstream_with_every_connection_busy_refuses_a_new_person_clearly() {
+    let s = start("person_sessions = { max = 1 }");
+    let (alice, bob) = people(&s.gw).await;
+    connect_account(&bob, "ts", "bob", BOB).await;
+    connect_account(&alice, "ts", "alice", ALICE).await;
+    let peer = alice.peer().clone();
+    let hold = tokio::spawn(async move {
+        peer.call_tool(rmcp::model::CallToolRequestParams::new("ts__hold"))
+            .await
+    });
+    // Alice's `hold` is in flight once the upstream counts it.
+    while first_text(&call(&alice, "ts__held", json!({})).await.unwrap()) != "1" {
+        tokio::task::yield_now().await;
+    }
+    let r = call(&bob, "ts__whoami", json!({})).await.unwrap();
+    assert_eq!(r.is_error, Some(true), "{r:?}");
+    let plan = r.structured_content.unwrap_or_default();
+    assert!(
+        plan.to_string().contains("person_sessions_full") && plan.to_string().contains("at once"),
+        "{plan}"
+    );
+    assert_eq!(
+        first_text(&call(&alice, "ts__release", json!({})).await.unwrap()),
+        "1"
+    );
+    assert_eq!(first_text(&hold.await.unwrap().unwrap()), "released");
+    // Alice's connection is idle again: it makes room for bob.
+    let r = call(&bob, "ts__whoami", json!({})).await.unwrap();
+    assert_eq!(first_text(&r), "acting as bob");
 }

@@ -36,9 +36,11 @@ fn big_catalog(extra: &str) -> (Gateway, UrlProcess) {
          descriptions = { \"u01/tool_001\" = \"The first small tool.\" }\n\n",
     );
     cfg.push_str(extra);
+    // A generous startup timeout: on a loaded machine an upstream that timed out would become
+    // ready mid-session, and its `list_changed` would count among the selection's.
     for i in 0..50 {
         cfg.push_str(&format!(
-            "[upstreams.u{i:02}]\nkind = \"http\"\nurl = \"{}\"\n\n",
+            "[upstreams.u{i:02}]\nkind = \"http\"\nurl = \"{}\"\nstartup_timeout_ms = 120000\n\n",
             demo.url
         ));
     }

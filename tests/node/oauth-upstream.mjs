@@ -8,7 +8,7 @@
 // whoever the authorization server's userinfo endpoint names. Each session belongs to the
 // person who opened it: a request on it with another person's token is refused (403), as a
 // server that binds sessions to their user does. Tools: `whoami` ("acting as <sub>") for
-// everyone, `notes` only in alice's sessions.
+// everyone, `notes` only in alice's sessions; `hold`/`held`/`release` keep a call in flight.
 //
 // Prints exactly one stdout line, `oauth-upstream-listening <url>`, once it listens on
 // 127.0.0.1 (a free port); everything else goes to stderr.
@@ -45,11 +45,25 @@ const verifier = {
   },
 };
 
+// `hold` answers once `release` is called (by anyone): a call kept in flight for as long as
+// a test needs; `held` says how many wait.
+let waiting = [];
 function serverFor(sub) {
   const server = new McpServer({ name: "ts-oauth-upstream", version: "1.0.0" });
   server.registerTool("whoami", { description: "Who the upstream sees" }, async (extra) => ({
     content: [{ type: "text", text: `acting as ${extra.authInfo?.extra?.sub}` }],
   }));
+  server.registerTool("hold", { description: "Answers once release is called" }, () =>
+    new Promise((resolve) => waiting.push(() => resolve({ content: [{ type: "text", text: "released" }] }))));
+  server.registerTool("held", { description: "How many holds wait" }, async () => ({
+    content: [{ type: "text", text: String(waiting.length) }],
+  }));
+  server.registerTool("release", { description: "Ends every hold" }, async () => {
+    const n = waiting.length;
+    for (const done of waiting) done();
+    waiting = [];
+    return { content: [{ type: "text", text: String(n) }] };
+  });
   if (sub === "alice") {
     server.registerTool("notes", { description: "Alice's notes" }, async () => ({
       content: [{ type: "text", text: "alice's notes" }],

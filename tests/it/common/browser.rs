@@ -144,12 +144,23 @@ impl Browser {
                obs.observe(document, {{subtree: true, childList: true, attributes: true, characterData: true}}); }}"
         );
         let url = format!("{}/execute/async", self.base);
-        let r = send(
-            self.http
-                .post(url)
-                .json(&json!({"script": script, "args": []})),
-        )
-        .await;
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        // A page that navigates away (a form just submitted) ends the script with an error:
+        // the condition is then checked again on the page that follows.
+        let r = loop {
+            let r = send(
+                self.http
+                    .post(&url)
+                    .json(&json!({"script": script, "args": []})),
+            )
+            .await;
+            let navigated = r["value"]["error"]
+                .as_str()
+                .is_some_and(|e| e != "script timeout");
+            if !navigated || tokio::time::Instant::now() >= deadline {
+                break r;
+            }
+        };
         if r["value"]["error"].is_string() {
             let page = self
                 .js("return document.body ? document.body.innerText.slice(0, 4000) : ''")
