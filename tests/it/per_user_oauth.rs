@@ -987,3 +987,74 @@ async fn without_a_client_id_fedgate_registers_itself_once_and_keeps_it_across_a
         assert!(!gw.stderr().contains("client_secret\":"), "round {round}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_replica_signs_people_in_with_the_registration_the_first_made() {
+    let redis = common::stores::RedisServer::start();
+    let (port_a, port_b) = (free_port(), free_port());
+    let public = format!("http://127.0.0.1:{port_a}");
+    let auth = AuthServer::start_with(
+        &[format!("{public}/connect/gh/callback")],
+        &["--registration"],
+    );
+    let gh = UrlProcess::testkit(&[
+        "demo-upstream",
+        "--name",
+        "gh",
+        "--oauth-issuer",
+        &auth.issuer,
+        "--http",
+        "127.0.0.1:0",
+    ]);
+    // Two replicas behind one public URL, sharing the credential store.
+    let keep = tempfile::tempdir().unwrap();
+    let cfg = keep.path().join("gateway.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[gateway]\ntiers_dir = {TIERS:?}\ncredential_key = \"env:FG_CREDENTIAL_KEY\"\n\
+             public_url = \"{public}\"\n\n\
+             [cluster]\nredis = {:?}\n\n\
+             [auth]\nanonymous = false\n\
+             [[auth.api_keys]]\nname = \"alice\"\nsha256 = \"{}\"\nroles = [\"dev\"]\n\
+             [[auth.api_keys]]\nname = \"bob\"\nsha256 = \"{}\"\nroles = [\"dev\"]\n\n\
+             [roles.dev]\ntools = [\"*\"]\n\n\
+             [credentials.gh_people]\nclass = \"user\"\n\
+             per_user = {{ kind = \"oauth\", scopes = [\"openid\", \"offline_access\"] }}\n\n\
+             [upstreams.gh]\nkind = \"http\"\nurl = \"{}\"\ncredential = \"gh_people\"\n",
+            redis.url(),
+            raw::sha(ALICE),
+            raw::sha(BOB),
+            gh.url,
+        ),
+    )
+    .unwrap();
+    let serve = |port: u16| {
+        Gateway::start_file_env_at(
+            &cfg,
+            tempfile::tempdir().unwrap(),
+            &[("FG_CREDENTIAL_KEY", KEY)],
+            &format!("127.0.0.1:{port}"),
+        )
+    };
+    let (a, b) = (serve(port_a), serve(port_b));
+    let mut client_ids = Vec::new();
+    for (gw, key, person) in [(&a, ALICE, "alice"), (&b, BOB, "bob")] {
+        let client = connect_with_token(&gw.url, key, TestClient::new())
+            .await
+            .unwrap();
+        let link = link_of(&call(&client, "gh__whoami", json!({})).await.unwrap_err());
+        let visit = browse(&link, person, key).await;
+        assert_eq!(visit.status, 200, "{person}: {}", visit.body);
+        let authorize = reqwest::Url::parse(&visit.urls[1]).unwrap();
+        let q: BTreeMap<String, String> = authorize.query_pairs().into_owned().collect();
+        client_ids.push(q["client_id"].clone());
+        let r = call(&client, "gh__whoami", json!({})).await.unwrap();
+        assert_eq!(first_text(&r), format!("acting as {person}"));
+    }
+    assert_eq!(
+        client_ids[0], client_ids[1],
+        "one registration for both replicas"
+    );
+    assert_eq!(auth.stats().await["registrations"], 1);
+}

@@ -281,3 +281,27 @@ async fn a_full_upstream_with_every_connection_busy_refuses_a_new_person_clearly
     let r = call(&bob, "ts__whoami", json!({})).await.unwrap();
     assert_eq!(first_text(&r), "acting as bob");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idle_persons_connection_closes_and_their_next_call_reopens_it() {
+    let s = start("person_sessions = { idle_ms = 200 }");
+    let (alice, _bob) = people(&s.gw).await;
+    connect_account(&alice, "ts", "alice", ALICE).await;
+    let sessions = || async {
+        let (_, ready) = s.gw.readyz().await;
+        ready["upstreams"]["ts"]["person_sessions"].as_u64()
+    };
+    assert_eq!(sessions().await, Some(1));
+    // Closed once idle (readiness is polled: nothing announces it).
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while sessions().await != Some(0) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still open after 10 s"
+        );
+        tokio::task::yield_now().await;
+    }
+    let r = call(&alice, "ts__whoami", json!({})).await.unwrap();
+    assert_eq!(first_text(&r), "acting as alice");
+    assert_eq!(sessions().await, Some(1));
+}
