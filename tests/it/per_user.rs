@@ -571,6 +571,18 @@ async fn two_replicas_share_credentials_through_redis() {
         stored.iter().all(|v| !v.contains("gh-alice")),
         "a token in the clear"
     );
+    // Used on both replicas: a's list shows the use, from the shared store.
+    let listed: Value = reqwest::Client::new()
+        .get(format!("{}/admin/credentials", a.admin.clone().unwrap()))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let used = listed["connections"][0]["last_used_ms"].as_u64();
+    assert!(used.is_some_and(|t| t > 0), "{listed}");
 
     // Revoked through b's admin API: a asks again.
     let r = reqwest::Client::new()
