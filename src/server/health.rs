@@ -37,7 +37,7 @@ pub(super) fn readyz(pool: &Pool, redacted: bool) -> Response<Body> {
                 );
             }
             if redacted && let Some(obj) = status.as_object_mut() {
-                for internal in ["last_error", "server", "unchecked_tools"] {
+                for internal in ["last_error", "server", "unchecked_tools", "person_sessions"] {
                     obj.remove(internal);
                 }
             }

@@ -19,13 +19,18 @@ const KEY: &str = "sdk-resource-servers-credential-key-test-only";
 
 struct Setup {
     gw: Gateway,
-    _auth: AuthServer,
+    _auth: Option<AuthServer>,
     _upstreams: Vec<UrlProcess>,
 }
 
 /// `py` and `pym`: the Python SDK's server, spoken to in the handshake and the stateless era;
 /// `ts`: the TypeScript SDK's. `extra` goes into every upstream's table.
 fn start(extra: &str) -> Setup {
+    start_with(extra, true)
+}
+
+/// With `provider_up` false, the authorization server is gone before fedgate starts.
+fn start_with(extra: &str, provider_up: bool) -> Setup {
     let port = free_port();
     let base = format!("http://127.0.0.1:{port}");
     let auth =
@@ -52,6 +57,7 @@ fn start(extra: &str) -> Setup {
             &auth.issuer,
         ],
     );
+    let auth = provider_up.then_some(auth);
     let upstream = |name: &str, url: &str, era: &str| {
         format!(
             "[credentials.{name}_people]\nclass = \"user\"\n\
@@ -226,7 +232,7 @@ async fn the_sdks_resource_servers_serve_each_person_as_themselves_in_both_eras(
         "{bobs:?}"
     );
 
-    let (_, ready) = s.gw.readyz().await;
+    let ready = s.gw.readyz_as(ALICE).await;
     assert_eq!(ready["upstreams"]["ts"]["person_sessions"], 2, "{ready}");
     assert!(!s.gw.stderr().contains(CLIENT_SECRET));
 }
@@ -244,7 +250,7 @@ async fn a_full_upstream_makes_room_by_closing_the_least_recently_used_person() 
         let r = call(&bob, "ts__whoami", json!({})).await.unwrap();
         assert_eq!(first_text(&r), "acting as bob");
     }
-    let (_, ready) = s.gw.readyz().await;
+    let ready = s.gw.readyz_as(ALICE).await;
     assert_eq!(ready["upstreams"]["ts"]["person_sessions"], 1, "{ready}");
     let _ = alice.cancel().await;
     let _ = bob.cancel().await;
@@ -288,7 +294,7 @@ async fn an_idle_persons_connection_closes_and_their_next_call_reopens_it() {
     let (alice, _bob) = people(&s.gw).await;
     connect_account(&alice, "ts", "alice", ALICE).await;
     let sessions = || async {
-        let (_, ready) = s.gw.readyz().await;
+        let ready = s.gw.readyz_as(ALICE).await;
         ready["upstreams"]["ts"]["person_sessions"].as_u64()
     };
     assert_eq!(sessions().await, Some(1));
@@ -304,4 +310,20 @@ async fn an_idle_persons_connection_closes_and_their_next_call_reopens_it() {
     let r = call(&alice, "ts__whoami", json!({})).await.unwrap();
     assert_eq!(first_text(&r), "acting as alice");
     assert_eq!(sessions().await, Some(1));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upstream_refusing_anonymous_requests_without_reachable_sign_in_metadata_is_not_ready() {
+    let s = start_with("", false);
+    let ready = s.gw.readyz_as(ALICE).await;
+    for up in ["py", "ts"] {
+        let u = &ready["upstreams"][up];
+        assert_ne!(u["phase"], "ready", "{up}: {ready}");
+        assert!(
+            u["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("sign-in metadata is unreachable")),
+            "{up}: {ready}"
+        );
+    }
 }

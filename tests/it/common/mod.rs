@@ -300,6 +300,19 @@ impl Gateway {
         self.child.id()
     }
 
+    /// `/readyz` as a caller with bearer `token` (with `[auth]`, the details need one).
+    pub async fn readyz_as(&self, token: &str) -> serde_json::Value {
+        reqwest::Client::new()
+            .get(format!("{}/readyz", self.base))
+            .bearer_auth(token)
+            .send()
+            .await
+            .expect("readyz")
+            .json()
+            .await
+            .expect("readyz json")
+    }
+
     /// The Prometheus text of the main listener's `/metrics`.
     pub async fn metrics(&self) -> String {
         reqwest::get(format!("{}/metrics", self.base))
