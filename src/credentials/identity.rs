@@ -229,7 +229,7 @@ impl UserCredentials {
             .map_err(Refused::OAuth)?;
         let id_token = granted
             .id_token
-            .ok_or_else(|| Refused::IdToken("it sent no ID token".into()))?;
+            .ok_or(Refused::IdToken(IdTokenRefusal::Missing))?;
         let keys = self
             .oauth
             .keys(&provider.jwks)
@@ -276,44 +276,59 @@ const SIGNATURES: [jsonwebtoken::Algorithm; 8] = {
     [RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384]
 };
 
+/// Why an identity provider's ID token was not accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdTokenRefusal {
+    #[error("it sent no ID token")]
+    Missing,
+    #[error("the ID token is no JWT")]
+    NotJwt,
+    #[error("the ID token is signed with {0:?}, not with a published key")]
+    Algorithm(jsonwebtoken::Algorithm),
+    #[error("no published key signed the ID token")]
+    NoKey,
+    #[error("the provider's key is not usable")]
+    UnusableKey,
+    /// Expired, not yet valid, for another issuer or audience, badly signed (the reason).
+    #[error("the ID token is {0}")]
+    Invalid(String),
+    #[error("the ID token is for another sign-in (nonce)")]
+    Nonce,
+    #[error(transparent)]
+    Subject(#[from] crate::policy::identity::AuthError),
+}
+
 /// The subject a verified ID token names, or why it is not accepted.
 fn verify_id_token(
     token: &str,
     keys: &jsonwebtoken::jwk::JwkSet,
     expected: &Expected<'_>,
-) -> Result<String, String> {
-    let header =
-        jsonwebtoken::decode_header(token).map_err(|_| "the ID token is no JWT".to_owned())?;
+) -> Result<String, IdTokenRefusal> {
+    let header = jsonwebtoken::decode_header(token).map_err(|_| IdTokenRefusal::NotJwt)?;
     if !SIGNATURES.contains(&header.alg) {
-        return Err(format!(
-            "the ID token is signed with {:?}, not with a published key",
-            header.alg
-        ));
+        return Err(IdTokenRefusal::Algorithm(header.alg));
     }
     let jwk = match &header.kid {
         Some(kid) => keys.find(kid),
         None if keys.keys.len() == 1 => keys.keys.first(),
         None => None,
     }
-    .ok_or("no published key signed the ID token")?;
-    let key = jsonwebtoken::DecodingKey::from_jwk(jwk)
-        .map_err(|_| "the provider's key is not usable".to_owned())?;
+    .ok_or(IdTokenRefusal::NoKey)?;
+    let key = jsonwebtoken::DecodingKey::from_jwk(jwk).map_err(|_| IdTokenRefusal::UnusableKey)?;
     let mut v = jsonwebtoken::Validation::new(header.alg);
     v.set_issuer(&[expected.issuer]);
     v.set_audience(&[expected.client_id]);
     v.set_required_spec_claims(&["exp", "iss", "aud"]);
     let claims = jsonwebtoken::decode::<serde_json::Value>(token, &key, &v)
-        .map_err(|e| {
-            format!(
-                "the ID token is {}",
-                crate::policy::identity::jwt_reason(&e)
-            )
-        })?
+        .map_err(|e| IdTokenRefusal::Invalid(crate::policy::identity::jwt_reason(&e)))?
         .claims;
     if claims.get("nonce").and_then(|n| n.as_str()) != Some(expected.nonce) {
-        return Err("the ID token is for another sign-in (nonce)".into());
+        return Err(IdTokenRefusal::Nonce);
     }
-    crate::policy::identity::subject(&claims, expected.subject_claim).map_err(|e| e.to_string())
+    Ok(crate::policy::identity::subject(
+        &claims,
+        expected.subject_claim,
+    )?)
 }
 
 #[cfg(test)]
@@ -344,13 +359,16 @@ mod tests {
         .expect("encode");
         let keys = jsonwebtoken::jwk::JwkSet { keys: Vec::new() };
         let why = verify_id_token(&hs, &keys, &expected()).expect_err("refused");
-        assert!(why.contains("not with a published key"), "{why}");
+        assert!(
+            why.to_string().contains("not with a published key"),
+            "{why}"
+        );
         let none = format!("eyJhbGciOiJub25lIn0.{}.", {
             use base64::Engine as _;
             base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(claims.to_string())
         });
         assert!(verify_id_token(&none, &keys, &expected()).is_err());
         let why = verify_id_token("not a token", &keys, &expected()).expect_err("refused");
-        assert_eq!(why, "the ID token is no JWT");
+        assert_eq!(why, IdTokenRefusal::NotJwt);
     }
 }

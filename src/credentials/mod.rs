@@ -202,7 +202,7 @@ pub enum Refused {
     OAuth(OAuthError),
     /// The identity provider's sign-in did not show who the browser is.
     #[error("the identity provider's sign-in was not accepted: {0}; nothing was stored")]
-    IdToken(String),
+    IdToken(identity::IdTokenRefusal),
 }
 
 /// The person an owner key names, as a page shows them: `alice (API key)`.

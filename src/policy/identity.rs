@@ -109,7 +109,7 @@ impl Authenticator {
 }
 
 /// Why a request was not authenticated. Messages never contain the credential.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum AuthError {
     #[error("authentication required: send `Authorization: Bearer <token or API key>`")]

@@ -19,37 +19,68 @@ pub(super) fn check(
     request: &Value,
     tool_schema: Option<&Map<String, Value>>,
 ) -> Result<(), WireError> {
-    reasons(headers, request, tool_schema).map_err(|why| WireError::HeaderMismatch { why })
+    reasons(headers, request, tool_schema).map_err(|why| WireError::HeaderMismatch {
+        why: why.to_string(),
+    })
+}
+
+/// Why the headers disagree with the body (rmcp's wording).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum Refusal {
+    #[error("missing required Mcp-Method header")]
+    NoMethod,
+    #[error("Mcp-Method header `{sent}` does not match body method `{method}`")]
+    OtherMethod { sent: String, method: String },
+    #[error("missing required Mcp-Name header for `{0}`")]
+    NoName(String),
+    #[error("{0} header is not valid Base64")]
+    NotBase64(String),
+    #[error("{header} header `{sent}` does not match body value `{body}`")]
+    Mismatch {
+        header: String,
+        sent: String,
+        body: String,
+    },
+    #[error("unexpected {header} header for absent or null `{prop}`")]
+    Unexpected { header: String, prop: String },
+    #[error("missing {header} header for `{prop}`")]
+    Missing { header: String, prop: String },
+    #[error("duplicate {0} header")]
+    Duplicate(String),
+    #[error("{0} header contains invalid characters")]
+    NotText(String),
 }
 
 fn reasons(
     headers: &http::HeaderMap,
     request: &Value,
     tool_schema: Option<&Map<String, Value>>,
-) -> Result<(), String> {
+) -> Result<(), Refusal> {
     let Some(method) = request.get("method").and_then(Value::as_str) else {
         return Ok(());
     };
     let params = request.get("params");
     match header_str(headers, "Mcp-Method")? {
-        None => return Err("missing required Mcp-Method header".to_owned()),
+        None => return Err(Refusal::NoMethod),
         Some(value) if value != method => {
-            return Err(format!(
-                "Mcp-Method header `{value}` does not match body method `{method}`"
-            ));
+            return Err(Refusal::OtherMethod {
+                sent: value.to_owned(),
+                method: method.to_owned(),
+            });
         }
         Some(_) => {}
     }
     if let Some(expected) = name_of(method, params) {
         let Some(raw) = header_str(headers, "Mcp-Name")? else {
-            return Err(format!("missing required Mcp-Name header for `{method}`"));
+            return Err(Refusal::NoName(method.to_owned()));
         };
-        let decoded =
-            decode(raw).ok_or_else(|| "Mcp-Name header is not valid Base64".to_owned())?;
+        let decoded = decode(raw).ok_or_else(|| Refusal::NotBase64("Mcp-Name".into()))?;
         if decoded != expected {
-            return Err(format!(
-                "Mcp-Name header `{decoded}` does not match body value `{expected}`"
-            ));
+            return Err(Refusal::Mismatch {
+                header: "Mcp-Name".into(),
+                sent: decoded,
+                body: expected,
+            });
         }
     }
     let (Some(schema), "tools/call") = (tool_schema, method) else {
@@ -66,19 +97,16 @@ fn reasons(
             .and_then(primitive);
         match (sent, body) {
             (None, None) => {}
-            (Some(_), None) => {
-                return Err(format!(
-                    "unexpected {full} header for absent or null `{prop}`"
-                ));
-            }
-            (None, Some(_)) => return Err(format!("missing {full} header for `{prop}`")),
+            (Some(_), None) => return Err(Refusal::Unexpected { header: full, prop }),
+            (None, Some(_)) => return Err(Refusal::Missing { header: full, prop }),
             (Some(raw), Some(expected)) => {
-                let decoded =
-                    decode(raw).ok_or_else(|| format!("{full} header is not valid Base64"))?;
+                let decoded = decode(raw).ok_or_else(|| Refusal::NotBase64(full.clone()))?;
                 if decoded != expected {
-                    return Err(format!(
-                        "{full} header `{decoded}` does not match body value `{expected}`"
-                    ));
+                    return Err(Refusal::Mismatch {
+                        header: full,
+                        sent: decoded,
+                        body: expected,
+                    });
                 }
             }
         }
@@ -153,18 +181,18 @@ pub(super) fn decode(value: &str) -> Option<String> {
 
 /// The one value of `name`, as text: a header sent twice, or not as text, is refused (an
 /// intermediary could route on the other one).
-fn header_str<'a>(headers: &'a http::HeaderMap, name: &str) -> Result<Option<&'a str>, String> {
+fn header_str<'a>(headers: &'a http::HeaderMap, name: &str) -> Result<Option<&'a str>, Refusal> {
     let mut values = headers.get_all(name).iter();
     let Some(value) = values.next() else {
         return Ok(None);
     };
     if values.next().is_some() {
-        return Err(format!("duplicate {name} header"));
+        return Err(Refusal::Duplicate(name.to_owned()));
     }
     value
         .to_str()
         .map(Some)
-        .map_err(|_| format!("{name} header contains invalid characters"))
+        .map_err(|_| Refusal::NotText(name.to_owned()))
 }
 
 #[cfg(test)]
@@ -219,7 +247,7 @@ mod tests {
             ),
         ] {
             let e = reasons(&headers(&pairs), &call, None).expect_err("refused");
-            assert!(e.contains(reason), "{pairs:?}: {e}");
+            assert!(e.to_string().contains(reason), "{pairs:?}: {e}");
         }
         // Base64-wrapped names are decoded.
         let wrapped = format!(
@@ -265,21 +293,31 @@ mod tests {
             Some(schema),
         )
         .unwrap_err();
-        assert!(e.contains("missing Mcp-Param-N header for `opts.n`"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("missing Mcp-Param-N header for `opts.n`"),
+            "{e}"
+        );
         let e = reasons(
             &with(&[("mcp-param-region", "us"), ("mcp-param-n", "3")]),
             &call(args),
             Some(schema),
         )
         .unwrap_err();
-        assert!(e.contains("does not match body value `eu`"), "{e}");
+        assert!(
+            e.to_string().contains("does not match body value `eu`"),
+            "{e}"
+        );
         let e = reasons(
             &with(&[("mcp-param-region", "eu")]),
             &call(json!({})),
             Some(schema),
         )
         .unwrap_err();
-        assert!(e.contains("unexpected Mcp-Param-Region header"), "{e}");
+        assert!(
+            e.to_string().contains("unexpected Mcp-Param-Region header"),
+            "{e}"
+        );
         assert!(reasons(&with(&[]), &call(json!({"region": null})), Some(schema)).is_ok());
     }
 }
