@@ -163,7 +163,10 @@ impl Step for Connect {
                             }
                         }
                         other => {
-                            creds.touch(&owner, &upstream).await;
+                            // Bookkeeping: the answer does not wait for the store's write.
+                            let (creds, owner, upstream) =
+                                (creds.clone(), owner.clone(), upstream.clone());
+                            tokio::spawn(async move { creds.touch(&owner, &upstream).await });
                             return other;
                         }
                     }

@@ -26,6 +26,11 @@ pub mod stages;
 
 pub use fallback::{Fallback, Store, Unavailable};
 
+/// How long a SQLite store waits for a lock another process holds (a backup, an operator's
+/// `sqlite3`) before the operation fails. It waits on the blocking pool, never on a runtime
+/// worker.
+pub const SQLITE_BUSY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 use crate::{config::cluster::ClusterSettings, telemetry::cluster_metrics::ClusterMetrics};
 
 /// Why a store did not answer — a shared one (Redis) or the embedded one of this replica

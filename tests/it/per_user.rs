@@ -38,10 +38,15 @@ const ENV: [(&str, &str); 2] = [
 ];
 
 fn serve(dir: &std::path::Path) -> Gateway {
+    serve_with(dir, &[])
+}
+
+fn serve_with(dir: &std::path::Path, env: &[(&str, &str)]) -> Gateway {
+    let env: Vec<(&str, &str)> = ENV.iter().chain(env).copied().collect();
     Gateway::start_file_env(
         &dir.join("gateway.toml"),
         tempfile::tempdir().unwrap(),
-        &ENV,
+        &env,
     )
 }
 
@@ -1084,4 +1089,46 @@ async fn each_person_sees_and_disconnects_their_own_accounts_on_the_account_page
     assert!(r.text().await.unwrap().contains("expired"));
     let listed = admin(&s.gw, reqwest::Method::GET, "/admin/credentials").await;
     assert_eq!(listed["connections"].as_array().unwrap().len(), 1);
+}
+
+/// One runtime worker, and the credential store locked by another process: the connect page's
+/// write waits for the lock (on the blocking pool), while other people's calls and `/healthz`
+/// are answered meanwhile; the write completes once the lock is gone. A store that blocked the
+/// worker would hold up everything until its write gave up.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_locked_credential_store_holds_up_only_the_request_that_writes_to_it() {
+    let s = start();
+    drop(s.gw);
+    let gw = serve_with(s.dir.path(), &[("FEDGATE_WORKER_THREADS", "1")]);
+    let (alice, bob) = (
+        connect_with_token(&gw.url, ALICE, TestClient::new())
+            .await
+            .unwrap(),
+        connect_with_token(&gw.url, BOB, TestClient::new())
+            .await
+            .unwrap(),
+    );
+    let (bob_link, _) = link_of(&call(&bob, "gh__whoami", json!({})).await.unwrap_err());
+    assert_eq!(connect_in_browser(&bob_link, BOB, "gh-bob").await.0, 200);
+    let (link, _) = link_of(&call(&alice, "gh__whoami", json!({})).await.unwrap_err());
+
+    let db = rusqlite::Connection::open(s.dir.path().join("fedgate-credentials.db")).unwrap();
+    db.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let pending = tokio::spawn(async move { connect_in_browser(&link, ALICE, "gh-alice").await });
+    for _ in 0..5 {
+        let r = call(&bob, "gh__whoami", json!({})).await.unwrap();
+        assert_eq!(first_text(&r), "acting as bob");
+        let health = reqwest::get(format!("{}/healthz", gw.url.trim_end_matches("/mcp")))
+            .await
+            .unwrap();
+        assert_eq!(health.status().as_u16(), 200);
+    }
+    if pending.is_finished() {
+        let (status, body) = pending.await.unwrap();
+        panic!("the write did not wait for the lock: {status} {body}");
+    }
+    db.execute_batch("COMMIT").unwrap();
+    assert_eq!(pending.await.unwrap().0, 200);
+    let r = call(&alice, "gh__whoami", json!({})).await.unwrap();
+    assert_eq!(first_text(&r), "acting as alice");
 }

@@ -117,7 +117,12 @@ fn ms(v: i64) -> u64 {
 /// Credentials in a SQLite file (WAL). Every statement runs on the blocking pool: a slow disk
 /// holds no runtime worker (and so no other call).
 #[derive(Debug)]
-pub struct SqliteCredentials(Arc<Mutex<rusqlite::Connection>>);
+/// Two connections: writes take one, reads the other, so a write waiting for a lock another
+/// process holds (WAL lets readers through) does not hold up the calls that only read.
+pub struct SqliteCredentials {
+    write: Arc<Mutex<rusqlite::Connection>>,
+    read: Arc<Mutex<rusqlite::Connection>>,
+}
 
 fn db(e: rusqlite::Error) -> StoreError {
     StoreError::Local("credential", e.to_string())
@@ -128,19 +133,42 @@ impl SqliteCredentials {
         let c = rusqlite::Connection::open(path)
             .map_err(|e| StoreError::Local("credential", format!("{}: {e}", path.display())))?;
         c.pragma_update(None, "journal_mode", "WAL")
+            .and_then(|_| c.busy_timeout(crate::stores::SQLITE_BUSY_WAIT))
             .and_then(|_| c.execute_batch(SCHEMA))
             .and_then(|_| add_columns(&c))
             .map_err(|e| StoreError::Local("credential", format!("{}: {e}", path.display())))?;
-        Ok(Self(Arc::new(Mutex::new(c))))
+        let r = rusqlite::Connection::open(path)
+            .and_then(|r| r.busy_timeout(crate::stores::SQLITE_BUSY_WAIT).map(|()| r))
+            .map_err(|e| StoreError::Local("credential", format!("{}: {e}", path.display())))?;
+        Ok(Self {
+            write: Arc::new(Mutex::new(c)),
+            read: Arc::new(Mutex::new(r)),
+        })
     }
 
-    /// Runs `f` on the connection, on the blocking pool.
+    /// Runs the write `f`, on the blocking pool.
     async fn run<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&rusqlite::Connection) -> rusqlite::Result<T> + Send + 'static,
     {
-        let conn = self.0.clone();
+        Self::on(self.write.clone(), f).await
+    }
+
+    /// Runs the read `f`, on the blocking pool.
+    async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&rusqlite::Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        Self::on(self.read.clone(), f).await
+    }
+
+    async fn on<T, F>(conn: Arc<Mutex<rusqlite::Connection>>, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&rusqlite::Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
         tokio::task::spawn_blocking(move || f(&conn.lock()))
             .await
             .map_err(|e| StoreError::Local("credential", e.to_string()))?
@@ -152,7 +180,7 @@ impl SqliteCredentials {
 impl CredentialStore for SqliteCredentials {
     async fn get(&self, owner: &str, upstream: &str) -> Result<Option<Stored>, StoreError> {
         let (owner, upstream) = (owner.to_owned(), upstream.to_owned());
-        self.run(move |c| {
+        self.read(move |c| {
             c.query_row(
                 "SELECT sealed, connected_at_ms, info, last_used_ms FROM user_credentials \
                  WHERE owner = ?1 AND upstream = ?2",
@@ -205,7 +233,7 @@ impl CredentialStore for SqliteCredentials {
     }
 
     async fn list(&self) -> Result<Vec<Connected>, StoreError> {
-        self.run(|c| {
+        self.read(|c| {
             let mut q = c.prepare(
                 "SELECT owner, upstream, connected_at_ms, info, last_used_ms \
                  FROM user_credentials ORDER BY owner, upstream LIMIT ?1",
@@ -244,7 +272,7 @@ impl CredentialStore for SqliteCredentials {
 
     async fn owned(&self, owner: &str) -> Result<Vec<String>, StoreError> {
         let owner = owner.to_owned();
-        self.run(move |c| {
+        self.read(move |c| {
             let mut q = c.prepare(
                 "SELECT upstream FROM user_credentials WHERE owner = ?1 ORDER BY upstream",
             )?;

@@ -80,6 +80,7 @@ impl SqliteStages {
         let c = rusqlite::Connection::open(path)
             .map_err(|e| StoreError::Local("stage", format!("{}: {e}", path.display())))?;
         c.pragma_update(None, "journal_mode", "WAL")
+            .and_then(|_| c.busy_timeout(crate::stores::SQLITE_BUSY_WAIT))
             .and_then(|_| c.execute_batch(SCHEMA))
             .map_err(|e| StoreError::Local("stage", format!("{}: {e}", path.display())))?;
         Ok(Self(std::sync::Arc::new(Mutex::new(c))))
