@@ -17,7 +17,6 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    direct::{self, Direct},
     mcp::Gateway,
     parts::EdgeParts,
     replay::{Replay, ResumeRefused},
@@ -25,6 +24,7 @@ use super::{
     sealed_sessions::SealedSessions,
     session_limit::SessionLimit,
     tracked::Tracked,
+    transport::{self, Direct},
     wire_error::WireError,
 };
 use crate::{config::GatewaySettings, policy::identity::AuthError};
@@ -81,7 +81,7 @@ pub async fn serve(
         gateway.clone(),
         mcp_hosts(settings),
         mcp_origins(settings, local),
-        super::direct::Settings {
+        super::transport::Settings {
             replay: replay.clone(),
             sessions: sessions.clone(),
             sealed: sealed.clone(),
@@ -221,7 +221,7 @@ impl Edge {
                     let stateless = req
                         .headers()
                         .get("mcp-protocol-version")
-                        .is_some_and(|v| v.as_bytes() >= direct::STATELESS.as_bytes());
+                        .is_some_and(|v| v.as_bytes() >= transport::STATELESS.as_bytes());
                     if matches!(presented, Some(None)) && (deleting || !stateless) {
                         return WireError::NoSuchSession.response();
                     }
@@ -335,7 +335,7 @@ struct Post<'a> {
 
 impl Post<'_> {
     /// Each path of the edge in turn, until one takes it; what none takes is refused or
-    /// answered by `direct::remaining`.
+    /// answered by `transport::rare`.
     async fn answer(&self, direct: &Direct) -> Response<Body> {
         let Post {
             head,
@@ -361,7 +361,8 @@ impl Post<'_> {
             return r;
         }
         // A body that is no JSON-RPC message, or a version no one speaks, is refused here.
-        match direct::decodable(body).and_then(|()| direct.check_version(&head.headers, Some(body)))
+        match transport::decodable(body)
+            .and_then(|()| direct.check_version(&head.headers, Some(body)))
         {
             Err(refused) => refused.response(),
             Ok(()) => direct.remaining(head, body, session).await,

@@ -1,5 +1,5 @@
 //! A stateless-era `subscriptions/listen` stream's life, whichever transport carries it (rmcp's,
-//! or the edge's own in `direct::listen`): what is accepted of the filter, and holding the
+//! or the edge's own in `transport::listen`): what is accepted of the filter, and holding the
 //! stream — list changes come from the hub; each resource subscription is made upstream
 //! (`resources/subscribe` on a handshake-era upstream, the listen filter of a stateless-era
 //! one) by the first subscriber and dropped by the last.

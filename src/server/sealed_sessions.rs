@@ -2,7 +2,7 @@
 //! without a shared store: the `Mcp-Session-Id` a client sees is sealed session state.
 //!
 //! rmcp keeps sessions in memory and can restore one from a `SessionStore` by replaying its
-//! `initialize`; the edge holds plain sessions itself (`direct::native`) and restores them from
+//! `initialize`; the edge holds plain sessions itself (`transport::handshake`) and restores them from
 //! the same store. fedgate's store holds nothing for long: when a new session is stored (by
 //! rmcp or the edge), the HTTP edge seals (HMAC, `[gateway] state_key`) the session's internal
 //! id, its `initialize` parameters, the caller it belongs to and the time, and hands that out

@@ -48,7 +48,7 @@ pub struct Hub {
     log_levels: DashMap<String, LoggingLevel>,
     /// What handshake-era sessions negotiated (the edge's direct path answers their calls).
     negotiated: DashMap<String, Arc<Negotiated>>,
-    /// Handshake-era sessions of the HTTP listener (see `direct::native`); `fedgate stdio`'s
+    /// Handshake-era sessions of the HTTP listener (see `transport::handshake`); `fedgate stdio`'s
     /// one session is rmcp's.
     native: DashMap<String, ()>,
     /// URIs whose subscribers all went away without unsubscribing.

@@ -330,7 +330,7 @@ impl WireError {
                 .insert(header::RETRY_AFTER, HeaderValue::from_static(s));
         }
         let allow = match self {
-            Self::MethodNotAllowed => Some(super::direct::ALLOWED_METHODS),
+            Self::MethodNotAllowed => Some(super::transport::ALLOWED_METHODS),
             Self::NoStatelessStream => Some("POST"),
             _ => None,
         };

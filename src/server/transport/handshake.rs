@@ -34,9 +34,9 @@ use tokio::sync::mpsc;
 
 use super::{
     Direct, STATELESS, Shared,
+    era_check::speaks_handshake,
     http_answers::{accepted, event_stream, json, sse_event},
     message,
-    plain::speaks_handshake,
 };
 use crate::{
     policy::identity::Identity,
@@ -157,14 +157,14 @@ impl ClientChannel for NativeClient {
 
 impl Direct {
     /// Answers `initialize` (a POST without a session id) by opening a session, or `None`:
-    /// `remaining` refuses it (its headers, or `max_sessions` when requests raced past the
+    /// `rare` refuses it (its headers, or `max_sessions` when requests raced past the
     /// edge's first refusal).
     pub(in crate::server) async fn initialize(
         &self,
         parts: &Parts,
         body: &Bytes,
     ) -> Option<Response<Body>> {
-        let text = |name: &str| super::plain::header_text(parts, name);
+        let text = |name: &str| super::era_check::header_text(parts, name);
         if self.shared.sessions.full() {
             return None;
         }
@@ -317,7 +317,7 @@ impl Direct {
     }
 
     /// Answers a GET that opens or resumes a session's stream (restoring the session when
-    /// needed), or `None` for the stateless era's (`remaining`).
+    /// needed), or `None` for the stateless era's (`rare`).
     pub(in crate::server) async fn stream(
         &self,
         parts: &Parts,

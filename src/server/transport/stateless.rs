@@ -12,18 +12,17 @@ use rmcp::model::{ClientJsonRpcMessage, ClientRequest, GetMeta, ProtocolVersion}
 use serde_json::Value;
 
 use super::{
-    Call, Direct, STATELESS,
+    Call, Direct, STATELESS, era_check,
     http_answers::accepted,
     mcp_headers,
     message::{self, Era, Message, Request},
-    plain,
     shape::names_a_header,
 };
 use crate::server::{http::Body, wire_error::WireError};
 
 impl Direct {
     /// Answers a stateless-era POST (its `MCP-Protocol-Version` is that era's), or `None`:
-    /// it is not one, or rmcp's transport serves it.
+    /// it is not one, or `rare` answers it.
     pub(in crate::server) async fn answer_stateless(
         &self,
         parts: &Parts,
@@ -34,7 +33,7 @@ impl Direct {
         if version.as_bytes() != STATELESS.as_bytes() {
             return None;
         }
-        let text = |name: &str| plain::header_text(parts, name);
+        let text = |name: &str| era_check::header_text(parts, name);
         // `Mcp-Name` in either of SEP-2243's forms: as is, or Base64 (`=?base64?…?=`) for a
         // name that is not plain ASCII; one that does not decode is refused below.
         let name = match text("mcp-name") {
@@ -85,7 +84,7 @@ impl Direct {
     fn refuse_stateless(&self, parts: &Parts, body: &[u8]) -> Option<Response<Body>> {
         let message = serde_json::from_slice::<ClientJsonRpcMessage>(body).ok()?;
         let request = match &message {
-            // `initialize` is the handshake's, whatever its headers (see `native`).
+            // `initialize` is the handshake's, whatever its headers (see `handshake`).
             ClientJsonRpcMessage::Request(r)
                 if matches!(r.request, ClientRequest::InitializeRequest(_)) =>
             {

@@ -1,9 +1,8 @@
 //! Which requests of a session the direct path takes, once the gate passed their `Host`,
 //! `Origin` and media types: those that speak the handshake era (or name no version, as older
 //! SDKs do). Any other (a version header that is not text, unknown, or the stateless era's)
-//! goes to rmcp's transport, which checks it and answers its refusals. The handshake era's requests
-//! carry no `Mcp-Method`, `Mcp-Name` or `Mcp-Param-*` headers; rmcp ignores them there, and
-//! so does the edge.
+//! goes to `stateless` or `rare`, which check it and answer its refusals as rmcp did. The handshake era's requests
+//! carry no `Mcp-Method`, `Mcp-Name` or `Mcp-Param-*` headers; they are ignored there.
 
 use http::request::Parts;
 use rmcp::{

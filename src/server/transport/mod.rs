@@ -6,20 +6,20 @@
 //! when the call sent something first or took longer than `stream_after_ms`. The client's
 //! answers to input requests of such calls and its `notifications/cancelled` come here too.
 //! `initialize` opens a session, a small record in the hub, with its GET stream, `ping`,
-//! `logging/setLevel` and DELETE (`native`); the stateless era's refusals are `stateless`'s,
-//! and the rare requests no other path takes are `remaining`'s. rmcp's model types are used
+//! `logging/setLevel` and DELETE (`handshake`); the stateless era's refusals are `stateless`'s,
+//! and the rare requests no other path takes are `rare`'s. rmcp's model types are used
 //! throughout; its server transport is not mounted.
 
 mod call_stream;
+mod era_check;
 mod gate;
+mod handshake;
 mod http_answers;
 mod keep_alive;
 mod listen;
 mod mcp_headers;
 mod message;
-mod native;
-mod plain;
-mod remaining;
+mod rare;
 mod shape;
 mod stateless;
 mod task_listen;
@@ -94,10 +94,10 @@ pub(super) struct Shared {
     /// `[gateway] stream_after_ms`.
     stream_after: Duration,
     sessions: Arc<SessionLimit>,
-    /// Opens and seals the ids of sessions the edge holds (see `native`).
+    /// Opens and seals the ids of sessions the edge holds (see `handshake`).
     sealed: Arc<SealedSessions>,
     /// The clients of sessions the edge holds, by session id.
-    native: DashMap<String, Arc<native::NativeClient>>,
+    native: DashMap<String, Arc<handshake::NativeClient>>,
     /// Requests sent to clients, by our id: the session they went to, and who waits.
     pending: DashMap<String, (String, oneshot::Sender<Answer>)>,
     /// Calls in flight, by session and request id.
@@ -207,8 +207,8 @@ impl Direct {
         self.gate.check(parts)
     }
 
-    /// Answers a POST of the open session `session` (rmcp's id), or `None`: rmcp's transport
-    /// answers it.
+    /// Answers a POST of the open session `session` (its sealed id), or `None`: another
+    /// path of the transport answers it.
     pub(super) async fn answer(
         &self,
         parts: &Parts,
@@ -219,7 +219,7 @@ impl Direct {
             Ok(n) => n,
             Err(answer) => return Some(answer),
         };
-        if !plain::speaks_handshake(&parts.headers) {
+        if !era_check::speaks_handshake(&parts.headers) {
             return None;
         }
         // The handshake era has no `Mcp-Method`, `Mcp-Name` or `Mcp-Param-*` headers: rmcp

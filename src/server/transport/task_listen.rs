@@ -24,7 +24,7 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::{Direct, http_answers::http_sse, plain::single};
+use super::{Direct, era_check::single, http_answers::http_sse};
 use crate::{
     policy::identity::Identity,
     server::{http::Body, request_of::Incoming},
@@ -125,7 +125,7 @@ pub(super) fn listen_incoming(
 
 impl Direct {
     /// Serves a stateless-era `subscriptions/listen` — one that names `taskIds` here, any other
-    /// in `listen` — or `None`: rmcp's transport serves it (one whose headers or body are not
+    /// in `listen` — or `None`: `rare` answers it (one whose headers or body are not
     /// plain).
     pub(in crate::server) async fn listen(
         &self,

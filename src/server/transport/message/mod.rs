@@ -1,6 +1,6 @@
 //! A session POST decoded once, by `method` and `id`, into what the direct path answers — or
-//! `None`, and the body goes to rmcp's transport unchanged (which answers everything else,
-//! malformed bodies included, as before).
+//! `None`, and the body goes on unchanged to the paths that answer everything else
+//! (`stateless`, `rare`), malformed bodies included.
 
 #![allow(deprecated)] // logging/setLevel is deprecated by SEP-2577 but still served
 
