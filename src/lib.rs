@@ -17,6 +17,7 @@ pub mod error;
 pub mod federation;
 pub mod flows;
 pub mod guard;
+pub mod json_digest;
 pub mod json_size;
 pub mod names;
 pub mod pipeline;

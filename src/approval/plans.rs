@@ -5,7 +5,6 @@ use std::collections::HashMap;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
 
 use crate::clock::now_ms;
 
@@ -525,39 +524,7 @@ fn sweep(plans: &mut HashMap<String, PendingPlan>, now: u64) -> Vec<PendingPlan>
     expired
 }
 
-/// SHA-256 of the canonical JSON of `v` (object keys sorted at every level).
+/// SHA-256 (hex) of the canonical JSON of `v` (object keys sorted at every level).
 pub fn digest(v: &Value) -> String {
-    let mut out = String::new();
-    canonical(v, &mut out);
-    hex::encode(Sha256::digest(out.as_bytes()))
-}
-
-fn canonical(v: &Value, out: &mut String) {
-    match v {
-        Value::Object(m) => {
-            let mut keys: Vec<&String> = m.keys().collect();
-            keys.sort_unstable();
-            out.push('{');
-            for (i, k) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String(k.clone()).to_string());
-                out.push(':');
-                canonical(&m[k], out);
-            }
-            out.push('}');
-        }
-        Value::Array(a) => {
-            out.push('[');
-            for (i, x) in a.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                canonical(x, out);
-            }
-            out.push(']');
-        }
-        other => out.push_str(&other.to_string()),
-    }
+    crate::json_digest::sha256_hex(v)
 }

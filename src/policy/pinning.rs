@@ -3,11 +3,10 @@
 
 use dashmap::DashMap;
 use rmcp::model::Tool;
-use sha2::{Digest, Sha256};
 
 /// SHA-256 (hex) of what a tool promises: name, description, schemas, annotations.
 pub fn fingerprint(tool: &Tool) -> String {
-    // serde_json maps are sorted by key here (no `preserve_order`), so this is canonical.
+    // Canonical (keys sorted): a server that reorders keys has not changed its promise.
     let v = serde_json::json!({
         "name": tool.name,
         "description": tool.description,
@@ -15,7 +14,7 @@ pub fn fingerprint(tool: &Tool) -> String {
         "outputSchema": tool.output_schema,
         "annotations": tool.annotations,
     });
-    hex::encode(Sha256::digest(v.to_string().as_bytes()))
+    crate::json_digest::sha256_hex(&v)
 }
 
 /// Accepted fingerprints per (upstream, tool): from config, else the first definition seen.

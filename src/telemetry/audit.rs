@@ -12,7 +12,6 @@ use std::{
 };
 
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 use tokio::{io::AsyncWriteExt, sync::mpsc};
 
 /// Records waiting for the writer before new ones are dropped.
@@ -160,9 +159,10 @@ impl Audit {
     }
 }
 
-/// SHA-256 (hex) of the arguments' JSON.
+/// SHA-256 (hex) of the arguments' canonical JSON (the same arguments in another key order
+/// hash the same).
 pub fn hash_arguments(args: &serde_json::Value) -> String {
-    hex::encode(Sha256::digest(args.to_string().as_bytes()))
+    crate::json_digest::sha256_hex(args)
 }
 
 async fn write_loop(

@@ -37,6 +37,14 @@ async fn tools_from_both_upstreams_are_namespaced_and_routed() {
     assert!(names.contains(&"demo__crash"));
     let described = tools.iter().find(|t| t.name == "notes__echo").unwrap();
     assert_eq!(described.description.as_deref(), Some("Echo, via notes."));
+    // Input schemas keep their properties in the server's order (forms follow it).
+    let progress = tools.iter().find(|t| t.name == "demo__progress").unwrap();
+    let order: Vec<&String> = progress.input_schema["properties"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
+    assert_eq!(order, ["steps", "delay_ms"], "{progress:?}");
     let mut sorted = names.clone();
     sorted.sort();
     assert_eq!(names, sorted, "tools/list is in a deterministic order");

@@ -12,7 +12,6 @@ use rmcp::model::{
     ReadResourceRequest, RequestMetaObject, RequestStateCodec, ServerResult, SubscribeRequest,
     UnsubscribeRequest, UpdateTaskParams, UpdateTaskRequest,
 };
-use sha2::{Digest, Sha256};
 
 use super::{
     parked::ParkingLot,
@@ -226,16 +225,17 @@ fn binding(caller: &str, upstream: &str, op: &Op) -> Vec<u8> {
         // No arguments and `{}` are the same request.
         Op::CallTool(p) => (
             p.name.to_string(),
-            serde_json::to_vec(&p.arguments.clone().unwrap_or_default()),
+            serde_json::to_value(p.arguments.clone().unwrap_or_default()),
         ),
         Op::GetPrompt(p) => (
             p.name.clone(),
-            serde_json::to_vec(&p.arguments.clone().unwrap_or_default()),
+            serde_json::to_value(p.arguments.clone().unwrap_or_default()),
         ),
-        Op::ReadResource(p) => (p.uri.clone(), Ok(Vec::new())),
-        other => (other.method().to_owned(), Ok(Vec::new())),
+        Op::ReadResource(p) => (p.uri.clone(), Ok(serde_json::Value::Null)),
+        other => (other.method().to_owned(), Ok(serde_json::Value::Null)),
     };
-    let digest = Sha256::digest(args.unwrap_or_default());
+    // Canonical: a retry that sends the same arguments in another key order is the same call.
+    let digest = crate::json_digest::sha256(&args.unwrap_or_default());
     let mut b = format!(
         "fedgate-mrtr\0{caller}\0{upstream}\0{}\0{name}\0",
         op.method()
