@@ -146,20 +146,20 @@ pub(super) fn person_refusal(
     match e {
         UpstreamError::PersonRefused => CallError::UpstreamRefused {
             upstream: upstream.to_owned(),
-            error: rmcp::ErrorData::new(
+            error: Box::new(rmcp::ErrorData::new(
                 rmcp::model::ErrorCode(crate::upstream::http_client::PERSON_REJECTED),
                 "the upstream refused the caller's own credential",
                 None,
-            ),
+            )),
             found: Vec::new(),
         },
         UpstreamError::PersonNeedsScope(scope) => CallError::UpstreamRefused {
             upstream: upstream.to_owned(),
-            error: rmcp::ErrorData::new(
+            error: Box::new(rmcp::ErrorData::new(
                 rmcp::model::ErrorCode(crate::upstream::http_client::PERSON_NEEDS_SCOPE),
                 "the caller's own credential lacks a scope the upstream asks for",
                 Some(serde_json::json!({"scope": scope})),
-            ),
+            )),
             found: Vec::new(),
         },
         UpstreamError::PersonSessionsFull { .. } => {
@@ -198,11 +198,11 @@ fn watch_resource(
     if on && !offered {
         return Some(Err(CallError::UpstreamRefused {
             upstream: up.name().to_owned(),
-            error: rmcp::ErrorData::new(
+            error: Box::new(rmcp::ErrorData::new(
                 rmcp::model::ErrorCode::METHOD_NOT_FOUND,
                 "this upstream offers no resource subscriptions",
                 None,
-            ),
+            )),
             found: Vec::new(),
         }));
     }

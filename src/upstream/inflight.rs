@@ -162,13 +162,10 @@ impl Inflight {
         }
     }
 
-    /// Delivers a progress notification to its call; false when no call owns the token.
-    pub fn route_progress(
-        &self,
-        p: ProgressNotificationParam,
-    ) -> Result<(), ProgressNotificationParam> {
+    /// Delivers a progress notification to its call; the token back when no call owns it.
+    pub fn route_progress(&self, p: ProgressNotificationParam) -> Result<(), ProgressToken> {
         let Some(key) = self.by_token.get(&p.progress_token).map(|k| *k) else {
-            return Err(p);
+            return Err(p.progress_token);
         };
         match self.slots.get(&key) {
             Some(slot) => {
@@ -177,25 +174,20 @@ impl Inflight {
                 let _ = slot.events.try_send(CallEvent::Progress(p));
                 Ok(())
             }
-            None => Err(p),
+            None => Err(p.progress_token),
         }
     }
 
     /// Delivers a log message to the call it belongs to. The wire links log messages to no
-    /// request, so this only succeeds while exactly one call with a downstream is in flight.
-    pub fn route_log(
-        &self,
-        p: LoggingMessageNotificationParam,
-    ) -> Result<(), LoggingMessageNotificationParam> {
-        match self.sole_call() {
-            Some(key) => match self.slots.get(&key) {
-                Some(slot) => {
-                    let _ = slot.events.try_send(CallEvent::Log(p));
-                    Ok(())
-                }
-                None => Err(p),
-            },
-            None => Err(p),
+    /// request, so this only succeeds (true) while exactly one call with a downstream is in
+    /// flight.
+    pub fn route_log(&self, p: LoggingMessageNotificationParam) -> bool {
+        match self.sole_call().and_then(|key| self.slots.get(&key)) {
+            Some(slot) => {
+                let _ = slot.events.try_send(CallEvent::Log(p));
+                true
+            }
+            None => false,
         }
     }
 

@@ -99,14 +99,14 @@ where
             };
             match n.notification {
                 ServerNotification::ProgressNotification(p) => {
-                    if let Err(p) = self.table.route_progress(p.params) {
-                        tracing::debug!(token = ?p.progress_token, "progress for no call in flight");
+                    if let Err(token) = self.table.route_progress(p.params) {
+                        tracing::debug!(token = ?token, "progress for no call in flight");
                     }
                 }
                 // Log messages carry no request link; one that cannot be attributed to a single
                 // call in flight is dropped rather than shown to the wrong client.
                 ServerNotification::LoggingMessageNotification(l) => {
-                    if self.table.route_log(l.params).is_err() {
+                    if !self.table.route_log(l.params) {
                         tracing::debug!("log message with no single call in flight dropped");
                     }
                 }

@@ -67,7 +67,7 @@ pub enum CallError {
     #[error("upstream `{upstream}` refused the request: {}", crate::guard::masked(&error.message))]
     UpstreamRefused {
         upstream: String,
-        error: McpError,
+        error: Box<McpError>,
         found: Vec<crate::guard::Finding>,
     },
     #[error("upstream `{upstream}` failed: {detail}")]
@@ -348,7 +348,7 @@ impl CallError {
                 Some(json!({ "upstream": upstream, "outcome_uncertain": uncertain })),
             ),
             // The upstream's own JSON-RPC error is the answer; keep its code and data.
-            CallError::UpstreamRefused { error, .. } => error.clone(),
+            CallError::UpstreamRefused { error, .. } => (**error).clone(),
             CallError::UpstreamFailed { upstream, .. } => McpError::internal_error(
                 msg,
                 Some(json!({ "upstream": upstream, "reason": "upstream_failed" })),
@@ -523,7 +523,7 @@ impl CallError {
         match e {
             rmcp::ServiceError::McpError(error) => CallError::UpstreamRefused {
                 upstream,
-                error,
+                error: Box::new(error),
                 found: Vec::new(),
             },
             rmcp::ServiceError::TransportClosed => CallError::UpstreamClosed {

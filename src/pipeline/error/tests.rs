@@ -48,7 +48,7 @@ fn clients_get_plain_messages_for_every_error_kind() {
         },
         CallError::UpstreamRefused {
             upstream: up(),
-            error: McpError::invalid_params("bad value", None),
+            error: Box::new(McpError::invalid_params("bad value", None)),
             found: Vec::new(),
         },
         CallError::UpstreamFailed {
@@ -155,7 +155,7 @@ fn only_transport_failures_are_retried() {
     assert!(closed.retryable());
     let refused = CallError::UpstreamRefused {
         upstream: "u".into(),
-        error: rmcp::ErrorData::invalid_params("no", None),
+        error: Box::new(rmcp::ErrorData::invalid_params("no", None)),
         found: Vec::new(),
     };
     assert!(!refused.retryable());
