@@ -48,6 +48,17 @@ pub(super) fn refusal(code: &'static str, upstream: &str, message: String) -> Ca
     }))
 }
 
+/// An anonymous caller has no account of its own to act with.
+pub(super) fn anonymous(upstream: &str) -> CallError {
+    refusal(
+        "credential_anonymous",
+        upstream,
+        format!(
+            "upstream `{upstream}` acts with each caller's own account; anonymous callers have none"
+        ),
+    )
+}
+
 /// A credential that could not be read or refreshed: the store is down, or the authorization
 /// server did not answer a refresh that was due (the credential is kept; try again).
 pub(super) fn store_down(e: crate::credentials::CredentialError) -> CallError {
@@ -91,13 +102,7 @@ impl Step for Connect {
         let retry = take_retry(&mut call.op);
         Box::pin(async move {
             if call.identity.kind == IdentityKind::Anonymous {
-                return Err(refusal(
-                    "credential_anonymous",
-                    &upstream,
-                    format!(
-                        "upstream `{upstream}` acts with each caller's own account; anonymous callers have none"
-                    ),
-                ));
+                return Err(anonymous(&upstream));
             }
             let owner = call.identity.key();
             // A stateless-era retry of our question: its answer, if the state is this

@@ -19,8 +19,8 @@ use serde_json::{Value, json};
 use super::{
     Call, CallError, CallFuture, Exposed, OwnTool, Target, TargetKind,
     connect::{
-        ask_person, declared_elicitation, not_connected_in_time, refusal, resume, step_up,
-        store_down, take_retry,
+        anonymous, ask_person, declared_elicitation, not_connected_in_time, refusal, resume,
+        step_up, store_down, take_retry,
     },
     own,
     reentry::Reentry,
@@ -83,13 +83,7 @@ impl Personal {
     async fn connect(&self, call: &mut Call, up: &Arc<Upstream>) -> Result<Connected, CallError> {
         let upstream = up.name().to_owned();
         if call.identity.kind == IdentityKind::Anonymous {
-            return Err(refusal(
-                "credential_anonymous",
-                &upstream,
-                format!(
-                    "upstream `{upstream}` acts with each caller's own account; anonymous callers have none"
-                ),
-            ));
+            return Err(anonymous(&upstream));
         }
         let owner = call.identity.key();
         let oauth = self.pool.per_user_oauth(&upstream);
