@@ -1,6 +1,6 @@
-//! What every failure of a call says about itself, whichever module it comes from: which side
-//! caused it and whether another attempt can help. The failures themselves are typed where
-//! they happen (`pipeline::CallError`, `router::cursor::BadCursor`, …).
+//! What failures share, whichever module they come from: which side caused one, and their
+//! text for people. The failures themselves are typed where they happen
+//! (`pipeline::CallError`, described in `pipeline::error::describe`).
 
 /// Which side a failure comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -10,14 +10,55 @@ pub enum Side {
     Internal,
 }
 
-/// A failure classified once, where it is defined.
-pub trait Classify {
-    fn side(&self) -> Side;
-    /// Whether another attempt of a call that is safe to repeat may succeed (the failure says
-    /// nothing about the call itself: connection lost, upstream down, timeout).
-    fn retryable(&self) -> bool;
-    /// A stable code for audit records, logs and metric labels.
-    fn code(&self) -> &'static str;
+/// Whether the call reached the upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reached {
+    /// Nothing happened there: even a write may be tried again, and an approved plan refused
+    /// this way is given back.
+    No,
+    /// It may have: a write's outcome is unknown.
+    Maybe,
+    /// The upstream answered.
+    Yes,
+}
+
+/// Whether another attempt may succeed (whether one is *safe* is the tool's class and
+/// `Reached`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Again {
+    /// The same call fails the same way.
+    Never,
+    /// Right away: a connection lost, an upstream restarting, a timeout.
+    Now,
+    /// After a wait the error names (a rate limit, an open breaker, a full queue, a store
+    /// that does not answer): worth it for a retry that can wait, not within one call.
+    Later,
+}
+
+/// Whether another attempt of a failed call may succeed, and whether it is safe for a write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retry {
+    pub again: Again,
+    pub reached: Reached,
+}
+
+impl Retry {
+    /// A failure that the same call meets again.
+    pub const NEVER: Retry = Retry {
+        again: Again::Never,
+        reached: Reached::Yes,
+    };
+
+    /// Another attempt of a call that is safe to repeat (a read) may succeed.
+    pub fn for_reads(self) -> bool {
+        self.again != Again::Never
+    }
+
+    /// Another attempt may succeed and is safe whatever the tool does: the call never got
+    /// there.
+    pub fn for_writes(self) -> bool {
+        self.for_reads() && self.reached == Reached::No
+    }
 }
 
 /// An error's text for people: the Rust type names some library errors embed

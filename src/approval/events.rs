@@ -42,8 +42,8 @@ pub enum PlanEvent {
 pub struct RanError {
     /// What the caller is told.
     pub message: String,
-    /// The failure may pass if tried again soon (see `CallError::transient`).
-    pub transient: bool,
+    /// Whether another attempt may pass (`CallError::describe`).
+    pub retry: crate::error::Retry,
     /// The plan envelope of the failure.
     pub plan: Option<Value>,
 }
@@ -53,7 +53,7 @@ impl RanError {
     pub fn plain(message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
-            transient: false,
+            retry: crate::error::Retry::NEVER,
             plan: None,
         }
     }

@@ -231,7 +231,7 @@ pub(crate) async fn decide(
     }
     match stack.oneshot(call).await {
         Err(e @ CallError::Plan(_)) => Err(e),
-        Err(e) if e.never_reached_upstream() => Err(e),
+        Err(e) if e.describe().reached == crate::error::Reached::No => Err(e),
         _ => Ok(()),
     }
 }

@@ -11,6 +11,7 @@ use tower::ServiceExt;
 
 use crate::{
     envelope::META_KEY as PLAN_KEY,
+    error::{Again, Reached, Retry},
     names::APPROVE_TOOL,
     pipeline::{Call, CallError, Op, TypedStack, correlation_id, plan_for},
     policy::identity::Identity,
@@ -25,16 +26,19 @@ const CANCEL_GRACE: Duration = Duration::from_secs(2);
 #[derive(Debug)]
 pub enum Attempt {
     Succeeded(Value),
-    /// The tool answered with an error, or the call was refused; `transient` failures may be
-    /// retried (the upstream did not answer in time, or was unavailable).
+    /// The tool answered with an error, or the call was refused; `retry` says whether another
+    /// attempt may pass, and whether it may for a write (the call never got there).
     Failed {
         error: String,
         plan: Option<Value>,
-        transient: bool,
+        retry: Retry,
     },
-    /// Held for approval: the plan says who approves it (the same `ok` plan a held direct
-    /// call gets).
-    NeedsApproval(Value),
+    /// Held for approval as plan `id` (`None`: a nested gateway's plan that names none); the
+    /// plan says who approves it (the same `ok` plan a held direct call gets).
+    NeedsApproval {
+        id: Option<String>,
+        plan: Value,
+    },
     /// The run's caller has not connected their own account for `upstream` (a per-user
     /// credential): the node waits until they have, at `url`.
     NeedsConnect {
@@ -51,8 +55,11 @@ impl Attempt {
     /// A refusal or failure of the call, typed: its plan, and whether a retry may pass.
     fn from_error(e: &CallError, correlation_id: &str) -> Self {
         let plan = plan_for(e, correlation_id).to_value();
-        if matches!(e, CallError::ApprovalRequired { .. }) {
-            return Attempt::NeedsApproval(plan);
+        if let CallError::ApprovalRequired { plan: held } = e {
+            return Attempt::NeedsApproval {
+                id: Some(held.id.clone()),
+                plan,
+            };
         }
         if let CallError::Connect(r) = e
             && r.code == "credential_required"
@@ -66,7 +73,7 @@ impl Attempt {
         Attempt::Failed {
             error: e.wire_message(),
             plan: Some(plan),
-            transient: e.transient(),
+            retry: e.describe().retry(),
         }
     }
 }
@@ -118,7 +125,10 @@ pub async fn attempt(n: NodeCall) -> Attempt {
                 return Attempt::Failed {
                     error: format!("node timed out after {} ms", t.as_millis()),
                     plan: None,
-                    transient: true,
+                    retry: Retry {
+                        again: Again::Now,
+                        reached: Reached::Maybe,
+                    },
                 };
             }
         },
@@ -136,7 +146,10 @@ pub async fn attempt(n: NodeCall) -> Attempt {
 pub fn from_result(r: CallToolResult) -> Attempt {
     let plan = r.meta.as_ref().and_then(|m| m.0.get(PLAN_KEY)).cloned();
     if let Some(plan) = plan.as_ref().filter(|p| asks_approval(p)) {
-        return Attempt::NeedsApproval(plan.clone());
+        return Attempt::NeedsApproval {
+            id: plan_id(plan),
+            plan: plan.clone(),
+        };
     }
     if r.is_error == Some(true) {
         let error = plan
@@ -146,7 +159,7 @@ pub fn from_result(r: CallToolResult) -> Attempt {
         return Attempt::Failed {
             error,
             plan,
-            transient: false,
+            retry: Retry::NEVER,
         };
     }
     Attempt::Succeeded(output_of(&r))

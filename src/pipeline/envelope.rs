@@ -16,7 +16,6 @@ use super::{Call, CallError, Op, Target, TargetKind};
 use crate::{
     approval::PlanRefusal,
     envelope::{Action, META_KEY, Mode, Plan, PlanError, Status},
-    error::Classify,
     names::{APPROVE_TOOL, FIND_TOOLS},
     telemetry::metrics::Metrics,
 };
@@ -152,22 +151,7 @@ pub(super) fn wrap(
 /// Whether a `tools/call` outcome reaches the model as a tool result (something it can
 /// correct or wait out) rather than a JSON-RPC error.
 fn travels_as_result(e: &CallError) -> bool {
-    if let CallError::Connect(r) = e {
-        return !r.as_error;
-    }
-    !matches!(
-        e,
-        CallError::UnknownTool { .. }
-            | CallError::NotAuthorized { .. }
-            | CallError::UnknownPrompt { .. }
-            | CallError::UnknownResource { .. }
-            | CallError::UpstreamRefused { .. }
-            | CallError::Cancelled
-            | CallError::BadRequestState { .. }
-            | CallError::NoClientInput { .. }
-            | CallError::BadCursor
-            | CallError::UnknownTask
-    )
+    e.describe().travels == super::error::Travels::ToolResult
 }
 
 fn refusal_result(plan: &Plan, output_schema: bool, held: bool) -> CallToolResult {

@@ -9,7 +9,6 @@ use tower::Service;
 
 use super::{Call, CallFuture, Op, roundtrip::exchange::RoundTrip};
 use crate::{
-    error::Classify,
     pipeline::CallError,
     policy::trust::CallClass,
     telemetry::traces::{self, KeyValue, SpanKind, Status},

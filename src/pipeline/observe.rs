@@ -16,7 +16,6 @@ use super::{
 };
 use crate::{
     envelope::Mode,
-    error::Classify,
     names::shown,
     telemetry::{
         audit::{Audit, Record, hash_arguments},
@@ -174,7 +173,7 @@ impl Step for Observe {
                         method,
                         upstream = upstream_label,
                         tool = %tool_label,
-                        side = ?e.side(),
+                        side = ?e.describe().side,
                         "call failed: {e}"
                     );
                 }
@@ -190,7 +189,7 @@ impl Step for Observe {
                     r.guardrails = super::guard::findings(&result);
                     if let Err(e) = &result {
                         r.reason = Some(e.code());
-                        if e.is_refusal() {
+                        if e.describe().refusal {
                             r.decision = "refused";
                             r.outcome = "refused";
                         }

@@ -8,7 +8,7 @@ use super::{
     Call, CallFuture,
     step::{CallService, Step},
 };
-use crate::{error::Classify, pipeline::CallError, policy::retry::backoff};
+use crate::{error::Again, pipeline::CallError, policy::retry::backoff};
 
 /// Retry: repeat calls that are safe to repeat after transport failures.
 #[derive(Debug, Clone)]
@@ -48,7 +48,9 @@ impl Step for Retry {
                 });
                 match result {
                     Err(e)
-                        if e.retryable()
+                        // Only what may pass at once: a wait (`Again::Later`) would spend the
+                        // call's deadline; the breaker and limits say so to the caller instead.
+                        if e.describe().again == Again::Now
                             && attempt < policy.attempts
                             && !call.ct.is_cancelled() =>
                     {

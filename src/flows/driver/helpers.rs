@@ -54,7 +54,7 @@ pub(super) fn approval_outcome(event: crate::approval::events::PlanEvent) -> Att
     let failed = |error: String| Attempt::Failed {
         error,
         plan: None,
-        transient: false,
+        retry: crate::error::Retry::NEVER,
     };
     match event {
         PlanEvent::Ran { result: Ok(v), .. } => {
@@ -66,7 +66,7 @@ pub(super) fn approval_outcome(event: crate::approval::events::PlanEvent) -> Att
         PlanEvent::Ran { result: Err(e), .. } => Attempt::Failed {
             error: e.message,
             plan: e.plan,
-            transient: e.transient,
+            retry: e.retry,
         },
         // Not an outcome: the run runs the approved plan, and hears `Ran` after.
         PlanEvent::Approved { .. } => failed("approved, not yet run".into()),

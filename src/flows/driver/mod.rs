@@ -495,8 +495,8 @@ impl Driver {
                     output,
                 }
             }
-            Attempt::NeedsApproval(plan) => {
-                if let Some(id) = node::plan_id(&plan) {
+            Attempt::NeedsApproval { id, plan } => {
+                if let Some(id) = id {
                     self.run.engine.park(id, &self.run.record.run_id, node);
                 }
                 Event::NodeAwaitingApproval {
@@ -518,20 +518,20 @@ impl Driver {
             Attempt::Failed { .. } if self.run.ct.is_cancelled() => Event::NodeCancelled {
                 node: node.to_owned(),
             },
-            Attempt::Failed {
-                error,
-                plan,
-                transient,
-            } => {
+            Attempt::Failed { error, plan, retry } => {
                 let attempts = self.state.nodes.get(node).map_or(1, |n| n.attempts);
-                let retry = def.retry.filter(|r| transient && attempts < r.max_attempts);
-                match retry {
+                let policy = def
+                    .retry
+                    .filter(|r| retry.for_reads() && attempts < r.max_attempts);
+                match policy {
+                    // A write is tried again only when it never got to the upstream.
                     Some(r)
-                        if self
-                            .run
-                            .engine
-                            .classify(&def.tool)
-                            .is_some_and(|c| c.retry_safe) =>
+                        if retry.for_writes()
+                            || self
+                                .run
+                                .engine
+                                .classify(&def.tool)
+                                .is_some_and(|c| c.retry_safe) =>
                     {
                         let delay = backoff(r, attempts);
                         let (tx, n) = (self.tx.clone(), node.to_owned());

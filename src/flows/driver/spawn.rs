@@ -27,7 +27,7 @@ impl Driver {
                 attempt: Attempt::Failed {
                     error: "the flow engine has no call stack".into(),
                     plan: None,
-                    transient: false,
+                    retry: crate::error::Retry::NEVER,
                 },
             });
             return;
@@ -53,7 +53,7 @@ impl Driver {
                             "not replayed: a write the original run did not complete".into()
                         }),
                         plan: None,
-                        transient: false,
+                        retry: crate::error::Retry::NEVER,
                     },
                 };
                 let _ = tx.send(Msg::Done { node, attempt });
@@ -102,7 +102,7 @@ impl Driver {
                 _ => Attempt::Failed {
                     error: "the flow engine is shutting down".into(),
                     plan: None,
-                    transient: false,
+                    retry: crate::error::Retry::NEVER,
                 },
             };
             engine.metrics.node_seconds(started.elapsed());

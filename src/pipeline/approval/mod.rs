@@ -35,7 +35,6 @@ use crate::{
         shared::PlanStore,
     },
     envelope::{META_KEY, Plan, Safety, Status},
-    error::Classify,
     names::APPROVE_TOOL,
     policy::{identity::Identity, trust::Approval},
     stores::idempotency::META_KEY as IDEMPOTENCY_KEY,
@@ -253,14 +252,14 @@ fn is_approve(call: &Call) -> bool {
 fn ran_error(e: &CallError, correlation_id: &str) -> RanError {
     RanError {
         message: e.wire_message(),
-        transient: e.transient(),
+        retry: e.describe().retry(),
         plan: Some(envelope::plan_for(e, correlation_id).to_value()),
     }
 }
 
 /// Outcomes that mean the approved call never reached the upstream: its plan is given back.
 fn not_started(e: &CallError) -> bool {
-    e.never_reached_upstream()
+    e.describe().reached == crate::error::Reached::No
 }
 
 impl Approvals {

@@ -222,7 +222,7 @@ pub(super) fn outcome(
             id,
             result: Err(RanError {
                 message: first_text(r),
-                transient: false,
+                retry: crate::error::Retry::NEVER,
                 plan: r.meta.as_ref().and_then(|m| m.0.get(META_KEY)).cloned(),
             }),
         }),

@@ -1,5 +1,5 @@
-//! Typed failures of a call, classified once (side, retry), and their one translation to the
-//! wire.
+//! Typed failures of a call, described once (`describe`: code, side, retry, …), and their one
+//! translation to the wire.
 
 use std::time::Duration;
 
@@ -9,7 +9,6 @@ use serde_json::json;
 use crate::{
     approval::PlanRefusal,
     envelope::{Ask, Plan, Safety},
-    error::Classify,
     policy::{arguments::Problem, trust::TierRefusal},
     router::cursor::BadCursor,
     upstream::Phase,
@@ -451,72 +450,6 @@ impl CallError {
         }
     }
 
-    /// The call may succeed if tried again soon: the upstream did not answer in time, was not
-    /// there, or fedgate held it back for load. (Whether a retry is safe is the tool's class.)
-    pub fn transient(&self) -> bool {
-        match self {
-            CallError::Planned { cause, .. } => cause.transient(),
-            e => matches!(
-                e,
-                CallError::UpstreamTimeout { .. }
-                    | CallError::UpstreamUnavailable { .. }
-                    | CallError::UpstreamClosed { .. }
-                    | CallError::BreakerOpen { .. }
-                    | CallError::RateLimited { .. }
-                    | CallError::Busy { .. }
-                    | CallError::StoreUnavailable { .. }
-            ),
-        }
-    }
-
-    /// The call never reached the upstream: nothing happened there (an approved plan refused
-    /// this way is given back).
-    pub fn never_reached_upstream(&self) -> bool {
-        matches!(
-            self,
-            CallError::RateLimited { .. }
-                | CallError::BreakerOpen { .. }
-                | CallError::UpstreamUnavailable { .. }
-                | CallError::Busy { .. }
-                | CallError::FlowsElsewhere { .. }
-                | CallError::TooDeep { .. }
-                | CallError::NotAuthorized { .. }
-                | CallError::TierRefused { .. }
-                | CallError::IdempotencyConflict
-                | CallError::Staged(_)
-                | CallError::Connect(_)
-        ) || matches!(self, CallError::Guarded(r) if r.before_upstream())
-    }
-
-    /// Whether the gateway decided not to run the call (as opposed to the call failing).
-    pub fn is_refusal(&self) -> bool {
-        matches!(
-            self,
-            CallError::UnknownTool { .. }
-                | CallError::UnknownPrompt { .. }
-                | CallError::UnknownResource { .. }
-                | CallError::UnknownTask
-                | CallError::BadCursor
-                | CallError::BadRequestState { .. }
-                | CallError::Busy { .. }
-                | CallError::FlowsElsewhere { .. }
-                | CallError::NotAuthorized { .. }
-                | CallError::IdempotencyConflict
-                | CallError::TooDeep { .. }
-                | CallError::Hop(_)
-                | CallError::BreakerOpen { .. }
-                | CallError::RateLimited { .. }
-                | CallError::StoreUnavailable { .. }
-                | CallError::TierRefused { .. }
-                | CallError::InvalidArguments { .. }
-                | CallError::ApprovalRequired { .. }
-                | CallError::Plan(_)
-                | CallError::Guarded(_)
-                | CallError::Staged(_)
-                | CallError::Connect(_)
-        ) || matches!(self, CallError::Planned { cause, .. } if cause.is_refusal())
-    }
-
     /// Classifies an rmcp error from one upstream request.
     pub fn from_service(upstream: &str, e: rmcp::ServiceError) -> Self {
         let upstream = upstream.to_owned();
@@ -543,11 +476,12 @@ impl CallError {
     }
 }
 
-mod classify;
 mod connect;
+mod describe;
 mod stage;
 #[cfg(test)]
 mod tests;
 
 pub use connect::ConnectRefusal;
+pub use describe::Travels;
 pub use stage::StageRefusal;

@@ -1,4 +1,5 @@
 use super::*;
+use crate::error::{Again, Reached};
 
 /// Every kind of failure, as a client is told it and as its plan envelope says it: plain
 /// words, no Rust type or module paths, no Debug output, no source locations; the details
@@ -147,17 +148,52 @@ fn unknown_tools_suggest_the_closest_names_in_the_message() {
 }
 
 #[test]
-fn only_transport_failures_are_retried() {
+fn transport_failures_are_retried_at_once_and_held_back_calls_later_even_writes() {
     let closed = CallError::UpstreamClosed {
         upstream: "u".into(),
         uncertain: false,
     };
-    assert!(closed.retryable());
+    let d = closed.describe();
+    assert_eq!(d.again, Again::Now);
+    assert!(d.retry().for_reads() && !d.retry().for_writes(), "{d:?}");
     let refused = CallError::UpstreamRefused {
         upstream: "u".into(),
         error: Box::new(rmcp::ErrorData::invalid_params("no", None)),
         found: Vec::new(),
     };
-    assert!(!refused.retryable());
-    assert!(!CallError::Cancelled.retryable());
+    assert!(!refused.describe().retry().for_reads());
+    assert!(!CallError::Cancelled.describe().retry().for_reads());
+    // Held back before the upstream: worth another try later, a write too.
+    let limited = CallError::RateLimited {
+        rule: "r".into(),
+        retry_after: std::time::Duration::from_millis(5),
+    }
+    .describe();
+    assert_eq!(
+        (limited.again, limited.reached),
+        (Again::Later, Reached::No)
+    );
+    assert!(limited.retry().for_writes() && limited.refusal);
+}
+
+/// A planned error is its cause in every answer but the plan.
+#[test]
+fn a_planned_error_is_described_as_its_cause() {
+    let cause = CallError::UpstreamTimeout {
+        upstream: "u".into(),
+        after: std::time::Duration::from_secs(1),
+        uncertain: true,
+    };
+    let want = cause.describe();
+    let planned = CallError::Planned {
+        plan: Box::new(crate::envelope::Plan::new(
+            crate::envelope::Status::Error,
+            "c",
+        )),
+        cause: Box::new(cause),
+    };
+    assert_eq!(planned.describe(), want);
+    assert_eq!(want.travels, Travels::ToolResult);
+    let unknown = CallError::UnknownTask.describe();
+    assert_eq!(unknown.travels, Travels::ProtocolError);
 }

@@ -45,25 +45,29 @@ impl Browser {
     pub async fn start() -> Browser {
         let chromedriver = program("CHROMEDRIVER", "/usr/bin/chromedriver");
         let chromium = program("CHROMIUM", "/usr/bin/chromium");
-        let port = super::free_port();
+        // Port 0: chromedriver takes a free port itself and names it in its ready line
+        // ("ChromeDriver was started successfully on port N."), so no other test can take
+        // the port between a probe and chromedriver's bind.
         let mut driver = Command::new(chromedriver)
-            .arg(format!("--port={port}"))
+            .arg("--port=0")
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .expect("start chromedriver");
-        // Its ready line: "ChromeDriver was started successfully on port N."
         let stdout = driver.stdout.take().expect("chromedriver stdout");
         let mut lines = BufReader::new(stdout).lines();
-        loop {
+        let port: u16 = loop {
             let line = lines
                 .next()
                 .expect("chromedriver exited before it was ready")
                 .expect("chromedriver stdout");
-            if line.contains("started successfully") {
-                break;
+            if let Some(rest) = line.split("started successfully on port ").nth(1) {
+                break rest
+                    .trim_end_matches('.')
+                    .parse()
+                    .unwrap_or_else(|e| panic!("chromedriver's ready line {line:?}: {e}"));
             }
-        }
+        };
         std::thread::spawn(move || for _ in lines {});
         let profile = tempfile::tempdir().expect("profile dir");
         let http = reqwest::Client::new();
