@@ -76,7 +76,7 @@ pub async fn run(config: &Path, command: FlowsCommand) -> Result<ExitCode, CliEr
         )));
     }
     match command {
-        FlowsCommand::List => list(&snapshot),
+        FlowsCommand::List => list(&snapshot).await,
         FlowsCommand::Check => {
             let problems = with_engine(
                 &snapshot,
@@ -102,7 +102,7 @@ pub async fn run(config: &Path, command: FlowsCommand) -> Result<ExitCode, CliEr
                 Ok(ExitCode::FAILURE)
             }
         }
-        FlowsCommand::Show { run_id, json } => show(&snapshot, &run_id, json),
+        FlowsCommand::Show { run_id, json } => show(&snapshot, &run_id, json).await,
         FlowsCommand::Run { id, input, wait } => {
             let inputs: Value =
                 serde_json::from_str(&input).map_err(|e| format!("--input is not JSON: {e}"))?;
@@ -343,12 +343,14 @@ fn operator() -> Identity {
 }
 
 /// The run log the gateway of this config uses (it claims nothing: this process only reads).
-fn open_log(snapshot: &Snapshot) -> Result<Arc<dyn crate::flows::log::RunLog>, CliError> {
+async fn open_log(snapshot: &Snapshot) -> Result<Arc<dyn crate::flows::log::RunLog>, CliError> {
     let metrics = crate::telemetry::metrics::Metrics::new().map_err(CliError::from)?;
-    crate::flows::log::open(snapshot, "cli", &metrics.cluster, false).map_err(CliError::from)
+    crate::flows::log::open(snapshot, "cli", &metrics.cluster, false)
+        .await
+        .map_err(CliError::from)
 }
 
-fn list(snapshot: &Snapshot) -> Result<ExitCode, CliError> {
+async fn list(snapshot: &Snapshot) -> Result<ExitCode, CliError> {
     let naming = snapshot.gateway.naming();
     for f in &snapshot.flows.set.flows {
         println!(
@@ -362,13 +364,13 @@ fn list(snapshot: &Snapshot) -> Result<ExitCode, CliError> {
     for d in &snapshot.flows.set.problems {
         eprintln!("{d}");
     }
-    let log = open_log(snapshot)?;
-    let runs = log.runs(20).map_err(CliError::from)?;
+    let log = open_log(snapshot).await?;
+    let runs = log.runs(20).await.map_err(CliError::from)?;
     if !runs.is_empty() {
         println!("\nnewest runs:");
     }
     for r in runs {
-        let state = RunState::fold(&log.events(&r.run_id).map_err(CliError::from)?);
+        let state = RunState::fold(&log.events(&r.run_id).await.map_err(CliError::from)?);
         println!(
             "  {}  {:<20} {}{}",
             r.run_id,
@@ -386,13 +388,14 @@ fn list(snapshot: &Snapshot) -> Result<ExitCode, CliError> {
     })
 }
 
-fn show(snapshot: &Snapshot, run_id: &str, as_json: bool) -> Result<ExitCode, CliError> {
-    let log = open_log(snapshot)?;
+async fn show(snapshot: &Snapshot, run_id: &str, as_json: bool) -> Result<ExitCode, CliError> {
+    let log = open_log(snapshot).await?;
     let record = log
         .run(run_id)
+        .await
         .map_err(CliError::from)?
         .ok_or_else(|| format!("no run `{}`", crate::names::shown(run_id)))?;
-    let events = log.events(run_id).map_err(CliError::from)?;
+    let events = log.events(run_id).await.map_err(CliError::from)?;
     let state = RunState::fold(&events);
     if as_json {
         println!(
@@ -502,7 +505,7 @@ where
     F: FnOnce(Arc<Engine>) -> Fut,
     Fut: std::future::Future<Output = Result<T, CliError>>,
 {
-    let core = Core::new(snapshot)?;
+    let core = Core::new(snapshot).await?;
     core.start();
     core.pool().wait_settled(settle_bound(snapshot)).await;
     let _stack = core.stack(None);
@@ -519,10 +522,11 @@ where
     Fut: std::future::Future<Output = Result<(String, RunState), CliError>>,
 {
     let (run_id, state) = with_engine(snapshot, f).await?;
-    let log = open_log(snapshot)?;
-    let events = log.events(&run_id).map_err(CliError::from)?;
+    let log = open_log(snapshot).await?;
+    let events = log.events(&run_id).await.map_err(CliError::from)?;
     let flow = log
         .run(&run_id)
+        .await
         .map_err(CliError::from)?
         .map(|r| r.flow)
         .unwrap_or_default();

@@ -18,7 +18,7 @@ const DESCRIPTION_CHARS: usize = 60;
 
 pub async fn tools(path: &Path, json: bool) -> Result<ExitCode, CliError> {
     let snapshot = load(path)?;
-    let core = Core::new(&snapshot)?;
+    let core = Core::new(&snapshot).await?;
     core.start();
     let pool = core.pool();
     pool.wait_settled(settle_bound(&snapshot)).await;
@@ -149,7 +149,7 @@ pub async fn call(
                 .map_err(CliError::from)?
         }
     };
-    let core = Core::new(&snapshot)?;
+    let core = Core::new(&snapshot).await?;
     core.start();
     let pool = core.pool();
     pool.wait_settled(settle_bound(&snapshot)).await;

@@ -73,7 +73,7 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, CliErr
     } else if auth.anonymous.is_some() {
         tracing::info!("callers without credentials are accepted as `anonymous` with its roles");
     }
-    let core = Core::new(&snapshot)?;
+    let core = Core::new(&snapshot).await?;
     crate::server::core::report_flow_problems(&snapshot);
     core.adopt_credential_kinds(&snapshot).await;
     core.start();
@@ -176,7 +176,7 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, CliErr
     }
     close_all.cancel();
     if let Some(flows) = core.flows() {
-        flows.close();
+        flows.close().await;
     }
     stop(&pool).await;
     let _ = server.await;
@@ -202,7 +202,7 @@ pub async fn stdio(path: &Path, view: Option<&str>) -> Result<ExitCode, CliError
         ),
     };
     let _traces = start_tracing(&snapshot)?;
-    let core = Core::new(&snapshot)?;
+    let core = Core::new(&snapshot).await?;
     core.start();
     let pool = core.pool().clone();
     pool.wait_settled(settle_bound(&snapshot)).await;
@@ -239,7 +239,7 @@ pub async fn stdio(path: &Path, view: Option<&str>) -> Result<ExitCode, CliError
     };
     stop_watching.cancel();
     if let Some(flows) = core.flows() {
-        flows.close();
+        flows.close().await;
     }
     stop(&pool).await;
     Ok(result.map(|_| ExitCode::SUCCESS)?)

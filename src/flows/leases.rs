@@ -11,8 +11,7 @@ impl Engine {
     /// with a shared log on every lease tick). A run whose flow no longer loads stays as it is,
     /// reported.
     pub async fn resume_all(self: &Arc<Self>) {
-        let log = self.log.clone();
-        let ids = match log::blocking(move || log.claimable()).await {
+        let ids = match self.log.claimable().await {
             Ok(ids) => ids,
             Err(e) => return tracing::warn!("cannot read unfinished flow runs: {e}"),
         };
@@ -20,8 +19,7 @@ impl Engine {
             if self.live.contains_key(&id) {
                 continue;
             }
-            let (log, run) = (self.log.clone(), id.clone());
-            match log::blocking(move || log.claim(&run)).await {
+            match self.log.claim(&id).await {
                 Ok(log::Claimed::Yes { from }) => {
                     if let Some(from) = from {
                         self.metrics.lease_takeovers.inc();
@@ -29,8 +27,7 @@ impl Engine {
                     }
                     if let Err(e) = self.resume(&id).await {
                         tracing::warn!(run = %id, "flow run not resumed: {e}");
-                        let (log, run) = (self.log.clone(), id.clone());
-                        let _ = log::blocking(move || log.release(&run)).await;
+                        let _ = self.log.release(&id).await;
                     }
                 }
                 Ok(log::Claimed::No) => {}
@@ -65,8 +62,7 @@ impl Engine {
 
     async fn renew_leases(&self) {
         let held: Vec<String> = self.live.iter().map(|e| e.key().clone()).collect();
-        let log = self.log.clone();
-        match log::blocking(move || log.renew(&held)).await {
+        match self.log.renew(&held).await {
             Ok(lost) => {
                 for id in lost {
                     tracing::warn!(run = %id, "lost the lease on a flow run (another replica drives it now): stopping here");

@@ -229,17 +229,12 @@ impl Engine {
     /// The newest runs with their states: at most `limit` (and never more than
     /// [`log::MAX_RUNS_LISTED`]: each run's events are read to fold its state).
     pub async fn runs(&self, limit: usize) -> Result<Vec<(RunRecord, RunState)>, RunError> {
-        let log = self.log.clone();
-        tokio::task::spawn_blocking(move || -> Result<_, RunError> {
-            let runs = log.runs(limit)?;
-            runs.into_iter()
-                .map(|r| {
-                    let events = log.events(&r.run_id)?;
-                    Ok((r, RunState::fold(&events)))
-                })
-                .collect()
-        })
-        .await?
+        let mut out = Vec::new();
+        for r in self.log.runs(limit).await? {
+            let events = self.log.events(&r.run_id).await?;
+            out.push((r, RunState::fold(&events)));
+        }
+        Ok(out)
     }
 
     pub fn flows(&self) -> Vec<Arc<FlowDef>> {
@@ -396,8 +391,7 @@ impl Engine {
             created_ms: chrono::Utc::now().timestamp_millis(),
             replay_of,
         };
-        let (log, rec) = (self.log.clone(), record.clone());
-        log::blocking(move || log.create(&rec)).await?;
+        self.log.create(&record).await?;
         Ok(record)
     }
 
@@ -495,16 +489,13 @@ impl Engine {
 
     /// A run's record and events.
     pub async fn load(&self, run_id: &str) -> Result<(RunRecord, Vec<events::Stamped>), RunError> {
-        let log = self.log.clone();
-        let id = run_id.to_owned();
-        tokio::task::spawn_blocking(move || -> Result<_, RunError> {
-            let record = log
-                .run(&id)?
-                .ok_or_else(|| RunError::NoRun(crate::names::shown(&id)))?;
-            let events = log.events(&id)?;
-            Ok((record, events))
-        })
-        .await?
+        let record = self
+            .log
+            .run(run_id)
+            .await?
+            .ok_or_else(|| RunError::NoRun(crate::names::shown(run_id)))?;
+        let events = self.log.events(run_id).await?;
+        Ok((record, events))
     }
 
     /// Appends events to a run nothing drives (a cancellation, a rerun), stamped now.
@@ -513,10 +504,10 @@ impl Engine {
         run_id: &str,
         batch: Vec<events::Event>,
     ) -> Result<(), RunError> {
-        let (log, id) = (self.log.clone(), run_id.to_owned());
-        log::blocking(move || log.append(&id, chrono::Utc::now().timestamp_millis(), &batch))
-            .await
-            .map(|_| ())
+        self.log
+            .append(run_id, chrono::Utc::now().timestamp_millis(), &batch)
+            .await?;
+        Ok(())
     }
 
     /// A recorded output's value, an artifact read back (`None`: no output, or unreadable).
@@ -524,8 +515,7 @@ impl Engine {
         match o? {
             events::Output::Inline(v) => Some(v.clone()),
             events::Output::Artifact { id, .. } => {
-                let (log, id) = (self.log.clone(), id.clone());
-                let body = log::blocking(move || log.artifact(&id)).await.ok()??;
+                let body = self.log.artifact(id).await.ok()??;
                 serde_json::from_slice(&body).ok()
             }
         }
@@ -545,13 +535,14 @@ impl Engine {
     }
 
     /// Stops driving runs (at shutdown); they stay unfinished in the log, to resume.
-    pub fn close(&self) {
+    pub async fn close(&self) {
         self.stop.cancel();
         self.permits.close();
         // With a shared log, another replica takes the runs over now, not when leases run out.
         if self.log.lease().is_some() {
-            for live in self.live.iter() {
-                let _ = self.log.release(live.key());
+            let held: Vec<String> = self.live.iter().map(|l| l.key().clone()).collect();
+            for run in held {
+                let _ = self.log.release(&run).await;
             }
         }
     }

@@ -61,12 +61,12 @@ pub struct Core {
 const SESSION_SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Core {
-    pub fn new(snapshot: &Snapshot) -> Result<Arc<Self>, super::error::StartError> {
-        Self::with_own_tools(snapshot, OwnTools::default())
+    pub async fn new(snapshot: &Snapshot) -> Result<Arc<Self>, super::error::StartError> {
+        Self::with_own_tools(snapshot, OwnTools::default()).await
     }
 
     /// A gateway that also answers `own` tools itself.
-    pub fn with_own_tools(
+    pub async fn with_own_tools(
         snapshot: &Snapshot,
         own: OwnTools,
     ) -> Result<Arc<Self>, super::error::StartError> {
@@ -88,7 +88,8 @@ impl Core {
         let flows = match snapshot.flows.dir {
             Some(_) => Some(crate::flows::Engine::open(
                 &snapshot.flows,
-                crate::flows::log::open(snapshot, &snapshot.gateway.id, &metrics.cluster, true)?,
+                crate::flows::log::open(snapshot, &snapshot.gateway.id, &metrics.cluster, true)
+                    .await?,
                 auth.clone(),
                 metrics.flows.clone(),
                 TaskHandles::new(seal.clone()),

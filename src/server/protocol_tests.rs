@@ -16,7 +16,7 @@ async fn connect(
     rmcp::service::RunningService<rmcp::RoleClient, ()>,
 ) {
     let snapshot = crate::config::load_str("t.toml", toml).expect("valid config");
-    let core = Core::new(&snapshot).expect("core");
+    let core = Core::new(&snapshot).await.expect("core");
     core.start();
     let gateway = Gateway::new(
         core.mcp_parts(),

@@ -20,7 +20,8 @@ use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::{
     Resource,
     propagation::TraceContextPropagator,
-    trace::{Sampler, SdkTracerProvider},
+    runtime,
+    trace::{Sampler, SdkTracerProvider, span_processor_with_async_runtime::BatchSpanProcessor},
 };
 use rmcp::model::{ClientJsonRpcMessage, GetMeta};
 
@@ -72,13 +73,23 @@ pub struct TracingGuard(SdkTracerProvider);
 
 impl Drop for TracingGuard {
     fn drop(&mut self) {
-        if let Err(e) = self.0.shutdown() {
+        // Shutting down waits for the processor's last export, a task of the runtime: a worker
+        // that waits hands its other tasks over first (`block_in_place`), so the export runs.
+        let multi_thread = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        let done = match multi_thread {
+            true => tokio::task::block_in_place(|| self.0.shutdown()),
+            false => self.0.shutdown(),
+        };
+        if let Err(e) = done {
             tracing::warn!("trace export did not finish: {e}");
         }
     }
 }
 
-/// Installs the OTLP exporter as the global tracer provider.
+/// Installs the OTLP exporter as the global tracer provider; its batches are exported by a
+/// task of the current runtime with the async HTTP client (nothing blocks a worker). Call it
+/// from within the runtime.
 pub fn start(cfg: &TracingConfig) -> Result<TracingGuard, super::TelemetryError> {
     let mut builder = opentelemetry_otlp::SpanExporter::builder().with_http();
     if let Some(endpoint) = &cfg.endpoint {
@@ -93,7 +104,7 @@ pub fn start(cfg: &TracingConfig) -> Result<TracingGuard, super::TelemetryError>
         .build()
         .map_err(|e| super::TelemetryError::Traces(e.to_string()))?;
     let provider = SdkTracerProvider::builder()
-        .with_batch_exporter(exporter)
+        .with_span_processor(BatchSpanProcessor::builder(exporter, runtime::Tokio).build())
         .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
             cfg.sample_ratio,
         ))))

@@ -202,15 +202,15 @@ impl Driver {
             return Ok(());
         }
         let batch = std::mem::take(&mut self.staged);
-        let log = self.run.engine.log.clone();
-        let run_id = self.run.record.run_id.clone();
-        let took = self.run.engine.metrics.log_append.clone();
         let at_ms = chrono::Utc::now().timestamp_millis();
-        let stamped = super::log::blocking(move || {
-            let _timer = took.start_timer();
-            log.append(&run_id, at_ms, &batch)
-        })
-        .await?;
+        let timer = self.run.engine.metrics.log_append.start_timer();
+        let stamped = self
+            .run
+            .engine
+            .log
+            .append(&self.run.record.run_id, at_ms, &batch)
+            .await?;
+        drop(timer);
         for s in &stamped {
             self.state.seq = s.seq;
             self.observe(&s.event);
@@ -588,12 +588,11 @@ impl Driver {
         }
         let id = format!("{}/{node}/{}", self.run.record.run_id, self.state.seq + 1);
         let body = serde_json::to_vec(value)?;
-        let (log, run_id, art) = (
-            self.run.engine.log.clone(),
-            self.run.record.run_id.clone(),
-            id.clone(),
-        );
-        super::log::blocking(move || log.put_artifact(&run_id, &art, &body)).await?;
+        self.run
+            .engine
+            .log
+            .put_artifact(&self.run.record.run_id, &id, &body)
+            .await?;
         self.run.engine.metrics.artifact(bytes);
         Ok(Output::Artifact { id, bytes })
     }

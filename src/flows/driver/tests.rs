@@ -83,7 +83,7 @@ struct Bench {
 }
 
 /// An engine over `flows` (file name, text), bound to the fake stack.
-fn bench(flows: &[(&str, &str)]) -> Bench {
+async fn bench(flows: &[(&str, &str)]) -> Bench {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::create_dir(dir.path().join("flows")).expect("flows dir");
     for (name, text) in flows {
@@ -107,7 +107,9 @@ fn bench(flows: &[(&str, &str)]) -> Bench {
     );
     let metrics = Arc::new(crate::telemetry::metrics::Metrics::new().expect("metrics"));
     let seal = Arc::new(rmcp::model::RequestStateCodec::try_new(vec![7; 32]).expect("key"));
-    let log = crate::flows::log::open(&snapshot, "gw", &metrics.cluster, true).expect("run log");
+    let log = crate::flows::log::open(&snapshot, "gw", &metrics.cluster, true)
+        .await
+        .expect("run log");
     let engine = Engine::open(
         &snapshot.flows,
         log,
@@ -172,7 +174,7 @@ got = "{{b.output.from_a}}"
 
 #[tokio::test(start_paused = true)]
 async fn a_node_runs_once_its_dependencies_succeeded_and_a_false_condition_skips() {
-    let b = bench(&[("chain.toml", CHAIN)]);
+    let b = bench(&[("chain.toml", CHAIN)]).await;
     let (_, state) = run(&b, "chain", json!({"loud": false})).await;
     assert_eq!(state.finished, Some(RunStatus::Succeeded));
     assert_eq!(
@@ -202,7 +204,7 @@ tool = "demo__ok"
 
 #[tokio::test(start_paused = true)]
 async fn a_failed_node_skips_what_depends_on_it_and_the_run_is_partial() {
-    let b = bench(&[("broken.toml", BROKEN)]);
+    let b = bench(&[("broken.toml", BROKEN)]).await;
     let (_, state) = run(&b, "broken", json!({})).await;
     assert_eq!(state.node("a"), NodeStatus::Failed);
     assert_eq!(state.node("b"), NodeStatus::Skipped, "never called");
@@ -237,7 +239,7 @@ tool = "demo__slow"
 
 #[tokio::test(start_paused = true)]
 async fn ready_nodes_run_within_the_flows_parallelism() {
-    let b = bench(&[("wide.toml", WIDE)]);
+    let b = bench(&[("wide.toml", WIDE)]).await;
     let started = tokio::time::Instant::now();
     let (_, state) = run(&b, "wide", json!({})).await;
     assert_eq!(state.finished, Some(RunStatus::Succeeded));
@@ -256,7 +258,7 @@ async fn ready_nodes_run_within_the_flows_parallelism() {
 
 #[tokio::test(start_paused = true)]
 async fn a_cancelled_run_stops_its_running_nodes_and_starts_no_more() {
-    let b = bench(&[("wide.toml", WIDE)]);
+    let b = bench(&[("wide.toml", WIDE)]).await;
     let started = b
         .engine
         .start(
@@ -281,7 +283,7 @@ async fn a_cancelled_run_stops_its_running_nodes_and_starts_no_more() {
 
 #[tokio::test(start_paused = true)]
 async fn a_resumed_run_does_not_call_what_already_succeeded() {
-    let b = bench(&[("chain.toml", CHAIN)]);
+    let b = bench(&[("chain.toml", CHAIN)]).await;
     let (run_id, first) = run(&b, "chain", json!({"loud": true})).await;
     assert_eq!(first.finished, Some(RunStatus::Succeeded));
     let calls = b.seen.calls.lock().len();

@@ -1,6 +1,6 @@
-//! The run log: runs, their events and their artifacts, behind a small storage trait (SQLite
-//! here; a shared store for several replicas implements the same trait). Calls block: the
-//! engine makes them from `spawn_blocking`.
+//! The run log: runs, their events and their artifacts, behind a small async storage trait:
+//! SQLite for one process (its calls run on the blocking pool), PostgreSQL for replicas
+//! (an async client), so no call of the log blocks a runtime worker.
 
 use crate::flows::error::RunError;
 use std::sync::Arc;
@@ -74,7 +74,7 @@ impl From<serde_json::Error> for LogError {
 /// The run log of a config: PostgreSQL (shared, with leases) when `[cluster] postgres` is set,
 /// else the SQLite file of `[flows] db`. `replica` signs this process' claims on runs.
 /// `drive`: this process drives runs (a gateway, an in-process `flows run`), else it only reads.
-pub fn open(
+pub async fn open(
     snapshot: &crate::config::Snapshot,
     replica: &str,
     metrics: &crate::telemetry::cluster_metrics::ClusterMetrics,
@@ -84,6 +84,7 @@ pub fn open(
         Some(url) => {
             let owner = format!("{replica}/{:08x}", rand::random::<u32>());
             let log = PgLog::open(url.expose(), owner, snapshot.cluster.lease, metrics.clone())
+                .await
                 .map_err(|e| LogError(format!("[cluster] postgres: {e}")))?;
             Ok(Arc::new(log))
         }
@@ -91,29 +92,26 @@ pub fn open(
     }
 }
 
-/// Runs a run-log operation on a blocking thread (the log's calls block).
-pub async fn blocking<T, F>(f: F) -> Result<T, RunError>
-where
-    T: Send + 'static,
-    F: FnOnce() -> Result<T, LogError> + Send + 'static,
-{
-    Ok(tokio::task::spawn_blocking(f).await??)
-}
-
 /// What the engine needs of a run log.
+#[async_trait::async_trait]
 pub trait RunLog: Send + Sync + std::fmt::Debug {
     /// Records a new run (durably, before its caller hears of it).
-    fn create(&self, run: &RunRecord) -> Result<(), LogError>;
+    async fn create(&self, run: &RunRecord) -> Result<(), LogError>;
     /// Appends events in one transaction; returns them stamped.
-    fn append(&self, run_id: &str, at_ms: i64, events: &[Event]) -> Result<Vec<Stamped>, LogError>;
-    fn events(&self, run_id: &str) -> Result<Vec<Stamped>, LogError>;
-    fn run(&self, run_id: &str) -> Result<Option<RunRecord>, LogError>;
+    async fn append(
+        &self,
+        run_id: &str,
+        at_ms: i64,
+        events: &[Event],
+    ) -> Result<Vec<Stamped>, LogError>;
+    async fn events(&self, run_id: &str) -> Result<Vec<Stamped>, LogError>;
+    async fn run(&self, run_id: &str) -> Result<Option<RunRecord>, LogError>;
     /// Newest first, at most `limit` and never more than [`MAX_RUNS_LISTED`].
-    fn runs(&self, limit: usize) -> Result<Vec<RunRecord>, LogError>;
+    async fn runs(&self, limit: usize) -> Result<Vec<RunRecord>, LogError>;
     /// Runs without a final event, oldest first (resumed on start).
-    fn unfinished(&self) -> Result<Vec<String>, LogError>;
-    fn put_artifact(&self, run_id: &str, id: &str, body: &[u8]) -> Result<(), LogError>;
-    fn artifact(&self, id: &str) -> Result<Option<Vec<u8>>, LogError>;
+    async fn unfinished(&self) -> Result<Vec<String>, LogError>;
+    async fn put_artifact(&self, run_id: &str, id: &str, body: &[u8]) -> Result<(), LogError>;
+    async fn artifact(&self, id: &str) -> Result<Option<Vec<u8>>, LogError>;
 
     // A log several replicas share also says who drives which run: a replica claims a run
     // for a lease, renews it while it drives the run, and another replica may claim the run
@@ -128,20 +126,20 @@ pub trait RunLog: Send + Sync + std::fmt::Debug {
         None
     }
     /// Claims an unfinished run for this replica.
-    fn claim(&self, _run_id: &str) -> Result<Claimed, LogError> {
+    async fn claim(&self, _run_id: &str) -> Result<Claimed, LogError> {
         Ok(Claimed::Yes { from: None })
     }
     /// Renews this replica's claims on `run_ids`; answers the runs it no longer holds.
-    fn renew(&self, _run_ids: &[String]) -> Result<Vec<String>, LogError> {
+    async fn renew(&self, _run_ids: &[String]) -> Result<Vec<String>, LogError> {
         Ok(Vec::new())
     }
     /// Gives a run up (this replica stops driving it; another may claim it at once).
-    fn release(&self, _run_id: &str) -> Result<(), LogError> {
+    async fn release(&self, _run_id: &str) -> Result<(), LogError> {
         Ok(())
     }
     /// Unfinished runs nobody holds a live claim on, oldest first.
-    fn claimable(&self) -> Result<Vec<String>, LogError> {
-        self.unfinished()
+    async fn claimable(&self) -> Result<Vec<String>, LogError> {
+        self.unfinished().await
     }
 }
 

@@ -1,5 +1,5 @@
 //! The SQLite run log: one file (`[flows] db`), WAL, one connection; one process drives its
-//! runs (`sqlite_lock`).
+//! runs (`sqlite_lock`). Each call runs on the blocking pool.
 
 use std::{path::Path, sync::Arc};
 
@@ -12,6 +12,12 @@ use crate::flows::events::{Event, Stamped};
 /// The SQLite run log (WAL; one connection, writes serialized).
 #[derive(Debug)]
 pub struct SqliteLog {
+    db: Arc<Db>,
+}
+
+/// The file and its connection, as the blocking pool uses them.
+#[derive(Debug)]
+struct Db {
     db: Mutex<Connection>,
     path: std::path::PathBuf,
     /// Whether this process drives the log's runs (see `sqlite_lock`).
@@ -105,10 +111,88 @@ impl SqliteLog {
             }
         }
         Ok(Arc::new(Self {
-            db: Mutex::new(db),
-            path: path.to_owned(),
-            driver,
+            db: Arc::new(Db {
+                db: Mutex::new(db),
+                path: path.to_owned(),
+                driver,
+            }),
         }))
+    }
+
+    /// Runs `f` on the blocking pool.
+    async fn on_db<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Db) -> Result<T, LogError> + Send + 'static,
+    ) -> Result<T, LogError> {
+        let db = self.db.clone();
+        tokio::task::spawn_blocking(move || f(&db))
+            .await
+            .map_err(|e| LogError(format!("the run log's call did not finish: {e}")))?
+    }
+}
+
+#[async_trait::async_trait]
+impl RunLog for SqliteLog {
+    async fn create(&self, run: &RunRecord) -> Result<(), LogError> {
+        let run = run.clone();
+        self.on_db(move |d| d.create(&run)).await
+    }
+
+    async fn append(
+        &self,
+        run_id: &str,
+        at_ms: i64,
+        events: &[Event],
+    ) -> Result<Vec<Stamped>, LogError> {
+        let (run, events) = (run_id.to_owned(), events.to_vec());
+        self.on_db(move |d| d.append(&run, at_ms, &events)).await
+    }
+
+    async fn events(&self, run_id: &str) -> Result<Vec<Stamped>, LogError> {
+        let run = run_id.to_owned();
+        self.on_db(move |d| d.events(&run)).await
+    }
+
+    async fn run(&self, run_id: &str) -> Result<Option<RunRecord>, LogError> {
+        let run = run_id.to_owned();
+        self.on_db(move |d| d.run(&run)).await
+    }
+
+    async fn runs(&self, limit: usize) -> Result<Vec<RunRecord>, LogError> {
+        self.on_db(move |d| d.runs(limit)).await
+    }
+
+    async fn unfinished(&self) -> Result<Vec<String>, LogError> {
+        self.on_db(Db::unfinished).await
+    }
+
+    async fn put_artifact(&self, run_id: &str, id: &str, body: &[u8]) -> Result<(), LogError> {
+        let (run, id, body) = (run_id.to_owned(), id.to_owned(), body.to_vec());
+        self.on_db(move |d| d.put_artifact(&run, &id, &body)).await
+    }
+
+    async fn artifact(&self, id: &str) -> Result<Option<Vec<u8>>, LogError> {
+        let id = id.to_owned();
+        self.on_db(move |d| d.artifact(&id)).await
+    }
+
+    fn driven_elsewhere(&self) -> Option<LogError> {
+        (!self.db.driver.drives()).then(|| self.db.driver.refusal(&self.db.path))
+    }
+
+    // One process drives the file's runs (see `sqlite_lock`); any other claims none.
+    async fn claim(&self, _run_id: &str) -> Result<Claimed, LogError> {
+        Ok(match self.db.driver.drives() {
+            true => Claimed::Yes { from: None },
+            false => Claimed::No,
+        })
+    }
+
+    async fn claimable(&self) -> Result<Vec<String>, LogError> {
+        match self.db.driver.drives() {
+            true => self.unfinished().await,
+            false => Ok(Vec::new()),
+        }
     }
 }
 
@@ -124,7 +208,7 @@ fn record(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
     ))
 }
 
-impl RunLog for SqliteLog {
+impl Db {
     fn create(&self, run: &RunRecord) -> Result<(), LogError> {
         if !self.driver.drives() {
             return Err(self.driver.refusal(&self.path));
@@ -261,25 +345,6 @@ impl RunLog for SqliteLog {
             })
             .optional()?)
     }
-
-    fn driven_elsewhere(&self) -> Option<LogError> {
-        (!self.driver.drives()).then(|| self.driver.refusal(&self.path))
-    }
-
-    // One process drives the file's runs (see `sqlite_lock`); any other claims none.
-    fn claim(&self, _run_id: &str) -> Result<Claimed, LogError> {
-        Ok(match self.driver.drives() {
-            true => Claimed::Yes { from: None },
-            false => Claimed::No,
-        })
-    }
-
-    fn claimable(&self) -> Result<Vec<String>, LogError> {
-        match self.driver.drives() {
-            true => self.unfinished(),
-            false => Ok(Vec::new()),
-        }
-    }
 }
 
 #[cfg(test)]
@@ -309,8 +374,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_corrupt_run_log_is_refused_naming_the_file_and_a_second_opener_drives_nothing() {
+    #[tokio::test]
+    async fn a_corrupt_run_log_is_refused_naming_the_file_and_a_second_opener_drives_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let bad = dir.path().join("bad.db");
         std::fs::write(&bad, b"this is not an SQLite database, not at all, no").unwrap();
@@ -334,35 +399,37 @@ mod tests {
             "{why:?}"
         );
         let record = run_record("r", 1);
-        assert!(second.create(&record).is_err());
-        first.create(&record).unwrap();
-        assert!(second.append("r", 2, &[Event::RunReopened]).is_err());
-        assert_eq!(second.claim("r").unwrap(), Claimed::No);
-        assert!(second.claimable().unwrap().is_empty());
-        assert_eq!(first.claimable().unwrap(), vec!["r".to_owned()]);
+        assert!(second.create(&record).await.is_err());
+        first.create(&record).await.unwrap();
+        assert!(second.append("r", 2, &[Event::RunReopened]).await.is_err());
+        assert_eq!(second.claim("r").await.unwrap(), Claimed::No);
+        assert!(second.claimable().await.unwrap().is_empty());
+        assert_eq!(first.claimable().await.unwrap(), vec!["r".to_owned()]);
         // The driver gone, the next opener drives.
         drop(first);
         let third = SqliteLog::open(&path).unwrap();
         assert!(third.driven_elsewhere().is_none());
     }
 
-    #[test]
-    fn a_listing_returns_at_most_the_cap_however_many_are_asked_for() {
+    #[tokio::test]
+    async fn a_listing_returns_at_most_the_cap_however_many_are_asked_for() {
         let dir = tempfile::tempdir().unwrap();
         let log = SqliteLog::open(&dir.path().join("runs.db")).unwrap();
         for i in 0..=MAX_RUNS_LISTED {
-            log.create(&run_record(&format!("r{i}"), i as i64)).unwrap();
+            log.create(&run_record(&format!("r{i}"), i as i64))
+                .await
+                .unwrap();
         }
         for asked in [usize::MAX, 1 << 63, 1_000_000] {
-            assert_eq!(log.runs(asked).unwrap().len(), MAX_RUNS_LISTED);
+            assert_eq!(log.runs(asked).await.unwrap().len(), MAX_RUNS_LISTED);
         }
-        let newest = log.runs(2).unwrap();
+        let newest = log.runs(2).await.unwrap();
         assert_eq!(newest[0].run_id, format!("r{MAX_RUNS_LISTED}"));
         assert_eq!(newest.len(), 2);
     }
 
-    #[test]
-    fn events_append_in_order_and_fold_to_the_state() {
+    #[tokio::test]
+    async fn events_append_in_order_and_fold_to_the_state() {
         let dir = tempfile::tempdir().unwrap();
         let log = SqliteLog::open(&dir.path().join("runs.db")).unwrap();
         let caller = Caller {
@@ -381,8 +448,9 @@ mod tests {
             created_ms: 1,
             replay_of: None,
         })
+        .await
         .unwrap();
-        assert_eq!(log.unfinished().unwrap(), vec!["r1".to_owned()]);
+        assert_eq!(log.unfinished().await.unwrap(), vec!["r1".to_owned()]);
         log.append(
             "r1",
             10,
@@ -394,6 +462,7 @@ mod tests {
                 },
             ],
         )
+        .await
         .unwrap();
         let stamped = log
             .append(
@@ -411,15 +480,50 @@ mod tests {
                     },
                 ],
             )
+            .await
             .unwrap();
         assert_eq!(stamped.last().map(|s| s.seq), Some(4));
-        let state = RunState::fold(&log.events("r1").unwrap());
+        let state = RunState::fold(&log.events("r1").await.unwrap());
         assert_eq!(state.node("a"), NodeStatus::Succeeded);
         assert_eq!(state.nodes["a"].attempts, 1);
         assert_eq!(state.finished, Some(RunStatus::Succeeded));
-        assert!(log.unfinished().unwrap().is_empty());
-        assert_eq!(log.run("r1").unwrap().unwrap().caller, caller);
-        log.put_artifact("r1", "r1/a", b"big").unwrap();
-        assert_eq!(log.artifact("r1/a").unwrap().as_deref(), Some(&b"big"[..]));
+        assert!(log.unfinished().await.unwrap().is_empty());
+        assert_eq!(log.run("r1").await.unwrap().unwrap().caller, caller);
+        log.put_artifact("r1", "r1/a", b"big").await.unwrap();
+        assert_eq!(
+            log.artifact("r1/a").await.unwrap().as_deref(),
+            Some(&b"big"[..])
+        );
+    }
+
+    /// One runtime thread, and the file locked by another connection: the append waits for
+    /// the lock on the blocking pool while the runtime's other tasks run, and completes once
+    /// the lock is gone. A log that blocked the thread would run the append to its busy
+    /// timeout before anything else.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_locked_log_holds_up_only_the_call_that_writes_to_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runs.db");
+        let log = SqliteLog::open(&path).unwrap();
+        log.create(&run_record("r", 1)).await.unwrap();
+        let other = Connection::open(&path).unwrap();
+        other.execute_batch("BEGIN EXCLUSIVE").unwrap();
+        let writer = {
+            let log = log.clone();
+            tokio::spawn(async move { log.append("r", 2, &[Event::RunReopened]).await })
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let _ = tx.send(());
+        });
+        rx.await.unwrap();
+        assert!(
+            !writer.is_finished(),
+            "the append waits off the runtime's thread"
+        );
+        other.execute_batch("COMMIT").unwrap();
+        let stamped = writer.await.unwrap().unwrap();
+        assert_eq!(stamped.len(), 1);
+        assert_eq!(log.events("r").await.unwrap().len(), 1);
     }
 }
