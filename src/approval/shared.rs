@@ -5,22 +5,22 @@
 //! compare-and-set on the exact value it imported: of two replicas running the same approved
 //! plan at once, one write succeeds and the other is refused (`Used`). A plan is executed once.
 
+#[cfg(feature = "redis")]
 use std::sync::LazyLock;
 
+#[cfg(feature = "redis")]
 use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::{PendingPlan, PlanState, Plans};
-use crate::{
-    clock::now_ms,
-    stores::{
-        Cluster,
-        redis::{Redis, StoreDown},
-    },
+use crate::stores::{
+    Cluster,
+    redis::{Redis, StoreDown},
 };
 
 /// How long a finished plan stays to answer precisely ("used", "expired"), past its expiry.
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
 const KEEP_AFTER_MS: u64 = 60_000;
 
 /// A plan with every field (the admin API's form leaves out the arguments).
@@ -93,6 +93,7 @@ impl From<Stored> for PendingPlan {
 
 /// What a replica imported of one plan: the exact value its write-back must still find.
 #[derive(Debug, Clone)]
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
 pub struct Imported(Option<String>);
 
 impl Imported {
@@ -104,6 +105,7 @@ impl Imported {
 
 /// Sets `KEYS[1]` to `ARGV[2]` (expiring in `ARGV[3]` ms) only while it holds `ARGV[1]`
 /// (an empty `ARGV[1]`: only while it does not exist).
+#[cfg(feature = "redis")]
 static CAS: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(
         r"
@@ -123,6 +125,10 @@ pub struct SharedPlans {
     redis: Redis,
 }
 
+#[cfg(feature = "redis")]
+use crate::clock::now_ms;
+
+#[cfg(feature = "redis")]
 impl SharedPlans {
     pub fn new(redis: Redis) -> Self {
         Self { redis }
@@ -234,6 +240,30 @@ impl SharedPlans {
             .collect();
         plans.sort_by_key(|p| p.created_ms);
         Ok(plans)
+    }
+}
+
+/// Without the `redis` feature no `SharedPlans` is ever made (`Redis` cannot be).
+#[cfg(not(feature = "redis"))]
+impl SharedPlans {
+    pub fn new(redis: Redis) -> Self {
+        Self { redis }
+    }
+
+    pub async fn current(&self, _: &str) -> Result<Imported, StoreDown> {
+        self.redis.never()
+    }
+
+    pub async fn import(&self, _: &Plans, _: &str) -> Result<Imported, StoreDown> {
+        self.redis.never()
+    }
+
+    pub async fn write_back(&self, _: &Plans, _: &str, _: Imported) -> Result<bool, StoreDown> {
+        self.redis.never()
+    }
+
+    pub async fn pending(&self) -> Result<Vec<PendingPlan>, StoreDown> {
+        self.redis.never()
     }
 }
 

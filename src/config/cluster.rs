@@ -117,9 +117,28 @@ fn url(value: &str, schemes: &[&str], what: &str) -> Result<Secret, Invalid> {
     Ok(resolved)
 }
 
+/// Why a section this build cannot serve is refused.
+pub fn without_feature(feature: &str) -> String {
+    format!(
+        "this fedgate was built without the `{feature}` feature; build it with `cargo build --features {feature}` (it is on by default)"
+    )
+}
+
 /// Validates `[cluster]`; every problem is one message.
 pub fn validate(raw: RawCluster) -> Result<ClusterSettings, Vec<String>> {
     let mut errors = Vec::new();
+    for (set, feature, on) in [
+        (raw.redis.is_some(), "redis", cfg!(feature = "redis")),
+        (
+            raw.postgres.is_some(),
+            "postgres",
+            cfg!(feature = "postgres"),
+        ),
+    ] {
+        if set && !on {
+            errors.push(format!("[cluster] {feature}: {}", without_feature(feature)));
+        }
+    }
     let d = ClusterSettings::default();
     let mut take = |r: Result<Secret, Invalid>| r.map_err(|e| errors.push(e.0)).ok();
     let redis = raw
@@ -175,6 +194,8 @@ mod tests {
         }
     }
 
+    // The URL rules of a build that serves both backends (a leaner one refuses the sections).
+    #[cfg(all(feature = "redis", feature = "postgres"))]
     #[test]
     fn urls_with_passwords_must_be_secret_references() {
         let errors = validate(raw(Some("redis://:hunter2@10.0.0.1:6379"), None, None)).unwrap_err();
@@ -191,6 +212,8 @@ mod tests {
         assert!(ok.describe()[3].contains("per replica (SQLite)"));
     }
 
+    // The URL rules of a build that serves both backends (a leaner one refuses the sections).
+    #[cfg(all(feature = "redis", feature = "postgres"))]
     #[test]
     fn wrong_schemes_modes_and_missing_references_are_refused() {
         let e = validate(raw(Some("http://127.0.0.1:6379"), None, None)).unwrap_err();
@@ -207,5 +230,39 @@ mod tests {
         let d = validate(RawCluster::default()).unwrap();
         assert!(d.redis.is_none() && d.postgres.is_none());
         assert!(d.describe().iter().all(|l| l.contains("per replica")));
+    }
+
+    /// A backend is served exactly when its feature is built: otherwise the section is
+    /// refused at load, naming the feature to build with.
+    #[test]
+    fn a_backend_this_build_lacks_is_refused_naming_its_feature() {
+        let both = validate(raw(
+            Some("redis://127.0.0.1:6379/"),
+            Some("postgres://fedgate@127.0.0.1/runs"),
+            None,
+        ));
+        let lacking: Vec<&str> = [
+            ("redis", cfg!(feature = "redis")),
+            ("postgres", cfg!(feature = "postgres")),
+        ]
+        .into_iter()
+        .filter(|(_, on)| !on)
+        .map(|(f, _)| f)
+        .collect();
+        match both {
+            Ok(s) => {
+                assert!(lacking.is_empty(), "{lacking:?} accepted");
+                assert!(s.redis.is_some() && s.postgres.is_some());
+            }
+            Err(errors) => {
+                assert_eq!(errors.len(), lacking.len(), "{errors:?}");
+                for (e, f) in errors.iter().zip(&lacking) {
+                    assert!(
+                        e.contains(&format!("built without the `{f}` feature")),
+                        "{e}"
+                    );
+                }
+            }
+        }
     }
 }

@@ -351,7 +351,10 @@ impl UserCredentials {
         metrics: CredentialMetrics,
     ) -> Result<Self, CredentialError> {
         let store: Arc<dyn CredentialStore> = match redis {
+            #[cfg(feature = "redis")]
             Some(r) => Arc::new(store::redis::RedisCredentials(r)),
+            #[cfg(not(feature = "redis"))]
+            Some(r) => r.never(),
             None => Arc::new(store::SqliteCredentials::open(path)?),
         };
         Ok(Self::new(sealer, store, public_url, metrics))

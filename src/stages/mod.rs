@@ -4,7 +4,20 @@
 //! or Redis with `[cluster]`), moved only by the transitions the workflow allows, each move
 //! audited. Tools no state names are not gated.
 
+#[cfg(feature = "redis")]
 mod cluster_moves;
+/// Without the `redis` feature there are no other replicas to tell.
+#[cfg(not(feature = "redis"))]
+mod cluster_moves {
+    impl super::Stages {
+        pub(super) fn publish(&self, _: &super::Bound) {}
+        pub fn listen_to_replicas(
+            self: &std::sync::Arc<Self>,
+            _: tokio_util::sync::CancellationToken,
+        ) {
+        }
+    }
+}
 mod gate;
 pub use crate::stores::stages as store;
 mod tools;
@@ -41,6 +54,7 @@ pub struct Bound {
 
 /// The workflows, their store, and which session works in which workspace.
 #[derive(Debug)]
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
 pub struct Stages {
     machines: ArcSwap<std::collections::BTreeMap<String, Arc<Machine>>>,
     store: Arc<dyn StageStore>,
@@ -71,7 +85,10 @@ impl Stages {
             return Ok(None);
         }
         let store: Arc<dyn StageStore> = match &cluster.redis {
+            #[cfg(feature = "redis")]
             Some(r) => Arc::new(store::redis::RedisStages(r.clone())),
+            #[cfg(not(feature = "redis"))]
+            Some(r) => r.never(),
             None => Arc::new(store::SqliteStages::open(&settings.db)?),
         };
         Ok(Some(Arc::new(Self {

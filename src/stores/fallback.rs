@@ -153,7 +153,7 @@ impl<S: ?Sized> Store<S> {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "redis"))]
 mod tests {
     use super::*;
     use crate::{config::cluster::ClusterSettings, telemetry::cluster_metrics::ClusterMetrics};

@@ -21,6 +21,10 @@ pub mod credentials;
 pub mod fallback;
 pub mod idempotency;
 pub mod rate_limits;
+#[cfg(feature = "redis")]
+pub mod redis;
+#[cfg(not(feature = "redis"))]
+#[path = "redis_absent.rs"]
 pub mod redis;
 pub mod stages;
 

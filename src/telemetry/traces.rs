@@ -16,13 +16,7 @@ use opentelemetry::{
     propagation::{Extractor, Injector, TextMapPropagator},
     trace::TraceContextExt,
 };
-use opentelemetry_otlp::{Protocol, WithExportConfig};
-use opentelemetry_sdk::{
-    Resource,
-    propagation::TraceContextPropagator,
-    runtime,
-    trace::{Sampler, SdkTracerProvider, span_processor_with_async_runtime::BatchSpanProcessor},
-};
+use opentelemetry_sdk::{propagation::TraceContextPropagator, trace::SdkTracerProvider};
 use rmcp::model::{ClientJsonRpcMessage, GetMeta};
 
 pub use opentelemetry::{
@@ -38,6 +32,15 @@ pub const BAGGAGE: &str = "baggage";
 
 /// The instrumentation scope of fedgate's spans.
 const SCOPE: &str = "fedgate";
+
+/// How spans are encoded over OTLP/HTTP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// `http/protobuf`
+    Protobuf,
+    /// `http/json`
+    Json,
+}
 
 /// `[tracing]` after validation.
 #[derive(Debug, Clone, PartialEq)]
@@ -90,15 +93,28 @@ impl Drop for TracingGuard {
 /// Installs the OTLP exporter as the global tracer provider; its batches are exported by a
 /// task of the current runtime with the async HTTP client (nothing blocks a worker). Call it
 /// from within the runtime.
+#[cfg(feature = "otlp")]
 pub fn start(cfg: &TracingConfig) -> Result<TracingGuard, super::TelemetryError> {
+    use opentelemetry_otlp::WithExportConfig;
+    use opentelemetry_sdk::{
+        Resource, runtime,
+        trace::{Sampler, span_processor_with_async_runtime::BatchSpanProcessor},
+    };
     let mut builder = opentelemetry_otlp::SpanExporter::builder().with_http();
     if let Some(endpoint) = &cfg.endpoint {
         builder = builder.with_endpoint(format!("{}/v1/traces", endpoint.trim_end_matches('/')));
     }
-    if let Some(p) = cfg.protocol {
-        builder = builder.with_protocol(p);
-    } else if std::env::var_os("OTEL_EXPORTER_OTLP_PROTOCOL").is_none() {
-        builder = builder.with_protocol(Protocol::HttpBinary);
+    match cfg.protocol {
+        Some(Protocol::Json) => {
+            builder = builder.with_protocol(opentelemetry_otlp::Protocol::HttpJson)
+        }
+        Some(Protocol::Protobuf) => {
+            builder = builder.with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+        }
+        None if std::env::var_os("OTEL_EXPORTER_OTLP_PROTOCOL").is_none() => {
+            builder = builder.with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+        }
+        None => {}
     }
     let exporter = builder
         .build()
@@ -125,6 +141,14 @@ pub fn start(cfg: &TracingConfig) -> Result<TracingGuard, super::TelemetryError>
         "exporting traces over OTLP/HTTP"
     );
     Ok(TracingGuard(provider))
+}
+
+/// A build without the `otlp` feature exports nothing: asking for it is an error at start.
+#[cfg(not(feature = "otlp"))]
+pub fn start(_cfg: &TracingConfig) -> Result<TracingGuard, super::TelemetryError> {
+    Err(super::TelemetryError::Traces(
+        crate::config::cluster::without_feature("otlp"),
+    ))
 }
 
 /// Set by [`start`]: whether spans are recorded at all.

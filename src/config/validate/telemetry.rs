@@ -7,14 +7,23 @@ pub(super) fn validate_tracing(
     cx: &mut Ctx<'_>,
     t: toml::Spanned<crate::config::RawTracing>,
 ) -> Option<TracingConfig> {
-    use opentelemetry_otlp::Protocol;
+    use crate::telemetry::traces::Protocol;
     let at = t.span().start;
     let t = t.into_inner();
     let before = cx.errors.len();
+    if !cfg!(feature = "otlp") {
+        cx.err_at(
+            at,
+            format!(
+                "[tracing]: {}",
+                crate::config::cluster::without_feature("otlp")
+            ),
+        );
+    }
     let protocol = match t.protocol.as_deref() {
         None => None,
-        Some("http/protobuf") => Some(Protocol::HttpBinary),
-        Some("http/json") => Some(Protocol::HttpJson),
+        Some("http/protobuf") => Some(Protocol::Protobuf),
+        Some("http/json") => Some(Protocol::Json),
         Some(other) => {
             cx.err_at(
                 at,

@@ -10,10 +10,12 @@ use serde_json::Value;
 
 use super::events::{Event, Stamped};
 
+#[cfg(feature = "postgres")]
 mod postgres;
 mod sqlite;
 mod sqlite_lock;
 
+#[cfg(feature = "postgres")]
 pub use postgres::PgLog;
 pub use sqlite::SqliteLog;
 
@@ -81,12 +83,19 @@ pub async fn open(
     drive: bool,
 ) -> Result<Arc<dyn RunLog>, RunError> {
     match &snapshot.cluster.postgres {
+        #[cfg(feature = "postgres")]
         Some(url) => {
             let owner = format!("{replica}/{:08x}", rand::random::<u32>());
             let log = PgLog::open(url.expose(), owner, snapshot.cluster.lease, metrics.clone())
                 .await
                 .map_err(|e| LogError(format!("[cluster] postgres: {e}")))?;
             Ok(Arc::new(log))
+        }
+        // Refused at load (`config::cluster`); kept for a snapshot made otherwise.
+        #[cfg(not(feature = "postgres"))]
+        Some(_) => {
+            let _ = (replica, metrics);
+            Err(LogError(crate::config::cluster::without_feature("postgres")).into())
         }
         None => Ok(SqliteLog::open_as(&snapshot.flows.db, drive)?),
     }

@@ -2,6 +2,7 @@
 //! states already used (a `state` opens one page submission, once). SQLite here, beside the
 //! run log; Redis with `[cluster] redis` (`redis`), so every replica uses them.
 
+#[cfg(feature = "redis")]
 pub mod redis;
 
 use crate::stores::StoreError;

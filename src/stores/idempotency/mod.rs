@@ -5,7 +5,20 @@
 //! idempotency step holds it behind `stores::Store` and never branches on which.
 
 pub mod local;
+#[cfg(feature = "redis")]
 pub mod redis;
+/// Without the `redis` feature there is no shared lead to finish.
+#[cfg(not(feature = "redis"))]
+pub mod redis {
+    #[derive(Debug)]
+    pub struct SharedLead(std::convert::Infallible);
+
+    impl SharedLead {
+        pub async fn finish(self, _: &rmcp::model::ServerResult) {
+            match self.0 {}
+        }
+    }
+}
 
 use std::time::Duration;
 
@@ -47,11 +60,21 @@ impl SharedRecords for ThisReplica {
     }
 }
 
+#[cfg(feature = "redis")]
+fn shared(r: super::redis::Redis) -> std::sync::Arc<dyn SharedRecords> {
+    std::sync::Arc::new(redis::InRedis(r))
+}
+
+#[cfg(not(feature = "redis"))]
+fn shared(r: super::redis::Redis) -> std::sync::Arc<dyn SharedRecords> {
+    r.never()
+}
+
 /// The records store of `cluster`.
 pub fn store(cluster: &super::Cluster) -> super::Store<dyn SharedRecords> {
     cluster.store(
         std::sync::Arc::new(ThisReplica),
-        |r| std::sync::Arc::new(redis::InRedis(r)),
+        shared,
         "idempotency",
         "idempotency records",
     )

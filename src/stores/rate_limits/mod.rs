@@ -2,6 +2,7 @@
 //! Redis for every replica at once ([`redis::InRedis`]); the pipeline's rate-limit step holds
 //! one [`RateLimitStore`] behind `stores::Store` and never branches on which.
 
+#[cfg(feature = "redis")]
 pub mod redis;
 
 use crate::policy::rate_limit::{Limited, RateLimits};
@@ -27,11 +28,21 @@ pub trait RateLimitStore: Send + Sync + std::fmt::Debug {
     ) -> Result<Result<(), Limited>, StoreDown>;
 }
 
+#[cfg(feature = "redis")]
+fn shared(r: super::redis::Redis) -> std::sync::Arc<dyn RateLimitStore> {
+    std::sync::Arc::new(redis::InRedis(r))
+}
+
+#[cfg(not(feature = "redis"))]
+fn shared(r: super::redis::Redis) -> std::sync::Arc<dyn RateLimitStore> {
+    r.never()
+}
+
 /// The rate-limit store of `cluster`.
 pub fn store(cluster: &super::Cluster) -> super::Store<dyn RateLimitStore> {
     cluster.store(
         std::sync::Arc::new(PerReplica),
-        |r| std::sync::Arc::new(redis::InRedis(r)),
+        shared,
         "rate_limits",
         "rate limits",
     )

@@ -2,6 +2,7 @@
 //! move with who made it, why and on which record. SQLite here; Redis for
 //! `[cluster] redis` (`redis`), so every replica sees the same stage.
 
+#[cfg(feature = "redis")]
 pub mod redis;
 
 use crate::stores::StoreError;
