@@ -147,7 +147,7 @@ pub fn start(cfg: &TracingConfig) -> Result<TracingGuard, super::TelemetryError>
 #[cfg(not(feature = "otlp"))]
 pub fn start(_cfg: &TracingConfig) -> Result<TracingGuard, super::TelemetryError> {
     Err(super::TelemetryError::Traces(
-        crate::config::cluster::without_feature("otlp"),
+        "this fedgate was built without the `otlp` feature; build it with `cargo build --features otlp` (it is on by default)".into(),
     ))
 }
 
