@@ -29,4 +29,4 @@ npm ci --prefix tests/node --no-audit --no-fund --loglevel=error
 venv=tests/clients/python/.venv
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/pip" install --quiet --disable-pip-version-check -r tests/clients/python/requirements.txt
-cargo test "$@"
+cargo test --workspace "$@"

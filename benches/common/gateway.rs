@@ -9,8 +9,20 @@ use std::{
 };
 
 pub const FEDGATE: &str = env!("CARGO_BIN_EXE_fedgate");
-/// The demo with its test modes (`--filler-tools`, `--start-delay-ms`).
-pub const TESTKIT: &str = env!("CARGO_BIN_EXE_fedgate-testkit");
+/// The demo with its test modes (`--filler-tools`, `--start-delay-ms`): the workspace's
+/// `fedgate-testkit`, built beside `fedgate` in the same profile when a benchmark starts.
+pub static TESTKIT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let built = Command::new(cargo)
+        .args(["build", "--release", "--quiet", "-p", "fedgate-testkit"])
+        .status();
+    assert!(
+        built.is_ok_and(|s| s.success()),
+        "cannot build fedgate-testkit"
+    );
+    let path = std::path::Path::new(FEDGATE).with_file_name("fedgate-testkit");
+    path.to_string_lossy().into_owned()
+});
 
 pub fn env_num(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -69,8 +81,9 @@ pub fn demo_upstreams(n: usize, prefix: &str, args: impl Fn(usize) -> String) ->
     (0..n)
         .map(|i| {
             format!(
-                "[upstreams.{prefix}{i}]\nkind = \"stdio\"\ncommand = {TESTKIT:?}\nargs = [\"demo-upstream\", \"--faults\", \"--name\", \"{prefix}{i}\"{}]\nera = \"legacy\"\n\n",
-                args(i)
+                "[upstreams.{prefix}{i}]\nkind = \"stdio\"\ncommand = {testkit:?}\nargs = [\"demo-upstream\", \"--faults\", \"--name\", \"{prefix}{i}\"{}]\nera = \"legacy\"\n\n",
+                args(i),
+                testkit = *TESTKIT
             )
         })
         .collect()

@@ -13,7 +13,7 @@ mod import;
 mod inspect;
 mod plans;
 mod replace_file;
-mod serve;
+pub mod serve;
 mod startup_pages;
 
 use std::{path::PathBuf, process::ExitCode};

@@ -185,6 +185,22 @@ pub async fn serve(path: &Path, listen: Option<&str>) -> Result<ExitCode, CliErr
 }
 
 pub async fn stdio(path: &Path, view: Option<&str>) -> Result<ExitCode, CliError> {
+    alone(path, view, |gateway| async move {
+        crate::server::stdio::serve(gateway)
+            .await
+            .map_err(CliError::from)
+    })
+    .await
+}
+
+/// Runs the gateway on the config at `path` with `front` as its only front end, until `front`
+/// ends or a signal comes: `fedgate stdio`, and the transport tests' reference edge (rmcp's own
+/// Streamable HTTP service over the same handler, `fedgate-testkit rmcp-edge`).
+pub async fn alone<F, Fut>(path: &Path, view: Option<&str>, front: F) -> Result<ExitCode, CliError>
+where
+    F: FnOnce(Gateway) -> Fut,
+    Fut: std::future::Future<Output = Result<(), CliError>>,
+{
     let snapshot = load(path)?;
     let scope = match view {
         None => None,
@@ -234,7 +250,7 @@ pub async fn stdio(path: &Path, view: Option<&str>) -> Result<ExitCode, CliError
         tokio::spawn(reloader.on_file_change(stop_watching.clone()));
     }
     let result = tokio::select! {
-        r = crate::server::stdio::serve(gateway) => r,
+        r = front(gateway) => r,
         _ = wait_for_signal() => Ok(()),
     };
     stop_watching.cancel();
@@ -242,7 +258,7 @@ pub async fn stdio(path: &Path, view: Option<&str>) -> Result<ExitCode, CliError
         flows.close().await;
     }
     stop(&pool).await;
-    Ok(result.map(|_| ExitCode::SUCCESS)?)
+    result.map(|()| ExitCode::SUCCESS)
 }
 
 /// Starts the OTLP exporter when tracing is configured; it flushes when the guard drops.

@@ -54,6 +54,7 @@ mod third_party;
 mod tiers;
 mod token_injection;
 mod traces;
+mod transport_corpus;
 mod trust_boundary;
 mod upstream_health;
 mod upstream_tls;

@@ -36,8 +36,17 @@ fn install_crypto_provider() {
 }
 
 pub const FEDGATE: &str = env!("CARGO_BIN_EXE_fedgate");
-/// The test servers the product does not ship (the conformance fixture).
-pub const TESTKIT: &str = env!("CARGO_BIN_EXE_fedgate-testkit");
+/// The test servers the product does not ship (`testkit/`): built beside `fedgate` by
+/// `cargo test --workspace` (scripts/test.sh).
+pub static TESTKIT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let path = std::path::Path::new(FEDGATE).with_file_name("fedgate-testkit");
+    assert!(
+        path.is_file(),
+        "{} is missing: run the tests with `cargo test --workspace` (scripts/test.sh)",
+        path.display()
+    );
+    path.to_string_lossy().into_owned()
+});
 
 /// A free loopback port (bound then released; the OS does not hand it out again at once).
 pub fn free_port() -> u16 {
@@ -59,7 +68,7 @@ pub fn stdio_upstream(name: &str, extra_args: &[&str], extra_toml: &str) -> Stri
     args.extend(extra_args.iter().map(|s| s.to_string()));
     format!(
         "[upstreams.{name}]\nkind = \"stdio\"\ncommand = {cmd:?}\nargs = {args:?}\n{extra_toml}\n",
-        cmd = TESTKIT
+        cmd = *TESTKIT
     )
 }
 
@@ -77,12 +86,12 @@ impl UrlProcess {
 
     /// A `fedgate-testkit` subcommand (the demo with its test modes, the guardrail service).
     pub fn testkit(args: &[&str]) -> UrlProcess {
-        Self::start_program(TESTKIT, args)
+        Self::start_program(&TESTKIT, args)
     }
 
     /// The conformance fixture of `fedgate-testkit`.
     pub fn fixture() -> UrlProcess {
-        Self::start_program(TESTKIT, &["conformance-fixture", "--http", "127.0.0.1:0"])
+        Self::start_program(&TESTKIT, &["conformance-fixture", "--http", "127.0.0.1:0"])
     }
 
     /// Any program whose first stdout line names its URL.

@@ -2,10 +2,12 @@
 //! fixture (`conformance-fixture --http ADDR`: the tools, prompts and resources the official
 //! conformance suite calls, in both protocol eras), the demo upstream with its test modes
 //! (`demo-upstream`: the product's flags plus slow or failing starts, crashes, changed
-//! definitions, bearer and OAuth gates, filler catalogues) and the guardrail hook service
-//! (`demo-guardrail`). It is a binary of its own so that `fedgate` offers none of it.
+//! definitions, bearer and OAuth gates, filler catalogues), the guardrail hook service
+//! (`demo-guardrail`) and fedgate's own handler behind rmcp's transport (`rmcp-edge`). It is a
+//! crate of its own so that installing `fedgate` installs none of it.
 
 mod fixture;
+mod rmcp_edge;
 
 use std::process::ExitCode;
 
@@ -29,6 +31,9 @@ enum Command {
     DemoUpstream(Box<DemoUpstream>),
     /// Run the demo guardrail service (answers the guardrail hook protocol).
     DemoGuardrail(fedgate::demo::guardrail::GuardrailArgs),
+    /// Serve a gateway config through rmcp's Streamable HTTP service (the transport tests'
+    /// reference).
+    RmcpEdge(rmcp_edge::EdgeArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -70,6 +75,7 @@ fn main() -> ExitCode {
             Command::DemoGuardrail(args) => fedgate::demo::guardrail::run(args)
                 .await
                 .map_err(|e| e.to_string()),
+            Command::RmcpEdge(args) => rmcp_edge::run(args).await.map_err(|e| e.to_string()),
         }
     });
     match result {
