@@ -3,6 +3,7 @@
 //! held-back tool definitions and their acceptance, the effective config with secrets redacted,
 //! and `/metrics`.
 
+use crate::server::api_error::ApiError;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -102,10 +103,7 @@ impl Admin {
             return page;
         }
         if !self.authorized(&req) {
-            let mut r = json(
-                StatusCode::UNAUTHORIZED,
-                &json!({"error": "admin token required"}),
-            );
+            let mut r = ApiError::new(StatusCode::UNAUTHORIZED, "admin token required").response();
             r.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
                 header::HeaderValue::from_static(r#"Bearer realm="fedgate-admin""#),
@@ -125,10 +123,7 @@ impl Admin {
         let method = head.method;
         let path = head.uri.path();
         let Some(decoded) = segments(path) else {
-            return json(
-                StatusCode::BAD_REQUEST,
-                &json!({"error": "a path segment is not percent-encoded UTF-8"}),
-            );
+            return ApiError::bad_request("a path segment is not percent-encoded UTF-8").response();
         };
         let parts: Vec<&str> = decoded.iter().map(String::as_str).collect();
         let query = head.uri.query().unwrap_or("");
@@ -144,17 +139,17 @@ impl Admin {
         if parts.starts_with(&["admin", "tools"]) {
             return super::admin_tools::route(&self.parts, &method, &parts, query, &body)
                 .await
-                .unwrap_or_else(|| json(StatusCode::NOT_FOUND, &json!({"error": "unknown"})));
+                .unwrap_or_else(|| ApiError::not_found("unknown").response());
         }
         if parts.starts_with(&["admin", "credentials"]) {
             return super::admin_credentials::route(&self.parts, &method, &parts)
                 .await
-                .unwrap_or_else(|| json(StatusCode::NOT_FOUND, &json!({"error": "unknown"})));
+                .unwrap_or_else(|| ApiError::not_found("unknown").response());
         }
         if parts.starts_with(&["admin", "flows"]) {
             return super::admin_flows::route(&self.parts, &method, &parts, query, &body)
                 .await
-                .unwrap_or_else(|| json(StatusCode::NOT_FOUND, &json!({"error": "unknown"})));
+                .unwrap_or_else(|| ApiError::not_found("unknown").response());
         }
         match (method, parts.as_slice()) {
             (Method::GET, ["admin", "upstreams"]) => {
@@ -189,10 +184,7 @@ impl Admin {
                             &json!({"upstream": name, "breaker": "closed"}),
                         )
                     }
-                    None => json(
-                        StatusCode::NOT_FOUND,
-                        &json!({"error": format!("no upstream `{name}`")}),
-                    ),
+                    None => ApiError::not_found(format!("no upstream `{name}`")).response(),
                 }
             }
             (Method::GET, ["admin", "pins"]) => {
@@ -228,10 +220,12 @@ impl Admin {
                     StatusCode::OK,
                     &json!({"reloaded": serde_json::to_value(applied).unwrap_or_default()}),
                 ),
-                Err(why) => json(
+                Err(why) => ApiError::new(
                     StatusCode::UNPROCESSABLE_ENTITY,
-                    &json!({"error": "the new config is invalid; the running config stays", "diagnostics": why.to_string()}),
-                ),
+                    "the new config is invalid; the running config stays",
+                )
+                .with("diagnostics", why.to_string())
+                .response(),
             },
             (Method::GET, ["admin", "plans"]) => {
                 // Every replica's, when they share Redis (this replica's while it is down).
@@ -252,17 +246,33 @@ impl Admin {
                 self.parts.gauges.refresh();
                 Response::new(Full::new(Bytes::from(self.parts.metrics.render())).boxed())
             }
-            _ => json(
-                StatusCode::NOT_FOUND,
-                &json!({"error": "unknown admin endpoint", "endpoints": [
-                    "GET /admin/upstreams", "POST /admin/upstreams/NAME/breaker/reset",
-                    "GET /admin/pins", "POST /admin/pins/accept", "GET /admin/config", "GET /admin/views", "GET /admin/stages",
-                    "GET /admin/credentials", "DELETE /admin/credentials/PERSON[/UPSTREAM]",
-                    "GET /admin/plans", "POST /admin/plans/ID/approve", "POST /admin/plans/ID/deny",
-                    "POST /admin/reload", "GET /metrics", "GET /admin/flows (and below)",
-                    "GET /admin/calls (and below)", "GET /admin/latency", "GET /console",
-                    "GET /admin/tools/identities", "GET /admin/tools?as=NAME", "POST /admin/tools/call"]}),
-            ),
+            _ => ApiError::unknown_endpoint(
+                "unknown admin endpoint",
+                &[
+                    "GET /admin/upstreams",
+                    "POST /admin/upstreams/NAME/breaker/reset",
+                    "GET /admin/pins",
+                    "POST /admin/pins/accept",
+                    "GET /admin/config",
+                    "GET /admin/views",
+                    "GET /admin/stages",
+                    "GET /admin/credentials",
+                    "DELETE /admin/credentials/PERSON[/UPSTREAM]",
+                    "GET /admin/plans",
+                    "POST /admin/plans/ID/approve",
+                    "POST /admin/plans/ID/deny",
+                    "POST /admin/reload",
+                    "GET /metrics",
+                    "GET /admin/flows (and below)",
+                    "GET /admin/calls (and below)",
+                    "GET /admin/latency",
+                    "GET /console",
+                    "GET /admin/tools/identities",
+                    "GET /admin/tools?as=NAME",
+                    "POST /admin/tools/call",
+                ],
+            )
+            .response(),
         }
     }
 
@@ -298,14 +308,15 @@ impl Admin {
             ),
             Err(e) => {
                 let state = self.parts.plans.get(id).map(|p| p.state_label());
-                json(
-                    if e.is_conflict() {
-                        StatusCode::CONFLICT
-                    } else {
-                        StatusCode::NOT_FOUND
-                    },
-                    &json!({"error": e.to_string(), "code": e.code(), "state": state}),
-                )
+                let status = if e.is_conflict() {
+                    StatusCode::CONFLICT
+                } else {
+                    StatusCode::NOT_FOUND
+                };
+                ApiError::new(status, e.to_string())
+                    .with("code", e.code())
+                    .with("state", state)
+                    .response()
             }
         }
     }
@@ -316,10 +327,10 @@ impl Admin {
         let (Some(upstream), Some(tool), Some(fingerprint)) =
             (field("upstream"), field("tool"), field("fingerprint"))
         else {
-            return json(
-                StatusCode::BAD_REQUEST,
-                &json!({"error": "send {\"upstream\": …, \"tool\": …, \"fingerprint\": …} (see GET /admin/pins)"}),
-            );
+            return ApiError::bad_request(
+                "send {\"upstream\": …, \"tool\": …, \"fingerprint\": …} (see GET /admin/pins)",
+            )
+            .response();
         };
         let catalog = self.parts.pool.catalog();
         let Some(held) = catalog.conflicts.iter().find(|c| {
@@ -327,21 +338,23 @@ impl Admin {
                 && c.item == tool
                 && c.fingerprint.as_deref() == Some(fingerprint.as_str())
         }) else {
-            return json(
-                StatusCode::CONFLICT,
-                &json!({"error": "no held-back definition with that fingerprint (GET /admin/pins)"}),
-            );
+            return ApiError::conflict(
+                "no held-back definition with that fingerprint (GET /admin/pins)",
+            )
+            .response();
         };
         // A flagged definition (a rug pull among them) is accepted only with its flags seen.
         if !held.flags.is_empty() && v.get("accept_flags") != Some(&Value::Bool(true)) {
-            return json(
-                StatusCode::CONFLICT,
-                &json!({"error": format!(
-                    "this definition is flagged by the guardrails: {}; read it, then accept it \
+            return ApiError::conflict(format!(
+                "this definition is flagged by the guardrails: {}; read it, then accept it \
                      with \"accept_flags\": true",
-                    crate::guard::definitions::describe(&held.flags)),
-                    "flags": held.flags}),
-            );
+                crate::guard::definitions::describe(&held.flags)
+            ))
+            .with(
+                "flags",
+                serde_json::to_value(&held.flags).unwrap_or_default(),
+            )
+            .response();
         }
         self.parts.pool.accept_pin(&upstream, &tool, &fingerprint);
         tracing::warn!(upstream = %upstream, tool = %tool, fingerprint = %fingerprint, "tool definition accepted by the admin API");

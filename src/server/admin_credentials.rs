@@ -4,6 +4,7 @@
 //! `DELETE /admin/credentials/<person>/<upstream>` one of them — each at its authorization
 //! server too where it has a revocation endpoint (`upstreams[].at_provider` says how that went).
 
+use crate::server::api_error::ApiError;
 use http::{Method, StatusCode};
 use serde_json::json;
 
@@ -17,18 +18,16 @@ pub(super) async fn route(
     let Some(creds) = &admin.credentials else {
         return Some(match *method {
             Method::GET => json(StatusCode::OK, &json!({"connections": []})),
-            _ => json(
-                StatusCode::NOT_FOUND,
-                &json!({"error": "no credential is per user"}),
-            ),
+            _ => ApiError::not_found("no credential is per user").response(),
         });
     };
     let down = |e: crate::credentials::CredentialError| {
         tracing::warn!("per-user credentials: {e}");
-        json(
+        ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            &json!({"error": "the credential store does not answer"}),
+            "the credential store does not answer",
         )
+        .response()
     };
     Some(match (method, parts) {
         (&Method::GET, ["admin", "credentials"]) => match creds.list().await {

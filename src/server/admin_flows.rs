@@ -3,6 +3,7 @@
 //! Runs started here run as the operator (`admin`, full access).
 
 use crate::flows::error::RunError;
+use crate::server::api_error::ApiError;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -33,10 +34,7 @@ pub(super) async fn route(
         return None;
     };
     let Some(engine) = admin.flows.clone() else {
-        return Some(json(
-            StatusCode::NOT_FOUND,
-            &json!({"error": "no flows: set [flows] dir in the config"}),
-        ));
+        return Some(ApiError::not_found("no flows: set [flows] dir in the config").response());
     };
     let number = |key: &str| {
         query
@@ -96,10 +94,7 @@ pub(super) async fn route(
                 .await
             {
                 Ok(started) => json(StatusCode::ACCEPTED, &json!({"run_id": started.run_id})),
-                Err(e) => json(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    &json!({"error": e.to_string()}),
-                ),
+                Err(e) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()).response(),
             }
         }
         (&Method::POST, ["runs", id, "cancel"]) => result(
@@ -126,15 +121,21 @@ pub(super) async fn route(
                 .await
                 .map(|_| json!({"run_id": id, "node": node, "decision": verb})),
         ),
-        _ => json(
-            StatusCode::NOT_FOUND,
-            &json!({"error": "unknown flows endpoint", "endpoints": [
-                "GET /admin/flows", "GET /admin/flows/runs?limit=N",
-                "GET /admin/flows/runs/RUN?wait_ms=N", "POST /admin/flows/FLOW/runs {\"inputs\": {…}}",
-                "POST /admin/flows/runs/RUN/cancel", "POST /admin/flows/runs/RUN/replay[?allow_writes=true]",
+        _ => ApiError::unknown_endpoint(
+            "unknown flows endpoint",
+            &[
+                "GET /admin/flows",
+                "GET /admin/flows/runs?limit=N",
+                "GET /admin/flows/runs/RUN?wait_ms=N",
+                "POST /admin/flows/FLOW/runs {\"inputs\": {…}}",
+                "POST /admin/flows/runs/RUN/cancel",
+                "POST /admin/flows/runs/RUN/replay[?allow_writes=true]",
                 "POST /admin/flows/runs/RUN/rerun/NODE",
-                "POST /admin/flows/runs/RUN/nodes/NODE/rerun", "POST /admin/flows/runs/RUN/nodes/NODE/skip"]}),
-        ),
+                "POST /admin/flows/runs/RUN/nodes/NODE/rerun",
+                "POST /admin/flows/runs/RUN/nodes/NODE/skip",
+            ],
+        )
+        .response(),
     })
 }
 
@@ -186,12 +187,8 @@ pub(super) fn json_body(bytes: &Bytes) -> Result<Value, Box<Response<Body>>> {
     if bytes.is_empty() {
         return Ok(json!({}));
     }
-    serde_json::from_slice(bytes).map_err(|e| {
-        Box::new(json(
-            StatusCode::BAD_REQUEST,
-            &json!({"error": format!("body is not JSON: {e}")}),
-        ))
-    })
+    serde_json::from_slice(bytes)
+        .map_err(|e| Box::new(ApiError::bad_request(format!("body is not JSON: {e}")).response()))
 }
 
 fn list_flows(admin: &AdminParts, engine: &Engine) -> Response<Body> {

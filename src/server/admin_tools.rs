@@ -4,6 +4,7 @@
 //!
 //! `GET /admin/tools/identities`, `GET /admin/tools?as=NAME`, `POST /admin/tools/call`.
 
+use crate::server::api_error::ApiError;
 use http::{Method, Response, StatusCode};
 use rmcp::model::{CallToolRequestParams, ServerResult};
 use serde_json::{Value, json};
@@ -53,11 +54,15 @@ pub(super) async fn route(
             Ok(v) => call(admin, &v).await,
             Err(bad) => *bad,
         },
-        _ => json(
-            StatusCode::NOT_FOUND,
-            &json!({"error": "unknown endpoint", "endpoints": [
-                "GET /admin/tools/identities", "GET /admin/tools?as=NAME", "POST /admin/tools/call"]}),
-        ),
+        _ => ApiError::unknown_endpoint(
+            "unknown endpoint",
+            &[
+                "GET /admin/tools/identities",
+                "GET /admin/tools?as=NAME",
+                "POST /admin/tools/call",
+            ],
+        )
+        .response(),
     })
 }
 
@@ -76,13 +81,11 @@ fn identity(admin: &AdminParts, name: &str) -> Option<Identity> {
 }
 
 fn unknown(name: &str) -> Response<Body> {
-    json(
-        StatusCode::NOT_FOUND,
-        &json!({"error": format!(
-            "no configured identity `{}` (GET /admin/tools/identities lists them)",
-            crate::names::shown(name)
-        )}),
-    )
+    ApiError::not_found(format!(
+        "no configured identity `{}` (GET /admin/tools/identities lists them)",
+        crate::names::shown(name)
+    ))
+    .response()
 }
 
 /// The tools `id` would see in `tools/list`, with their schemas and what the tier does.
@@ -108,7 +111,7 @@ fn visible(admin: &AdminParts, id: &Identity) -> Value {
 /// Runs one tool call through the client stack (authorization, tiers, limits, approvals,
 /// envelope, audit) as the chosen identity.
 async fn call(admin: &AdminParts, v: &Value) -> Response<Body> {
-    let bad = |why: String| json(StatusCode::BAD_REQUEST, &json!({"error": why}));
+    let bad = |why: String| ApiError::bad_request(why).response();
     let Some(tool) = v["tool"].as_str() else {
         return bad("`tool` (a name from GET /admin/tools) is required".into());
     };

@@ -1,5 +1,6 @@
 //! The HTTP listener: `/mcp` (Streamable HTTP, both eras), `/healthz`, `/readyz`.
 
+use crate::server::api_error::ApiError;
 use std::{convert::Infallible, net::SocketAddr, sync::Arc, time::Duration};
 
 use bytes::Bytes;
@@ -36,13 +37,9 @@ const VIEW_PREFIX: &str = "/mcp/";
 
 /// 404 for `/mcp/<name>` when no view has that name, with the names there are.
 fn unknown_view(name: &str, views: &crate::policy::view::Views) -> Response<Body> {
-    json(
-        StatusCode::NOT_FOUND,
-        &serde_json::json!({
-            "error": format!("no view is named `{}`", crate::names::shown(name)),
-            "views": views.names(),
-        }),
-    )
+    ApiError::not_found(format!("no view is named `{}`", crate::names::shown(name)))
+        .with("views", views.names())
+        .response()
 }
 /// `/connect/<upstream>`: where people connect their own credentials (`per_user`).
 const CONNECT_PREFIX: &str = "/connect/";
@@ -276,10 +273,7 @@ impl Edge {
             p if p.starts_with("/.well-known/oauth-protected-resource") => {
                 match &auth.resource_metadata {
                     Some(m) => json(StatusCode::OK, &serde_json::to_value(m).unwrap_or_default()),
-                    None => json(
-                        StatusCode::NOT_FOUND,
-                        &serde_json::json!({"error": "OAuth is not configured"}),
-                    ),
+                    None => ApiError::not_found("OAuth is not configured").response(),
                 }
             }
             p if p == super::account_page::ACCOUNT_PATH || p == "/account/disconnect" => {
@@ -541,10 +535,8 @@ where
                             return Ok(r);
                         }
                         Verdict::NeedsScope(scope) => {
-                            let mut r = json(
-                                StatusCode::FORBIDDEN,
-                                &serde_json::json!({"error": "insufficient_scope"}),
-                            );
+                            let mut r = ApiError::new(StatusCode::FORBIDDEN, "insufficient_scope")
+                                .response();
                             if let Ok(v) = http::HeaderValue::from_str(&format!(
                                 r#"Bearer error="insufficient_scope", scope="{scope}""#
                             )) {

@@ -7,6 +7,7 @@ mod admin_flows;
 mod admin_stages;
 mod admin_tools;
 mod admin_views;
+mod api_error;
 mod body;
 mod connect_page;
 mod console;

@@ -236,7 +236,10 @@ impl Db {
             return Err(self.driver.refusal(&self.path));
         }
         let mut db = self.db.lock();
-        let tx = db.transaction()?;
+        // IMMEDIATE: the write lock is taken at BEGIN, where SQLite waits out another
+        // connection's lock (busy_timeout); a deferred transaction that read first would be
+        // refused at once when it came to write.
+        let tx = db.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let last: i64 = tx.query_row(
             "SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?1",
             [run_id],

@@ -6,6 +6,7 @@
 //! The page itself carries no data, so it is served without the token (it asks for it and
 //! keeps it in the browser's session storage); every data request needs the token.
 
+use crate::server::api_error::ApiError;
 use std::{convert::Infallible, sync::Arc, time::Duration};
 
 use bytes::Bytes;
@@ -43,10 +44,7 @@ pub(super) fn asset(method: &Method, path: &str) -> Option<Response<Body>> {
         _ => return None,
     };
     if method != Method::GET && method != Method::HEAD {
-        return Some(json(
-            StatusCode::METHOD_NOT_ALLOWED,
-            &json!({"error": "GET only"}),
-        ));
+        return Some(ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "GET only").response());
     }
     let mut resp = Response::new(Full::new(Bytes::from_static(body.as_bytes())).boxed());
     let h = resp.headers_mut();
@@ -91,10 +89,9 @@ pub(super) fn route(
         return None;
     }
     let Some(feed) = feed else {
-        return Some(json(
-            StatusCode::NOT_FOUND,
-            &json!({"error": "the console is off ([admin] console = false)"}),
-        ));
+        return Some(
+            ApiError::not_found("the console is off ([admin] console = false)").response(),
+        );
     };
     let q = Query::parse(query);
     Some(match (method, parts) {
@@ -112,18 +109,20 @@ pub(super) fn route(
                 StatusCode::OK,
                 &serde_json::to_value(&*e).unwrap_or_default(),
             ),
-            None => json(
-                StatusCode::NOT_FOUND,
-                &json!({"error": "no such call in the feed (it keeps the newest 1000)"}),
-            ),
+            None => ApiError::not_found("no such call in the feed (it keeps the newest 1000)")
+                .response(),
         },
         (&Method::GET, ["admin", "latency"]) => json(StatusCode::OK, &feed.latency()),
-        _ => json(
-            StatusCode::NOT_FOUND,
-            &json!({"error": "unknown console endpoint", "endpoints": [
+        _ => ApiError::unknown_endpoint(
+            "unknown console endpoint",
+            &[
                 "GET /admin/calls?limit=N&upstream=U&identity=I&outcome=O",
-                "GET /admin/calls/SEQ", "GET /admin/calls/stream?after=SEQ", "GET /admin/latency"]}),
-        ),
+                "GET /admin/calls/SEQ",
+                "GET /admin/calls/stream?after=SEQ",
+                "GET /admin/latency",
+            ],
+        )
+        .response(),
     })
 }
 

@@ -208,7 +208,11 @@ impl SqliteStages {
         initial: &str,
         m: &Move,
     ) -> Result<bool, StoreError> {
-        let tx = c.transaction().map_err(db)?;
+        // IMMEDIATE: wait for another writer at BEGIN (busy_timeout) instead of being refused
+        // at once when the read-then-write transaction comes to write.
+        let tx = c
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(db)?;
         let now: String = tx
             .query_row(
                 "SELECT state FROM stage_instances WHERE workflow = ?1 AND workspace = ?2",

@@ -13,6 +13,9 @@ use serde_json::{Value, json};
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 /// Longest a DOM condition may take to hold.
 const WAIT: Duration = Duration::from_secs(30);
+/// How long one wait script may run: a script whose page went away (a form submitted while it
+/// waited) sometimes never answers, so `until` asks again on the page that follows.
+const ONE_WAIT: Duration = Duration::from_secs(3);
 
 fn program(env: &str, default: &str) -> String {
     let p = std::env::var(env).unwrap_or_else(|_| default.to_owned());
@@ -103,7 +106,7 @@ impl Browser {
         b.cmd(
             "POST",
             "/timeouts",
-            json!({"script": WAIT.as_millis() as u64}),
+            json!({"script": ONE_WAIT.as_millis() as u64}),
         )
         .await;
         b
@@ -148,9 +151,9 @@ impl Browser {
                obs.observe(document, {{subtree: true, childList: true, attributes: true, characterData: true}}); }}"
         );
         let url = format!("{}/execute/async", self.base);
-        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
-        // A page that navigates away (a form just submitted) ends the script with an error:
-        // the condition is then checked again on the page that follows.
+        let deadline = tokio::time::Instant::now() + WAIT;
+        // A page that navigates away (a form just submitted) ends the script with an error, or
+        // leaves it to time out: the condition is then checked again on the page that follows.
         let r = loop {
             let r = send(
                 self.http
@@ -158,10 +161,8 @@ impl Browser {
                     .json(&json!({"script": script, "args": []})),
             )
             .await;
-            let navigated = r["value"]["error"]
-                .as_str()
-                .is_some_and(|e| e != "script timeout");
-            if !navigated || tokio::time::Instant::now() >= deadline {
+            let again = r["value"]["error"].is_string();
+            if !again || tokio::time::Instant::now() >= deadline {
                 break r;
             }
         };
