@@ -258,7 +258,7 @@ impl RunLog for PgLog {
                 )
             })
             .await?;
-        let last = outcome.map_err(|holder| {
+        let last = outcome.map_err(|HeldBy(holder)| {
             LogError(format!(
                 "run {run_id} is driven by replica {holder} now (this replica's lease ran out)"
             ))
@@ -429,6 +429,9 @@ impl RunLog for PgLog {
     }
 }
 
+/// Another replica's claim on a run: its name.
+struct HeldBy(String);
+
 /// Appends a run's events in one transaction, if `owner` still holds the run: the last
 /// sequence number before them, or who holds the run now.
 async fn append_events(
@@ -438,7 +441,7 @@ async fn append_events(
     at_ms: i64,
     bodies: Vec<String>,
     finished: Option<bool>,
-) -> Result<Result<i64, String>, tokio_postgres::Error> {
+) -> Result<Result<i64, HeldBy>, tokio_postgres::Error> {
     let tx = c.transaction().await?;
     // The claim is checked where the events are written: a replica that lost the run records
     // nothing more.
@@ -452,7 +455,7 @@ async fn append_events(
     if let Some(Some(o)) = holder
         && o != owner
     {
-        return Ok(Err(o));
+        return Ok(Err(HeldBy(o)));
     }
     let last: i64 = tx
         .query_one(
